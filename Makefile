@@ -1,0 +1,27 @@
+# Two commands on a fresh machine:
+#   make run    creates .venv if missing, then runs `effbench run --smoke`
+#   make test   same environment, then the test suite (CPU only)
+PYTHON ?= python3
+VENV ?= .venv
+# The pins this project is developed and tested with (a CUDA build that also runs on the CPU).
+TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
+STAMP := $(VENV)/.effbench-installed
+
+.PHONY: run test env clean
+
+env: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install $(TORCH_PINS)
+	$(VENV)/bin/python -m pip install -e '.[dev]'
+	touch $@
+
+run: $(STAMP)
+	$(VENV)/bin/effbench run --smoke
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest
+
+clean:
+	rm -rf $(VENV) results .pytest_cache

@@ -1,0 +1,3 @@
+"""effbench: a reproducible benchmark of PyTorch CNN training performance."""
+
+__version__ = "0.1.0"

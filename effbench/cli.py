@@ -1,0 +1,115 @@
+"""effbench command line: thin Typer commands that build a config and make one call.
+
+    effbench run --smoke                      # synthetic data, CPU, a full report in under a minute
+    effbench run --arch b0 --dataset cifar100 --data-dir ./data --download
+    effbench run --arch resnet18 --dataset cifar10 --no-batch-norm --optimizer adadelta --device cpu
+
+torch is imported only inside the commands that train, so `effbench --help` is instant.
+Every EffbenchError becomes one line on stderr and exit code 2; usage errors too.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+# click's UsageError, wherever this Typer takes click from (recent Typer vendors it privately).
+UsageError = typer.BadParameter.__mro__[1]
+
+from effbench.errors import EffbenchError
+
+app = typer.Typer(
+    name="effbench",
+    help="Benchmark PyTorch CNN training: throughput, data vs compute time, accuracy, and where the time goes.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """effbench: how fast does this model train here, and where does the time go."""
+
+
+def _opt(help: str, *names: str, **kw: Any) -> Any:
+    return typer.Option(*names, help=help, show_default=False, **kw)
+
+
+@app.command()
+def run(
+    arch: Annotated[Optional[str], _opt("efficientnet-b0..b7 (b0..b7) or resnet18. [default: efficientnet-b0]")] = None,
+    dataset: Annotated[Optional[str], _opt("cifar100 (cifar), cifar10, food101 (food), imagefolder, synthetic. [default: cifar100]")] = None,
+    data_dir: Annotated[Optional[Path], _opt("Folder with the extracted datasets. [default: ./data; env EFFBENCH_DATA]", envvar="EFFBENCH_DATA")] = None,
+    download: Annotated[Optional[bool], _opt("Download a missing dataset (base URL from EFFBENCH_MIRROR when set). [default: no]", "--download/--no-download")] = None,
+    val_fraction: Annotated[Optional[float], _opt("Validate on a seeded fraction of the training set instead of the official test split.")] = None,
+    image_size: Annotated[Optional[int], _opt("Input size in px. [default: the arch's native size; resnet18 32 on CIFAR]")] = None,
+    loader: Annotated[Optional[str], _opt("Input pipeline: torchvision. [default: torchvision]")] = None,
+    workers: Annotated[Optional[int], _opt("DataLoader worker processes. [default: 2]")] = None,
+    batch_size: Annotated[Optional[int], _opt("Images per device per step. [default: 64 EfficientNet, 128 resnet18]")] = None,
+    epochs: Annotated[Optional[int], _opt("Epochs. [default: 5]")] = None,
+    max_steps: Annotated[Optional[int], _opt("Cap on training steps per epoch.")] = None,
+    max_val_steps: Annotated[Optional[int], _opt("Cap on validation batches per epoch.")] = None,
+    warmup_steps: Annotated[Optional[int], _opt("First steps excluded from throughput and reported apart. [default: 5]")] = None,
+    optimizer: Annotated[Optional[str], _opt("sgd, sgd-nesterov, adagrad, adadelta, adam, adamw. [default: sgd]")] = None,
+    lr: Annotated[Optional[float], _opt("Learning rate. [default: per optimizer: sgd 0.1, adagrad 0.01, adadelta 1.0, adam(w) 1e-3]")] = None,
+    momentum: Annotated[Optional[float], _opt("SGD momentum. [default: 0.9]")] = None,
+    weight_decay: Annotated[Optional[float], _opt("Weight decay. [default: 5e-4]")] = None,
+    precision: Annotated[Optional[str], _opt("auto, fp32, bf16, fp16. [default: auto = bf16 on capable CUDA, fp32 on CPU]")] = None,
+    channels_last: Annotated[Optional[bool], _opt("Use channels_last memory format. [default: no]", "--channels-last/--no-channels-last")] = None,
+    device: Annotated[Optional[str], _opt("auto, cpu or cuda. [default: auto]")] = None,
+    seed: Annotated[Optional[int], _opt("Random seed. [default: 0]")] = None,
+    freeze: Annotated[Optional[str], _opt("classifier, none or last:N. [default: classifier with pretrained weights, else none]")] = None,
+    weights: Annotated[Optional[str], _opt("imagenet, none or a local file. [default: imagenet for EfficientNet, none for resnet18]")] = None,
+    batch_norm: Annotated[Optional[bool], _opt("Build resnet18 with BatchNorm. [default: yes]", "--batch-norm/--no-batch-norm")] = None,
+    output: Annotated[Optional[Path], _opt("Parent folder of run folders. [default: ./results; env EFFBENCH_OUTPUT]", envvar="EFFBENCH_OUTPUT")] = None,
+    log_interval: Annotated[Optional[int], _opt("Steps between progress lines. [default: 10]")] = None,
+    smoke: Annotated[bool, _opt("Preset: synthetic data, random weights, b0 at 32 px, one short epoch on the CPU; other options still override.")] = False,
+    quiet: Annotated[bool, _opt("No progress lines; the final report is still printed.")] = False,
+) -> None:
+    """Train one model, measure it, and write a run folder with config, env, results and reports."""
+    from effbench.config import RunConfig, smoke_overrides
+    from effbench.runner import run_benchmark
+
+    given = {
+        "arch": arch, "dataset": dataset, "data_dir": data_dir, "download": download, "val_fraction": val_fraction,
+        "image_size": image_size, "loader": loader, "workers": workers, "batch_size": batch_size, "epochs": epochs,
+        "max_steps": max_steps, "max_val_steps": max_val_steps, "warmup_steps": warmup_steps, "optimizer": optimizer,
+        "lr": lr, "momentum": momentum, "weight_decay": weight_decay, "precision": precision,
+        "channels_last": channels_last, "device": device, "seed": seed, "freeze": freeze, "weights": weights,
+        "batch_norm": batch_norm, "output": output, "log_interval": log_interval,
+    }  # fmt: skip
+    explicit = {k: v for k, v in given.items() if v is not None}
+    cfg = RunConfig(**({**smoke_overrides(), **explicit} if smoke else explicit))
+    outcome = run_benchmark(cfg, command=["effbench", *sys.argv[1:]], echo=typer.echo, progress=not quiet)
+    status = outcome.results["status"]
+    if status != "ok":
+        err = outcome.results.get("error", {})
+        detail = f" ({err.get('type')}: {err.get('message')})" if err else ""
+        typer.echo(f"error: run {status}{detail}; measurements so far are in {outcome.run_dir}", err=True)
+        raise typer.Exit(outcome.exit_code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: one-line errors and exit code 2 for every bad input."""
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=argv, prog_name="effbench", standalone_mode=False)
+    except EffbenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except UsageError as e:
+        if type(e).__name__ == "NoArgsIsHelpError" and e.ctx is not None:  # bare `effbench`: show help
+            print(e.ctx.get_help())
+            sys.exit(0)
+        hint = f" (see `effbench {e.ctx.command.name} --help`)" if e.ctx and e.ctx.command.name != "effbench" else ""
+        print(f"error: {' '.join(e.format_message().split())}{hint}", file=sys.stderr)
+        sys.exit(2)
+    except typer.Abort:
+        print("error: aborted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,279 @@
+"""Typed, validated run configuration.
+
+`RunConfig` is what the user asked for, with every default resolved, so that `config.json` alone
+says how to rerun. Validation happens here, where the fields are declared, and every error names
+the CLI option (`--batch-size`), never the Python field. No torch import: `effbench --help` and
+config errors stay instant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from effbench.errors import EffbenchError
+
+# Native input resolution of each EfficientNet (Tan & Le 2019, Table 1 / efficientnet-pytorch's
+# `efficientnet_params`).
+EFFICIENTNET_NATIVE_SIZE = {
+    "efficientnet-b0": 224,
+    "efficientnet-b1": 240,
+    "efficientnet-b2": 260,
+    "efficientnet-b3": 300,
+    "efficientnet-b4": 380,
+    "efficientnet-b5": 456,
+    "efficientnet-b6": 528,
+    "efficientnet-b7": 600,
+}
+ARCHS = (*EFFICIENTNET_NATIVE_SIZE, "resnet18")
+ARCH_ALIASES = {f"b{i}": f"efficientnet-b{i}" for i in range(8)}
+
+DATASETS = ("cifar100", "cifar10", "food101", "imagefolder", "synthetic")
+DATASET_ALIASES = {"cifar": "cifar100", "food": "food101"}
+CIFAR_DATASETS = ("cifar10", "cifar100")
+
+OPTIMIZERS = ("sgd", "sgd-nesterov", "adagrad", "adadelta", "adam", "adamw")
+# Starting learning rates per optimizer: 0.1 for SGD on CIFAR ResNets (He et al. 2016, and the
+# seed lab's lab2.py); the library defaults of torch.optim for the adaptive ones.
+DEFAULT_LR = {
+    "sgd": 0.1,
+    "sgd-nesterov": 0.1,
+    "adagrad": 0.01,
+    "adadelta": 1.0,
+    "adam": 1e-3,
+    "adamw": 1e-3,
+}
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+DEVICES = ("auto", "cpu", "cuda")
+LOADERS = ("torchvision",)
+WEIGHTS_KEYWORDS = ("imagenet", "none")
+
+_FREEZE_RE = re.compile(r"^(classifier|none|last:(\d+))$")
+
+
+def option_name(field_name: str) -> str:
+    """The CLI spelling of a config field: batch_size -> --batch-size."""
+    return "--" + field_name.replace("_", "-")
+
+
+def _choice(option: str, value: str, choices: tuple[str, ...], aliases: dict[str, str]) -> str:
+    key = value.strip().lower()
+    key = aliases.get(key, key)
+    if key not in choices:
+        listed = ", ".join(list(choices) + sorted(aliases))
+        raise EffbenchError(option, f"unknown value {value!r}; choose one of {listed}")
+    return key
+
+
+def canonical_arch(value: str) -> str:
+    return _choice("--arch", value, ARCHS, ARCH_ALIASES)
+
+
+def canonical_dataset(value: str) -> str:
+    return _choice("--dataset", value, DATASETS, DATASET_ALIASES)
+
+
+def parse_freeze(value: str) -> tuple[str, int]:
+    """`classifier` | `none` | `last:N` -> (mode, N); N is 0 unless mode is `last`."""
+    m = _FREEZE_RE.match(value.strip().lower())
+    if not m:
+        raise EffbenchError(
+            "--freeze", f"bad spec {value!r}; use classifier, none, or last:N with N >= 1 blocks"
+        )
+    if m.group(2) is None:
+        return m.group(1), 0
+    n = int(m.group(2))
+    if n < 1:
+        raise EffbenchError("--freeze", f"last:{n} trains no block; use last:N with N >= 1, or classifier")
+    return "last", n
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One training benchmark run, fully resolved. Field names match the CLI options."""
+
+    arch: str = "efficientnet-b0"
+    """Model: efficientnet-b0..b7 (aliases b0..b7) or resnet18."""
+    dataset: str = "cifar100"
+    """cifar100 (cifar), cifar10, food101 (food), imagefolder, synthetic."""
+    data_dir: Path = Path("data")
+    """Folder holding the extracted datasets (cifar-100-python/, cifar-10-batches-py/, food-101/)
+    or, for imagefolder, the class-per-folder tree itself (train/ and val/ inside, or classes)."""
+    download: bool = False
+    """Download a missing dataset from its official URL (or EFFBENCH_MIRROR)."""
+    val_fraction: float | None = None
+    """Carve a seeded validation split of this fraction from the training set; None uses the
+    official test split."""
+    image_size: int | None = None
+    """Input resolution in pixels; None resolves to the architecture's native size."""
+    loader: str = "torchvision"
+    """Input pipeline: torchvision (per-sample transforms in DataLoader workers)."""
+    workers: int = 2
+    """DataLoader worker processes (0 loads in the training process)."""
+    batch_size: int | None = None
+    """Images per device per step; None resolves to 64 (EfficientNet) or 128 (ResNet-18)."""
+    epochs: int = 5
+    """Passes over the training split."""
+    max_steps: int | None = None
+    """Cap on training steps per epoch (None: the whole split)."""
+    max_val_steps: int | None = None
+    """Cap on validation batches per epoch (None: the whole validation split)."""
+    warmup_steps: int = 5
+    """Steps at the start of the first epoch excluded from throughput and reported apart."""
+    optimizer: str = "sgd"
+    """sgd, sgd-nesterov, adagrad, adadelta, adam, adamw."""
+    lr: float | None = None
+    """Peak learning rate; None resolves per optimizer (DEFAULT_LR)."""
+    momentum: float = 0.9
+    """Momentum for sgd and sgd-nesterov."""
+    weight_decay: float = 5e-4
+    """L2 weight decay (decoupled for adamw)."""
+    precision: str = "auto"
+    """auto (bf16 autocast on CUDA devices that support it, fp32 on CPU), fp32, bf16, fp16."""
+    channels_last: bool = False
+    """Run the model and its inputs in channels_last memory format."""
+    device: str = "auto"
+    """auto (cuda when visible), cpu or cuda."""
+    seed: int = 0
+    """Seed for weights init, data order, splits and augmentation."""
+    freeze: str | None = None
+    """classifier (train only the new head; the base runs without autograd, BN stats fixed),
+    none (full fine-tune) or last:N; None resolves to classifier with pretrained weights, else none."""
+    weights: str | None = None
+    """imagenet, none, or a local file; None resolves to imagenet for EfficientNet, none for ResNet-18."""
+    batch_norm: bool = True
+    """Build resnet18 with BatchNorm (False: --no-batch-norm, the seed lab's C7)."""
+    output: Path = Path("results")
+    """Parent folder of run folders."""
+    log_interval: int = 10
+    """Steps between progress lines and device-to-host metric reads."""
+    smoke: bool = False
+    """The offline 2-core smoke preset was applied."""
+
+    # --- derived helpers (not options) -------------------------------------------------------
+    @property
+    def freeze_mode(self) -> tuple[str, int]:
+        return parse_freeze(self.freeze or "none")
+
+    @property
+    def is_efficientnet(self) -> bool:
+        return self.arch.startswith("efficientnet-")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        for k, v in d.items():
+            if isinstance(v, Path):
+                d[k] = str(v)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in d.items() if k in known}
+        for k in ("data_dir", "output"):
+            if k in kw and kw[k] is not None:
+                kw[k] = Path(kw[k])
+        return cls(**kw)
+
+    # --- validation and defaults --------------------------------------------------------------
+    def __post_init__(self) -> None:
+        set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
+        set_("arch", canonical_arch(self.arch))
+        set_("dataset", canonical_dataset(self.dataset))
+        set_("optimizer", _choice("--optimizer", self.optimizer, OPTIMIZERS, {}))
+        set_("precision", _choice("--precision", self.precision, PRECISIONS, {}))
+        set_("device", _choice("--device", self.device, DEVICES, {}))
+        set_("loader", _choice("--loader", self.loader, LOADERS, {}))
+
+        for name in ("epochs", "log_interval"):
+            _positive(name, getattr(self, name))
+        for name in ("batch_size", "max_steps", "max_val_steps", "image_size"):
+            if getattr(self, name) is not None:
+                _positive(name, getattr(self, name))
+        for name in ("workers", "warmup_steps"):
+            if getattr(self, name) < 0:
+                raise EffbenchError(option_name(name), f"must be 0 or more (got {getattr(self, name)})")
+        if self.image_size is not None and self.image_size < 16:
+            raise EffbenchError("--image-size", f"{self.image_size} px is too small; use 16 or more")
+        if self.val_fraction is not None and not 0.0 < self.val_fraction < 1.0:
+            raise EffbenchError("--val-fraction", f"must be between 0 and 1 exclusive (got {self.val_fraction})")
+        if self.lr is not None and not self.lr > 0:
+            raise EffbenchError("--lr", f"must be greater than 0 (got {self.lr})")
+        if not 0.0 <= self.momentum < 1.0:
+            raise EffbenchError("--momentum", f"must be in [0, 1) (got {self.momentum})")
+        if self.weight_decay < 0:
+            raise EffbenchError("--weight-decay", f"must be 0 or more (got {self.weight_decay})")
+        if not self.batch_norm and self.arch != "resnet18":
+            raise EffbenchError("--no-batch-norm", "only applies to --arch resnet18; EfficientNet needs its BatchNorm")
+
+        # Defaults that depend on other fields, resolved once so config.json is explicit.
+        if self.weights is None:
+            set_("weights", "imagenet" if self.is_efficientnet else "none")
+        elif self.weights.strip().lower() in WEIGHTS_KEYWORDS:
+            set_("weights", self.weights.strip().lower())
+        if self.freeze is None:
+            set_("freeze", "classifier" if self.weights != "none" else "none")
+        mode, n = parse_freeze(self.freeze)
+        set_("freeze", f"last:{n}" if mode == "last" else mode)
+        if self.batch_size is None:
+            set_("batch_size", 64 if self.is_efficientnet else 128)
+        if self.lr is None:
+            set_("lr", DEFAULT_LR[self.optimizer])
+        if self.image_size is None:
+            set_("image_size", default_image_size(self.arch, self.dataset))
+        set_("data_dir", Path(self.data_dir))
+        set_("output", Path(self.output))
+
+
+def _positive(name: str, value: int) -> None:
+    if value < 1:
+        raise EffbenchError(option_name(name), f"must be 1 or more (got {value})")
+
+
+def default_image_size(arch: str, dataset: str) -> int:
+    """The architecture's native resolution; resnet18 keeps CIFAR's 32 px on CIFAR."""
+    if arch == "resnet18":
+        return 32 if dataset in CIFAR_DATASETS else 224
+    return EFFICIENTNET_NATIVE_SIZE[arch]
+
+
+def smoke_overrides() -> dict[str, Any]:
+    """`--smoke`: a full report on a 2-core CPU with no network in well under a minute."""
+    return dict(
+        arch="efficientnet-b0",
+        dataset="synthetic",
+        weights="none",
+        freeze="none",
+        image_size=32,
+        batch_size=16,
+        epochs=1,
+        max_steps=12,
+        warmup_steps=2,
+        workers=0,
+        device="cpu",
+        log_interval=4,
+        smoke=True,
+    )
+
+
+def env_default(name: str, fallback: str) -> str:
+    """Environment defaults for paths (EFFBENCH_DATA, EFFBENCH_OUTPUT)."""
+    return os.environ.get(name) or fallback
+
+
+__all__ = [
+    "ARCHS",
+    "DATASETS",
+    "OPTIMIZERS",
+    "RunConfig",
+    "canonical_arch",
+    "canonical_dataset",
+    "default_image_size",
+    "option_name",
+    "parse_freeze",
+    "smoke_overrides",
+]

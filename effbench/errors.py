@@ -1,0 +1,25 @@
+"""The one user-facing error type: a single line that names the option and the fix.
+
+The CLI turns every EffbenchError into `error: <option>: <message>` on stderr and exit code 2,
+with no traceback. Anything else that escapes is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class EffbenchError(Exception):
+    """A bad input or an unusable environment, explained in one line.
+
+    `option` is what the user typed (`--batch-size`, `--data-dir`, a file path), or None when no
+    single option is to blame. `message` says what is wrong and how to fix it.
+    """
+
+    exit_code = 2
+
+    def __init__(self, option: str | None, message: str) -> None:
+        self.option = option
+        self.message = " ".join(message.split())  # always one line
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return f"{self.option}: {self.message}" if self.option else self.message

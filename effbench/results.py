@@ -1,0 +1,159 @@
+"""Versioned result records and atomic file I/O for run folders.
+
+Every file is written to a temporary name in the same folder, flushed, fsynced and renamed over
+the target, so a reader (or `effbench report` after a SIGKILL) sees the old file or the new one,
+never half of one. No torch import.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from effbench.errors import EffbenchError
+
+SCHEMA_VERSION = 1
+STATUSES = ("running", "ok", "failed", "interrupted", "oom")
+RESULTS_FILE = "results.json"
+CONFIG_FILE = "config.json"
+ENV_FILE = "env.json"
+EPOCHS_FILE = "epochs.csv"
+STEPS_FILE = "steps.csv"
+REPORT_TXT = "report.txt"
+REPORT_MD = "report.md"
+
+# Files are created readable by all, writable by the owner only, whatever the umask.
+FILE_MODE = 0o644
+
+EPOCH_FIELDS = (
+    "epoch",
+    "steps",
+    "images",
+    "data_time_s",
+    "compute_time_s",
+    "total_time_s",
+    "train_loss",
+    "train_top1",
+    "val_loss",
+    "val_top1",
+    "val_time_s",
+    "throughput_img_s",
+)
+STEP_FIELDS = ("epoch", "step", "warmup", "images", "loss", "top1", "data_time_s", "compute_time_s")
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, FILE_MODE)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _json_safe(obj: Any) -> Any:
+    """NaN and inf are not JSON: store them as null so every reader can parse the file."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, Mapping):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(_json_safe(obj), indent=2, sort_keys=False) + "\n")
+
+
+def write_csv(path: Path, fields: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> None:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(fields), extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for row in rows:
+        w.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in fields})
+    atomic_write_text(path, buf.getvalue())
+
+
+def read_results(path: Path) -> dict[str, Any]:
+    """Read and check a results.json; any problem is an EffbenchError naming the file."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / RESULTS_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise EffbenchError(str(path), "not found; pass a run folder that holds results.json") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise EffbenchError(str(path), f"is not readable JSON ({e}); rerun the benchmark or delete the folder") from None
+    if not isinstance(data, dict):
+        raise EffbenchError(str(path), "is not a results object; rerun the benchmark or delete the folder")
+    version = data.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise EffbenchError(str(path), "has no integer schema_version; it was not written by effbench")
+    if version > SCHEMA_VERSION:
+        raise EffbenchError(
+            str(path), f"uses schema_version {version}, newer than this effbench ({SCHEMA_VERSION}); upgrade effbench"
+        )
+    if data.get("status") not in STATUSES:
+        raise EffbenchError(str(path), f"has an unknown status {data.get('status')!r}; expected one of {', '.join(STATUSES)}")
+    return data
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_name(text: str, max_len: int = 120) -> str:
+    """A file-name component from any text: no separators, no dot-only names, bounded length."""
+    name = _UNSAFE.sub("-", text).strip("-.")
+    return (name or "run")[:max_len]
+
+
+def create_run_dir(output: Path, name: str) -> Path:
+    """Make a fresh run folder under `output` (never an existing one, never outside it)."""
+    base = safe_name(name)
+    for i in range(1000):
+        candidate = output / (base if i == 0 else f"{base}-{i}")
+        try:
+            candidate.mkdir(mode=0o755)
+        except FileExistsError:
+            continue
+        return candidate
+    raise EffbenchError("--output", f"could not create a new run folder named {base} in {output}; clean it up")
+
+
+def check_output_writable(output: Path) -> None:
+    """Fail before any work if `output` cannot hold run folders."""
+    output = Path(output)
+    if output.exists() and not output.is_dir():
+        raise EffbenchError("--output", f"{output} is a file, not a folder; pass a folder path")
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".effbench-write-test-", dir=output)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise EffbenchError(
+            "--output",
+            f"{output} is not writable by uid {os.getuid()} ({e.strerror}); choose another --output or fix its permissions",
+        ) from None

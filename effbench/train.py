@@ -1,0 +1,194 @@
+"""The step and epoch loop, timed through timing.py. No file I/O: the runner writes what this yields.
+
+The measured step does only the step: per-step loss and correct counts are written into device
+tensors and read back once per log interval (one host sync each) and at the end of the epoch.
+The only per-step sync is the one compute timing needs (timing.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from effbench.config import RunConfig
+from effbench.runtime import Runtime
+from effbench.timing import StepTimer, Tally, device_sync_fn
+
+# on_progress(epoch, step_in_epoch, steps_in_epoch, latest_loss)
+ProgressFn = Callable[[int, int, int, float], None]
+
+
+@dataclass
+class EpochResult:
+    epoch: int
+    steps: int
+    images: int
+    data_time_s: float
+    compute_time_s: float
+    train_loss: float
+    train_top1: float
+    val_loss: float | None
+    val_top1: float | None
+    val_time_s: float
+    warmup: Tally
+    measured: Tally
+    step_rows: list[dict[str, Any]] = field(repr=False)
+
+    @property
+    def total_time_s(self) -> float:
+        return self.data_time_s + self.compute_time_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "steps": self.steps,
+            "images": self.images,
+            "data_time_s": self.data_time_s,
+            "compute_time_s": self.compute_time_s,
+            "total_time_s": self.total_time_s,
+            "train_loss": self.train_loss,
+            "train_top1": self.train_top1,
+            "val_loss": self.val_loss,
+            "val_top1": self.val_top1,
+            "val_time_s": self.val_time_s,
+            "throughput_img_s": self.images / self.total_time_s if self.total_time_s > 0 else None,
+            "warmup_steps": self.warmup.steps,
+        }
+
+
+def steps_per_epoch(cfg: RunConfig, available: int) -> int:
+    return min(available, cfg.max_steps) if cfg.max_steps else available
+
+
+def _autocast(rt: Runtime) -> Any:
+    import torch
+
+    return torch.autocast(device_type=rt.device.type, dtype=rt.autocast_dtype, enabled=rt.autocast_dtype is not None)
+
+
+def _to_device(batch: Any, rt: Runtime, channels_last: bool) -> tuple[Any, Any]:
+    import torch
+
+    x, y = batch
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    x = x.to(rt.device, non_blocking=True, memory_format=fmt)
+    y = y.to(rt.device, non_blocking=True)
+    return x, y
+
+
+def train_epochs(
+    model: Any,
+    data: Any,
+    optimizer: Any,
+    scheduler: Any,
+    rt: Runtime,
+    cfg: RunConfig,
+    *,
+    on_progress: ProgressFn | None = None,
+) -> Iterator[EpochResult]:
+    """Train for cfg.epochs, yielding each finished epoch (train + validation)."""
+    import torch
+
+    criterion = torch.nn.CrossEntropyLoss()
+    scaler = torch.amp.GradScaler(rt.device.type, enabled=rt.precision == "fp16")
+    sync = device_sync_fn(rt.device)
+    n_steps = steps_per_epoch(cfg, data.steps_per_epoch)
+    global_step = 0
+
+    for epoch in range(cfg.epochs):
+        data.set_epoch(epoch)
+        model.train()
+        timer = StepTimer(sync)
+        warmup, measured = Tally(), Tally()
+        losses = torch.zeros(n_steps, device=rt.device)
+        correct = torch.zeros(n_steps, device=rt.device, dtype=torch.int64)
+        counts: list[int] = []
+        times = []
+        it = timer.time_data(lambda: iter(data.train))
+        for step in range(n_steps):
+            try:
+                batch = timer.wait_for(it)
+            except StopIteration:
+                timer.lap()
+                break
+            with timer.compute():
+                x, y = _to_device(batch, rt, cfg.channels_last)
+                with _autocast(rt):
+                    logits = model(x)
+                    loss = criterion(logits, y)
+                optimizer.zero_grad(set_to_none=True)
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+                scheduler.step()
+                losses[step] = loss.detach()
+                correct[step] = (logits.detach().argmax(1) == y).sum()
+            t = timer.lap()
+            images = int(y.shape[0])
+            (warmup if global_step < cfg.warmup_steps else measured).add(t, images)
+            counts.append(images)
+            times.append(t)
+            global_step += 1
+            if on_progress and ((step + 1) % cfg.log_interval == 0 or step + 1 == n_steps):
+                on_progress(epoch, step + 1, n_steps, float(losses[step].item()))  # one sync per interval
+        done = len(counts)
+        loss_list = losses[:done].tolist()
+        correct_list = correct[:done].tolist()
+        images = sum(counts)
+        step_rows = [
+            {
+                "epoch": epoch,
+                "step": i,
+                "warmup": i < warmup.steps,
+                "images": counts[i],
+                "loss": loss_list[i],
+                "top1": correct_list[i] / counts[i],
+                "data_time_s": times[i].data_s,
+                "compute_time_s": times[i].compute_s,
+            }
+            for i in range(done)
+        ]
+        val_loss, val_top1, val_time_s = evaluate(model, data.val, rt, cfg, criterion)
+        yield EpochResult(
+            epoch=epoch,
+            steps=done,
+            images=images,
+            data_time_s=warmup.data_time_s + measured.data_time_s,
+            compute_time_s=warmup.compute_time_s + measured.compute_time_s,
+            train_loss=sum(l * c for l, c in zip(loss_list, counts)) / images if images else float("nan"),
+            train_top1=sum(correct_list) / images if images else float("nan"),
+            val_loss=val_loss,
+            val_top1=val_top1,
+            val_time_s=val_time_s,
+            warmup=warmup,
+            measured=measured,
+            step_rows=step_rows,
+        )
+
+
+def evaluate(model: Any, loader: Any, rt: Runtime, cfg: RunConfig, criterion: Any) -> tuple[float | None, float | None, float]:
+    """Top-1 and mean loss over the validation loader (capped by --max-val-steps)."""
+    import torch
+
+    t0 = time.perf_counter()
+    model.eval()
+    loss_sum = torch.zeros((), device=rt.device)
+    correct = torch.zeros((), device=rt.device, dtype=torch.int64)
+    seen = 0
+    with torch.inference_mode():
+        for i, batch in enumerate(loader):
+            if cfg.max_val_steps is not None and i >= cfg.max_val_steps:
+                break
+            x, y = _to_device(batch, rt, cfg.channels_last)
+            with _autocast(rt):
+                logits = model(x)
+                loss_sum += criterion(logits.float(), y) * y.shape[0]
+            correct += (logits.argmax(1) == y).sum()
+            seen += int(y.shape[0])
+    model.train()
+    elapsed = time.perf_counter() - t0
+    if seen == 0:
+        return None, None, elapsed
+    return loss_sum.item() / seen, correct.item() / seen, elapsed

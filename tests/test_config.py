@@ -1,0 +1,83 @@
+"""RunConfig: defaults resolve once, and every bad value names the option the user typed."""
+
+from __future__ import annotations
+
+import pytest
+
+from effbench.config import RunConfig, default_image_size, parse_freeze, smoke_overrides
+from effbench.errors import EffbenchError
+
+
+def test_defaults_resolve_for_efficientnet_transfer_learning():
+    cfg = RunConfig(arch="b3", dataset="cifar")
+    assert cfg.arch == "efficientnet-b3"
+    assert cfg.dataset == "cifar100"
+    assert cfg.weights == "imagenet"
+    assert cfg.freeze == "classifier"
+    assert cfg.image_size == 300
+    assert cfg.batch_size == 64
+    assert cfg.lr == 0.1
+
+
+def test_defaults_resolve_for_resnet18_from_scratch():
+    cfg = RunConfig(arch="resnet18", dataset="cifar10", optimizer="adadelta")
+    assert (cfg.weights, cfg.freeze, cfg.image_size, cfg.batch_size, cfg.lr) == ("none", "none", 32, 128, 1.0)
+    assert default_image_size("resnet18", "food101") == 224
+    assert RunConfig(arch="b5", dataset="food").image_size == 456
+
+
+@pytest.mark.parametrize(
+    "kwargs, option",
+    [
+        ({"arch": "vgg16"}, "--arch"),
+        ({"dataset": "mnist"}, "--dataset"),
+        ({"optimizer": "lbfgs"}, "--optimizer"),
+        ({"precision": "fp8"}, "--precision"),
+        ({"device": "tpu"}, "--device"),
+        ({"loader": "dali"}, "--loader"),
+        ({"batch_size": 0}, "--batch-size"),
+        ({"batch_size": -4}, "--batch-size"),
+        ({"epochs": 0}, "--epochs"),
+        ({"max_steps": 0}, "--max-steps"),
+        ({"max_val_steps": -1}, "--max-val-steps"),
+        ({"image_size": 0}, "--image-size"),
+        ({"image_size": 8}, "--image-size"),
+        ({"workers": -1}, "--workers"),
+        ({"warmup_steps": -1}, "--warmup-steps"),
+        ({"lr": 0.0}, "--lr"),
+        ({"momentum": 1.5}, "--momentum"),
+        ({"weight_decay": -1.0}, "--weight-decay"),
+        ({"val_fraction": 1.0}, "--val-fraction"),
+        ({"val_fraction": 0.0}, "--val-fraction"),
+        ({"freeze": "half"}, "--freeze"),
+        ({"freeze": "last:0"}, "--freeze"),
+        ({"freeze": "last:-2"}, "--freeze"),
+        ({"arch": "b0", "batch_norm": False}, "--no-batch-norm"),
+        ({"log_interval": 0}, "--log-interval"),
+    ],
+)
+def test_bad_values_name_their_option(kwargs, option):
+    with pytest.raises(EffbenchError) as info:
+        RunConfig(**kwargs)
+    assert info.value.option == option
+    assert "\n" not in str(info.value)
+    assert str(info.value).startswith(option)
+
+
+def test_parse_freeze():
+    assert parse_freeze("classifier") == ("classifier", 0)
+    assert parse_freeze("none") == ("none", 0)
+    assert parse_freeze("LAST:3") == ("last", 3)
+    assert RunConfig(freeze="last:2").freeze == "last:2"
+
+
+def test_round_trip_through_dict():
+    cfg = RunConfig(arch="resnet18", dataset="cifar10", batch_size=32, max_steps=3)
+    again = RunConfig.from_dict(cfg.to_dict())
+    assert again == cfg
+
+
+def test_smoke_preset_is_offline_and_small():
+    cfg = RunConfig(**smoke_overrides())
+    assert (cfg.dataset, cfg.weights, cfg.device, cfg.image_size, cfg.epochs) == ("synthetic", "none", "cpu", 32, 1)
+    assert cfg.warmup_steps < cfg.max_steps

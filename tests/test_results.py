@@ -1,0 +1,129 @@
+"""Atomic writes, the results reader, run-folder names, and the pure report renderer."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from effbench import report, results
+from effbench.errors import EffbenchError
+
+
+def test_atomic_write_leaves_old_file_when_writing_fails(tmp_path, monkeypatch):
+    target = tmp_path / "results.json"
+    results.write_json(target, {"schema_version": 1, "status": "ok"})
+    before = target.read_bytes()
+
+    def broken_fsync(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", broken_fsync)
+    with pytest.raises(OSError):
+        results.write_json(target, {"schema_version": 1, "status": "failed", "big": "x" * 10000})
+    assert target.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]  # no temporary left behind
+
+
+def test_written_files_have_no_group_or_other_write(tmp_path):
+    old = os.umask(0)
+    try:
+        results.write_json(tmp_path / "a.json", {"x": 1})
+    finally:
+        os.umask(old)
+    mode = stat.S_IMODE((tmp_path / "a.json").stat().st_mode)
+    assert mode & 0o022 == 0
+
+
+def test_non_finite_numbers_are_stored_as_null(tmp_path):
+    results.write_json(tmp_path / "r.json", {"loss": float("nan"), "x": [float("inf"), 1.0]})
+    assert json.loads((tmp_path / "r.json").read_text()) == {"loss": None, "x": [None, 1.0]}
+
+
+def test_csv_writer_writes_header_and_blanks_for_none(tmp_path):
+    results.write_csv(tmp_path / "e.csv", ("epoch", "val_top1"), [{"epoch": 0, "val_top1": None}, {"epoch": 1, "val_top1": 0.5}])
+    assert (tmp_path / "e.csv").read_text() == "epoch,val_top1\n0,\n1,0.5\n"
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        ("{not json", "not readable JSON"),
+        ("[1, 2]", "not a results object"),
+        ('{"status": "ok"}', "schema_version"),
+        ('{"schema_version": 99, "status": "ok"}', "newer than this effbench"),
+        ('{"schema_version": 1, "status": "great"}', "unknown status"),
+    ],
+)
+def test_read_results_rejects_bad_files_with_their_name(tmp_path, content, needle):
+    path = tmp_path / "results.json"
+    path.write_text(content)
+    with pytest.raises(EffbenchError) as info:
+        results.read_results(tmp_path)
+    assert needle in str(info.value)
+    assert str(path) in str(info.value)
+
+
+def test_read_results_accepts_a_valid_file(tmp_path):
+    results.write_json(tmp_path / "results.json", {"schema_version": 1, "status": "ok"})
+    assert results.read_results(tmp_path)["status"] == "ok"
+
+
+@pytest.mark.parametrize("evil", ["../../etc", "a/b\\c", "..", "x" * 500, "name with spaces;rm -rf"])
+def test_run_folders_stay_inside_output(tmp_path, evil):
+    out = tmp_path / "out"
+    out.mkdir()
+    run_dir = results.create_run_dir(out, evil)
+    assert run_dir.parent == out
+    assert len(run_dir.name) <= 120
+    again = results.create_run_dir(out, evil)
+    assert again != run_dir and again.parent == out
+
+
+def test_check_output_rejects_a_file_and_an_unwritable_folder(tmp_path, monkeypatch):
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(EffbenchError, match="is a file"):
+        results.check_output_writable(f)
+    ro = tmp_path / "ro"
+    ro.mkdir(mode=0o555)
+    if os.getuid() == 0:  # root writes anywhere: make the probe fail as it would for a normal uid
+
+        def denied(*_a, **_k):
+            raise PermissionError(13, "Permission denied")
+
+        monkeypatch.setattr(results.tempfile, "mkstemp", denied)
+    with pytest.raises(EffbenchError, match="not writable by uid") as info:
+        results.check_output_writable(ro)
+    assert info.value.option == "--output"
+
+
+def _record():
+    return {
+        "schema_version": 1,
+        "status": "ok",
+        "run_name": "r1",
+        "config": {"arch": "resnet18", "dataset": "cifar10", "batch_size": 8, "image_size": 32, "optimizer": "sgd", "lr": 0.1},
+        "model": {"trainable_params": 10, "total_params": 20},
+        "data": {"train_size": 100, "val_size": 20},
+        "device": "cpu",
+        "world_size": 1,
+        "precision": "fp32",
+        "throughput_img_s": 123.456,
+        "measured": {"steps": 4, "images": 32, "data_time_s": 0.25, "time_s": 1.0},
+        "warmup": {"steps": 1, "time_s": 0.5},
+        "epochs": [
+            {"epoch": 0, "images": 40, "data_time_s": 0.25, "compute_time_s": 0.75, "total_time_s": 1.0, "train_loss": 2.3,
+             "train_top1": 0.1, "val_top1": 0.2, "val_time_s": 0.1, "throughput_img_s": 40.0}
+        ],
+        "final": {"val_top1": 0.2},
+    }  # fmt: skip
+
+
+def test_report_renders_summary_and_epoch_tables():
+    text = report.render(_record(), "text")
+    md = report.render(_record(), "md")
+    assert "123.5" in text and "25.0%" in text and "resnet18" in text
+    assert md.startswith("# effbench run r1") and "| epoch" in md and "| throughput (img/s)" in md
