@@ -10,6 +10,7 @@ Every EffbenchError becomes one line on stderr and exit code 2; usage errors too
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -20,6 +21,7 @@ import typer
 UsageError = typer.BadParameter.__mro__[1]
 
 from effbench.errors import EffbenchError
+from effbench.launch import DEFAULT_RDZV_PORT
 
 app = typer.Typer(
     name="effbench",
@@ -66,14 +68,24 @@ def run(
     freeze: Annotated[Optional[str], _opt("classifier, none or last:N. [default: classifier with pretrained weights, else none]")] = None,
     weights: Annotated[Optional[str], _opt("imagenet, none or a local file. [default: imagenet for EfficientNet, none for resnet18]")] = None,
     batch_norm: Annotated[Optional[bool], _opt("Build resnet18 with BatchNorm. [default: yes]", "--batch-norm/--no-batch-norm")] = None,
+    gpus: Annotated[Optional[str], _opt("GPUs, one process each (torchrun + DDP when > 1); a list like 1,2,4 runs a scaling series. [default: all visible]")] = None,
+    nproc: Annotated[Optional[str], _opt("CPU processes (torchrun + gloo) with --device cpu; a list like 1,2 runs a scaling series. [default: 1]")] = None,
+    strategy: Annotated[Optional[str], _opt("ddp (one process per device) or dp (DataParallel, as the seeds ran). [default: ddp]")] = None,
+    scaling: Annotated[Optional[str], _opt("weak (--batch-size per device) or strong (--batch-size global, split). [default: weak]")] = None,
+    nnodes: Annotated[Optional[int], _opt("Nodes in a multi-node run. [default: 1; SLURM_NNODES under srun]")] = None,
+    node_rank: Annotated[Optional[int], _opt("This node's rank. [default: SLURM_NODEID under srun]")] = None,
+    rdzv_endpoint: Annotated[Optional[str], _opt("HOST:PORT of the c10d rendezvous. [default: first Slurm host:29500 under srun]")] = None,
+    rdzv_id: Annotated[Optional[str], _opt("Rendezvous id shared by the nodes. [default: SLURM_JOB_ID under srun]")] = None,
+    pg_timeout_s: Annotated[Optional[float], _opt("Process-group timeout in seconds (a dead peer ends the job within it). [default: 300]")] = None,
     output: Annotated[Optional[Path], _opt("Parent folder of run folders. [default: ./results; env EFFBENCH_OUTPUT]", envvar="EFFBENCH_OUTPUT")] = None,
     log_interval: Annotated[Optional[int], _opt("Steps between progress lines. [default: 10]")] = None,
     smoke: Annotated[bool, _opt("Preset: synthetic data, random weights, b0 at 32 px, one short epoch on the CPU; other options still override.")] = False,
     quiet: Annotated[bool, _opt("No progress lines; the final report is still printed.")] = False,
 ) -> None:
     """Train one model, measure it, and write a run folder with config, env, results and reports."""
+    from effbench import runner
     from effbench.config import RunConfig, smoke_overrides
-    from effbench.runner import run_benchmark
+    from effbench.launch import parse_counts, slurm_settings
 
     given = {
         "arch": arch, "dataset": dataset, "data_dir": data_dir, "download": download, "val_fraction": val_fraction,
@@ -81,17 +93,53 @@ def run(
         "max_steps": max_steps, "max_val_steps": max_val_steps, "warmup_steps": warmup_steps, "optimizer": optimizer,
         "lr": lr, "momentum": momentum, "weight_decay": weight_decay, "precision": precision,
         "channels_last": channels_last, "device": device, "seed": seed, "freeze": freeze, "weights": weights,
-        "batch_norm": batch_norm, "output": output, "log_interval": log_interval,
+        "batch_norm": batch_norm, "output": output, "log_interval": log_interval, "strategy": strategy,
+        "scaling": scaling, "nnodes": nnodes, "node_rank": node_rank, "rdzv_endpoint": rdzv_endpoint,
+        "rdzv_id": rdzv_id, "pg_timeout_s": pg_timeout_s,
     }  # fmt: skip
     explicit = {k: v for k, v in given.items() if v is not None}
-    cfg = RunConfig(**({**smoke_overrides(), **explicit} if smoke else explicit))
-    outcome = run_benchmark(cfg, command=["effbench", *sys.argv[1:]], echo=typer.echo, progress=not quiet)
-    status = outcome.results["status"]
-    if status != "ok":
-        err = outcome.results.get("error", {})
-        detail = f" ({err.get('type')}: {err.get('message')})" if err else ""
-        typer.echo(f"error: run {status}{detail}; measurements so far are in {outcome.run_dir}", err=True)
-        raise typer.Exit(outcome.exit_code)
+    slurm = slurm_settings(os.environ)
+    if slurm is not None and slurm.nnodes > 1:  # srun on several nodes: rendezvous from the allocation
+        explicit.setdefault("nnodes", slurm.nnodes)
+        explicit.setdefault("node_rank", slurm.node_rank)
+        explicit.setdefault("rdzv_endpoint", f"{slurm.rdzv_host}:{DEFAULT_RDZV_PORT}")
+        explicit.setdefault("rdzv_id", slurm.job_id)
+    gpu_counts = parse_counts("--gpus", gpus) if gpus is not None else [None]
+    proc_counts = parse_counts("--nproc", nproc) if nproc is not None else [None]
+    if len(gpu_counts) > 1 and len(proc_counts) > 1:
+        raise EffbenchError("--gpus", "give a list to --gpus or to --nproc, not both")
+    base = {**smoke_overrides(), **explicit} if smoke else explicit
+    configs = [RunConfig(**base, gpus=g, nproc=p) for g in gpu_counts for p in proc_counts]
+    command = ["effbench", *sys.argv[1:]]
+    if len(configs) == 1:
+        outcome = runner.run(configs[0], command=command, echo=typer.echo, progress=not quiet)
+        _exit_for(outcome)
+        return
+    from effbench.series import run_scaling_series
+
+    series = run_scaling_series(configs, command=command, echo=typer.echo, progress=not quiet)
+    worst = next((o for o in series.outcomes if o.results.get("status") != "ok"), None)
+    if worst is not None:
+        _exit_for(worst)
+
+
+def _exit_for(outcome: Any) -> None:
+    status = outcome.results.get("status")
+    if status == "ok":
+        return
+    err = outcome.results.get("error") or {}
+    detail = f" ({err.get('type')}: {err.get('message')})" if err else ""
+    where = f"; measurements so far are in {outcome.run_dir}" if outcome.run_dir else ""
+    typer.echo(f"error: run {status}{detail}{where}", err=True)
+    raise typer.Exit(outcome.exit_code)
+
+
+@app.command(hidden=True)
+def worker(spec: Annotated[Path, typer.Option(help="Launch spec written by `effbench run`.")]) -> None:
+    """One torchrun rank of `effbench run` (started by effbench itself, not by hand)."""
+    from effbench.runner import worker_main
+
+    raise typer.Exit(worker_main(spec))
 
 
 def main(argv: list[str] | None = None) -> None:

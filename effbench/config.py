@@ -48,6 +48,8 @@ DEFAULT_LR = {
     "adamw": 1e-3,
 }
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+STRATEGIES = ("ddp", "dp")
+SCALING_MODES = ("weak", "strong")
 DEVICES = ("auto", "cpu", "cuda")
 LOADERS = ("torchvision",)
 WEIGHTS_KEYWORDS = ("imagenet", "none")
@@ -147,6 +149,24 @@ class RunConfig:
     """imagenet, none, or a local file; None resolves to imagenet for EfficientNet, none for ResNet-18."""
     batch_norm: bool = True
     """Build resnet18 with BatchNorm (False: --no-batch-norm, the seed lab's C7)."""
+    gpus: int | None = None
+    """GPUs to use, one process each (torchrun + DDP when more than one); None: every visible GPU."""
+    nproc: int | None = None
+    """CPU processes (torchrun + gloo DDP) for --device cpu; None: one."""
+    strategy: str = "ddp"
+    """ddp (one process per device under torchrun) or dp (DataParallel in one process, as the seeds ran)."""
+    scaling: str = "weak"
+    """weak: --batch-size is per device; strong: --batch-size is global and split across devices."""
+    nnodes: int = 1
+    """Nodes in a multi-node run (Slurm fills this in)."""
+    node_rank: int | None = None
+    """This node's rank in a multi-node run (Slurm's SLURM_NODEID)."""
+    rdzv_endpoint: str | None = None
+    """HOST:PORT of the c10d rendezvous for multi-node runs (Slurm: the first host of the job)."""
+    rdzv_id: str | None = None
+    """Rendezvous id shared by the nodes of one run (Slurm: SLURM_JOB_ID)."""
+    pg_timeout_s: float = 300.0
+    """Process-group timeout: how long a rank waits on a dead peer inside a collective."""
     output: Path = Path("results")
     """Parent folder of run folders."""
     log_interval: int = 10
@@ -188,10 +208,12 @@ class RunConfig:
         set_("precision", _choice("--precision", self.precision, PRECISIONS, {}))
         set_("device", _choice("--device", self.device, DEVICES, {}))
         set_("loader", _choice("--loader", self.loader, LOADERS, {}))
+        set_("strategy", _choice("--strategy", self.strategy, STRATEGIES, {}))
+        set_("scaling", _choice("--scaling", self.scaling, SCALING_MODES, {}))
 
-        for name in ("epochs", "log_interval"):
+        for name in ("epochs", "log_interval", "nnodes"):
             _positive(name, getattr(self, name))
-        for name in ("batch_size", "max_steps", "max_val_steps", "image_size"):
+        for name in ("batch_size", "max_steps", "max_val_steps", "image_size", "gpus", "nproc"):
             if getattr(self, name) is not None:
                 _positive(name, getattr(self, name))
         for name in ("workers", "warmup_steps"):
@@ -207,6 +229,22 @@ class RunConfig:
             raise EffbenchError("--momentum", f"must be in [0, 1) (got {self.momentum})")
         if self.weight_decay < 0:
             raise EffbenchError("--weight-decay", f"must be 0 or more (got {self.weight_decay})")
+        if self.gpus is not None and self.device == "cpu":
+            raise EffbenchError("--gpus", "counts GPUs, but --device cpu was given; use --nproc N for CPU processes")
+        if self.nproc is not None and self.device == "cuda":
+            raise EffbenchError("--nproc", "counts CPU processes, but --device cuda was given; use --gpus N on GPUs")
+        if self.strategy == "dp" and self.device == "cpu":
+            raise EffbenchError("--strategy", "dp (DataParallel) needs CUDA GPUs; use --strategy ddp with --device cpu")
+        if self.node_rank is not None and not 0 <= self.node_rank < self.nnodes:
+            raise EffbenchError("--node-rank", f"{self.node_rank} is outside 0..{self.nnodes - 1} for --nnodes {self.nnodes}")
+        if self.rdzv_endpoint is not None:
+            from effbench.launch import parse_endpoint
+
+            parse_endpoint(self.rdzv_endpoint)
+        if self.nnodes > 1 and self.rdzv_endpoint is None:
+            raise EffbenchError("--rdzv-endpoint", f"--nnodes {self.nnodes} needs HOST:PORT of a rendezvous (Slurm fills it in)")
+        if not self.pg_timeout_s > 0:
+            raise EffbenchError("--pg-timeout-s", f"must be greater than 0 (got {self.pg_timeout_s})")
         if not self.batch_norm and self.arch != "resnet18":
             raise EffbenchError("--no-batch-norm", "only applies to --arch resnet18; EfficientNet needs its BatchNorm")
 

@@ -1,17 +1,25 @@
-"""One benchmark run, start to finish: resolve, build, train, and write the run folder.
+"""One benchmark run, start to finish: plan the launch, build, train, and write the run folder.
 
-Order matters for honesty: everything that can be a user error (config, device, precision, output
-folder, dataset, weights) is checked before the run folder exists, so a bad input never leaves a
-folder behind. Once training starts, results.json is rewritten after every epoch, so an
+    run(cfg)             the CLI's entry: checks, then trains in this process (one device, or
+                         DataParallel) or re-runs itself under torchrun (`effbench worker`)
+    run_benchmark(...)   the body every rank runs; rank 0 alone writes the run folder
+
+Order matters for honesty: everything that can be a user error (config, launch, device, precision,
+output folder, dataset, weights) is checked before the run folder exists, so a bad input never
+leaves a folder behind. Once training starts, results.json is rewritten after every epoch, so an
 interruption or a crash keeps what was measured and says how it ended.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
 import random
+import shutil
 import signal
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -22,8 +30,12 @@ from typing import Any
 
 from effbench import report, results
 from effbench.config import RunConfig
+from effbench.distributed import DistContext
 from effbench.errors import EffbenchError
+from effbench.launch import LaunchPlan
 from effbench.timing import Tally
+
+Echo = Callable[[str], None]
 
 
 class Interrupted(KeyboardInterrupt):
@@ -35,10 +47,12 @@ class Interrupted(KeyboardInterrupt):
 
 
 @contextmanager
-def interrupt_on_signals() -> Iterator[None]:
-    """Turn SIGTERM/SIGINT into `Interrupted` for the duration, then restore the old handlers."""
+def interrupt_on_signals(received: list[int]) -> Iterator[None]:
+    """Turn SIGTERM/SIGINT into `Interrupted` for the duration; remember the signal in `received`
+    (a DataLoader worker killed by the same signal can surface first as a RuntimeError)."""
 
     def handler(signum: int, _frame: Any) -> None:
+        received.append(signum)
         raise Interrupted(signum)
 
     old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -51,12 +65,12 @@ def interrupt_on_signals() -> Iterator[None]:
 
 @dataclass
 class RunOutcome:
-    run_dir: Path
+    run_dir: Path | None
     results: dict[str, Any]
 
     @property
     def exit_code(self) -> int:
-        status = self.results["status"]
+        status = self.results.get("status")
         if status == "ok":
             return 0
         if status == "interrupted":
@@ -66,9 +80,25 @@ class RunOutcome:
 
 def run_name(cfg: RunConfig, device_label: str, precision: str, when: dt.datetime) -> str:
     """Conditions readable from the folder name: time, arch, dataset, device, precision, batch."""
-    return results.safe_name(
-        f"{when:%Y%m%d-%H%M%S}_{cfg.arch}_{cfg.dataset}_{device_label}_{precision}_bs{cfg.batch_size}"
-    )
+    return results.safe_name(f"{when:%Y%m%d-%H%M%S}_{cfg.arch}_{cfg.dataset}_{device_label}_{precision}_bs{cfg.batch_size}")
+
+
+def device_label(plan: LaunchPlan) -> str:
+    n = plan.devices
+    return f"{plan.device_type}{n}" if n > 1 or plan.device_type == "cuda" else "cpu"
+
+
+def per_device_batch(cfg: RunConfig, devices: int) -> int:
+    """Weak scaling: --batch-size per device. Strong: --batch-size is global, split evenly."""
+    assert cfg.batch_size is not None
+    if cfg.scaling == "weak" or devices == 1:
+        return cfg.batch_size
+    if cfg.batch_size % devices:
+        raise EffbenchError(
+            "--batch-size",
+            f"{cfg.batch_size} does not split evenly over {devices} devices under --scaling strong; use a multiple of {devices}",
+        )
+    return cfg.batch_size // devices
 
 
 def seed_everything(seed: int) -> None:
@@ -80,8 +110,151 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def run_benchmark(cfg: RunConfig, *, command: list[str] | None = None, echo: Callable[[str], None] = print, progress: bool = True) -> RunOutcome:
-    """Validate, build, train and write one run folder; returns where it went and what it holds."""
+def plan_for(cfg: RunConfig, worker_args: list[str]) -> LaunchPlan:
+    """The launch plan for `cfg` on this machine (needs torch only to count visible GPUs)."""
+    import torch
+
+    from effbench.hardware import usable_cores
+    from effbench.launch import plan_launch
+
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return plan_launch(
+        device=cfg.device,
+        gpus=cfg.gpus,
+        nproc=cfg.nproc,
+        strategy=cfg.strategy,
+        nnodes=cfg.nnodes,
+        node_rank=cfg.node_rank,
+        rdzv_endpoint=cfg.rdzv_endpoint,
+        rdzv_id=cfg.rdzv_id,
+        visible_gpus=visible,
+        cores=usable_cores(),
+        env=os.environ,
+        python=sys.executable,
+        worker_args=worker_args,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# The CLI's entry
+# --------------------------------------------------------------------------------------------------
+def run(cfg: RunConfig, *, command: list[str], echo: Echo = print, progress: bool = True) -> RunOutcome:
+    """Check, then run in-process or under torchrun; returns the run folder and its results."""
+    results.check_output_writable(cfg.output)
+    spec_dir = Path(tempfile.mkdtemp(prefix="effbench-launch-"))
+    try:
+        spec_path = spec_dir / "spec.json"
+        plan = plan_for(cfg, ["effbench", "worker", "--spec", str(spec_path)])
+        per_device_batch(cfg, plan.devices)
+        if plan.mode != "torchrun":
+            return run_benchmark(cfg, plan=plan, command=command, echo=echo, progress=progress)
+        return _run_under_torchrun(cfg, plan, spec_path, command=command, echo=echo, progress=progress)
+    finally:
+        shutil.rmtree(spec_dir, ignore_errors=True)
+
+
+def _run_under_torchrun(cfg: RunConfig, plan: LaunchPlan, spec_path: Path, *, command: list[str], echo: Echo, progress: bool) -> RunOutcome:
+    import torch
+
+    from effbench.runtime import resolve_precision
+    from effbench.supervise import run_supervised
+
+    precision, _ = resolve_precision(cfg.precision, torch.device(plan.device_type))
+    run_dir = _fresh_path(cfg.output, run_name(cfg, device_label(plan), precision, dt.datetime.now()))
+    spec = {"config": cfg.to_dict(), "run_dir": str(run_dir), "command": command, "plan": _plan_dict(plan), "progress": progress}
+    spec_path.write_text(json.dumps(spec))
+    echo(f"launching: {' '.join(plan.argv or [])}")
+    env = {**os.environ, **plan.env}
+    outcome = run_supervised(plan.argv or [], env)
+    user_errors = sorted(spec_path.parent.glob("error-rank*.txt"))
+    if user_errors:  # a rank hit a bad input (missing dataset, weights...): report it like in-process
+        option, _, message = user_errors[0].read_text().partition("\t")
+        raise EffbenchError(option or None, message)
+    if not (run_dir / results.RESULTS_FILE).exists():
+        if outcome.returncode == 0:
+            echo(f"this node finished; the node that got rank 0 wrote the run folder ({cfg.nnodes} nodes)")
+            return RunOutcome(None, {"status": "ok"})
+        record = {"status": "interrupted" if outcome.signal else "failed"}
+        if outcome.signal:
+            record["signal"] = outcome.signal
+        record["error"] = {"type": "ChildFailedError", "message": outcome.failure.describe() if outcome.failure else f"torchrun exited with {outcome.returncode}"}
+        return RunOutcome(None, record)
+    record = results.read_results(run_dir)
+    if outcome.signal:
+        if record["status"] in ("running", "ok"):
+            record["status"] = "interrupted"
+        record["signal"] = outcome.signal
+    elif outcome.returncode != 0 and record["status"] in ("running", "ok", "interrupted"):
+        # another rank died: rank 0 was stopped by torchrun, so the run as a whole failed
+        record["status"] = "failed"
+        record.pop("signal", None)
+        message = outcome.failure.describe() if outcome.failure else f"torchrun exited with code {outcome.returncode}"
+        record["error"] = {"type": "ChildFailedError", "message": message}
+    results.write_json(run_dir / results.RESULTS_FILE, record)
+    return RunOutcome(run_dir, record)
+
+
+def _fresh_path(output: Path, name: str) -> Path:
+    for i in range(1000):
+        candidate = output / (name if i == 0 else f"{name}-{i}")
+        if not candidate.exists():
+            return candidate
+    raise EffbenchError("--output", f"too many run folders named {name} in {output}; clean it up")
+
+
+def _plan_dict(plan: LaunchPlan) -> dict[str, Any]:
+    return {
+        "mode": plan.mode,
+        "device_type": plan.device_type,
+        "nproc_per_node": plan.nproc_per_node,
+        "nnodes": plan.nnodes,
+        "threads_per_proc": plan.threads_per_proc,
+        "argv": plan.argv,
+        "env": plan.env,
+    }
+
+
+def _plan_from_dict(d: dict[str, Any]) -> LaunchPlan:
+    return LaunchPlan(d["mode"], d["device_type"], d["nproc_per_node"], d["nnodes"], d["threads_per_proc"], d.get("argv"), d.get("env", {}))
+
+
+def worker_main(spec_path: Path) -> int:
+    """`effbench worker --spec F`: what each torchrun rank runs. Returns the process exit code."""
+    from effbench.distributed import process_group
+
+    spec = json.loads(Path(spec_path).read_text())
+    cfg = RunConfig.from_dict(spec["config"])
+    plan = _plan_from_dict(spec["plan"])
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        with process_group(plan.device_type, cfg.pg_timeout_s) as dist:
+            outcome = run_benchmark(
+                cfg, plan=plan, dist=dist, run_dir=Path(spec["run_dir"]), command=spec["command"],
+                echo=print if rank == 0 else (lambda _m: None), progress=spec.get("progress", True) and rank == 0,
+            )  # fmt: skip
+    except EffbenchError as e:
+        (Path(spec_path).parent / f"error-rank{rank}.txt").write_text(f"{e.option or ''}\t{e.message}")
+        print(f"error: rank {rank}: {e}", file=sys.stderr)
+        return 2
+    return outcome.exit_code
+
+
+# --------------------------------------------------------------------------------------------------
+# The body every rank runs
+# --------------------------------------------------------------------------------------------------
+def run_benchmark(
+    cfg: RunConfig,
+    *,
+    plan: LaunchPlan,
+    dist: DistContext | None = None,
+    run_dir: Path | None = None,
+    command: list[str] | None = None,
+    echo: Echo = print,
+    progress: bool = True,
+) -> RunOutcome:
+    """Validate, build, train and (rank 0) write one run folder."""
+    import torch
+
     from effbench.data import build_data
     from effbench.hardware import env_snapshot
     from effbench.models import build_model, trainable_parameters
@@ -90,11 +263,17 @@ def run_benchmark(cfg: RunConfig, *, command: list[str] | None = None, echo: Cal
     from effbench.runtime import resolve_runtime
     from effbench.train import steps_per_epoch, train_epochs
 
+    dist = dist or DistContext()
     # --- everything that can be the user's mistake, before a folder exists ----------------------
     results.check_output_writable(cfg.output)
-    rt = resolve_runtime(cfg)
+    torch.set_num_threads(plan.threads_per_proc)  # explicit, and recorded below
+    rt = resolve_runtime(cfg, local_rank=dist.local_rank)
+    batch = per_device_batch(cfg, plan.devices)
     seed_everything(cfg.seed)
-    data = build_data(cfg, rt.device)
+    data = build_data(
+        cfg, rt.device, rank=dist.rank, world_size=dist.world_size,
+        batch_size=batch * plan.nproc_per_node if plan.mode == "dp" else batch,
+    )  # fmt: skip
     bundle = build_model(cfg, data.num_classes)
     n_steps = steps_per_epoch(cfg, data.steps_per_epoch)
     if cfg.warmup_steps >= cfg.epochs * n_steps:
@@ -104,28 +283,41 @@ def run_benchmark(cfg: RunConfig, *, command: list[str] | None = None, echo: Cal
             "lower --warmup-steps or raise --max-steps / --epochs",
         )
 
-    import torch
-
     model = bundle.model.to(rt.device)
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
+    if plan.mode == "dp":
+        model = torch.nn.DataParallel(model, device_ids=list(range(plan.nproc_per_node)))
+    elif dist.enabled:
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = DistributedDataParallel(model, device_ids=[dist.local_rank] if rt.device.type == "cuda" else None)
     optimizer = build_optimizer(cfg, trainable_parameters(model))
     scheduler = build_scheduler(optimizer, cfg.epochs * n_steps)
 
     started = dt.datetime.now(dt.timezone.utc)
-    device_label = rt.device.type if rt.device.type == "cpu" else f"cuda{torch.cuda.device_count()}"
-    run_dir = results.create_run_dir(cfg.output, run_name(cfg, device_label, rt.precision, started.astimezone()))
+    writer = dist.is_main
+    if writer:
+        if run_dir is None:
+            run_dir = results.create_run_dir(cfg.output, run_name(cfg, device_label(plan), rt.precision, started.astimezone()))
+        else:
+            run_dir.mkdir(mode=0o755)
     record: dict[str, Any] = {
         "schema_version": results.SCHEMA_VERSION,
         "status": "running",
-        "run_name": run_dir.name,
+        "run_name": run_dir.name if run_dir else None,
         "command": list(command if command is not None else sys.argv),
         "started_at": started.isoformat(),
         "config": cfg.to_dict(),
         "env": env_snapshot(),
-        "device": rt.device_name,
-        "world_size": 1,
+        "device": rt.device_name if plan.mode != "dp" else f"{plan.nproc_per_node} x {rt.device_name} (DataParallel)",
+        "world_size": dist.world_size,
+        "devices": plan.devices,
+        "strategy": "single" if plan.devices == 1 else plan.mode if plan.mode == "dp" else "ddp",
+        "launch": {**_plan_dict(plan), "threads_per_proc": torch.get_num_threads()},
         "precision": rt.precision,
+        "batch_size_per_device": batch,
+        "global_batch_size": batch * plan.devices,
         "model": {"arch": bundle.arch, "total_params": bundle.total_params, "trainable_params": bundle.trainable_params, **bundle.info},
         "data": {
             "name": data.name,
@@ -140,28 +332,34 @@ def run_benchmark(cfg: RunConfig, *, command: list[str] | None = None, echo: Cal
         "throughput_img_s": None,
         "epochs": [],
     }
-    results.write_json(run_dir / results.CONFIG_FILE, record["config"])
-    results.write_json(run_dir / results.ENV_FILE, record["env"])
-    results.write_json(run_dir / results.RESULTS_FILE, record)
-    echo(f"run folder: {run_dir}")
+    if writer:
+        assert run_dir is not None
+        results.write_json(run_dir / results.CONFIG_FILE, record["config"])
+        results.write_json(run_dir / results.ENV_FILE, record["env"])
+        results.write_json(run_dir / results.RESULTS_FILE, record)
+        echo(f"run folder: {run_dir}")
 
     epochs: list[dict[str, Any]] = []
     steps: list[dict[str, Any]] = []
     warmup, measured = Tally(), Tally()
+    received: list[int] = []
     t0 = time.perf_counter()
     try:
-        with interrupt_on_signals(), Progress(cfg.epochs, enabled=progress) as prog:
+        with interrupt_on_signals(received), Progress(cfg.epochs, enabled=progress and writer) as prog:
             for er in train_epochs(model, data, optimizer, scheduler, rt, cfg, on_progress=prog.update):
-                epochs.append(er.to_dict())
-                steps.extend(er.step_rows)
+                merged = merge_epoch(dist.gather(er.to_dict()))  # one small collective per epoch
+                epochs.append(merged)
+                steps.extend(er.step_rows)  # rank 0's steps
                 _merge(warmup, er.warmup)
                 _merge(measured, er.measured)
-                _fill(record, epochs, warmup, measured, data)
-                _write_progress(run_dir, record, epochs, steps)
+                if writer:
+                    _fill(record, epochs, warmup, measured, data)
+                    _write_progress(run_dir, record, epochs, steps)
                 prog.log(
-                    f"epoch {er.epoch + 1}/{cfg.epochs}: loss {er.train_loss:.4f} top-1 {er.train_top1:.4f} "
-                    f"val top-1 {_maybe(er.val_top1)} data {er.data_time_s:.2f}s compute {er.compute_time_s:.2f}s"
+                    f"epoch {er.epoch + 1}/{cfg.epochs}: loss {merged['train_loss']:.4f} top-1 {merged['train_top1']:.4f} "
+                    f"val top-1 {_maybe(merged['val_top1'])} data {merged['data_time_s']:.2f}s compute {merged['compute_time_s']:.2f}s"
                 )
+        record["ranks"] = rank_rows(dist.gather(_rank_row(dist, rt, measured)))
         record["status"] = "ok"
     except Interrupted as e:
         record["status"] = "interrupted"
@@ -173,20 +371,92 @@ def run_benchmark(cfg: RunConfig, *, command: list[str] | None = None, echo: Cal
         record["status"] = "oom"
         record["error"] = {"type": type(e).__name__, "message": str(e).splitlines()[0] if str(e) else "out of memory"}
     except Exception as e:  # noqa: BLE001 - a crash mid-run is recorded, then reported by the CLI
-        record["status"] = "failed"
-        record["error"] = {
-            "type": type(e).__name__,
-            "message": str(e).splitlines()[0] if str(e) else type(e).__name__,
-            "traceback": traceback.format_exc(),
-        }
+        if received:  # the signal killed a loader worker first; the run was interrupted, not broken
+            record["status"] = "interrupted"
+            record["signal"] = received[0]
+        else:
+            record["status"] = "failed"
+            record["error"] = {
+                "type": type(e).__name__,
+                "message": str(e).splitlines()[0] if str(e) else type(e).__name__,
+                "traceback": traceback.format_exc(),
+            }
+    if "ranks" not in record:  # no collective after a failure: a dead peer would hang it
+        record["ranks"] = rank_rows([_rank_row(dist, rt, measured)])
     record["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat()
     record["wall_time_s"] = time.perf_counter() - t0
     _fill(record, epochs, warmup, measured, data)
-    _write_progress(run_dir, record, epochs, steps)
-    results.atomic_write_text(run_dir / results.REPORT_TXT, report.render(record, "text"))
-    results.atomic_write_text(run_dir / results.REPORT_MD, report.render(record, "md"))
-    echo(report.render(record, "text"))
+    if writer:
+        assert run_dir is not None
+        _write_progress(run_dir, record, epochs, steps)
+        results.atomic_write_text(run_dir / results.REPORT_TXT, report.render(record, "text"))
+        results.atomic_write_text(run_dir / results.REPORT_MD, report.render(record, "md"))
+        echo(report.render(record, "text"))
     return RunOutcome(run_dir=run_dir, results=record)
+
+
+def merge_epoch(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+    """One epoch row from every rank's: images summed, the slowest rank's times, weighted accuracies."""
+    if len(per_rank) == 1:
+        return per_rank[0]
+    slowest = max(per_rank, key=lambda r: r["total_time_s"])
+    images = sum(r["images"] for r in per_rank)
+    val_images = sum(r.get("val_images") or 0 for r in per_rank)
+
+    def weighted(key: str, weight: str) -> float | None:
+        total = sum(r.get(weight) or 0 for r in per_rank)
+        if not total or any(r.get(key) is None for r in per_rank):
+            return None
+        return sum(r[key] * (r.get(weight) or 0) for r in per_rank) / total
+
+    merged = dict(slowest)
+    merged.update(
+        images=images,
+        val_images=val_images,
+        train_loss=weighted("train_loss", "images"),
+        train_top1=weighted("train_top1", "images"),
+        val_loss=weighted("val_loss", "val_images"),
+        val_top1=weighted("val_top1", "val_images"),
+        val_time_s=max(r["val_time_s"] for r in per_rank),
+        throughput_img_s=images / slowest["total_time_s"] if slowest["total_time_s"] > 0 else None,
+    )
+    return merged
+
+
+def _rank_row(dist: DistContext, rt: Any, measured: Tally) -> dict[str, Any]:
+    import socket
+
+    return {
+        "rank": dist.rank,
+        "local_rank": dist.local_rank,
+        "host": socket.gethostname(),
+        "device": str(rt.device),
+        "images": measured.images,
+        "steps": measured.steps,
+        "data_time_s": measured.data_time_s,
+        "compute_time_s": measured.compute_time_s,
+        "time_s": measured.time_s,
+        "throughput_img_s": measured.throughput_img_s,
+    }
+
+
+def rank_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(rows, key=lambda r: r["rank"])
+
+
+def straggler_spread(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """How far the slowest rank lags the fastest over the measured steps."""
+    timed = [r for r in ranks if r.get("time_s")]
+    if len(timed) < 2:
+        return None
+    slow = max(timed, key=lambda r: r["time_s"])
+    fast = min(timed, key=lambda r: r["time_s"])
+    return {
+        "slowest_rank": slow["rank"],
+        "fastest_rank": fast["rank"],
+        "spread_s": slow["time_s"] - fast["time_s"],
+        "spread_pct": 100.0 * (slow["time_s"] - fast["time_s"]) / fast["time_s"],
+    }
 
 
 def _maybe(v: float | None) -> str:
@@ -205,18 +475,26 @@ def _fill(record: dict[str, Any], epochs: list[dict[str, Any]], warmup: Tally, m
     record["epochs"] = epochs
     record["warmup"] = warmup.to_dict()
     record["measured"] = measured.to_dict()
-    record["throughput_img_s"] = measured.throughput_img_s
-    record["data_time_share"] = measured.data_time_s / measured.time_s if measured.time_s > 0 else None
+    ranks = record.get("ranks") or []
+    if len(ranks) > 1:
+        # global throughput: every rank's measured images over the slowest rank's measured time
+        slowest = max(ranks, key=lambda r: r["time_s"])
+        images = sum(r["images"] for r in ranks)
+        record["measured"].update(images=images, data_time_s=slowest["data_time_s"], compute_time_s=slowest["compute_time_s"], time_s=slowest["time_s"])
+        record["throughput_img_s"] = images / slowest["time_s"] if slowest["time_s"] > 0 else None
+        record["stragglers"] = straggler_spread(ranks)
+    else:
+        record["throughput_img_s"] = measured.throughput_img_s * (record.get("world_size") or 1) if measured.throughput_img_s else None
+    m = record["measured"]
+    record["data_time_share"] = m["data_time_s"] / m["time_s"] if m["time_s"] > 0 else None
     record["data"].update(data.stats())
     if epochs:
         last = epochs[-1]
         record["final"] = {k: last.get(k) for k in ("train_loss", "train_top1", "val_loss", "val_top1")}
 
 
-def _write_progress(run_dir: Path, record: dict[str, Any], epochs: list[dict[str, Any]], steps: list[dict[str, Any]]) -> None:
+def _write_progress(run_dir: Path | None, record: dict[str, Any], epochs: list[dict[str, Any]], steps: list[dict[str, Any]]) -> None:
+    assert run_dir is not None
     results.write_csv(run_dir / results.EPOCHS_FILE, results.EPOCH_FIELDS, epochs)
     results.write_csv(run_dir / results.STEPS_FILE, results.STEP_FIELDS, steps)
     results.write_json(run_dir / results.RESULTS_FILE, record)
-
-
-__all__ = ["RunOutcome", "run_benchmark", "Interrupted", "interrupt_on_signals"]

@@ -32,6 +32,7 @@ class EpochResult:
     val_loss: float | None
     val_top1: float | None
     val_time_s: float
+    val_images: int
     warmup: Tally
     measured: Tally
     step_rows: list[dict[str, Any]] = field(repr=False)
@@ -53,6 +54,7 @@ class EpochResult:
             "val_loss": self.val_loss,
             "val_top1": self.val_top1,
             "val_time_s": self.val_time_s,
+            "val_images": self.val_images,
             "throughput_img_s": self.images / self.total_time_s if self.total_time_s > 0 else None,
             "warmup_steps": self.warmup.steps,
         }
@@ -105,7 +107,7 @@ def train_epochs(
         losses = torch.zeros(n_steps, device=rt.device)
         correct = torch.zeros(n_steps, device=rt.device, dtype=torch.int64)
         counts: list[int] = []
-        times = []
+        times: list[Any] = []
         it = timer.time_data(lambda: iter(data.train))
         for step in range(n_steps):
             try:
@@ -150,7 +152,7 @@ def train_epochs(
             }
             for i in range(done)
         ]
-        val_loss, val_top1, val_time_s = evaluate(model, data.val, rt, cfg, criterion)
+        val_loss, val_top1, val_images, val_time_s = evaluate(model, data.val, rt, cfg, criterion)
         yield EpochResult(
             epoch=epoch,
             steps=done,
@@ -162,14 +164,15 @@ def train_epochs(
             val_loss=val_loss,
             val_top1=val_top1,
             val_time_s=val_time_s,
+            val_images=val_images,
             warmup=warmup,
             measured=measured,
             step_rows=step_rows,
         )
 
 
-def evaluate(model: Any, loader: Any, rt: Runtime, cfg: RunConfig, criterion: Any) -> tuple[float | None, float | None, float]:
-    """Top-1 and mean loss over the validation loader (capped by --max-val-steps)."""
+def evaluate(model: Any, loader: Any, rt: Runtime, cfg: RunConfig, criterion: Any) -> tuple[float | None, float | None, int, float]:
+    """Mean loss, top-1, images seen and seconds over the validation loader (capped by --max-val-steps)."""
     import torch
 
     t0 = time.perf_counter()
@@ -190,5 +193,5 @@ def evaluate(model: Any, loader: Any, rt: Runtime, cfg: RunConfig, criterion: An
     model.train()
     elapsed = time.perf_counter() - t0
     if seen == 0:
-        return None, None, elapsed
-    return loss_sum.item() / seen, correct.item() / seen, elapsed
+        return None, None, 0, elapsed
+    return loss_sum.item() / seen, correct.item() / seen, seen, elapsed

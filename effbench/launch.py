@@ -1,0 +1,231 @@
+"""Pure: config + environment (visible GPUs, cores, Slurm) -> how to launch, as a torchrun argv.
+
+torchrun (torch.distributed.run) is the distributed engine; this module only builds its argument
+list (never a shell string). Examples of what it produces:
+
+    one GPU, or --nproc 1 on the CPU:  run in this process, no torchrun
+    4 visible GPUs:                    python -m torch.distributed.run --standalone --nproc-per-node 4 ...
+    --device cpu --nproc 2:            python -m torch.distributed.run --standalone --nproc-per-node 2 ... (gloo)
+    Slurm, 2 nodes x 4 GPUs:           ... --nnodes 2 --node-rank $SLURM_NODEID --rdzv-backend c10d
+                                           --rdzv-endpoint <first host>:29500 --rdzv-id $SLURM_JOB_ID ...
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from effbench.errors import EffbenchError
+
+DEFAULT_RDZV_PORT = 29500  # torchrun's own default master port
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """What a Slurm allocation says about the multi-node launch (srun --ntasks-per-node=1)."""
+
+    nnodes: int
+    node_rank: int
+    rdzv_host: str
+    job_id: str
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    mode: str  # "inprocess" | "torchrun" | "dp"
+    device_type: str  # "cpu" | "cuda"
+    nproc_per_node: int
+    nnodes: int
+    threads_per_proc: int
+    argv: list[str] | None = None  # torchrun argv for mode "torchrun"
+    env: dict[str, str] = field(default_factory=dict)  # extra environment for the children
+
+    @property
+    def world_size(self) -> int:
+        return 1 if self.mode == "dp" else self.nproc_per_node * self.nnodes
+
+    @property
+    def devices(self) -> int:
+        """Devices (GPUs or CPU processes) that share the work; DataParallel counts its GPUs."""
+        return self.nproc_per_node * self.nnodes
+
+
+def parse_counts(option: str, text: str) -> list[int]:
+    """`"1,2,4"` -> [1, 2, 4]: a process or GPU count, or a list of them for a scaling run."""
+    items = [t.strip() for t in str(text).split(",")]
+    if any(not t for t in items):
+        raise EffbenchError(option, f"{text!r} has an empty item; use a count like 2 or a list like 1,2,4")
+    counts = []
+    for t in items:
+        if not re.fullmatch(r"\d+", t):
+            raise EffbenchError(option, f"{t!r} is not a whole number; use a count like 2 or a list like 1,2,4")
+        n = int(t)
+        if n < 1:
+            raise EffbenchError(option, f"{n} must be 1 or more")
+        counts.append(n)
+    if len(set(counts)) != len(counts):
+        raise EffbenchError(option, f"{text!r} repeats a count; list each count once")
+    return counts
+
+
+def parse_endpoint(text: str) -> tuple[str, int]:
+    """`host:port` (or `[v6::addr]:port`) -> (host, port) for c10d rendezvous."""
+    m = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d+)|([A-Za-z0-9_.-]+):(\d+)", text.strip())
+    if not m:
+        raise EffbenchError("--rdzv-endpoint", f"{text!r} is not HOST:PORT; use e.g. node01:{DEFAULT_RDZV_PORT} or 127.0.0.1:{DEFAULT_RDZV_PORT}")
+    host = m.group(1) or m.group(3)
+    port = int(m.group(2) or m.group(4))
+    if not 1 <= port <= 65535:
+        raise EffbenchError("--rdzv-endpoint", f"port {port} is out of range; use 1..65535")
+    return host, port
+
+
+def first_host(nodelist: str) -> str:
+    """First host of a Slurm node list: 'gpu[01-04,07],cpu3' -> 'gpu01'; 'a,b' -> 'a'."""
+    nodelist = nodelist.strip()
+    m = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist)
+    if not m or not m.group(1):
+        raise EffbenchError("SLURM_JOB_NODELIST", f"cannot read a host from {nodelist!r}")
+    prefix, ranges = m.group(1), m.group(2)
+    if not ranges:
+        return prefix
+    first = ranges.split(",")[0].split("-")[0]
+    return prefix + first
+
+
+def _tasks_per_node(env: Mapping[str, str]) -> int | None:
+    if env.get("SLURM_NTASKS_PER_NODE"):
+        try:
+            return int(env["SLURM_NTASKS_PER_NODE"])
+        except ValueError:
+            pass
+    # SLURM_TASKS_PER_NODE looks like "2(x3),1": the largest count is what matters here
+    spec = env.get("SLURM_TASKS_PER_NODE")
+    if spec:
+        counts = [int(m) for m in re.findall(r"(\d+)(?:\(x\d+\))?", spec)]
+        if counts:
+            return max(counts)
+    return None
+
+
+def slurm_settings(env: Mapping[str, str]) -> SlurmSettings | None:
+    """Read a Slurm job step (inside srun); None outside one. One task per node is required
+    (torchrun spawns the rest). A plain sbatch script without srun is a single-node run."""
+    if not env.get("SLURM_JOB_ID") or not env.get("SLURM_NNODES") or "SLURM_PROCID" not in env:
+        return None
+    tasks = _tasks_per_node(env)
+    if tasks is not None and tasks > 1:
+        raise EffbenchError(
+            "srun",
+            f"{tasks} Slurm tasks per node; effbench starts one process per GPU itself, so use "
+            "`srun --ntasks-per-node=1 effbench run ...` (and #SBATCH --ntasks-per-node=1)",
+        )
+    try:
+        nnodes = int(env["SLURM_NNODES"])
+        node_rank = int(env.get("SLURM_NODEID", "0"))
+    except ValueError:
+        raise EffbenchError("SLURM_NNODES", "Slurm variables are not numbers; run under srun or unset them") from None
+    return SlurmSettings(
+        nnodes=nnodes,
+        node_rank=node_rank,
+        rdzv_host=first_host(env.get("SLURM_JOB_NODELIST", "localhost")),
+        job_id=env["SLURM_JOB_ID"],
+    )
+
+
+def threads_per_process(cores: int, nproc_per_node: int, env: Mapping[str, str]) -> int:
+    """cores / processes, unless the user pinned OMP_NUM_THREADS (then that, as they asked)."""
+    pinned = env.get("OMP_NUM_THREADS", "").strip()
+    if pinned:
+        try:
+            return max(1, int(pinned))
+        except ValueError:
+            raise EffbenchError("OMP_NUM_THREADS", f"{pinned!r} is not a whole number; unset it or set e.g. 4") from None
+    return max(1, cores // max(1, nproc_per_node))
+
+
+def torchrun_argv(
+    *,
+    python: str,
+    nproc_per_node: int,
+    nnodes: int,
+    node_rank: int | None,
+    rdzv_endpoint: str | None,
+    rdzv_id: str | None,
+    worker_args: Sequence[str],
+) -> list[str]:
+    argv = [python, "-m", "torch.distributed.run"]
+    if nnodes == 1 and rdzv_endpoint is None:
+        argv.append("--standalone")
+    else:
+        argv += ["--nnodes", str(nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", str(rdzv_endpoint)]
+        argv += ["--rdzv-id", rdzv_id or "effbench"]
+        if node_rank is not None:
+            argv += ["--node-rank", str(node_rank)]
+    argv += ["--nproc-per-node", str(nproc_per_node), "--max-restarts", "0", "-m", *worker_args]
+    return argv
+
+
+def plan_launch(
+    *,
+    device: str,
+    gpus: int | None,
+    nproc: int | None,
+    strategy: str,
+    nnodes: int,
+    node_rank: int | None,
+    rdzv_endpoint: str | None,
+    rdzv_id: str | None,
+    visible_gpus: int,
+    cores: int,
+    env: Mapping[str, str],
+    python: str,
+    worker_args: Sequence[str],
+) -> LaunchPlan:
+    """Decide in-process vs torchrun vs DataParallel, and the argv, from what is visible."""
+    if device == "cuda" or (device == "auto" and visible_gpus > 0 and nproc is None):
+        device_type = "cuda"
+        if nproc is not None:
+            raise EffbenchError("--nproc", "counts CPU processes; on GPUs use --gpus N (one process per GPU)")
+        if visible_gpus == 0:
+            raise EffbenchError("--device", "cuda was requested but no GPU is visible; pass --device cpu, or expose GPUs (docker --gpus, apptainer --nv)")
+        n = gpus if gpus is not None else visible_gpus
+        if n > visible_gpus:
+            cvd = env.get("CUDA_VISIBLE_DEVICES")
+            limit = f"CUDA_VISIBLE_DEVICES={cvd}" if cvd is not None else "the driver / container"
+            raise EffbenchError(
+                "--gpus",
+                f"{n} GPUs requested but {visible_gpus} visible (limited by {limit}, or Slurm's --gpus-per-node); "
+                f"use --gpus {visible_gpus} or less, or request more GPUs",
+            )
+    else:
+        device_type = "cpu"
+        if gpus is not None:
+            raise EffbenchError("--gpus", "counts GPUs, but this run is on the CPU; use --nproc N for CPU processes")
+        if strategy == "dp":
+            raise EffbenchError("--strategy", "dp (DataParallel) needs CUDA GPUs; use --strategy ddp on the CPU")
+        n = nproc if nproc is not None else 1
+
+    threads = threads_per_process(cores, n if device_type == "cpu" else 1, env)
+    child_env = {"OMP_NUM_THREADS": str(threads)}
+    if strategy == "dp":
+        if nnodes > 1:
+            raise EffbenchError("--strategy", "dp (DataParallel) is single-node; use --strategy ddp with --nnodes")
+        return LaunchPlan("dp", device_type, n, 1, threads, None, child_env)
+    if n == 1 and nnodes == 1:
+        return LaunchPlan("inprocess", device_type, 1, 1, threads, None, child_env)
+    if nnodes > 1 and rdzv_endpoint is None:
+        raise EffbenchError("--rdzv-endpoint", f"--nnodes {nnodes} needs a rendezvous; pass --rdzv-endpoint HOST:PORT (Slurm fills it in)")
+    if rdzv_endpoint is not None:
+        parse_endpoint(rdzv_endpoint)
+    argv = torchrun_argv(
+        python=python,
+        nproc_per_node=n,
+        nnodes=nnodes,
+        node_rank=node_rank,
+        rdzv_endpoint=rdzv_endpoint,
+        rdzv_id=rdzv_id,
+        worker_args=worker_args,
+    )
+    return LaunchPlan("torchrun", device_type, n, nnodes, threads, argv, child_env)

@@ -1,0 +1,49 @@
+"""A scaling series: one configuration at several device counts (`--gpus 1,2,4`, `--nproc 1,2`),
+each an ordinary run folder inside one series folder that also holds the scaling table."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from effbench import results, scaling
+from effbench.config import RunConfig
+
+SCALING_JSON = "scaling.json"
+SCALING_TXT = "scaling.txt"
+SCALING_MD = "scaling.md"
+
+
+@dataclass
+class SeriesOutcome:
+    folder: Path
+    outcomes: list[Any]
+    rows: list[dict[str, Any]]
+
+
+def run_scaling_series(configs: Sequence[RunConfig], *, command: list[str], echo: Callable[[str], None], progress: bool) -> SeriesOutcome:
+    from effbench import runner
+
+    first = configs[0]
+    results.check_output_writable(first.output)
+    for cfg in configs:  # every count must be launchable before the first one runs
+        plan = runner.plan_for(cfg, ["effbench", "worker"])
+        runner.per_device_batch(cfg, plan.devices)
+    kind = "cpu" if first.device == "cpu" or first.nproc is not None else "gpu"
+    name = f"{dt.datetime.now():%Y%m%d-%H%M%S}_scaling_{first.arch}_{first.dataset}_{kind}_{first.scaling}"
+    folder = results.create_run_dir(first.output, name)
+    echo(f"scaling series: {len(configs)} runs into {folder}")
+    outcomes = []
+    for cfg in configs:
+        outcome = runner.run(dataclasses.replace(cfg, output=folder), command=command, echo=echo, progress=progress)
+        outcomes.append(outcome)
+    rows = scaling.scaling_rows([o.results for o in outcomes])
+    results.write_json(folder / SCALING_JSON, {"schema_version": results.SCHEMA_VERSION, "scaling": first.scaling, "config": first.to_dict(), "command": command, "rows": rows})
+    results.atomic_write_text(folder / SCALING_TXT, scaling.render(rows, scaling=first.scaling, fmt="text"))
+    results.atomic_write_text(folder / SCALING_MD, scaling.render(rows, scaling=first.scaling, fmt="md"))
+    echo(scaling.render(rows, scaling=first.scaling, fmt="text"))
+    return SeriesOutcome(folder=folder, outcomes=outcomes, rows=rows)

@@ -1,0 +1,120 @@
+"""Run torchrun as a child process group and stay in charge of it.
+
+- SIGINT/SIGTERM to effbench are forwarded to the whole torchrun process group; if it has not
+  exited after a grace period it is killed, so no process is left behind. Exit code 128 + signal.
+- torchrun's stderr is passed through line by line and its failure summary is read, so the
+  caller can name the rank that failed and its exit code in one line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+GRACE_S = 20.0  # after a forwarded signal: time for ranks to write what they measured
+
+
+@dataclass
+class ChildFailure:
+    rank: int
+    exitcode: int
+    detail: str = ""
+
+    def describe(self) -> str:
+        how = f"exit code {self.exitcode}"
+        if self.exitcode < 0:
+            try:
+                how = f"killed by {signal.Signals(-self.exitcode).name}"
+            except ValueError:
+                pass
+        return f"rank {self.rank} failed ({how}){': ' + self.detail if self.detail else ''}"
+
+
+@dataclass
+class SupervisedResult:
+    returncode: int
+    signal: int | None  # the signal effbench received and forwarded, if any
+    failure: ChildFailure | None
+
+
+_RANK_RE = re.compile(r"^\s*rank\s*:\s*(\d+)")
+_EXIT_RE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+_TRACE_RE = re.compile(r"^\s*traceback\s*:\s*(.+)$")
+
+
+def parse_failure(lines: Sequence[str]) -> ChildFailure | None:
+    """The root-cause rank from torchrun's ChildFailedError summary, if the output has one."""
+    start = next((i for i, l in enumerate(lines) if "Root Cause" in l), None)
+    if start is None:
+        start = next((i for i, l in enumerate(lines) if "Failures:" in l), None)
+    if start is None:
+        return None
+    rank = code = None
+    detail = ""
+    for line in lines[start:]:
+        if rank is None and (m := _RANK_RE.match(line)):
+            rank = int(m.group(1))
+        elif code is None and (m := _EXIT_RE.match(line)):
+            code = int(m.group(1))
+        elif (m := _TRACE_RE.match(line)) and "To enable traceback" not in line:
+            detail = m.group(1).strip()
+        if rank is not None and code is not None and detail:
+            break
+    if rank is None or code is None:
+        return None
+    return ChildFailure(rank=rank, exitcode=code, detail=detail)
+
+
+def run_supervised(argv: Sequence[str], env: Mapping[str, str], *, stderr: TextIO | None = None, grace_s: float = GRACE_S) -> SupervisedResult:
+    """Run `argv` (never through a shell) in its own process group and wait for it."""
+    out = stderr or sys.stderr
+    proc = subprocess.Popen(list(argv), env=dict(env), stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
+    lines: list[str] = []
+
+    def pump() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            out.write(line)
+            out.flush()
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    received: list[int] = []
+
+    def forward(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        _killpg(proc.pid, signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while True:
+            try:
+                proc.wait(timeout=grace_s if received else None)
+                break
+            except subprocess.TimeoutExpired:
+                _killpg(proc.pid, signal.SIGKILL)  # ranks ignored the forwarded signal
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        _killpg(proc.pid, signal.SIGKILL)  # anything torchrun left behind in its group
+        reader.join(timeout=5)
+    return SupervisedResult(
+        returncode=proc.returncode,
+        signal=received[0] if received else None,
+        failure=None if received else parse_failure(lines),
+    )
+
+
+def _killpg(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass

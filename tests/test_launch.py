@@ -1,0 +1,135 @@
+"""The torchrun argv and the launch decision, as pure functions of config and environment."""
+
+from __future__ import annotations
+
+import pytest
+
+from effbench import launch
+from effbench.errors import EffbenchError
+
+WORKER = ["effbench", "worker", "--spec", "/tmp/spec.json"]
+
+
+def plan(**kw):
+    base = dict(
+        device="auto", gpus=None, nproc=None, strategy="ddp", nnodes=1, node_rank=None, rdzv_endpoint=None,
+        rdzv_id=None, visible_gpus=0, cores=16, env={}, python="/usr/bin/python3", worker_args=WORKER,
+    )  # fmt: skip
+    base.update(kw)
+    return launch.plan_launch(**base)
+
+
+def test_one_gpu_runs_in_process():
+    p = plan(visible_gpus=1)
+    assert (p.mode, p.device_type, p.world_size, p.argv) == ("inprocess", "cuda", 1, None)
+
+
+def test_gpus_1_with_four_visible_stays_in_process():
+    p = plan(visible_gpus=4, gpus=1)
+    assert p.mode == "inprocess" and p.devices == 1
+
+
+def test_four_gpus_launch_torchrun_standalone():
+    p = plan(visible_gpus=4)
+    assert p.mode == "torchrun" and p.world_size == 4
+    assert p.argv == [
+        "/usr/bin/python3", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+        "--max-restarts", "0", "-m", *WORKER,
+    ]  # fmt: skip
+    assert p.threads_per_proc == 16  # GPU processes keep the machine's threads unless pinned
+
+
+def test_cpu_processes_use_torchrun_and_split_threads():
+    p = plan(device="cpu", nproc=2, cores=8)
+    assert p.mode == "torchrun" and p.device_type == "cpu" and p.world_size == 2
+    assert "--nproc-per-node" in p.argv and p.argv[p.argv.index("--nproc-per-node") + 1] == "2"
+    assert p.threads_per_proc == 4 and p.env == {"OMP_NUM_THREADS": "4"}
+
+
+def test_user_pinned_threads_are_kept():
+    p = plan(device="cpu", nproc=2, cores=8, env={"OMP_NUM_THREADS": "3"})
+    assert p.threads_per_proc == 3
+
+
+def test_slurm_two_nodes_builds_c10d_rendezvous():
+    env = {
+        "SLURM_JOB_ID": "4242", "SLURM_NNODES": "2", "SLURM_NODEID": "1",
+        "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_NTASKS_PER_NODE": "1", "SLURM_PROCID": "1",
+    }  # fmt: skip
+    s = launch.slurm_settings(env)
+    assert s == launch.SlurmSettings(nnodes=2, node_rank=1, rdzv_host="gpu07", job_id="4242")
+    p = plan(visible_gpus=4, nnodes=s.nnodes, node_rank=s.node_rank, rdzv_endpoint=f"{s.rdzv_host}:29500", rdzv_id=s.job_id)
+    assert p.world_size == 8
+    assert p.argv[:3] == ["/usr/bin/python3", "-m", "torch.distributed.run"]
+    assert "--standalone" not in p.argv
+    joined = " ".join(p.argv)
+    assert "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint gpu07:29500 --rdzv-id 4242 --node-rank 1" in joined
+    assert "--nproc-per-node 4" in joined
+
+
+@pytest.mark.parametrize(
+    "nodelist, host",
+    [("node01", "node01"), ("a,b", "a"), ("gpu[01-04,07]", "gpu01"), ("gpu[3,5],cpu[1-2]", "gpu3"), ("x-y[010-012]", "x-y010")],
+)
+def test_first_host_of_a_slurm_nodelist(nodelist, host):
+    assert launch.first_host(nodelist) == host
+
+
+def test_slurm_with_several_tasks_per_node_is_refused():
+    env = {"SLURM_JOB_ID": "1", "SLURM_NNODES": "2", "SLURM_TASKS_PER_NODE": "4(x2)", "SLURM_PROCID": "0"}
+    with pytest.raises(EffbenchError, match="ntasks-per-node=1"):
+        launch.slurm_settings(env)
+
+
+def test_outside_slurm_or_outside_srun_there_are_no_settings():
+    assert launch.slurm_settings({}) is None
+    assert launch.slurm_settings({"SLURM_JOB_ID": "1", "SLURM_NNODES": "2", "SLURM_TASKS_PER_NODE": "4(x2)"}) is None
+
+
+@pytest.mark.parametrize(
+    "kw, option",
+    [
+        (dict(visible_gpus=1, gpus=3), "--gpus"),
+        (dict(device="cpu", gpus=2), "--gpus"),
+        (dict(device="cuda", visible_gpus=0), "--device"),
+        (dict(visible_gpus=2, nproc=2, device="cuda"), "--nproc"),
+        (dict(device="cpu", strategy="dp"), "--strategy"),
+        (dict(device="cpu", nproc=1, nnodes=2), "--rdzv-endpoint"),
+        (dict(device="cpu", nproc=1, nnodes=2, rdzv_endpoint="hostonly"), "--rdzv-endpoint"),
+        (dict(device="cpu", nproc=2, env={"OMP_NUM_THREADS": "lots"}), "OMP_NUM_THREADS"),
+    ],
+)
+def test_bad_launch_requests_name_their_option(kw, option):
+    with pytest.raises(EffbenchError) as info:
+        plan(**kw)
+    assert info.value.option == option
+
+
+def test_too_many_gpus_says_what_is_visible_and_why():
+    with pytest.raises(EffbenchError) as info:
+        plan(visible_gpus=1, gpus=3, env={"CUDA_VISIBLE_DEVICES": "GPU-1234"})
+    msg = str(info.value)
+    assert "3 GPUs requested but 1 visible" in msg and "CUDA_VISIBLE_DEVICES=GPU-1234" in msg and "--gpus-per-node" in msg
+
+
+@pytest.mark.parametrize("text, parsed", [("2", [2]), ("1,2,4", [1, 2, 4]), (" 1 , 8 ", [1, 8])])
+def test_parse_counts(text, parsed):
+    assert launch.parse_counts("--gpus", text) == parsed
+
+
+@pytest.mark.parametrize("text", ["", "1,,2", "0", "-1", "two", "1,1", "1.5"])
+def test_parse_counts_rejects(text):
+    with pytest.raises(EffbenchError) as info:
+        launch.parse_counts("--nproc", text)
+    assert info.value.option == "--nproc"
+
+
+@pytest.mark.parametrize("text, parsed", [("node01:29500", ("node01", 29500)), ("127.0.0.1:1", ("127.0.0.1", 1)), ("[::1]:29400", ("::1", 29400))])
+def test_parse_endpoint(text, parsed):
+    assert launch.parse_endpoint(text) == parsed
+
+
+@pytest.mark.parametrize("text", ["node01", "node01:", ":29500", "node01:99999", "a b:1", "node01:port"])
+def test_parse_endpoint_rejects(text):
+    with pytest.raises(EffbenchError, match="--rdzv-endpoint|HOST:PORT|out of range"):
+        launch.parse_endpoint(text)
