@@ -80,6 +80,51 @@ def _to_device(batch: Any, rt: Runtime, channels_last: bool) -> tuple[Any, Any]:
     return x, y
 
 
+# Phase labels seen by torch.profiler in the profiling pass (profiling.py reads the same names).
+PHASE_H2D = "h2d_copy"
+PHASE_FORWARD = "forward"
+PHASE_BACKWARD = "backward"
+PHASE_OPTIMIZER = "optimizer"
+
+
+@dataclass
+class TrainStep:
+    """One optimizer step on a batch, its phases labelled for the profiler; nothing else.
+
+    Returns the detached loss and the count of correct predictions as device tensors, so the
+    caller decides when (if ever) to pay a host sync to read them.
+    """
+
+    model: Any
+    optimizer: Any
+    scheduler: Any
+    rt: Runtime
+    channels_last: bool
+
+    def __post_init__(self) -> None:
+        import torch
+
+        self.criterion = torch.nn.CrossEntropyLoss()
+        self.scaler = torch.amp.GradScaler(self.rt.device.type, enabled=self.rt.precision == "fp16")
+
+    def __call__(self, batch: Any) -> tuple[Any, Any, int]:
+        from torch.profiler import record_function
+
+        with record_function(PHASE_H2D):
+            x, y = _to_device(batch, self.rt, self.channels_last)
+        with record_function(PHASE_FORWARD), _autocast(self.rt):
+            logits = self.model(x)
+            loss = self.criterion(logits, y)
+        with record_function(PHASE_BACKWARD):
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scaler.scale(loss).backward()  # DDP's all-reduce overlaps this phase
+        with record_function(PHASE_OPTIMIZER):
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.scheduler.step()
+        return loss.detach(), (logits.detach().argmax(1) == y).sum(), int(y.shape[0])
+
+
 def train_epochs(
     model: Any,
     data: Any,
@@ -93,8 +138,7 @@ def train_epochs(
     """Train for cfg.epochs, yielding each finished epoch (train + validation)."""
     import torch
 
-    criterion = torch.nn.CrossEntropyLoss()
-    scaler = torch.amp.GradScaler(rt.device.type, enabled=rt.precision == "fp16")
+    step_fn = TrainStep(model, optimizer, scheduler, rt, cfg.channels_last)
     sync = device_sync_fn(rt.device)
     n_steps = steps_per_epoch(cfg, data.steps_per_epoch)
     global_step = 0
@@ -116,19 +160,10 @@ def train_epochs(
                 timer.lap()
                 break
             with timer.compute():
-                x, y = _to_device(batch, rt, cfg.channels_last)
-                with _autocast(rt):
-                    logits = model(x)
-                    loss = criterion(logits, y)
-                optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
-                scaler.step(optimizer)
-                scaler.update()
-                scheduler.step()
-                losses[step] = loss.detach()
-                correct[step] = (logits.detach().argmax(1) == y).sum()
+                loss, n_correct, images = step_fn(batch)
+                losses[step] = loss
+                correct[step] = n_correct
             t = timer.lap()
-            images = int(y.shape[0])
             (warmup if global_step < cfg.warmup_steps else measured).add(t, images)
             counts.append(images)
             times.append(t)
@@ -152,7 +187,7 @@ def train_epochs(
             }
             for i in range(done)
         ]
-        val_loss, val_top1, val_images, val_time_s = evaluate(model, data.val, rt, cfg, criterion)
+        val_loss, val_top1, val_images, val_time_s = evaluate(model, data.val, rt, cfg, step_fn.criterion)
         yield EpochResult(
             epoch=epoch,
             steps=done,

@@ -1,0 +1,176 @@
+"""torchrun + gloo on one machine: DDP runs, two 'nodes' on 127.0.0.1, rank failure, signals, scaling."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from effbench.runner import merge_epoch, straggler_spread
+
+EFFBENCH = [sys.executable, "-m", "effbench"]
+TINY = ["--arch", "resnet18", "--image-size", "32", "--weights", "none", "--device", "cpu", "--quiet", "--workers", "0"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_dirs(output: Path) -> list[Path]:
+    return sorted(p.parent for p in output.rglob("results.json"))
+
+
+def wait_for_running(output: Path, proc: subprocess.Popen, timeout_s: float = 90) -> Path:
+    """Wait until rank 0 has written a results.json with at least one step timed."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        for d in run_dirs(output):
+            if (d / "results.json").exists() and json.loads((d / "results.json").read_text())["status"] == "running":
+                return d
+        time.sleep(0.2)
+    raise AssertionError("the run never started")
+
+
+def kill_family(proc: subprocess.Popen) -> None:
+    """Test cleanup only: whatever is still running from this launch."""
+    if proc.poll() is None:
+        for p in psutil.Process(proc.pid).children(recursive=True):
+            p.kill()
+        proc.kill()
+        proc.communicate()
+
+
+def ranks_of(proc: subprocess.Popen) -> dict[int, psutil.Process]:
+    found = {}
+    for child in psutil.Process(proc.pid).children(recursive=True):
+        try:
+            if "worker" in child.cmdline():
+                found[int(child.environ().get("RANK", "-1"))] = child
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return found
+
+
+def test_two_gloo_processes_share_a_cifar_epoch(tmp_path, cifar10_dir):
+    out = tmp_path / "out"
+    res = subprocess.run(
+        [*EFFBENCH, "run", *TINY, "--dataset", "cifar10", "--data-dir", str(cifar10_dir), "--nproc", "2",
+         "--batch-size", "8", "--epochs", "1", "--warmup-steps", "1", "--output", str(out)],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    (run,) = run_dirs(out)
+    r = json.loads((run / "results.json").read_text())
+    assert r["status"] == "ok" and r["world_size"] == 2 and r["strategy"] == "ddp"
+    assert [x["rank"] for x in r["ranks"]] == [0, 1]
+    train_size = r["data"]["train_size"]
+    per_rank_steps = train_size // 2 // 8  # DistributedSampler(drop_last) then whole batches
+    assert r["epochs"][0]["images"] == 2 * per_rank_steps * 8
+    assert sum(x["images"] for x in r["ranks"]) == 2 * (per_rank_steps - 1) * 8  # one warm-up step per rank excluded
+    assert r["measured"]["images"] == sum(x["images"] for x in r["ranks"])
+    loss = r["epochs"][0]["train_loss"]
+    assert loss == loss and loss < 100  # finite
+    assert r["launch"]["threads_per_proc"] >= 1 and r["launch"]["env"]["OMP_NUM_THREADS"]
+    assert r["throughput_img_s"] > 0
+
+
+def test_two_nodes_on_loopback_complete_one_run(tmp_path):
+    port = free_port()
+    out = tmp_path / "out"
+    common = [*EFFBENCH, "run", *TINY, "--dataset", "synthetic", "--batch-size", "4", "--max-steps", "3", "--epochs", "1",
+              "--warmup-steps", "1", "--nproc", "1", "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}",
+              "--rdzv-id", "t2n", "--output", str(out)]  # fmt: skip
+    procs = [subprocess.Popen(common, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
+    (run,) = run_dirs(out)  # only global rank 0 wrote a folder
+    r = json.loads((run / "results.json").read_text())
+    assert r["status"] == "ok" and r["world_size"] == 2 and len(r["ranks"]) == 2
+
+
+def test_a_killed_rank_ends_the_job_and_is_named(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [*EFFBENCH, "run", *TINY, "--dataset", "synthetic", "--batch-size", "4", "--max-steps", "100000", "--epochs", "1",
+         "--warmup-steps", "1", "--nproc", "2", "--pg-timeout-s", "30", "--log-interval", "1", "--output", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        run = wait_for_running(out, proc)
+        ranks = ranks_of(proc)
+        assert set(ranks) == {0, 1}
+        t0 = time.monotonic()
+        ranks[1].send_signal(signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+        assert time.monotonic() - t0 < 60
+    finally:
+        kill_family(proc)
+    assert proc.returncode not in (0, None)
+    assert "rank 1" in err and "SIGKILL" in err
+    r = json.loads((run / "results.json").read_text())
+    assert r["status"] == "failed" and "rank 1" in r["error"]["message"]
+
+
+def test_sigterm_to_the_parent_leaves_no_process(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [*EFFBENCH, "run", *TINY, "--dataset", "synthetic", "--batch-size", "4", "--max-steps", "100000", "--epochs", "1",
+         "--warmup-steps", "1", "--nproc", "2", "--output", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        run = wait_for_running(out, proc)
+        family = psutil.Process(proc.pid).children(recursive=True)
+        assert len(family) >= 3  # torchrun + two ranks
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    finally:
+        kill_family(proc)
+    assert proc.returncode == 128 + signal.SIGTERM
+    gone, alive = psutil.wait_procs(family, timeout=10)
+    assert not alive, [p.pid for p in alive]
+    r = json.loads((run / "results.json").read_text())
+    assert r["status"] == "interrupted"
+
+
+def test_cpu_scaling_series_writes_the_table(tmp_path):
+    out = tmp_path / "out"
+    res = subprocess.run(
+        [*EFFBENCH, "run", *TINY, "--dataset", "synthetic", "--batch-size", "4", "--max-steps", "4", "--epochs", "1",
+         "--warmup-steps", "1", "--nproc", "1,2", "--output", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    (series,) = [p for p in out.iterdir() if "_scaling_" in p.name]
+    table = json.loads((series / "scaling.json").read_text())
+    assert [r["devices"] for r in table["rows"]] == [1, 2]
+    assert table["rows"][0]["speedup"] == pytest.approx(1.0)
+    assert table["rows"][1]["efficiency"] == pytest.approx(table["rows"][1]["speedup"] / 2)
+    assert "efficiency" in (series / "scaling.txt").read_text() and "Scaling" in res.stdout
+    assert len(run_dirs(series)) == 2
+
+
+def test_merge_epoch_sums_images_and_keeps_the_slowest_rank():
+    a = {"epoch": 0, "images": 32, "total_time_s": 1.0, "data_time_s": 0.2, "compute_time_s": 0.8, "train_loss": 2.0,
+         "train_top1": 0.5, "val_loss": 1.0, "val_top1": 0.25, "val_images": 10, "val_time_s": 0.1}  # fmt: skip
+    b = dict(a, total_time_s=2.0, data_time_s=1.5, compute_time_s=0.5, train_loss=4.0, train_top1=0.0, val_top1=0.75, val_images=30)
+    m = merge_epoch([a, b])
+    assert m["images"] == 64 and m["data_time_s"] == 1.5 and m["total_time_s"] == 2.0
+    assert m["train_loss"] == pytest.approx(3.0) and m["val_top1"] == pytest.approx((0.25 * 10 + 0.75 * 30) / 40)
+    assert m["throughput_img_s"] == pytest.approx(32.0)
+
+
+def test_straggler_spread():
+    s = straggler_spread([{"rank": 0, "time_s": 2.0}, {"rank": 1, "time_s": 2.5}])
+    assert s == {"slowest_rank": 1, "fastest_rank": 0, "spread_s": 0.5, "spread_pct": 25.0}
+    assert straggler_spread([{"rank": 0, "time_s": 1.0}]) is None
