@@ -1,0 +1,105 @@
+"""Models: one registry from `--arch` to a builder, then `--freeze` and `--weights` applied alike.
+
+    torch.manual_seed(cfg.seed)               # build_model does not seed
+    bundle = build_model(cfg, num_classes)    # CPU, train mode
+    model = bundle.model.to(device)           # then DDP / DataParallel as needed
+    optimizer = SGD(trainable_parameters(model), ...)
+
+Freezing (`--freeze classifier | last:N`) is part of the model: the frozen prefix runs under
+torch.no_grad() and stays in eval mode through model.train(), so the loop needs nothing special.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+import torch
+
+from effbench.config import EFFICIENTNET_NATIVE_SIZE, RunConfig
+from effbench.errors import EffbenchError
+from effbench.models import efficientnet, resnet
+from effbench.models.staged import Stage, StagedModel
+from effbench.models.weights import load_weights
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    build: Callable[[RunConfig, int], StagedModel]
+    imagenet_url: str
+    describe: Callable[[RunConfig], dict[str, object]] = lambda cfg: {}
+
+
+REGISTRY: dict[str, ArchSpec] = {
+    **{
+        arch: ArchSpec(partial(efficientnet.build, arch), efficientnet.IMAGENET_URLS[arch])
+        for arch in EFFICIENTNET_NATIVE_SIZE
+    },
+    "resnet18": ArchSpec(resnet.build, resnet.IMAGENET_URL, resnet.describe),
+}
+
+
+@dataclass
+class ModelBundle:
+    model: torch.nn.Module
+    """On the CPU, in train mode; the caller moves it to the device / memory format."""
+    arch: str
+    """Canonical name, e.g. "efficientnet-b0"."""
+    total_params: int
+    trainable_params: int
+    info: dict[str, object] = field(default_factory=dict)
+    """JSON-able facts for the result record: weights source, freeze, head, num_classes, stem."""
+
+
+def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """What the optimizer gets: frozen parameters never reach it, so weight decay and momentum
+    cannot move them. Works through DDP / DataParallel wrappers."""
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def frozen_stage_count(stages: list[Stage], freeze: tuple[str, int], arch: str) -> int:
+    """How many leading stages `--freeze` freezes."""
+    mode, n = freeze
+    if mode == "none":
+        return 0
+    if mode == "classifier":
+        return len(stages) - 1
+    block_positions = [i for i, s in enumerate(stages) if s.is_block]
+    if n > len(block_positions):
+        total = len(block_positions)
+        raise EffbenchError("--freeze", f"last:{n} exceeds the {total} blocks of {arch}; use last:1..{total} or none")
+    return block_positions[len(block_positions) - n]
+
+
+def build_model(cfg: RunConfig, num_classes: int) -> ModelBundle:
+    """Build `cfg.arch` for `num_classes`, freeze per `cfg.freeze`, load `cfg.weights`."""
+    spec = REGISTRY[cfg.arch]  # RunConfig already rejected unknown names
+    model = spec.build(cfg, num_classes)
+    stages = model.stages()
+    # Freeze before loading so a bad --freeze fails before any download.
+    k = frozen_stage_count(stages, cfg.freeze_mode, cfg.arch)
+    model.freeze_prefix(k)
+    assert cfg.weights is not None  # RunConfig resolves it
+    weights_info = load_weights(model, cfg.weights, arch=cfg.arch, imagenet_url=spec.imagenet_url)
+    model.train()
+    n_blocks = sum(s.is_block for s in stages)
+    info: dict[str, object] = {
+        "num_classes": num_classes,
+        **weights_info,
+        "freeze": cfg.freeze,
+        "blocks": n_blocks,
+        "trainable_blocks": sum(s.is_block for s in stages[k:]),
+        "trainable_stages": [s.name for s in stages[k:]] if k else "all",
+        **spec.describe(cfg),
+    }
+    return ModelBundle(
+        model=model,
+        arch=cfg.arch,
+        total_params=sum(p.numel() for p in model.parameters()),
+        trainable_params=sum(p.numel() for p in trainable_parameters(model)),
+        info=info,
+    )
+
+
+__all__ = ["REGISTRY", "ArchSpec", "ModelBundle", "build_model", "trainable_parameters"]

@@ -1,0 +1,79 @@
+"""A network as an ordered list of stages, of which a leading prefix can be frozen.
+
+Every architecture here is a chain: stem, blocks, (EfficientNet: conv head), classifier. Freezing
+always cuts that chain in two, so one integer, `frozen_stages`, says what is frozen, and the same
+list drives the forward pass, `train()`, `requires_grad` and the report. Parameter names stay
+those of the plain model (no wrapper module), so a state_dict saved in any freeze mode loads in any
+other, and torchvision / efficientnet-pytorch files load by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    """Module path as in the state_dict ("_blocks.3", "layer2.1") or a label ("stem")."""
+    modules: tuple[nn.Module, ...]
+    """The modules that own this stage's parameters and BatchNorm statistics."""
+    is_block: bool
+    """Counts towards `--freeze last:N`."""
+
+
+class StagedModel(nn.Module):
+    """Mixin: the first `frozen_stages` stages run without autograd and stay in eval mode.
+
+    Subclasses list their stages twice, in the same order: `stages()` (what owns parameters) and
+    `stage_fns()` (what runs). The callables are rebuilt on every call rather than cached, because
+    DataParallel replicas copy `__dict__` and cached bound methods would run the original modules.
+    """
+
+    frozen_stages: int = 0
+    head_name: str = ""
+    """State_dict prefix of the classifier, the only part a checkpoint may disagree on."""
+
+    def stages(self) -> list[Stage]:
+        raise NotImplementedError
+
+    def stage_fns(self) -> list[Callable[[torch.Tensor], torch.Tensor]]:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        fns = self.stage_fns()
+        k = self.frozen_stages
+        if k:
+            # Nothing before the cut trains, so its activations need no graph: this saves the
+            # memory and time of autograd bookkeeping for the whole frozen base.
+            with torch.no_grad():
+                for fn in fns[:k]:
+                    x = fn(x)
+        for fn in fns[k:]:
+            x = fn(x)
+        return x
+
+    def train(self, mode: bool = True) -> StagedModel:
+        """As nn.Module.train, but frozen stages stay in eval mode (fixed BatchNorm statistics,
+        no drop-connect), so the training loop can call model.train() every epoch as usual."""
+        super().train(mode)
+        if mode:
+            for stage in self.stages()[: self.frozen_stages]:
+                for m in stage.modules:
+                    m.eval()
+        return self
+
+    def freeze_prefix(self, k: int) -> None:
+        """Freeze the first `k` stages and unfreeze the rest."""
+        stages = self.stages()
+        if not 0 <= k <= len(stages):
+            raise ValueError(f"cannot freeze {k} of {len(stages)} stages")
+        self.frozen_stages = k
+        for i, stage in enumerate(stages):
+            for m in stage.modules:
+                m.requires_grad_(i >= k)
+        self.train(self.training)

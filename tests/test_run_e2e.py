@@ -1,0 +1,201 @@
+"""`effbench run` end to end through the CLI on small datasets in the real on-disk formats."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from effbench import cli
+
+KEYS = ("schema_version", "status", "config", "env", "device", "world_size", "throughput_img_s", "epochs")
+EPOCH_KEYS = ("epoch", "images", "data_time_s", "compute_time_s", "total_time_s", "train_loss", "train_top1", "val_top1")
+FILES = ("config.json", "env.json", "results.json", "epochs.csv", "steps.csv", "report.txt", "report.md")
+
+
+def invoke(args, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return info.value.code, out, err
+
+
+def only_run(output: Path) -> Path:
+    runs = [p for p in output.iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def check_run_folder(run: Path, epochs: int) -> dict:
+    for name in FILES:
+        assert (run / name).is_file(), name
+    r = json.loads((run / "results.json").read_text())
+    for key in KEYS:
+        assert key in r, key
+    assert r["status"] == "ok" and r["schema_version"] == 1 and r["world_size"] == 1
+    assert len(r["epochs"]) == epochs
+    for e in r["epochs"]:
+        for key in EPOCH_KEYS:
+            assert key in e, key
+        assert math.isfinite(e["train_loss"]) and 0 <= e["train_top1"] <= 1
+        assert e["images"] > 0 and e["data_time_s"] >= 0 and e["compute_time_s"] > 0
+    assert r["throughput_img_s"] > 0
+    rows = list(csv.DictReader((run / "epochs.csv").open()))
+    assert len(rows) == epochs
+    steps = list(csv.DictReader((run / "steps.csv").open()))
+    assert len(steps) == sum(e["steps"] for e in r["epochs"])
+    assert json.loads((run / "config.json").read_text()) == r["config"]
+    assert "torch" in json.loads((run / "env.json").read_text())
+    assert "throughput (img/s)" in (run / "report.txt").read_text()
+    return r
+
+
+def test_smoke_writes_every_file(tmp_path, capsys):
+    code, out, _ = invoke(["run", "--smoke", "--output", tmp_path, "--quiet"], capsys)
+    assert code == 0
+    r = check_run_folder(only_run(tmp_path), epochs=1)
+    assert r["config"]["smoke"] is True and r["data"]["name"] == "synthetic"
+    assert r["warmup"]["steps"] == 2 and r["measured"]["steps"] == 10
+    assert "throughput (img/s)" in out  # the same table is printed at the end
+
+
+def test_cifar100_two_epochs_b0_done_when(tmp_path, capsys, cifar100_dir):
+    code, _, err = invoke(
+        ["run", "--arch", "b0", "--dataset", "cifar100", "--data-dir", cifar100_dir, "--weights", "none", "--image-size", "32",
+         "--epochs", "2", "--max-steps", "5", "--device", "cpu", "--batch-size", "8", "--warmup-steps", "2", "--workers", "0",
+         "--output", tmp_path, "--quiet"],
+        capsys,
+    )  # fmt: skip
+    assert code == 0, err
+    r = check_run_folder(only_run(tmp_path), epochs=2)
+    assert all(e["val_top1"] is not None for e in r["epochs"])
+    assert r["data"]["num_classes"] == 100 and r["model"]["trainable_params"] == r["model"]["total_params"]
+
+
+def test_food101_with_val_fraction_and_workers(tmp_path, capsys, food101_dir):
+    code, _, err = invoke(
+        ["run", "--arch", "b0", "--dataset", "food", "--data-dir", food101_dir, "--weights", "none", "--image-size", "32",
+         "--epochs", "2", "--max-steps", "3", "--device", "cpu", "--batch-size", "4", "--warmup-steps", "1", "--workers", "2",
+         "--val-fraction", "0.25", "--output", tmp_path, "--quiet"],
+        capsys,
+    )  # fmt: skip
+    assert code == 0, err
+    r = check_run_folder(only_run(tmp_path), epochs=2)
+    assert r["config"]["dataset"] == "food101" and r["epochs"][-1]["val_top1"] is not None
+
+
+def test_resnet18_without_batchnorm_adadelta_on_cifar10(tmp_path, capsys, cifar10_dir):
+    code, _, err = invoke(
+        ["run", "--arch", "resnet18", "--no-batch-norm", "--optimizer", "adadelta", "--dataset", "cifar10",
+         "--data-dir", cifar10_dir, "--epochs", "2", "--max-steps", "3", "--device", "cpu", "--batch-size", "8",
+         "--warmup-steps", "1", "--workers", "0", "--output", tmp_path, "--quiet"],
+        capsys,
+    )  # fmt: skip
+    assert code == 0, err
+    r = check_run_folder(only_run(tmp_path), epochs=2)
+    assert r["config"]["batch_norm"] is False and r["config"]["lr"] == 1.0 and r["model"]["stem"] == "cifar"
+
+
+def test_imagefolder_with_frozen_classifier(tmp_path, capsys, imagefolder_dir):
+    code, _, err = invoke(
+        ["run", "--arch", "resnet18", "--dataset", "imagefolder", "--data-dir", imagefolder_dir, "--image-size", "32",
+         "--freeze", "classifier", "--epochs", "1", "--max-steps", "3", "--device", "cpu", "--batch-size", "4",
+         "--warmup-steps", "1", "--workers", "0", "--val-fraction", "0.25", "--output", tmp_path, "--quiet"],
+        capsys,
+    )  # fmt: skip
+    assert code == 0, err
+    r = check_run_folder(only_run(tmp_path), epochs=1)
+    assert r["model"]["trainable_params"] < r["model"]["total_params"]
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "sgd-nesterov", "adagrad", "adadelta", "adam", "adamw"])
+def test_every_optimizer_trains(tmp_path, capsys, optimizer):
+    code, _, err = invoke(
+        ["run", "--smoke", "--arch", "resnet18", "--optimizer", optimizer, "--max-steps", "3", "--warmup-steps", "1",
+         "--batch-size", "4", "--output", tmp_path, "--quiet"],
+        capsys,
+    )  # fmt: skip
+    assert code == 0, err
+    r = json.loads((only_run(tmp_path) / "results.json").read_text())
+    assert r["config"]["optimizer"] == optimizer and math.isfinite(r["epochs"][0]["train_loss"])
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--dataset", "cifar100", "--data-dir", "{missing}"], "--data-dir"),
+        (["--dataset", "food101", "--data-dir", "{missing}"], "--data-dir"),
+        (["--device", "cuda"], "--device"),
+        (["--precision", "fp16"], "--precision"),
+        (["--warmup-steps", "50"], "--warmup-steps"),
+        (["--freeze", "last:999"], "--freeze"),
+        (["--weights", "{missing}/w.pt"], "--weights"),
+        (["--output", "{file}"], "--output"),
+    ],
+)
+def test_bad_input_leaves_no_run_folder(tmp_path, capsys, extra, needle, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    (tmp_path / "file").write_text("x")
+    out = tmp_path / "out"
+    subs = {"{missing}": str(tmp_path / "nope"), "{file}": str(tmp_path / "file")}
+    extra = [subs.get(a, a.replace("{missing}", str(tmp_path / "nope"))) for a in extra]
+    args = ["run", "--smoke", "--output", out, "--quiet", *extra]
+    code, stdout, err = invoke(args, capsys)
+    assert code == 2, err
+    assert needle in err and err.startswith("error: ") and err.strip().count("\n") == 0
+    assert "Traceback" not in stdout + err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_corrupt_cifar_pickle_is_one_line(tmp_path, capsys, cifar10_dir):
+    batch = Path(cifar10_dir) / "cifar-10-batches-py" / "data_batch_1"
+    batch.write_bytes(batch.read_bytes()[:1000])  # truncated
+    code, _, err = invoke(
+        ["run", "--arch", "resnet18", "--dataset", "cifar10", "--data-dir", cifar10_dir, "--device", "cpu", "--max-steps", "2",
+         "--warmup-steps", "1", "--epochs", "1", "--output", tmp_path / "out", "--quiet"],
+        capsys,
+    )  # fmt: skip
+    assert code == 2 and "data_batch_1" in err and err.strip().count("\n") == 0
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_sigterm_mid_epoch_keeps_finished_epochs(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "effbench", "run", "--smoke", "--arch", "resnet18", "--batch-size", "4", "--epochs", "50",
+         "--max-steps", "20", "--warmup-steps", "1", "--output", str(out), "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            files = list(out.glob("*/results.json"))
+            if files and len(json.loads(files[0].read_text()).get("epochs", [])) >= 1:
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM
+    run = only_run(out)
+    r = json.loads((run / "results.json").read_text())
+    assert r["status"] == "interrupted" and len(r["epochs"]) >= 1
+    for name in FILES:  # every file parses
+        text = (run / name).read_text()
+        if name.endswith(".json"):
+            json.loads(text)
+        elif name.endswith(".csv"):
+            assert list(csv.DictReader(text.splitlines()))
+    assert len(list(csv.DictReader((run / "epochs.csv").open()))) == len(r["epochs"])
