@@ -78,6 +78,9 @@ def run(
     rdzv_id: Annotated[Optional[str], _opt("Rendezvous id shared by the nodes. [default: SLURM_JOB_ID under srun]")] = None,
     pg_timeout_s: Annotated[Optional[float], _opt("Process-group timeout in seconds (a dead peer ends the job within it). [default: 300]")] = None,
     output: Annotated[Optional[Path], _opt("Parent folder of run folders. [default: ./results; env EFFBENCH_OUTPUT]", envvar="EFFBENCH_OUTPUT")] = None,
+    profile: Annotated[Optional[bool], _opt("Profiling pass (torch.profiler) after the timed training. [default: on]", "--profile/--no-profile")] = None,
+    profile_steps: Annotated[Optional[int], _opt("Active steps in the profiling pass. [default: 3]")] = None,
+    sample_interval_s: Annotated[Optional[float], _opt("Utilisation sampling interval in seconds. [default: 0.5]")] = None,
     log_interval: Annotated[Optional[int], _opt("Steps between progress lines. [default: 10]")] = None,
     smoke: Annotated[bool, _opt("Preset: synthetic data, random weights, b0 at 32 px, one short epoch on the CPU; other options still override.")] = False,
     quiet: Annotated[bool, _opt("No progress lines; the final report is still printed.")] = False,
@@ -95,7 +98,8 @@ def run(
         "channels_last": channels_last, "device": device, "seed": seed, "freeze": freeze, "weights": weights,
         "batch_norm": batch_norm, "output": output, "log_interval": log_interval, "strategy": strategy,
         "scaling": scaling, "nnodes": nnodes, "node_rank": node_rank, "rdzv_endpoint": rdzv_endpoint,
-        "rdzv_id": rdzv_id, "pg_timeout_s": pg_timeout_s,
+        "rdzv_id": rdzv_id, "pg_timeout_s": pg_timeout_s, "profile": profile, "profile_steps": profile_steps,
+        "sample_interval_s": sample_interval_s,
     }  # fmt: skip
     explicit = {k: v for k, v in given.items() if v is not None}
     slurm = slurm_settings(os.environ)

@@ -169,6 +169,12 @@ class RunConfig:
     """Process-group timeout: how long a rank waits on a dead peer inside a collective."""
     output: Path = Path("results")
     """Parent folder of run folders."""
+    profile: bool = True
+    """Run the profiling pass (torch.profiler) after the timed training."""
+    profile_steps: int = 3
+    """Active steps recorded by the profiling pass (after 1 wait and 1 warm-up step)."""
+    sample_interval_s: float = 0.5
+    """Interval of the utilisation sampler (GPU via NVML, host via psutil)."""
     log_interval: int = 10
     """Steps between progress lines and device-to-host metric reads."""
     smoke: bool = False
@@ -211,7 +217,7 @@ class RunConfig:
         set_("strategy", _choice("--strategy", self.strategy, STRATEGIES, {}))
         set_("scaling", _choice("--scaling", self.scaling, SCALING_MODES, {}))
 
-        for name in ("epochs", "log_interval", "nnodes"):
+        for name in ("epochs", "log_interval", "nnodes", "profile_steps"):
             _positive(name, getattr(self, name))
         for name in ("batch_size", "max_steps", "max_val_steps", "image_size", "gpus", "nproc"):
             if getattr(self, name) is not None:
@@ -243,6 +249,8 @@ class RunConfig:
             parse_endpoint(self.rdzv_endpoint)
         if self.nnodes > 1 and self.rdzv_endpoint is None:
             raise EffbenchError("--rdzv-endpoint", f"--nnodes {self.nnodes} needs HOST:PORT of a rendezvous (Slurm fills it in)")
+        if not self.sample_interval_s >= 0.05:
+            raise EffbenchError("--sample-interval-s", f"must be at least 0.05 s (got {self.sample_interval_s})")
         if not self.pg_timeout_s > 0:
             raise EffbenchError("--pg-timeout-s", f"must be greater than 0 (got {self.pg_timeout_s})")
         if not self.batch_norm and self.arch != "resnet18":

@@ -2,6 +2,10 @@
 
 Results travel with their conditions, so every run records this snapshot. NVML (nvidia-ml-py) is
 optional: without it, or without a GPU, the GPU fields are absent rather than zero.
+
+The container and cgroup readers take a `root` (default "/") so tests can point them at a fake
+tree: `root/sys/fs/cgroup/cpu.max`, `root/proc/self/cgroup`, `root/.dockerenv`, `root/dev/shm`.
+A limit that is not set ("max", or the v1 "unlimited" sentinel) reads as None.
 """
 
 from __future__ import annotations
@@ -11,7 +15,26 @@ import os
 import platform
 import socket
 import sys
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+GIB = 2**30
+# cgroup v1 writes "no limit" as a huge page-rounded number (9223372036854771712 on 4 KiB pages,
+# PAGE_COUNTER_MAX * PAGE_SIZE in the kernel's mm/page_counter.c); anything past 2**60 bytes is
+# treated as that sentinel, since no machine has an exbibyte of memory.
+_UNLIMITED_BYTES = 2**60
+
+# Environment variables that change results, recorded with every run.
+ENV_VAR_NAMES = (
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "CUDA_LAUNCH_BLOCKING",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+)
+ENV_VAR_PREFIXES = ("NCCL_", "SLURM_", "TORCH_", "PYTORCH_", "EFFBENCH_")
 
 
 def _version(dist: str) -> str | None:
@@ -74,6 +97,152 @@ def nvml_snapshot() -> dict[str, Any]:
             pass
 
 
+def container_runtime(root: str | Path = "/", environ: Mapping[str, str] | None = None) -> str:
+    """docker | podman | apptainer | none, from the marker files each runtime leaves."""
+    root = Path(root)
+    env = os.environ if environ is None else environ
+    if env.get("APPTAINER_CONTAINER") or env.get("SINGULARITY_CONTAINER") or (root / ".singularity.d").exists():
+        return "apptainer"
+    if (root / "run" / ".containerenv").exists():
+        return "podman"
+    if (root / ".dockerenv").exists():
+        return "docker"
+    return "none"
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _cgroup_paths(root: Path) -> dict[str, str]:
+    """controller -> this process's cgroup path from /proc/self/cgroup ("" is the v2 entry)."""
+    text = _read(root / "proc" / "self" / "cgroup") or ""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            for controller in parts[1].split(","):
+                out[controller] = parts[2]
+    return out
+
+
+def _cgroup_dirs(root: Path, controller: str) -> list[Path]:
+    """The folders whose limits apply to this process: its cgroup and each ancestor up to the
+    mount point, most specific first. In a container the namespace root is the container's own
+    cgroup, so /proc/self/cgroup reads "/" (or a host path that is not mounted) and only the
+    mount point remains."""
+    base = root / "sys" / "fs" / "cgroup"
+    if (base / "cgroup.controllers").exists():  # cgroup v2, unified hierarchy
+        mount, rel = base, _cgroup_paths(root).get("", "/")
+    else:  # cgroup v1: one hierarchy per controller, possibly co-mounted ("cpu,cpuacct")
+        mounts = [base / controller] + sorted(p for p in base.glob("*") if controller in p.name.split(","))
+        mount = next((m for m in mounts if m.is_dir()), None)
+        if mount is None:
+            return []
+        rel = _cgroup_paths(root).get(controller, "/")
+    dirs = []
+    here = mount / rel.strip("/") if rel.strip("/") else mount
+    if not here.is_dir():
+        here = mount
+    while True:
+        dirs.append(here)
+        if here == mount or mount not in here.parents:
+            break
+        here = here.parent
+    return dirs
+
+
+def parse_cpu_max(text: str) -> float | None:
+    """cgroup v2 cpu.max ("max 100000" -> None, "200000 100000" -> 2.0) in cores."""
+    parts = text.split()
+    if not parts or parts[0] == "max":
+        return None
+    try:
+        quota = int(parts[0])
+        period = int(parts[1]) if len(parts) > 1 else 100_000  # the kernel's default period, 100 ms
+    except ValueError:
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def cpu_quota_cores(root: str | Path = "/") -> float | None:
+    """CPU time this process may use per second, in cores, from the cgroup CFS quota; None when
+    unlimited or unreadable. The tightest limit on the path wins. (CPU pinning is separate: see
+    usable_cores.)"""
+    root = Path(root)
+    quotas: list[float] = []
+    for d in _cgroup_dirs(root, "cpu"):
+        v2 = _read(d / "cpu.max")
+        if v2 is not None:
+            q = parse_cpu_max(v2)
+        else:
+            quota, period = _read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")
+            try:
+                q = int(quota) / int(period) if quota and period and int(quota) > 0 and int(period) > 0 else None
+            except ValueError:
+                q = None
+        if q is not None:
+            quotas.append(q)
+    return min(quotas) if quotas else None
+
+
+def memory_limit_gib(root: str | Path = "/") -> float | None:
+    """The cgroup memory limit in GiB (v2 memory.max, v1 memory.limit_in_bytes); None when unlimited."""
+    root = Path(root)
+    limits: list[int] = []
+    for d in _cgroup_dirs(root, "memory"):
+        text = _read(d / "memory.max")
+        if text is None:
+            text = _read(d / "memory.limit_in_bytes")
+        if text is None or text == "max":
+            continue
+        try:
+            value = int(text)
+        except ValueError:
+            continue
+        if 0 < value < _UNLIMITED_BYTES:
+            limits.append(value)
+    return min(limits) / GIB if limits else None
+
+
+def shm_size_gib(root: str | Path = "/") -> float | None:
+    """Size of /dev/shm in GiB (DataLoader workers pass batches through it; docker's default is
+    64 MiB); None when it does not exist."""
+    try:
+        st = os.statvfs(Path(root) / "dev" / "shm")
+    except OSError:
+        return None
+    return st.f_blocks * st.f_frsize / GIB
+
+
+def nccl_version() -> str | None:
+    """NCCL version torch was built with ("2.21.5"); None without CUDA or NCCL."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        v = torch.cuda.nccl.version()
+    except Exception:  # no NCCL in this build, or a driver problem
+        return None
+    if isinstance(v, tuple):
+        return ".".join(str(x) for x in v)
+    if isinstance(v, int):  # torch < 1.11 encoded it as major*1000 + minor*100 + patch
+        return f"{v // 1000}.{v % 1000 // 100}.{v % 100}"
+    return str(v)
+
+
+def relevant_env_vars(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment variables that change results (ENV_VAR_NAMES and ENV_VAR_PREFIXES), sorted."""
+    env = os.environ if environ is None else environ
+    return {
+        k: v for k, v in sorted(env.items()) if k in ENV_VAR_NAMES or k.startswith(ENV_VAR_PREFIXES)
+    }
+
+
 def env_snapshot() -> dict[str, Any]:
     """The conditions of a run: versions, host, CPU, CUDA and visible GPUs."""
     import torch
@@ -107,9 +276,10 @@ def env_snapshot() -> dict[str, Any]:
             for i in range(snap["gpu_count"])
         ]
     snap.update(nvml_snapshot())
-    snap["env_vars"] = {
-        k: v
-        for k, v in sorted(os.environ.items())
-        if k in ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCH_HOME", "EFFBENCH_DATA", "EFFBENCH_OUTPUT")
-    }
+    snap["nccl_version"] = nccl_version()
+    snap["container_runtime"] = container_runtime()
+    snap["cgroup_cpu_quota_cores"] = cpu_quota_cores()
+    snap["cgroup_memory_limit_gib"] = memory_limit_gib()
+    snap["shm_size_gib"] = shm_size_gib()
+    snap["env_vars"] = relevant_env_vars()
     return snap

@@ -51,9 +51,71 @@ def summary_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("warm-up steps (excluded)", f"{_fmt(warmup.get('steps'))} in {_fmt(warmup.get('time_s'))} s"),
         ("final val top-1", _fmt(results.get("final", {}).get("val_top1"), 4)),
     ]
+    rows += observability_rows(results)
     if results.get("error"):
         rows.append(("error", _fmt(results["error"].get("message"))))
     return rows
+
+
+def _stat(d: Mapping[str, Any] | None, key: str, digits: int = 1) -> str:
+    v = (d or {}).get(key)
+    return "-" if not v else f"{v['mean']:.{digits}f} mean / {v['max']:.{digits}f} max"
+
+
+def observability_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Efficiency, utilisation, memory, energy and the profiler's own cost; absent stays '-'."""
+    rows: list[tuple[str, str]] = []
+    if results.get("flops_per_image") is not None:
+        rows.append(("GFLOP per training image", _fmt(results["flops_per_image"] / 1e9, 3)))
+    if results.get("achieved_tflops") is not None:
+        rows.append(("achieved TFLOP/s", _fmt(results["achieved_tflops"], 3)))
+    if results.get("mfu") is not None:
+        rows.append(("MFU", f"{100 * results['mfu']:.1f}% of {_fmt(results.get('mfu_peak_tflops_per_device'), 1)} TFLOP/s per device"))
+    util = results.get("utilization") or {}
+    host = util.get("host") or {}
+    if host:
+        rows.append(("host CPU % (system)", _stat(host, "cpu_pct")))
+        rows.append(("run CPU % (process tree)", _stat(host, "proc_cpu_pct")))
+        rows.append(("run resident memory (GiB)", _stat(host, "rss_gib", 2)))
+    for g in util.get("gpus", []):
+        rows.append((f"GPU {g.get('index')} utilisation %", _stat(g, "util_pct")))
+        rows.append((f"GPU {g.get('index')} power (W)", _stat(g, "power_w")))
+    if results.get("peak_mem_gib") is not None:
+        rows.append(("peak device memory (GiB)", f"{results['peak_mem_gib']:.2f} allocated / {results.get('peak_mem_reserved_gib', 0):.2f} reserved"))
+    if results.get("energy_j") is not None:
+        rows.append(("GPU energy (J)", _fmt(results["energy_j"], 0)))
+    if results.get("images_per_j") is not None:
+        rows.append(("images per joule", _fmt(results["images_per_j"], 2)))
+    prof = results.get("profile") or {}
+    if prof.get("profiler_overhead") is not None:
+        rows.append(("profiler overhead", f"{100 * prof['profiler_overhead']:+.0f}% step time under the profiler"))
+    verdict = results.get("verdict")
+    if verdict:
+        rows.append(("bottleneck", verdict.get("bottleneck", "-")))
+    return rows
+
+
+def phase_rows(results: Mapping[str, Any]) -> list[list[str]]:
+    rows = []
+    for p in (results.get("profile") or {}).get("phases") or []:
+        rows.append(
+            [
+                p.get("phase"),
+                _fmt(p.get("calls")),
+                _fmt(p.get("cpu_time_s"), 4),
+                _pct(p.get("cpu_share_of_step"), 1.0) if p.get("cpu_share_of_step") is not None else "-",
+                _fmt(p.get("device_time_s"), 4),
+                _pct(p.get("device_share_of_step"), 1.0) if p.get("device_share_of_step") is not None else "-",
+            ]
+        )
+    return rows
+
+
+def verdict_line(results: Mapping[str, Any]) -> str | None:
+    v = results.get("verdict")
+    if not v:
+        return None
+    return f"Verdict: {v.get('bottleneck')}: {v.get('evidence')}. Try: {v.get('advice')}"
 
 
 EPOCH_HEADERS = (
@@ -97,11 +159,26 @@ def render(results: Mapping[str, Any], fmt: str = "text") -> str:
     table_fmt = "github" if fmt == "md" else "simple"
     summary = tabulate(summary_rows(results), headers=("metric", "value"), tablefmt=table_fmt)
     epochs = tabulate(epoch_rows(results), headers=EPOCH_HEADERS, tablefmt=table_fmt, disable_numparse=True)
+    phases = phase_rows(results)
+    phase_table = (
+        tabulate(phases, headers=("phase", "calls", "CPU (s)", "CPU share", "device (s)", "device share"), tablefmt=table_fmt, disable_numparse=True)
+        if phases
+        else ""
+    )
+    verdict = verdict_line(results) or ""
     title = f"effbench run {results.get('run_name', '')}".strip()
     notes = (
         "Throughput counts measured steps only (warm-up excluded): images / (data wait + compute). "
         "Data wait is host time blocked on the loader; compute ends with a device sync."
     )
     if fmt == "md":
-        return f"# {title}\n\n## Summary\n\n{summary}\n\n## Epochs\n\n{epochs}\n\n{notes}\n"
-    return f"{title}\n\n{summary}\n\nEpochs\n{epochs}\n\n{notes}\n"
+        parts = [f"# {title}", f"**{verdict}**" if verdict else "", "## Summary", summary, "## Epochs", epochs]
+        if phase_table:
+            parts += ["## Profiling pass: phases", phase_table]
+        return "\n\n".join(p for p in parts if p) + f"\n\n{notes}\n"
+    parts = [title, summary, f"Epochs\n{epochs}"]
+    if phase_table:
+        parts.append(f"Profiling pass: phases of the step\n{phase_table}")
+    if verdict:
+        parts.append(verdict)
+    return "\n\n".join(parts) + f"\n\n{notes}\n"

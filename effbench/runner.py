@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from effbench import report, results
+from effbench import observe, report, results
 from effbench.config import RunConfig
 from effbench.distributed import DistContext
 from effbench.errors import EffbenchError
@@ -286,6 +286,11 @@ def run_benchmark(
     model = bundle.model.to(rt.device)
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
+    flops_image, flops_error = None, None
+    try:  # on the bare model: a DDP wrapper would add an all-reduce to the counted step
+        flops_image = observe.count_flops(model, rt, data.image_size, data.num_classes)
+    except Exception as e:  # noqa: BLE001 - an op FlopCounterMode cannot count must not stop the run
+        flops_error = f"{type(e).__name__}: {e}".splitlines()[0]
     if plan.mode == "dp":
         model = torch.nn.DataParallel(model, device_ids=list(range(plan.nproc_per_node)))
     elif dist.enabled:
@@ -343,9 +348,13 @@ def run_benchmark(
     steps: list[dict[str, Any]] = []
     warmup, measured = Tally(), Tally()
     received: list[int] = []
+    sampler = observe.sampler_for(rt.device.type, dist.local_rank, cfg.sample_interval_s)
+    prof_info: dict[str, Any] | None = None
+    if rt.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(rt.device)
     t0 = time.perf_counter()
     try:
-        with interrupt_on_signals(received), Progress(cfg.epochs, enabled=progress and writer) as prog:
+        with interrupt_on_signals(received), Progress(cfg.epochs, enabled=progress and writer) as prog, sampler:
             for er in train_epochs(model, data, optimizer, scheduler, rt, cfg, on_progress=prog.update):
                 merged = merge_epoch(dist.gather(er.to_dict()))  # one small collective per epoch
                 epochs.append(merged)
@@ -359,7 +368,12 @@ def run_benchmark(
                     f"epoch {er.epoch + 1}/{cfg.epochs}: loss {merged['train_loss']:.4f} top-1 {merged['train_top1']:.4f} "
                     f"val top-1 {_maybe(merged['val_top1'])} data {merged['data_time_s']:.2f}s compute {merged['compute_time_s']:.2f}s"
                 )
-        record["ranks"] = rank_rows(dist.gather(_rank_row(dist, rt, measured)))
+        if cfg.profile:  # after the timed run, so the profiler never touches the timed figures
+            prof_info = _profile_pass(model, optimizer, scheduler, rt, cfg, data, dist, run_dir, record)
+        gathered = dist.gather({"row": _rank_row(dist, rt, measured), "util": sampler.summary(), "mem": observe.peak_memory(rt.device)})
+        record["ranks"] = rank_rows([g["row"] for g in gathered])
+        per_rank_util = [g["util"] for g in gathered]
+        per_rank_mem = [g["mem"] for g in gathered]
         record["status"] = "ok"
     except Interrupted as e:
         record["status"] = "interrupted"
@@ -383,16 +397,57 @@ def run_benchmark(
             }
     if "ranks" not in record:  # no collective after a failure: a dead peer would hang it
         record["ranks"] = rank_rows([_rank_row(dist, rt, measured)])
+        per_rank_util, per_rank_mem = [sampler.summary()], [observe.peak_memory(rt.device)]
     record["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat()
     record["wall_time_s"] = time.perf_counter() - t0
     _fill(record, epochs, warmup, measured, data)
+    if flops_error:
+        record["flops_error"] = flops_error
+    record.update(
+        observe.summarize(
+            record,
+            flops_image=flops_image,
+            utilization=observe.merge_utilization(per_rank_util),
+            memory=per_rank_mem,
+            profile_info=prof_info,
+            cpu_quota_cores=_cpu_limit(),
+            workers_per_process=cfg.workers,
+            processes_per_node=plan.nproc_per_node if plan.mode != "dp" else 1,
+            tf32_enabled=bool(torch.backends.cudnn.allow_tf32),
+        )
+    )
     if writer:
         assert run_dir is not None
+        sampler.write_csv(run_dir / UTILIZATION_FILE)
         _write_progress(run_dir, record, epochs, steps)
         results.atomic_write_text(run_dir / results.REPORT_TXT, report.render(record, "text"))
         results.atomic_write_text(run_dir / results.REPORT_MD, report.render(record, "md"))
         echo(report.render(record, "text"))
     return RunOutcome(run_dir=run_dir, results=record)
+
+
+UTILIZATION_FILE = "utilization.csv"
+
+
+def _cpu_limit() -> float | None:
+    """Cores this job may use: the tighter of the cgroup quota and the CPU affinity."""
+    from effbench.hardware import cpu_quota_cores, usable_cores
+
+    quota = cpu_quota_cores()
+    return min(quota, float(usable_cores())) if quota is not None else float(usable_cores())
+
+
+def _profile_pass(model: Any, optimizer: Any, scheduler: Any, rt: Any, cfg: RunConfig, data: Any, dist: DistContext, run_dir: Path | None, record: dict[str, Any]) -> dict[str, Any] | None:
+    """A few more steps under torch.profiler; a profiler failure is recorded, never fatal."""
+    from effbench.train import TrainStep
+
+    out_dir = run_dir if run_dir is not None and run_dir.exists() else None  # other ranks: shared folder only
+    try:
+        step = TrainStep(model, optimizer, scheduler, rt, cfg.channels_last)
+        return observe.profile(step, data.train, device_type=rt.device.type, out_dir=out_dir, rank=dist.rank, active=cfg.profile_steps)
+    except Exception as e:  # noqa: BLE001
+        record["profile_error"] = f"{type(e).__name__}: {e}".splitlines()[0]
+        return None
 
 
 def merge_epoch(per_rank: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,0 +1,350 @@
+"""Pure analysis: measurements in, numbers and verdicts out. No torch, no I/O.
+
+- `peak_tflops` / `compute_efficiency`: achieved TFLOP/s and model FLOPs utilisation (MFU) against a
+  datasheet peak, only for GPUs whose datasheet is in `PEAK_TFLOPS` (an unknown GPU gets no MFU,
+  never a guessed one).
+- `images_per_joule`, `profiler_overhead`: small ratios, None when an input is missing.
+- `verdict`: one bottleneck label with the numbers behind it and what to try next.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+# --------------------------------------------------------------------------------------------------
+# Peak throughput
+# --------------------------------------------------------------------------------------------------
+
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+
+# Dense (no 2:4 structured sparsity) peak TFLOP/s per GPU, from NVIDIA's datasheets. Datasheets print
+# tensor-core figures "with sparsity" (marked *); the dense figure is half of that. "fp32" is the
+# non-tensor-core FP32 rate; "tf32", "bf16", "fp16" are tensor-core rates (FP32 accumulate). A
+# precision a GPU lacks (TF32/BF16 before Ampere) is absent, so its peak is None.
+PEAK_TFLOPS: dict[str, dict[str, float]] = {
+    # NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100/), SXM column:
+    # FP32 67, TF32 989*, BF16 1979*, FP16 1979* (* with sparsity).
+    "H100 SXM": {"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5},
+    # Same datasheet, PCIe column: FP32 51, TF32 756*, BF16 1513*, FP16 1513*.
+    "H100 PCIe": {"fp32": 51.0, "tf32": 378.0, "bf16": 756.5, "fp16": 756.5},
+    # Same datasheet, H100 NVL column (per GPU): FP32 60, TF32 835*, BF16 1671*, FP16 1671*.
+    "H100 NVL": {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5},
+    # NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h200/), H200 SXM column:
+    # FP32 67, TF32 989*, BF16 1979*, FP16 1979* (the same GH100 compute as H100 SXM).
+    "H200 SXM": {"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5},
+    # Same datasheet, H200 NVL column: FP32 60, TF32 835*, BF16 1671*, FP16 1671*.
+    "H200 NVL": {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5},
+    # NVIDIA GH200 Grace Hopper Superchip datasheet (nvidia.com/en-us/data-center/grace-hopper-superchip/):
+    # FP32 67, TF32 494 | 989*, BF16 990 | 1979*, FP16 990 | 1979*.
+    "GH200": {"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5},
+    # NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100/): the same peaks for
+    # 40GB/80GB, SXM and PCIe: FP32 19.5, TF32 156 | 312*, BF16 312 | 624*, FP16 312 | 624*.
+    "A100": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
+    # NVIDIA V100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/v100/): SXM2 FP32 15.7,
+    # Tensor Performance (FP16 mixed precision) 125; no TF32 or BF16 on Volta.
+    "V100 SXM2": {"fp32": 15.7, "fp16": 125.0},
+    # Same datasheet, PCIe column: FP32 14, Tensor Performance 112.
+    "V100 PCIe": {"fp32": 14.0, "fp16": 112.0},
+    # Same datasheet, V100S PCIe column: FP32 16.4, Tensor Performance 130.
+    "V100S PCIe": {"fp32": 16.4, "fp16": 130.0},
+    # NVIDIA L40S datasheet (nvidia.com/en-us/data-center/l40s/): FP32 91.6, TF32 183 | 366*,
+    # BF16 362.05 | 733*, FP16 362.05 | 733*.
+    "L40S": {"fp32": 91.6, "tf32": 183.0, "bf16": 362.05, "fp16": 362.05},
+    # NVIDIA L4 datasheet (nvidia.com/en-us/data-center/l4/): FP32 30.3, TF32 120*, BF16 242*, FP16 242*.
+    "L4": {"fp32": 30.3, "tf32": 60.0, "bf16": 121.0, "fp16": 121.0},
+    # NVIDIA A10 datasheet (nvidia.com/en-us/data-center/products/a10-gpu/): FP32 31.2,
+    # TF32 62.5 | 125*, BF16 125 | 250*, FP16 125 | 250*.
+    "A10": {"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0},
+    # NVIDIA T4 datasheet (nvidia.com/en-us/data-center/tesla-t4/): FP32 8.1, mixed FP16/FP32 65;
+    # no TF32 or BF16 on Turing.
+    "T4": {"fp32": 8.1, "fp16": 65.0},
+    # NVIDIA Ada GPU Architecture whitepaper (v2.1), appendix table for RTX 4090: FP32 82.6,
+    # TF32 82.6, BF16 165.2, FP16 165.2 (FP16 tensor with FP32 accumulate; PyTorch accumulates in FP32).
+    "RTX 4090": {"fp32": 82.6, "tf32": 82.6, "bf16": 165.2, "fp16": 165.2},
+    # NVIDIA Ampere GA102 GPU Architecture whitepaper (v2), table for RTX 3090: FP32 35.6,
+    # TF32 35.6, BF16 71, FP16 71 (FP16 tensor with FP32 accumulate).
+    "RTX 3090": {"fp32": 35.6, "tf32": 35.6, "bf16": 71.0, "fp16": 71.0},
+}
+
+
+def gpu_model(gpu_name: str | None) -> str | None:
+    """The `PEAK_TFLOPS` key for an NVML / torch device name, or None when it is not in the table.
+
+    Names are matched by tokens, so "NVIDIA H100 80GB HBM3" (SXM), "NVIDIA H100 PCIe", "NVIDIA H200",
+    "NVIDIA A100-SXM4-80GB" and "Tesla V100-SXM2-32GB" resolve, while "NVIDIA A10G" or a plain
+    "NVIDIA H100" (form factor unknown) do not: a wrong peak is worse than none.
+    """
+    if not gpu_name:
+        return None
+    tokens = re.split(r"[\s\-_/]+", gpu_name.strip().lower())
+    t = set(tokens)
+    if "gh200" in t:
+        return "GH200"
+    if "h200" in t:
+        return "H200 NVL" if "nvl" in t else "H200 SXM"
+    if "h100" in t:
+        if "pcie" in t:
+            return "H100 PCIe"
+        if "nvl" in t:
+            return "H100 NVL"
+        # NVML names the SXM part "NVIDIA H100 80GB HBM3"; some tools write "H100 SXM5".
+        if "hbm3" in t or any(x.startswith("sxm") for x in t):
+            return "H100 SXM"
+        return None
+    if "a100" in t:
+        return "A100"
+    if "v100s" in t:
+        return "V100S PCIe"
+    if "v100" in t:
+        if "sxm2" in t:
+            return "V100 SXM2"
+        if "pcie" in t:
+            return "V100 PCIe"
+        return None  # SXM3 (DGX-2) and others run at other clocks
+    if "l40s" in t:
+        return "L40S"
+    if "l4" in t:
+        return "L4"
+    if "a10" in t:
+        return "A10"
+    if "t4" in t:
+        return "T4"
+    if "rtx" in t and "4090" in t and not t & {"ti", "d", "laptop"}:
+        return "RTX 4090"
+    if "rtx" in t and "3090" in t and not t & {"ti", "laptop"}:
+        return "RTX 3090"
+    return None
+
+
+def peak_tflops(gpu_name: str | None, precision: str) -> float | None:
+    """Dense datasheet peak TFLOP/s of one GPU at `precision` (fp32 | tf32 | bf16 | fp16), else None.
+
+    "fp32" means the non-tensor-core FP32 rate, even on Ampere and later. PyTorch runs fp32 matmuls
+    in full FP32 by default (`torch.backends.cuda.matmul.allow_tf32 = False`) but lets cuDNN run fp32
+    convolutions on TF32 tensor cores (`torch.backends.cudnn.allow_tf32 = True`), so for a CNN in fp32
+    the honest denominator is usually tf32: pass `peak_precision("fp32", tf32_enabled=...)`.
+    """
+    model = gpu_model(gpu_name)
+    if model is None:
+        return None
+    return PEAK_TFLOPS[model].get(precision.lower())
+
+
+def peak_precision(precision: str, *, tf32_enabled: bool) -> str:
+    """The `PEAK_TFLOPS` column for a run: "tf32" for an fp32 run whose convolutions may use TF32."""
+    return "tf32" if precision == "fp32" and tf32_enabled else precision
+
+
+def compute_efficiency(
+    flops_per_image: float | None,
+    throughput_img_s: float | None,
+    *,
+    gpu_name: str | None,
+    precision: str,
+    world_size: int,
+) -> dict[str, Any]:
+    """Achieved TFLOP/s and MFU.
+
+    `throughput_img_s` is the whole job's (all ranks), so the peak is multiplied by `world_size`.
+    Keys: `achieved_tflops` (when both inputs are known), `peak_tflops_per_device`, `gpu_model` and
+    `precision` (when the GPU is in the table), `world_size`, and `mfu` (achieved / (peak *
+    world_size)) only when both the achieved figure and the peak are known. Unknown means absent.
+    """
+    out: dict[str, Any] = {"world_size": world_size}
+    achieved = None
+    if flops_per_image is not None and throughput_img_s is not None:
+        achieved = flops_per_image * throughput_img_s / 1e12
+        out["achieved_tflops"] = achieved
+    peak = peak_tflops(gpu_name, precision)
+    if peak is not None:
+        out["gpu_model"] = gpu_model(gpu_name)
+        out["precision"] = precision
+        out["peak_tflops_per_device"] = peak
+        if achieved is not None and world_size > 0:
+            out["mfu"] = achieved / (peak * world_size)
+    return out
+
+
+def images_per_joule(images: int | float | None, energy_j: float | None) -> float | None:
+    """Images trained per joule of GPU energy; None without a positive energy reading."""
+    if images is None or energy_j is None or energy_j <= 0:
+        return None
+    return images / energy_j
+
+
+def profiler_overhead(profiled_step_time_s: float | None, timed_step_time_s: float | None) -> float | None:
+    """How much slower a profiled step is than a timed one: profiled / timed - 1 (0.1 = 10% slower)."""
+    if profiled_step_time_s is None or timed_step_time_s is None or timed_step_time_s <= 0:
+        return None
+    return profiled_step_time_s / timed_step_time_s - 1.0
+
+
+# --------------------------------------------------------------------------------------------------
+# Bottleneck verdict
+# --------------------------------------------------------------------------------------------------
+
+# At 25% of the step spent blocked in next(loader), feeding caps throughput at 3/4 of what the
+# model could do, well beyond the few-percent noise of host timers; below it the loader is rarely
+# the first thing worth fixing.
+INPUT_BOUND_SHARE = 0.25
+# The same reasoning for time spent in (non-overlapped) all-reduce: a quarter of the step is
+# throughput lost to the network, not to the model.
+COMM_BOUND_SHARE = 0.25
+# Peak reserved / device total. The CUDA context, cuDNN/cuBLAS workspaces and NCCL buffers live
+# outside PyTorch's reservations (about 0.5-1.5 GiB, 1-2% of an 80 GiB GPU, several % of a 16 GiB
+# one) and the caching allocator fragments; past 92% there is no room left to grow the batch.
+MEMORY_BOUND_FRACTION = 0.92
+# NVML utilisation is the share of time any kernel was running. Below 70% the GPU idles for over
+# 30% of the time: more than the < 25% data wait (INPUT_BOUND_SHARE) can explain, so the host is
+# not launching work fast enough.
+LOW_GPU_UTIL_PCT = 70.0
+
+BOTTLENECKS = (
+    "cpu-starved",
+    "input-bound",
+    "communication-bound",
+    "memory-capacity-bound",
+    "host/launch-bound",
+    "compute-bound",
+)
+# Precedence is the order of BOTTLENECKS, causes before symptoms:
+# 1. cpu-starved: fewer cores than processes + loader workers makes everything else slow (data
+#    wait, launch gaps, late all-reduces); fix the allocation first.
+# 2. input-bound: waiting for data is serial time on the critical path, and a rank that waits for
+#    data makes the others wait in all-reduce, so it comes before communication.
+# 3. communication-bound: time lost to the network that no single-GPU change recovers.
+# 4. memory-capacity-bound: before host/launch-bound because its advice (a bigger batch) needs the
+#    memory that is not there.
+# 5. host/launch-bound: the GPU idles although the data is there.
+# 6. compute-bound: nothing above applies; the device is the limit (on a CPU run, the CPU is).
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """What one run measured; None where it was not measured (a CPU run, no NVML, one process)."""
+
+    data_time_share: float
+    """Share of the measured step time spent blocked in next(loader), 0..1."""
+    gpu_util_pct_mean: float | None
+    """Mean NVML GPU utilisation over the run, %; None without NVML or on the CPU."""
+    allreduce_share: float | None
+    """Share of the step time in all-reduce (from the profiling pass), 0..1; None without DDP."""
+    peak_mem_fraction: float | None
+    """Peak reserved device memory / device total, 0..1; None on the CPU."""
+    cpu_quota_cores: float | None
+    """CPU cores this job may use (cgroup quota or affinity); None when unlimited / unknown."""
+    workers: int
+    """DataLoader worker processes on this node, all ranks together."""
+    processes: int
+    """Training processes on this node."""
+    mfu: float | None
+    """Model FLOPs utilisation, 0..1; None when the peak is unknown."""
+    device_type: str
+    """"cuda" or "cpu"."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    bottleneck: str
+    evidence: str
+    advice: str
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def _findings(m: Measurements) -> list[Verdict]:
+    """Every rule that fires, in precedence order (see BOTTLENECKS)."""
+    found: list[Verdict] = []
+    needed = m.workers + m.processes
+    if m.cpu_quota_cores is not None and m.cpu_quota_cores < needed:
+        found.append(
+            Verdict(
+                "cpu-starved",
+                f"CPU quota {m.cpu_quota_cores:g} cores for {m.processes} training process(es) + {m.workers} "
+                f"loader worker(s) = {needed}",
+                "give the job at least one core per process and per worker (docker --cpus, Slurm "
+                "--cpus-per-task), or lower --workers / --nproc to fit the quota",
+            )
+        )
+    if m.data_time_share >= INPUT_BOUND_SHARE:
+        found.append(
+            Verdict(
+                "input-bound",
+                f"data wait {_pct(m.data_time_share)} of step time with {m.workers} worker(s)",
+                "add loader workers, use the fast (device-side) loader, and give each process fewer "
+                "threads (OMP_NUM_THREADS) so workers get cores",
+            )
+        )
+    if m.allreduce_share is not None and m.allreduce_share >= COMM_BOUND_SHARE:
+        found.append(
+            Verdict(
+                "communication-bound",
+                f"all-reduce {_pct(m.allreduce_share)} of step time across {m.processes} process(es)",
+                "raise the per-GPU batch so each all-reduce buys more compute, use bf16 gradients "
+                "(DDP comm hook), check NCCL uses NVLink/InfiniBand (NCCL_DEBUG=INFO)",
+            )
+        )
+    if m.peak_mem_fraction is not None and m.peak_mem_fraction >= MEMORY_BOUND_FRACTION:
+        found.append(
+            Verdict(
+                "memory-capacity-bound",
+                f"peak reserved memory {_pct(m.peak_mem_fraction)} of the device",
+                "use bf16 autocast or activation checkpointing to free memory; a larger batch will not fit",
+            )
+        )
+    if (
+        m.gpu_util_pct_mean is not None
+        and m.gpu_util_pct_mean < LOW_GPU_UTIL_PCT
+        and m.data_time_share < INPUT_BOUND_SHARE
+    ):
+        found.append(
+            Verdict(
+                "host/launch-bound",
+                f"GPU utilisation {m.gpu_util_pct_mean:.1f}% with data wait only {_pct(m.data_time_share)} "
+                "of step time",
+                "use a bigger batch, channels_last, and torch.compile (fewer, larger kernels); "
+                "CUDA graphs for very small models",
+            )
+        )
+    return found
+
+
+def _compute_bound(m: Measurements) -> Verdict:
+    mfu = f"MFU {_pct(m.mfu)}" if m.mfu is not None else "MFU unknown (no datasheet peak for this device)"
+    if m.device_type != "cuda":
+        return Verdict(
+            "compute-bound",
+            f"CPU run: data wait {_pct(m.data_time_share)} of step time; the CPU's arithmetic is the limit",
+            "these figures measure the CPU; run on a GPU (--device cuda) for device throughput, or "
+            "set threads per process to the cores available",
+        )
+    util = f"GPU utilisation {m.gpu_util_pct_mean:.0f}%, " if m.gpu_util_pct_mean is not None else ""
+    return Verdict(
+        "compute-bound",
+        f"{util}data wait {_pct(m.data_time_share)} of step time, {mfu}",
+        "the device is busy: bf16 autocast, channels_last and torch.compile raise the useful work per "
+        "second; otherwise more GPUs",
+    )
+
+
+def verdict(m: Measurements) -> Verdict:
+    """The one bottleneck that limits the run, by the precedence in BOTTLENECKS.
+
+    Rules that also fired but lost on precedence are appended to the evidence ("; also ...").
+    """
+    found = _findings(m)
+    if not found:
+        return _compute_bound(m)
+    first, rest = found[0], found[1:]
+    evidence = first.evidence
+    if rest:
+        evidence += "; also " + "; ".join(f"{v.bottleneck}: {v.evidence}" for v in rest)
+    return Verdict(first.bottleneck, evidence, first.advice)
+
+
+def verdict_dict(v: Verdict) -> dict[str, str]:
+    return {"bottleneck": v.bottleneck, "evidence": v.evidence, "advice": v.advice}

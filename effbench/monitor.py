@@ -1,0 +1,491 @@
+"""Utilisation sampling: a background thread samples GPUs (NVML) and the host (psutil) at a fixed
+interval while a `with UtilizationSampler():` block runs.
+
+    with UtilizationSampler(interval_s=0.5, gpu_indices=[local_rank]) as mon:
+        train(...)
+    mon.write_csv(run_dir / "utilization.csv")
+    summary = mon.summary()            # mean/max per metric, energy and byte totals
+
+Each row is flat: `t_s` (seconds since the sampler started), host columns (`cpu_pct`,
+`proc_cpu_pct`, `rss_gib`, `net_sent_bytes`, `net_recv_bytes`, `disk_read_bytes`,
+`disk_write_bytes`) and per GPU `gpu{i}_util_pct`, `gpu{i}_mem_used_gib`, `gpu{i}_power_w`,
+`gpu{i}_temp_c`, `gpu{i}_sm_clock_mhz`, `gpu{i}_energy_j`.
+
+What is not measured is absent, never zero: without NVML (or without GPUs) there are no GPU
+columns; a metric whose NVML call fails is missing from that row only; CPU percentages are absent
+from the first row, which has no interval to average over, and from a row taken less than a
+quarter interval after the previous one (the final sample, when the block ends just after one).
+
+Units and scopes: byte counters and energy are deltas since the sampler started. `cpu_pct` is the
+whole host's busy share (0-100, all cores). Network and disk counters are host-wide (psutil offers
+no per-process network counters). `proc_cpu_pct` and `rss_gib` cover `pid` and all its descendants
+(DataLoader workers included); 100 means one core busy; RSS counts pages shared between processes
+once per process.
+
+GPU indices are NVML's (PCI bus order) indices, which ignore CUDA_VISIBLE_DEVICES; by default the
+sampler watches the GPUs CUDA_VISIBLE_DEVICES names when it is a list of integers (which matches
+NVML's order under CUDA_DEVICE_ORDER=PCI_BUS_ID, and on nodes of identical GPUs), else all of them.
+Under torchrun, pass `gpu_indices=[local_rank's GPU]` so that each rank samples its own GPU once.
+
+The sampler is a Python thread: while the training thread spins in pure Python (holding the GIL),
+each file read or NVML call costs the sampler one GIL switch interval (5 ms), so a sample of a large
+process tree can overrun a short interval; the thread then skips the missed slots rather than
+bunching samples. Training loops spend most of their time in torch ops, which release the GIL.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from effbench.results import write_csv
+
+GIB = 2**30
+HOST_COLUMNS = (
+    "cpu_pct",
+    "proc_cpu_pct",
+    "rss_gib",
+    "net_sent_bytes",
+    "net_recv_bytes",
+    "disk_read_bytes",
+    "disk_write_bytes",
+)
+GPU_METRICS = ("util_pct", "mem_used_gib", "power_w", "temp_c", "sm_clock_mhz", "energy_j")
+# How often the process tree is rediscovered with a full scan of /proc (see _HostProbe._tree);
+# between scans it is followed through children files. Ten seconds: long against a 0.5 s interval,
+# short against a training run.
+TREE_RESCAN_S = 10.0
+_HOST_STATS = ("cpu_pct", "proc_cpu_pct", "rss_gib")
+_HOST_TOTALS = ("net_sent_bytes", "net_recv_bytes", "disk_read_bytes", "disk_write_bytes")
+_GPU_STATS = ("util_pct", "mem_used_gib", "power_w", "temp_c", "sm_clock_mhz")
+
+# NVML enum values (nvml.h): NVML_TEMPERATURE_GPU = 0, NVML_CLOCK_SM = 1; used when a fake module
+# does not define them.
+_NVML_TEMPERATURE_GPU = 0
+_NVML_CLOCK_SM = 1
+
+
+def gpu_column(index: int, metric: str) -> str:
+    return f"gpu{index}_{metric}"
+
+
+def _load_nvml() -> Any | None:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    return pynvml
+
+
+def _default_gpu_indices(count: int, environ: Any = os.environ) -> list[int]:
+    """NVML indices of the GPUs this process was given: CUDA_VISIBLE_DEVICES when it lists integers."""
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return list(range(count))
+    items = [v.strip() for v in visible.split(",") if v.strip()]
+    if not items:
+        return []
+    try:
+        ids = [int(v) for v in items]
+    except ValueError:  # UUIDs or MIG names: NVML's own enumeration is the best we have
+        return list(range(count))
+    out = []
+    for i in ids:
+        if i < 0 or i >= count:  # CUDA stops enumerating at the first invalid entry
+            break
+        out.append(i)
+    return out
+
+
+class _GpuProbe:
+    """NVML reads for one GPU; every call may fail on its own and then yields nothing."""
+
+    def __init__(self, nvml: Any, index: int, handle: Any) -> None:
+        self.nvml = nvml
+        self.index = index
+        self.handle = handle
+        self.name: str | None = None
+        self._energy0_mj: float | None = None
+        try:
+            name = nvml.nvmlDeviceGetName(handle)
+            self.name = name.decode() if isinstance(name, bytes) else str(name)
+        except Exception:
+            pass
+        self._energy0_mj = self._energy_mj()
+
+    def _energy_mj(self) -> float | None:
+        try:
+            return float(self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle))
+        except Exception:  # NVMLError_NotSupported on pre-Volta GPUs, or any transient failure
+            return None
+
+    def read(self) -> dict[str, float]:
+        nv, h = self.nvml, self.handle
+        reads = {
+            "util_pct": lambda: float(nv.nvmlDeviceGetUtilizationRates(h).gpu),
+            "mem_used_gib": lambda: nv.nvmlDeviceGetMemoryInfo(h).used / GIB,
+            "power_w": lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0,  # NVML reports mW
+            "temp_c": lambda: float(
+                nv.nvmlDeviceGetTemperature(h, getattr(nv, "NVML_TEMPERATURE_GPU", _NVML_TEMPERATURE_GPU))
+            ),
+            "sm_clock_mhz": lambda: float(nv.nvmlDeviceGetClockInfo(h, getattr(nv, "NVML_CLOCK_SM", _NVML_CLOCK_SM))),
+        }
+        row: dict[str, float] = {}
+        for metric, fn in reads.items():
+            try:
+                row[gpu_column(self.index, metric)] = fn()
+            except Exception:  # one failed NVML call drops one value, nothing else
+                pass
+        energy = self._energy_mj()
+        if energy is not None:
+            if self._energy0_mj is None:  # the counter answered late: count from its first answer
+                self._energy0_mj = energy
+            row[gpu_column(self.index, "energy_j")] = (energy - self._energy0_mj) / 1000.0  # mJ -> J
+        return row
+
+
+class _HostProbe:
+    """psutil reads: system CPU %, the process tree's CPU % and RSS, host network and disk bytes."""
+
+    def __init__(self, psutil: Any, pid: int, min_window_s: float) -> None:
+        self.ps = psutil
+        self.pid = pid
+        self.min_window_s = min_window_s  # shorter windows give noise, not a CPU percentage
+        self._first = True
+        self._last_wall = time.monotonic()
+        self._last_epoch = time.time()
+        self._proc_cpu_s: dict[tuple[int, float], float] = {}
+        self._procs: dict[int, Any] = {}
+        self._last_scan = -math.inf  # the first tree read is a full scan
+        me = os.getpid()
+        # /proc/<pid>/task/<tid>/children needs CONFIG_PROC_CHILDREN (Linux >= 3.5; most distros)
+        self._children_files = os.path.exists(f"/proc/{me}/task/{me}/children")
+        self._cpu_last = self._cpu_busy_total()
+        self._net0 = self._net()
+        self._disk0 = self._disk()
+
+    def _cpu_busy_total(self) -> tuple[float, float] | None:
+        """(busy, total) CPU seconds of the whole host, kept here rather than in psutil's
+        module-global cpu_percent state, which any other caller would reset."""
+        try:
+            t = self.ps.cpu_times()
+        except Exception:
+            return None
+        # psutil's own accounting: guest time is already inside user/nice (Linux), iowait is idle.
+        total = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+        idle = t.idle + getattr(t, "iowait", 0.0)
+        return total - idle, total
+
+    def _net(self) -> tuple[int, int] | None:
+        try:
+            c = self.ps.net_io_counters()
+        except Exception:
+            return None
+        return None if c is None else (c.bytes_sent, c.bytes_recv)
+
+    def _disk(self) -> tuple[int, int] | None:
+        try:
+            c = self.ps.disk_io_counters()
+        except Exception:
+            return None
+        return None if c is None else (c.read_bytes, c.write_bytes)
+
+    def _process(self, pid: int) -> Any:
+        """A cached psutil.Process; one that exits is dropped when reading it fails (read())."""
+        proc = self._procs.get(pid)
+        return proc if proc is not None else self.ps.Process(pid)
+
+    def _main_thread_children(self, pid: int) -> list[int] | None:
+        """Children forked by `pid`'s main thread, from /proc/<pid>/task/<pid>/children (one small
+        read); None when pid is gone."""
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as f:
+                return [int(x) for x in f.read().split()]
+        except (OSError, ValueError):
+            return None
+
+    def _tree(self) -> list[Any]:
+        """The root process and its descendants; raises psutil.Error when the root is gone.
+
+        psutil's children(recursive=True) reads /proc/<pid>/stat of every process on the host; each
+        read hands the GIL back and forth, which under a busy training thread costs a switch
+        interval (5 ms) per process. So between full scans (every TREE_RESCAN_S) the tree is
+        followed through the children files of the processes already known, which catches every
+        child forked from a main thread (DataLoader workers, torchrun ranks) with a few reads.
+        """
+        root = self._process(self.pid)
+        now = time.monotonic()
+        found = None
+        if self._children_files and now - self._last_scan < TREE_RESCAN_S:
+            found = {self.pid: root}
+            queue = [self.pid]
+            while queue:
+                kids = self._main_thread_children(queue.pop())
+                for kid in kids or ():  # None: that process is gone
+                    if kid not in found:
+                        try:
+                            found[kid] = self._process(kid)
+                        except self.ps.Error:  # exited since the parent listed it
+                            continue
+                        queue.append(kid)
+        if found is None:
+            self._last_scan = now
+            found = {self.pid: root}
+            try:
+                for child in root.children(recursive=True):
+                    found[child.pid] = child
+            except self.ps.Error:
+                pass
+        # children forked from other threads are only seen by the full scan: keep them between scans
+        for pid, proc in self._procs.items():
+            found.setdefault(pid, proc)
+        self._procs = found
+        return list(found.values())
+
+    def read(self) -> dict[str, float]:
+        ps = self.ps
+        row: dict[str, float] = {}
+        now, now_epoch = time.monotonic(), time.time()
+        dt = now - self._last_wall
+        cpu = self._cpu_busy_total()
+        rate_ok = not self._first and dt >= self.min_window_s
+        if rate_ok and cpu is not None and self._cpu_last is not None and cpu[1] > self._cpu_last[1]:
+            row["cpu_pct"] = 100.0 * (cpu[0] - self._cpu_last[0]) / (cpu[1] - self._cpu_last[1])
+        if cpu is not None:
+            self._cpu_last = cpu
+        try:
+            procs = self._tree()
+        except ps.Error:  # the watched process itself is gone
+            procs = []
+        rss = 0
+        delta_cpu_s = 0.0
+        seen: dict[tuple[int, float], float] = {}
+        root_read = False
+        for p in procs:
+            try:
+                with p.oneshot():
+                    key = (p.pid, p.create_time())
+                    t = p.cpu_times()
+                    cpu_s = t.user + t.system  # children_* would double count reaped workers
+                    rss += p.memory_info().rss
+            except ps.Error:  # exited (or became unreadable) since it was listed
+                self._procs.pop(p.pid, None)
+                continue
+            root_read = root_read or p.pid == self.pid
+            seen[key] = cpu_s
+            if key in self._proc_cpu_s:
+                delta_cpu_s += cpu_s - self._proc_cpu_s[key]
+            elif not self._first and key[1] >= self._last_epoch:
+                delta_cpu_s += cpu_s  # started since the last sample: all its time is new
+        self._proc_cpu_s = seen
+        if root_read:  # without the root there is no tree to report: absent, not 0
+            row["rss_gib"] = rss / GIB
+            if rate_ok:
+                row["proc_cpu_pct"] = 100.0 * delta_cpu_s / dt  # 100 = one core busy
+        net = self._net()
+        if net is not None and self._net0 is not None:
+            row["net_sent_bytes"] = float(net[0] - self._net0[0])
+            row["net_recv_bytes"] = float(net[1] - self._net0[1])
+        disk = self._disk()
+        if disk is not None and self._disk0 is not None:
+            row["disk_read_bytes"] = float(disk[0] - self._disk0[0])
+            row["disk_write_bytes"] = float(disk[1] - self._disk0[1])
+        self._first = False
+        self._last_wall, self._last_epoch = now, now_epoch
+        return row
+
+
+def _stats(values: list[float]) -> dict[str, float] | None:
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    if not vals:
+        return None
+    return {"mean": sum(vals) / len(vals), "max": max(vals)}
+
+
+def _last(rows: list[dict[str, Any]], key: str) -> float | None:
+    for row in reversed(rows):
+        if row.get(key) is not None:
+            return row[key]
+    return None
+
+
+class UtilizationSampler:
+    """Samples GPUs and host every `interval_s` on a background thread inside a `with` block.
+
+    `gpu_indices`: NVML indices to watch (default: see module docstring). `pid`: root of the process
+    tree to account (default: this process). `nvml`: an NVML module (default: `pynvml`, imported
+    lazily); tests pass a fake. Without NVML, or when nvmlInit fails, the GPU columns are absent.
+    """
+
+    def __init__(
+        self,
+        interval_s: float = 0.5,
+        gpu_indices: Sequence[int] | None = None,
+        pid: int | None = None,
+        nvml: Any | None = None,
+    ) -> None:
+        if not interval_s > 0:
+            raise ValueError("monitor.interval_s must be greater than 0")
+        self.interval_s = float(interval_s)
+        self._gpu_indices = None if gpu_indices is None else list(gpu_indices)
+        self._pid = os.getpid() if pid is None else pid
+        self._nvml_arg = nvml
+        self._nvml: Any | None = None
+        self._gpus: list[_GpuProbe] = []
+        self._host: _HostProbe | None = None
+        self._rows: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._t0 = 0.0
+        self.sample_errors = 0  # samples lost to an unexpected error (the thread keeps going)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def __enter__(self) -> "UtilizationSampler":
+        self._gpus, self._rows = [], []  # a sampler used twice starts afresh
+        self._start_nvml()
+        try:
+            import psutil
+        except ImportError:
+            psutil = None
+        if psutil is not None:
+            try:
+                self._host = _HostProbe(psutil, self._pid, min_window_s=self.interval_s / 4)
+            except Exception:
+                self._host = None
+        self._stop.clear()
+        self._t0 = time.monotonic()
+        self._sample()
+        self._thread = threading.Thread(target=self._run, name="effbench-monitor", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._sample()  # the final state, so totals cover the whole block
+        self._stop_nvml()
+
+    def _start_nvml(self) -> None:
+        nvml = self._nvml_arg if self._nvml_arg is not None else _load_nvml()
+        if nvml is None:
+            return
+        try:
+            nvml.nvmlInit()
+        except Exception:  # no driver, no GPU, no libnvidia-ml: GPU columns stay absent
+            return
+        self._nvml = nvml
+        try:
+            indices = self._gpu_indices
+            if indices is None:
+                indices = _default_gpu_indices(int(nvml.nvmlDeviceGetCount()))
+        except Exception:
+            indices = []
+        for i in indices:
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            except Exception:
+                continue
+            self._gpus.append(_GpuProbe(nvml, i, handle))
+
+    def _stop_nvml(self) -> None:
+        if self._nvml is not None:
+            try:
+                self._nvml.nvmlShutdown()
+            except Exception:
+                pass
+            self._nvml = None
+
+    def _run(self) -> None:
+        k = 1
+        while True:
+            delay = self._t0 + k * self.interval_s - time.monotonic()
+            if self._stop.wait(max(0.0, delay)):
+                return
+            self._sample()
+            # fixed rate: a slow sample skips the slots it overran instead of bunching up
+            k = max(k + 1, int((time.monotonic() - self._t0) / self.interval_s) + 1)
+
+    def _sample(self) -> None:
+        try:
+            row: dict[str, Any] = {"t_s": time.monotonic() - self._t0}
+            if self._host is not None:
+                row.update(self._host.read())
+            for gpu in self._gpus:
+                row.update(gpu.read())
+        except Exception:
+            self.sample_errors += 1
+            return
+        with self._lock:
+            self._rows.append(row)
+
+    # -- results -----------------------------------------------------------------------------------
+    @property
+    def samples(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(r) for r in self._rows]
+
+    @property
+    def gpu_indices(self) -> list[int]:
+        """The GPUs being sampled (empty without NVML)."""
+        return [g.index for g in self._gpus]
+
+    def columns(self) -> list[str]:
+        """Every column seen in any row, in first-seen order (t_s first)."""
+        cols: dict[str, None] = {}
+        for row in self.samples:
+            cols.update(dict.fromkeys(row))
+        return list(cols)
+
+    def write_csv(self, path: Path) -> None:
+        """All rows as CSV (atomic write); a value missing from a row is an empty cell."""
+        write_csv(Path(path), self.columns(), self.samples)
+
+    def summary(self) -> dict[str, Any]:
+        """Mean/max per metric and totals of the since-start counters; unmeasured keys are absent."""
+        rows = self.samples
+        out: dict[str, Any] = {"interval_s": self.interval_s, "samples": len(rows)}
+        if rows:
+            out["duration_s"] = rows[-1]["t_s"]
+        host: dict[str, Any] = {}
+        for key in _HOST_STATS:
+            s = _stats([r.get(key) for r in rows])
+            if s is not None:
+                host[key] = s
+        for key in _HOST_TOTALS:
+            total = _last(rows, key)
+            if total is not None:
+                host[key] = total
+        out["host"] = host
+        if self._gpus:
+            gpus = []
+            for g in self._gpus:
+                entry: dict[str, Any] = {"index": g.index}
+                if g.name is not None:
+                    entry["name"] = g.name
+                for metric in _GPU_STATS:
+                    s = _stats([r.get(gpu_column(g.index, metric)) for r in rows])
+                    if s is not None:
+                        entry[metric] = s
+                energy = _last(rows, gpu_column(g.index, "energy_j"))
+                if energy is not None:
+                    entry["energy_j"] = energy
+                gpus.append(entry)
+            out["gpus"] = gpus
+        return out
+
+
+def energy_j(summary: dict[str, Any]) -> float | None:
+    """Total GPU energy in J over the sampled block; None unless every sampled GPU has a counter
+    (a partial sum would understate it)."""
+    gpus = summary.get("gpus") or []
+    if not gpus or any("energy_j" not in g for g in gpus):
+        return None
+    return float(sum(g["energy_j"] for g in gpus))

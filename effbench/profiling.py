@@ -1,0 +1,270 @@
+"""The profiling pass: a few extra steps under torch.profiler, run after the timed training so the
+profiler's overhead never touches the timed figures.
+
+    from effbench.profiling import run_profile_pass
+    info = run_profile_pass(train_step, iter(loader), device_type="cuda", out_dir=run_dir, rank=rank)
+
+It writes, in `out_dir` (names without the `_rank{r}` suffix on rank 0):
+- `trace_rank{r}.json.gz`: the Chrome trace of the active steps (open in ui.perfetto.dev or
+  chrome://tracing, both read gzipped JSON);
+- `profile_ops_by_device_time.txt`, `profile_ops_by_cpu_time.txt`: the top operators by self device
+  time and by self CPU time (on a CPU-only run the "device" file says so and holds the CPU table);
+- `profile_phases.txt`: the step's phases (PHASES plus data_wait) with their times and shares.
+
+The caller's step labels its phases with `torch.profiler.record_function(name)` for the names in
+PHASES; this pass adds `data_wait` around `next(batches)` and `step` around the call.
+"""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from effbench.results import atomic_write_text
+
+PHASE_H2D = "h2d_copy"
+PHASE_FORWARD = "forward"
+PHASE_BACKWARD = "backward"
+PHASE_OPTIMIZER = "optimizer"
+PHASE_ALL_REDUCE = "all_reduce"
+PHASES = (PHASE_H2D, PHASE_FORWARD, PHASE_BACKWARD, PHASE_OPTIMIZER, PHASE_ALL_REDUCE)
+DATA_WAIT = "data_wait"
+STEP = "step"
+
+OPS_BY_DEVICE_FILE = "profile_ops_by_device_time"
+OPS_BY_CPU_FILE = "profile_ops_by_cpu_time"
+PHASES_FILE = "profile_phases"
+
+
+def _suffixed(stem: str, rank: int) -> str:
+    return f"{stem}.txt" if rank == 0 else f"{stem}_rank{rank}.txt"
+
+
+def _self_device_sort_key(averages: Any) -> str:
+    """`self_device_time_total` on torch >= 2.4, `self_cuda_time_total` before it."""
+    sample = next(iter(averages), None)
+    if sample is not None and not hasattr(sample, "self_device_time_total"):
+        return "self_cuda_time_total"
+    return "self_device_time_total"
+
+
+def _on_cpu(evt: Any) -> bool:
+    return str(getattr(evt, "device_type", "CPU")).rsplit(".", 1)[-1] == "CPU"
+
+
+def _merge_overlaps(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _is_allreduce(name: str) -> bool:
+    key = name.lower().replace("_", "")
+    return "allreduce" in key and key != PHASE_ALL_REDUCE.replace("_", "")
+
+
+def phase_breakdown(events: Iterable[Any], *, with_device: bool) -> list[dict[str, Any]]:
+    """One row per phase (data_wait first, then PHASES) from the profiler's events (`prof.events()`).
+
+    A phase's CPU time is the host wall time inside its record_function ranges, summed over the
+    active steps (inclusive of nested ranges, like "CPU total"). `cpu_share_of_step` divides it by
+    the time in `step` + `data_wait`, i.e. the whole iteration.
+
+    Device time (CUDA only) is the duration of the kernels launched while the phase's range was open,
+    whichever thread launched them. This is deliberately by time window rather than by the ranges'
+    own `device_time_total`: on CUDA, autograd runs backward ops on its own device thread, outside
+    the "backward" range's call tree, so the tree would credit backward with almost no kernels.
+    `device_share_of_step` divides by the device time of `step`. A phase that never ran has calls 0
+    and zero times: it was looked for and not seen. Times are in seconds (the profiler's are in us).
+    """
+    labels = (DATA_WAIT, STEP, *PHASES)
+    windows: dict[str, list[tuple[float, float]]] = {name: [] for name in labels}
+    launches: list[tuple[float, float]] = []  # (op start us, kernel time us)
+    for evt in events:
+        if not _on_cpu(evt) or getattr(evt, "is_async", False):
+            continue
+        start, end = float(evt.time_range.start), float(evt.time_range.end)
+        if evt.name in windows:
+            windows[evt.name].append((start, end))
+            continue  # a range's own "kernels" would be its GPU-side annotation span: not work
+        if _is_allreduce(evt.name):
+            # DDP all-reduces from autograd hooks, where no record_function can label it: the
+            # collective's own op (c10d::allreduce_, nccl:all_reduce, gloo:all_reduce) is the window.
+            windows[PHASE_ALL_REDUCE].append((start, end))
+        if getattr(evt, "is_user_annotation", False):
+            continue
+        kernels = getattr(evt, "kernels", None) or ()
+        if kernels:
+            launches.append((start, float(sum(k.duration for k in kernels))))
+    windows[PHASE_ALL_REDUCE] = _merge_overlaps(windows[PHASE_ALL_REDUCE])  # nested collective ops
+    launches.sort()
+    starts = [t for t, _ in launches]
+    cumulative = [0.0]
+    for _, d in launches:
+        cumulative.append(cumulative[-1] + d)
+
+    def cpu_s(name: str) -> float:
+        return sum(e - s for s, e in windows[name]) / 1e6
+
+    def dev_s(name: str) -> float:
+        total = 0.0
+        for s, e in windows[name]:
+            lo, hi = bisect.bisect_left(starts, s), bisect.bisect_right(starts, e)
+            total += cumulative[hi] - cumulative[lo]
+        return total / 1e6
+
+    iteration_cpu_s = cpu_s(STEP) + cpu_s(DATA_WAIT)
+    step_dev_s = dev_s(STEP)
+    rows = []
+    for name in (DATA_WAIT, *PHASES):
+        row: dict[str, Any] = {
+            "phase": name,
+            "calls": len(windows[name]),
+            "cpu_time_s": cpu_s(name),
+            "cpu_share_of_step": cpu_s(name) / iteration_cpu_s if iteration_cpu_s > 0 else None,
+        }
+        if with_device:
+            row["device_time_s"] = dev_s(name)
+            row["device_share_of_step"] = dev_s(name) / step_dev_s if step_dev_s > 0 else None
+        rows.append(row)
+    return rows
+
+
+def phase_table(rows: list[dict[str, Any]]) -> str:
+    """The phase rows as a plain-text table (tabulate)."""
+    from tabulate import tabulate
+
+    def fmt(v: Any) -> Any:
+        return "-" if v is None else v
+
+    headers = list(rows[0]) if rows else []
+    body = [[fmt(r.get(h)) for h in headers] for r in rows]
+    return tabulate(body, headers=headers, floatfmt=".4f")
+
+
+def _gzip_file(src: Path, dst: Path) -> None:
+    """Compress src into dst (via a temporary name, so dst is whole or absent) and remove src."""
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    try:
+        with open(src, "rb") as fin, gzip.open(tmp, "wb") as fout:
+            shutil.copyfileobj(fin, fout)
+        os.replace(tmp, dst)
+    finally:
+        tmp.unlink(missing_ok=True)
+    src.unlink()
+
+
+def run_profile_pass(
+    step: Callable[[Any], Any],
+    batches: Iterator[Any],
+    *,
+    device_type: str,
+    out_dir: Path,
+    rank: int = 0,
+    wait: int = 1,
+    warmup: int = 1,
+    active: int = 3,
+    row_limit: int = 15,
+) -> dict[str, Any]:
+    """Run wait + warmup + active steps under torch.profiler; write the trace and tables.
+
+    Returns {"phases": [...rows of phase_breakdown...], "phase_table": str, "tables":
+    {"by_device_time", "by_cpu_time", "phases"} (paths), "trace": path, "profiled_step_time_s": mean
+    host wall time of an active step (data wait + step, after a device sync on CUDA) or None when no
+    active step ran, "active_steps", "wait_steps", "warmup_steps": steps actually run in each stage,
+    "device_table": False on CPU-only runs}. Stops early, and says so in the counts, if `batches`
+    runs out.
+    """
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+    if wait < 0 or warmup < 0 or active < 1:
+        raise ValueError("profile.active must be at least 1 and profile.wait / profile.warmup at least 0")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    on_cuda = device_type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
+    sync = torch.cuda.synchronize if on_cuda else (lambda: None)
+    plain_trace = out_dir / f"trace_rank{rank}.json"
+    trace = out_dir / f"trace_rank{rank}.json.gz"
+    plain_trace.unlink(missing_ok=True)  # never report a previous pass's trace as this one's
+    trace.unlink(missing_ok=True)
+
+    def on_trace_ready(prof: Any) -> None:
+        prof.export_chrome_trace(str(plain_trace))
+
+    counts = {"wait": 0, "warmup": 0, "active": 0}
+    active_times_s: list[float] = []
+    total = wait + warmup + active
+    with profile(
+        activities=activities,
+        schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
+        on_trace_ready=on_trace_ready,
+        record_shapes=True,
+        profile_memory=True,
+        with_flops=True,
+    ) as prof:
+        for i in range(total):
+            stage = "wait" if i < wait else "warmup" if i < wait + warmup else "active"
+            sync()  # start an active step with the device idle, so its time is its own
+            t0 = time.perf_counter()
+            try:
+                with record_function(DATA_WAIT):
+                    batch = next(batches)
+            except StopIteration:
+                break
+            with record_function(STEP):
+                step(batch)
+            sync()  # wait on the host for the step's queued kernels
+            if stage == "active":
+                active_times_s.append(time.perf_counter() - t0)
+            counts[stage] += 1
+            prof.step()
+    # Leaving the profiler ends a cut-short active window and fires on_trace_ready; a pass that
+    # never reached the active steps has no trace.
+    if plain_trace.exists():
+        _gzip_file(plain_trace, trace)
+
+    averages = prof.key_averages() if counts["active"] else []
+    cpu_path = out_dir / _suffixed(OPS_BY_CPU_FILE, rank)
+    dev_path = out_dir / _suffixed(OPS_BY_DEVICE_FILE, rank)
+    phases_path = out_dir / _suffixed(PHASES_FILE, rank)
+    if counts["active"]:
+        cpu_table = averages.table(sort_by="self_cpu_time_total", row_limit=row_limit)
+        if on_cuda:
+            dev_text = averages.table(sort_by=_self_device_sort_key(averages), row_limit=row_limit)
+        else:
+            dev_text = (
+                f"# CPU-only run ({device_type}): no device activity was recorded, so there is no table "
+                "by device time. Top operators by self CPU time:\n" + cpu_table
+            )
+    else:
+        cpu_table = dev_text = "# no active profiler steps ran (the batches ran out first)"
+    header = f"# rank {rank}; {counts['active']} active step(s) after {counts['wait']} wait + {counts['warmup']} warm-up\n"
+    atomic_write_text(cpu_path, header + cpu_table + "\n")
+    atomic_write_text(dev_path, header + dev_text + "\n")
+
+    phases = phase_breakdown(prof.events() if counts["active"] else [], with_device=on_cuda)
+    table = phase_table(phases)
+    atomic_write_text(phases_path, header + table + "\n")
+    return {
+        "phases": phases,
+        "phase_table": table,
+        "tables": {"by_device_time": dev_path, "by_cpu_time": cpu_path, "phases": phases_path},
+        "trace": trace if trace.exists() else None,
+        "profiled_step_time_s": sum(active_times_s) / len(active_times_s) if active_times_s else None,
+        "active_steps": counts["active"],
+        "wait_steps": counts["wait"],
+        "warmup_steps": counts["warmup"],
+        "device_table": on_cuda,
+    }

@@ -1,0 +1,254 @@
+"""Pure analysis: peak table, efficiency math, the verdict's rules, thresholds and precedence."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+
+import pytest
+
+from effbench import analysis
+from effbench.analysis import (
+    COMM_BOUND_SHARE,
+    INPUT_BOUND_SHARE,
+    LOW_GPU_UTIL_PCT,
+    MEMORY_BOUND_FRACTION,
+    PEAK_TFLOPS,
+    Measurements,
+    compute_efficiency,
+    gpu_model,
+    images_per_joule,
+    peak_precision,
+    peak_tflops,
+    profiler_overhead,
+    verdict,
+    verdict_dict,
+)
+
+
+def test_analysis_does_not_import_torch():
+    tree = ast.parse(inspect.getsource(analysis))
+    imported = {
+        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+    } | {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert "torch" not in imported and "numpy" not in imported
+
+
+# --------------------------------------------------------------------------------------------------
+# Peak table
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "model"),
+    [
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 SXM5 80GB", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA H100 NVL", "H100 NVL"),
+        ("NVIDIA H200", "H200 SXM"),
+        ("NVIDIA H200 NVL", "H200 NVL"),
+        ("NVIDIA GH200 480GB", "GH200"),
+        ("NVIDIA A100-SXM4-80GB", "A100"),
+        ("NVIDIA A100-SXM4-40GB", "A100"),
+        ("NVIDIA A100-PCIE-40GB", "A100"),
+        ("NVIDIA A100 80GB PCIe", "A100"),
+        ("Tesla V100-SXM2-32GB", "V100 SXM2"),
+        ("Tesla V100-PCIE-16GB", "V100 PCIe"),
+        ("Tesla V100S-PCIE-32GB", "V100S PCIe"),
+        ("NVIDIA L40S", "L40S"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA A10", "A10"),
+        ("Tesla T4", "T4"),
+        ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+        ("NVIDIA GeForce RTX 3090", "RTX 3090"),
+    ],
+)
+def test_gpu_names_resolve(name, model):
+    assert gpu_model(name) == model
+    assert peak_tflops(name, "fp32") == PEAK_TFLOPS[model]["fp32"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [None, "", "NVIDIA A10G", "NVIDIA H100", "NVIDIA GeForce RTX 3090 Ti", "NVIDIA GeForce RTX 4090 D",
+     "NVIDIA L40", "AMD Instinct MI300X", "NVIDIA B200", "Tesla V100-SXM3-32GB", "NVIDIA GeForce GTX 1080"],
+)
+def test_unknown_gpus_get_no_peak(name):
+    assert gpu_model(name) is None
+    assert peak_tflops(name, "bf16") is None
+
+
+def test_peak_values_and_precisions():
+    assert peak_tflops("NVIDIA H100 80GB HBM3", "bf16") == pytest.approx(989.5)
+    assert peak_tflops("NVIDIA H100 80GB HBM3", "fp32") == pytest.approx(67.0)
+    assert peak_tflops("NVIDIA H100 80GB HBM3", "tf32") == pytest.approx(494.5)
+    assert peak_tflops("NVIDIA A100-SXM4-80GB", "fp16") == pytest.approx(312.0)
+    assert peak_tflops("NVIDIA A100-SXM4-80GB", "BF16") == pytest.approx(312.0)  # case-insensitive
+    assert peak_tflops("NVIDIA H200", "bf16") == peak_tflops("NVIDIA H100 80GB HBM3", "bf16")
+    assert peak_tflops("Tesla V100-SXM2-32GB", "bf16") is None  # Volta has no BF16
+    assert peak_tflops("Tesla T4", "tf32") is None
+    assert peak_tflops("NVIDIA L4", "int8") is None
+    # dense tensor rates are at least the non-tensor FP32 rate everywhere
+    for model, peaks in PEAK_TFLOPS.items():
+        for p in ("tf32", "bf16", "fp16"):
+            if p in peaks:
+                assert peaks[p] >= peaks["fp32"], model
+        assert set(peaks) <= set(analysis.PRECISIONS)
+
+
+def test_peak_precision():
+    assert peak_precision("fp32", tf32_enabled=True) == "tf32"
+    assert peak_precision("fp32", tf32_enabled=False) == "fp32"
+    assert peak_precision("bf16", tf32_enabled=True) == "bf16"
+
+
+# --------------------------------------------------------------------------------------------------
+# Efficiency
+# --------------------------------------------------------------------------------------------------
+
+
+def test_compute_efficiency_math():
+    # 1.1 GFLOP per image at 100k img/s = 110 TFLOP/s over 2 H100 SXM at bf16 (989.5 each)
+    out = compute_efficiency(1.1e9, 100_000.0, gpu_name="NVIDIA H100 80GB HBM3", precision="bf16", world_size=2)
+    assert out["achieved_tflops"] == pytest.approx(110.0)
+    assert out["peak_tflops_per_device"] == pytest.approx(989.5)
+    assert out["mfu"] == pytest.approx(110.0 / (989.5 * 2))
+    assert out["gpu_model"] == "H100 SXM" and out["world_size"] == 2
+
+
+def test_compute_efficiency_without_a_peak_has_no_mfu():
+    out = compute_efficiency(1e9, 1000.0, gpu_name=None, precision="fp32", world_size=1)
+    assert out["achieved_tflops"] == pytest.approx(1.0)
+    assert "mfu" not in out and "peak_tflops_per_device" not in out
+    out = compute_efficiency(1e9, 1000.0, gpu_name="Mystery GPU 9000", precision="bf16", world_size=1)
+    assert "mfu" not in out
+    out = compute_efficiency(None, 1000.0, gpu_name="NVIDIA L4", precision="bf16", world_size=1)
+    assert "achieved_tflops" not in out and "mfu" not in out and out["peak_tflops_per_device"] == 121.0
+
+
+def test_images_per_joule_and_overhead():
+    assert images_per_joule(1000, 250.0) == pytest.approx(4.0)
+    assert images_per_joule(1000, None) is None
+    assert images_per_joule(1000, 0.0) is None
+    assert profiler_overhead(0.12, 0.10) == pytest.approx(0.2)
+    assert profiler_overhead(0.09, 0.10) == pytest.approx(-0.1)
+    assert profiler_overhead(None, 0.1) is None and profiler_overhead(0.1, 0.0) is None
+
+
+# --------------------------------------------------------------------------------------------------
+# Verdict
+# --------------------------------------------------------------------------------------------------
+
+# A healthy multi-GPU run: nothing fires, so it is compute-bound.
+HEALTHY = Measurements(
+    data_time_share=0.02,
+    gpu_util_pct_mean=97.0,
+    allreduce_share=0.05,
+    peak_mem_fraction=0.6,
+    cpu_quota_cores=32.0,
+    workers=16,
+    processes=4,
+    mfu=0.41,
+    device_type="cuda",
+)
+
+
+def m(**kw) -> Measurements:
+    return dataclasses.replace(HEALTHY, **kw)
+
+
+def test_thresholds_are_the_documented_values():
+    assert (INPUT_BOUND_SHARE, COMM_BOUND_SHARE, MEMORY_BOUND_FRACTION, LOW_GPU_UTIL_PCT) == (0.25, 0.25, 0.92, 70.0)
+
+
+def test_compute_bound_cites_mfu():
+    v = verdict(HEALTHY)
+    assert v.bottleneck == "compute-bound"
+    assert "MFU 41%" in v.evidence and "GPU utilisation 97%" in v.evidence
+    v = verdict(m(mfu=None))
+    assert v.bottleneck == "compute-bound" and "MFU unknown" in v.evidence
+
+
+def test_cpu_run_is_compute_bound_on_the_cpu():
+    v = verdict(
+        Measurements(0.05, None, None, None, None, workers=0, processes=1, mfu=None, device_type="cpu")
+    )
+    assert v.bottleneck == "compute-bound" and "CPU run" in v.evidence and "--device cuda" in v.advice
+
+
+def test_cpu_starved_boundary():
+    # 16 workers + 4 processes need 20 cores: exactly 20 is enough, 19.5 is not
+    assert verdict(m(cpu_quota_cores=20.0)).bottleneck == "compute-bound"
+    v = verdict(m(cpu_quota_cores=19.5))
+    assert v.bottleneck == "cpu-starved"
+    assert "CPU quota 19.5 cores" in v.evidence and "= 20" in v.evidence
+    assert verdict(m(cpu_quota_cores=None)).bottleneck == "compute-bound"  # unlimited
+
+
+def test_input_bound_boundary():
+    v = verdict(m(data_time_share=INPUT_BOUND_SHARE, workers=0, cpu_quota_cores=None))
+    assert v.bottleneck == "input-bound"
+    assert v.evidence.startswith("data wait 25% of step time with 0 worker(s)")
+    assert "workers" in v.advice and "fast" in v.advice and "threads" in v.advice
+    assert verdict(m(data_time_share=0.2499)).bottleneck == "compute-bound"
+    v = verdict(m(data_time_share=0.62, workers=0, cpu_quota_cores=None))
+    assert "data wait 62% of step time with 0 worker(s)" in v.evidence
+
+
+def test_communication_bound_boundary():
+    assert verdict(m(allreduce_share=COMM_BOUND_SHARE)).bottleneck == "communication-bound"
+    assert "all-reduce 25% of step time" in verdict(m(allreduce_share=0.25)).evidence
+    assert verdict(m(allreduce_share=0.2499)).bottleneck == "compute-bound"
+    assert verdict(m(allreduce_share=None)).bottleneck == "compute-bound"
+
+
+def test_memory_capacity_bound_boundary():
+    v = verdict(m(peak_mem_fraction=MEMORY_BOUND_FRACTION))
+    assert v.bottleneck == "memory-capacity-bound" and "92%" in v.evidence
+    assert verdict(m(peak_mem_fraction=0.9199)).bottleneck == "compute-bound"
+
+
+def test_host_launch_bound_boundary():
+    v = verdict(m(gpu_util_pct_mean=69.9))
+    assert v.bottleneck == "host/launch-bound"
+    assert "GPU utilisation 69.9% with data wait only 2% of step time" in v.evidence
+    assert "batch" in v.advice and "channels_last" in v.advice and "torch.compile" in v.advice
+    assert verdict(m(gpu_util_pct_mean=LOW_GPU_UTIL_PCT)).bottleneck == "compute-bound"
+    assert verdict(m(gpu_util_pct_mean=None)).bottleneck == "compute-bound"
+
+
+def test_precedence_order():
+    everything = m(
+        cpu_quota_cores=4.0, data_time_share=0.5, allreduce_share=0.4, peak_mem_fraction=0.95, gpu_util_pct_mean=30.0
+    )
+    assert verdict(everything).bottleneck == "cpu-starved"
+    assert verdict(dataclasses.replace(everything, cpu_quota_cores=None)).bottleneck == "input-bound"
+    rest = dataclasses.replace(everything, cpu_quota_cores=None, data_time_share=0.1)
+    assert verdict(rest).bottleneck == "communication-bound"
+    assert verdict(dataclasses.replace(rest, allreduce_share=0.1)).bottleneck == "memory-capacity-bound"
+    last = dataclasses.replace(rest, allreduce_share=0.1, peak_mem_fraction=0.5)
+    assert verdict(last).bottleneck == "host/launch-bound"
+    assert verdict(dataclasses.replace(last, gpu_util_pct_mean=99.0)).bottleneck == "compute-bound"
+    assert analysis.BOTTLENECKS == (
+        "cpu-starved", "input-bound", "communication-bound", "memory-capacity-bound", "host/launch-bound", "compute-bound"
+    )
+
+
+def test_low_util_with_heavy_data_wait_is_input_not_launch():
+    v = verdict(m(data_time_share=0.4, gpu_util_pct_mean=40.0))
+    assert v.bottleneck == "input-bound" and "host/launch-bound" not in v.evidence
+
+
+def test_losing_rules_are_listed_as_also():
+    v = verdict(m(cpu_quota_cores=4.0, data_time_share=0.5))
+    assert v.bottleneck == "cpu-starved"
+    assert "; also input-bound: data wait 50%" in v.evidence
+
+
+def test_verdict_dict():
+    v = verdict(m(data_time_share=0.3))
+    d = verdict_dict(v)
+    assert d == {"bottleneck": "input-bound", "evidence": v.evidence, "advice": v.advice}
+    assert d["bottleneck"] in analysis.BOTTLENECKS

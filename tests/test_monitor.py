@@ -1,0 +1,270 @@
+"""The utilisation sampler: fixed-interval rows, GPU columns only where NVML answers, deltas."""
+
+from __future__ import annotations
+
+import csv
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import types
+
+import pytest
+
+from effbench import monitor
+from effbench.monitor import UtilizationSampler, energy_j
+
+
+class FakeNVMLError(Exception):
+    """Stands in for pynvml.NVMLError."""
+
+
+class FakeNVML:
+    """Two GPUs. GPU 1 has no power reading (every call raises); the energy counter of GPU 0 grows
+    by 500 mJ per read, GPU 1 by 250 mJ; GPU 0's utilisation call fails on every 4th read."""
+
+    NVML_TEMPERATURE_GPU = 0
+    NVML_CLOCK_SM = 1
+
+    def __init__(self, count: int = 2) -> None:
+        self.count = count
+        self.energy_mj = {0: 1_000_000.0, 1: 5_000_000.0}
+        self.util_calls = 0
+        self.inited = 0
+        self.shutdown = 0
+
+    def nvmlInit(self) -> None:
+        self.inited += 1
+
+    def nvmlShutdown(self) -> None:
+        self.shutdown += 1
+
+    def nvmlDeviceGetCount(self) -> int:
+        return self.count
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        if i >= self.count:
+            raise FakeNVMLError("invalid argument")
+        return i
+
+    def nvmlDeviceGetName(self, h: int) -> bytes:
+        return b"NVIDIA H100 80GB HBM3"
+
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> types.SimpleNamespace:
+        if h == 0:
+            self.util_calls += 1
+            if self.util_calls % 4 == 0:
+                raise FakeNVMLError("GPU is lost")
+        return types.SimpleNamespace(gpu=90 if h == 0 else 40, memory=10)
+
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> types.SimpleNamespace:
+        return types.SimpleNamespace(used=(h + 1) * 2**30, total=80 * 2**30, free=0)
+
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
+        if h == 1:
+            raise FakeNVMLError("Not Supported")
+        return 350_000  # mW
+
+    def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
+        assert sensor == self.NVML_TEMPERATURE_GPU
+        return 60 + h
+
+    def nvmlDeviceGetClockInfo(self, h: int, clock: int) -> int:
+        assert clock == self.NVML_CLOCK_SM
+        return 1980
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> float:
+        self.energy_mj[h] += 500.0 if h == 0 else 250.0
+        return self.energy_mj[h]
+
+
+class NoDriverNVML(FakeNVML):
+    def nvmlInit(self) -> None:
+        raise FakeNVMLError("Driver Not Loaded")
+
+
+def _busy(seconds: float) -> int:
+    end = time.perf_counter() + seconds
+    n = 0
+    while time.perf_counter() < end:
+        n += 1
+    return n
+
+
+@pytest.fixture(scope="module")
+def fake_run():
+    """One 1.5 s busy loop sampled every 0.2 s with the fake NVML (shared by the tests below)."""
+    nvml = FakeNVML()
+    with UtilizationSampler(interval_s=0.2, gpu_indices=[0, 1], nvml=nvml) as mon:
+        _busy(1.5)
+    return mon, nvml
+
+
+def test_rows_come_at_the_interval(fake_run):
+    mon, _ = fake_run
+    rows = mon.samples
+    # first sample at entry, ~7 on the thread over 1.5 s, one final at exit
+    assert 8 <= len(rows) <= 10, [r["t_s"] for r in rows]
+    ts = [r["t_s"] for r in rows]
+    assert ts[0] < 0.05 and ts == sorted(ts)
+    gaps = [b - a for a, b in zip(ts[:-2], ts[1:-1])]  # the final sample comes whenever the block ends
+    assert abs(statistics.median(gaps) - 0.2) < 0.04, gaps
+    assert 1.45 < ts[-1] < 1.8
+
+
+def test_gpu_columns_present_and_failures_are_per_call(fake_run):
+    mon, nvml = fake_run
+    rows = mon.samples
+    assert mon.gpu_indices == [0, 1]
+    for r in rows:
+        assert r["gpu0_power_w"] == pytest.approx(350.0)
+        assert "gpu1_power_w" not in r  # never zero: absent
+        assert r["gpu1_mem_used_gib"] == pytest.approx(2.0)
+        assert r["gpu1_temp_c"] == 61 and r["gpu0_sm_clock_mhz"] == 1980
+    with_util = [r for r in rows if "gpu0_util_pct" in r]
+    assert 0 < len(with_util) < len(rows)  # every 4th util call failed, the rest survived
+    assert nvml.inited == 1 and nvml.shutdown == 1
+
+
+def test_energy_is_the_delta_since_start(fake_run):
+    mon, _ = fake_run
+    rows = mon.samples
+    n = len(rows)
+    # one baseline read at start, then one read per sample
+    assert [r["gpu0_energy_j"] for r in rows] == pytest.approx([0.5 * (k + 1) for k in range(n)])
+    s = mon.summary()
+    g0, g1 = s["gpus"]
+    assert g0["energy_j"] == pytest.approx(0.5 * n) and g1["energy_j"] == pytest.approx(0.25 * n)
+    assert energy_j(s) == pytest.approx(0.75 * n)
+
+
+def test_summary_shape(fake_run):
+    mon, _ = fake_run
+    s = mon.summary()
+    assert s["interval_s"] == 0.2 and s["samples"] == len(mon.samples)
+    g0, g1 = s["gpus"]
+    assert g0["index"] == 0 and g0["name"] == "NVIDIA H100 80GB HBM3"
+    assert g0["util_pct"] == {"mean": pytest.approx(90.0), "max": 90.0}
+    assert g1["mem_used_gib"]["max"] == pytest.approx(2.0)
+    assert "power_w" in g0 and "power_w" not in g1
+    assert set(g0) >= {"util_pct", "mem_used_gib", "power_w", "temp_c", "sm_clock_mhz", "energy_j"}
+    host = s["host"]
+    for key in ("cpu_pct", "proc_cpu_pct", "rss_gib"):
+        assert set(host[key]) == {"mean", "max"} and host[key]["max"] >= host[key]["mean"]
+    assert host["rss_gib"]["mean"] > 0.01  # this Python process with torch imported
+
+
+def test_host_columns_see_the_busy_loop(fake_run):
+    mon, _ = fake_run
+    rows = mon.samples
+    assert "cpu_pct" not in rows[0] and "proc_cpu_pct" not in rows[0]  # no interval yet
+    busy = [r["proc_cpu_pct"] for r in rows[1:]]
+    assert statistics.mean(busy) > 20, busy  # one core spinning reads ~100 on an idle host
+    assert all(0 <= r["cpu_pct"] <= 100 for r in rows[1:])
+    for key in ("net_sent_bytes", "net_recv_bytes"):
+        if key in rows[0]:
+            assert rows[0][key] >= 0
+
+
+def test_csv_is_written_and_parseable(fake_run, tmp_path):
+    mon, _ = fake_run
+    path = tmp_path / "utilization.csv"
+    mon.write_csv(path)
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        header = reader.fieldnames
+        rows = list(reader)
+    assert header[0] == "t_s" and "gpu0_util_pct" in header and "gpu1_power_w" not in header
+    assert len(rows) == len(mon.samples)
+    assert float(rows[-1]["gpu0_energy_j"]) == pytest.approx(mon.samples[-1]["gpu0_energy_j"])
+    assert rows[0]["cpu_pct"] == ""  # absent in the first row is an empty cell, not 0
+
+
+def test_without_nvml_gpu_columns_are_absent(monkeypatch):
+    monkeypatch.setattr(monitor, "_load_nvml", lambda: None)
+    with UtilizationSampler(interval_s=0.1) as mon:
+        time.sleep(0.35)
+    s = mon.summary()
+    assert "gpus" not in s and energy_j(s) is None
+    assert mon.gpu_indices == []
+    assert len(mon.samples) >= 3
+    assert not any(k.startswith("gpu") for r in mon.samples for k in r)
+
+
+def test_nvml_init_failure_means_no_gpus():
+    with UtilizationSampler(interval_s=0.1, nvml=NoDriverNVML()) as mon:
+        time.sleep(0.15)
+    assert "gpus" not in mon.summary() and mon.samples and "rss_gib" in mon.samples[0]
+
+
+def test_energy_needs_every_gpu():
+    assert energy_j({"gpus": [{"index": 0, "energy_j": 2.0}, {"index": 1, "energy_j": 3.0}]}) == 5.0
+    assert energy_j({"gpus": [{"index": 0, "energy_j": 2.0}, {"index": 1}]}) is None
+    assert energy_j({"host": {}}) is None
+
+
+def test_default_gpu_indices_follow_cuda_visible_devices():
+    assert monitor._default_gpu_indices(4, {}) == [0, 1, 2, 3]
+    assert monitor._default_gpu_indices(4, {"CUDA_VISIBLE_DEVICES": "2,0"}) == [2, 0]
+    assert monitor._default_gpu_indices(4, {"CUDA_VISIBLE_DEVICES": ""}) == []
+    assert monitor._default_gpu_indices(4, {"CUDA_VISIBLE_DEVICES": "1,7,2"}) == [1]
+    assert monitor._default_gpu_indices(2, {"CUDA_VISIBLE_DEVICES": "GPU-1234abcd"}) == [0, 1]
+
+
+def test_default_gpus_come_from_nvml(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with UtilizationSampler(interval_s=0.5, nvml=FakeNVML(count=3)) as mon:
+        pass
+    # the fake has no energy table for GPU 2, so its energy counter fails: absent, not zero
+    assert mon.gpu_indices == [0, 1, 2]
+    assert "energy_j" not in mon.summary()["gpus"][2] and energy_j(mon.summary()) is None
+
+
+def test_children_that_exit_are_handled():
+    """A watched child that exits mid-run drops out of the tree; the sampler keeps going."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.25)"])
+    try:
+        with UtilizationSampler(interval_s=0.1, nvml=NoDriverNVML()) as mon:
+            time.sleep(0.15)
+            child.wait()  # reaped while sampling: the pid vanishes from the tree
+            time.sleep(0.3)
+    finally:
+        child.wait()
+    rows = mon.samples
+    assert len(rows) >= 5 and rows[-1]["t_s"] > 0.45  # sampled on past the child's exit
+    assert all("rss_gib" in r for r in rows) and all("proc_cpu_pct" in r for r in rows[1:-1])
+    # once the child died, nothing more about it; when the watched pid itself is gone, no tree columns
+    with UtilizationSampler(interval_s=0.1, pid=child.pid, nvml=NoDriverNVML()) as gone:
+        time.sleep(0.15)
+    assert gone.samples and all("rss_gib" not in r and "proc_cpu_pct" not in r for r in gone.samples)
+
+
+def test_rejects_a_non_positive_interval():
+    with pytest.raises(ValueError, match="interval_s"):
+        UtilizationSampler(interval_s=0)
+
+
+def test_the_thread_is_stopped_after_exit():
+    with UtilizationSampler(interval_s=0.05, nvml=NoDriverNVML()) as mon:
+        time.sleep(0.1)
+    n = len(mon.samples)
+    time.sleep(0.2)
+    assert len(mon.samples) == n
+    assert not any(t.name == "effbench-monitor" for t in threading.enumerate())
+
+
+@pytest.mark.parametrize("children_files", [True, False], ids=["children-files", "full-scan"])
+def test_a_busy_child_counts_toward_the_process_tree(monkeypatch, children_files):
+    """The tree's CPU % includes a child started while sampling (the main process only sleeps)."""
+    if not children_files:
+        monkeypatch.setattr(monitor, "TREE_RESCAN_S", 0.0)  # every sample rescans /proc with psutil
+    with UtilizationSampler(interval_s=0.1, nvml=NoDriverNVML()) as mon:
+        if not children_files:
+            mon._host._children_files = False
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import time\nend = time.time() + 0.8\nwhile time.time() < end: pass"]
+        )
+        child.wait()
+    busy = [r["proc_cpu_pct"] for r in mon.samples if "proc_cpu_pct" in r]
+    assert max(busy) > 20, busy  # the spinning child: ~100 (one core) on an idle host, 0 if unseen
