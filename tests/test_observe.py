@@ -1,0 +1,137 @@
+"""Observability glue: measurements -> results keys and verdicts; and on real CPU runs."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+
+import pytest
+
+from effbench import cli, observe
+
+
+def _record(**kw):
+    base = {
+        "device": "cpu",
+        "precision": "fp32",
+        "devices": 1,
+        "world_size": 1,
+        "throughput_img_s": 100.0,
+        "data_time_share": 0.05,
+        "measured": {"steps": 10, "time_s": 1.0, "images": 1000},
+        "epochs": [{"images": 1200}],
+        "env": {},
+        "ranks": [],
+    }
+    base.update(kw)
+    return base
+
+
+def _summ(record, **kw):
+    args = dict(
+        flops_image=2e9, utilization=None, memory=[None], profile_info=None, cpu_quota_cores=8.0,
+        workers_per_process=2, processes_per_node=1, tf32_enabled=False,
+    )  # fmt: skip
+    args.update(kw)
+    return observe.summarize(record, **args)
+
+
+def test_cpu_run_has_flops_and_tflops_but_no_mfu_or_energy():
+    out = _summ(_record())
+    assert out["flops_per_image"] == 2e9 and out["achieved_tflops"] == pytest.approx(0.2)
+    assert "mfu" not in out and "energy_j" not in out and "peak_mem_gib" not in out
+    assert out["verdict"]["bottleneck"] == "compute-bound"
+
+
+def test_gpu_run_gets_mfu_memory_energy_and_images_per_joule():
+    util = {"host": {}, "gpus": [{"index": 0, "util_pct": {"mean": 95.0, "max": 99.0}, "energy_j": 600.0}]}
+    rec = _record(device="cuda:0 (NVIDIA H100 80GB HBM3)", precision="bf16", env={"gpus": [{"name": "NVIDIA H100 80GB HBM3"}]},
+                  throughput_img_s=5000.0)  # fmt: skip
+    mem = [{"peak_mem_allocated_gib": 10.0, "peak_mem_reserved_gib": 12.0, "mem_total_gib": 80.0}]
+    out = _summ(rec, flops_image=1e9, utilization=util, memory=mem)
+    assert out["achieved_tflops"] == pytest.approx(5.0)
+    assert 0 < out["mfu"] < 0.02  # 5 TFLOP/s of a ~990 TFLOP/s dense bf16 peak
+    assert out["peak_mem_gib"] == 10.0 and out["peak_mem_reserved_gib"] == 12.0
+    assert out["energy_j"] == 600.0 and out["images_per_j"] == pytest.approx(1200 / 600)
+    assert out["verdict"]["bottleneck"] == "compute-bound" and "MFU" in out["verdict"]["evidence"]
+
+
+def test_unknown_gpu_gets_no_mfu():
+    rec = _record(device="cuda:0 (Mystery GPU 9000)", precision="bf16", env={"gpus": [{"name": "Mystery GPU 9000"}]})
+    assert "mfu" not in _summ(rec)
+
+
+def test_data_starved_run_is_input_bound():
+    out = _summ(_record(data_time_share=0.6), workers_per_process=0)
+    assert out["verdict"]["bottleneck"] == "input-bound" and "60%" in out["verdict"]["evidence"]
+
+
+def test_profile_overhead_is_reported_against_the_timed_step():
+    info = {"phases": [], "tables": {}, "trace": None, "active_steps": 3, "profiled_step_time_s": 0.15}
+    out = _summ(_record(), profile_info=info)
+    assert out["profile"]["timed_step_time_s"] == pytest.approx(0.1)
+    assert out["profile"]["profiler_overhead"] == pytest.approx(0.5)
+
+
+def test_merge_utilization_keeps_rank0_host_and_every_gpu():
+    a = {"host": {"cpu_pct": {"mean": 1, "max": 2}}, "gpus": [{"index": 0}]}
+    b = {"host": {"cpu_pct": {"mean": 9, "max": 9}}, "gpus": [{"index": 1}]}
+    m = observe.merge_utilization([a, b])
+    assert m["host"] == a["host"] and [g["index"] for g in m["gpus"]] == [0, 1]
+    assert observe.merge_utilization([None]) is None
+    assert "gpus" not in observe.merge_utilization([{"host": {}}])
+
+
+def test_visible_gpu_index_maps_through_cuda_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert observe.visible_gpu_index(1) == 3
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaaa,GPU-bbbb")
+    assert observe.visible_gpu_index(1) == 1
+
+
+def _run(args, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    assert info.value.code == 0, err
+    return out
+
+
+def test_smoke_writes_profiler_tables_trace_utilization_and_verdict(tmp_path, capsys):
+    out = _run(["run", "--smoke", "--output", tmp_path, "--quiet", "--sample-interval-s", "0.1"], capsys)
+    (run,) = [p for p in tmp_path.iterdir()]
+    r = json.loads((run / "results.json").read_text())
+    for key in ("utilization", "flops_per_image", "achieved_tflops", "profile", "verdict"):
+        assert key in r, key
+    assert "mfu" not in r and "energy_j" not in r and "peak_mem_gib" not in r  # CPU: absent, not zero
+    assert set(r["verdict"]) == {"bottleneck", "evidence", "advice"}
+    assert "Verdict:" in out
+    phases = {p["phase"]: p for p in r["profile"]["phases"]}
+    assert phases["forward"]["calls"] == 3 and phases["backward"]["cpu_time_s"] > 0
+    for name in ("profile_ops_by_cpu_time.txt", "profile_ops_by_device_time.txt"):
+        text = (run / name).read_text()
+        assert "Self CPU %" in text and "# of Calls" in text
+    trace = json.loads(gzip.decompress((run / "trace_rank0.json.gz").read_bytes()))
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert {"forward", "backward", "data_wait"} <= names
+    rows = list(csv.DictReader((run / "utilization.csv").open()))
+    assert len(rows) >= 2 and "cpu_pct" in rows[0] and not any(k.startswith("gpu") for k in rows[0])
+    assert r["profile"]["profiler_overhead"] is not None
+
+
+def test_starved_food101_run_is_input_bound_and_synthetic_is_not(tmp_path, capsys):
+    from fakedata import make_food101
+
+    food = make_food101(tmp_path / "data", classes=2, per_class=24, size=400)
+    common = ["--arch", "b0", "--weights", "none", "--freeze", "classifier", "--image-size", "32", "--device", "cpu",
+              "--batch-size", "8", "--epochs", "1", "--max-steps", "4", "--warmup-steps", "1", "--workers", "0",
+              "--no-profile", "--quiet"]  # fmt: skip
+    _run(["run", *common, "--dataset", "food101", "--data-dir", food, "--output", tmp_path / "food"], capsys)
+    _run(["run", *common, "--dataset", "synthetic", "--output", tmp_path / "syn"], capsys)
+    (food_run,) = list((tmp_path / "food").iterdir())
+    (syn_run,) = list((tmp_path / "syn").iterdir())
+    food_r = json.loads((food_run / "results.json").read_text())
+    syn_r = json.loads((syn_run / "results.json").read_text())
+    assert food_r["verdict"]["bottleneck"] == "input-bound", food_r["verdict"]
+    assert syn_r["verdict"]["bottleneck"] != "input-bound", syn_r["verdict"]
