@@ -1,0 +1,302 @@
+#!/usr/bin/env bash
+# Image smoke test: build the Dockerfile and run the image, with no Docker engine, no registry, no GPU.
+#
+#   sudo bash .ci/image-smoke.sh          # root: rootful podman; ~10 minutes on 2 cores
+#   KEEP_IMAGE=1 bash .ci/image-smoke.sh  # keep localhost/effbench:ci-smoke afterwards
+#   KEEP_IMAGE=1 REUSE_IMAGE=1 bash .ci/image-smoke.sh   # rerun the checks on the kept image
+#
+# 1. installs podman, buildah, runc and debootstrap from Debian when missing;
+# 2. makes a Debian base image (debootstrap --variant=minbase + python3, `podman import`), reused
+#    while it exists: CI cannot pull the CUDA base from a registry;
+# 3. builds the Dockerfile with --isolation chroot --build-arg BASE_IMAGE=<that image>, passing this
+#    machine's pip settings as build args and mounting their local folders read-only;
+# 4. runs the image with --runtime runc (explicit --ulimit values: podman's defaults exceed this
+#    machine's hard limits) as a uid that is not the image's, with a host folder as /results:
+#    `effbench run --smoke --device cpu` must succeed, leave its reports in the host folder, and its
+#    process must not be root;
+# 5. two negative runs that must fail fast with the preflight message instead of hanging:
+#    a read-only /results, and a 64 MiB /dev/shm with DataLoader workers;
+# 6. runs singularity.def's %environment with its %test, then a smoke run, in the image as Apptainer
+#    would (read-only, no entrypoint, another uid, cwd bound): results must land under the cwd;
+# 7. removes the image and the build's intermediate images (the small base image is kept).
+# Every podman run is under `timeout`, so a hang fails the step. Prints PASS/FAIL lines; exits 1 on
+# any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+IMAGE=${IMAGE:-localhost/effbench:ci-smoke}
+BASE=${BASE:-localhost/effbench-ci-base:bookworm}
+SUITE=${SUITE:-bookworm}
+RUN_UID=${RUN_UID:-23456}          # neither root nor the image's 10001; no passwd entry in the image
+BUILD_TIMEOUT=${BUILD_TIMEOUT:-720}
+RUN_TIMEOUT=${RUN_TIMEOUT:-300}
+FAIL_FAST_TIMEOUT=${FAIL_FAST_TIMEOUT:-120}
+started=$SECONDS
+failures=0
+containers=()
+new_images=()
+
+log() { echo "[image-smoke $((SECONDS - started))s] $*"; }
+pass() { echo "PASS: $*"; }
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+die() { echo "FAIL: $*"; exit 1; }
+# check "PASS TEXT" "FAIL TEXT" CMD...: one PASS or FAIL line from a command's exit status.
+check() {
+    local ok=$1 bad=$2
+    shift 2
+    if "$@"; then pass "$ok"; else fail "$bad"; fi
+}
+
+WORK=$(mktemp -d /tmp/effbench-image-smoke.XXXXXX)
+chmod 755 "$WORK"
+
+cleanup() {
+    local c
+    for c in "${containers[@]}"; do podman rm -f "$c" >/dev/null 2>&1 || true; done
+    if [ "${KEEP_IMAGE:-0}" != 1 ]; then
+        podman rmi -f "$IMAGE" >/dev/null 2>&1 || true
+        for c in "${new_images[@]}"; do podman rmi -f "$c" >/dev/null 2>&1 || true; done
+    fi
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+[ "$(id -u)" = 0 ] || die "needs root (rootful podman with --isolation chroot); run it with sudo"
+
+# --- 1. tools ---------------------------------------------------------------------------------------
+need=()
+for tool in podman buildah runc debootstrap; do command -v "$tool" >/dev/null || need+=("$tool"); done
+if [ ${#need[@]} -gt 0 ]; then
+    log "installing ${need[*]} from Debian"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends podman buildah runc debootstrap ca-certificates >/dev/null
+fi
+podman --version
+# podman's default rlimits (nofile and nproc around 1M) are above this machine's hard limits and runc
+# fails to set them; explicit values below the hard limits work (4096 processes suffice: RLIMIT_NPROC
+# counts the threads of the run's uid, which only this container uses).
+nofile=$(ulimit -Hn)
+{ [ "$nofile" = unlimited ] || [ "$nofile" -gt 8192 ]; } && nofile=8192
+ULIMITS=(--ulimit "nofile=$nofile:$nofile" --ulimit "nproc=4096:4096")
+
+# --- 2. base image ----------------------------------------------------------------------------------
+debian_mirror() {
+    # The machine's own Debian mirror (deb822 sources first), not the security one.
+    local uri
+    uri=$(awk '/^URIs:/ {for (i = 2; i <= NF; i++) print $i}' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -n1 || true)
+    [ -n "$uri" ] || uri=$(awk '$1 == "deb" && $0 !~ /security/ {for (i = 2; i <= NF; i++) if ($i ~ /^https?:/) {print $i; exit}}' /etc/apt/sources.list 2>/dev/null || true)
+    echo "${uri:-http://deb.debian.org/debian}"
+}
+if podman image exists "$BASE"; then
+    log "base image $BASE exists; reusing it"
+else
+    mirror=$(debian_mirror)
+    log "debootstrap $SUITE from $mirror"
+    timeout 600 debootstrap --variant=minbase --include=python3,python3-venv "$SUITE" "$WORK/rootfs" "$mirror" >"$WORK/debootstrap.log" 2>&1 \
+        || { tail -20 "$WORK/debootstrap.log"; die "debootstrap failed"; }
+    tar -C "$WORK/rootfs" -c . | podman import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' --change 'CMD ["/bin/sh"]' - "$BASE" >/dev/null
+    rm -rf "$WORK/rootfs"
+    pass "base image $BASE made with debootstrap + podman import"
+fi
+
+# --- 3. build ---------------------------------------------------------------------------------------
+# This machine's pip settings (environment first, then pip's config files) as build args; every
+# local folder or file they name is mounted read-only at the same path.
+PY=python3
+[ -x .venv/bin/python ] && PY=.venv/bin/python
+mapfile -t pip_settings < <("$PY" - <<'EOF'
+import ast, os, re, subprocess, sys
+keys = {"index-url": "PIP_INDEX_URL", "extra-index-url": "PIP_EXTRA_INDEX_URL",
+        "find-links": "PIP_FIND_LINKS", "cert": "PIP_CERT", "trusted-host": "PIP_TRUSTED_HOST"}
+listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
+config = {}
+for line in listed.splitlines():
+    m = re.match(r"^([^.]*)\.([a-z-]+)=(.*)$", line)
+    if m and m.group(2) in keys and m.group(1) in ("global", "install", ":env:"):
+        config.setdefault(m.group(2), ast.literal_eval(m.group(3)))
+for key, var in keys.items():
+    value = os.environ.get(var) or config.get(key)
+    if value:
+        print(f"{var}={' '.join(value.split())}")
+EOF
+)
+build_args=(--build-arg "BASE_IMAGE=$BASE")
+mounts=()
+add_mount() {
+    local path=$1
+    [ -e "$path" ] || return 0
+    case " ${mounts[*]-} " in *" $path:$path:ro "*) return 0 ;; esac
+    mounts+=(--volume "$path:$path:ro")
+}
+for setting in "${pip_settings[@]}"; do
+    build_args+=(--build-arg "$setting")
+    name=${setting%%=*}
+    for item in ${setting#*=}; do
+        path=${item#file://}
+        case "$path" in /*) ;; *) continue ;; esac
+        case "$name" in
+            PIP_INDEX_URL | PIP_EXTRA_INDEX_URL) [ "$(basename "$path")" = simple ] && path=$(dirname "$path") ;;
+        esac
+        add_mount "$path"
+    done
+done
+log "pip settings passed to the build: ${pip_settings[*]:-none}"
+
+images_before=$(podman images -q --no-trunc | sort -u)
+build_start=$SECONDS
+if [ "${REUSE_IMAGE:-0}" = 1 ] && podman image exists "$IMAGE"; then
+    log "REUSE_IMAGE=1: testing the existing $IMAGE without rebuilding"
+elif log "building $IMAGE (timeout ${BUILD_TIMEOUT}s)" && timeout "$BUILD_TIMEOUT" podman build --isolation chroot --layers=false \
+    "${build_args[@]}" "${mounts[@]}" \
+    --build-arg "VCS_REF=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+    --build-arg "BUILD_DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+    -t "$IMAGE" . >"$WORK/build.log" 2>&1; then
+    build_s=$((SECONDS - build_start))
+    size=$(podman image inspect "$IMAGE" --format '{{.Size}}')
+    pass "image built in ${build_s}s, $((size / 1024 / 1024)) MiB"
+    grep -E "^torch [0-9]" "$WORK/build.log" || true
+else
+    mapfile -t new_images < <(comm -13 <(echo "$images_before") <(podman images -q --no-trunc | sort -u))
+    tail -40 "$WORK/build.log"
+    die "podman build failed or ran past ${BUILD_TIMEOUT}s"
+fi
+mapfile -t new_images < <(comm -13 <(echo "$images_before") <(podman images -q --no-trunc | sort -u) | grep -v "$(podman image inspect "$IMAGE" --format '{{.Id}}')" || true)
+
+user=$(podman image inspect "$IMAGE" --format '{{.Config.User}}')
+check "image USER is numeric non-root ($user)" "image USER is '$user'" grep -qE '^[1-9][0-9]*(:[0-9]+)?$' <<<"$user"
+
+# --- 4. positive run: foreign uid, host folder as /results ------------------------------------------
+results="$WORK/results"
+mkdir -p "$results"
+chown "$RUN_UID:$RUN_UID" "$results"
+name="effbench-smoke-$$"
+containers+=("$name")
+log "effbench run --smoke --device cpu as uid $RUN_UID (timeout ${RUN_TIMEOUT}s)"
+podman run -d --name "$name" --runtime runc "${ULIMITS[@]}" --user "$RUN_UID:$RUN_UID" \
+    -v "$results:/results" "$IMAGE" run --smoke --device cpu >/dev/null
+pid=$(podman inspect "$name" --format '{{.State.Pid}}')
+proc_uid=$(awk '/^Uid:/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo "?")
+code=$(timeout "$RUN_TIMEOUT" podman wait "$name" || echo timeout)
+podman logs "$name" >"$WORK/smoke.log" 2>&1 || true
+if [ "$proc_uid" = "$RUN_UID" ]; then
+    pass "the container process runs as uid $proc_uid, not root"
+else
+    fail "the container process uid is $proc_uid (expected $RUN_UID)"
+fi
+if [ "$code" = 0 ]; then
+    pass "effbench run --smoke exited 0"
+else
+    tail -30 "$WORK/smoke.log"
+    fail "effbench run --smoke exited $code"
+fi
+run_dir=$(find "$results" -mindepth 1 -maxdepth 1 -type d | head -n1)
+if [ -n "$run_dir" ]; then
+    missing=""
+    for f in config.json env.json results.json epochs.csv steps.csv report.txt report.md; do
+        [ -s "$run_dir/$f" ] || missing="$missing $f"
+    done
+    check "host folder holds the run's reports: $(basename "$run_dir")" "missing in $run_dir:$missing" test -z "$missing"
+    check "results.json says status ok" "results.json status is not ok" grep -q '"status": "ok"' "$run_dir/results.json"
+    extra=$(find "$results" -mindepth 1 -maxdepth 1 ! -path "$run_dir" -printf '%f ')
+    check "the host folder holds nothing but the run folder" "the host folder also holds: $extra" test -z "$extra"
+    owner=$(stat -c %u "$run_dir/results.json")
+    check "reports are owned by uid $RUN_UID" "reports are owned by uid $owner" test "$owner" = "$RUN_UID"
+else
+    fail "no run folder in the host folder mounted as /results"
+fi
+
+# --- 5. negative runs: fail fast with the preflight message -----------------------------------------
+# expect_preflight NAME TEXT... -- PODMAN-RUN-ARGS...: exit 2 within FAIL_FAST_TIMEOUT, each TEXT on stderr.
+expect_preflight() {
+    local label=$1 out rc t0 texts=()
+    shift
+    while [ "$1" != -- ]; do texts+=("$1"); shift; done
+    shift
+    t0=$SECONDS
+    set +e
+    out=$(timeout "$FAIL_FAST_TIMEOUT" podman run --rm --runtime runc "${ULIMITS[@]}" --user "$RUN_UID:$RUN_UID" "$@" 2>&1)
+    rc=$?
+    set -e
+    if [ $rc = 124 ] || [ $rc = 137 ]; then
+        fail "$label: still running after ${FAIL_FAST_TIMEOUT}s (hang)"
+        return
+    fi
+    local t
+    for t in "${texts[@]}"; do
+        if ! grep -qF -- "$t" <<<"$out"; then
+            printf '%s\n' "$out" | tail -5 | sed 's/^/    /'
+            fail "$label: exit $rc, output lacks '$t'"
+            return
+        fi
+    done
+    if [ $rc = 2 ]; then
+        pass "$label: exit 2 after $((SECONDS - t0))s with: $(grep -m1 '^error:' <<<"$out" | cut -c1-150)"
+    else
+        fail "$label: exit $rc (expected 2)"
+    fi
+}
+
+readonly_results="$WORK/readonly-results"
+mkdir -p "$readonly_results"
+expect_preflight "read-only /results" "error: --output: /results is not writable by uid $RUN_UID" "fix: Docker:" -- \
+    -v "$readonly_results:/results:ro" "$IMAGE" run --smoke --device cpu
+check "read-only run left nothing behind" "read-only run wrote into $readonly_results" test -z "$(ls -A "$readonly_results")"
+
+# A small image-folder dataset, so /dev/shm is the only thing wrong with the second run.
+data="$WORK/data"
+for cls in cats dogs; do mkdir -p "$data/$cls"; done
+"$PY" - "$data" <<'EOF'
+import struct, sys, zlib
+def png(path, rgb):  # an 8x8 solid-colour PNG, by hand: no imaging library needed
+    raw = b"".join(b"\x00" + bytes(rgb) * 8 for _ in range(8))
+    chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
+    data = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 8, 8, 8, 2, 0, 0, 0))
+    open(path, "wb").write(data + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+for i in range(4):
+    png(f"{sys.argv[1]}/cats/{i}.png", (200, 40 * i, 0))
+    png(f"{sys.argv[1]}/dogs/{i}.png", (0, 40 * i, 200))
+EOF
+chmod -R a+rX "$data"
+shm_results="$WORK/shm-results"
+mkdir -p "$shm_results"
+chown "$RUN_UID:$RUN_UID" "$shm_results"
+expect_preflight "64 MiB /dev/shm with 2 workers" "error: --workers: /dev/shm has 64 MiB free" "--shm-size=" -- \
+    --shm-size 64m -v "$shm_results:/results" -v "$data:/data:ro" "$IMAGE" \
+    run --smoke --device cpu --dataset imagefolder --data-dir /data --workers 2 --batch-size 64 --image-size 224
+
+# --- 6. as Apptainer would run it: read-only image, no entrypoint, no USER, cwd and HOME bound -------
+# No Apptainer here, so singularity.def's %environment and %test/%runscript run in the image the
+# way `apptainer test|run` does: this proves nothing essential lives only in the entry script.
+environment=$("$PY" tools/check_singularity_def.py --section environment singularity.def)
+sif_test=$("$PY" tools/check_singularity_def.py --section test singularity.def)
+cwd="$WORK/apptainer-cwd"
+mkdir -p "$cwd/home"
+chown -R "$RUN_UID:$RUN_UID" "$cwd"
+apptainer_like() {
+    timeout "$RUN_TIMEOUT" podman run --rm --runtime runc "${ULIMITS[@]}" --user "$RUN_UID:$RUN_UID" \
+        --read-only --image-volume ignore --entrypoint /bin/sh \
+        -v "$cwd:$cwd" -w "$cwd" -e HOME="$cwd/home" "$IMAGE" -c "$environment
+$1"
+}
+if out=$(apptainer_like "$sif_test" 2>&1) && grep -q "all checks passed" <<<"$out"; then
+    pass "%environment + %test (effbench doctor) pass in the read-only image"
+else
+    printf '%s\n' "$out" | tail -15 | sed 's/^/    /'
+    fail "%environment + %test in the read-only image"
+fi
+if out=$(apptainer_like 'exec effbench run --smoke --device cpu --quiet' 2>&1) \
+    && [ -s "$(find "$cwd/results" -name results.json 2>/dev/null | head -n1)" ]; then
+    pass "%runscript-style run in the read-only image wrote its run folder under the working directory"
+else
+    printf '%s\n' "$out" | tail -15 | sed 's/^/    /'
+    fail "run in the read-only image (results expected under $cwd/results)"
+fi
+
+# --- 7. summary (cleanup runs on exit) --------------------------------------------------------------
+log "done in $((SECONDS - started))s"
+if [ "$failures" -gt 0 ]; then
+    echo "image-smoke: $failures check(s) FAILED"
+    exit 1
+fi
+echo "image-smoke: all checks passed"

@@ -1,0 +1,125 @@
+# effbench: a PyTorch CNN training benchmark, as an image.
+#
+#   docker build -t effbench .
+#   docker run --rm --gpus all --shm-size=8g --user "$(id -u):$(id -g)" \
+#       -v "$PWD/results:/results" -v /path/to/datasets:/data:ro effbench run --arch b0 --dataset cifar100
+#   docker run --rm effbench doctor                   # what would stop a run here, and the fix
+#
+# Flavours: the default is torch's CUDA 13.0 build, which needs an R580+ driver. For an older driver
+# build the CUDA 12.6 wheels instead (any R525+ driver runs them):
+#   docker build -t effbench:cu126 --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 \
+#       --build-arg TORCH_VERSION=<version> --build-arg TORCHVISION_VERSION=<matching version> .
+# Behind a mirror, pass the pip settings through (nothing here names a host):
+#   --build-arg PIP_INDEX_URL=... --build-arg PIP_EXTRA_INDEX_URL=... --build-arg PIP_FIND_LINKS=...
+#   --build-arg PIP_CERT=/path/inside/build   (with the file mounted: podman build --volume ...)
+#
+# The torch wheels bundle their CUDA libraries, so the base only has to provide glibc and Python 3;
+# the CUDA runtime image is the default because the NVIDIA Container Toolkit recognises it.
+
+ARG BASE_IMAGE=nvidia/cuda:13.0.1-runtime-ubuntu24.04
+
+# --- base: Python 3 and venv on the chosen base (skips apt when the base already has them) -------
+FROM ${BASE_IMAGE} AS base
+SHELL ["/bin/sh", "-eu", "-c"]
+ARG DEBIAN_FRONTEND=noninteractive
+RUN if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then \
+        apt-get update; \
+        apt-get install -y --no-install-recommends python3 python3-venv ca-certificates; \
+        rm -rf /var/lib/apt/lists/*; \
+    fi; \
+    python3 --version
+
+# --- build: one venv with torch, torchvision, effbench and the pinned rest -----------------------
+FROM base AS build
+ARG TORCH_VERSION=2.14.1
+ARG TORCHVISION_VERSION=0.29.1
+# Empty: the index pip is configured with (PyPI's torch is the CUDA 13.0 build on Linux x86_64).
+ARG TORCH_INDEX_URL=
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
+ARG PIP_FIND_LINKS
+ARG PIP_CERT
+ARG PIP_TRUSTED_HOST
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_DEFAULT_TIMEOUT=180
+# Build args that were not given reach RUN as empty strings, which pip would take as values: each
+# pip step first unsets the empty ones.
+RUN python3 -m venv /opt/venv
+COPY constraints.txt /tmp/constraints.txt
+RUN for v in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS PIP_CERT PIP_TRUSTED_HOST; do \
+        eval "[ -n \"\${$v:-}\" ]" || unset "$v"; \
+    done; \
+    /opt/venv/bin/python -m pip install -c /tmp/constraints.txt \
+        ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} \
+        "torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}"
+COPY pyproject.toml README.md /src/
+COPY effbench /src/effbench
+RUN for v in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS PIP_CERT PIP_TRUSTED_HOST; do \
+        eval "[ -n \"\${$v:-}\" ]" || unset "$v"; \
+    done; \
+    /opt/venv/bin/python -m pip install -c /tmp/constraints.txt /src; \
+    /opt/venv/bin/python -m pip check
+# The build fails here unless the venv holds exactly the pinned torch and torchvision (a resolver
+# that upgraded or replaced them would otherwise go unnoticed until a benchmark reports them).
+RUN /opt/venv/bin/python -c "import sys, torch, torchvision; \
+want = ('${TORCH_VERSION}', '${TORCHVISION_VERSION}'); \
+got = (torch.__version__.split('+')[0], torchvision.__version__.split('+')[0]); \
+print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'torchvision', torchvision.__version__); \
+sys.exit(0 if got == want else f'pinned torch/torchvision {want}, installed {got}')"
+
+# --- runtime: the venv, the entry script, a non-root uid that any other uid can replace ----------
+FROM base AS runtime
+ARG BASE_IMAGE
+ARG TORCH_VERSION=2.14.1
+ARG TORCHVISION_VERSION=0.29.1
+ARG TORCH_INDEX_URL=
+ARG EFFBENCH_VERSION=0.1.0
+ARG VCS_REF=unknown
+ARG BUILD_DATE=unknown
+LABEL org.opencontainers.image.title="effbench" \
+      org.opencontainers.image.description="Reproducible PyTorch CNN training benchmark: throughput, data vs compute time, accuracy" \
+      org.opencontainers.image.version="${EFFBENCH_VERSION}" \
+      org.opencontainers.image.revision="${VCS_REF}" \
+      org.opencontainers.image.created="${BUILD_DATE}" \
+      org.opencontainers.image.licenses="MIT" \
+      org.opencontainers.image.base.name="${BASE_IMAGE}" \
+      io.effbench.torch.version="${TORCH_VERSION}" \
+      io.effbench.torchvision.version="${TORCHVISION_VERSION}" \
+      io.effbench.torch.index="${TORCH_INDEX_URL}"
+
+# uid/gid 10001: outside the ranges distributions hand out, so it never maps to a real host user.
+# /cache is world-writable with the sticky bit (any uid can cache); /results belongs to 10001 and
+# other uids mount a host folder there; /data is meant to be mounted read-only.
+RUN groupadd --gid 10001 effbench; \
+    useradd --uid 10001 --gid 10001 --home-dir /home/effbench --create-home --shell /bin/sh effbench; \
+    mkdir -p /results /data /cache; \
+    chown 10001:10001 /results; \
+    chmod 0775 /results; \
+    chmod 1777 /cache
+
+COPY --from=build /opt/venv /opt/venv
+COPY --chmod=0755 entrypoint/entrypoint.sh /usr/local/bin/effbench-entrypoint
+
+ENV PATH=/opt/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin} \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONNOUSERSITE=1 \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    EFFBENCH_OUTPUT=/results \
+    EFFBENCH_DATA=/data \
+    XDG_CACHE_HOME=/cache \
+    TORCH_HOME=/cache/torch \
+    TRITON_CACHE_DIR=/cache/triton \
+    TORCHINDUCTOR_CACHE_DIR=/cache/inductor \
+    MPLCONFIGDIR=/cache/matplotlib \
+    CUDA_CACHE_PATH=/cache/nv
+
+VOLUME ["/results", "/data", "/cache"]
+# Not /results: podman gives a uid without a passwd entry HOME=$WORKDIR, and ~/.nv or ~/.config
+# must not land among the results.
+WORKDIR /home/effbench
+USER 10001:10001
+ENTRYPOINT ["/usr/local/bin/effbench-entrypoint"]
+CMD ["--help"]

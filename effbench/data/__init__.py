@@ -1,0 +1,191 @@
+"""Datasets: `--dataset` -> a DataBundle of re-iterable train/val batches for one rank.
+
+    data = build_data(cfg, device, rank=rank, world_size=world_size, batch_size=per_rank_batch)
+    for epoch in range(cfg.epochs):
+        data.set_epoch(epoch)                     # reshuffles (DistributedSampler.set_epoch under DDP)
+        for images, labels in data.train: ...     # float32 NCHW normalized, int64; CPU unless
+                                                  # data.batches_on_device (synthetic)
+    record["data"] |= data.stats()                # {"corrupt_images_skipped": n, ...}
+
+One module per on-disk format (cifar, food101, imagefolder) returns examples; splitting,
+transforms (effbench.data.transforms) and loaders (effbench.data.loaders) are shared. A missing
+dataset is downloaded only with --download (effbench.data.archives).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from effbench.config import RunConfig
+from effbench.data import cifar, food101, imagefolder, synthetic
+from effbench.data.loaders import LoaderOptions, SkipLog, train_loader, val_loader
+from effbench.data.source import Source, seeded_split
+from effbench.data.transforms import build_transforms
+from effbench.errors import EffbenchError
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass
+class DataBundle:
+    name: str
+    """Canonical dataset name: cifar100, cifar10, food101, imagefolder or synthetic."""
+    num_classes: int
+    image_size: int
+    train: Iterable[Batch]
+    """Re-iterable, one pass per epoch; (images float32 NCHW normalized, labels int64); every
+    batch holds exactly the per-rank batch size (drop_last)."""
+    val: Iterable[Batch]
+    """Re-iterable; the last batch may be short. Under DDP each rank sees a disjoint shard."""
+    train_size: int
+    """Images in the whole training split (all ranks)."""
+    val_size: int
+    """Images in the whole validation split (all ranks)."""
+    steps_per_epoch: int
+    """len(train): batches per epoch for this rank, the same on every rank."""
+    batches_on_device: bool
+    """True when batches already live on the training device (synthetic): no copy needed."""
+    info: dict[str, Any]
+    """JSON-able facts for the record: root, split, mean/std, transforms, download, ..."""
+    epoch_hooks: list[Callable[[int], None]] = field(default_factory=list, repr=False)
+    skip_log: SkipLog = field(default_factory=SkipLog, repr=False)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Reseed shuffling for `epoch`; call before iterating train."""
+        for hook in self.epoch_hooks:
+            hook(epoch)
+
+    def stats(self) -> dict[str, Any]:
+        """JSON-able counters gathered while iterating, e.g. {"corrupt_images_skipped": 0}."""
+        return self.skip_log.stats()
+
+
+def build_data(
+    cfg: RunConfig,
+    device: torch.device,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    batch_size: int | None = None,
+) -> DataBundle:
+    """Open (or, with --download, fetch) cfg.dataset and build this rank's loaders.
+
+    `batch_size` overrides cfg.batch_size and is per rank. Raises EffbenchError naming the option
+    to change for every problem with the data.
+    """
+    batch = batch_size if batch_size is not None else cfg.batch_size
+    assert batch is not None and batch >= 1, "RunConfig resolves batch_size"
+    image_size = cfg.image_size
+    assert image_size is not None, "RunConfig resolves image_size"
+    if cfg.dataset == "synthetic":
+        return _synthetic(cfg, device, batch, image_size, rank, world_size)
+
+    src = load_source(cfg)
+    if cfg.val_fraction is not None:
+        train_idx, val_idx = seeded_split(len(src.train), cfg.val_fraction, cfg.seed)
+        train_ex, val_ex = src.train.take(train_idx), src.train.take(val_idx)
+        split = f"seeded {cfg.val_fraction * 100:g}% of train"
+    else:
+        assert src.val is not None, "dataset modules raise when there is no official split"
+        train_ex, val_ex = src.train, src.val
+        split = src.val_label
+    _check_batch(batch, len(train_ex), cfg.dataset, world_size)
+
+    tf = build_transforms(cfg.dataset, image_size)
+    opts = LoaderOptions(
+        batch_size=batch, workers=cfg.workers, seed=cfg.seed, rank=rank, world_size=world_size,
+        pin_memory=device.type == "cuda",
+    )  # fmt: skip
+    log = SkipLog()
+    train, sampler = train_loader(train_ex.dataset(tf.train, train=True), opts, log)
+    val = val_loader(val_ex.dataset(tf.val, train=False), opts, log)
+    info: dict[str, Any] = {
+        "root": str(src.root),
+        "split": split,
+        **({"split_seed": cfg.seed} if cfg.val_fraction is not None else {}),
+        "mean": list(tf.mean),
+        "std": list(tf.std),
+        "transforms": tf.recipe,
+        "loader": cfg.loader,
+        "workers": cfg.workers,
+        **({"val_sharding": "disjoint shards without padding; sum counts over ranks"} if world_size > 1 else {}),
+        "download": {"downloaded": False},
+        **src.info,
+    }
+    return DataBundle(
+        name=src.name,
+        num_classes=src.num_classes,
+        image_size=image_size,
+        train=train,
+        val=val,
+        train_size=len(train_ex),
+        val_size=len(val_ex),
+        steps_per_epoch=len(train),
+        batches_on_device=False,
+        info=info,
+        epoch_hooks=[sampler.set_epoch],
+        skip_log=log,
+    )
+
+
+def load_source(cfg: RunConfig) -> Source:
+    """The dataset's examples on disk (downloading first when --download and it is missing)."""
+    if cfg.dataset in ("cifar10", "cifar100"):
+        return cifar.load(cfg.dataset, cfg.data_dir, download=cfg.download)
+    if cfg.dataset == "food101":
+        return food101.load(cfg.data_dir, download=cfg.download)
+    if cfg.dataset == "imagefolder":
+        return imagefolder.load(cfg.data_dir, val_fraction=cfg.val_fraction)
+    raise AssertionError(f"RunConfig admitted unknown dataset {cfg.dataset!r}")
+
+
+def prepare_data(cfg: RunConfig) -> dict[str, Any]:
+    """Download a missing dataset once, before ranks start (the launcher can call this so N ranks
+    do not queue on the download lock). Returns the download facts; a no-op for local datasets."""
+    if cfg.dataset in ("cifar10", "cifar100", "food101"):
+        from effbench.data.archives import ensure_present
+
+        return ensure_present(cfg.dataset, cfg.data_dir, download=cfg.download)
+    return {"downloaded": False}
+
+
+def _check_batch(batch: int, n_train: int, dataset: str, world_size: int) -> None:
+    per_rank = n_train // world_size
+    if per_rank >= batch:
+        return
+    shard = f" ({per_rank} per rank over {world_size} ranks)" if world_size > 1 else ""
+    raise EffbenchError(
+        "--batch-size", f"{batch} exceeds the {n_train} training images of {dataset}{shard}; lower --batch-size"
+    )
+
+
+def _synthetic(cfg: RunConfig, device: torch.device, batch: int, image_size: int, rank: int, world_size: int) -> DataBundle:
+    _check_batch(batch, synthetic.EPOCH_IMAGES, "synthetic", world_size)
+    pool = synthetic.make_pool(batch, image_size, device, cfg.seed + rank)
+    steps = synthetic.steps_per_epoch(batch, world_size)
+    return DataBundle(
+        name="synthetic",
+        num_classes=synthetic.NUM_CLASSES,
+        image_size=image_size,
+        train=synthetic.CycledBatches(pool, steps),
+        val=synthetic.CycledBatches(pool[: synthetic.VAL_BATCHES], synthetic.VAL_BATCHES),
+        train_size=synthetic.EPOCH_IMAGES,
+        val_size=synthetic.VAL_BATCHES * batch * world_size,
+        steps_per_epoch=steps,
+        batches_on_device=True,
+        info={
+            "root": None,
+            "split": "synthetic",
+            "pool_batches": synthetic.POOL_BATCHES,
+            "generated_on": str(device),
+            "loader": "synthetic (on device)",
+            "download": {"downloaded": False},
+        },
+    )
+
+
+__all__ = ["DataBundle", "build_data", "load_source", "prepare_data"]

@@ -1,0 +1,178 @@
+"""CIFAR-10 / CIFAR-100 from the official "python version" pickles, read once into memory.
+
+Not torchvision's CIFAR classes: those re-hash the files on every construction. The pickles are
+opened with a restricted unpickler that can build numpy arrays and nothing else, so a file planted
+under --data-dir cannot run code. Layout (Krizhevsky 2009, https://www.cs.toronto.edu/~kriz/cifar.html):
+each batch is a dict with `data`, an N x 3072 uint8 array (1024 red, then green, then blue values,
+rows of 32), and `labels` (CIFAR-10) or `fine_labels` (CIFAR-100), lists of N ints.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from PIL import Image
+
+from effbench.data.archives import ARCHIVES, ensure_present
+from effbench.data.source import Source
+from effbench.errors import EffbenchError
+
+SIDE = 32
+PIXELS = 3 * SIDE * SIDE  # 3072 values per image
+
+
+@dataclass(frozen=True)
+class Layout:
+    train_files: tuple[str, ...]
+    test_file: str
+    meta_file: str
+    label_key: str
+    names_key: str
+    num_classes: int
+
+
+LAYOUTS = {
+    "cifar10": Layout(
+        tuple(f"data_batch_{i}" for i in range(1, 6)), "test_batch", "batches.meta", "labels", "label_names", 10
+    ),
+    "cifar100": Layout(("train",), "test", "meta", "fine_labels", "fine_label_names", 100),
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# Restricted unpickling
+# --------------------------------------------------------------------------------------------------
+def _allowed_globals() -> dict[tuple[str, str], Any]:
+    try:  # numpy >= 2 moved the internals to numpy._core; old files still name numpy.core
+        from numpy._core import multiarray, numeric
+    except ImportError:  # numpy 1.x
+        from numpy.core import multiarray, numeric  # type: ignore[no-redef]
+    import _codecs
+
+    allowed: dict[tuple[str, str], Any] = {("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype}
+    for core in ("numpy.core", "numpy._core"):
+        allowed[(f"{core}.multiarray", "_reconstruct")] = multiarray._reconstruct  # protocol <= 4 arrays
+        allowed[(f"{core}.numeric", "_frombuffer")] = numeric._frombuffer  # protocol 5 arrays (re-saved files)
+    # Python 3 writes bytes as _codecs.encode(str, "latin1") under protocol 2; torch's weights_only
+    # unpickler allows it for the same reason. It only converts text to bytes.
+    allowed[("_codecs", "encode")] = _codecs.encode
+    return allowed
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """Builds dicts, lists, strings, numbers and numpy arrays; refuses every other global."""
+
+    ALLOWED = _allowed_globals()
+
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return self.ALLOWED[(module, name)]
+        except KeyError:
+            raise pickle.UnpicklingError(f"refused to load {module}.{name}") from None
+
+
+def _corrupt(path: Path, why: str) -> EffbenchError:
+    return EffbenchError(
+        "--data-dir", f"{path} is corrupt or truncated ({why}); delete it and rerun with --download, or restore it"
+    )
+
+
+def load_pickle(path: Path) -> dict[str, Any]:
+    """Unpickle a CIFAR file; keys come back as str whether the file stored str or bytes."""
+    if not path.is_file():
+        raise EffbenchError(
+            "--data-dir", f"{path} is missing; delete {path.parent} and rerun with --download, or restore it"
+        )
+    try:
+        with open(path, "rb") as f:
+            # latin1 turns Python 2 byte strings (the official files) into str without loss.
+            obj = RestrictedUnpickler(f, encoding="latin1").load()
+    except pickle.UnpicklingError as e:
+        raise _corrupt(path, str(e)) from None
+    except Exception as e:  # a damaged pickle fails in many ways (EOFError, ValueError, ...)
+        raise _corrupt(path, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__) from None
+    if not isinstance(obj, dict):
+        raise _corrupt(path, f"expected a dict, found {type(obj).__name__}")
+    return {k.decode("latin1") if isinstance(k, bytes) else k: v for k, v in obj.items()}
+
+
+def read_batch(path: Path, label_key: str, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(images N x 32 x 32 x 3 uint8 HWC, labels N int64) with the structure checked."""
+    d = load_pickle(path)
+    data, labels = d.get("data"), d.get(label_key)
+    if not isinstance(data, np.ndarray) or data.dtype != np.uint8:
+        raise _corrupt(path, "no uint8 'data' array")
+    if not isinstance(labels, (list, np.ndarray)):
+        raise _corrupt(path, f"no '{label_key}' list")
+    n = len(labels)
+    if n == 0 or data.size != PIXELS * n:
+        raise _corrupt(path, f"'data' holds {data.size} values, expected {PIXELS} x {n} labels")
+    labels_arr = np.asarray(labels, dtype=np.int64)
+    if labels_arr.min() < 0 or labels_arr.max() >= num_classes:
+        raise _corrupt(path, f"labels outside 0..{num_classes - 1}")
+    images = np.ascontiguousarray(data.reshape(n, 3, SIDE, SIDE).transpose(0, 2, 3, 1))
+    return images, labels_arr
+
+
+def read_meta(path: Path, names_key: str, num_classes: int) -> list[str]:
+    names = load_pickle(path).get(names_key)
+    if not isinstance(names, list) or len(names) != num_classes:
+        raise _corrupt(path, f"'{names_key}' does not list {num_classes} class names")
+    return [n.decode("latin1") if isinstance(n, bytes) else str(n) for n in names]
+
+
+# --------------------------------------------------------------------------------------------------
+# Dataset
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ArrayExamples:
+    """In-memory images (N x H x W x 3 uint8) and labels; `take` makes a split without reading again."""
+
+    images: np.ndarray
+    labels: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def take(self, indices: np.ndarray) -> ArrayExamples:
+        return ArrayExamples(self.images[indices], self.labels[indices])
+
+    def dataset(self, transform: Callable, *, train: bool) -> ArrayDataset:
+        return ArrayDataset(self, transform)
+
+
+class ArrayDataset(torch.utils.data.Dataset):
+    def __init__(self, examples: ArrayExamples, transform: Callable) -> None:
+        self.examples = examples
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int, tuple[str, ...]]:
+        image = Image.fromarray(self.examples.images[index])
+        return self.transform(image), int(self.examples.labels[index]), ()  # () = nothing skipped
+
+
+def load(name: str, data_dir: Path, *, download: bool) -> Source:
+    layout = LAYOUTS[name]
+    download_info = ensure_present(name, data_dir, download=download)
+    root = Path(data_dir) / ARCHIVES[name].folder
+    read_meta(root / layout.meta_file, layout.names_key, layout.num_classes)  # a broken meta means a broken copy
+    parts = [read_batch(root / f, layout.label_key, layout.num_classes) for f in layout.train_files]
+    train = ArrayExamples(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+    test = ArrayExamples(*read_batch(root / layout.test_file, layout.label_key, layout.num_classes))
+    return Source(
+        name=name,
+        num_classes=layout.num_classes,
+        root=root,
+        train=train,
+        val=test,
+        val_label="official test split",
+        info={"download": download_info},
+    )

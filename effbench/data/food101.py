@@ -1,0 +1,83 @@
+"""Food-101 in its official layout (Bossard et al. 2014, the food-101.tar.gz archive).
+
+    food-101/images/<class>/<id>.jpg
+    food-101/meta/classes.txt           one class name a line; the line order is the label order
+    food-101/meta/{train,test}.json     {"<class>": ["<class>/<id>", ...]}, ids without ".jpg"
+
+750 training and 250 test images per class. Image files are not opened here; one that turns out
+unreadable is skipped and counted at load time (effbench.data.images).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from effbench.data.archives import ARCHIVES, ensure_present
+from effbench.data.images import FileExamples
+from effbench.data.source import Source
+from effbench.errors import EffbenchError
+
+
+def _broken(path: Path, why: str) -> EffbenchError:
+    return EffbenchError(
+        "--data-dir", f"{path} is malformed ({why}); delete it and rerun with --download, or restore it"
+    )
+
+
+def read_classes(path: Path) -> list[str]:
+    try:
+        names = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except FileNotFoundError:
+        raise EffbenchError("--data-dir", f"{path} is missing; rerun with --download, or restore it") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise _broken(path, str(e)) from None
+    if not names:
+        raise _broken(path, "no class names")
+    if len(set(names)) != len(names):
+        raise _broken(path, "a class is listed twice")
+    return names
+
+
+def read_split(path: Path, classes: list[str], images_dir: Path) -> FileExamples:
+    """The image paths and labels listed in train.json or test.json, in classes.txt order."""
+    try:
+        listing = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise EffbenchError("--data-dir", f"{path} is missing; rerun with --download, or restore it") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise _broken(path, str(e)) from None
+    if not isinstance(listing, dict):
+        raise _broken(path, f"expected an object of class -> ids, found {type(listing).__name__}")
+    unknown = sorted(set(listing) - set(classes))
+    if unknown:
+        raise _broken(path, f"classes not in classes.txt: {', '.join(unknown[:3])}")
+    paths: list[str] = []
+    labels: list[int] = []
+    for label, name in enumerate(classes):
+        ids = listing.get(name, [])
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise _broken(path, f"{name!r} is not a list of image ids")
+        paths.extend(str(images_dir / f"{i}.jpg") for i in ids)
+        labels.extend([label] * len(ids))
+    if not paths:
+        raise _broken(path, "lists no images")
+    return FileExamples(tuple(paths), np.asarray(labels, dtype=np.int64))
+
+
+def load(data_dir: Path, *, download: bool) -> Source:
+    download_info = ensure_present("food101", data_dir, download=download)
+    root = Path(data_dir) / ARCHIVES["food101"].folder
+    classes = read_classes(root / "meta" / "classes.txt")
+    images = root / "images"
+    return Source(
+        name="food101",
+        num_classes=len(classes),
+        root=root,
+        train=read_split(root / "meta" / "train.json", classes, images),
+        val=read_split(root / "meta" / "test.json", classes, images),
+        val_label="official test split",
+        info={"download": download_info},
+    )

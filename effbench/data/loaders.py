@@ -1,0 +1,140 @@
+"""The `torchvision` loader: torch DataLoaders over per-sample datasets, with seeded sampling.
+
+A swappable piece: build_data hands datasets here and gets back re-iterables of (images, labels)
+CPU batches plus a set_epoch hook. Samples are (image or None, label, skipped paths); the collate
+function drops the Nones and sends the skipped paths back with the batch, and SkipLog gathers
+them in the training process, so counts need no memory shared with the worker processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, default_collate
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+# Examples of skipped files kept for the record; the count covers all of them.
+SKIP_EXAMPLES = 5
+
+
+@dataclass
+class SkipLog:
+    """Distinct unreadable files met so far, across epochs, splits and workers."""
+
+    paths: set[str] = field(default_factory=set)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "corrupt_images_skipped": len(self.paths),
+            "corrupt_image_examples": sorted(self.paths)[:SKIP_EXAMPLES],
+        }
+
+
+class SeededRandomSampler(Sampler[int]):
+    """A fresh permutation per epoch from (seed, epoch): DistributedSampler's scheme for one rank."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        self.n = n
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[int]:
+        g = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(torch.randperm(self.n, generator=g).tolist())
+
+
+class ShardSampler(Sampler[int]):
+    """Every world_size-th index from rank, in order, with no padding: each validation image is
+    seen exactly once across ranks (ranks may differ by one batch, so sum totals, not batches)."""
+
+    def __init__(self, n: int, rank: int, world_size: int) -> None:
+        self.indices = range(rank, n, world_size)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices)
+
+
+def collate_samples(samples: Sequence[tuple[Any, int, tuple[str, ...]]]) -> tuple[Any, Any, tuple[str, ...]]:
+    """Stack the readable samples (default_collate, which writes straight into shared memory in a
+    worker) and pass the skipped paths along."""
+    skipped = tuple(p for s in samples for p in s[2])
+    kept = [(s[0], s[1]) for s in samples if s[0] is not None]
+    if not kept:
+        return None, None, skipped
+    images, labels = default_collate(kept)
+    return images, labels, skipped
+
+
+class CountingLoader:
+    """Re-iterable over a DataLoader: yields (images, labels), logs skipped files on the way."""
+
+    def __init__(self, loader: DataLoader, log: SkipLog) -> None:
+        self.loader = loader
+        self.log = log
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Batch]:
+        for images, labels, skipped in self.loader:
+            if skipped:
+                self.log.paths.update(skipped)
+            if images is not None:
+                yield images, labels
+
+
+@dataclass(frozen=True)
+class LoaderOptions:
+    batch_size: int
+    workers: int
+    seed: int
+    rank: int = 0
+    world_size: int = 1
+    pin_memory: bool = False
+
+
+def _loader(dataset: Dataset, sampler: Sampler[int], opts: LoaderOptions, *, drop_last: bool) -> DataLoader:
+    # Workers draw their augmentation seeds from this generator; rank-offset so ranks augment differently.
+    g = torch.Generator().manual_seed(opts.seed + opts.rank)
+    return DataLoader(
+        dataset,
+        batch_size=opts.batch_size,
+        sampler=sampler,
+        num_workers=opts.workers,
+        collate_fn=collate_samples,
+        pin_memory=opts.pin_memory,
+        drop_last=drop_last,
+        persistent_workers=opts.workers > 0,
+        generator=g,
+    )
+
+
+def train_loader(dataset: Dataset, opts: LoaderOptions, log: SkipLog) -> tuple[CountingLoader, Any]:
+    """(loader, sampler whose set_epoch reshuffles). Every batch holds exactly batch_size images."""
+    n = len(dataset)  # type: ignore[arg-type]
+    sampler: Any
+    if opts.world_size > 1:
+        sampler = DistributedSampler(
+            dataset, num_replicas=opts.world_size, rank=opts.rank, shuffle=True, seed=opts.seed, drop_last=True
+        )
+    else:
+        sampler = SeededRandomSampler(n, opts.seed)
+    return CountingLoader(_loader(dataset, sampler, opts, drop_last=True), log), sampler
+
+
+def val_loader(dataset: Dataset, opts: LoaderOptions, log: SkipLog) -> CountingLoader:
+    n = len(dataset)  # type: ignore[arg-type]
+    sampler = ShardSampler(n, opts.rank, opts.world_size)
+    return CountingLoader(_loader(dataset, sampler, opts, drop_last=False), log)

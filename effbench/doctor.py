@@ -1,0 +1,95 @@
+"""`effbench doctor`: every preflight check as a table, with the fix for each failure.
+
+    effbench doctor                                         # the checks `effbench run` would make
+    effbench doctor --smoke                                 # ... for the smoke preset
+    effbench doctor --gpus 4 --workers 8 --batch-size 256   # before a 4-GPU job
+    docker run --rm --gpus all effbench doctor              # inside the image
+    apptainer test effbench.sif                             # runs `effbench doctor` on the synthetic set
+
+Exit code 0 when nothing fails (warnings allowed), 2 when a check fails, like every bad input.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from effbench import preflight
+from effbench.config import RunConfig, smoke_overrides
+
+STATUS = {"ok": "ok", "warning": "WARN", "error": "FAIL"}
+# Column widths that keep the table inside ~150 columns; tabulate wraps longer text.
+COLUMN_WIDTHS = [9, 6, 60, 70]
+
+
+def _opt(help: str, *names: str, **kw: Any) -> Any:
+    return typer.Option(*names, help=help, show_default=False, **kw)
+
+
+def findings_table(findings: list[preflight.Finding]) -> str:
+    """check | status | message | fix, one row per finding (pure: findings in, text out)."""
+    from tabulate import tabulate
+
+    rows = [(f.check, STATUS[f.level], f.message, f.fix if f.level != "ok" else "") for f in findings]
+    return tabulate(rows, headers=["check", "status", "message", "fix"], tablefmt="simple", maxcolwidths=COLUMN_WIDTHS)
+
+
+def environment_summary(gpu: preflight.GpuState) -> list[tuple[str, str]]:
+    """The few facts that explain most findings: versions, GPUs, driver, container, uid."""
+    from effbench.hardware import container_runtime, shm_size_gib
+
+    shm = shm_size_gib()
+    return [
+        ("torch", gpu.torch_version or f"not importable ({gpu.torch_error})"),
+        ("CUDA build", gpu.cuda_build or "none (CPU-only torch)"),
+        ("arch list", " ".join(gpu.arch_list) or "-"),
+        ("GPUs visible", str(gpu.visible) + (f" ({', '.join(d.name for d in gpu.devices)})" if gpu.devices else "")),
+        ("driver", f"{gpu.driver_version} (CUDA {gpu.driver_cuda[0]}.{gpu.driver_cuda[1]})" if gpu.driver_version and gpu.driver_cuda else "no NVML (no NVIDIA driver visible)"),
+        ("container", container_runtime()),
+        ("uid:gid", f"{os.getuid()}:{os.getgid()}"),
+        ("/dev/shm", f"{shm:.2f} GiB" if shm is not None else "missing"),
+    ]  # fmt: skip
+
+
+def doctor(
+    output: Annotated[Optional[Path], _opt("Parent folder of run folders. [default: ./results; env EFFBENCH_OUTPUT]", envvar="EFFBENCH_OUTPUT")] = None,
+    data_dir: Annotated[Optional[Path], _opt("Folder with the extracted datasets. [default: ./data; env EFFBENCH_DATA]", envvar="EFFBENCH_DATA")] = None,
+    dataset: Annotated[Optional[str], _opt("cifar100 (cifar), cifar10, food101 (food), imagefolder, synthetic. [default: cifar100]")] = None,
+    download: Annotated[Optional[bool], _opt("Check that a missing dataset can be downloaded. [default: no]", "--download/--no-download")] = None,
+    arch: Annotated[Optional[str], _opt("Architecture (sets the default image size). [default: efficientnet-b0]")] = None,
+    workers: Annotated[Optional[int], _opt("DataLoader worker processes. [default: 2]")] = None,
+    batch_size: Annotated[Optional[int], _opt("Images per device per step. [default: 64 EfficientNet, 128 resnet18]")] = None,
+    image_size: Annotated[Optional[int], _opt("Input size in px. [default: the arch's native size]")] = None,
+    device: Annotated[Optional[str], _opt("auto, cpu or cuda. [default: auto]")] = None,
+    gpus: Annotated[Optional[str], _opt("GPUs the run will ask for; a list like 1,2,4 checks the largest.")] = None,
+    smoke: Annotated[bool, _opt("Check the `effbench run --smoke` preset; other options still override.")] = False,
+) -> None:
+    """Check this environment for a run: output, HOME and caches, /dev/shm, GPUs, driver, dataset."""
+    from effbench.launch import parse_counts
+
+    given = {
+        "output": output, "data_dir": data_dir, "dataset": dataset, "download": download, "arch": arch,
+        "workers": workers, "batch_size": batch_size, "image_size": image_size, "device": device,
+    }  # fmt: skip
+    explicit = {k: v for k, v in given.items() if v is not None}
+    requested = max(parse_counts("--gpus", gpus)) if gpus is not None else 0
+    if requested:
+        explicit["gpus"] = requested
+    cfg = RunConfig(**({**smoke_overrides(), **explicit} if smoke else explicit))
+    gpu = preflight.probe_gpus()
+    findings = preflight.run_checks(cfg, gpus_requested=requested, gpu=gpu)
+    from tabulate import tabulate
+
+    typer.echo(tabulate(environment_summary(gpu), tablefmt="plain"))
+    typer.echo("")
+    typer.echo(findings_table(findings))
+    failed = preflight.errors(findings)
+    warned = sum(f.level == "warning" for f in findings)
+    typer.echo("")
+    if failed:
+        typer.echo(f"doctor: {len(failed)} check(s) failed, {warned} warning(s); `effbench run` would stop at: {failed[0].check}")
+        raise typer.Exit(2)
+    typer.echo(f"doctor: all checks passed ({warned} warning(s))")

@@ -1,0 +1,705 @@
+"""Preflight: will this run work here? Checked before any folder exists, each failure with its fix.
+
+    effbench doctor                                   # every check as a table; exit 2 if one fails
+    effbench doctor --gpus 4 --workers 8 --batch-size 256 --image-size 224
+    raise_on_errors(run_checks(cfg))                  # what `effbench run` does before it starts
+
+Most failures here are container settings, so each message names the fix for Docker, compose and
+Apptainer: a read-only or foreign-owned /results, a uid with no home, Docker's 64 MiB /dev/shm
+(DataLoader workers then *hang* instead of failing), a missing `--gpus` / `--nv`,
+NVIDIA_DRIVER_CAPABILITIES without `compute`, a host driver older than the image's CUDA build, a GPU
+the torch build has no kernels for, a dataset that is not mounted on a machine with no network.
+
+Everything the checks read is injected: the environment, the root of the file tree (`root/dev/shm`),
+the GPU state (`GpuState`, from `probe_gpus()`), and the probes that touch the system (`Probes`), so
+tests run on fake inputs. torch and NVML are imported lazily; their absence is a finding, never a crash.
+HOME and cache folders that cannot be written are not errors: the finding carries a redirect to a
+private folder under the temp dir, which `raise_on_errors` applies to the environment and announces.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import resource
+import socket
+import sys
+import tempfile
+import urllib.parse
+import warnings
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, TextIO
+
+from effbench.config import RunConfig
+from effbench.errors import EffbenchError
+
+Level = Literal["error", "warning", "ok"]
+MIB = 2**20
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One check's verdict. `fix` is the exact change that makes it pass; `option` is what the user
+    typed that an error blames; `env` holds environment redirects (HOME, caches) to apply."""
+
+    level: Level
+    check: str
+    message: str
+    fix: str = ""
+    option: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    name: str
+    capability: tuple[int, int]
+    """Compute capability (major, minor): (8, 0) is sm_80."""
+
+
+@dataclass(frozen=True)
+class GpuState:
+    """What torch and NVML see. Built by `probe_gpus()`; tests build it by hand."""
+
+    torch_version: str | None = None
+    """None when torch does not import (`torch_error` says why)."""
+    torch_error: str | None = None
+    cuda_build: str | None = None
+    """torch.version.cuda, e.g. "13.0"; None for a CPU-only torch build."""
+    arch_list: tuple[str, ...] = ()
+    """torch.cuda.get_arch_list(): the sm_XY (SASS) and compute_XY (PTX) targets torch was built for."""
+    devices: tuple[GpuDevice, ...] = ()
+    """The GPUs torch can use (CUDA_VISIBLE_DEVICES applied)."""
+    cuda_error: str | None = None
+    """Why torch.cuda.is_available() is False, when CUDA said (its warning text)."""
+    driver_version: str | None = None
+    """NVML's driver version, e.g. "580.65.06"; None without NVML."""
+    driver_cuda: tuple[int, int] | None = None
+    """Newest CUDA the driver supports (nvmlSystemGetCudaDriverVersion), e.g. (12, 4)."""
+    nvml_gpus: int | None = None
+    """GPUs NVML sees (all of the container's, before CUDA_VISIBLE_DEVICES); None without NVML."""
+
+    @property
+    def visible(self) -> int:
+        return len(self.devices)
+
+
+def _decode(v: object) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def probe_gpus() -> GpuState:
+    """Read torch's and NVML's view of the GPUs; every failure becomes a field, never an exception."""
+    try:
+        import torch
+    except Exception as e:  # ImportError, or a broken install (missing shared library)
+        return GpuState(torch_error=f"{type(e).__name__}: {e}")
+    cuda_build = torch.version.cuda
+    devices: list[GpuDevice] = []
+    cuda_error = None
+    arch_list: tuple[str, ...] = ()
+    if cuda_build:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            available = torch.cuda.is_available()
+        if available:
+            try:
+                for i in range(torch.cuda.device_count()):
+                    devices.append(GpuDevice(torch.cuda.get_device_name(i), tuple(torch.cuda.get_device_capability(i))))
+            except Exception as e:  # CUDA error while initialising: report it as the reason
+                cuda_error = f"{type(e).__name__}: {e}"
+        else:
+            cuda_error = " ".join(str(w.message).split()) if caught else None
+        try:
+            arch_list = tuple(torch.cuda.get_arch_list()) or tuple(torch._C._cuda_getArchFlags().split())
+        except Exception:
+            arch_list = ()
+    return GpuState(
+        torch_version=torch.__version__,
+        cuda_build=cuda_build,
+        arch_list=arch_list,
+        devices=tuple(devices),
+        cuda_error=cuda_error,
+        **_nvml_state(),
+    )
+
+
+def _nvml_state() -> dict[str, object]:
+    try:
+        import pynvml
+    except ImportError:
+        return {}
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # no driver, no library, no GPU: NVML is simply absent
+        return {}
+    try:
+        state: dict[str, object] = {
+            "driver_version": _decode(pynvml.nvmlSystemGetDriverVersion()),
+            "nvml_gpus": int(pynvml.nvmlDeviceGetCount()),
+        }
+        v = int(pynvml.nvmlSystemGetCudaDriverVersion())  # e.g. 12040 for CUDA 12.4
+        state["driver_cuda"] = (v // 1000, v % 1000 // 10)
+        return state
+    except Exception:
+        return {}
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def probe_writable(path: Path) -> str | None:
+    """None when `path` accepts a new file (or, when it does not exist yet, its nearest existing
+    parent does, so it can be created); otherwise the reason. Writes and removes one empty file:
+    permission bits alone lie for root, read-only mounts and root-squashed NFS."""
+    target = Path(path)
+    while not target.exists() and target.parent != target:
+        target = target.parent
+    if not target.is_dir():
+        return f"{target} is a file, not a folder"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".effbench-write-test-", dir=target)
+    except OSError as e:
+        reason = e.strerror or str(e)
+        return reason if target == Path(path) else f"cannot create it in {target}: {reason}"
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+def can_reach(url: str, timeout_s: float = 3.0) -> bool:
+    """A TCP connection to the URL's host opens within `timeout_s` (no request is sent)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "file" or not parts.hostname:
+        return Path(parts.path).exists()
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def memlock_limit() -> int | None:
+    """The soft RLIMIT_MEMLOCK in bytes; None when unlimited."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def shm_free_bytes(path: Path) -> int | None:
+    """Free bytes on the filesystem at `path` (/dev/shm); None when it does not exist."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _has_passwd_entry(uid: int) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Probes:
+    """The calls that touch the system, replaceable in tests."""
+
+    writable: Callable[[Path], str | None] = probe_writable
+    reachable: Callable[[str], bool] = can_reach
+    memlock: Callable[[], int | None] = memlock_limit
+    shm_free: Callable[[Path], int | None] = shm_free_bytes
+    uid: Callable[[], int] = os.getuid
+    has_passwd_entry: Callable[[int], bool] = _has_passwd_entry
+
+
+# --------------------------------------------------------------------------------------------------
+# The fixes, by runtime. One line each: they end up in a one-line EffbenchError.
+# --------------------------------------------------------------------------------------------------
+FIX_OUTPUT = (
+    'Docker: mount a folder you own, writable: -v "$PWD/results:/results" --user "$(id -u):$(id -g)" (no :ro); '
+    "compose: RESULTS_DIR=./results with UID and GID exported; "
+    'Apptainer: the image is read-only, so pass --output "$PWD/results" or --bind "$PWD/results:/results"; '
+    "or pass --output to a folder you can write"
+)
+FIX_CACHE = (
+    "nothing to do for this run; to keep caches between runs, Docker: -v effbench-cache:/cache; "
+    'compose: CACHE_DIR=./cache; Apptainer: --bind "$HOME/.cache/effbench:/cache"'
+)
+FIX_DATASET = (
+    "Docker: -v /path/to/datasets:/data:ro; compose: DATA_DIR=/path/to/datasets; "
+    "Apptainer: --bind /path/to/datasets:/data or --data-dir /path/to/datasets; "
+    "or use --dataset synthetic"
+)
+FIX_NO_GPU = (
+    "Docker: docker run --gpus all (needs the NVIDIA Container Toolkit); "
+    "compose: docker compose up (the GPU service reserves GPU_COUNT GPUs), not --profile cpu; "
+    "Apptainer: apptainer run --nv (Slurm: also --gres=gpu:N); or run on the CPU with --device cpu"
+)
+FIX_CAPS = (
+    "Docker: -e NVIDIA_DRIVER_CAPABILITIES=compute,utility; compose: remove the override of "
+    "NVIDIA_DRIVER_CAPABILITIES (the image sets compute,utility); Apptainer: --nv sets it; "
+    "or run on the CPU with --device cpu"
+)
+FIX_FEWER_GPUS = (
+    'Docker: --gpus all or --gpus \'"device=0,1,2,3"\'; compose: GPU_COUNT=N (or all); '
+    "Apptainer/Slurm: --nv with --gres=gpu:N or --gpus-per-node=N and no narrower CUDA_VISIBLE_DEVICES; "
+    "or ask for fewer with --gpus"
+)
+FIX_MEMLOCK = (
+    "Docker: --ulimit memlock=-1:-1; compose: ulimits: memlock: -1 (set in compose.yaml); "
+    "Apptainer/Slurm: the job inherits the node's limit, ask for `ulimit -l unlimited` "
+    "(Slurm: PropagateResourceLimits)"
+)
+
+
+FIX_TMP = (
+    "set TMPDIR to a writable folder; Docker: --tmpfs /tmp; compose: tmpfs: [/tmp]; "
+    'Apptainer: --writable-tmpfs or --home "$PWD"'
+)
+
+
+def _fix_shm(size_gib: int) -> str:
+    return (
+        f"Docker: --shm-size={size_gib}g (or --ipc=host); compose: SHM_SIZE={size_gib}gb; "
+        "Apptainer: it uses the node's /dev/shm, ask for a larger one; "
+        "or lower --workers / --batch-size, or --workers 0"
+    )
+
+
+def _fix_build(cuda_major_minor: str) -> str:
+    return (
+        f"update the host driver to one that supports CUDA {cuda_major_minor}, or build the image for the "
+        "driver you have: docker build --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 "
+        "--build-arg TORCH_VERSION=<a version that index has> -t effbench:cu126 . "
+        "(compose: EFFBENCH_IMAGE=effbench:cu126; Apptainer: rebuild the SIF from that image); or --device cpu"
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# The checks
+# --------------------------------------------------------------------------------------------------
+def check_output(output: Path, probes: Probes) -> list[Finding]:
+    """The run folders' parent must accept new files (it is created if missing)."""
+    reason = probes.writable(output)
+    if reason is None:
+        return [Finding("ok", "output", f"{output} is writable")]
+    return [
+        Finding(
+            "error",
+            "output",
+            f"{output} is not writable by uid {probes.uid()} ({reason})",
+            FIX_OUTPUT,
+            option="--output",
+        )
+    ]
+
+
+# Caches that libraries write at run time, with the default each falls back to. Only the ones set
+# explicitly are probed: unset, they follow HOME (or the temp dir), which is checked first.
+CACHE_VARS = (
+    "XDG_CACHE_HOME", "TORCH_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "MPLCONFIGDIR", "CUDA_CACHE_PATH",
+)
+
+
+def check_home_and_caches(env: Mapping[str, str], probes: Probes) -> list[Finding]:
+    """HOME and the cache folders must be writable; when not, redirect them under the temp dir.
+
+    A uid with no passwd entry (`docker run --user 1234`) gets HOME=/, and no user name, which
+    getpass (used by torch's compile caches) cannot resolve: both are redirected, not fatal.
+    """
+    uid = probes.uid()
+    scratch = Path(env.get("TMPDIR") or "/tmp") / f"effbench-{uid}"
+    findings: list[Finding] = []
+    if probes.writable(scratch.parent) is not None:
+        scratch = None  # type: ignore[assignment]
+
+    home = env.get("HOME", "")
+    home_reason = "not set" if not home else probes.writable(Path(home))
+    if home_reason is None:
+        findings.append(Finding("ok", "home", f"HOME={home} is writable"))
+    elif scratch is None:
+        return [
+            Finding(
+                "error",
+                "home",
+                f"HOME={home or '(unset)'} is not writable ({home_reason}) and neither is the temp dir",
+                FIX_TMP,
+                option="HOME",
+            )
+        ]
+    else:
+        new_home = scratch / "home"
+        findings.append(
+            Finding(
+                "warning",
+                "home",
+                f"HOME={home or '(unset)'} is not writable by uid {uid} ({home_reason}); using {new_home} for this run",
+                "nothing to do for this run; to keep a home, Docker: -e HOME=/tmp (or keep the image's entrypoint); "
+                "compose: environment: HOME: /tmp; Apptainer binds your home by default",
+                env={"HOME": str(new_home)},
+            )
+        )
+
+    if not probes.has_passwd_entry(uid) and not (env.get("USER") or env.get("LOGNAME")):
+        findings.append(
+            Finding(
+                "warning",
+                "user",
+                f"uid {uid} has no name (no passwd entry, USER unset); using USER=uid{uid} for libraries that ask",
+                'Docker: -e USER="$(id -un)"; the image\'s entrypoint sets it',
+                env={"USER": f"uid{uid}", "LOGNAME": f"uid{uid}"},
+            )
+        )
+
+    for var in CACHE_VARS:
+        value = env.get(var)
+        if not value:
+            continue
+        reason = probes.writable(Path(value))
+        if reason is None:
+            findings.append(Finding("ok", "cache", f"{var}={value} is writable"))
+            continue
+        if var == "TORCH_HOME" and any((Path(value) / "hub" / "checkpoints").glob("*")):
+            findings.append(
+                Finding(
+                    "warning",
+                    "cache",
+                    f"TORCH_HOME={value} is read-only ({reason}); the weights cached there are used, new downloads cannot be saved",
+                    FIX_CACHE.replace("nothing to do for this run; to", "to"),
+                )
+            )
+            continue
+        if scratch is None:
+            findings.append(
+                Finding("error", "cache", f"{var}={value} is not writable ({reason}) and neither is the temp dir",
+                        f"set {var} to a writable folder, or {FIX_TMP}", option=var)  # fmt: skip
+            )
+            continue
+        new = scratch / "cache" / var.lower()
+        findings.append(
+            Finding(
+                "warning",
+                "cache",
+                f"{var}={value} is not writable by uid {uid} ({reason}); using {new} for this run",
+                FIX_CACHE,
+                env={var: str(new)},
+            )
+        )
+    return findings
+
+
+# DataLoader's default prefetch_factor: each worker keeps 2 batches in flight (torch.utils.data.DataLoader).
+PREFETCH_FACTOR = 2
+# Headroom over the raw tensors: pinned-memory copies, collate buffers and fragmentation of the tmpfs.
+SHM_SAFETY = 2
+
+
+def shm_needed_bytes(workers: int, batch_size: int, image_size: int, processes: int = 1) -> int:
+    """Shared memory the DataLoader workers of `processes` local ranks hold at once: each worker
+    passes PREFETCH_FACTOR float32 batches of 3 x size x size images through /dev/shm."""
+    per_batch = batch_size * 3 * image_size * image_size * 4
+    return processes * workers * PREFETCH_FACTOR * per_batch * SHM_SAFETY
+
+
+def _fmt_bytes(n: float) -> str:
+    return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / MIB:.0f} MiB"
+
+
+def check_shm(cfg: RunConfig, root: Path, probes: Probes, processes: int = 1) -> list[Finding]:
+    """/dev/shm must hold the workers' batches: when it is too small, workers block forever in
+    shm allocation (Docker's default is 64 MiB), so this is caught before the first batch."""
+    if cfg.workers == 0:
+        return [Finding("ok", "shm", "not used (--workers 0 loads in the training process)")]
+    if cfg.dataset == "synthetic":
+        return [Finding("ok", "shm", "not used (synthetic batches are made on the device, without workers)")]
+    assert cfg.batch_size is not None and cfg.image_size is not None  # resolved by RunConfig
+    need = shm_needed_bytes(cfg.workers, cfg.batch_size, cfg.image_size, processes)
+    size_gib = max(1, math.ceil(need / GIB))
+    free = probes.shm_free(root / "dev" / "shm")
+    what = f"{cfg.workers} DataLoader workers x batch {cfg.batch_size} at {cfg.image_size} px" + (
+        f" x {processes} processes" if processes > 1 else ""
+    )
+    if free is None:
+        return [Finding("error", "shm", f"there is no /dev/shm, which {what} need", _fix_shm(size_gib), option="--workers")]
+    if free < need:
+        return [
+            Finding(
+                "error",
+                "shm",
+                f"/dev/shm has {_fmt_bytes(free)} free but {what} need about {_fmt_bytes(need)} "
+                "(too small a /dev/shm makes the workers hang, not fail)",
+                _fix_shm(size_gib),
+                option="--workers",
+            )
+        ]
+    return [Finding("ok", "shm", f"/dev/shm has {_fmt_bytes(free)} free; {what} need about {_fmt_bytes(need)}")]
+
+
+_ARCH_RE = re.compile(r"^(sm|compute)_(\d+)(\d)([a-z]?)$")
+
+
+def arch_supported(capability: tuple[int, int], arch_list: Iterable[str]) -> bool:
+    """Whether a torch build with `arch_list` runs on a GPU of `capability`: SASS for sm_XY runs on
+    the same major with an equal or higher minor; PTX for compute_XY is JIT-compiled for any newer
+    GPU (CUDA C Programming Guide, "Binary Compatibility" and "PTX Compatibility"). Arch-specific
+    targets (sm_90a) run only on their exact GPU."""
+    major, minor = capability
+    for arch in arch_list:
+        m = _ARCH_RE.match(arch.strip())
+        if not m:
+            continue
+        kind, a_major, a_minor, suffix = m.group(1), int(m.group(2)), int(m.group(3)), m.group(4)
+        if suffix:
+            if (a_major, a_minor) == (major, minor):
+                return True
+        elif kind == "sm" and a_major == major and a_minor <= minor:
+            return True
+        elif kind == "compute" and (a_major, a_minor) <= (major, minor):
+            return True
+    return False
+
+
+def _parse_cuda(version: str | None) -> tuple[int, int] | None:
+    m = re.match(r"^(\d+)\.(\d+)", version or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def check_gpus(cfg: RunConfig, gpu: GpuState, env: Mapping[str, str], requested: int) -> list[Finding]:
+    """GPUs: visible at all, as many as asked, a driver new enough, an architecture torch can run.
+
+    With --device cuda or --gpus N the problems are errors. With --device auto they are warnings:
+    auto falls back to the CPU, which is allowed but rarely what a GPU container was started for.
+    """
+    if gpu.torch_version is None:
+        return [Finding("error", "torch", f"torch does not import ({gpu.torch_error})",
+                        "Docker/compose: rebuild the image (its build checks torch); Apptainer: rebuild the SIF; "
+                        "in a venv: make env", option=None)]  # fmt: skip
+    findings = [Finding("ok", "torch", f"torch {gpu.torch_version}, CUDA build {gpu.cuda_build or 'none (CPU only)'}")]
+    if cfg.device == "cpu":
+        return findings + [Finding("ok", "gpu", "not used (--device cpu)")]
+    wanted = cfg.device == "cuda" or requested > 0
+    bad: Level = "error" if wanted else "warning"
+    option = "--gpus" if requested > 0 and cfg.device != "cuda" else "--device"
+
+    build = _parse_cuda(gpu.cuda_build)
+    driver_too_old = False
+    if build and gpu.driver_cuda:
+        need = f"{build[0]}.{build[1]}"
+        have = f"{gpu.driver_cuda[0]}.{gpu.driver_cuda[1]}"
+        if gpu.driver_cuda[0] < build[0]:
+            driver_too_old = True
+            findings.append(
+                Finding(bad, "driver", f"the driver ({gpu.driver_version}) supports CUDA up to {have}, "
+                        f"but this torch was built for CUDA {need}", _fix_build(need), option=option)  # fmt: skip
+            )
+        elif gpu.driver_cuda < build:
+            # Same major: CUDA minor-version compatibility runs it, except kernels that need PTX JIT.
+            findings.append(
+                Finding("warning", "driver", f"the driver ({gpu.driver_version}) supports CUDA {have}, older than the "
+                        f"build's {need}: runs under minor-version compatibility, PTX-only kernels may fail",
+                        _fix_build(need))  # fmt: skip
+            )
+        else:
+            findings.append(Finding("ok", "driver", f"driver {gpu.driver_version} supports CUDA {have} >= build {need}"))
+
+    if gpu.visible == 0:
+        if not wanted and not gpu.nvml_gpus:
+            return findings + [Finding("ok", "gpu", "no GPU visible; --device auto runs on the CPU")]
+        if driver_too_old:
+            return findings
+        caps = env.get("NVIDIA_DRIVER_CAPABILITIES")
+        cvd = env.get("CUDA_VISIBLE_DEVICES")
+        if not gpu.cuda_build:
+            msg = f"torch {gpu.torch_version} is a CPU-only build"
+            fix = ("Docker/compose: build the Dockerfile with its default TORCH_INDEX_URL (a CUDA build); "
+                   "Apptainer: rebuild the SIF from that image; or --device cpu")
+        elif caps is not None and not ({"compute", "all"} & {c.strip() for c in caps.split(",")}):
+            msg, fix = f"no GPU visible: NVIDIA_DRIVER_CAPABILITIES={caps} lacks compute, so the CUDA driver was not mounted", FIX_CAPS
+        elif cvd is not None and cvd.strip() in ("", "-1", "none", "NoDevFiles"):
+            msg = f"no GPU visible: CUDA_VISIBLE_DEVICES={cvd!r} hides them"
+            fix = ("unset CUDA_VISIBLE_DEVICES: Docker: drop -e CUDA_VISIBLE_DEVICES and pass --gpus; compose: set GPU_COUNT "
+                   "instead; Apptainer/Slurm: --nv with --gres=gpu:N sets it; or --device cpu")
+        elif gpu.nvml_gpus:
+            msg = f"NVML sees {gpu.nvml_gpus} GPU(s) but CUDA none" + (f": {gpu.cuda_error}" if gpu.cuda_error else "")
+            fix = "check CUDA_VISIBLE_DEVICES and the driver (nvidia-smi on the host); " + FIX_NO_GPU
+        else:
+            msg = "no GPU visible in this environment" + (f" ({gpu.cuda_error})" if gpu.cuda_error else "")
+            fix = FIX_NO_GPU
+        findings.append(Finding(bad, "gpu", msg, fix, option=option))
+        return findings
+
+    if requested > gpu.visible:
+        findings.append(
+            Finding("error", "gpu", f"--gpus {requested} asked, but only {gpu.visible} GPU(s) are visible",
+                    FIX_FEWER_GPUS, option="--gpus")  # fmt: skip
+        )
+    else:
+        names = ", ".join(sorted({d.name for d in gpu.devices}))
+        findings.append(Finding("ok", "gpu", f"{gpu.visible} GPU(s) visible: {names}"))
+
+    if gpu.arch_list:
+        for i, d in enumerate(gpu.devices):
+            sm = f"sm_{d.capability[0]}{d.capability[1]}"
+            if not arch_supported(d.capability, gpu.arch_list):
+                findings.append(
+                    Finding(
+                        bad,
+                        "arch",
+                        f"GPU {i} ({d.name}, {sm}) is not in this torch build's arch list ({' '.join(gpu.arch_list)})",
+                        "build the image with a torch that has kernels for it: docker build --build-arg "
+                        "TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 --build-arg TORCH_VERSION=<a version that "
+                        "index has> -t effbench:cu126 . (older GPUs need an older CUDA build; compose: "
+                        "EFFBENCH_IMAGE=effbench:cu126; Apptainer: rebuild the SIF from that image); or --device cpu",
+                        option=option,
+                    )
+                )
+                break
+        else:
+            findings.append(Finding("ok", "arch", f"every visible GPU is in the arch list ({' '.join(gpu.arch_list)})"))
+    return findings
+
+
+def check_memlock(limit: int | None, processes: int, nnodes: int) -> list[Finding]:
+    """NCCL over InfiniBand/RoCE registers (pins) memory, which RLIMIT_MEMLOCK caps; Docker's
+    default is 8 MiB. Only multi-GPU and multi-node runs use NCCL, so only they are warned."""
+    if limit is None:
+        return [Finding("ok", "memlock", "unlimited")]
+    if processes > 1 or nnodes > 1:
+        return [
+            Finding(
+                "warning",
+                "memlock",
+                f"locked-memory limit is {_fmt_bytes(limit)}; NCCL over InfiniBand/RoCE can fail or fall back to "
+                "slower transports with a low limit",
+                FIX_MEMLOCK,
+            )
+        ]
+    return [Finding("ok", "memlock", f"{_fmt_bytes(limit)} (only multi-GPU NCCL needs more)")]
+
+
+def check_dataset(cfg: RunConfig, env: Mapping[str, str], probes: Probes) -> list[Finding]:
+    """The dataset must be on disk (every file effbench.data reads), or downloadable: --download
+    and a reachable host (EFFBENCH_MIRROR or the official one) and a writable --data-dir."""
+    if cfg.dataset == "synthetic":
+        return [Finding("ok", "dataset", "synthetic (generated, nothing to read)")]
+    root = cfg.data_dir
+    if cfg.dataset == "imagefolder":
+        if root.is_dir() and any(root.iterdir()):
+            return [Finding("ok", "dataset", f"image folder {root}")]
+        return [Finding("error", "dataset", f"image folder {root} is missing or empty", FIX_DATASET, option="--data-dir")]
+    from effbench.data.archives import ARCHIVES, MIRROR_ENV, missing_parts  # imports torch: only here
+
+    archive = ARCHIVES[cfg.dataset]
+    missing = missing_parts(archive, root)
+    if not missing:
+        return [Finding("ok", "dataset", f"{archive.title} at {root / archive.folder}")]
+    where = root / archive.folder if len(missing) == len(archive.required) else root / archive.folder / missing[0]
+    if not cfg.download:
+        return [
+            Finding("error", "dataset", f"{archive.title} is not at {where}",
+                    FIX_DATASET + ", or pass --download where there is network", option="--data-dir")  # fmt: skip
+        ]
+    file_name = archive.url.rsplit("/", 1)[-1]
+    mirror = env.get(MIRROR_ENV, "").strip()
+    source = f"{mirror.rstrip('/')}/{file_name}" if mirror else archive.url
+    if not probes.reachable(source):
+        return [
+            Finding("error", "dataset", f"{archive.title} is not at {where} and {source} cannot be reached (no network?)",
+                    FIX_DATASET + f", or set {MIRROR_ENV} to a reachable base URL", option="--data-dir")  # fmt: skip
+        ]
+    reason = probes.writable(root)
+    if reason is not None:
+        return [
+            Finding("error", "dataset", f"{archive.title} would be downloaded into {root}, which is not writable ({reason})",
+                    "Docker: -v /path/to/datasets:/data without :ro for the first run; compose: pass --data-dir "
+                    "/cache/datasets (the cache is writable); Apptainer: --data-dir \"$PWD/data\"; or download on the host",
+                    option="--data-dir")  # fmt: skip
+        ]
+    return [Finding("ok", "dataset", f"{archive.title} will be downloaded from {source} into {root}")]
+
+
+def local_processes(cfg: RunConfig, gpus_requested: int, gpu: GpuState | None) -> int:
+    """Training processes on this node: one per GPU (DDP), per --nproc on the CPU, else one."""
+    if cfg.device == "cpu":
+        return cfg.nproc or 1
+    if cfg.strategy == "dp":
+        return 1
+    n = max(gpus_requested, cfg.gpus or 0)
+    if n == 0 and gpu is not None:
+        n = gpu.visible
+    return max(n, 1)
+
+
+def run_checks(
+    cfg: RunConfig,
+    *,
+    gpus_requested: int = 0,
+    env: Mapping[str, str] = os.environ,
+    root: Path = Path("/"),
+    gpu: GpuState | None = None,
+    probes: Probes | None = None,
+) -> list[Finding]:
+    """Every preflight check for `cfg`, in order; errors first in their group. `gpu` defaults to
+    `probe_gpus()` (not called for --device cpu, so a CPU run does not touch CUDA)."""
+    probes = probes or Probes()
+    requested = max(gpus_requested, cfg.gpus or 0)
+    if gpu is None and cfg.device != "cpu":
+        gpu = probe_gpus()
+    findings = check_output(cfg.output, probes)
+    findings += check_home_and_caches(env, probes)
+    processes = local_processes(cfg, requested, gpu)
+    findings += check_shm(cfg, root, probes, processes)
+    if gpu is not None:
+        findings += check_gpus(cfg, gpu, env, requested)
+        if cfg.device != "cpu" and gpu.visible:
+            findings += check_memlock(probes.memlock(), processes, cfg.nnodes)
+    findings += check_dataset(cfg, env, probes)
+    return findings
+
+
+def errors(findings: Iterable[Finding]) -> list[Finding]:
+    return [f for f in findings if f.level == "error"]
+
+
+def apply_redirects(findings: Iterable[Finding], environ: MutableMapping[str, str]) -> list[Path]:
+    """Set the redirected HOME/cache variables in `environ` and create their folders (private,
+    0700). A folder that exists but belongs to another uid is refused: the temp dir is shared."""
+    made = []
+    for f in findings:
+        for name, value in f.env.items():
+            if name in ("USER", "LOGNAME"):
+                environ[name] = value
+                continue
+            path = Path(value)
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if path.stat().st_uid != os.getuid():
+                raise EffbenchError(name, f"{path} belongs to another user; set TMPDIR to a folder of your own")
+            environ[name] = value
+            made.append(path)
+    return made
+
+
+def raise_on_errors(
+    findings: list[Finding], *, environ: MutableMapping[str, str] = os.environ, stream: TextIO | None = None
+) -> None:
+    """Raise an EffbenchError for the first error (its message ends with the fix); otherwise apply
+    the HOME/cache redirects to `environ` and print each warning on one line to stderr."""
+    for f in findings:
+        if f.level == "error":
+            raise EffbenchError(f.option, f"{f.message}; fix: {f.fix}" if f.fix else f.message)
+    apply_redirects(findings, environ)
+    out = stream if stream is not None else sys.stderr
+    for f in findings:
+        if f.level == "warning":
+            print(f"warning: {f.check}: {f.message}" + (f" (fix: {f.fix})" if f.fix else ""), file=out)

@@ -1,0 +1,78 @@
+"""Shared fixtures: small datasets in the real formats (tests/fakedata.py) and a loopback HTTP server.
+
+    cifar100_dir, cifar10_dir, food101_dir, imagefolder_dir   a fresh --data-dir per test (Path), outside
+                                                              tmp_path so tests may use tmp_path as --output
+    imagefolder_split_dir                                     train/ + val/ shape
+    http_server                                               Served(root, url): files put in root
+                                                              are served at url/<name>
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # `import fakedata` from any test file
+
+import fakedata  # noqa: E402
+
+
+@pytest.fixture
+def cifar100_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return fakedata.make_cifar(tmp_path_factory.mktemp("cifar100"), "cifar100", n_train=64, n_test=32)
+
+
+@pytest.fixture
+def cifar10_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return fakedata.make_cifar(tmp_path_factory.mktemp("cifar10"), "cifar10", n_train=60, n_test=20)
+
+
+@pytest.fixture
+def food101_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return fakedata.make_food101(tmp_path_factory.mktemp("food101"), classes=3, per_class=8, size=48)
+
+
+@pytest.fixture
+def imagefolder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return fakedata.make_imagefolder(tmp_path_factory.mktemp("imagefolder"), classes=3, per_class=6)
+
+
+@pytest.fixture
+def imagefolder_split_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("imagefolder-split")
+    return fakedata.make_imagefolder(root, classes=3, per_class=6, split=True, val_per_class=2)
+
+
+@dataclass(frozen=True)
+class Served:
+    root: Path
+    url: str
+    """http://127.0.0.1:<port>, no trailing slash."""
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[Served]:
+    """http.server over a fresh folder on 127.0.0.1 (any free port), in a thread; shut down after."""
+    root = tmp_path / "served"
+    root.mkdir()
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:  # keep pytest output clean
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield Served(root, f"http://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

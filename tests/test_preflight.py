@@ -1,0 +1,445 @@
+"""Preflight checks on fake inputs: each check fails for its cause and names the fix for Docker,
+compose and Apptainer; nothing here needs a GPU, NVML, a container or the network."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from effbench import doctor as doctor_mod
+from effbench import preflight
+from effbench.config import RunConfig
+from effbench.errors import EffbenchError
+from effbench.preflight import Finding, GpuDevice, GpuState, Probes
+
+A100 = GpuDevice("NVIDIA A100-SXM4-80GB", (8, 0))
+V100 = GpuDevice("Tesla V100-SXM2-32GB", (7, 0))
+CU130_ARCHS = ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120")
+
+
+def gpu_state(devices=(A100,), *, driver_cuda=(13, 0), nvml_gpus=None, cuda_build="13.0", **kw) -> GpuState:
+    return GpuState(
+        torch_version="2.14.1+cu130",
+        cuda_build=cuda_build,
+        arch_list=kw.pop("arch_list", CU130_ARCHS),
+        devices=tuple(devices),
+        driver_version=kw.pop("driver_version", "580.65.06"),
+        driver_cuda=driver_cuda,
+        nvml_gpus=len(devices) if nvml_gpus is None else nvml_gpus,
+        **kw,
+    )
+
+
+NO_GPU = GpuState(torch_version="2.14.1+cu130", cuda_build="13.0", arch_list=CU130_ARCHS)
+
+
+def probes(*, unwritable=(), shm=8 * 2**30, memlock=None, reachable=False, named=True, uid=4242) -> Probes:
+    """Probes with no side effects: paths under any of `unwritable` fail with EACCES."""
+    bad = [Path(p) for p in unwritable]
+
+    def writable(path: Path) -> str | None:
+        path = Path(path)
+        return "Permission denied" if any(path == b or b in path.parents for b in bad) else None
+
+    return Probes(
+        writable=writable,
+        reachable=lambda url: reachable,
+        memlock=lambda: memlock,
+        shm_free=lambda path: shm,
+        uid=lambda: uid,
+        has_passwd_entry=lambda u: named,
+    )
+
+
+def cfg(tmp_path: Path, **kw) -> RunConfig:
+    base = dict(dataset="synthetic", device="cpu", workers=0, output=tmp_path / "results", data_dir=tmp_path / "data")
+    return RunConfig(**{**base, **kw})
+
+
+ENV = {"HOME": "/home/me", "TMPDIR": "/tmp"}
+
+
+def by_check(findings: list[Finding], check: str) -> list[Finding]:
+    return [f for f in findings if f.check == check]
+
+
+def first_error(findings: list[Finding]) -> Finding:
+    errs = preflight.errors(findings)
+    assert errs, f"expected an error in {findings}"
+    return errs[0]
+
+
+# --- output -----------------------------------------------------------------------------------------
+def test_all_ok_on_a_healthy_cpu_run(tmp_path):
+    findings = preflight.run_checks(cfg(tmp_path), env=ENV, probes=probes())
+    assert preflight.errors(findings) == []
+    assert {f.check for f in findings} >= {"output", "home", "shm", "dataset"}
+    assert all(f.level == "ok" for f in findings)
+
+
+def test_unwritable_output_is_an_error_naming_uid_and_every_runtime_fix(tmp_path):
+    c = cfg(tmp_path, output=Path("/results"))
+    findings = preflight.run_checks(c, env=ENV, probes=probes(unwritable=["/results"], uid=1234))
+    err = first_error(findings)
+    assert err.check == "output" and err.option == "--output"
+    assert "/results is not writable by uid 1234 (Permission denied)" in err.message
+    for runtime in ("Docker:", "compose:", "Apptainer:"):
+        assert runtime in err.fix
+    assert '-v "$PWD/results:/results"' in err.fix and "--user" in err.fix
+
+
+def test_raise_on_errors_gives_one_line_with_the_option_and_fix(tmp_path):
+    findings = preflight.run_checks(cfg(tmp_path, output=Path("/ro")), env=ENV, probes=probes(unwritable=["/ro"]))
+    with pytest.raises(EffbenchError) as info:
+        preflight.raise_on_errors(findings, environ={}, stream=io.StringIO())
+    assert info.value.option == "--output"
+    assert "\n" not in str(info.value) and "; fix: Docker:" in str(info.value)
+
+
+def test_real_write_probe_reports_a_file_and_accepts_a_missing_child(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    assert "is a file" in preflight.probe_writable(tmp_path / "afile")
+    assert preflight.probe_writable(tmp_path / "not" / "yet") is None  # created later by the run
+    assert not (tmp_path / "not").exists()  # the probe did not create it
+    assert list(tmp_path.iterdir()) == [tmp_path / "afile"]  # and left no probe file behind
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through permission bits")
+def test_real_write_probe_sees_a_read_only_folder(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir(mode=0o555)
+    assert preflight.probe_writable(ro) is not None
+
+
+# --- HOME and caches --------------------------------------------------------------------------------
+def test_home_slash_of_a_nameless_uid_is_redirected_with_a_warning(tmp_path):
+    # `docker run --user 1234`: no passwd entry, so HOME=/ which that uid cannot write
+    only_root_unwritable = Probes(
+        writable=lambda path: "Permission denied" if Path(path) == Path("/") else None,
+        reachable=lambda url: False, memlock=lambda: None, shm_free=lambda p: 2**40,
+        uid=lambda: 1234, has_passwd_entry=lambda u: False,
+    )  # fmt: skip
+    findings = preflight.run_checks(cfg(tmp_path), env={"HOME": "/", "TMPDIR": "/tmp"}, probes=only_root_unwritable)
+    (home,) = by_check(findings, "home")
+    assert home.level == "warning" and "HOME=/ is not writable by uid 1234" in home.message
+    assert home.env == {"HOME": "/tmp/effbench-1234/home"}
+    assert preflight.errors(findings) == []
+
+
+def test_no_writable_home_nor_temp_dir_is_an_error(tmp_path):
+    findings = preflight.run_checks(cfg(tmp_path), env={"HOME": "/", "TMPDIR": "/tmp"}, probes=probes(unwritable=["/"]))
+    err = first_error(findings)
+    assert err.check == "output"  # the output folder fails first, under / as well
+    assert [f.level for f in by_check(findings, "home")] == ["error"]
+
+
+def test_home_redirect_goes_to_a_private_temp_folder(tmp_path):
+    env = {"HOME": "/nonexistent", "TMPDIR": str(tmp_path)}
+    findings = preflight.run_checks(cfg(tmp_path), env=env, probes=probes(unwritable=["/nonexistent"], uid=os.getuid()))
+    (home,) = by_check(findings, "home")
+    assert home.level == "warning"
+    assert home.env == {"HOME": str(tmp_path / f"effbench-{os.getuid()}" / "home")}
+    assert "using" in home.message and "/nonexistent" in home.message
+    environ: dict[str, str] = dict(env)
+    stream = io.StringIO()
+    preflight.raise_on_errors(findings, environ=environ, stream=stream)
+    assert environ["HOME"] == home.env["HOME"]
+    assert Path(environ["HOME"]).is_dir() and (Path(environ["HOME"]).stat().st_mode & 0o777) == 0o700
+    assert "warning: home: HOME=/nonexistent" in stream.getvalue()
+
+
+def test_unwritable_cache_is_redirected_and_a_writable_one_kept(tmp_path):
+    env = {"HOME": "/home/me", "TMPDIR": "/tmp", "TORCH_HOME": "/cache/torch", "XDG_CACHE_HOME": "/home/me/.cache"}
+    findings = preflight.run_checks(cfg(tmp_path), env=env, probes=probes(unwritable=["/cache"], uid=77))
+    caches = by_check(findings, "cache")
+    redirected = [f for f in caches if f.level == "warning"]
+    assert [f.env for f in redirected] == [{"TORCH_HOME": "/tmp/effbench-77/cache/torch_home"}]
+    assert any(f.level == "ok" and "XDG_CACHE_HOME" in f.message for f in caches)
+    assert preflight.errors(findings) == []
+
+
+def test_read_only_torch_home_with_weights_is_kept(tmp_path):
+    torch_home = tmp_path / "torch"
+    (torch_home / "hub" / "checkpoints").mkdir(parents=True)
+    (torch_home / "hub" / "checkpoints" / "efficientnet-b0.pth").write_bytes(b"x")
+    env = {**ENV, "TORCH_HOME": str(torch_home)}
+    (finding,) = by_check(preflight.run_checks(cfg(tmp_path), env=env, probes=probes(unwritable=[torch_home])), "cache")
+    assert finding.level == "warning" and finding.env == {}
+    assert "weights cached there are used" in finding.message
+
+
+def test_uid_without_a_name_gets_one(tmp_path):
+    findings = preflight.run_checks(cfg(tmp_path), env=ENV, probes=probes(named=False, uid=5555))
+    (user,) = by_check(findings, "user")
+    assert user.env == {"USER": "uid5555", "LOGNAME": "uid5555"}
+    named_env = {**ENV, "USER": "me"}
+    assert by_check(preflight.run_checks(cfg(tmp_path), env=named_env, probes=probes(named=False)), "user") == []
+
+
+# --- /dev/shm ---------------------------------------------------------------------------------------
+def test_shm_estimate_follows_the_formula():
+    # 2 workers x prefetch 2 x batch 64 x 3 x 224^2 x 4 bytes x safety 2
+    assert preflight.shm_needed_bytes(2, 64, 224) == 2 * 2 * 64 * 3 * 224 * 224 * 4 * 2
+    assert preflight.shm_needed_bytes(2, 64, 224, processes=4) == 4 * preflight.shm_needed_bytes(2, 64, 224)
+
+
+def test_small_shm_with_workers_is_an_error_with_the_size_to_ask_for(tmp_path):
+    c = cfg(tmp_path, dataset="imagefolder", workers=2, batch_size=64, image_size=224)
+    findings = preflight.run_checks(c, env=ENV, probes=probes(shm=64 * 2**20))
+    err = first_error(findings)
+    assert err.check == "shm" and err.option == "--workers"
+    assert "64 MiB free" in err.message and "hang" in err.message
+    assert "--shm-size=1g" in err.fix and "SHM_SIZE=1gb" in err.fix and "Apptainer" in err.fix and "--workers 0" in err.fix
+
+
+def test_shm_is_not_checked_without_workers_or_for_synthetic_data(tmp_path):
+    c = cfg(tmp_path, dataset="imagefolder", workers=0, batch_size=512, image_size=456)
+    (shm,) = by_check(preflight.run_checks(c, env=ENV, probes=probes(shm=1)), "shm")
+    assert shm.level == "ok" and "--workers 0" in shm.message
+    synthetic = cfg(tmp_path, dataset="synthetic", workers=8, batch_size=512, image_size=456)
+    (shm,) = by_check(preflight.run_checks(synthetic, env=ENV, probes=probes(shm=1)), "shm")
+    assert shm.level == "ok" and "synthetic" in shm.message
+
+
+def test_shm_counts_one_set_of_workers_per_gpu_process(tmp_path):
+    c = cfg(tmp_path, dataset="imagefolder", device="cuda", gpus=4, workers=4, batch_size=64, image_size=224)
+    need_one = preflight.shm_needed_bytes(4, 64, 224)
+    gpu = gpu_state([A100] * 4)
+    ok_for_one = preflight.run_checks(c, env=ENV, probes=probes(shm=need_one + 1), gpu=gpu)
+    assert first_error(ok_for_one).check == "shm"  # 4 processes need 4x
+    assert "x 4 processes" in first_error(ok_for_one).message
+
+
+# --- GPUs ---------------------------------------------------------------------------------------------
+def test_gpus_requested_but_none_visible(tmp_path):
+    c = cfg(tmp_path, device="cuda")
+    err = first_error(preflight.run_checks(c, env=ENV, probes=probes(), gpu=NO_GPU))
+    assert err.check == "gpu" and err.option == "--device"
+    assert "--gpus all" in err.fix and "--nv" in err.fix and "compose" in err.fix
+
+
+def test_capabilities_without_compute_are_named(tmp_path):
+    env = {**ENV, "NVIDIA_DRIVER_CAPABILITIES": "utility"}
+    err = first_error(preflight.run_checks(cfg(tmp_path, device="cuda"), env=env, probes=probes(), gpu=NO_GPU))
+    assert "NVIDIA_DRIVER_CAPABILITIES=utility lacks compute" in err.message
+    assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in err.fix
+    env_ok = {**ENV, "NVIDIA_DRIVER_CAPABILITIES": "all"}
+    err_ok = first_error(preflight.run_checks(cfg(tmp_path, device="cuda"), env=env_ok, probes=probes(), gpu=NO_GPU))
+    assert "lacks compute" not in err_ok.message
+
+
+def test_auto_device_without_gpu_is_fine(tmp_path):
+    (gpu,) = by_check(preflight.run_checks(cfg(tmp_path, device="auto"), env=ENV, probes=probes(), gpu=NO_GPU), "gpu")
+    assert gpu.level == "ok" and "CPU" in gpu.message
+
+
+def test_old_driver_for_the_cuda_build_is_an_error_with_the_cu126_build(tmp_path):
+    gpu = gpu_state([], driver_cuda=(12, 4), nvml_gpus=1, driver_version="550.54.15")
+    err = first_error(preflight.run_checks(cfg(tmp_path, device="cuda"), env=ENV, probes=probes(), gpu=gpu))
+    assert err.check == "driver"
+    assert "supports CUDA up to 12.4" in err.message and "built for CUDA 13.0" in err.message
+    assert "TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126" in err.fix
+    # only one error for the one cause: no second "no GPU visible"
+    assert len(preflight.errors(preflight.run_checks(cfg(tmp_path, device="cuda"), env=ENV, probes=probes(), gpu=gpu))) == 1
+
+
+def test_same_major_older_driver_is_only_a_warning(tmp_path):
+    gpu = gpu_state([A100], driver_cuda=(12, 2), cuda_build="12.6")
+    findings = preflight.run_checks(cfg(tmp_path, device="cuda"), env=ENV, probes=probes(), gpu=gpu)
+    (driver,) = by_check(findings, "driver")
+    assert driver.level == "warning" and "minor-version compatibility" in driver.message
+    assert preflight.errors(findings) == []
+
+
+def test_gpu_architecture_missing_from_the_build(tmp_path):
+    findings = preflight.run_checks(cfg(tmp_path, device="cuda"), env=ENV, probes=probes(), gpu=gpu_state([V100]))
+    err = first_error(findings)
+    assert err.check == "arch" and "sm_70" in err.message and "sm_75" in err.message
+    assert "cu126" in err.fix
+
+
+@pytest.mark.parametrize(
+    ("capability", "archs", "ok"),
+    [
+        ((8, 0), ("sm_80",), True),
+        ((8, 6), ("sm_80",), True),  # same major, newer minor: SASS is binary compatible
+        ((8, 0), ("sm_86",), False),
+        ((9, 0), ("sm_80",), False),  # newer major needs PTX
+        ((9, 0), ("sm_80", "compute_80"), True),
+        ((7, 0), CU130_ARCHS, False),
+        ((12, 0), CU130_ARCHS, True),
+        ((9, 0), ("sm_90a",), True),
+        ((10, 0), ("sm_90a",), False),
+    ],
+)
+def test_arch_compatibility_rules(capability, archs, ok):
+    assert preflight.arch_supported(capability, archs) is ok
+
+
+def test_fewer_gpus_than_requested(tmp_path):
+    c = cfg(tmp_path, device="auto", gpus=4)
+    err = first_error(preflight.run_checks(c, env=ENV, probes=probes(), gpu=gpu_state([A100, A100])))
+    assert err.check == "gpu" and err.option == "--gpus"
+    assert "--gpus 4 asked, but only 2" in err.message and "GPU_COUNT" in err.fix
+
+
+def test_gpus_requested_argument_counts_like_the_config(tmp_path):
+    c = cfg(tmp_path, device="auto")
+    err = first_error(preflight.run_checks(c, gpus_requested=8, env=ENV, probes=probes(), gpu=gpu_state([A100])))
+    assert "--gpus 8 asked, but only 1" in err.message
+
+
+def test_low_memlock_warns_for_multi_gpu_only(tmp_path):
+    gpu = gpu_state([A100, A100])
+    multi = preflight.run_checks(cfg(tmp_path, device="cuda"), env=ENV, probes=probes(memlock=8 * 2**20), gpu=gpu)
+    (mem,) = by_check(multi, "memlock")
+    assert mem.level == "warning" and "8 MiB" in mem.message and "--ulimit memlock=-1:-1" in mem.fix
+    assert preflight.errors(multi) == []
+    single = preflight.run_checks(cfg(tmp_path, device="cuda", gpus=1), env=ENV, probes=probes(memlock=8 * 2**20), gpu=gpu_state([A100]))
+    assert by_check(single, "memlock")[0].level == "ok"
+    stream = io.StringIO()
+    preflight.raise_on_errors(multi, environ={}, stream=stream)
+    assert stream.getvalue().startswith("warning: memlock:")
+
+
+def test_cpu_runs_never_probe_gpus(tmp_path, monkeypatch):
+    monkeypatch.setattr(preflight, "probe_gpus", lambda: pytest.fail("probed GPUs for --device cpu"))
+    findings = preflight.run_checks(cfg(tmp_path, device="cpu"), env=ENV, probes=probes())
+    assert by_check(findings, "gpu") == []
+
+
+def test_probe_gpus_does_not_crash_without_gpu_or_nvml():
+    state = preflight.probe_gpus()
+    assert state.torch_version is not None
+    assert state.visible >= 0
+
+
+# --- dataset -------------------------------------------------------------------------------------------
+def test_missing_dataset_offline_says_mount_it_or_use_synthetic(tmp_path):
+    c = cfg(tmp_path, dataset="cifar100")
+    err = first_error(preflight.run_checks(c, env=ENV, probes=probes()))
+    assert err.check == "dataset" and err.option == "--data-dir"
+    assert str(tmp_path / "data" / "cifar-100-python") in err.message
+    assert "/data:ro" in err.fix and "--dataset synthetic" in err.fix and "--bind" in err.fix
+
+
+def test_download_without_network_is_an_error_and_with_network_ok(tmp_path):
+    c = cfg(tmp_path, dataset="cifar10", download=True)
+    err = first_error(preflight.run_checks(c, env=ENV, probes=probes(reachable=False)))
+    assert "cannot be reached" in err.message and "cifar-10-python.tar.gz" in err.message
+    ok = preflight.run_checks(c, env=ENV, probes=probes(reachable=True))
+    assert preflight.errors(ok) == []
+
+
+def test_download_uses_the_mirror(tmp_path):
+    seen = []
+    p = Probes(writable=lambda path: None, reachable=lambda url: seen.append(url) or True, shm_free=lambda p: 2**40,
+               memlock=lambda: None, uid=lambda: 1, has_passwd_entry=lambda u: True)  # fmt: skip
+    env = {**ENV, "EFFBENCH_MIRROR": "http://mirror.local/datasets/"}
+    preflight.run_checks(cfg(tmp_path, dataset="food101", download=True), env=env, probes=p)
+    assert seen == ["http://mirror.local/datasets/food-101.tar.gz"]
+
+
+def test_present_dataset_is_ok_and_an_incomplete_one_names_the_missing_file(tmp_path):
+    folder = tmp_path / "data" / "cifar-100-python"
+    folder.mkdir(parents=True)
+    (folder / "train").write_bytes(b"")
+    (folder / "meta").write_bytes(b"")
+    err = first_error(preflight.run_checks(cfg(tmp_path, dataset="cifar100"), env=ENV, probes=probes()))
+    assert f"is not at {folder / 'test'}" in err.message
+    (folder / "test").write_bytes(b"")
+    findings = preflight.run_checks(cfg(tmp_path, dataset="cifar100"), env=ENV, probes=probes())
+    assert by_check(findings, "dataset")[0].level == "ok"
+
+
+def test_image_folder_must_exist(tmp_path):
+    err = first_error(preflight.run_checks(cfg(tmp_path, dataset="imagefolder"), env=ENV, probes=probes()))
+    assert err.check == "dataset" and "missing or empty" in err.message
+
+
+# --- doctor --------------------------------------------------------------------------------------------
+def doctor_app() -> typer.Typer:
+    app = typer.Typer()
+    app.command()(doctor_mod.doctor)
+
+    @app.callback()
+    def _root() -> None:  # keep `doctor` as a subcommand
+        pass
+
+    return app
+
+
+def test_doctor_exits_0_and_prints_a_table(tmp_path, monkeypatch):
+    monkeypatch.setattr(preflight, "probe_gpus", lambda: NO_GPU)
+    result = CliRunner().invoke(doctor_app(), ["doctor", "--smoke", "--output", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "check" in result.output and "status" in result.output and "fix" in result.output
+    assert "2.14.1+cu130" in result.output and "all checks passed" in result.output
+
+
+def test_doctor_exits_2_on_an_error_and_shows_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setattr(preflight, "probe_gpus", lambda: NO_GPU)
+    result = CliRunner().invoke(doctor_app(), ["doctor", "--dataset", "cifar100", "--data-dir", str(tmp_path / "none"),
+                                               "--workers", "0", "--output", str(tmp_path / "out")])  # fmt: skip
+    assert result.exit_code == 2
+    assert "FAIL" in result.output and "--dataset synthetic" in result.output
+    assert "would stop at: dataset" in result.output
+
+
+def test_doctor_passes_the_largest_gpu_count(tmp_path, monkeypatch):
+    seen = {}
+
+    def fake_checks(c, **kw):
+        seen.update(kw, cfg=c)
+        return [Finding("ok", "output", "fine")]
+
+    monkeypatch.setattr(preflight, "probe_gpus", lambda: NO_GPU)
+    monkeypatch.setattr(preflight, "run_checks", fake_checks)
+    result = CliRunner().invoke(doctor_app(), ["doctor", "--gpus", "1,2,8", "--workers", "3", "--batch-size", "32"])
+    assert result.exit_code == 0, result.output
+    assert seen["gpus_requested"] == 8 and seen["cfg"].gpus == 8
+    assert (seen["cfg"].workers, seen["cfg"].batch_size) == (3, 32)
+
+
+def _error_scenarios(tmp_path):
+    """(config kwargs, run_checks kwargs) pairs that each end in at least one error."""
+    caps = {**ENV, "NVIDIA_DRIVER_CAPABILITIES": "utility"}
+    hidden = {**ENV, "CUDA_VISIBLE_DEVICES": ""}
+    return [
+        (dict(output=Path("/ro")), dict(probes=probes(unwritable=["/ro"]))),
+        (dict(output=Path("/ro")), dict(env={"HOME": "/", "TMPDIR": "/tmp"}, probes=probes(unwritable=["/"]))),
+        (dict(dataset="imagefolder", workers=4, batch_size=128, image_size=224), dict(probes=probes(shm=2**26))),
+        (dict(device="cuda"), dict(gpu=NO_GPU)),
+        (dict(device="cuda"), dict(gpu=NO_GPU, env=caps)),
+        (dict(device="cuda"), dict(gpu=NO_GPU, env=hidden)),
+        (dict(device="cuda"), dict(gpu=replace_cuda_build(NO_GPU, None))),
+        (dict(device="cuda"), dict(gpu=gpu_state([], driver_cuda=(12, 4), nvml_gpus=1))),
+        (dict(device="cuda"), dict(gpu=gpu_state([V100]))),
+        (dict(device="auto", gpus=4), dict(gpu=gpu_state([A100]))),
+        (dict(dataset="cifar100"), {}),
+        (dict(dataset="cifar100", download=True), dict(probes=probes(reachable=False))),
+        (dict(dataset="cifar100", download=True, data_dir=Path("/nowhere/data")),
+         dict(probes=probes(reachable=True, unwritable=["/nowhere"]))),
+    ]
+
+
+def replace_cuda_build(state, build):
+    import dataclasses
+
+    return dataclasses.replace(state, cuda_build=build)
+
+
+def test_every_error_names_the_fix_for_docker_compose_and_apptainer(tmp_path):
+    for cfg_kw, kw in _error_scenarios(tmp_path):
+        kw = {"env": ENV, "probes": probes(), **kw}
+        errs = preflight.errors(preflight.run_checks(cfg(tmp_path, **cfg_kw), **kw))
+        assert errs, (cfg_kw, kw)
+        for e in errs:
+            fix = e.fix.lower()
+            assert "docker" in fix and "compose" in fix and "apptainer" in fix, (e.check, e.message, e.fix)
+            assert "\n" not in e.message + e.fix
