@@ -7,7 +7,7 @@ VENV ?= .venv
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 STAMP := $(VENV)/.effbench-installed
 
-.PHONY: run test env clean
+.PHONY: run test env lint image-smoke clean
 
 env: $(STAMP)
 
@@ -22,6 +22,14 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest
+
+# Container files: hadolint, docker compose config, singularity.def validator, shellcheck.
+lint: $(STAMP)
+	bash .ci/lint.sh
+
+# Build the Dockerfile with podman (root, no Docker engine) and run the smoke test inside the image.
+image-smoke:
+	bash .ci/image-smoke.sh
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

@@ -146,6 +146,11 @@ def worker(spec: Annotated[Path, typer.Option(help="Launch spec written by `effb
     raise typer.Exit(worker_main(spec))
 
 
+from effbench.doctor import doctor  # noqa: E402  (torch-free: keeps --help instant)
+
+app.command()(doctor)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: one-line errors and exit code 2 for every bad input."""
     command = typer.main.get_command(app)

@@ -60,6 +60,8 @@ def fetch(
             with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout_s) as resp:
                 shutil.copyfileobj(resp, out, CHUNK_BYTES)
         except (urllib.error.URLError, OSError, ValueError) as e:
+            if isinstance(e, urllib.error.HTTPError):
+                e.close()  # an HTTPError holds the open response (a ResourceWarning otherwise)
             reason = getattr(e, "reason", None) or e
             raise EffbenchError(
                 option, f"could not download {url} ({reason}); check the network or mirror, or place the file at {dest} by hand"

@@ -140,7 +140,11 @@ def plan_for(cfg: RunConfig, worker_args: list[str]) -> LaunchPlan:
 # --------------------------------------------------------------------------------------------------
 def run(cfg: RunConfig, *, command: list[str], echo: Echo = print, progress: bool = True) -> RunOutcome:
     """Check, then run in-process or under torchrun; returns the run folder and its results."""
+    from effbench.preflight import raise_on_errors, run_checks
+
     results.check_output_writable(cfg.output)
+    # Container and environment checks (shm, GPUs, driver, caches, dataset mount) before any folder exists.
+    raise_on_errors(run_checks(cfg))
     spec_dir = Path(tempfile.mkdtemp(prefix="effbench-launch-"))
     try:
         spec_path = spec_dir / "spec.json"

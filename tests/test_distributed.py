@@ -54,8 +54,11 @@ def ranks_of(proc: subprocess.Popen) -> dict[int, psutil.Process]:
     found = {}
     for child in psutil.Process(proc.pid).children(recursive=True):
         try:
-            if "worker" in child.cmdline():
-                found[int(child.environ().get("RANK", "-1"))] = child
+            # The ranks are the `effbench worker` processes torchrun started: they carry RANK in their env
+            # (the torchrun agent's own argv also mentions the worker, but it has no RANK).
+            rank = child.environ().get("RANK")
+            if "worker" in child.cmdline() and rank is not None:
+                found[int(rank)] = child
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
     return found

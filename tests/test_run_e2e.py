@@ -199,3 +199,12 @@ def test_sigterm_mid_epoch_keeps_finished_epochs(tmp_path):
         elif name.endswith(".csv"):
             assert list(csv.DictReader(text.splitlines()))
     assert len(list(csv.DictReader((run / "epochs.csv").open()))) == len(r["epochs"])
+
+
+def test_run_makes_the_preflight_checks_before_anything_else(tmp_path, capsys):
+    # The dataset check of `effbench doctor` runs inside `effbench run`: its fix names the mounts.
+    out = tmp_path / "out"
+    code, _, err = invoke(["run", "--smoke", "--dataset", "cifar100", "--data-dir", tmp_path / "nope", "--output", out], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "--data-dir" in err and "--dataset synthetic" in err and "Docker: -v" in err
+    assert not out.exists()
