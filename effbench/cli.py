@@ -114,7 +114,7 @@ def run(
         raise EffbenchError("--gpus", "give a list to --gpus or to --nproc, not both")
     base = {**smoke_overrides(), **explicit} if smoke else explicit
     configs = [RunConfig(**base, gpus=g, nproc=p) for g in gpu_counts for p in proc_counts]
-    command = ["effbench", *sys.argv[1:]]
+    command = invocation()
     if len(configs) == 1:
         outcome = runner.run(configs[0], command=command, echo=typer.echo, progress=not quiet)
         _exit_for(outcome)
@@ -151,8 +151,18 @@ from effbench.doctor import doctor  # noqa: E402  (torch-free: keeps --help inst
 app.command()(doctor)
 
 
+_argv: list[str] | None = None
+
+
+def invocation() -> list[str]:
+    """The exact command line, recorded in results.json so a run can be repeated."""
+    return ["effbench", *(_argv if _argv is not None else sys.argv[1:])]
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: one-line errors and exit code 2 for every bad input."""
+    global _argv
+    _argv = [str(a) for a in argv] if argv is not None else None
     command = typer.main.get_command(app)
     try:
         code = command.main(args=argv, prog_name="effbench", standalone_mode=False)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from effbench.results import atomic_write_text
+from effbench.results import NO_SPACE_ERRNOS, atomic_write_text, no_space_error
 
 PHASE_H2D = "h2d_copy"
 PHASE_FORWARD = "forward"
@@ -159,6 +159,10 @@ def _gzip_file(src: Path, dst: Path) -> None:
         with open(src, "rb") as fin, gzip.open(tmp, "wb") as fout:
             shutil.copyfileobj(fin, fout)
         os.replace(tmp, dst)
+    except OSError as e:
+        if e.errno in NO_SPACE_ERRNOS:
+            raise no_space_error(dst) from None
+        raise
     finally:
         tmp.unlink(missing_ok=True)
     src.unlink()
@@ -201,7 +205,11 @@ def run_profile_pass(
     trace.unlink(missing_ok=True)
 
     def on_trace_ready(prof: Any) -> None:
-        prof.export_chrome_trace(str(plain_trace))
+        try:
+            prof.export_chrome_trace(str(plain_trace))
+        except BaseException:
+            plain_trace.unlink(missing_ok=True)
+            raise
 
     counts = {"wait": 0, "warmup": 0, "active": 0}
     active_times_s: list[float] = []
@@ -232,8 +240,13 @@ def run_profile_pass(
             prof.step()
     # Leaving the profiler ends a cut-short active window and fires on_trace_ready; a pass that
     # never reached the active steps has no trace.
-    if plain_trace.exists():
-        _gzip_file(plain_trace, trace)
+    try:
+        if plain_trace.exists():
+            _gzip_file(plain_trace, trace)
+    finally:
+        # A trace cut short (disk full) is never left behind, nor torch's own temporary file.
+        for partial in (plain_trace, plain_trace.with_name(plain_trace.name + ".tmp")):
+            partial.unlink(missing_ok=True)
 
     averages = prof.key_averages() if counts["active"] else []
     cpu_path = out_dir / _suffixed(OPS_BY_CPU_FILE, rank)

@@ -8,6 +8,7 @@ never half of one. No torch import.
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import math
@@ -60,9 +61,22 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, FILE_MODE)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.errno in NO_SPACE_ERRNOS:
+            raise no_space_error(path) from None
         raise
+
+
+# A full disk or an exhausted quota is the user's to fix, so it gets a one-line error, not a trace.
+NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def no_space_error(path: Path) -> EffbenchError:
+    return EffbenchError(
+        "--output", f"no space left on the device of {Path(path).parent} while writing {Path(path).name}; "
+        "free space there or point --output at a larger filesystem"
+    )  # fmt: skip
 
 
 def atomic_write_text(path: Path, text: str) -> None:

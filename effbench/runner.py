@@ -225,7 +225,9 @@ def _plan_from_dict(d: dict[str, Any]) -> LaunchPlan:
 def worker_main(spec_path: Path) -> int:
     """`effbench worker --spec F`: what each torchrun rank runs. Returns the process exit code."""
     from effbench.distributed import process_group
+    from effbench.supervise import die_with_parent
 
+    die_with_parent(signal.SIGTERM)  # torchrun gone (SIGKILL): stop as if interrupted, never orphaned
     spec = json.loads(Path(spec_path).read_text())
     cfg = RunConfig.from_dict(spec["config"])
     plan = _plan_from_dict(spec["plan"])

@@ -75,7 +75,11 @@ def parse_failure(lines: Sequence[str]) -> ChildFailure | None:
 def run_supervised(argv: Sequence[str], env: Mapping[str, str], *, stderr: TextIO | None = None, grace_s: float = GRACE_S) -> SupervisedResult:
     """Run `argv` (never through a shell) in its own process group and wait for it."""
     out = stderr or sys.stderr
-    proc = subprocess.Popen(list(argv), env=dict(env), stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
+    parent = os.getpid()
+    proc = subprocess.Popen(
+        list(argv), env=dict(env), stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
+        preexec_fn=lambda: die_with_parent(signal.SIGTERM, parent),
+    )  # fmt: skip
     lines: list[str] = []
 
     def pump() -> None:
@@ -111,6 +115,27 @@ def run_supervised(argv: Sequence[str], env: Mapping[str, str], *, stderr: TextI
         signal=received[0] if received else None,
         failure=None if received else parse_failure(lines),
     )
+
+
+def die_with_parent(signum: int = signal.SIGTERM, parent: int | None = None) -> None:
+    """Ask Linux to send `signum` to this process when its parent dies (PR_SET_PDEATHSIG).
+
+    A SIGKILLed effbench cannot forward anything, and its torchrun group lives in its own session:
+    without this, torchrun and the ranks would run on as orphans. torchrun turns the SIGTERM into a
+    stop of its ranks, and each rank sets the same on itself in case torchrun dies first.
+    No-op off Linux. `parent`: the pid expected as parent (exit now if it is already gone).
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if parent is not None and os.getppid() != parent:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signum)
 
 
 def _killpg(pgid: int, signum: int) -> None:

@@ -146,6 +146,32 @@ def test_sigterm_to_the_parent_leaves_no_process(tmp_path):
     assert r["status"] == "interrupted"
 
 
+def test_sigkill_of_the_parent_leaves_no_orphan_and_a_readable_folder(tmp_path):
+    from effbench.results import read_results
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [*EFFBENCH, "run", *TINY, "--dataset", "synthetic", "--batch-size", "4", "--max-steps", "100000", "--epochs", "1",
+         "--warmup-steps", "1", "--nproc", "2", "--output", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        run = wait_for_running(out, proc)
+        family = psutil.Process(proc.pid).children(recursive=True)
+        assert len(family) >= 3  # torchrun + two ranks
+        proc.send_signal(signal.SIGKILL)  # nothing can be forwarded: the children must notice by themselves
+        proc.communicate(timeout=10)
+        gone, alive = psutil.wait_procs(family, timeout=45)
+    finally:
+        kill_family(proc)
+        for p in family:
+            if p.is_running():
+                p.kill()
+    assert not alive, [(p.pid, p.cmdline()) for p in alive]
+    r = read_results(run / "results.json")  # atomic writes: always a whole, valid file
+    assert r["status"] in ("interrupted", "running")
+
+
 def test_cpu_scaling_series_writes_the_table(tmp_path):
     out = tmp_path / "out"
     res = subprocess.run(

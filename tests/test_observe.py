@@ -123,7 +123,9 @@ def test_smoke_writes_profiler_tables_trace_utilization_and_verdict(tmp_path, ca
 def test_starved_food101_run_is_input_bound_and_synthetic_is_not(tmp_path, capsys):
     from fakedata import make_food101
 
-    food = make_food101(tmp_path / "data", classes=2, per_class=24, size=400)
+    # Large JPEGs decoded in the training process (--workers 0) against a tiny frozen-base step:
+    # decoding dominates by a wide margin, even on a loaded machine.
+    food = make_food101(tmp_path / "data", classes=2, per_class=24, size=800)
     common = ["--arch", "b0", "--weights", "none", "--freeze", "classifier", "--image-size", "32", "--device", "cpu",
               "--batch-size", "8", "--epochs", "1", "--max-steps", "4", "--warmup-steps", "1", "--workers", "0",
               "--no-profile", "--quiet"]  # fmt: skip
