@@ -249,6 +249,21 @@ def test_a_full_disk_is_one_clear_error_and_leaves_no_half_written_file(tmp_path
     assert read_results(run)["status"] != "ok"
 
 
+def test_a_corrupt_food101_jpeg_is_skipped_and_counted_in_results_json(tmp_path, capsys):
+    from fakedata import corrupt_file, make_food101
+
+    root = make_food101(tmp_path / "data", classes=2, per_class=8, size=48)
+    meta = json.loads((root / "food-101" / "meta" / "train.json").read_text())
+    first_class = sorted(meta)[0]
+    corrupt_file(root / "food-101" / "images" / f"{meta[first_class][0]}.jpg")
+    code, _, err = invoke(["run", *TINY_RUN, "--dataset", "food101", "--data-dir", root, "--batch-size", "2",
+                           "--max-steps", "100", "--output", tmp_path / "out"], capsys)  # fmt: skip
+    assert code == 0, err
+    (run,) = [p for p in (tmp_path / "out").iterdir() if p.is_dir()]
+    r = read_results(run)
+    assert r["status"] == "ok" and r["data"]["corrupt_images_skipped"] == 1
+
+
 # --- reproducibility ----------------------------------------------------------------------------
 
 
