@@ -41,6 +41,15 @@ def wait_for_running(output: Path, proc: subprocess.Popen, timeout_s: float = 90
     raise AssertionError("the run never started")
 
 
+def start_endless_two_rank_run(out: Path, *extra: str) -> subprocess.Popen:
+    """Two gloo ranks on synthetic data with a step budget no test waits for."""
+    return subprocess.Popen(
+        [*EFFBENCH, "run", *TINY, "--dataset", "synthetic", "--batch-size", "4", "--max-steps", "100000", "--epochs", "1",
+         "--warmup-steps", "1", "--nproc", "2", *extra, "--output", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
 def kill_family(proc: subprocess.Popen) -> None:
     """Test cleanup only: whatever is still running from this launch."""
     if proc.poll() is None:
@@ -103,11 +112,7 @@ def test_two_nodes_on_loopback_complete_one_run(tmp_path):
 
 def test_a_killed_rank_ends_the_job_and_is_named(tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [*EFFBENCH, "run", *TINY, "--dataset", "synthetic", "--batch-size", "4", "--max-steps", "100000", "--epochs", "1",
-         "--warmup-steps", "1", "--nproc", "2", "--pg-timeout-s", "30", "--log-interval", "1", "--output", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    proc = start_endless_two_rank_run(out, "--pg-timeout-s", "30", "--log-interval", "1")
     try:
         run = wait_for_running(out, proc)
         ranks = ranks_of(proc)
@@ -126,11 +131,7 @@ def test_a_killed_rank_ends_the_job_and_is_named(tmp_path):
 
 def test_sigterm_to_the_parent_leaves_no_process(tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [*EFFBENCH, "run", *TINY, "--dataset", "synthetic", "--batch-size", "4", "--max-steps", "100000", "--epochs", "1",
-         "--warmup-steps", "1", "--nproc", "2", "--output", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    proc = start_endless_two_rank_run(out)
     try:
         run = wait_for_running(out, proc)
         family = psutil.Process(proc.pid).children(recursive=True)
@@ -150,11 +151,7 @@ def test_sigkill_of_the_parent_leaves_no_orphan_and_a_readable_folder(tmp_path):
     from effbench.results import read_results
 
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [*EFFBENCH, "run", *TINY, "--dataset", "synthetic", "--batch-size", "4", "--max-steps", "100000", "--epochs", "1",
-         "--warmup-steps", "1", "--nproc", "2", "--output", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    proc = start_endless_two_rank_run(out)
     try:
         run = wait_for_running(out, proc)
         family = psutil.Process(proc.pid).children(recursive=True)
