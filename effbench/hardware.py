@@ -10,12 +10,14 @@ A limit that is not set ("max", or the v1 "unlimited" sentinel) reads as None.
 
 from __future__ import annotations
 
+import contextlib
+
 import importlib.metadata
 import os
 import platform
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -63,38 +65,44 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def nvml_snapshot() -> dict[str, Any]:
-    """Driver version and per-GPU name/memory from NVML; {} when NVML is unavailable."""
+@contextlib.contextmanager
+def nvml_session() -> Iterator[Any]:
+    """pynvml, initialised, or None when there is no NVML (no library, driver or GPU); shut down
+    on exit. Any NVML error inside the block ends the block only: callers get what they had."""
     try:
         import pynvml
-    except ImportError:
-        return {}
-    try:
+
         pynvml.nvmlInit()
-    except Exception:  # NVMLError and friends: no driver, no GPU, no library
-        return {}
+    except Exception:  # ImportError, NVMLError and friends: NVML is simply absent
+        yield None
+        return
     try:
-        gpus = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            name = pynvml.nvmlDeviceGetName(h)
-            gpus.append(
-                {
-                    "index": i,
-                    "name": name.decode() if isinstance(name, bytes) else name,
-                    "memory_total_gib": mem.total / 2**30,
-                }
-            )
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        return {"driver_version": driver.decode() if isinstance(driver, bytes) else driver, "nvml_gpus": gpus}
-    except Exception:
-        return {}
+        yield pynvml
     finally:
         try:
             pynvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def _decode(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def nvml_snapshot() -> dict[str, Any]:
+    """Driver version and per-GPU name/memory from NVML; {} when NVML is unavailable."""
+    with nvml_session() as nvml:
+        if nvml is None:
+            return {}
+        try:
+            gpus = []
+            for i in range(nvml.nvmlDeviceGetCount()):
+                h = nvml.nvmlDeviceGetHandleByIndex(i)
+                mem = nvml.nvmlDeviceGetMemoryInfo(h)
+                gpus.append({"index": i, "name": _decode(nvml.nvmlDeviceGetName(h)), "memory_total_gib": mem.total / 2**30})
+            return {"driver_version": _decode(nvml.nvmlSystemGetDriverVersion()), "nvml_gpus": gpus}
+        except Exception:  # an NVML error never ends a run: the record just lacks these facts
+            return {}
 
 
 def container_runtime(root: str | Path = "/", environ: Mapping[str, str] | None = None) -> str:

@@ -129,29 +129,21 @@ def probe_gpus() -> GpuState:
 
 
 def _nvml_state() -> dict[str, object]:
-    try:
-        import pynvml
-    except ImportError:
-        return {}
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # no driver, no library, no GPU: NVML is simply absent
-        return {}
-    try:
-        state: dict[str, object] = {
-            "driver_version": _decode(pynvml.nvmlSystemGetDriverVersion()),
-            "nvml_gpus": int(pynvml.nvmlDeviceGetCount()),
-        }
-        v = int(pynvml.nvmlSystemGetCudaDriverVersion())  # e.g. 12040 for CUDA 12.4
-        state["driver_cuda"] = (v // 1000, v % 1000 // 10)
-        return state
-    except Exception:
-        return {}
-    finally:
+    from effbench.hardware import nvml_session
+
+    with nvml_session() as nvml:
+        if nvml is None:
+            return {}
         try:
-            pynvml.nvmlShutdown()
+            state: dict[str, object] = {
+                "driver_version": _decode(nvml.nvmlSystemGetDriverVersion()),
+                "nvml_gpus": int(nvml.nvmlDeviceGetCount()),
+            }
+            v = int(nvml.nvmlSystemGetCudaDriverVersion())  # e.g. 12040 for CUDA 12.4
+            state["driver_cuda"] = (v // 1000, v % 1000 // 10)
+            return state
         except Exception:
-            pass
+            return {}
 
 
 def probe_writable(path: Path) -> str | None:
