@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from effbench import observe, report, results
+from effbench import faults, observe, render, report, results, windows
 from effbench.config import RunConfig
 from effbench.distributed import DistContext
 from effbench.errors import EffbenchError
@@ -142,9 +142,10 @@ def run(cfg: RunConfig, *, command: list[str], echo: Echo = print, progress: boo
     """Check, then run in-process or under torchrun; returns the run folder and its results."""
     from effbench.preflight import raise_on_errors, run_checks
 
-    results.check_output_writable(cfg.output)
-    # Container and environment checks (shm, GPUs, driver, caches, dataset mount) before any folder exists.
+    # Container and environment checks (output, shm, GPUs, driver, caches, dataset mount) before any
+    # folder exists; their messages carry the Docker / compose / Apptainer fix.
     raise_on_errors(run_checks(cfg))
+    results.check_output_writable(cfg.output)
     spec_dir = Path(tempfile.mkdtemp(prefix="effbench-launch-"))
     try:
         spec_path = spec_dir / "spec.json"
@@ -266,21 +267,24 @@ def run_benchmark(
     from effbench.models import build_model, trainable_parameters
     from effbench.optim import build_optimizer, build_scheduler
     from effbench.progress import Progress
-    from effbench.runtime import resolve_runtime
-    from effbench.train import steps_per_epoch, train_epochs
+    from effbench.config import resolve_for_device
+    from effbench.runtime import apply_backend_flags, resolve_runtime
+    from effbench.train import compile_time_s, data_epochs, steps_per_epoch, train_epochs
 
     dist = dist or DistContext()
     # --- everything that can be the user's mistake, before a folder exists ----------------------
     results.check_output_writable(cfg.output)
     torch.set_num_threads(plan.threads_per_proc)  # explicit, and recorded below
     rt = resolve_runtime(cfg, local_rank=dist.local_rank)
+    cfg = resolve_for_device(cfg, rt.device.type)  # channels_last, pinning, optimizer kernels: explicit in config.json
+    backend = apply_backend_flags(cfg, rt.device)
     batch = per_device_batch(cfg, plan.devices)
     seed_everything(cfg.seed)
     data = build_data(
         cfg, rt.device, rank=dist.rank, world_size=dist.world_size,
         batch_size=batch * plan.nproc_per_node if plan.mode == "dp" else batch,
     )  # fmt: skip
-    bundle = build_model(cfg, data.num_classes)
+    bundle = None if cfg.data_only else build_model(cfg, data.num_classes)
     n_steps = steps_per_epoch(cfg, data.steps_per_epoch)
     if cfg.warmup_steps >= cfg.epochs * n_steps:
         raise EffbenchError(
@@ -289,22 +293,26 @@ def run_benchmark(
             "lower --warmup-steps or raise --max-steps / --epochs",
         )
 
-    model = bundle.model.to(rt.device)
-    if cfg.channels_last:
-        model = model.to(memory_format=torch.channels_last)
+    model = optimizer = scheduler = None
     flops_image, flops_error = None, None
-    try:  # on the bare model: a DDP wrapper would add an all-reduce to the counted step
-        flops_image = observe.count_flops(model, rt, data.image_size, data.num_classes)
-    except Exception as e:  # noqa: BLE001 - an op FlopCounterMode cannot count must not stop the run
-        flops_error = f"{type(e).__name__}: {e}".splitlines()[0]
-    if plan.mode == "dp":
-        model = torch.nn.DataParallel(model, device_ids=list(range(plan.nproc_per_node)))
-    elif dist.enabled:
-        from torch.nn.parallel import DistributedDataParallel
+    if bundle is not None:  # --data-only builds no model
+        model = bundle.model.to(rt.device)
+        if cfg.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        try:  # on the bare model: a DDP wrapper would add an all-reduce to the counted step
+            flops_image = observe.count_flops(model, rt, data.image_size, data.num_classes)
+        except Exception as e:  # noqa: BLE001 - an op FlopCounterMode cannot count must not stop the run
+            flops_error = f"{type(e).__name__}: {e}".splitlines()[0]
+        if plan.mode == "dp":
+            model = torch.nn.DataParallel(model, device_ids=list(range(plan.nproc_per_node)))
+        elif dist.enabled:
+            from torch.nn.parallel import DistributedDataParallel
 
-        model = DistributedDataParallel(model, device_ids=[dist.local_rank] if rt.device.type == "cuda" else None)
-    optimizer = build_optimizer(cfg, trainable_parameters(model))
-    scheduler = build_scheduler(optimizer, cfg.epochs * n_steps)
+            model = DistributedDataParallel(model, device_ids=[dist.local_rank] if rt.device.type == "cuda" else None)
+        if cfg.compile:  # lazy: compiles in the first (warm-up) step, timed apart as compile_time_s
+            model = torch.compile(model)
+        optimizer = build_optimizer(cfg, trainable_parameters(model))
+        scheduler = build_scheduler(optimizer, cfg.epochs * n_steps)
 
     started = dt.datetime.now(dt.timezone.utc)
     writer = dist.is_main
@@ -329,7 +337,11 @@ def run_benchmark(
         "precision": rt.precision,
         "batch_size_per_device": batch,
         "global_batch_size": batch * plan.devices,
-        "model": {"arch": bundle.arch, "total_params": bundle.total_params, "trainable_params": bundle.trainable_params, **bundle.info},
+        "model": {"arch": bundle.arch, "total_params": bundle.total_params, "trainable_params": bundle.trainable_params, **bundle.info}
+        if bundle is not None
+        else {"arch": None, "note": "--data-only: no model"},
+        "data_only": cfg.data_only,
+        "backend": backend,
         "data": {
             "name": data.name,
             "num_classes": data.num_classes,
@@ -341,6 +353,7 @@ def run_benchmark(
             **data.info,
         },
         "throughput_img_s": None,
+        "compile_time_s": None,
         "epochs": [],
     }
     if writer:
@@ -361,7 +374,13 @@ def run_benchmark(
     t0 = time.perf_counter()
     try:
         with interrupt_on_signals(received), Progress(cfg.epochs, enabled=progress and writer) as prog, sampler:
-            for er in train_epochs(model, data, optimizer, scheduler, rt, cfg, on_progress=prog.update):
+            faults.inject_oom(batch)  # test hook EFFBENCH_FAULT_OOM_AT_BATCH (faults.py); off unless set
+            epochs_iter = (
+                data_epochs(data, rt, cfg, on_progress=prog.update)
+                if cfg.data_only
+                else train_epochs(model, data, optimizer, scheduler, rt, cfg, on_progress=prog.update)
+            )
+            for er in epochs_iter:
                 merged = merge_epoch(dist.gather(er.to_dict()))  # one small collective per epoch
                 epochs.append(merged)
                 steps.extend(er.step_rows)  # rank 0's steps
@@ -371,10 +390,12 @@ def run_benchmark(
                     _fill(record, epochs, warmup, measured, data)
                     _write_progress(run_dir, record, epochs, steps)
                 prog.log(
-                    f"epoch {er.epoch + 1}/{cfg.epochs}: loss {merged['train_loss']:.4f} top-1 {merged['train_top1']:.4f} "
+                    f"epoch {er.epoch + 1}/{cfg.epochs}: loss {_maybe(merged['train_loss'])} top-1 {_maybe(merged['train_top1'])} "
                     f"val top-1 {_maybe(merged['val_top1'])} data {merged['data_time_s']:.2f}s compute {merged['compute_time_s']:.2f}s"
                 )
-        if cfg.profile:  # after the timed run, so the profiler never touches the timed figures
+        if cfg.compile:
+            record["compile_time_s"] = compile_time_s(warmup.step_times_s, measured.step_times_s)
+        if cfg.profile and not cfg.data_only:  # after the timed run, so the profiler never touches the timed figures
             prof_info = _profile_pass(model, optimizer, scheduler, rt, cfg, data, dist, run_dir, record)
         gathered = dist.gather({"row": _rank_row(dist, rt, measured), "util": sampler.summary(), "mem": observe.peak_memory(rt.device)})
         record["ranks"] = rank_rows([g["row"] for g in gathered])
@@ -394,6 +415,9 @@ def run_benchmark(
         if received:  # the signal killed a loader worker first; the run was interrupted, not broken
             record["status"] = "interrupted"
             record["signal"] = received[0]
+        elif faults.is_out_of_memory(e):  # the CPU allocator's failure is a plain RuntimeError
+            record["status"] = "oom"
+            record["error"] = {"type": type(e).__name__, "message": str(e).splitlines()[0] if str(e) else "out of memory"}
         else:
             record["status"] = "failed"
             record["error"] = {
@@ -407,8 +431,11 @@ def run_benchmark(
     record["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat()
     record["wall_time_s"] = time.perf_counter() - t0
     _fill(record, epochs, warmup, measured, data)
+    record["throughput_windows"] = windows.throughput_windows(steps, cfg.repeats, dist.world_size)  # --repeats
     if flops_error:
         record["flops_error"] = flops_error
+    if cfg.compile and record["compile_time_s"] is None:
+        record["compile_time_s"] = compile_time_s(warmup.step_times_s, measured.step_times_s)
     record.update(
         observe.summarize(
             record,
@@ -417,17 +444,20 @@ def run_benchmark(
             memory=per_rank_mem,
             profile_info=prof_info,
             cpu_quota_cores=_cpu_limit(),
-            workers_per_process=cfg.workers,
+            workers_per_process=int(data.info.get("workers", cfg.workers)),  # the fast CIFAR loader has none
             processes_per_node=plan.nproc_per_node if plan.mode != "dp" else 1,
             tf32_enabled=bool(torch.backends.cudnn.allow_tf32),
         )
     )
+    if cfg.data_only:  # no model ran: a training bottleneck verdict would mislead
+        record.pop("verdict", None)
     if writer:
         assert run_dir is not None
         sampler.write_csv(run_dir / UTILIZATION_FILE)
         _write_progress(run_dir, record, epochs, steps)
         results.atomic_write_text(run_dir / results.REPORT_TXT, report.render(record, "text"))
         results.atomic_write_text(run_dir / results.REPORT_MD, report.render(record, "md"))
+        render.write_run_html_safely(run_dir, record, steps, echo)  # plots + report.html; never fails the run
         echo(report.render(record, "text"))
     return RunOutcome(run_dir=run_dir, results=record)
 

@@ -27,8 +27,10 @@ class SeriesOutcome:
 
 def run_scaling_series(configs: Sequence[RunConfig], *, command: list[str], echo: Callable[[str], None], progress: bool) -> SeriesOutcome:
     from effbench import runner
+    from effbench.preflight import raise_on_errors, run_checks
 
     first = configs[0]
+    raise_on_errors(run_checks(first, gpus_requested=max(c.gpus or 0 for c in configs)))
     results.check_output_writable(first.output)
     for cfg in configs:  # every count must be launchable before the first one runs
         plan = runner.plan_for(cfg, ["effbench", "worker"])
