@@ -50,7 +50,9 @@ def run(
     download: Annotated[Optional[bool], _opt("Download a missing dataset (base URL from EFFBENCH_MIRROR when set). [default: no]", "--download/--no-download")] = None,
     val_fraction: Annotated[Optional[float], _opt("Validate on a seeded fraction of the training set instead of the official test split.")] = None,
     image_size: Annotated[Optional[int], _opt("Input size in px. [default: the arch's native size; resnet18 32 on CIFAR]")] = None,
-    loader: Annotated[Optional[str], _opt("Input pipeline: torchvision. [default: torchvision]")] = None,
+    loader: Annotated[Optional[str], _opt("Input pipeline: fast (uint8 batches augmented on the device), torchvision (per-sample, as the seeds), auto. [default: auto = fast]")] = None,
+    gpu_decode: Annotated[Optional[bool], _opt("Fast loader, food101/imagefolder: decode JPEGs on the GPU (nvjpeg). [default: no]", "--gpu-decode/--no-gpu-decode")] = None,
+    data_only: Annotated[Optional[bool], _opt("Iterate the loader and copy to the device, no model: images/s delivered. [default: no]", "--data-only/--no-data-only")] = None,
     workers: Annotated[Optional[int], _opt("DataLoader worker processes. [default: 2]")] = None,
     batch_size: Annotated[Optional[int], _opt("Images per device per step. [default: 64 EfficientNet, 128 resnet18]")] = None,
     epochs: Annotated[Optional[int], _opt("Epochs. [default: 5]")] = None,
@@ -62,7 +64,11 @@ def run(
     momentum: Annotated[Optional[float], _opt("SGD momentum. [default: 0.9]")] = None,
     weight_decay: Annotated[Optional[float], _opt("Weight decay. [default: 5e-4]")] = None,
     precision: Annotated[Optional[str], _opt("auto, fp32, bf16, fp16. [default: auto = bf16 on capable CUDA, fp32 on CPU]")] = None,
-    channels_last: Annotated[Optional[bool], _opt("Use channels_last memory format. [default: no]", "--channels-last/--no-channels-last")] = None,
+    channels_last: Annotated[Optional[bool], _opt("Use channels_last memory format. [default: on for CUDA, off on the CPU]", "--channels-last/--no-channels-last")] = None,
+    cudnn_benchmark: Annotated[Optional[bool], _opt("cudnn.benchmark autotuning (in the warm-up steps). [default: on for CUDA]", "--cudnn-benchmark/--no-cudnn-benchmark")] = None,
+    pin_memory: Annotated[Optional[bool], _opt("Pinned loader batches, non_blocking copies. [default: on for CUDA]", "--pin-memory/--no-pin-memory")] = None,
+    optimizer_impl: Annotated[Optional[str], _opt("fused, foreach, for-loop or auto. [default: auto = fused on CUDA where available, else foreach; for-loop on CPU]")] = None,
+    compile: Annotated[Optional[bool], _opt("torch.compile the model; compile time is reported apart (compile_time_s). [default: no]", "--compile/--no-compile")] = None,
     device: Annotated[Optional[str], _opt("auto, cpu or cuda. [default: auto]")] = None,
     seed: Annotated[Optional[int], _opt("Random seed. [default: 0]")] = None,
     freeze: Annotated[Optional[str], _opt("classifier, none or last:N. [default: classifier with pretrained weights, else none]")] = None,
@@ -82,6 +88,7 @@ def run(
     profile_steps: Annotated[Optional[int], _opt("Active steps in the profiling pass. [default: 3]")] = None,
     sample_interval_s: Annotated[Optional[float], _opt("Utilisation sampling interval in seconds. [default: 0.5]")] = None,
     log_interval: Annotated[Optional[int], _opt("Steps between progress lines. [default: 10]")] = None,
+    repeats: Annotated[Optional[int], _opt("Throughput windows: measured steps split into K for a median and 95% CI. [default: min(5, measured steps)]")] = None,
     smoke: Annotated[bool, _opt("Preset: synthetic data, random weights, b0 at 32 px, one short epoch on the CPU; other options still override.")] = False,
     quiet: Annotated[bool, _opt("No progress lines; the final report is still printed.")] = False,
 ) -> None:
@@ -99,7 +106,9 @@ def run(
         "batch_norm": batch_norm, "output": output, "log_interval": log_interval, "strategy": strategy,
         "scaling": scaling, "nnodes": nnodes, "node_rank": node_rank, "rdzv_endpoint": rdzv_endpoint,
         "rdzv_id": rdzv_id, "pg_timeout_s": pg_timeout_s, "profile": profile, "profile_steps": profile_steps,
-        "sample_interval_s": sample_interval_s,
+        "sample_interval_s": sample_interval_s, "repeats": repeats,
+        "gpu_decode": gpu_decode, "data_only": data_only, "cudnn_benchmark": cudnn_benchmark, "pin_memory": pin_memory,
+        "optimizer_impl": optimizer_impl, "compile": compile,
     }  # fmt: skip
     explicit = {k: v for k, v in given.items() if v is not None}
     slurm = slurm_settings(os.environ)
@@ -149,6 +158,12 @@ def worker(spec: Annotated[Path, typer.Option(help="Launch spec written by `effb
 from effbench.doctor import doctor  # noqa: E402  (torch-free: keeps --help instant)
 
 app.command()(doctor)
+
+from effbench.cli_sweep import compare, report, sweep  # noqa: E402  (torch-free until a sweep runs)
+
+app.command()(sweep)
+app.command()(report)
+app.command()(compare)
 
 
 _argv: list[str] | None = None

@@ -51,7 +51,15 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 STRATEGIES = ("ddp", "dp")
 SCALING_MODES = ("weak", "strong")
 DEVICES = ("auto", "cpu", "cuda")
-LOADERS = ("torchvision",)
+# auto resolves to fast: faster than torchvision on every dataset measured (docs/PERFORMANCE.md).
+LOADERS = ("auto", "fast", "torchvision")
+OPTIMIZER_IMPLS = ("auto", "fused", "foreach", "for-loop")
+# Optimizers with a fused kernel per device type in torch >= 2.4 (torch.optim docs: SGD, Adam, AdamW
+# on CUDA and CPU; Adagrad on CPU only).
+FUSED_OPTIMIZERS = {
+    "cuda": ("sgd", "sgd-nesterov", "adam", "adamw"),
+    "cpu": ("sgd", "sgd-nesterov", "adam", "adamw", "adagrad"),
+}
 WEIGHTS_KEYWORDS = ("imagenet", "none")
 
 _FREEZE_RE = re.compile(r"^(classifier|none|last:(\d+))$")
@@ -112,8 +120,13 @@ class RunConfig:
     official test split."""
     image_size: int | None = None
     """Input resolution in pixels; None resolves to the architecture's native size."""
-    loader: str = "torchvision"
-    """Input pipeline: torchvision (per-sample transforms in DataLoader workers)."""
+    loader: str = "auto"
+    """fast (uint8 batches, augmentation batched on the device; CIFAR held on the device),
+    torchvision (per-sample PIL transforms in DataLoader workers, as the seeds ran), or auto (fast)."""
+    gpu_decode: bool = False
+    """Fast loader on food101/imagefolder: decode JPEGs on the GPU (nvjpeg) instead of in the workers."""
+    data_only: bool = False
+    """Iterate the loader (augmentation and copy to the device included) without a model: images/s delivered."""
     workers: int = 2
     """DataLoader worker processes (0 loads in the training process)."""
     batch_size: int | None = None
@@ -136,8 +149,17 @@ class RunConfig:
     """L2 weight decay (decoupled for adamw)."""
     precision: str = "auto"
     """auto (bf16 autocast on CUDA devices that support it, fp32 on CPU), fp32, bf16, fp16."""
-    channels_last: bool = False
-    """Run the model and its inputs in channels_last memory format."""
+    channels_last: bool | None = None
+    """Run the model and its inputs in channels_last memory format; None: on for CUDA, off on the CPU."""
+    cudnn_benchmark: bool | None = None
+    """torch.backends.cudnn.benchmark (autotune convolutions in the warm-up steps); None: on for CUDA."""
+    pin_memory: bool | None = None
+    """Page-locked loader batches, copied with non_blocking=True; None: on for CUDA."""
+    optimizer_impl: str = "auto"
+    """fused, foreach or for-loop optimizer kernels; auto: fused on CUDA where the optimizer has one,
+    else foreach on CUDA, for-loop on the CPU (measured fastest there, docs/PERFORMANCE.md)."""
+    compile: bool = False
+    """torch.compile the model; compilation happens in the warm-up steps and is reported apart."""
     device: str = "auto"
     """auto (cuda when visible), cpu or cuda."""
     seed: int = 0
@@ -177,6 +199,9 @@ class RunConfig:
     """Interval of the utilisation sampler (GPU via NVML, host via psutil)."""
     log_interval: int = 10
     """Steps between progress lines and device-to-host metric reads."""
+    repeats: int | None = None
+    """Throughput windows: the measured steps split into this many for a median and 95% CI
+    (effbench/windows.py); None: min(5, measured steps)."""
     smoke: bool = False
     """The offline 2-core smoke preset was applied."""
 
@@ -214,12 +239,13 @@ class RunConfig:
         set_("precision", _choice("--precision", self.precision, PRECISIONS, {}))
         set_("device", _choice("--device", self.device, DEVICES, {}))
         set_("loader", _choice("--loader", self.loader, LOADERS, {}))
+        set_("optimizer_impl", _choice("--optimizer-impl", self.optimizer_impl, OPTIMIZER_IMPLS, {}))
         set_("strategy", _choice("--strategy", self.strategy, STRATEGIES, {}))
         set_("scaling", _choice("--scaling", self.scaling, SCALING_MODES, {}))
 
         for name in ("epochs", "log_interval", "nnodes", "profile_steps"):
             _positive(name, getattr(self, name))
-        for name in ("batch_size", "max_steps", "max_val_steps", "image_size", "gpus", "nproc"):
+        for name in ("batch_size", "max_steps", "max_val_steps", "image_size", "gpus", "nproc", "repeats"):
             if getattr(self, name) is not None:
                 _positive(name, getattr(self, name))
         for name in ("workers", "warmup_steps"):
@@ -255,6 +281,16 @@ class RunConfig:
             raise EffbenchError("--pg-timeout-s", f"must be greater than 0 (got {self.pg_timeout_s})")
         if not self.batch_norm and self.arch != "resnet18":
             raise EffbenchError("--no-batch-norm", "only applies to --arch resnet18; EfficientNet needs its BatchNorm")
+        if self.loader == "auto":
+            set_("loader", "fast")
+        if self.repeats is not None and self.max_steps is not None and self.repeats > self.epochs * self.max_steps - self.warmup_steps:
+            raise EffbenchError("--repeats", f"{self.repeats} windows need as many measured steps; raise --max-steps or --epochs, or lower --repeats")
+        if self.gpu_decode and (self.loader != "fast" or self.dataset not in ("food101", "imagefolder")):
+            raise EffbenchError("--gpu-decode", "decodes image files in the fast loader; use it with --loader fast and --dataset food101 or imagefolder")
+        if self.compile and self.data_only:
+            raise EffbenchError("--compile", "--data-only runs no model, so there is nothing to compile; drop one of them")
+        if self.compile and self.warmup_steps < 1:
+            raise EffbenchError("--warmup-steps", "--compile compiles in the first step; use at least 1 warm-up step so it is not measured")
 
         # Defaults that depend on other fields, resolved once so config.json is explicit.
         if self.weights is None:
@@ -306,6 +342,29 @@ def smoke_overrides() -> dict[str, Any]:
     )
 
 
+def resolve_for_device(cfg: RunConfig, device_type: str) -> RunConfig:
+    """The device-dependent defaults made explicit, so config.json says what ran. Pure (no torch).
+
+    On CUDA: channels_last, cudnn.benchmark and pinned memory on, fused optimizers where the
+    optimizer has one (else foreach). On the CPU they are off and the optimizer loops per tensor:
+    on 2 cores, b0's SGD step took 5.0 ms for-loop, 6.2 ms foreach, 5.0 ms fused (docs/PERFORMANCE.md).
+    """
+    cuda = device_type == "cuda"
+    impl = cfg.optimizer_impl
+    if impl == "auto":
+        impl = ("fused" if cfg.optimizer in FUSED_OPTIMIZERS["cuda"] else "foreach") if cuda else "for-loop"
+    elif impl == "fused" and cfg.optimizer not in FUSED_OPTIMIZERS.get(device_type, ()):
+        has = ", ".join(FUSED_OPTIMIZERS.get(device_type, ())) or "none"
+        raise EffbenchError("--optimizer-impl", f"{cfg.optimizer} has no fused kernel on {device_type} (fused: {has}); use foreach or for-loop")
+    return dataclasses.replace(
+        cfg,
+        channels_last=cuda if cfg.channels_last is None else cfg.channels_last,
+        cudnn_benchmark=cuda if cfg.cudnn_benchmark is None else cfg.cudnn_benchmark,
+        pin_memory=cuda if cfg.pin_memory is None else cfg.pin_memory,
+        optimizer_impl=impl,
+    )
+
+
 def env_default(name: str, fallback: str) -> str:
     """Environment defaults for paths (EFFBENCH_DATA, EFFBENCH_OUTPUT)."""
     return os.environ.get(name) or fallback
@@ -321,5 +380,6 @@ __all__ = [
     "default_image_size",
     "option_name",
     "parse_freeze",
+    "resolve_for_device",
     "smoke_overrides",
 ]

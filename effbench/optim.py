@@ -8,23 +8,36 @@ from typing import Any
 from effbench.config import RunConfig
 
 
+def impl_kwargs(impl: str) -> dict[str, Any]:
+    """--optimizer-impl as torch.optim keywords: fused kernels, foreach (multi-tensor) or one tensor
+    at a time. `auto` must be resolved first (config.resolve_for_device)."""
+    if impl == "fused":
+        return {"fused": True}
+    if impl == "foreach":
+        return {"foreach": True}
+    if impl == "for-loop":
+        return {"foreach": False}
+    raise AssertionError(f"unresolved --optimizer-impl {impl!r}")
+
+
 def build_optimizer(cfg: RunConfig, params: Iterable[Any]) -> Any:
     import torch
 
     params = list(params)
     lr, wd = cfg.lr, cfg.weight_decay
+    kw = impl_kwargs(cfg.optimizer_impl)
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, weight_decay=wd)
+        return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, weight_decay=wd, **kw)
     if cfg.optimizer == "sgd-nesterov":
-        return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, weight_decay=wd, nesterov=True)
+        return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, weight_decay=wd, nesterov=True, **kw)
     if cfg.optimizer == "adagrad":
-        return torch.optim.Adagrad(params, lr=lr, weight_decay=wd)
+        return torch.optim.Adagrad(params, lr=lr, weight_decay=wd, **kw)
     if cfg.optimizer == "adadelta":
-        return torch.optim.Adadelta(params, lr=lr, weight_decay=wd)
+        return torch.optim.Adadelta(params, lr=lr, weight_decay=wd, **kw)
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=wd)
+        return torch.optim.Adam(params, lr=lr, weight_decay=wd, **kw)
     if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=wd)
+        return torch.optim.AdamW(params, lr=lr, weight_decay=wd, **kw)
     raise AssertionError(f"unvalidated optimizer {cfg.optimizer}")  # RunConfig rejects others
 
 

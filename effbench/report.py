@@ -32,6 +32,7 @@ def summary_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
     data = results.get("data", {})
     measured = results.get("measured", {})
     warmup = results.get("warmup", {})
+    workers = data.get("workers", cfg.get("workers"))  # the loader's own count (fast CIFAR: none)
     rows = [
         ("status", _fmt(results.get("status"))),
         ("arch", _fmt(cfg.get("arch"))),
@@ -44,17 +45,32 @@ def summary_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("optimizer / lr", f"{_fmt(cfg.get('optimizer'))} / {_fmt(cfg.get('lr'), 4)}"),
         ("freeze / weights", f"{_fmt(cfg.get('freeze'))} / {_fmt(cfg.get('weights'))}"),
         ("params trainable / total", f"{_fmt(model.get('trainable_params'))} / {_fmt(model.get('total_params'))}"),
-        ("loader / workers", f"{_fmt(cfg.get('loader'))} / {_fmt(cfg.get('workers'))}"),
+        ("loader / workers", f"{_fmt(cfg.get('loader'))} / {_fmt(workers)}"),
         ("throughput (img/s)", _fmt(results.get("throughput_img_s"), 1)),
+        ("throughput windows: median [95% CI]", _windows(results)),
         ("measured steps / images", f"{_fmt(measured.get('steps'))} / {_fmt(measured.get('images'))}"),
         ("data wait share", _pct(measured.get("data_time_s"), measured.get("time_s"))),
         ("warm-up steps (excluded)", f"{_fmt(warmup.get('steps'))} in {_fmt(warmup.get('time_s'))} s"),
         ("final val top-1", _fmt(results.get("final", {}).get("val_top1"), 4)),
     ]
+    if results.get("data_only"):
+        rows.insert(1, ("mode", "data-only: loader, augmentation and copy to the device; no model, img/s delivered"))
+    if results.get("compile_time_s") is not None:
+        rows.append(("torch.compile time (s, excluded)", _fmt(results["compile_time_s"], 1)))
     rows += observability_rows(results)
     if results.get("error"):
         rows.append(("error", _fmt(results["error"].get("message"))))
     return rows
+
+
+def _windows(results: Mapping[str, Any]) -> str:
+    """`--repeats`: the median over the throughput windows and the 95% CI of their mean (windows.py)."""
+    w = results.get("throughput_windows") or {}
+    s = (w.get("summary") or {}).get("throughput_img_s")
+    if not s:
+        return "-"
+    ci = f" [{s['ci_low']:,.1f}, {s['ci_high']:,.1f}]" if s.get("ci_low") is not None else " (one window: no CI)"
+    return f"{s['median']:,.1f}{ci} over {w.get('windows')} windows"
 
 
 def _stat(d: Mapping[str, Any] | None, key: str, digits: int = 1) -> str:
@@ -171,6 +187,11 @@ def render(results: Mapping[str, Any], fmt: str = "text") -> str:
         "Throughput counts measured steps only (warm-up excluded): images / (data wait + compute). "
         "Data wait is host time blocked on the loader; compute ends with a device sync."
     )
+    if results.get("data_only"):
+        notes = (
+            "Data-only run: no model. Throughput is images delivered to the device per second over the "
+            "measured steps (warm-up excluded): next() on the loader, the copy and a device sync."
+        )
     if fmt == "md":
         parts = [f"# {title}", f"**{verdict}**" if verdict else "", "## Summary", summary, "## Epochs", epochs]
         if phase_table:

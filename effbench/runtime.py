@@ -68,3 +68,20 @@ def resolve_runtime(cfg: RunConfig, local_rank: int = 0) -> Runtime:
     device = resolve_device(cfg.device, local_rank)
     precision, dtype = resolve_precision(cfg.precision, device)
     return Runtime(device=device, precision=precision, autocast_dtype=dtype)
+
+
+def apply_backend_flags(cfg: RunConfig, device: Any) -> dict[str, Any]:
+    """Set the process-wide backend switches the (device-resolved) config asks for; return them
+    for the record. cudnn.benchmark autotunes each new convolution shape once, in the warm-up steps."""
+    import torch
+
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = bool(cfg.cudnn_benchmark)
+    return {
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark) if device.type == "cuda" else None,
+        "channels_last": cfg.channels_last,
+        "pin_memory": cfg.pin_memory,
+        "optimizer_impl": cfg.optimizer_impl,
+        "compile": cfg.compile,
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32 if device.type == "cuda" else None,
+    }

@@ -2,7 +2,11 @@
 
 Where each timer synchronizes:
 - data wait: host wall time spent blocked in `next(loader_iterator)` (including iterator creation,
-  which starts the worker processes). No device sync: the host is what waits.
+  which starts the worker processes). No device sync for host-side loaders: the host is what waits.
+  When the loader makes the batch with device kernels (`--loader fast`: copy, crop, flip, normalize),
+  `sync_after_data` adds `torch.cuda.synchronize(device)` after next(), so that work is data time
+  too. The device is idle at that point (the previous step ended with a sync), so the sync waits
+  only for the batch's own kernels.
 - compute: host wall time from the batch in hand to the end of the optimizer step, followed by
   `torch.cuda.synchronize(device)` on CUDA so queued kernels are counted in the step that launched
   them. This is the one host sync per step, and it exists only for this measurement.
@@ -41,8 +45,9 @@ class StepTime:
 class StepTimer:
     """Times one step in two parts: `wait_for(iterator)` then `compute()` as a context manager."""
 
-    def __init__(self, sync: Callable[[], None]) -> None:
+    def __init__(self, sync: Callable[[], None], *, sync_after_data: bool = False) -> None:
         self._sync = sync
+        self._sync_after_data = sync_after_data
         self.data_s = 0.0
         self.compute_s = 0.0
 
@@ -50,7 +55,10 @@ class StepTimer:
         """next(it), timed as data wait; StopIteration passes through."""
         t0 = time.perf_counter()
         try:
-            return next(it)
+            batch = next(it)
+            if self._sync_after_data:
+                self._sync()  # device-side augmentation is data time (see the module docstring)
+            return batch
         finally:
             self.data_s += time.perf_counter() - t0
 

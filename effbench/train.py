@@ -2,13 +2,21 @@
 
 The measured step does only the step: per-step loss and correct counts are written into device
 tensors and read back once per log interval (one host sync each) and at the end of the epoch.
-The only per-step sync is the one compute timing needs (timing.py).
+Host syncs, all of them:
+- end of each step's compute span (CUDA only): timing.py, so kernels count in the step that queued them;
+- after next() when the loader makes batches on the device (--loader fast, CUDA only): timing.py,
+  so device-side augmentation counts as data time;
+- one `.item()` per --log-interval steps for the progress line, and `.tolist()` once per epoch;
+- validation reads its sums once at the end.
+Profiler phase labels (record_function) are added only in the profiling pass, not in timed steps.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,8 +35,8 @@ class EpochResult:
     images: int
     data_time_s: float
     compute_time_s: float
-    train_loss: float
-    train_top1: float
+    train_loss: float | None
+    train_top1: float | None
     val_loss: float | None
     val_top1: float | None
     val_time_s: float
@@ -100,6 +108,8 @@ class TrainStep:
     scheduler: Any
     rt: Runtime
     channels_last: bool
+    label_phases: bool = True
+    """record_function ranges for the profiler; the timed loop turns them off (a few us per range)."""
 
     def __post_init__(self) -> None:
         import torch
@@ -110,15 +120,16 @@ class TrainStep:
     def __call__(self, batch: Any) -> tuple[Any, Any, int]:
         from torch.profiler import record_function
 
-        with record_function(PHASE_H2D):
+        phase = record_function if self.label_phases else (lambda _name: nullcontext())
+        with phase(PHASE_H2D):
             x, y = _to_device(batch, self.rt, self.channels_last)
-        with record_function(PHASE_FORWARD), _autocast(self.rt):
+        with phase(PHASE_FORWARD), _autocast(self.rt):
             logits = self.model(x)
             loss = self.criterion(logits, y)
-        with record_function(PHASE_BACKWARD):
+        with phase(PHASE_BACKWARD):
             self.optimizer.zero_grad(set_to_none=True)
             self.scaler.scale(loss).backward()  # DDP's all-reduce overlaps this phase
-        with record_function(PHASE_OPTIMIZER):
+        with phase(PHASE_OPTIMIZER):
             self.scaler.step(self.optimizer)
             self.scaler.update()
             self.scheduler.step()
@@ -138,7 +149,7 @@ def train_epochs(
     """Train for cfg.epochs, yielding each finished epoch (train + validation)."""
     import torch
 
-    step_fn = TrainStep(model, optimizer, scheduler, rt, cfg.channels_last)
+    step_fn = TrainStep(model, optimizer, scheduler, rt, bool(cfg.channels_last), label_phases=False)
     sync = device_sync_fn(rt.device)
     n_steps = steps_per_epoch(cfg, data.steps_per_epoch)
     global_step = 0
@@ -146,7 +157,7 @@ def train_epochs(
     for epoch in range(cfg.epochs):
         data.set_epoch(epoch)
         model.train()
-        timer = StepTimer(sync)
+        timer = StepTimer(sync, sync_after_data=data.augments_on_device)
         warmup, measured = Tally(), Tally()
         losses = torch.zeros(n_steps, device=rt.device)
         correct = torch.zeros(n_steps, device=rt.device, dtype=torch.int64)
@@ -219,7 +230,7 @@ def evaluate(model: Any, loader: Any, rt: Runtime, cfg: RunConfig, criterion: An
         for i, batch in enumerate(loader):
             if cfg.max_val_steps is not None and i >= cfg.max_val_steps:
                 break
-            x, y = _to_device(batch, rt, cfg.channels_last)
+            x, y = _to_device(batch, rt, bool(cfg.channels_last))
             with _autocast(rt):
                 logits = model(x)
                 loss_sum += criterion(logits.float(), y) * y.shape[0]
@@ -230,3 +241,63 @@ def evaluate(model: Any, loader: Any, rt: Runtime, cfg: RunConfig, criterion: An
     if seen == 0:
         return None, None, 0, elapsed
     return loss_sum.item() / seen, correct.item() / seen, seen, elapsed
+
+
+def data_epochs(data: Any, rt: Runtime, cfg: RunConfig, *, on_progress: ProgressFn | None = None) -> Iterator[EpochResult]:
+    """--data-only: the training loader's epochs, delivered to the device, with no model.
+
+    Each step is next() plus the copy to the device (a no-op for batches made there) and a device
+    sync, all timed as data time: throughput is images/s delivered, warm-up excluded as in training.
+    """
+    sync = device_sync_fn(rt.device)
+    n_steps = steps_per_epoch(cfg, data.steps_per_epoch)
+    global_step = 0
+
+    def deliver(it: Iterator[Any]) -> int:
+        x, y = _to_device(next(it), rt, bool(cfg.channels_last))
+        sync()  # the copy (and device-side augmentation) has landed
+        return int(y.shape[0])
+
+    for epoch in range(cfg.epochs):
+        data.set_epoch(epoch)
+        timer = StepTimer(sync)
+        warmup, measured = Tally(), Tally()
+        rows: list[dict[str, Any]] = []
+        it = timer.time_data(lambda: iter(data.train))
+        for step in range(n_steps):
+            try:
+                images = timer.time_data(lambda: deliver(it))
+            except StopIteration:
+                timer.lap()
+                break
+            t = timer.lap()
+            (warmup if global_step < cfg.warmup_steps else measured).add(t, images)
+            rows.append({"epoch": epoch, "step": step, "warmup": global_step < cfg.warmup_steps, "images": images,
+                         "loss": None, "top1": None, "data_time_s": t.data_s, "compute_time_s": 0.0})  # fmt: skip
+            global_step += 1
+            if on_progress and ((step + 1) % cfg.log_interval == 0 or step + 1 == n_steps):
+                on_progress(epoch, step + 1, n_steps, float("nan"))
+        yield EpochResult(
+            epoch=epoch,
+            steps=len(rows),
+            images=sum(r["images"] for r in rows),
+            data_time_s=warmup.data_time_s + measured.data_time_s,
+            compute_time_s=0.0,
+            train_loss=None,
+            train_top1=None,
+            val_loss=None,
+            val_top1=None,
+            val_time_s=0.0,
+            val_images=0,
+            warmup=warmup,
+            measured=measured,
+            step_rows=rows,
+        )
+
+
+def compile_time_s(warmup_step_times_s: list[float], measured_step_times_s: list[float]) -> float | None:
+    """torch.compile's cost, estimated as the first step's time (where compilation happens) minus
+    the median measured step; None without both. Pure."""
+    if not warmup_step_times_s or not measured_step_times_s:
+        return None
+    return max(0.0, warmup_step_times_s[0] - statistics.median(measured_step_times_s))

@@ -24,7 +24,8 @@ CPU = torch.device("cpu")
 
 
 def config(data_dir: Path, dataset: str, **kw) -> RunConfig:
-    base = dict(arch="resnet18", dataset=dataset, data_dir=data_dir, image_size=32, batch_size=4, workers=0, seed=0)
+    # These tests pin the torchvision loader (the seeds' per-sample pipeline); tests/test_fast_loader.py covers --loader fast.
+    base = dict(arch="resnet18", dataset=dataset, data_dir=data_dir, image_size=32, batch_size=4, workers=0, seed=0, loader="torchvision")
     return RunConfig(**{**base, **kw})
 
 

@@ -4,12 +4,16 @@
     for epoch in range(cfg.epochs):
         data.set_epoch(epoch)                     # reshuffles (DistributedSampler.set_epoch under DDP)
         for images, labels in data.train: ...     # float32 NCHW normalized, int64; CPU unless
-                                                  # data.batches_on_device (synthetic)
+                                                  # data.batches_on_device (synthetic, --loader fast)
     record["data"] |= data.stats()                # {"corrupt_images_skipped": n, ...}
 
 One module per on-disk format (cifar, food101, imagefolder) returns examples; splitting,
 transforms (effbench.data.transforms) and loaders (effbench.data.loaders) are shared. A missing
 dataset is downloaded only with --download (effbench.data.archives).
+
+Two loaders (--loader): `torchvision`, per-sample PIL transforms in DataLoader workers as the seeds
+ran; `fast`, uint8 batches augmented on the device (effbench.data.augment): CIFAR held whole on the
+device (fast_cifar), image files decoded small in workers (fast_images).
 """
 
 from __future__ import annotations
@@ -21,10 +25,10 @@ from typing import Any
 import torch
 
 from effbench.config import RunConfig
-from effbench.data import cifar, food101, imagefolder, synthetic
+from effbench.data import cifar, fast_cifar, fast_images, food101, imagefolder, synthetic
 from effbench.data.loaders import LoaderOptions, SkipLog, train_loader, val_loader
 from effbench.data.source import Source, seeded_split
-from effbench.data.transforms import build_transforms
+from effbench.data.transforms import IMAGENET_MEAN, IMAGENET_STD, build_transforms
 from effbench.errors import EffbenchError
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -48,9 +52,12 @@ class DataBundle:
     steps_per_epoch: int
     """len(train): batches per epoch for this rank, the same on every rank."""
     batches_on_device: bool
-    """True when batches already live on the training device (synthetic): no copy needed."""
+    """True when batches already live on the training device (synthetic, --loader fast): no copy needed."""
     info: dict[str, Any]
     """JSON-able facts for the record: root, split, mean/std, transforms, download, ..."""
+    augments_on_device: bool = False
+    """True when making a batch queues device kernels (--loader fast): the loop's data timer syncs
+    the device before it stops, so that work counts as data time, not compute."""
     epoch_hooks: list[Callable[[int], None]] = field(default_factory=list, repr=False)
     skip_log: SkipLog = field(default_factory=SkipLog, repr=False)
 
@@ -95,23 +102,30 @@ def build_data(
         split = src.val_label
     _check_batch(batch, len(train_ex), cfg.dataset, world_size)
 
-    tf = build_transforms(cfg.dataset, image_size)
+    pin = cfg.pin_memory if cfg.pin_memory is not None else device.type == "cuda"
     opts = LoaderOptions(
-        batch_size=batch, workers=cfg.workers, seed=cfg.seed, rank=rank, world_size=world_size,
-        pin_memory=device.type == "cuda",
+        batch_size=batch, workers=cfg.workers, seed=cfg.seed, rank=rank, world_size=world_size, pin_memory=pin,
     )  # fmt: skip
+    common: dict[str, Any] = {
+        "root": str(src.root),
+        "split": split,
+        **({"split_seed": cfg.seed} if cfg.val_fraction is not None else {}),
+    }
+    if cfg.loader == "fast":
+        return _fast(cfg, src, train_ex, val_ex, opts, device, image_size, common)
+
+    tf = build_transforms(cfg.dataset, image_size)
     log = SkipLog()
     train, sampler = train_loader(train_ex.dataset(tf.train, train=True), opts, log)
     val = val_loader(val_ex.dataset(tf.val, train=False), opts, log)
     info: dict[str, Any] = {
-        "root": str(src.root),
-        "split": split,
-        **({"split_seed": cfg.seed} if cfg.val_fraction is not None else {}),
+        **common,
         "mean": list(tf.mean),
         "std": list(tf.std),
         "transforms": tf.recipe,
         "loader": cfg.loader,
         "workers": cfg.workers,
+        "pin_memory": pin,
         **({"val_sharding": "disjoint shards without padding; sum counts over ranks"} if world_size > 1 else {}),
         "download": {"downloaded": False},
         **src.info,
@@ -128,6 +142,66 @@ def build_data(
         batches_on_device=False,
         info=info,
         epoch_hooks=[sampler.set_epoch],
+        skip_log=log,
+    )
+
+
+def _fast(
+    cfg: RunConfig, src: Source, train_ex: Any, val_ex: Any, opts: LoaderOptions, device: torch.device,
+    image_size: int, common: dict[str, Any],
+) -> DataBundle:
+    """--loader fast: batches made on the device (see fast_cifar and fast_images)."""
+    channels_last = bool(cfg.channels_last)
+    sharding = {"val_sharding": "disjoint shards without padding; sum counts over ranks"} if opts.world_size > 1 else {}
+    if isinstance(train_ex, cifar.ArrayExamples):
+        prep_train, mean, std, recipe = fast_cifar.cifar_recipe(image_size, train=True, channels_last=channels_last)
+        prep_val, *_ = fast_cifar.cifar_recipe(image_size, train=False, channels_last=channels_last)
+
+        def on_device(ex: cifar.ArrayExamples, prepare: Any, train: bool) -> fast_cifar.DeviceArrayLoader:
+            labels = torch.from_numpy(ex.labels).to(device)
+            images = fast_cifar.to_device_uint8(ex.images, device)
+            return fast_cifar.DeviceArrayLoader(
+                images, labels, prepare, batch_size=opts.batch_size, seed=cfg.seed, rank=opts.rank,
+                world_size=opts.world_size, train=train,
+            )  # fmt: skip
+
+        train, val = on_device(train_ex, prep_train, True), on_device(val_ex, prep_val, False)
+        hooks: list[Callable[[int], None]] = [train.set_epoch]
+        log = SkipLog()
+        facts: dict[str, Any] = {"workers": 0, "held_on_device": f"{str(device)}, uint8, {train.images.numel() + val.images.numel()} bytes"}
+    else:
+        if cfg.gpu_decode and device.type != "cuda":
+            raise EffbenchError("--gpu-decode", f"decodes with nvjpeg on a CUDA device, but this run is on {device.type}; drop --gpu-decode or use --device cuda")
+        train, val, set_epoch, log, recipe = fast_images.build_loaders(
+            train_ex, val_ex, opts, device, image_size, channels_last=channels_last, gpu_decode=cfg.gpu_decode,
+        )  # fmt: skip
+        mean, std = IMAGENET_MEAN, IMAGENET_STD
+        hooks = [set_epoch]
+        facts = {"workers": cfg.workers, "pin_memory": opts.pin_memory and not cfg.gpu_decode, "gpu_decode": cfg.gpu_decode}
+    info: dict[str, Any] = {
+        **common,
+        "mean": list(mean),
+        "std": list(std),
+        "transforms": recipe,
+        "loader": "fast",
+        **facts,
+        **sharding,
+        "download": {"downloaded": False},
+        **src.info,
+    }
+    return DataBundle(
+        name=src.name,
+        num_classes=src.num_classes,
+        image_size=image_size,
+        train=train,
+        val=val,
+        train_size=len(train_ex),
+        val_size=len(val_ex),
+        steps_per_epoch=len(train),
+        batches_on_device=True,
+        augments_on_device=True,
+        info=info,
+        epoch_hooks=hooks,
         skip_log=log,
     )
 

@@ -1,4 +1,5 @@
-"""The `torchvision` loader: torch DataLoaders over per-sample datasets, with seeded sampling.
+"""The `torchvision` loader: torch DataLoaders over per-sample datasets, with seeded sampling
+(the samplers and SkipLog are shared with the `fast` loader for image files).
 
 A swappable piece: build_data hands datasets here and gets back re-iterables of (images, labels)
 CPU batches plus a set_epoch hook. Samples are (image or None, label, skipped paths); the collate
@@ -121,16 +122,19 @@ def _loader(dataset: Dataset, sampler: Sampler[int], opts: LoaderOptions, *, dro
     )
 
 
+def seeded_sampler(n: int, opts: LoaderOptions) -> Any:
+    """The training sampler for n examples: a permutation per epoch from (seed, epoch), sharded
+    over ranks by DistributedSampler (drop_last: every rank the same count) when world_size > 1."""
+    if opts.world_size > 1:
+        return DistributedSampler(
+            range(n), num_replicas=opts.world_size, rank=opts.rank, shuffle=True, seed=opts.seed, drop_last=True  # type: ignore[arg-type]
+        )
+    return SeededRandomSampler(n, opts.seed)
+
+
 def train_loader(dataset: Dataset, opts: LoaderOptions, log: SkipLog) -> tuple[CountingLoader, Any]:
     """(loader, sampler whose set_epoch reshuffles). Every batch holds exactly batch_size images."""
-    n = len(dataset)  # type: ignore[arg-type]
-    sampler: Any
-    if opts.world_size > 1:
-        sampler = DistributedSampler(
-            dataset, num_replicas=opts.world_size, rank=opts.rank, shuffle=True, seed=opts.seed, drop_last=True
-        )
-    else:
-        sampler = SeededRandomSampler(n, opts.seed)
+    sampler = seeded_sampler(len(dataset), opts)  # type: ignore[arg-type]
     return CountingLoader(_loader(dataset, sampler, opts, drop_last=True), log), sampler
 
 

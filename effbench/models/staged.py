@@ -49,7 +49,9 @@ class StagedModel(nn.Module):
         k = self.frozen_stages
         if k:
             # Nothing before the cut trains, so its activations need no graph: this saves the
-            # memory and time of autograd bookkeeping for the whole frozen base.
+            # memory and time of autograd bookkeeping for the whole frozen base. no_grad, not
+            # inference_mode: the trained head consumes these activations in autograd, and an
+            # inference tensor cannot be saved for backward.
             with torch.no_grad():
                 for fn in fns[:k]:
                     x = fn(x)

@@ -1,0 +1,87 @@
+"""Shared by the benchmark scripts: conditions header, A/B alternation, medians, the ratio table.
+
+Not a test helper and not part of the package: the scripts import it from their own folder.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tabulate import tabulate
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the ratio table. `ratio` = effbench / reference for speeds (higher is better);
+    for a time against a budget, budget / time (>= 1 meets it)."""
+
+    benchmark: str
+    effbench: str
+    reference: str
+    ratio: float
+    goal: float
+    note: str = ""
+
+    @property
+    def met(self) -> bool:
+        return self.ratio >= self.goal
+
+
+def conditions() -> str:
+    """What the figures depend on, printed above every table: load, cores, versions."""
+    import torch
+
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (
+        f"# {time.strftime('%Y-%m-%d %H:%M:%S')}  host {platform.node()}  cores {os.cpu_count()}  "
+        f"load average (1/5/15 min) {load}\n# python {platform.python_version()}  torch {torch.__version__}  "
+        f"threads {torch.get_num_threads()}  cuda {torch.cuda.is_available()}"
+    )
+
+
+def alternate(a: Callable[[], float], b: Callable[[], float], rounds: int) -> tuple[list[float], list[float]]:
+    """Run a, b, a, b, ... `rounds` times each; alternation spreads drifting background load over
+    both sides instead of charging it to whichever ran second."""
+    xs, ys = [], []
+    for _ in range(rounds):
+        xs.append(a())
+        ys.append(b())
+    return xs, ys
+
+
+def median_ratio(xs: list[float], ys: list[float]) -> float:
+    """Median of the per-round ratios x / y (each round's pair ran back to back)."""
+    return statistics.median(x / y for x, y in zip(xs, ys))
+
+
+def fmt_rate(values: list[float], unit: str = "img/s") -> str:
+    med = statistics.median(values)
+    spread = f" ({min(values):,.1f}-{max(values):,.1f})" if len(values) > 1 else ""
+    return f"{med:,.1f} {unit}{spread}"
+
+
+def print_table(rows: list[Row], title: str) -> None:
+    body = [
+        [r.benchmark, r.effbench, r.reference, f"{r.ratio:.2f}", f">= {r.goal:g}", "yes" if r.met else "NO", r.note]
+        for r in rows
+    ]
+    print(conditions())
+    print(f"## {title}")
+    print(tabulate(body, headers=["benchmark", "effbench", "reference", "ratio", "goal", "met", "note"], tablefmt="github", disable_numparse=True))
+    sys.stdout.flush()
+
+
+def quiet_torch_warnings() -> None:
+    import warnings
+
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=UserWarning)

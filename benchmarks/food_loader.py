@@ -1,0 +1,139 @@
+"""Food-101 input pipelines, images/s delivered: effbench's fast loader vs torchvision ImageFolder + PIL.
+
+    .venv/bin/python benchmarks/food_loader.py                # 1,000 generated 512x384 JPEGs, 224 px, batch 32, 2 workers
+    .venv/bin/python benchmarks/food_loader.py --tiny         # seconds: 96 JPEGs, 64 px, batch 8 (CI)
+    .venv/bin/python benchmarks/food_loader.py --data-dir ./data   # the real food-101/ (its training split)
+
+- effbench: `--loader fast`: workers read and decode each JPEG with torchvision.io.decode_jpeg
+  (libjpeg-turbo), resize its shorter side to 8/7 of the input size and cut the central square, uint8;
+  on the device: random-resized-crop, flip, normalize, batched.
+- reference: `torchvision.datasets.ImageFolder` over food-101/images with the seeds' PIL transforms
+  (Resize(8/7 size), RandomCrop, RandomHorizontalFlip, RandomRotation(10), ToTensor, Normalize) in a
+  DataLoader with the same workers and batch, shuffled.
+Both are iterated the same way (next(), copy to the device, device sync; first batches excluded),
+alternating A/B; the ratio is the median of the per-round ratios. Generated images are photo-like
+(smooth gradients, shapes, mild noise; ~30 KiB at JPEG quality 90, like Food-101's 512-pixel
+photos). Goal: >= 1.5x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import Row, alternate, fmt_rate, median_ratio, print_table, quiet_torch_warnings  # noqa: E402
+
+GOAL = 1.5
+
+
+def photo_jpeg(rng: object, w: int = 512, h: int = 384) -> bytes:
+    """A photo-like JPEG: what matters for decode cost is size and entropy, not content."""
+    import numpy as np
+    from PIL import Image, ImageDraw, ImageFilter
+
+    y, x = np.mgrid[0:h, 0:w]
+    ph = rng.uniform(0, 6, 3)  # type: ignore[attr-defined]
+    base = np.stack([128 + 100 * np.sin(x / 40 + ph[0]), 128 + 100 * np.cos(y / 30 + ph[1]), 128 + 80 * np.sin((x + y) / 50 + ph[2])], -1)
+    im = Image.fromarray(np.clip(base + rng.normal(0, 12, base.shape), 0, 255).astype(np.uint8))  # type: ignore[attr-defined]
+    d = ImageDraw.Draw(im)
+    for _ in range(12):
+        x0, y0 = rng.integers(0, w), rng.integers(0, h)  # type: ignore[attr-defined]
+        d.ellipse([x0, y0, x0 + rng.integers(20, 150), y0 + rng.integers(20, 150)], fill=tuple(int(c) for c in rng.integers(0, 255, 3)))  # type: ignore[attr-defined]
+    im = im.filter(ImageFilter.GaussianBlur(1))
+    buf = io.BytesIO()
+    im.save(buf, format="JPEG", quality=90)
+    return buf.getvalue()
+
+
+def make_food(root: Path, n: int, classes: int = 4) -> Path:
+    """Food-101's layout (images/<class>/<id>.jpg, meta/classes.txt, meta/{train,test}.json)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    base = root / "food-101"
+    names = [f"food_{i}" for i in range(classes)]
+    train: dict[str, list[str]] = {c: [] for c in names}
+    test: dict[str, list[str]] = {c: [] for c in names}
+    for i in range(n + classes):
+        c = names[i % classes]
+        ident = f"{c}/{100000 + i}"
+        (base / "images" / c).mkdir(parents=True, exist_ok=True)
+        (base / "images" / f"{ident}.jpg").write_bytes(photo_jpeg(rng))
+        (test if i < classes else train)[c].append(ident)
+    (base / "meta").mkdir(parents=True, exist_ok=True)
+    (base / "meta" / "classes.txt").write_text("\n".join(names) + "\n")
+    (base / "meta" / "train.json").write_text(json.dumps(train))
+    (base / "meta" / "test.json").write_text(json.dumps(test))
+    return root
+
+
+def delivered_img_s(batches: object, device: object, warmup_batches: int) -> float:
+    from effbench.timing import device_sync_fn
+
+    sync = device_sync_fn(device)
+    images, t0 = 0, None
+    for i, (x, y) in enumerate(batches):  # type: ignore[attr-defined]
+        x = x.to(device, non_blocking=True)
+        y = y.to(device, non_blocking=True)
+        sync()
+        if i == warmup_batches - 1:
+            t0 = time.perf_counter()
+        elif i >= warmup_batches:
+            images += int(y.shape[0])
+    assert t0 is not None and images > 0, "too few batches for the warm-up"
+    return images / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tiny", action="store_true", help="a few seconds (CI)")
+    p.add_argument("--data-dir", type=Path, default=None, help="folder holding food-101/ (default: generate one)")
+    p.add_argument("--images", type=int, default=None)
+    p.add_argument("--image-size", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=None)
+    p.add_argument("--device", default="cpu")
+    a = p.parse_args()
+    quiet_torch_warnings()
+    import torch
+    from torch.utils.data import DataLoader
+    from torchvision.datasets import ImageFolder
+
+    from effbench.config import RunConfig
+    from effbench.data import build_data
+    from effbench.data.transforms import build_transforms
+
+    n, size, batch, rounds = (96, 64, 8, 1) if a.tiny else (1000, 224, 32, 3)
+    n, size, batch, rounds = a.images or n, a.image_size or size, a.batch_size or batch, a.rounds or rounds
+    device = torch.device(a.device)
+    with tempfile.TemporaryDirectory(prefix="effbench-bench-") as tmp:
+        data_dir = a.data_dir or make_food(Path(tmp), n)
+        cfg = RunConfig(arch="b0", dataset="food101", data_dir=data_dir, image_size=size, batch_size=batch, workers=a.workers,
+                        device=a.device, loader="fast", seed=0)  # fmt: skip
+        fast = build_data(cfg, device)
+        tf = build_transforms("food101", size).train  # the seeds' per-sample recipe
+        ref = DataLoader(ImageFolder(str(Path(data_dir) / "food-101" / "images"), transform=tf), batch_size=batch, shuffle=True,
+                         num_workers=a.workers, drop_last=True, persistent_workers=a.workers > 0,
+                         pin_memory=device.type == "cuda", generator=torch.Generator().manual_seed(0))  # fmt: skip
+        epochs = iter(range(10_000))
+
+        def run_fast() -> float:
+            fast.set_epoch(next(epochs))
+            return delivered_img_s(fast.train, device, 3)
+
+        fs, rs = alternate(run_fast, lambda: delivered_img_s(ref, device, 3), rounds)
+    row = Row("Food-101 loader (img/s delivered)", fmt_rate(fs), fmt_rate(rs), median_ratio(fs, rs), GOAL,
+              f"{fast.train_size:,} JPEGs 512x384, {size} px, batch {batch}, {a.workers} workers both, {a.device}; "
+              f"median of {rounds} A/B round(s)")  # fmt: skip
+    print_table([row], "Food-101: --loader fast vs ImageFolder + PIL transforms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""Pure: two runs (or two sweeps) -> per-metric deltas with 95% CIs and a plain verdict.
+
+    effbench compare results/A results/B             two run folders
+    effbench compare results/sweep-x results/sweep-y two sweep folders: cells matched by their swept values
+
+Metrics measured per throughput window (throughput, step time, data-wait share) get Welch's 95%
+interval for mean(B) - mean(A); when it includes 0 the difference is called "within noise".
+Single-valued metrics (final loss and top-1, peak memory) get their delta and no interval: one run
+cannot say how much they vary. No torch import.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tabulate import tabulate
+
+from effbench import stats, windows
+
+# (key in windows, label, higher is better)
+WINDOW_METRICS = (
+    ("throughput_img_s", "throughput (img/s)", True),
+    ("step_time_ms", "step time (ms)", False),
+    ("data_time_share", "data-wait share", False),
+)
+# (getter name, label, higher is better)
+SINGLE_METRICS = (
+    ("train_loss", "final train loss", False),
+    ("train_top1", "final train top-1", True),
+    ("val_top1", "final val top-1", True),
+    ("peak_mem_gib", "peak device memory (GiB)", False),
+)
+# Config fields that differ between any two runs and say nothing about the measurement.
+_IGNORED_CONFIG = ("output",)
+
+
+@dataclass(frozen=True)
+class MetricDelta:
+    metric: str
+    a: str
+    b: str
+    delta: str
+    delta_pct: str
+    ci: str
+    verdict: str
+    significant: bool | None
+    """True: outside noise; False: within noise; None: no interval (one value on a side)."""
+
+
+def _fmt(v: float | None, digits: int = 2) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def _digits(metric: str) -> int:
+    return 4 if "top-1" in metric or "loss" in metric or "share" in metric else 2
+
+
+def window_delta(label: str, a: Sequence[float], b: Sequence[float], higher_better: bool) -> MetricDelta:
+    d = stats.difference(a, b)
+    sa, sb = stats.summarize(a), stats.summarize(b)
+    k = _digits(label)
+
+    def side(s: stats.Summary) -> str:
+        ci = f" [{_fmt(s.ci_low, k)}, {_fmt(s.ci_high, k)}]" if s.ci_low is not None else ""
+        return f"{_fmt(s.mean, k)}{ci}"
+
+    pct = "-" if d.relative is None else f"{100 * d.relative:+.1f}%"
+    ci = "-" if d.ci_low is None else f"[{d.ci_low:+,.{k}f}, {d.ci_high:+,.{k}f}]"
+    if d.significant is None:
+        verdict = "cannot tell: fewer than 2 windows on a side"
+    elif not d.significant:
+        verdict = "within noise"
+    else:
+        better = (d.delta > 0) == higher_better
+        verdict = f"B {'higher' if d.delta > 0 else 'lower'} ({'better' if better else 'worse'}), outside noise"
+    return MetricDelta(label, side(sa), side(sb), f"{d.delta:+,.{k}f}", pct, ci, verdict, d.significant)
+
+
+def single_delta(label: str, a: float | None, b: float | None) -> MetricDelta:
+    k = _digits(label)
+    if a is None or b is None:
+        return MetricDelta(label, _fmt(a, k), _fmt(b, k), "-", "-", "-", "not measured on both", None)
+    delta = b - a
+    pct = f"{100 * delta / a:+.1f}%" if a else "-"
+    verdict = "equal" if delta == 0 else "one value each: no CI, cannot tell noise from change"
+    return MetricDelta(label, _fmt(a, k), _fmt(b, k), f"{delta:+,.{k}f}", pct, "-", verdict, None if delta else False)
+
+
+def _single(record: Mapping[str, Any], key: str) -> float | None:
+    if key == "peak_mem_gib":
+        return record.get("peak_mem_gib")
+    return (record.get("final") or {}).get(key)
+
+
+def compare_runs(a: Mapping[str, Any], a_steps: Sequence[Mapping[str, Any]], b: Mapping[str, Any], b_steps: Sequence[Mapping[str, Any]]) -> list[MetricDelta]:
+    wa, wb = windows.windows_of(a, a_steps), windows.windows_of(b, b_steps)
+    rows = []
+    for key, label, higher in WINDOW_METRICS:
+        xa, xb = wa.get(key) or [], wb.get(key) or []
+        if xa and xb:
+            rows.append(window_delta(label, xa, xb, higher))
+        else:
+            rows.append(MetricDelta(label, "-" if not xa else f"{stats.mean(xa):,.2f}", "-" if not xb else f"{stats.mean(xb):,.2f}", "-", "-", "-", "not measured on both", None))
+    for key, label, _higher in SINGLE_METRICS:
+        rows.append(single_delta(label, _single(a, key), _single(b, key)))
+    return rows
+
+
+def config_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    ca, cb = a.get("config") or {}, b.get("config") or {}
+    out = []
+    for k in sorted(set(ca) | set(cb)):
+        if k not in _IGNORED_CONFIG and ca.get(k) != cb.get(k):
+            out.append(f"{k}: {json.dumps(ca.get(k))} -> {json.dumps(cb.get(k))}")
+    return out
+
+
+def conclusion(deltas: Sequence[MetricDelta]) -> str:
+    thr = next((d for d in deltas if d.metric.startswith("throughput")), None)
+    if thr is None or thr.significant is None:
+        return "Throughput: cannot tell (needs at least 2 windows per run: --repeats)."
+    if not thr.significant:
+        return f"Throughput: no significant difference (within noise; 95% CI of B - A {thr.ci} img/s includes 0)."
+    return f"Throughput: B differs from A by {thr.delta_pct} (95% CI of B - A {thr.ci} img/s excludes 0)."
+
+
+HEADERS = ("metric", "A mean [95% CI]", "B mean [95% CI]", "B - A", "B - A %", "95% CI of B - A", "verdict")
+
+
+def render_runs(deltas: Sequence[MetricDelta], *, a_name: str, b_name: str, differences: Sequence[str]) -> str:
+    table = tabulate([[d.metric, d.a, d.b, d.delta, d.delta_pct, d.ci, d.verdict] for d in deltas], headers=HEADERS, tablefmt="simple", disable_numparse=True)
+    diff = "configuration differences: " + ("; ".join(differences) if differences else "none")
+    return f"A: {a_name}\nB: {b_name}\n{diff}\n\n{table}\n\n{conclusion(deltas)}\n"
+
+
+def match_cells(a_rows: Sequence[Mapping[str, Any]], b_rows: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[Mapping[str, Any], Mapping[str, Any]]], list[str]]:
+    """Pairs of cells with the same swept values; the labels of cells found on one side only."""
+
+    def ident(r: Mapping[str, Any]) -> str:
+        return json.dumps(r.get("params") or {}, sort_keys=True, default=str)
+
+    b_by = {ident(r): r for r in b_rows}
+    a_ids = {ident(r) for r in a_rows}
+    pairs = [(r, b_by[ident(r)]) for r in a_rows if ident(r) in b_by]
+    alone = [f"A only: {r['key']}" for r in a_rows if ident(r) not in b_by] + [f"B only: {r['key']}" for r in b_rows if ident(r) not in a_ids]
+    return pairs, alone
+
+
+def render_sweeps(a_rows: Sequence[Mapping[str, Any]], b_rows: Sequence[Mapping[str, Any]], *, a_name: str, b_name: str) -> str:
+    pairs, alone = match_cells(a_rows, b_rows)
+    body = []
+    significant = 0
+    for ra, rb in pairs:
+        if ra.get("status") != "ok" or rb.get("status") != "ok":
+            body.append([ra["key"], "throughput (img/s)", str(ra.get("status")), str(rb.get("status")), "-", "-", "-", "not ok on both"])
+            continue
+        deltas = compare_runs(ra["record"], [], rb["record"], [])
+        for d in deltas[: len(WINDOW_METRICS)]:
+            body.append([ra["key"], d.metric, d.a, d.b, d.delta, d.delta_pct, d.ci, d.verdict])
+            significant += bool(d.significant) and d.metric.startswith("throughput")
+    table = tabulate(body, headers=("cell", *HEADERS), tablefmt="simple", disable_numparse=True)
+    lines = [f"A: {a_name}", f"B: {b_name}", f"{len(pairs)} cells matched by their swept values", "", table, ""]
+    if alone:
+        lines += ["not compared: " + "; ".join(alone), ""]
+    if not pairs:
+        lines.append("Throughput: nothing to compare: no cell of A has the swept values of a cell of B.")
+    elif significant:
+        lines.append(f"Throughput: {significant} of {len(pairs)} matched cells differ outside noise.")
+    else:
+        lines.append(f"Throughput: no significant difference in any of the {len(pairs)} matched cells (within noise).")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,44 @@
+"""Out-of-memory as data: recognising an OOM, and a test hook that fakes one on the CPU.
+
+Test hook (not a user option): with `EFFBENCH_FAULT_OOM_AT_BATCH=N` in the environment, a run whose
+batch size per device is N or more raises `torch.OutOfMemoryError` at the start of training, inside
+the same handler a real CUDA OOM reaches. It lets CPU-only tests (and CI) check that an OOM becomes
+an `oom` run folder and that a sweep records it and goes on:
+
+    EFFBENCH_FAULT_OOM_AT_BATCH=8 effbench sweep --batch-size 4,8 --device cpu --dataset synthetic ...
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+FAULT_OOM_ENV = "EFFBENCH_FAULT_OOM_AT_BATCH"
+
+# What the CPU allocator says when it cannot allocate (c10/core/impl/alloc_cpu.cpp): torch raises a
+# plain RuntimeError there, not torch.OutOfMemoryError.
+_CPU_OOM_MARKERS = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory")
+
+
+def oom_threshold(env: Mapping[str, str] = os.environ) -> int | None:
+    """The injected-OOM batch size, or None when the hook is off (unset, empty, not a number)."""
+    text = env.get(FAULT_OOM_ENV, "").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def inject_oom(batch_per_device: int, env: Mapping[str, str] = os.environ) -> None:
+    """Raise torch.OutOfMemoryError when the hook is set and the batch per device reaches it."""
+    limit = oom_threshold(env)
+    if limit is not None and batch_per_device >= limit:
+        import torch
+
+        raise torch.OutOfMemoryError(
+            f"injected by {FAULT_OOM_ENV}={limit}: batch size per device {batch_per_device} >= {limit} (a test hook, not a real OOM)"
+        )
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """A device or host allocation failure: torch.OutOfMemoryError, MemoryError, the CPU allocator."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return True
+    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _CPU_OOM_MARKERS)

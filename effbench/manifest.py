@@ -1,0 +1,141 @@
+"""The sweep manifest (`sweep.json`): the cells of a sweep, their status and run folder, atomically.
+
+The manifest is rewritten (temporary file, fsync, rename: results.write_json) before and after every
+cell, so a sweep killed at any moment (SIGTERM, SIGKILL, power loss) leaves the last complete
+version: every finished cell `ok`/`oom`/`failed` with its run folder, at most one cell `running`.
+Resuming reruns every cell that is not `ok`; each cell appears once, whatever the attempts.
+
+Its `fingerprint` is a hash of every cell's resolved configuration (output folder excluded): a
+sweep folder only ever holds one configuration. No torch import.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from effbench import results
+from effbench.errors import EffbenchError
+
+MANIFEST_FILE = "sweep.json"
+MANIFEST_SCHEMA = 1
+CELL_STATUSES = ("pending", "running", "ok", "oom", "failed", "interrupted", "skipped")
+DONE = "ok"
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat()
+
+
+def fingerprint(cell_configs: Sequence[Mapping[str, Any]]) -> str:
+    text = json.dumps([dict(c) for c in cell_configs], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def new_manifest(
+    *,
+    name: str,
+    preset: str | None,
+    dims: Mapping[str, Sequence[Any]],
+    zipped: bool,
+    cells: Sequence[Mapping[str, Any]],
+    command: Sequence[str],
+) -> dict[str, Any]:
+    """A fresh manifest; `cells` are {key, params, config} with config the identity (no output)."""
+    return {
+        "schema_version": MANIFEST_SCHEMA,
+        "kind": "sweep",
+        "name": name,
+        "preset": preset,
+        "dims": {k: list(v) for k, v in dims.items()},
+        "zip": zipped,
+        "fingerprint": fingerprint([c["config"] for c in cells]),
+        "command": list(command),
+        "created_at": now(),
+        "updated_at": now(),
+        "cells": [
+            {"index": i, "key": c["key"], "params": dict(c["params"]), "config": dict(c["config"]), "status": "pending",
+             "run_dir": None, "attempts": 0, "error": None, "summary": None}
+            for i, c in enumerate(cells)
+        ],  # fmt: skip
+    }
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """Read and check sweep.json; any problem is an EffbenchError naming the file."""
+    path = Path(folder) / MANIFEST_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise EffbenchError(str(path), "not found; pass a sweep folder (it holds sweep.json)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise EffbenchError(str(path), f"is not readable JSON ({e}); delete the sweep folder and run the sweep again") from None
+    if not isinstance(data, dict) or data.get("kind") != "sweep" or not isinstance(data.get("cells"), list):
+        raise EffbenchError(str(path), "is not an effbench sweep manifest; pass a sweep folder")
+    version = data.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version > MANIFEST_SCHEMA:
+        raise EffbenchError(str(path), f"has schema_version {version!r}; this effbench reads {MANIFEST_SCHEMA}: upgrade effbench")
+    for cell in data["cells"]:
+        if not isinstance(cell, dict) or cell.get("status") not in CELL_STATUSES or not isinstance(cell.get("key"), str):
+            raise EffbenchError(str(path), "has a malformed cell entry; delete the sweep folder and run the sweep again")
+    return data
+
+
+def write_manifest(folder: Path, manifest: Mapping[str, Any]) -> None:
+    results.write_json(Path(folder) / MANIFEST_FILE, {**manifest, "updated_at": now()})
+
+
+def _first_difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    if old.get("dims") != new.get("dims"):
+        return f"swept {old.get('dims')} there, {new.get('dims')} now"
+    for a, b in zip(old.get("cells", []), new.get("cells", [])):
+        for k in sorted(set(a["config"]) | set(b["config"])):
+            if a["config"].get(k) != b["config"].get(k):
+                return f"{k} was {a['config'].get(k)!r}, now {b['config'].get(k)!r}"
+    return "its cells differ"
+
+
+def resume(existing: Mapping[str, Any] | None, fresh: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The manifest to run: `fresh` when there is none, else the existing one (same fingerprint only)."""
+    if existing is None:
+        return fresh
+    if existing.get("fingerprint") != fresh["fingerprint"]:
+        raise EffbenchError(
+            str(folder),
+            f"holds a different sweep ({_first_difference(existing, fresh)}); start a new one with --name NEW "
+            "or another --output, or delete that folder to start over",
+        )
+    merged = copy.deepcopy(dict(existing))
+    merged["command"] = fresh["command"]
+    return merged
+
+
+def to_run(manifest: Mapping[str, Any]) -> list[str]:
+    """Keys of the cells a (re)run must still run: every cell that is not ok, in order."""
+    return [c["key"] for c in manifest["cells"] if c["status"] != DONE]
+
+
+def update_cell(manifest: Mapping[str, Any], key: str, **changes: Any) -> dict[str, Any]:
+    """A copy of the manifest with one cell's fields changed."""
+    out = copy.deepcopy(dict(manifest))
+    for cell in out["cells"]:
+        if cell["key"] == key:
+            cell.update(changes)
+            return out
+    raise KeyError(key)
+
+
+def cell(manifest: Mapping[str, Any], key: str) -> dict[str, Any]:
+    return next(c for c in manifest["cells"] if c["key"] == key)
+
+
+def counts(manifest: Mapping[str, Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in manifest["cells"]:
+        out[c["status"]] = out.get(c["status"], 0) + 1
+    return out

@@ -1,0 +1,179 @@
+"""PNG charts of runs and sweeps. The one module that imports matplotlib, and only inside functions.
+
+Each function takes plain data (numbers and labels already computed by sweep_report.py or
+report.py), draws one figure with matplotlib's object API (`Figure` + the Agg canvas: no pyplot,
+no global backend, no display needed) and writes `path`. Nothing here reads results files.
+
+    stacked_time_bars   data loading vs training time per configuration (the seeds' charts)
+    throughput_bars     throughput per configuration with its 95% CI
+    top1_per_epoch      train and validation top-1 per epoch, one line per configuration
+    throughput_vs_batch throughput vs batch size per device, OOM cells marked
+    data_time_vs_workers data-loading time per epoch vs DataLoader workers
+    scaling             throughput and efficiency vs device count, with the ideal lines
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+DPI = 100
+DATA_COLOR = "#e4572e"  # data loading: warm, the part to shrink
+COMPUTE_COLOR = "#4c72b0"
+OOM_COLOR = "#c00000"
+
+
+def _figure(width: float, height: float) -> Any:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+
+
+def _save(fig: Any, path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fig.savefig(tmp, format="png")
+    tmp.replace(path)  # a reader never sees half a PNG
+    return path
+
+
+def _bar_width(n: int) -> float:
+    return 0.7 if n > 1 else 0.4
+
+
+def _xticks(ax: Any, labels: Sequence[str]) -> None:
+    """Category labels, slanted when they would run into each other."""
+    crowded = sum(len(s) for s in labels) > 60
+    ax.set_xticks(range(len(labels)), labels, rotation=25 if crowded else 0, ha="right" if crowded else "center", fontsize=8)
+
+
+def stacked_time_bars(labels: Sequence[str], data_s: Sequence[float], compute_s: Sequence[float], path: Path, *, title: str, ylabel: str = "seconds per epoch") -> Path:
+    fig = _figure(max(6.0, 0.9 * len(labels) + 2), 4.5)
+    ax = fig.add_subplot()
+    x = list(range(len(labels)))
+    w = _bar_width(len(labels))
+    ax.bar(x, compute_s, w, label="training (compute)", color=COMPUTE_COLOR)
+    ax.bar(x, data_s, w, bottom=compute_s, label="data loading (wait)", color=DATA_COLOR)
+    for xi, d, c in zip(x, data_s, compute_s):
+        total = d + c
+        if total > 0:
+            ax.annotate(f"{100 * d / total:.0f}% data", (xi, total), ha="center", va="bottom", fontsize=8)
+    _xticks(ax, labels)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    fig.legend(loc="outside upper center", ncol=2, fontsize=8, frameon=False)  # clear of the bars' labels
+    top = max((d + c for d, c in zip(data_s, compute_s)), default=0.0)
+    if top > 0:
+        ax.set_ylim(0, top * 1.15)  # room for the "% data" labels under the title
+    return _save(fig, path)
+
+
+def throughput_bars(labels: Sequence[str], values: Sequence[float | None], lows: Sequence[float | None], highs: Sequence[float | None], path: Path, *, title: str, notes: Sequence[str] | None = None) -> Path:
+    """Bars of the median throughput; whiskers show the 95% CI; a bar-less cell shows its status."""
+    fig = _figure(max(6.0, 0.9 * len(labels) + 2), 4.5)
+    ax = fig.add_subplot()
+    x = list(range(len(labels)))
+    heights = [v or 0.0 for v in values]
+    ax.bar(x, heights, _bar_width(len(labels)), color=COMPUTE_COLOR)
+    for xi, v, lo, hi in zip(x, values, lows, highs):
+        if v is not None and lo is not None and hi is not None:
+            ax.errorbar([xi], [v], yerr=[[max(v - lo, 0.0)], [max(hi - v, 0.0)]], fmt="none", ecolor="black", capsize=4)
+    for xi, note in zip(x, notes or []):
+        if note:
+            ax.annotate(note, (xi, 0), ha="center", va="bottom", color=OOM_COLOR, fontsize=9, fontweight="bold")
+    _xticks(ax, labels)
+    ax.set_ylabel("images / s (median, 95% CI)")
+    ax.set_title(title)
+    return _save(fig, path)
+
+
+def top1_per_epoch(series: Mapping[str, Mapping[str, Sequence[float | None]]], path: Path, *, title: str) -> Path:
+    """series: label -> {"train": [...], "val": [...]} per epoch (None where not measured)."""
+    crowded = len(series) > 3  # many lines: the legend goes beside the axes, not over the lines
+    fig = _figure(9.5 if crowded else 7.0, 4.5)
+    ax = fig.add_subplot()
+    for i, (label, s) in enumerate(series.items()):
+        color = f"C{i % 10}"
+        for kind, style in (("train", "--"), ("val", "-")):
+            ys = s.get(kind) or []
+            pts = [(e + 1, y) for e, y in enumerate(ys) if y is not None]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", color=color, label=f"{label} ({kind})")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("top-1 accuracy")
+    ax.set_ylim(bottom=0)
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_title(title)
+    if series and crowded:
+        fig.legend(loc="outside right upper", fontsize=7)
+    elif series:
+        ax.legend(fontsize=7, loc="best")
+    return _save(fig, path)
+
+
+def throughput_vs_batch(series: Mapping[str, Sequence[tuple[int, float | None, str]]], path: Path, *, title: str) -> Path:
+    """series: label -> [(batch per device, throughput or None, status)]; OOM cells as red crosses."""
+    fig = _figure(7.0, 4.5)
+    ax = fig.add_subplot()
+    ok_values = [t for pts in series.values() for _, t, _ in pts if t]
+    floor = min(ok_values) * 0.8 if ok_values else 1.0
+    for i, (label, pts) in enumerate(series.items()):
+        color = f"C{i % 10}"
+        good = [(b, t) for b, t, s in pts if s == "ok" and t]
+        if good:
+            ax.plot([b for b, _ in good], [t for _, t in good], "-o", color=color, label=label)
+        oom = [b for b, _, s in pts if s == "oom"]
+        if oom:
+            ax.scatter(oom, [floor] * len(oom), marker="x", s=80, color=OOM_COLOR, label=f"{label}: OOM", zorder=3)
+            for b in oom:
+                ax.annotate("OOM", (b, floor), textcoords="offset points", xytext=(0, 8), ha="center", color=OOM_COLOR, fontsize=8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size per device")
+    ax.set_ylabel("images / s")
+    ax.set_title(title)
+    ax.legend(fontsize=7, loc="best")
+    return _save(fig, path)
+
+
+def data_time_vs_workers(series: Mapping[str, Sequence[tuple[int, float]]], path: Path, *, title: str) -> Path:
+    fig = _figure(7.0, 4.5)
+    ax = fig.add_subplot()
+    for i, (label, pts) in enumerate(series.items()):
+        pts = sorted(pts)
+        ax.plot([w for w, _ in pts], [d for _, d in pts], "-o", color=f"C{i % 10}", label=label)
+    ax.set_xlabel("DataLoader workers")
+    ax.set_ylabel("data-loading time per epoch (s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.legend(fontsize=7, loc="best")
+    return _save(fig, path)
+
+
+def scaling(series: Mapping[str, Sequence[tuple[int, float | None, float | None]]], path: Path, *, title: str, xlabel: str) -> Path:
+    """series: label -> [(devices, throughput, efficiency)]; ideal = linear from the smallest count."""
+    fig = _figure(11.0, 4.5)
+    ax_t, ax_e = fig.subplots(1, 2)
+    counts = sorted({n for pts in series.values() for n, _, _ in pts})
+    for i, (label, pts) in enumerate(series.items()):
+        color = f"C{i % 10}"
+        good = sorted((n, t, e) for n, t, e in pts if t)
+        if not good:
+            continue
+        n0, t0 = good[0][0], good[0][1]
+        ax_t.plot([n for n, _, _ in good], [t for _, t, _ in good], "-o", color=color, label=label)
+        ax_t.plot(counts, [t0 * n / n0 for n in counts], ":", color=color, label=f"{label}: ideal")
+        eff = [(n, e) for n, _, e in good if e is not None]
+        ax_e.plot([n for n, _ in eff], [e for _, e in eff], "-o", color=color, label=label)
+    ax_e.axhline(1.0, linestyle=":", color="gray", label="ideal")
+    for ax in (ax_t, ax_e):
+        ax.set_xlabel(xlabel)
+        ax.set_xticks(counts)
+        ax.legend(fontsize=7, loc="best")
+    ax_t.set_ylabel("images / s")
+    ax_t.set_title(f"{title}: throughput")
+    ax_e.set_ylabel("efficiency (speedup / ideal)")
+    ax_e.set_ylim(0, 1.2)
+    ax_e.set_title(f"{title}: efficiency")
+    return _save(fig, path)

@@ -1,0 +1,293 @@
+"""Saved JSON -> every table, plot and report.html of a run folder or a sweep folder. No torch import.
+
+    effbench report DIR           write_reports(DIR): a run folder (results.json) or a sweep (sweep.json)
+    runner (end of every run)     write_run_html_safely(...): plots + report.html, never fails the run
+    sweep (end of every sweep)    write_sweep_reports(folder)
+
+Tables come from report.py / sweep_report.py, charts from plots.py (matplotlib, imported there
+lazily), the page from html_report.py. A chart that cannot be drawn (matplotlib missing, a bad
+value) is named in the report instead; it never stops the others.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from effbench import html_report as H
+from effbench import manifest as M
+from effbench import report, results, sweep_report, windows
+from effbench.errors import EffbenchError
+from effbench.sweepspec import dim_option, show, varied
+
+REPORT_HTML = "report.html"
+PLOTS_DIR = "plots"
+SWEEP_TXT = "sweep.txt"
+SWEEP_MD = "sweep.md"
+SWEEP_SUMMARY = "summary.json"
+
+Plot = tuple[Path, str]  # (png path, caption)
+
+
+def _draw(made: list[Plot], problems: list[str], caption: str, fn: Callable[[], Path]) -> None:
+    """Draw one chart; a failure becomes a line in the report, not an exception."""
+    try:
+        made.append((fn(), caption))
+    except ImportError as e:
+        problems.append(f"{caption}: not drawn, matplotlib is not importable ({e})")
+    except Exception as e:  # noqa: BLE001 - one chart must never cost the report
+        problems.append(f"{caption}: not drawn ({type(e).__name__}: {e})".splitlines()[0])
+
+
+def _images(plots: Sequence[Plot]) -> list[str]:
+    return [H.image(p.read_bytes(), alt=p.stem.replace("_", " "), caption=cap) for p, cap in plots if p.is_file()]
+
+
+# --------------------------------------------------------------------------------------------------
+# One run
+# --------------------------------------------------------------------------------------------------
+def run_plots(record: Mapping[str, Any], out_dir: Path) -> tuple[list[Plot], list[str]]:
+    from effbench import plots
+
+    epochs = record.get("epochs") or []
+    made: list[Plot] = []
+    problems: list[str] = []
+    if epochs:
+        labels = [f"epoch {int(e.get('epoch', i)) + 1}" for i, e in enumerate(epochs)]
+        _draw(made, problems, "Data loading vs training time per epoch", lambda: plots.stacked_time_bars(
+            labels, [e.get("data_time_s") or 0.0 for e in epochs], [e.get("compute_time_s") or 0.0 for e in epochs],
+            out_dir / "time_per_epoch.png", title="Where each epoch's time goes", ylabel="seconds"))  # fmt: skip
+        _draw(made, problems, "Top-1 accuracy per epoch", lambda: plots.top1_per_epoch(
+            {str((record.get("config") or {}).get("arch", "run")): {"train": [e.get("train_top1") for e in epochs], "val": [e.get("val_top1") for e in epochs]}},
+            out_dir / "top1_per_epoch.png", title="Top-1 per epoch"))  # fmt: skip
+    return made, problems
+
+
+def window_rows(w: Mapping[str, Any]) -> list[list[str]]:
+    thr, ms, share = w.get("throughput_img_s") or [], w.get("step_time_ms") or [], w.get("data_time_share") or []
+    return [[str(i + 1), f"{t:,.1f}", f"{m:,.2f}", f"{100 * s:.1f}%"] for i, (t, m, s) in enumerate(zip(thr, ms, share))]
+
+
+def window_line(w: Mapping[str, Any]) -> str:
+    s = (w.get("summary") or {}).get("throughput_img_s")
+    if not s:
+        return "no measured steps: no throughput windows"
+    ci = f", 95% CI of the mean [{s['ci_low']:,.1f}, {s['ci_high']:,.1f}]" if s.get("ci_low") is not None else " (one window: no CI)"
+    return f"throughput over {w.get('windows')} windows of {w.get('steps')} measured steps: median {s['median']:,.1f} img/s{ci}"
+
+
+def run_html(record: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], plots: Sequence[Plot], problems: Sequence[str], env: Mapping[str, Any] | None = None) -> str:
+    w = windows.windows_of(record, steps)
+    sections = []
+    verdict = report.verdict_line(record)
+    top = [H.bullets([verdict])] if verdict else []
+    if record.get("error"):
+        err = record["error"]
+        top.append(H.paragraph(f"{record.get('status')}: {err.get('type')}: {err.get('message')}", cls="error"))
+    sections.append(H.Section("Verdict", top))
+    sections.append(H.Section("Summary", [H.key_values(report.summary_rows(record), table_id="summary")]))
+    sections.append(H.Section("Throughput windows", [H.paragraph(window_line(w)), H.table(("window", "img/s", "step ms", "data %"), window_rows(w), table_id="windows")] if w.get("windows") else []))
+    sections.append(H.Section("Epochs", [H.table(report.EPOCH_HEADERS, report.epoch_rows(record), table_id="epochs")]))
+    phases = report.phase_rows(record)
+    if phases:
+        sections.append(H.Section("Profiling pass: phases", [H.table(("phase", "calls", "CPU (s)", "CPU share", "device (s)", "device share"), phases)]))
+    sections.append(H.Section("Charts", _images(plots) + [H.paragraph(p) for p in problems]))
+    sections.append(H.Section("Environment", [H.key_values(H.environment_pairs(env or record.get("env") or {}), table_id="environment")]))
+    sections.append(H.Section("Configuration", [H.key_values(sorted((record.get("config") or {}).items()), table_id="config"), H.preformatted(" ".join(record.get("command") or []))]))
+    title = f"effbench run {record.get('run_name') or ''}".strip()
+    subtitle = f"status {record.get('status')} · {record.get('device')} · started {record.get('started_at')}"
+    return H.page(title, subtitle, sections)
+
+
+def write_run_html(run_dir: Path, record: Mapping[str, Any], steps: Sequence[Mapping[str, Any]]) -> list[Path]:
+    """Charts under plots/ and report.html in a run folder."""
+    run_dir = Path(run_dir)
+    plots, problems = run_plots(record, run_dir / PLOTS_DIR)
+    env = _read_json(run_dir / results.ENV_FILE) or record.get("env") or {}
+    results.atomic_write_text(run_dir / REPORT_HTML, run_html(record, steps, plots, problems, env))
+    return [p for p, _ in plots] + [run_dir / REPORT_HTML]
+
+
+def write_run_html_safely(run_dir: Path | None, record: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], echo: Callable[[str], None]) -> None:
+    """The runner's call: a report that cannot be written is a warning, never a failed run."""
+    if run_dir is None:
+        return
+    try:
+        write_run_html(run_dir, record, steps)
+    except Exception as e:  # noqa: BLE001
+        echo(f"warning: report.html not written ({type(e).__name__}: {e}); `effbench report {run_dir}` retries".splitlines()[0])
+
+
+def write_run_reports(run_dir: Path) -> list[Path]:
+    """Everything a run folder's reports hold, re-rendered from results.json and steps.csv."""
+    run_dir = Path(run_dir)
+    record = results.read_results(run_dir)
+    results.atomic_write_text(run_dir / results.REPORT_TXT, report.render(record, "text"))
+    results.atomic_write_text(run_dir / results.REPORT_MD, report.render(record, "md"))
+    return [run_dir / results.REPORT_TXT, run_dir / results.REPORT_MD, *write_run_html(run_dir, record, windows.read_steps(run_dir))]
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+# --------------------------------------------------------------------------------------------------
+# A sweep
+# --------------------------------------------------------------------------------------------------
+def load_sweep(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The manifest and one row per cell (results read from each cell's run folder)."""
+    folder = Path(folder)
+    m = M.read_manifest(folder)
+    rows = []
+    for cell in m["cells"]:
+        record, steps = None, None
+        if cell.get("run_dir"):
+            run_dir = folder / cell["run_dir"]
+            if (run_dir / results.RESULTS_FILE).exists() or cell.get("status") == "ok":
+                record = results.read_results(run_dir)
+                steps = windows.read_steps(run_dir)
+        rows.append(sweep_report.cell_row(cell, record, steps))
+    return m, rows
+
+
+def _dims(m: Mapping[str, Any]) -> dict[str, list[Any]]:
+    return {k: list(v) for k, v in (m.get("dims") or {}).items()}
+
+
+def sweep_plots(rows: Sequence[Mapping[str, Any]], dims: Mapping[str, Sequence[Any]], out_dir: Path) -> tuple[list[Plot], list[str]]:
+    from effbench import plots
+
+    made: list[Plot] = []
+    problems: list[str] = []
+    names = list(dims)
+    show_dims = varied(dims) or names
+    ran = [r for r in rows if r.get("record") and r.get("status") == "ok"]
+    if ran:
+        labels = [sweep_report.label(r, show_dims) for r in ran]
+        _draw(made, problems, "Data loading vs training time per configuration (seconds per epoch)", lambda: plots.stacked_time_bars(
+            labels, [r.get("data_time_per_epoch_s") or 0.0 for r in ran], [r.get("compute_time_per_epoch_s") or 0.0 for r in ran],
+            out_dir / "time_breakdown.png", title="Data loading vs training time"))  # fmt: skip
+    if rows:
+        labels = [sweep_report.label(r, show_dims) for r in rows]
+        _draw(made, problems, "Throughput per configuration: median and 95% CI over windows", lambda: plots.throughput_bars(
+            labels, [r.get("thr_median") or r.get("throughput_img_s") if r.get("status") == "ok" else None for r in rows],
+            [r.get("thr_ci_low") for r in rows], [r.get("thr_ci_high") for r in rows], out_dir / "throughput.png",
+            title="Throughput", notes=[("" if r.get("status") == "ok" else str(r.get("status")).upper()) for r in rows]))  # fmt: skip
+    if ran and any(r.get("train_top1_per_epoch") for r in ran):
+        series = {sweep_report.label(r, show_dims): {"train": r.get("train_top1_per_epoch") or [], "val": r.get("val_top1_per_epoch") or []} for r in ran}
+        _draw(made, problems, "Top-1 accuracy per epoch (dashed: train, solid: validation)", lambda: plots.top1_per_epoch(series, out_dir / "top1_per_epoch.png", title="Top-1 per epoch"))
+    if "batch_size" in varied(dims):
+        series_b = {
+            g or "all": [(int(r["params"]["batch_size"]), (r.get("thr_median") or r.get("throughput_img_s")), str(r.get("status"))) for r in members]
+            for g, members in sweep_report.groups(rows, names, "batch_size").items()
+        }
+        _draw(made, problems, "Throughput vs batch size per device (red crosses: out of memory)", lambda: plots.throughput_vs_batch(series_b, out_dir / "throughput_vs_batch.png", title="Throughput vs batch size"))
+    if "workers" in varied(dims):
+        series_w = {
+            g or "all": [(int(r["params"]["workers"]), r["data_time_per_epoch_s"]) for r in members if r.get("status") == "ok" and r.get("data_time_per_epoch_s") is not None]
+            for g, members in sweep_report.groups(rows, names, "workers").items()
+        }
+        _draw(made, problems, "Data-loading time per epoch vs DataLoader workers", lambda: plots.data_time_vs_workers(series_w, out_dir / "data_time_vs_workers.png", title="Data-loading time vs workers"))
+    for dim in ("gpus", "nproc"):
+        if dim in varied(dims):
+            series_s = {}
+            for g, members in sweep_report.groups(rows, names, dim).items():
+                series_s[g or "all"] = [(r["devices"], r["throughput_img_s"], r["efficiency"]) for r in sweep_report.scaling_rows(members)]
+            xlabel = "GPUs" if dim == "gpus" else "CPU processes"
+            _draw(made, problems, f"Throughput and efficiency vs {xlabel} (dotted: ideal)", lambda: plots.scaling(series_s, out_dir / "scaling.png", title="Scaling", xlabel=xlabel))
+    return made, problems
+
+
+def sweep_html(m: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], plots: Sequence[Plot], problems: Sequence[str], folder: Path) -> str:
+    dims = _dims(m)
+    names = list(dims)
+    sections = [H.Section("Verdicts", [H.bullets(sweep_report.verdicts(rows, dims))] if rows else [])]
+    headers, body = sweep_report.summary_table(rows, names)
+    links = []
+    for r in rows:
+        if r.get("run_dir") and (folder / r["run_dir"] / REPORT_HTML).is_file():
+            href = f"{r['run_dir']}/{REPORT_HTML}"
+            links.append(f"<li>{H.link(href, r['key'])}: {H.esc(r.get('status'))}</li>")
+    cells = [H.table(headers, body, row_classes=[str(r.get("status")) for r in rows], table_id="cells")]
+    if links:
+        cells.append("<ul>" + "".join(links) + "</ul>")
+    sections.append(H.Section("Cells", cells))
+    sections.append(H.Section("Charts", _images(plots) + [H.paragraph(p) for p in problems]))
+    for dim in varied(dims):
+        h, b = sweep_report.dimension_table(rows, names, dim)
+        sections.append(H.Section(f"By {dim_option(dim)}", [H.table(h, b, table_id=f"by-{dim.replace('_', '-')}")]))
+    for dim in ("gpus", "nproc"):
+        if dim in varied(dims):
+            for g, members in sweep_report.groups(rows, names, dim).items():
+                srows = sweep_report.scaling_rows(members)
+                if srows:
+                    from effbench.scaling import HEADERS
+
+                    body_s = [[_fmt(s.get(k)) for k in ("devices", "global_batch_size", "status", "throughput_img_s", "speedup", "ideal_speedup", "efficiency",
+                               "data_time_per_epoch_s", "compute_time_per_epoch_s", "total_time_per_epoch_s", "straggler_spread_pct")] for s in srows]  # fmt: skip
+                    sections.append(H.Section(f"Scaling [{g}]" if g else "Scaling", [H.table(HEADERS, body_s)]))
+    first = next((r["record"] for r in rows if r.get("record")), None)
+    if first is not None:
+        sections.append(H.Section("Environment", [H.key_values(H.environment_pairs(first.get("env") or {}), table_id="environment")]))
+    info = [("preset", m.get("preset") or "-"), ("swept", ", ".join(f"{dim_option(k)} {','.join(show(v) for v in vals)}" for k, vals in dims.items())),
+            ("pairing", "zip" if m.get("zip") else "Cartesian product"), ("cells", len(rows)),
+            ("status", ", ".join(f"{k} {v}" for k, v in M.counts(m).items())), ("fingerprint", m.get("fingerprint")),
+            ("created", m.get("created_at")), ("updated", m.get("updated_at"))]  # fmt: skip
+    sections.append(H.Section("Sweep", [H.key_values(info, table_id="sweep"), H.preformatted(" ".join(m.get("command") or []))]))
+    sections.append(H.Section("How to read this", [H.paragraph(
+        "img/s is the median over each cell's throughput windows (--repeats) with the 95% Student's t interval of the mean; "
+        "'within noise' means Welch's 95% interval of the difference includes 0. Data and compute are seconds per epoch over "
+        "the timed steps (warm-up excluded).")]))  # fmt: skip
+    return H.page(f"effbench sweep {m.get('name')}", f"{len(rows)} cells · {', '.join(f'{k} {v}' for k, v in M.counts(m).items())}", sections)
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.2f}" if isinstance(v, float) else str(v)
+
+
+def write_sweep_reports(folder: Path, *, cells: bool = False) -> list[Path]:
+    """sweep.txt, sweep.md, summary.json, plots/ and report.html of a sweep folder (and, with
+    `cells`, every cell's own reports)."""
+    folder = Path(folder)
+    m, rows = load_sweep(folder)
+    written: list[Path] = []
+    if cells:
+        for r in rows:
+            if r.get("record") is not None and r.get("run_dir"):
+                written += write_run_reports(folder / r["run_dir"])
+    dims = _dims(m)
+    title = f"effbench sweep {m.get('name')}"
+    results.atomic_write_text(folder / SWEEP_TXT, sweep_report.render(rows, dims, title=title, fmt="text"))
+    results.atomic_write_text(folder / SWEEP_MD, sweep_report.render(rows, dims, title=title, fmt="md"))
+    results.write_json(folder / SWEEP_SUMMARY, {"schema_version": M.MANIFEST_SCHEMA, "name": m.get("name"), "dims": dims,
+                                                "verdicts": sweep_report.verdicts(rows, dims),
+                                                "cells": [{k: v for k, v in r.items() if k != "record"} for r in rows]})  # fmt: skip
+    plots, problems = sweep_plots(rows, dims, folder / PLOTS_DIR)
+    results.atomic_write_text(folder / REPORT_HTML, sweep_html(m, rows, plots, problems, folder))
+    return written + [folder / SWEEP_TXT, folder / SWEEP_MD, folder / SWEEP_SUMMARY, *[p for p, _ in plots], folder / REPORT_HTML]
+
+
+def folder_kind(path: Path) -> str:
+    """'sweep' or 'run'; anything else is a one-line error naming the folder."""
+    path = Path(path)
+    if (path / M.MANIFEST_FILE).is_file():
+        return "sweep"
+    if (path / results.RESULTS_FILE).is_file():
+        return "run"
+    if not path.exists():
+        raise EffbenchError(str(path), "does not exist; pass a run folder (results.json) or a sweep folder (sweep.json)")
+    raise EffbenchError(str(path), "holds neither results.json (a run) nor sweep.json (a sweep); pass one of those folders")
+
+
+def write_reports(path: Path) -> tuple[str, list[Path]]:
+    """`effbench report DIR`: re-render everything from the saved JSON."""
+    kind = folder_kind(path)
+    return kind, (write_sweep_reports(path, cells=True) if kind == "sweep" else write_run_reports(path))

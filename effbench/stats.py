@@ -1,0 +1,201 @@
+"""Pure statistics for benchmark samples: median, Student's t interval, Welch's difference.
+
+No numpy, no scipy, no torch: `effbench report` and `effbench compare` run on any Python.
+
+    summarize([412.0, 398.5, 405.1])      -> Summary(n=3, median=405.1, mean=..., ci_low=..., ci_high=...)
+    difference(a_samples, b_samples)      -> Difference(delta=..., ci_low=..., ci_high=..., significant=...)
+
+The interval is the 95% Student's t interval of the *mean*; the *median* is reported beside it
+because one slow window (a page fault, a noisy neighbour) moves it least. Samples from windows of
+one run are not fully independent (caches, clocks and the neighbours drift together), so the
+interval is a lower bound on the true uncertainty: treat "within noise" as the stronger statement.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+CONFIDENCE = 0.95
+
+
+def mean(xs: Sequence[float]) -> float:
+    if not xs:
+        raise ValueError("mean of no samples")
+    return math.fsum(xs) / len(xs)
+
+
+def median(xs: Sequence[float]) -> float:
+    if not xs:
+        raise ValueError("median of no samples")
+    s = sorted(xs)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+def stdev(xs: Sequence[float]) -> float:
+    """Sample standard deviation (n - 1 in the denominator); 0 for fewer than two samples."""
+    if len(xs) < 2:
+        return 0.0
+    m = mean(xs)
+    return math.sqrt(math.fsum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+# --- Student's t distribution ---------------------------------------------------------------------
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularized incomplete beta (modified Lentz; Numerical Recipes 6.4)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return h
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta I_x(a, b) for a, b > 0 and 0 <= x <= 1."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    ln_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    front = math.exp(ln_front)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with `df` degrees of freedom (df may be fractional: Welch)."""
+    if df <= 0:
+        raise ValueError("degrees of freedom must be positive")
+    tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t > 0 else tail
+
+
+def t_ppf(p: float, df: float) -> float:
+    """The t quantile: t with P(T <= t) = p, by bisection on t_cdf (monotone; 200 halvings)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError("p must be in (0, 1)")
+    if p == 0.5:
+        return 0.0
+    lo, hi = -1.0, 1.0
+    while t_cdf(lo, df) > p:
+        lo *= 2.0
+    while t_cdf(hi, df) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12 * max(1.0, abs(mid)):
+            break
+    return (lo + hi) / 2.0
+
+
+# --- summaries ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Summary:
+    """Samples of one metric: their count, centre and the 95% t interval of the mean (None for n < 2)."""
+
+    n: int
+    median: float
+    mean: float
+    stdev: float
+    ci_low: float | None
+    ci_high: float | None
+
+    @property
+    def half_width(self) -> float | None:
+        return None if self.ci_low is None or self.ci_high is None else (self.ci_high - self.ci_low) / 2
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Summary":
+        return cls(**{k: d.get(k) for k in ("n", "median", "mean", "stdev", "ci_low", "ci_high")})
+
+
+def summarize(xs: Sequence[float], confidence: float = CONFIDENCE) -> Summary:
+    """Median, mean, sample stdev and the Student's t interval of the mean."""
+    xs = [float(x) for x in xs]
+    if not xs:
+        raise ValueError("no samples to summarize")
+    m, s = mean(xs), stdev(xs)
+    if len(xs) < 2:
+        return Summary(len(xs), median(xs), m, s, None, None)
+    h = t_ppf(0.5 + confidence / 2, len(xs) - 1) * s / math.sqrt(len(xs))
+    return Summary(len(xs), median(xs), m, s, m - h, m + h)
+
+
+@dataclass(frozen=True)
+class Difference:
+    """b - a for two sets of samples, with Welch's t interval (unequal variances)."""
+
+    delta: float
+    """mean(b) - mean(a)."""
+    relative: float | None
+    """delta / mean(a); None when mean(a) is 0."""
+    ci_low: float | None
+    ci_high: float | None
+    df: float | None
+    significant: bool | None
+    """True when the interval excludes 0; None when either side has fewer than two samples."""
+
+
+def difference(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE) -> Difference:
+    """Welch's interval for mean(b) - mean(a). Identical sample sets give delta 0, not significant."""
+    a, b = [float(x) for x in a], [float(x) for x in b]
+    if not a or not b:
+        raise ValueError("both sides need samples")
+    ma, mb = mean(a), mean(b)
+    delta = mb - ma
+    rel = delta / ma if ma else None
+    if len(a) < 2 or len(b) < 2:
+        return Difference(delta, rel, None, None, None, None)
+    va, vb = stdev(a) ** 2 / len(a), stdev(b) ** 2 / len(b)
+    se2 = va + vb
+    if se2 == 0.0:  # no spread at all: only an exact tie is "no difference"
+        return Difference(delta, rel, delta, delta, float("inf"), delta != 0.0)
+    # Welch-Satterthwaite degrees of freedom
+    df = se2**2 / ((va**2 / (len(a) - 1) if va else 0.0) + (vb**2 / (len(b) - 1) if vb else 0.0))
+    h = t_ppf(0.5 + confidence / 2, df) * math.sqrt(se2)
+    lo, hi = delta - h, delta + h
+    return Difference(delta, rel, lo, hi, df, not (lo <= 0.0 <= hi))
+
+
+def window_bounds(n: int, k: int) -> list[tuple[int, int]]:
+    """Split n items into k contiguous windows as equal as possible (the first n % k get one more).
+    Fewer items than windows: one window per item."""
+    if n <= 0 or k <= 0:
+        return []
+    k = min(k, n)
+    size, extra = divmod(n, k)
+    bounds, start = [], 0
+    for i in range(k):
+        end = start + size + (1 if i < extra else 0)
+        bounds.append((start, end))
+        start = end
+    return bounds

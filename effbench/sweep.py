@@ -1,0 +1,236 @@
+"""Run a sweep: every cell an ordinary run (runner.run: preflight, launch, torchrun all apply),
+the manifest rewritten atomically around each cell, resumable, OOM recorded as data.
+
+    effbench sweep --preset optimizers --device cpu --dataset synthetic --arch resnet18 --image-size 32 --max-steps 10
+    effbench sweep --batch-size 32,64 --workers 0,2 --dataset synthetic --device cpu   # 2 x 2 cells
+    (the same command again)   resumes: cells already ok are skipped, the rest run
+
+Folder layout (`--output`/`--name`, default ./results/sweep-<preset or lists>):
+
+    sweep.json              the manifest: cells, status, run folder, error, a short summary
+    cells/<key>/<run>/      each cell's run folder, exactly as `effbench run` writes it
+    attempts/<key>/<run>/   earlier unfinished attempts of a cell (kept, never counted)
+    sweep.txt, sweep.md, summary.json, plots/*.png, report.html   (render.py)
+
+Cells run one after another in this process (the device is not shared between cells). A signal
+stops the sweep after recording the cell in flight as interrupted; SIGKILL or power loss leaves it
+`running` in the manifest, and the next run of the same sweep moves its folder to attempts/ and
+runs it again, so no cell is ever recorded twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import shutil
+import signal as signals
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from effbench import manifest as M
+from effbench import render, results
+from effbench.errors import EffbenchError
+from effbench.sweepspec import CELLS_DIR, SweepPlan, SweepSpec, config_identity, plan_cells
+
+ATTEMPTS_DIR = "attempts"
+# What a cell's run status becomes in the manifest; a run never left "running" behind a return.
+_CELL_STATUS = {"ok": "ok", "oom": "oom", "failed": "failed", "interrupted": "interrupted", "running": "failed"}
+
+
+@dataclass
+class SweepOutcome:
+    folder: Path
+    manifest: dict[str, Any]
+    signal: int | None = None
+    """The signal that stopped the sweep, if one did."""
+    report_error: str | None = None
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return M.counts(self.manifest)
+
+
+def _machine(spec: SweepSpec) -> tuple[int, int]:
+    """(visible GPUs, usable cores): needed only to resolve the scaling preset, so torch loads only then."""
+    from effbench.hardware import usable_cores
+
+    if spec.preset != "scaling" or "gpus" in spec.lists or "nproc" in spec.lists:
+        return 0, usable_cores()
+    import torch
+
+    return (torch.cuda.device_count() if torch.cuda.is_available() else 0), usable_cores()
+
+
+def plan_sweep(spec: SweepSpec) -> SweepPlan:
+    visible, cores = _machine(spec)
+    return plan_cells(spec, visible_gpus=visible, cores=cores)
+
+
+def blocked_cells(plan: SweepPlan, output: Path) -> dict[str, EffbenchError]:
+    """Cells this machine cannot run (preflight errors: no GPU for --device cuda, a missing dataset)."""
+    from effbench.preflight import errors, run_checks
+
+    blocked: dict[str, EffbenchError] = {}
+    for cell in plan.cells:
+        errs = errors(run_checks(dataclasses.replace(cell.config, output=output)))
+        if errs:
+            f = errs[0]
+            blocked[cell.key] = EffbenchError(f.option, f"{f.message}; fix: {f.fix}" if f.fix else f.message)
+    return blocked
+
+
+def _stash_attempts(folder: Path, key: str) -> None:
+    """Move earlier run folders of a cell out of cells/<key>/ so the cell holds one run only."""
+    cell_dir = folder / CELLS_DIR / key
+    if not cell_dir.is_dir():
+        return
+    for old in sorted(p for p in cell_dir.iterdir() if p.is_dir()):
+        dest_dir = folder / ATTEMPTS_DIR / key
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        dest = results.create_run_dir(dest_dir, old.name)
+        dest.rmdir()
+        shutil.move(str(old), str(dest))
+
+
+def cell_summary(record: dict[str, Any]) -> dict[str, Any]:
+    """The few numbers the manifest keeps per cell (the report reads the run folder for the rest)."""
+    host = ((record.get("utilization") or {}).get("host") or {}).get("rss_gib") or {}
+    thr = ((record.get("throughput_windows") or {}).get("summary") or {}).get("throughput_img_s") or {}
+    return {
+        "throughput_img_s": record.get("throughput_img_s"),
+        "throughput_median_img_s": thr.get("median"),
+        "throughput_ci95_img_s": [thr.get("ci_low"), thr.get("ci_high")] if thr.get("ci_low") is not None else None,
+        "batch_size_per_device": record.get("batch_size_per_device"),
+        "global_batch_size": record.get("global_batch_size"),
+        "peak_mem_gib": record.get("peak_mem_gib"),
+        "peak_rss_gib": host.get("max"),
+        "final": record.get("final"),
+        "wall_time_s": record.get("wall_time_s"),
+    }
+
+
+def _error(record: dict[str, Any]) -> dict[str, Any] | None:
+    err = record.get("error")
+    return {k: v for k, v in err.items() if k != "traceback"} if isinstance(err, dict) else None
+
+
+def _free_device_memory() -> None:
+    """Release what the finished cell cached (after an OOM above all) before the next cell starts."""
+    gc.collect()
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def run_sweep(spec: SweepSpec, *, command: Sequence[str], echo: Callable[[str], None] = print, progress: bool = False) -> SweepOutcome:
+    """Plan, check, then run every cell that is not ok yet; returns the final manifest."""
+    from effbench import runner
+
+    plan = plan_sweep(spec)
+    results.check_output_writable(spec.output)
+    blocked = blocked_cells(plan, spec.output)
+    if len(blocked) == len(plan.cells):  # nothing could run: a bad input, not data
+        raise next(iter(blocked.values()))
+    folder = plan.folder
+    fresh = M.new_manifest(
+        name=plan.name, preset=spec.preset, dims=plan.dims, zipped=spec.zip, command=command,
+        cells=[{"key": c.key, "params": c.params, "config": config_identity(c.config)} for c in plan.cells],
+    )  # fmt: skip
+    existing = M.read_manifest(folder) if (folder / M.MANIFEST_FILE).exists() else None
+    if existing is None and folder.is_dir() and any(folder.iterdir()):
+        raise EffbenchError(str(folder), "exists and is not a sweep folder; choose another --name or --output")
+    m = M.resume(existing, fresh, folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    M.write_manifest(folder, m)
+    todo = M.to_run(m)
+    echo(f"sweep {folder}: {len(plan.cells)} cells, {len(plan.cells) - len(todo)} already ok, {len(todo)} to run")
+    cells = {c.key: c for c in plan.cells}
+    stopped: int | None = None
+    current: str | None = None
+    received: list[int] = []
+    try:
+        with runner.interrupt_on_signals(received):  # a signal between cells stops the sweep cleanly too
+            for n, key in enumerate(todo, 1):
+                cell = cells[key]
+                where = f"[{n}/{len(todo)}] {key}"
+                if key in blocked:
+                    err = blocked[key]
+                    m = M.update_cell(m, key, status="skipped", run_dir=None, error={"type": "preflight", "option": err.option, "message": str(err)})
+                    M.write_manifest(folder, m)
+                    echo(f"{where}: skipped ({err})")
+                    continue
+                _stash_attempts(folder, key)
+                current = key
+                m = M.update_cell(m, key, status="running", run_dir=None, error=None, summary=None,
+                                  attempts=M.cell(m, key)["attempts"] + 1, started_at=M.now(), finished_at=None)  # fmt: skip
+                M.write_manifest(folder, m)
+                echo(f"{where}: running")
+                try:
+                    outcome = runner.run(cell.config, command=list(command), echo=lambda _m: None, progress=progress)
+                except EffbenchError as e:  # this cell's input (preflight passed for the sweep): recorded, sweep goes on
+                    m = M.update_cell(m, key, status="failed", finished_at=M.now(), error={"type": "EffbenchError", "option": e.option, "message": str(e)})
+                    M.write_manifest(folder, m)
+                    current = None
+                    echo(f"{where}: failed ({e})")
+                    if spec.fail_fast:
+                        break
+                    continue
+                record = outcome.results
+                status = _CELL_STATUS.get(str(record.get("status")), "failed")
+                run_dir = str(outcome.run_dir.relative_to(folder)) if outcome.run_dir is not None else None
+                m = M.update_cell(m, key, status=status, run_dir=run_dir, finished_at=M.now(), error=_error(record), summary=cell_summary(record))
+                M.write_manifest(folder, m)
+                current = None
+                echo(f"{where}: {_describe(status, record)}")
+                _free_device_memory()
+                if status == "interrupted":
+                    stopped = int(record.get("signal") or 2)
+                    break
+                if status == "failed" and spec.fail_fast:
+                    break
+    except runner.Interrupted as e:
+        stopped = e.signum
+    except KeyboardInterrupt:
+        stopped = 2
+    if stopped is not None and current is not None:
+        m = M.update_cell(m, current, status="interrupted", finished_at=M.now())
+        M.write_manifest(folder, m)
+    report_error = None
+    try:
+        render.write_sweep_reports(folder)
+    except EffbenchError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the cells are measured; a report problem is said, not fatal
+        report_error = f"{type(e).__name__}: {e}".splitlines()[0]
+    return SweepOutcome(folder=folder, manifest=m, signal=stopped, report_error=report_error)
+
+
+def _describe(status: str, record: dict[str, Any]) -> str:
+    if status == "ok":
+        thr = record.get("throughput_img_s")
+        return f"ok, {thr:,.1f} img/s" if thr else "ok"
+    err = _error(record) or {}
+    if status == "oom":
+        mem = record.get("peak_mem_gib")
+        extra = f", peak {mem:.2f} GiB" if mem is not None else ""
+        return f"oom at batch size {record.get('batch_size_per_device')} per device{extra}"
+    return f"{status}" + (f" ({err.get('type')}: {err.get('message')})" if err else "")
+
+
+def exit_message(outcome: SweepOutcome) -> tuple[int, str | None]:
+    """(exit code, one-line message for stderr): 0 when every cell is ok, oom or skipped."""
+    counts = outcome.counts
+    total = sum(counts.values())
+    done = counts.get("ok", 0)
+    if outcome.signal is not None:
+        name = signals.Signals(outcome.signal).name
+        return 128 + outcome.signal, f"error: sweep interrupted by {name} ({done} of {total} cells ok); rerun the same command to resume"
+    failed = [c for c in outcome.manifest["cells"] if c["status"] in ("failed", "interrupted", "pending", "running")]
+    if failed:
+        first = failed[0]
+        why = (first.get("error") or {}).get("message") or first["status"]
+        return 1, f"error: sweep: {len(failed)} of {total} cells did not finish ({first['key']}: {why}); rerun the same command to retry them"
+    return 0, None

@@ -1,0 +1,282 @@
+"""Pure: a sweep's cells and their results -> rows, tables per varied dimension, verdicts.
+
+    rows = [cell_row(cell, record, steps) for ...]      one dict per cell (record None: never ran)
+    render(rows, dims, fmt="text" | "md")                 summary + per-dimension tables + verdicts
+    verdicts(rows, dims)                                   one line per finding ("best workers: 4 ...")
+
+Throughput is the median over the cell's windows with the 95% CI of the mean (windows.py); "within
+noise" means Welch's 95% interval of the difference includes 0 (stats.py). No torch, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tabulate import tabulate
+
+from effbench import scaling as scaling_table
+from effbench import stats, windows
+from effbench.sweepspec import dim_option, show, varied
+
+# A workers count is "enough" when its data time is within this fraction of the best (the lab's
+# question was the smallest count after which more workers stop helping).
+WORKERS_ENOUGH_TOLERANCE = 0.10
+
+
+def _mean(xs: Sequence[float | None]) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def cell_row(cell: Mapping[str, Any], record: Mapping[str, Any] | None, steps: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """Everything the tables and plots need about one cell."""
+    row: dict[str, Any] = {
+        "key": cell["key"],
+        "params": dict(cell.get("params") or {}),
+        "status": cell.get("status"),
+        "run_dir": cell.get("run_dir"),
+        "error": (cell.get("error") or {}).get("message") if isinstance(cell.get("error"), Mapping) else cell.get("error"),
+        "batch_size_per_device": (cell.get("config") or {}).get("batch_size"),
+    }
+    if record is None:
+        return row
+    epochs = record.get("epochs") or []
+    w = windows.windows_of(record, steps)
+    summ = (w.get("summary") or {}).get("throughput_img_s")
+    host = ((record.get("utilization") or {}).get("host") or {}).get("rss_gib") or {}
+    final = record.get("final") or {}
+    row.update(
+        status=record.get("status", row["status"]),
+        error=(record.get("error") or {}).get("message") or row["error"],
+        throughput_img_s=record.get("throughput_img_s"),
+        thr_median=summ["median"] if summ else None,
+        thr_ci_low=summ["ci_low"] if summ else None,
+        thr_ci_high=summ["ci_high"] if summ else None,
+        thr_samples=list(w.get("throughput_img_s") or []),
+        windows=w.get("windows"),
+        data_time_per_epoch_s=_mean([e.get("data_time_s") for e in epochs]),
+        compute_time_per_epoch_s=_mean([e.get("compute_time_s") for e in epochs]),
+        data_time_share=record.get("data_time_share"),
+        train_loss=final.get("train_loss"),
+        train_top1=final.get("train_top1"),
+        val_top1=final.get("val_top1"),
+        train_top1_per_epoch=[e.get("train_top1") for e in epochs],
+        val_top1_per_epoch=[e.get("val_top1") for e in epochs],
+        batch_size_per_device=record.get("batch_size_per_device", row["batch_size_per_device"]),
+        global_batch_size=record.get("global_batch_size"),
+        devices=record.get("devices") or record.get("world_size"),
+        peak_mem_gib=record.get("peak_mem_gib"),
+        peak_rss_gib=host.get("max"),
+        wall_time_s=record.get("wall_time_s"),
+        device=record.get("device"),
+        record={**record, "throughput_windows": w},  # windows travel with the record (compare.py)
+    )
+    return row
+
+
+def _f(v: Any, digits: int = 2) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    return str(v)
+
+
+def throughput_cell(row: Mapping[str, Any]) -> str:
+    """`412.3 [398.1, 421.0]`: median and 95% CI; the status instead when the cell has no figure."""
+    if row.get("status") != "ok":
+        return str(row.get("status") or "-")
+    med = row.get("thr_median") or row.get("throughput_img_s")
+    if med is None:
+        return "-"
+    if row.get("thr_ci_low") is None:
+        return f"{med:,.1f}"
+    return f"{med:,.1f} [{row['thr_ci_low']:,.1f}, {row['thr_ci_high']:,.1f}]"
+
+
+def label(row: Mapping[str, Any], dims: Sequence[str]) -> str:
+    """Short label of a cell from its swept values, e.g. `workers=2 optimizer=adam`."""
+    parts = [f"{k.replace('_', '-')}={show(row['params'].get(k))}" for k in dims if k in row["params"]]
+    return " ".join(parts) or row["key"]
+
+
+METRIC_HEADERS = ("status", "img/s median [95% CI]", "data s/epoch", "compute s/epoch", "data %", "train loss", "train top-1", "val top-1", "peak mem GiB")
+
+
+def _metrics(row: Mapping[str, Any]) -> list[str]:
+    share = row.get("data_time_share")
+    mem = row.get("peak_mem_gib")
+    mem_text = _f(mem) if mem is not None else (f"{row['peak_rss_gib']:.2f} host" if row.get("peak_rss_gib") is not None else "-")
+    return [
+        str(row.get("status") or "-"),
+        throughput_cell(row),
+        _f(row.get("data_time_per_epoch_s"), 3),
+        _f(row.get("compute_time_per_epoch_s"), 3),
+        "-" if share is None else f"{100 * share:.1f}%",
+        _f(row.get("train_loss"), 4),
+        _f(row.get("train_top1"), 4),
+        _f(row.get("val_top1"), 4),
+        mem_text,
+    ]
+
+
+def summary_table(rows: Sequence[Mapping[str, Any]], dims: Sequence[str]) -> tuple[list[str], list[list[str]]]:
+    headers = ["cell", *[dim_option(d)[2:] for d in dims], *METRIC_HEADERS]
+    body = [[r["key"][:3], *[show(r["params"].get(d)) for d in dims], *_metrics(r)] for r in rows]
+    return headers, body
+
+
+def dimension_table(rows: Sequence[Mapping[str, Any]], dims: Sequence[str], dim: str) -> tuple[list[str], list[list[str]]]:
+    """Cells grouped by the other swept values, ordered by `dim`; `vs first` is the throughput
+    relative to the group's first value of `dim`."""
+    others = [d for d in dims if d != dim]
+    order = {d: {str(v): i for i, v in enumerate(dict.fromkeys(r["params"].get(d) for r in rows))} for d in dims}
+
+    def sort_key(r: Mapping[str, Any]) -> tuple[int, ...]:
+        return tuple(order[d][str(r["params"].get(d))] for d in [*others, dim])
+
+    body = []
+    first: dict[tuple[str, ...], float | None] = {}
+    for r in sorted(rows, key=sort_key):
+        group = tuple(show(r["params"].get(d)) for d in others)
+        thr = r.get("thr_median") or r.get("throughput_img_s") if r.get("status") == "ok" else None
+        base = first.setdefault(group, thr)
+        rel = "-" if not thr or not base else f"{100 * (thr / base - 1):+.1f}%"
+        body.append([*group, show(r["params"].get(dim)), *_metrics(r)[:2], rel, *_metrics(r)[2:]])
+    headers = [*[dim_option(d)[2:] for d in others], dim_option(dim)[2:], *METRIC_HEADERS[:2], "vs first", *METRIC_HEADERS[2:]]
+    return headers, body
+
+
+def groups(rows: Sequence[Mapping[str, Any]], dims: Sequence[str], dim: str) -> dict[str, list[Mapping[str, Any]]]:
+    """Rows split by the values of every other swept dimension (label -> rows in sweep order)."""
+    others = [d for d in dims if d != dim]
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        out.setdefault(" ".join(f"{d.replace('_', '-')}={show(r['params'].get(d))}" for d in others), []).append(r)
+    return out
+
+
+def _ok(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [r for r in rows if r.get("status") == "ok" and (r.get("thr_median") or r.get("throughput_img_s"))]
+
+
+def _thr(r: Mapping[str, Any]) -> float:
+    return float(r.get("thr_median") or r.get("throughput_img_s") or 0.0)
+
+
+def noise_note(best: Mapping[str, Any], other: Mapping[str, Any]) -> str:
+    """`` or ` (within noise of X)` when Welch's 95% interval of the difference includes 0."""
+    a, b = best.get("thr_samples") or [], other.get("thr_samples") or []
+    if len(a) < 2 or len(b) < 2:
+        return ""
+    d = stats.difference(b, a)
+    return "" if d.significant else " (within noise of the runner-up)"
+
+
+def verdicts(rows: Sequence[Mapping[str, Any]], dims: Mapping[str, Sequence[Any]]) -> list[str]:
+    """One line per finding along each varied dimension, per group of the other swept values."""
+    lines: list[str] = []
+    names = list(dims)
+    for dim in varied(dims):
+        for group, members in groups(rows, names, dim).items():
+            where = f" [{group}]" if group else ""
+            lines += [f"{line}{where}" for line in _dimension_verdicts(dim, members)]
+    bad = [r for r in rows if r.get("status") in ("failed", "skipped", "interrupted", "pending", "running")]
+    for r in bad:
+        lines.append(f"cell {r['key']}: {r.get('status')}" + (f" ({r['error']})" if r.get("error") else ""))
+    return lines
+
+
+def _dimension_verdicts(dim: str, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    name = dim.replace("_", "-")
+    ok = _ok(rows)
+    out: list[str] = []
+    if len(ok) >= 1 and dim not in ("gpus", "nproc"):
+        ranked = sorted(ok, key=_thr, reverse=True)
+        best = ranked[0]
+        note = noise_note(best, ranked[1]) if len(ranked) > 1 else ""
+        out.append(f"highest throughput along {name}: {show(best['params'].get(dim))} ({_thr(best):,.1f} img/s){note}")
+    if dim == "workers":
+        timed = [r for r in ok if r.get("data_time_per_epoch_s") is not None]
+        if timed:
+            best = min(timed, key=lambda r: r["data_time_per_epoch_s"])
+            limit = best["data_time_per_epoch_s"] * (1 + WORKERS_ENOUGH_TOLERANCE)
+            enough = min((r for r in timed if r["data_time_per_epoch_s"] <= limit), key=lambda r: r["params"]["workers"])
+            out.append(
+                f"best workers: {best['params']['workers']} (least data-loading time, {best['data_time_per_epoch_s']:.3f} s/epoch); "
+                f"fewest workers within {WORKERS_ENOUGH_TOLERANCE:.0%} of it: {enough['params']['workers']}"
+            )
+    if dim in ("optimizer", "batch_norm", "arch"):
+        with_loss = [r for r in ok if r.get("train_loss") is not None]
+        if with_loss:
+            lo = min(with_loss, key=lambda r: r["train_loss"])
+            out.append(f"lowest final train loss along {name}: {show(lo['params'].get(dim))} ({lo['train_loss']:.4f})")
+        key = "val_top1" if any(r.get("val_top1") is not None for r in ok) else "train_top1"
+        scored = [r for r in ok if r.get(key) is not None]
+        if scored:
+            hi = max(scored, key=lambda r: r[key])
+            ties = [show(r["params"].get(dim)) for r in scored if r[key] == hi[key] and r is not hi]
+            tie = f" (tied with {', '.join(ties)})" if ties else ""
+            what = "validation top-1" if key == "val_top1" else "train top-1"
+            out.append(f"best final {what} along {name}: {show(hi['params'].get(dim))} ({hi[key]:.4f}){tie}")
+    if dim == "device":
+        by = {r["params"].get("device"): r for r in ok}
+        if "cpu" in by and "cuda" in by:
+            out.append(f"cuda trains {_thr(by['cuda']) / _thr(by['cpu']):.1f}x as fast as cpu ({_thr(by['cuda']):,.1f} vs {_thr(by['cpu']):,.1f} img/s)")
+    if dim == "batch_size":
+        fit = [r for r in rows if r.get("status") == "ok"]
+        oom = [r for r in rows if r.get("status") == "oom"]
+        if fit:
+            largest = max(fit, key=lambda r: r["params"]["batch_size"])
+            text = f"largest batch per device that fit: {largest['params']['batch_size']}"
+            if oom:
+                first_oom = min(oom, key=lambda r: r["params"]["batch_size"])
+                mem = first_oom.get("peak_mem_gib")
+                text += f"; out of memory from {first_oom['params']['batch_size']}" + (f" (peak {mem:.2f} GiB)" if mem is not None else "")
+            out.append(text)
+        elif oom:
+            out.append(f"every batch size ran out of memory (smallest tried: {min(r['params']['batch_size'] for r in oom)})")
+    if dim in ("gpus", "nproc"):
+        srows = scaling_rows(rows)
+        last = next((r for r in reversed(srows) if r.get("efficiency") is not None), None)
+        if last is not None and last["devices"] > 1:
+            unit = "GPUs" if dim == "gpus" else "processes"
+            out.append(f"at {last['devices']} {unit}: speedup {last['speedup']:.2f} of ideal {last['ideal_speedup']:.2f} (efficiency {last['efficiency']:.2f})")
+    return out
+
+
+def scaling_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """scaling.py's rows from the cells' results (cells that never ran are left out)."""
+    return scaling_table.scaling_rows([r["record"] for r in rows if r.get("record")])
+
+
+def _table(headers: Sequence[str], body: Sequence[Sequence[str]], fmt: str) -> str:
+    return tabulate(body, headers=list(headers), tablefmt="github" if fmt == "md" else "simple", disable_numparse=True)
+
+
+def render(rows: Sequence[Mapping[str, Any]], dims: Mapping[str, Sequence[Any]], *, title: str, fmt: str = "text") -> str:
+    """The sweep report: verdicts, every cell, one table per varied dimension, scaling tables."""
+    names = list(dims)
+    h = (lambda t: f"## {t}") if fmt == "md" else (lambda t: f"{t}\n{'-' * len(t)}")
+    parts = [f"# {title}" if fmt == "md" else title]
+    lines = verdicts(rows, dims)
+    if lines:
+        parts += [h("Verdicts"), "\n".join(f"- {v}" for v in lines)]
+    parts += [h("Cells"), _table(*summary_table(rows, names), fmt)]
+    for dim in varied(dims):
+        parts += [h(f"By {dim_option(dim)}"), _table(*dimension_table(rows, names, dim), fmt)]
+        if dim in ("gpus", "nproc"):
+            for group, members in groups(rows, names, dim).items():
+                srows = scaling_rows(members)
+                if srows:
+                    mode = (members[0]["params"].get("scaling") or (members[0].get("record") or {}).get("config", {}).get("scaling") or "weak")
+                    text = scaling_table.render(srows, scaling=mode, fmt=fmt).split("\n", 2)[-1]
+                    parts += [h(f"Scaling [{group}]" if group else "Scaling"), text.strip()]
+    parts.append(
+        "img/s: median over the cell's throughput windows (--repeats), with the 95% Student's t interval of the mean. "
+        "Data and compute are seconds per epoch over the timed steps; peak mem is device memory (host RSS on the CPU)."
+    )
+    return "\n\n".join(parts) + "\n"

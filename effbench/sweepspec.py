@@ -1,0 +1,235 @@
+"""Pure: what a sweep runs. Comma lists and presets -> the cells, each a validated RunConfig.
+
+    parse_list("--batch-size", "32,64,128")         -> (32, 64, 128)
+    SweepSpec(lists={"workers": (0, 2)}, options={"dataset": "synthetic"}, ...)
+    plan_cells(spec, visible_gpus=0, cores=2)        -> SweepPlan(name, dims, cells)
+
+Cells are the Cartesian product of the swept dimensions in DIMENSIONS order (the first varies
+slowest), or with `zip` the i-th value of every list together. Every cell's RunConfig is built here,
+before anything runs, so a bad value in any cell is a one-line error before the first cell starts.
+No torch import.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from effbench import presets, results
+from effbench.config import RunConfig, option_name, smoke_overrides
+from effbench.errors import EffbenchError
+
+# Swept config fields, in product order (outermost first), and how their values parse.
+DIMENSIONS: dict[str, str] = {
+    "arch": "str",
+    "dataset": "str",
+    "device": "str",
+    "gpus": "count",
+    "nproc": "count",
+    "scaling": "str",
+    "batch_size": "count",
+    "workers": "int",
+    "optimizer": "str",
+    "batch_norm": "onoff",
+    "precision": "str",
+    "freeze": "str",
+    "loader": "str",
+}
+
+_ON = ("on", "yes", "true", "with", "1")
+_OFF = ("off", "no", "false", "without", "0")
+CELLS_DIR = "cells"
+
+
+def dim_option(field_name: str) -> str:
+    return option_name(field_name)
+
+
+def list_options() -> str:
+    return ", ".join(dim_option(d) for d in DIMENSIONS)
+
+
+def _parse_item(option: str, item: str, kind: str) -> Any:
+    if kind in ("int", "count"):
+        if not re.fullmatch(r"\d+", item):
+            raise EffbenchError(option, f"{item!r} is not a whole number; use a list like 32,64,128")
+        n = int(item)
+        if kind == "count" and n < 1:
+            raise EffbenchError(option, f"{n} must be 1 or more")
+        return n
+    if kind == "onoff":
+        key = item.lower()
+        if key in _ON:
+            return True
+        if key in _OFF:
+            return False
+        raise EffbenchError(option, f"{item!r} is not on or off; use --batch-norm on,off")
+    return item
+
+
+def parse_list(option: str, text: str, kind: str = "str") -> tuple[Any, ...]:
+    """`"32,64"` -> (32, 64). An empty item (`32,,64`) or a repeated value is an error."""
+    items = [t.strip() for t in str(text).split(",")]
+    if any(not t for t in items):
+        raise EffbenchError(option, f"{text!r} has an empty item; separate values with single commas, like 32,64,128")
+    values = tuple(_parse_item(option, t, kind) for t in items)
+    keys = [str(v).lower() for v in values]
+    dup = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+    if dup is not None:
+        raise EffbenchError(option, f"{text!r} lists {dup} twice; list each value once")
+    return values
+
+
+def one_value(option: str, text: str | None, kind: type = str) -> Any:
+    """A pass-through option of `effbench sweep`: exactly one value, never a list."""
+    if text is None:
+        return None
+    if "," in str(text):
+        raise EffbenchError(option, f"takes one value, not the list {text!r}; only {list_options()} take lists in a sweep")
+    if kind is str:
+        return text
+    try:
+        return kind(str(text).strip())
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise EffbenchError(option, f"{text!r} is not {what}") from None
+
+
+def show(value: Any) -> str:
+    """A swept value as the report shows it (BatchNorm on/off)."""
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """One `effbench sweep` invocation, validated. Field names match the config fields."""
+
+    lists: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    """Swept dimensions given on the command line (config field -> values); they replace a preset's."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """Single-valued run options (config field -> value), passed to every cell; they replace a preset's."""
+    preset: str | None = None
+    """A seed experiment from presets.PRESETS."""
+    zip: bool = False
+    """Pair the lists element-wise (the i-th values together) instead of the Cartesian product."""
+    smoke: bool = False
+    """Start every cell from the --smoke preset (it overrides a preset's fixed options; explicit options override it)."""
+    output: Path = Path("results")
+    """Parent folder of the sweep folder."""
+    name: str | None = None
+    """Sweep folder name; default sweep-<preset or swept options>. The same name resumes."""
+    fail_fast: bool = False
+    """Stop at the first failed cell (OOM is data, not a failure)."""
+
+    def __post_init__(self) -> None:
+        if self.preset is not None:
+            object.__setattr__(self, "preset", presets.get_preset(self.preset).name)
+        for key, values in self.lists.items():
+            if key not in DIMENSIONS:
+                raise EffbenchError(option_name(key), f"cannot be swept; lists are for {list_options()}")
+            if not values:
+                raise EffbenchError(dim_option(key), "needs at least one value")
+        overlap = set(self.lists) & set(self.options)
+        if overlap:
+            raise EffbenchError(dim_option(sorted(overlap)[0]), "given both as a list and as one value; give it once")
+        if self.preset is None and not self.lists:
+            raise EffbenchError("--preset", f"nothing to sweep; give --preset ({', '.join(presets.PRESETS)}) or a list such as --batch-size 32,64")
+        if self.name is not None and results.safe_name(self.name) != self.name:
+            raise EffbenchError("--name", f"{self.name!r} is not a plain folder name; use letters, digits, '.', '_' and '-'")
+        object.__setattr__(self, "output", Path(self.output))
+
+
+@dataclass(frozen=True)
+class Cell:
+    index: int
+    key: str
+    """Stable folder-safe id: 000_batch-size-32_workers-0."""
+    params: dict[str, Any]
+    """The swept values of this cell (config field -> value)."""
+    config: RunConfig
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    name: str
+    folder: Path
+    dims: dict[str, tuple[Any, ...]]
+    """Every swept dimension (preset and command line), in product order."""
+    fixed: dict[str, Any]
+    cells: list[Cell]
+
+
+def default_name(spec: SweepSpec, dims: Mapping[str, Any]) -> str:
+    if spec.preset:
+        return f"sweep-{spec.preset}"
+    return results.safe_name("sweep-" + "-".join(k.replace("_", "-") for k in dims))
+
+
+def _combinations(dims: Mapping[str, tuple[Any, ...]], zipped: bool) -> list[dict[str, Any]]:
+    keys = list(dims)
+    if not zipped:
+        return [dict(zip(keys, combo)) for combo in itertools.product(*(dims[k] for k in keys))]
+    lengths = {k: len(v) for k, v in dims.items() if len(v) > 1}
+    if len(set(lengths.values())) > 1:
+        detail = ", ".join(f"{dim_option(k)} has {n}" for k, n in lengths.items())
+        raise EffbenchError("--zip", f"pairs lists element-wise, so they need the same length ({detail}); fix the lists or drop --zip")
+    n = max(lengths.values(), default=1)
+    return [{k: (v[i] if len(v) > 1 else v[0]) for k, v in dims.items()} for i in range(n)]
+
+
+def cell_key(index: int, params: Mapping[str, Any]) -> str:
+    parts = [f"{k.replace('_', '-')}-{show(v)}" for k, v in params.items()]
+    return results.safe_name(f"{index:03d}_" + "_".join(parts))
+
+
+def config_identity(cfg: RunConfig) -> dict[str, Any]:
+    """What makes two cells the same measurement: the resolved config without where it is written."""
+    d = cfg.to_dict()
+    d.pop("output", None)
+    return d
+
+
+def plan_cells(spec: SweepSpec, *, visible_gpus: int = 0, cores: int = 1) -> SweepPlan:
+    """Resolve the preset for this machine, expand the lists and validate every cell's RunConfig."""
+    given = {**spec.options, **{k: v[0] for k, v in spec.lists.items()}}
+    dims: dict[str, tuple[Any, ...]] = {}
+    fixed: dict[str, Any] = {}
+    if spec.preset:
+        dims, fixed = presets.preset_dims(presets.get_preset(spec.preset), given=given, visible_gpus=visible_gpus, cores=cores)
+    for key in spec.lists:  # the command line replaces the preset: a list a dimension, a value a fixed option
+        dims.pop(key, None)
+    for key in spec.options:
+        dims.pop(key, None)
+    dims.update(spec.lists)
+    fixed = {k: v for k, v in fixed.items() if k not in spec.options and k not in dims}
+    dims = {k: tuple(dims[k]) for k in DIMENSIONS if k in dims}
+    if "gpus" in dims and "nproc" in dims:
+        raise EffbenchError("--gpus", "sweep --gpus or --nproc, not both (GPUs or CPU processes)")
+    name = spec.name or default_name(spec, dims)
+    folder = spec.output / name
+    # --smoke after the preset: it is asked for to make every cell tiny and offline (synthetic data)
+    base = {**fixed, **(smoke_overrides() if spec.smoke else {}), **spec.options}
+    cells: list[Cell] = []
+    seen: dict[str, str] = {}
+    for i, params in enumerate(_combinations(dims, spec.zip)):
+        key = cell_key(i, params)
+        cfg = RunConfig(**{**base, **params, "output": folder / CELLS_DIR / key})
+        identity = json.dumps(config_identity(cfg), sort_keys=True)
+        if identity in seen:
+            raise EffbenchError(
+                dim_option(next(iter(params), "arch")),
+                f"cells {seen[identity]} and {key} are the same run (aliases of one value?); list each value once",
+            )
+        seen[identity] = key
+        cells.append(Cell(i, key, dict(params), cfg))
+    return SweepPlan(name=name, folder=folder, dims=dims, fixed=fixed, cells=cells)
+
+
+def varied(dims: Mapping[str, Sequence[Any]]) -> list[str]:
+    """The dimensions with more than one value: the ones a report compares along."""
+    return [k for k, v in dims.items() if len(v) > 1]

@@ -1,0 +1,55 @@
+"""Each script in benchmarks/ runs with --tiny and prints its ratio table (speed is not asserted:
+the figures live in docs/PERFORMANCE.md). The scripts run side by side, one thread each, so the
+whole file takes about as long as the slowest script."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ("harness_overhead", "cifar_loader", "food_loader", "smoke_e2e", "profiler_overhead")
+ROW = re.compile(r"^\|[^|]+\|[^|]+\|[^|]+\| (\d+\.\d\d) +\| >= [\d.]+ +\| (yes|NO) +\|", re.M)
+
+
+@pytest.fixture(scope="module")
+def outputs() -> dict[str, subprocess.CompletedProcess]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    procs = {
+        name: subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), "--tiny"], cwd=ROOT, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        for name in SCRIPTS
+    }
+    done = {}
+    for name, p in procs.items():
+        out, err = p.communicate(timeout=240)
+        done[name] = subprocess.CompletedProcess(p.args, p.returncode, out, err)
+    return done
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_tiny_run_prints_a_ratio_table(outputs, name):
+    res = outputs[name]
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "load average" in res.stdout and "| benchmark" in res.stdout and "| ratio" in res.stdout
+    rows = ROW.findall(res.stdout)
+    assert rows, res.stdout
+    assert all(float(ratio) > 0 for ratio, _ in rows)
+
+
+def test_timm_compare_without_cuda_or_timm_exits_2_with_one_line():
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "timm_compare.py"), "--tiny"], cwd=ROOT,
+                         capture_output=True, text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})  # fmt: skip
+    assert res.returncode == 2 and res.stderr.startswith("error: ") and res.stderr.strip().count("\n") == 0
+    assert res.stdout == ""
+
+
+def test_every_script_documents_its_commands():
+    for name in (*SCRIPTS, "timm_compare"):
+        text = (ROOT / "benchmarks" / f"{name}.py").read_text()
+        assert f"benchmarks/{name}.py" in text and "--tiny" in text

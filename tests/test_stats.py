@@ -1,0 +1,106 @@
+"""stats.py and windows.py: pure statistics checked against published t tables and by property."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from effbench import stats, windows
+
+# Two-sided 95% critical values of Student's t (any statistics textbook's t table).
+T_975 = {1: 12.706, 2: 4.303, 4: 2.776, 9: 2.262, 10: 2.228, 30: 2.042, 120: 1.980}
+
+
+@pytest.mark.parametrize("df, expected", sorted(T_975.items()))
+def test_t_quantile_matches_the_table(df, expected):
+    assert stats.t_ppf(0.975, df) == pytest.approx(expected, abs=1e-3)
+    assert stats.t_ppf(0.025, df) == pytest.approx(-expected, abs=1e-3)
+
+
+def test_t_cdf_is_symmetric_and_tends_to_the_normal():
+    assert stats.t_cdf(0.0, 5) == pytest.approx(0.5)
+    assert stats.t_cdf(1.3, 7) + stats.t_cdf(-1.3, 7) == pytest.approx(1.0)
+    assert stats.t_cdf(1.959964, 1e6) == pytest.approx(0.975, abs=1e-4)
+
+
+def test_summarize_known_sample():
+    s = stats.summarize([10.0, 12.0, 14.0, 16.0, 18.0])
+    assert (s.n, s.median, s.mean) == (5, 14.0, 14.0)
+    assert s.stdev == pytest.approx(math.sqrt(10))
+    half = 2.776445 * math.sqrt(10) / math.sqrt(5)  # t(0.975, 4) * s / sqrt(n)
+    assert s.ci_low == pytest.approx(14.0 - half, rel=1e-5) and s.ci_high == pytest.approx(14.0 + half, rel=1e-5)
+
+
+def test_one_sample_has_no_interval():
+    s = stats.summarize([3.0])
+    assert s.ci_low is None and s.half_width is None and s.median == 3.0
+    with pytest.raises(ValueError):
+        stats.summarize([])
+
+
+def test_identical_samples_are_within_noise():
+    xs = [100.0, 104.0, 98.0, 101.0]
+    d = stats.difference(xs, xs)
+    assert d.delta == 0.0 and d.significant is False and d.ci_low < 0 < d.ci_high
+
+
+def test_clear_difference_is_significant():
+    d = stats.difference([100.0, 101.0, 99.0, 100.5], [150.0, 151.0, 149.0, 150.5])
+    assert d.significant is True and d.ci_low > 0 and d.relative == pytest.approx(0.5, rel=0.01)
+
+
+def test_welch_degrees_of_freedom_for_equal_variances():
+    a, b = [1.0, 2.0, 3.0, 4.0], [2.0, 3.0, 4.0, 5.0]
+    assert stats.difference(a, b).df == pytest.approx(6.0)  # n_a + n_b - 2 when variances and sizes match
+
+
+def test_no_spread_differs_only_when_unequal():
+    assert stats.difference([5.0, 5.0], [5.0, 5.0]).significant is False
+    assert stats.difference([5.0, 5.0], [6.0, 6.0]).significant is True
+    assert stats.difference([5.0], [6.0, 7.0]).significant is None
+
+
+@given(st.lists(st.floats(min_value=1.0, max_value=1e4), min_size=2, max_size=30))
+def test_interval_contains_the_mean_and_median_lies_within_the_range(xs):
+    s = stats.summarize(xs)
+    assert s.ci_low <= s.mean + 1e-9 and s.mean - 1e-9 <= s.ci_high
+    assert min(xs) <= s.median <= max(xs)
+
+
+@given(st.integers(0, 200), st.integers(1, 20))
+def test_windows_cover_every_item_once(n, k):
+    bounds = stats.window_bounds(n, k)
+    assert sum(e - s for s, e in bounds) == n
+    assert all(bounds[i][1] == bounds[i + 1][0] for i in range(len(bounds) - 1))
+    if n:
+        sizes = [e - s for s, e in bounds]
+        assert len(bounds) == min(n, k) and max(sizes) - min(sizes) <= 1
+
+
+def _steps(n_warm, n_meas, compute=0.1, images=4):
+    rows = [{"warmup": True, "images": images, "data_time_s": 1.0, "compute_time_s": 1.0} for _ in range(n_warm)]
+    rows += [{"warmup": False, "images": images, "data_time_s": 0.0, "compute_time_s": compute} for _ in range(n_meas)]
+    return rows
+
+
+def test_throughput_windows_exclude_warmup_and_scale_by_world_size():
+    w = windows.throughput_windows(_steps(2, 10), repeats=5, world_size=2)
+    assert w["windows"] == 5 and w["steps"] == 10
+    assert w["throughput_img_s"] == pytest.approx([80.0] * 5)  # 2 ranks x 4 images / 0.1 s
+    assert w["summary"]["throughput_img_s"]["median"] == pytest.approx(80.0)
+
+
+def test_throughput_windows_from_csv_strings_and_default_count():
+    rows = [{k: str(v) for k, v in r.items()} for r in _steps(1, 3)]
+    w = windows.throughput_windows(rows, repeats=None)
+    assert w["requested"] == windows.DEFAULT_WINDOWS and w["windows"] == 3  # fewer steps than windows
+    assert windows.throughput_windows([], repeats=3)["windows"] == 0
+
+
+def test_windows_of_prefers_the_recorded_ones():
+    recorded = {"throughput_windows": {"windows": 2, "throughput_img_s": [1.0, 2.0]}}
+    assert windows.windows_of(recorded, _steps(0, 10))["throughput_img_s"] == [1.0, 2.0]
+    assert windows.windows_of({"config": {"repeats": 2}}, _steps(0, 10))["windows"] == 2

@@ -1,0 +1,105 @@
+"""Sweep reports from recorded results (no training): scaling and batch-size sweeps, tables, verdicts, charts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from effbench import manifest, render, results, sweep_report
+
+WINDOW_NOISE = (0.98, 1.0, 1.02, 0.99, 1.01)
+
+
+def fake_run(folder: Path, *, devices: int, batch: int, throughput: float | None, status: str = "ok", scaling: str = "weak", data_s: float = 0.2) -> dict:
+    """A results.json as the runner writes it, reduced to what reports read."""
+    folder.mkdir(parents=True)
+    epochs = [] if status != "ok" else [
+        {"epoch": e, "images": 1000, "data_time_s": data_s, "compute_time_s": 1.0, "total_time_s": 1.0 + data_s,
+         "train_loss": 2.0 - 0.3 * e, "train_top1": 0.2 + 0.1 * e, "val_top1": 0.15 + 0.1 * e, "val_time_s": 0.1}
+        for e in range(2)
+    ]  # fmt: skip
+    record = {
+        "schema_version": results.SCHEMA_VERSION, "status": status, "run_name": folder.name, "device": "cpu",
+        "config": {"batch_size": batch, "scaling": scaling, "arch": "resnet18"}, "env": {"python": "3.11", "torch": "2.14.1"},
+        "world_size": devices, "devices": devices, "batch_size_per_device": batch, "global_batch_size": batch * devices,
+        "throughput_img_s": throughput, "epochs": epochs, "final": {"train_loss": 1.7, "train_top1": 0.3, "val_top1": 0.25} if epochs else {},
+        "data_time_share": data_s / (1 + data_s) if epochs else None, "peak_mem_gib": 3.5 if status == "oom" else 1.0,
+        "throughput_windows": {"windows": 5, "steps": 10, "throughput_img_s": [throughput * k for k in WINDOW_NOISE]} if throughput else {"windows": 0},
+    }  # fmt: skip
+    if status == "oom":
+        record["error"] = {"type": "OutOfMemoryError", "message": "CUDA out of memory"}
+    results.write_json(folder / "results.json", record)
+    return record
+
+
+def make_sweep(root: Path, dims: dict, cells: list[tuple[dict, dict]]) -> Path:
+    folder = root / "sweep-x"
+    entries = [{"key": f"{i:03d}", "params": params, "config": {}} for i, (params, _) in enumerate(cells)]
+    m = manifest.new_manifest(name="sweep-x", preset=None, dims=dims, zipped=False, cells=entries, command=["effbench", "sweep"])
+    for i, (params, run) in enumerate(cells):
+        run_dir = f"cells/{i:03d}/run"
+        fake_run(folder / run_dir, **run)
+        m = manifest.update_cell(m, f"{i:03d}", status=run.get("status", "ok"), run_dir=run_dir)
+    manifest.write_manifest(folder, m)
+    return folder
+
+
+def test_scaling_sweep_report_has_speedup_efficiency_and_chart(tmp_path):
+    cells = []
+    for mode in ("strong", "weak"):
+        for n, thr in ((1, 100.0), (2, 180.0), (4, 300.0)):
+            cells.append(({"gpus": n, "scaling": mode}, {"devices": n, "batch": 64, "throughput": thr, "scaling": mode}))
+    folder = make_sweep(tmp_path, {"gpus": [1, 2, 4], "scaling": ["strong", "weak"]}, cells)
+    files = render.write_sweep_reports(folder)
+    text = (folder / "sweep.txt").read_text()
+    assert "at 4 GPUs: speedup 3.00 of ideal 4.00 (efficiency 0.75)" in text
+    assert "Scaling [scaling=strong]" in text and "Scaling [scaling=weak]" in text and "efficiency" in text
+    assert folder / "plots" / "scaling.png" in files and (folder / "plots" / "scaling.png").stat().st_size > 10_000
+    html = (folder / "report.html").read_text()
+    assert html.count("<img") == len(list((folder / "plots").glob("*.png"))) and "Scaling [scaling=weak]" in html
+
+
+def test_batch_size_sweep_marks_oom_and_names_the_largest_fit(tmp_path):
+    cells = [({"batch_size": b}, {"devices": 1, "batch": b, "throughput": thr, "status": st})
+             for b, thr, st in ((32, 100.0, "ok"), (128, 210.0, "ok"), (512, None, "oom"))]  # fmt: skip
+    folder = make_sweep(tmp_path, {"batch_size": [32, 128, 512]}, cells)
+    render.write_sweep_reports(folder)
+    lines = json.loads((folder / "summary.json").read_text())["verdicts"]
+    assert "largest batch per device that fit: 128; out of memory from 512 (peak 3.50 GiB)" in lines
+    assert any(line.startswith("highest throughput along batch-size: 128") for line in lines)
+    assert (folder / "plots" / "throughput_vs_batch.png").is_file()
+    assert '<tr class="oom">' in (folder / "report.html").read_text()
+
+
+def test_workers_verdict_names_the_best_and_the_fewest_good_enough(tmp_path):
+    cells = [({"workers": w}, {"devices": 1, "batch": 32, "throughput": 100.0 + 0.1 * w, "data_s": d})
+             for w, d in ((0, 2.0), (2, 0.49), (4, 0.46), (8, 0.45))]  # fmt: skip
+    folder = make_sweep(tmp_path, {"workers": [0, 2, 4, 8]}, cells)
+    _, rows = render.load_sweep(folder)
+    lines = sweep_report.verdicts(rows, {"workers": [0, 2, 4, 8]})
+    assert "best workers: 8 (least data-loading time, 0.450 s/epoch); fewest workers within 10% of it: 2" in lines
+    assert "(within noise of the runner-up)" in next(line for line in lines if line.startswith("highest throughput"))
+
+
+def test_a_chart_that_fails_is_named_not_fatal(tmp_path, monkeypatch):
+    from effbench import plots
+
+    def boom(*a, **k):
+        raise ValueError("bad data")
+
+    monkeypatch.setattr(plots, "throughput_bars", boom)
+    folder = make_sweep(tmp_path, {"workers": [0, 2]}, [({"workers": w}, {"devices": 1, "batch": 8, "throughput": 50.0}) for w in (0, 2)])
+    render.write_sweep_reports(folder)
+    assert "not drawn (ValueError: bad data)" in (folder / "report.html").read_text()
+    assert (folder / "plots" / "time_breakdown.png").is_file()
+
+
+@pytest.mark.parametrize("kind", ["run", "sweep"])
+def test_report_of_a_folder_that_is_neither(tmp_path, kind):
+    from effbench.errors import EffbenchError
+
+    with pytest.raises(EffbenchError) as info:
+        render.write_reports(tmp_path)
+    assert info.value.option == str(tmp_path) and "sweep.json" in info.value.message
