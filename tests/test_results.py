@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -12,17 +13,24 @@ from effbench import report, results
 from effbench.errors import EffbenchError
 
 
-def test_atomic_write_leaves_old_file_when_writing_fails(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "err, expected",
+    [(errno.EIO, OSError), (errno.ENOSPC, EffbenchError)],
+    ids=["io-error-propagates", "full-disk-is-a-usage-error"],
+)
+def test_atomic_write_leaves_old_file_when_writing_fails(tmp_path, monkeypatch, err, expected):
     target = tmp_path / "results.json"
     results.write_json(target, {"schema_version": 1, "status": "ok"})
     before = target.read_bytes()
 
     def broken_fsync(fd):
-        raise OSError(28, "No space left on device")
+        raise OSError(err, os.strerror(err))
 
     monkeypatch.setattr(os, "fsync", broken_fsync)
-    with pytest.raises(OSError):
+    with pytest.raises(expected) as info:
         results.write_json(target, {"schema_version": 1, "status": "failed", "big": "x" * 10000})
+    if expected is EffbenchError:
+        assert info.value.option == "--output" and "no space left" in str(info.value)
     assert target.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"]  # no temporary left behind
 
