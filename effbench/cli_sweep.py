@@ -62,6 +62,12 @@ def sweep(
     seed: Annotated[Optional[str], _one("Random seed. [default: 0]")] = None,
     strategy: Annotated[Optional[str], _one("ddp or dp. [default: ddp]")] = None,
     channels_last: Annotated[Optional[bool], _opt("channels_last memory format.", "--channels-last/--no-channels-last")] = None,
+    cudnn_benchmark: Annotated[Optional[bool], _opt("cudnn.benchmark autotuning.", "--cudnn-benchmark/--no-cudnn-benchmark")] = None,
+    pin_memory: Annotated[Optional[bool], _opt("Pinned host memory for batches.", "--pin-memory/--no-pin-memory")] = None,
+    gpu_decode: Annotated[Optional[bool], _opt("Decode JPEG batches on the GPU (nvjpeg).", "--gpu-decode/--no-gpu-decode")] = None,
+    optimizer_impl: Annotated[Optional[str], _one("auto, fused, foreach or for-loop optimizer kernels. [default: auto]")] = None,
+    compile_: Annotated[Optional[bool], _opt("torch.compile the model (compile time reported apart).", "--compile/--no-compile")] = None,
+    data_only: Annotated[Optional[bool], _opt("Time only the input pipeline (no model): images/s delivered.", "--data-only")] = None,
     pg_timeout_s: Annotated[Optional[str], _one("Process-group timeout in seconds. [default: 300]")] = None,
     profile: Annotated[Optional[bool], _opt("Profiling pass after each cell's timed training. [default: on]", "--profile/--no-profile")] = None,
     profile_steps: Annotated[Optional[str], _one("Active steps in the profiling pass. [default: 3]")] = None,
@@ -92,7 +98,10 @@ def sweep(
         "pg_timeout_s": one_value("--pg-timeout-s", pg_timeout_s, float), "profile_steps": one_value("--profile-steps", profile_steps, int),
         "sample_interval_s": one_value("--sample-interval-s", sample_interval_s, float),
         "log_interval": one_value("--log-interval", log_interval, int),
+        "optimizer_impl": one_value("--optimizer-impl", optimizer_impl),
         "data_dir": data_dir, "download": download, "channels_last": channels_last, "profile": profile,
+        "cudnn_benchmark": cudnn_benchmark, "pin_memory": pin_memory, "gpu_decode": gpu_decode,
+        "compile": compile_, "data_only": data_only,
     }  # fmt: skip
     options = {k: v for k, v in singles.items() if v is not None}
     options.update({k: v[0] for k, v in lists.items() if len(v) == 1})  # one value: the same for every cell
