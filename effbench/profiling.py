@@ -156,7 +156,8 @@ def _gzip_file(src: Path, dst: Path) -> None:
     """Compress src into dst (via a temporary name, so dst is whole or absent) and remove src."""
     tmp = dst.with_name(f".{dst.name}.tmp")
     try:
-        with open(src, "rb") as fin, gzip.open(tmp, "wb") as fout:
+        # The 17 MB smoke trace: level 9 took 0.39 s for 0.88 MB, level 6 0.09 s for 0.98 MB.
+        with open(src, "rb") as fin, gzip.open(tmp, "wb", compresslevel=6) as fout:
             shutil.copyfileobj(fin, fout)
         os.replace(tmp, dst)
     except OSError as e:
