@@ -113,7 +113,7 @@ def probe_gpus() -> GpuState:
             except Exception as e:  # CUDA error while initialising: report it as the reason
                 cuda_error = f"{type(e).__name__}: {e}"
         else:
-            cuda_error = " ".join(str(w.message).split()) if caught else None
+            cuda_error = " ".join(str(caught[-1].message).split()) if caught else None  # torch warns why CUDA is unusable
         try:
             arch_list = tuple(torch.cuda.get_arch_list()) or tuple(torch._C._cuda_getArchFlags().split())
         except Exception:

@@ -10,13 +10,7 @@ import pytest
 
 from effbench import cli, runner
 from effbench.config import RunConfig
-
-
-def invoke(args, capsys):
-    with pytest.raises(SystemExit) as info:
-        cli.main(list(args))
-    out, err = capsys.readouterr()
-    return info.value.code, out, err
+from clitools import invoke
 
 
 @pytest.fixture

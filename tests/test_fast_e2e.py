@@ -5,25 +5,13 @@ from __future__ import annotations
 
 import csv
 import json
-from pathlib import Path
 
 import pytest
 
-from effbench import cli, runner
+from effbench import runner
+from clitools import invoke, only_run
 
 FILES = ("config.json", "env.json", "results.json", "epochs.csv", "steps.csv", "report.txt", "report.md")
-
-
-def invoke(args, capsys):
-    with pytest.raises(SystemExit) as info:
-        cli.main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return info.value.code, out, err
-
-
-def only_run(output: Path) -> Path:
-    (run,) = [p for p in output.iterdir() if p.is_dir()]
-    return run
 
 
 def test_data_only_reports_images_delivered_without_a_model(tmp_path, capsys, cifar10_dir):

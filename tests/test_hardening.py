@@ -21,22 +21,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from effbench import cli
 from effbench.config import parse_freeze
 from effbench.errors import EffbenchError
 from effbench.launch import parse_counts, parse_endpoint
 from effbench.results import read_results, safe_name
+from clitools import invoke
 
 PACKAGE = Path(__file__).resolve().parents[1] / "effbench"
 TINY_RUN = ["--arch", "resnet18", "--image-size", "32", "--weights", "none", "--device", "cpu", "--workers", "0",
             "--max-steps", "3", "--warmup-steps", "1", "--epochs", "1", "--batch-size", "4", "--no-profile", "--quiet"]  # fmt: skip
-
-
-def invoke(args, capsys):
-    with pytest.raises(SystemExit) as info:
-        cli.main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return info.value.code, out, err
 
 
 def ok_runs(root: Path) -> list[Path]:

@@ -443,3 +443,19 @@ def test_every_error_names_the_fix_for_docker_compose_and_apptainer(tmp_path):
             fix = e.fix.lower()
             assert "docker" in fix and "compose" in fix and "apptainer" in fix, (e.check, e.message, e.fix)
             assert "\n" not in e.message + e.fix
+
+
+def test_probe_reports_torch_s_warning_when_cuda_is_unusable(monkeypatch):
+    import warnings
+
+    import torch
+
+    def unusable() -> bool:
+        warnings.warn("CUDA initialization: The NVIDIA driver on your system is too old (found version 11040).")
+        return False
+
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "is_available", unusable)
+    state = preflight.probe_gpus()
+    assert state.visible == 0
+    assert state.cuda_error is not None and "driver on your system is too old" in state.cuda_error

@@ -13,24 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from effbench import cli
+from clitools import invoke, only_run
 
 KEYS = ("schema_version", "status", "config", "env", "device", "world_size", "throughput_img_s", "epochs")
 EPOCH_KEYS = ("epoch", "images", "data_time_s", "compute_time_s", "total_time_s", "train_loss", "train_top1", "val_top1")
 FILES = ("config.json", "env.json", "results.json", "epochs.csv", "steps.csv", "report.txt", "report.md")
-
-
-def invoke(args, capsys):
-    with pytest.raises(SystemExit) as info:
-        cli.main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return info.value.code, out, err
-
-
-def only_run(output: Path) -> Path:
-    runs = [p for p in output.iterdir() if p.is_dir()]
-    assert len(runs) == 1, runs
-    return runs[0]
 
 
 def check_run_folder(run: Path, epochs: int) -> dict:

@@ -22,19 +22,13 @@ import pytest
 from PIL import Image
 
 from effbench import cli
+from clitools import invoke
 
 TINY = ["--arch", "resnet18", "--image-size", "32", "--weights", "none", "--device", "cpu", "--dataset", "synthetic",
         "--max-steps", "4", "--warmup-steps", "1", "--epochs", "1", "--no-profile", "--quiet"]  # fmt: skip
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync"]  # fmt: skip
-
-
-def invoke(args, capsys):
-    with pytest.raises(SystemExit) as info:
-        cli.main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return info.value.code, out, err
 
 
 def manifest(folder: Path) -> dict:

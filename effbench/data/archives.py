@@ -88,7 +88,6 @@ def download_and_extract(archive: Archive, data_dir: Path) -> dict[str, object]:
         data_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise EffbenchError("--data-dir", f"cannot create {data_dir} ({e.strerror}); pick a writable folder") from None
-    target = data_dir / archive.folder
     # Under torchrun every rank may get here at once: one downloads, the others wait and reuse it.
     with _folder_lock(data_dir):
         if not missing_parts(archive, data_dir):
