@@ -184,19 +184,31 @@ def _run_under_torchrun(cfg: RunConfig, plan: LaunchPlan, spec_path: Path, *, co
             record["signal"] = outcome.signal
         record["error"] = {"type": "ChildFailedError", "message": outcome.failure.describe() if outcome.failure else f"torchrun exited with {outcome.returncode}"}
         return RunOutcome(None, record)
-    record = results.read_results(run_dir)
+    record = settle_with_torchrun(results.read_results(run_dir), outcome)
+    results.write_json(run_dir / results.RESULTS_FILE, record)
+    return RunOutcome(run_dir, record)
+
+
+def settle_with_torchrun(record: dict[str, Any], outcome: Any) -> dict[str, Any]:
+    """Rank 0's results record, corrected by how torchrun ended (a supervise.SupervisedResult). Pure."""
+    record = dict(record)
     if outcome.signal:
         if record["status"] in ("running", "ok"):
             record["status"] = "interrupted"
         record["signal"] = outcome.signal
-    elif outcome.returncode != 0 and record["status"] in ("running", "ok", "interrupted"):
-        # another rank died: rank 0 was stopped by torchrun, so the run as a whole failed
+    elif outcome.returncode != 0 and (
+        record["status"] in ("running", "ok", "interrupted") or (outcome.failure is not None and outcome.failure.rank != 0)
+    ):
+        # Another rank died first (torchrun's root cause): rank 0 was stopped by torchrun, or failed
+        # on its own when the collective broke; the root cause is what the user needs to read.
+        rank0_error = record.get("error") if record["status"] == "failed" else None
         record["status"] = "failed"
         record.pop("signal", None)
         message = outcome.failure.describe() if outcome.failure else f"torchrun exited with code {outcome.returncode}"
-        record["error"] = {"type": "ChildFailedError", "message": message}
-    results.write_json(run_dir / results.RESULTS_FILE, record)
-    return RunOutcome(run_dir, record)
+        if rank0_error:
+            message += f"; rank 0 then stopped with {rank0_error.get('type')}: {rank0_error.get('message', '')}"
+        record["error"] = {"type": "ChildFailedError", "message": message, **({"rank0_error": rank0_error} if rank0_error else {})}
+    return record
 
 
 def _fresh_path(output: Path, name: str) -> Path:

@@ -200,3 +200,43 @@ def test_straggler_spread():
     s = straggler_spread([{"rank": 0, "time_s": 2.0}, {"rank": 1, "time_s": 2.5}])
     assert s == {"slowest_rank": 1, "fastest_rank": 0, "spread_s": 0.5, "spread_pct": 25.0}
     assert straggler_spread([{"rank": 0, "time_s": 1.0}]) is None
+
+
+# --- how rank 0's record is settled with torchrun's outcome (pure; both orders of the kill race) ---
+
+
+def _outcome(returncode, failure=None, sig=None):
+    from effbench.supervise import SupervisedResult
+
+    return SupervisedResult(returncode=returncode, signal=sig, failure=failure)
+
+
+def test_root_cause_on_another_rank_replaces_rank0s_broken_collective_error():
+    from effbench.runner import settle_with_torchrun
+    from effbench.supervise import ChildFailure
+
+    rank0 = {"status": "failed", "error": {"type": "RuntimeError", "message": "Connection closed by peer"}}
+    r = settle_with_torchrun(rank0, _outcome(1, ChildFailure(rank=1, exitcode=-9)))
+    assert r["status"] == "failed"
+    assert r["error"]["message"].startswith("rank 1 failed (killed by SIGKILL)")
+    assert "rank 0 then stopped with RuntimeError: Connection closed by peer" in r["error"]["message"]
+    assert r["error"]["rank0_error"] == rank0["error"] and rank0["status"] == "failed"  # input untouched
+
+
+def test_rank0_stopped_by_torchrun_is_failed_with_the_root_cause():
+    from effbench.runner import settle_with_torchrun
+    from effbench.supervise import ChildFailure
+
+    r = settle_with_torchrun({"status": "interrupted", "signal": 15}, _outcome(1, ChildFailure(rank=1, exitcode=-9)))
+    assert r["status"] == "failed" and "signal" not in r and r["error"]["message"] == "rank 1 failed (killed by SIGKILL)"
+
+
+def test_rank0s_own_failure_stays_its_own_and_a_signal_marks_interrupted():
+    from effbench.runner import settle_with_torchrun
+    from effbench.supervise import ChildFailure
+
+    own = {"status": "failed", "error": {"type": "ValueError", "message": "bad"}}
+    assert settle_with_torchrun(own, _outcome(1, ChildFailure(rank=0, exitcode=1))) == own
+    assert settle_with_torchrun({"status": "ok"}, _outcome(0)) == {"status": "ok"}
+    r = settle_with_torchrun({"status": "running"}, _outcome(143, sig=15))
+    assert r == {"status": "interrupted", "signal": 15}
