@@ -199,6 +199,11 @@ def run_profile_pass(
     out_dir.mkdir(parents=True, exist_ok=True)
     on_cuda = device_type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
+    if not on_cuda:
+        # Kineto probes for GPUs even for a CPU-only trace and logs "ERROR: gpuGetDeviceCount failed"
+        # plus start/stop lines: noise that looks like a failure. Read when the profiler starts; a
+        # user's own setting wins. On CUDA its messages (CUPTI errors) matter, so they stay.
+        os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     sync = torch.cuda.synchronize if on_cuda else (lambda: None)
     plain_trace = out_dir / f"trace_rank{rank}.json"
     trace = out_dir / f"trace_rank{rank}.json.gz"

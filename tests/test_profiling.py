@@ -156,3 +156,20 @@ def test_device_time_is_credited_by_launch_window():
         "phase": "all_reduce", "calls": 0, "cpu_time_s": 0.0, "cpu_share_of_step": 0.0,
         "device_time_s": 0.0, "device_share_of_step": 0.0,
     }
+
+
+def test_a_cpu_pass_prints_no_kineto_gpu_probe_error(tmp_path):
+    # Kineto writes to fd 2 from C++, so this runs in a fresh process with the environment it would get.
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import test_profiling as t; from pathlib import Path\n"
+        "info = t.run_profile_pass(t.make_step(), t.batches(4), device_type='cpu', out_dir=Path(sys.argv[2]), active=1)\n"
+        "print('active', info['active_steps'])"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    res = subprocess.run([sys.executable, "-c", code, os.path.dirname(__file__), str(tmp_path)], capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 0 and "active 1" in res.stdout, res.stderr[-2000:]
+    assert "gpuGetDeviceCount" not in res.stderr and "profiler_start" not in res.stderr, res.stderr
