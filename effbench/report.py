@@ -92,7 +92,9 @@ def observability_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
     if host:
         rows.append(("host CPU % (system)", _stat(host, "cpu_pct")))
         rows.append(("run CPU % (process tree)", _stat(host, "proc_cpu_pct")))
-        rows.append(("run resident memory (GiB)", _stat(host, "rss_gib", 2)))
+        rows.append(("run resident memory, RSS summed (GiB)", _stat(host, "rss_gib", 2)))
+        if host.get("pss_gib"):
+            rows.append(("run memory, PSS (GiB)", _stat(host, "pss_gib", 2)))
     for g in util.get("gpus", []):
         rows.append((f"GPU {g.get('index')} utilisation %", _stat(g, "util_pct")))
         rows.append((f"GPU {g.get('index')} power (W)", _stat(g, "power_w")))

@@ -32,6 +32,7 @@ from typing import Any
 from effbench import manifest as M
 from effbench import render, results
 from effbench.errors import EffbenchError
+from effbench.sweep_report import host_peak_gib
 from effbench.sweepspec import CELLS_DIR, SweepPlan, SweepSpec, config_identity, plan_cells
 
 ATTEMPTS_DIR = "attempts"
@@ -106,6 +107,7 @@ def cell_summary(record: dict[str, Any]) -> dict[str, Any]:
         "global_batch_size": record.get("global_batch_size"),
         "peak_mem_gib": record.get("peak_mem_gib"),
         "peak_rss_gib": host.get("max"),
+        "peak_host_gib": host_peak_gib(record),
         "final": record.get("final"),
         "wall_time_s": record.get("wall_time_s"),
     }
@@ -214,8 +216,8 @@ def _describe(status: str, record: dict[str, Any]) -> str:
         return f"ok, {thr:,.1f} img/s" if thr else "ok"
     err = _error(record) or {}
     if status == "oom":
-        mem = record.get("peak_mem_gib")
-        extra = f", peak {mem:.2f} GiB" if mem is not None else ""
+        mem, host = record.get("peak_mem_gib"), host_peak_gib(record)
+        extra = f", peak {mem:.2f} GiB" if mem is not None else f", peak {host:.2f} GiB host" if host is not None else ""
         return f"oom at batch size {record.get('batch_size_per_device')} per device{extra}"
     return f"{status}" + (f" ({err.get('type')}: {err.get('message')})" if err else "")
 

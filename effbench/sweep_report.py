@@ -44,7 +44,6 @@ def cell_row(cell: Mapping[str, Any], record: Mapping[str, Any] | None, steps: S
     epochs = record.get("epochs") or []
     w = windows.windows_of(record, steps)
     summ = (w.get("summary") or {}).get("throughput_img_s")
-    host = ((record.get("utilization") or {}).get("host") or {}).get("rss_gib") or {}
     final = record.get("final") or {}
     row.update(
         status=record.get("status", row["status"]),
@@ -67,7 +66,7 @@ def cell_row(cell: Mapping[str, Any], record: Mapping[str, Any] | None, steps: S
         global_batch_size=record.get("global_batch_size"),
         devices=record.get("devices") or record.get("world_size"),
         peak_mem_gib=record.get("peak_mem_gib"),
-        peak_rss_gib=host.get("max"),
+        peak_host_gib=host_peak_gib(record),
         wall_time_s=record.get("wall_time_s"),
         device=record.get("device"),
         record={**record, "throughput_windows": w},  # windows travel with the record (compare.py)
@@ -103,13 +102,23 @@ def label(row: Mapping[str, Any], dims: Sequence[str]) -> str:
     return " ".join(parts) or row["key"]
 
 
+def host_peak_gib(record: Mapping[str, Any]) -> float | None:
+    """Peak host memory of a run's process tree: PSS when sampled (shared pages counted once), else RSS."""
+    host = (record.get("utilization") or {}).get("host") or {}
+    for key in ("pss_gib", "rss_gib"):
+        peak = (host.get(key) or {}).get("max")
+        if peak is not None:
+            return peak
+    return None
+
+
 METRIC_HEADERS = ("status", "img/s median [95% CI]", "data s/epoch", "compute s/epoch", "data %", "train loss", "train top-1", "val top-1", "peak mem GiB")
 
 
 def _metrics(row: Mapping[str, Any]) -> list[str]:
     share = row.get("data_time_share")
     mem = row.get("peak_mem_gib")
-    mem_text = _f(mem) if mem is not None else (f"{row['peak_rss_gib']:.2f} host" if row.get("peak_rss_gib") is not None else "-")
+    mem_text = _f(mem) if mem is not None else (f"{row['peak_host_gib']:.2f} host" if row.get("peak_host_gib") is not None else "-")
     return [
         str(row.get("status") or "-"),
         throughput_cell(row),
@@ -277,6 +286,6 @@ def render(rows: Sequence[Mapping[str, Any]], dims: Mapping[str, Sequence[Any]],
                     parts += [h(f"Scaling [{group}]" if group else "Scaling"), text.strip()]
     parts.append(
         "img/s: median over the cell's throughput windows (--repeats), with the 95% Student's t interval of the mean. "
-        "Data and compute are seconds per epoch over the timed steps; peak mem is device memory (host RSS on the CPU)."
+        "Data and compute are seconds per epoch over the timed steps; peak mem is device memory (on the CPU: the run's process tree, PSS, so forked workers' shared pages count once)."
     )
     return "\n\n".join(parts) + "\n"

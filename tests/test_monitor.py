@@ -268,3 +268,43 @@ def test_a_busy_child_counts_toward_the_process_tree(monkeypatch, children_files
         child.wait()
     busy = [r["proc_cpu_pct"] for r in mon.samples if "proc_cpu_pct" in r]
     assert max(busy) > 20, busy  # the spinning child: ~100 (one core) on an idle host, 0 if unseen
+
+
+def test_pss_counts_pages_forked_children_share_once(monkeypatch):
+    """Three forked children touching a 200 MiB buffer the parent filled: RSS sums it four times,
+    PSS about once. PSS comes at its own slower cadence, and always in the first and final row."""
+    import os
+
+    if not os.path.exists(f"/proc/{os.getpid()}/smaps_rollup"):
+        pytest.skip("no /proc/<pid>/smaps_rollup (Linux >= 4.14)")
+    monkeypatch.setattr(monitor, "PSS_EVERY_S", 0.3)
+    code = (
+        "import os, sys, time\n"
+        "buf = bytearray(200 * 2**20)\n"
+        "for i in range(0, len(buf), 4096): buf[i] = 1\n"  # resident in the parent before the forks
+        "kids = []\n"
+        "for _ in range(3):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        s = sum(buf[i] for i in range(0, len(buf), 4096)); time.sleep(3); os._exit(0)\n"  # read: stays shared
+        "    kids.append(pid)\n"
+        "print('ready', flush=True); time.sleep(3)\n"
+        "for k in kids: os.waitpid(k, 0)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.5)  # the children have read the buffer
+        with UtilizationSampler(interval_s=0.1, pid=proc.pid, nvml=NoDriverNVML()) as mon:
+            time.sleep(0.75)
+    finally:
+        proc.wait(timeout=30)
+    rows = mon.samples
+    with_pss = [r for r in rows if "pss_gib" in r]
+    assert "pss_gib" in rows[0] and "pss_gib" in rows[-1]
+    assert len(with_pss) < len(rows)  # the slower cadence: not every row
+    peak_rss = max(r["rss_gib"] for r in rows)
+    peak_pss = max(r["pss_gib"] for r in with_pss)
+    assert peak_rss > 0.75, peak_rss  # 4 x 200 MiB counted
+    assert peak_pss < 0.45 * peak_rss, (peak_pss, peak_rss)  # ~200 MiB + interpreters
+    assert mon.summary()["host"]["pss_gib"]["max"] == peak_pss

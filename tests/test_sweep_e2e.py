@@ -188,7 +188,7 @@ def test_oom_cell_is_recorded_and_the_sweep_goes_on(tmp_path, capsys, monkeypatc
     cells = manifest(folder)["cells"]
     assert [(c["params"]["batch_size"], c["status"]) for c in cells] == [(8, "oom"), (4, "ok")]
     oom = cells[0]
-    assert oom["summary"]["batch_size_per_device"] == 8 and "peak_mem_gib" in oom["summary"] and "peak_rss_gib" in oom["summary"]
+    assert oom["summary"]["batch_size_per_device"] == 8 and "peak_mem_gib" in oom["summary"] and "peak_rss_gib" in oom["summary"] and oom["summary"]["peak_host_gib"] is not None
     assert oom["error"]["type"] == "OutOfMemoryError"
     r = json.loads((folder / oom["run_dir"] / "results.json").read_text())
     assert r["status"] == "oom" and r["batch_size_per_device"] == 8
