@@ -456,7 +456,7 @@ def run_benchmark(
             memory=per_rank_mem,
             profile_info=prof_info,
             cpu_quota_cores=_cpu_limit(),
-            workers_per_process=int(data.info.get("workers", cfg.workers)),  # the fast CIFAR loader has none
+            workers_per_process=int(data.info["workers"]),  # what the loader really started: synthetic and fast CIFAR none
             processes_per_node=plan.nproc_per_node if plan.mode != "dp" else 1,
             tf32_enabled=bool(torch.backends.cudnn.allow_tf32),
         )

@@ -137,3 +137,13 @@ def test_starved_food101_run_is_input_bound_and_synthetic_is_not(tmp_path, capsy
     syn_r = json.loads((syn_run / "results.json").read_text())
     assert food_r["verdict"]["bottleneck"] == "input-bound", food_r["verdict"]
     assert syn_r["verdict"]["bottleneck"] != "input-bound", syn_r["verdict"]
+
+
+def test_synthetic_data_starts_no_workers_so_the_verdict_does_not_count_them(tmp_path, capsys):
+    # --workers 64 would read as "cpu-starved" on any machine if the verdict counted the option
+    # rather than the loader processes really started (synthetic batches are made on the device).
+    _run(["run", "--smoke", "--workers", "64", "--no-profile", "--output", tmp_path, "--quiet"], capsys)
+    (run,) = [p for p in tmp_path.iterdir()]
+    r = json.loads((run / "results.json").read_text())
+    assert r["data"]["workers"] == 0 and r["config"]["workers"] == 64
+    assert r["verdict"]["bottleneck"] != "cpu-starved", r["verdict"]

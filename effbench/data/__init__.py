@@ -257,6 +257,7 @@ def _synthetic(cfg: RunConfig, device: torch.device, batch: int, image_size: int
             "pool_batches": synthetic.POOL_BATCHES,
             "generated_on": str(device),
             "loader": "synthetic (on device)",
+            "workers": 0,  # no loader processes, whatever --workers says
             "download": {"downloaded": False},
         },
     )
