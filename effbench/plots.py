@@ -106,9 +106,12 @@ def top1_per_epoch(series: Mapping[str, Mapping[str, Sequence[float | None]]], p
     ax.set_ylim(bottom=0)
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_title(title)
-    if series and crowded:
+    plotted = bool(ax.get_legend_handles_labels()[0])
+    if not plotted:  # e.g. a --data-only run: say so rather than draw empty axes
+        ax.text(0.5, 0.5, "no top-1 recorded (data-only run or no finished epoch)", ha="center", va="center", transform=ax.transAxes)
+    elif crowded:
         fig.legend(loc="outside right upper", fontsize=7)
-    elif series:
+    else:
         ax.legend(fontsize=7, loc="best")
     return _save(fig, path)
 
