@@ -85,3 +85,22 @@ def quiet_torch_warnings() -> None:
 
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", category=UserWarning)
+
+
+def delivered_img_s(batches: object, device: object, warmup_batches: int) -> float:
+    """Images/s a loader delivers onto `device` after `warmup_batches` (the loop of effbench --data-only);
+    a device sync per batch, so a batch counts only once it is on the device."""
+    from effbench.timing import device_sync_fn
+
+    sync = device_sync_fn(device)
+    images, t0 = 0, None
+    for i, (x, y) in enumerate(batches):  # type: ignore[attr-defined]
+        x = x.to(device, non_blocking=True)
+        y = y.to(device, non_blocking=True)
+        sync()
+        if i == warmup_batches - 1:
+            t0 = time.perf_counter()
+        elif i >= warmup_batches:
+            images += int(y.shape[0])
+    assert t0 is not None and images > 0, "too few batches for the warm-up"
+    return images / (time.perf_counter() - t0)

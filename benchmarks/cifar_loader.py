@@ -18,35 +18,18 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, Row, alternate, fmt_rate, median_ratio, print_table, quiet_torch_warnings  # noqa: E402
+from _common import ROOT, Row, alternate, delivered_img_s, fmt_rate, median_ratio, print_table, quiet_torch_warnings  # noqa: E402
 
 GOAL = 5.0
 
 
-def delivered_img_s(data: object, device: object, warmup_batches: int, epoch: int) -> float:
-    """Images/s over one epoch of data.train after `warmup_batches` (effbench.train.data_epochs' loop)."""
-    import torch
-
-    from effbench.timing import device_sync_fn
-
-    sync = device_sync_fn(device)
+def epoch_img_s(data: object, device: object, warmup_batches: int, epoch: int) -> float:
+    """Images/s over one epoch of data.train after `warmup_batches`."""
     data.set_epoch(epoch)  # type: ignore[attr-defined]
-    images, t0 = 0, None
-    for i, (x, y) in enumerate(data.train):  # type: ignore[attr-defined]
-        x = x.to(device, non_blocking=True)
-        y = y.to(device, non_blocking=True)
-        sync()
-        if i == warmup_batches - 1:
-            t0 = time.perf_counter()
-        elif i >= warmup_batches:
-            images += int(y.shape[0])
-    assert t0 is not None and images > 0, "too few batches for the warm-up"
-    del torch
-    return images / (time.perf_counter() - t0)
+    return delivered_img_s(data.train, device, warmup_batches)  # type: ignore[attr-defined]
 
 
 def main() -> None:
@@ -82,7 +65,7 @@ def main() -> None:
         epochs = iter(range(10_000))
         warm = 5
         fs, rs = alternate(
-            lambda: delivered_img_s(fast, device, warm, next(epochs)), lambda: delivered_img_s(ref, device, warm, next(epochs)), rounds
+            lambda: epoch_img_s(fast, device, warm, next(epochs)), lambda: epoch_img_s(ref, device, warm, next(epochs)), rounds
         )
         size = fast.train_size
     row = Row("CIFAR-10 loader (img/s delivered)", fmt_rate(fs), fmt_rate(rs), median_ratio(fs, rs), GOAL,

@@ -23,11 +23,10 @@ import io
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import Row, alternate, fmt_rate, median_ratio, print_table, quiet_torch_warnings  # noqa: E402
+from _common import Row, alternate, delivered_img_s, fmt_rate, median_ratio, print_table, quiet_torch_warnings  # noqa: E402
 
 GOAL = 1.5
 
@@ -71,23 +70,6 @@ def make_food(root: Path, n: int, classes: int = 4) -> Path:
     (base / "meta" / "train.json").write_text(json.dumps(train))
     (base / "meta" / "test.json").write_text(json.dumps(test))
     return root
-
-
-def delivered_img_s(batches: object, device: object, warmup_batches: int) -> float:
-    from effbench.timing import device_sync_fn
-
-    sync = device_sync_fn(device)
-    images, t0 = 0, None
-    for i, (x, y) in enumerate(batches):  # type: ignore[attr-defined]
-        x = x.to(device, non_blocking=True)
-        y = y.to(device, non_blocking=True)
-        sync()
-        if i == warmup_batches - 1:
-            t0 = time.perf_counter()
-        elif i >= warmup_batches:
-            images += int(y.shape[0])
-    assert t0 is not None and images > 0, "too few batches for the warm-up"
-    return images / (time.perf_counter() - t0)
 
 
 def main() -> None:
