@@ -118,32 +118,9 @@ def build_data(
     log = SkipLog()
     train, sampler = train_loader(train_ex.dataset(tf.train, train=True), opts, log)
     val = val_loader(val_ex.dataset(tf.val, train=False), opts, log)
-    info: dict[str, Any] = {
-        **common,
-        "mean": list(tf.mean),
-        "std": list(tf.std),
-        "transforms": tf.recipe,
-        "loader": cfg.loader,
-        "workers": cfg.workers,
-        "pin_memory": pin,
-        **({"val_sharding": "disjoint shards without padding; sum counts over ranks"} if world_size > 1 else {}),
-        "download": {"downloaded": False},
-        **src.info,
-    }
-    return DataBundle(
-        name=src.name,
-        num_classes=src.num_classes,
-        image_size=image_size,
-        train=train,
-        val=val,
-        train_size=len(train_ex),
-        val_size=len(val_ex),
-        steps_per_epoch=len(train),
-        batches_on_device=False,
-        info=info,
-        epoch_hooks=[sampler.set_epoch],
-        skip_log=log,
-    )
+    facts = {"workers": cfg.workers, "pin_memory": pin}
+    return _file_bundle(src, image_size, train, val, train_ex, val_ex, opts, common, tf.mean, tf.std, tf.recipe, cfg.loader, facts,
+                        hooks=[sampler.set_epoch], log=log, on_device=False)  # fmt: skip
 
 
 def _fast(
@@ -152,7 +129,6 @@ def _fast(
 ) -> DataBundle:
     """--loader fast: batches made on the device (see fast_cifar and fast_images)."""
     channels_last = bool(cfg.channels_last)
-    sharding = {"val_sharding": "disjoint shards without padding; sum counts over ranks"} if opts.world_size > 1 else {}
     if isinstance(train_ex, cifar.ArrayExamples):
         prep_train, mean, std, recipe = fast_cifar.cifar_recipe(image_size, train=True, channels_last=channels_last)
         prep_val, *_ = fast_cifar.cifar_recipe(image_size, train=False, channels_last=channels_last)
@@ -178,14 +154,24 @@ def _fast(
         mean, std = IMAGENET_MEAN, IMAGENET_STD
         hooks = [set_epoch]
         facts = {"workers": cfg.workers, "pin_memory": opts.pin_memory and not cfg.gpu_decode, "gpu_decode": cfg.gpu_decode}
+    return _file_bundle(src, image_size, train, val, train_ex, val_ex, opts, common, mean, std, recipe, "fast", facts,
+                        hooks=hooks, log=log, on_device=True)  # fmt: skip
+
+
+def _file_bundle(
+    src: Source, image_size: int, train: Any, val: Any, train_ex: Any, val_ex: Any, opts: LoaderOptions,
+    common: dict[str, Any], mean: Any, std: Any, recipe: str, loader: str, facts: dict[str, Any], *,
+    hooks: list[Callable[[int], None]], log: SkipLog, on_device: bool,
+) -> DataBundle:
+    """The bundle of a dataset read from files, with its record (`info`), for either loader."""
     info: dict[str, Any] = {
         **common,
         "mean": list(mean),
         "std": list(std),
         "transforms": recipe,
-        "loader": "fast",
+        "loader": loader,
         **facts,
-        **sharding,
+        **({"val_sharding": "disjoint shards without padding; sum counts over ranks"} if opts.world_size > 1 else {}),
         "download": {"downloaded": False},
         **src.info,
     }
@@ -198,12 +184,12 @@ def _fast(
         train_size=len(train_ex),
         val_size=len(val_ex),
         steps_per_epoch=len(train),
-        batches_on_device=True,
-        augments_on_device=True,
+        batches_on_device=on_device,
+        augments_on_device=on_device,
         info=info,
         epoch_hooks=hooks,
         skip_log=log,
-    )
+    )  # fmt: skip
 
 
 def load_source(cfg: RunConfig) -> Source:
