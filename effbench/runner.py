@@ -33,6 +33,7 @@ from effbench.config import RunConfig
 from effbench.distributed import DistContext
 from effbench.errors import EffbenchError
 from effbench.launch import LaunchPlan
+from effbench.supervise import SupervisedResult
 from effbench.timing import Tally
 
 Echo = Callable[[str], None]
@@ -189,8 +190,8 @@ def _run_under_torchrun(cfg: RunConfig, plan: LaunchPlan, spec_path: Path, *, co
     return RunOutcome(run_dir, record)
 
 
-def settle_with_torchrun(record: dict[str, Any], outcome: Any) -> dict[str, Any]:
-    """Rank 0's results record, corrected by how torchrun ended (a supervise.SupervisedResult). Pure."""
+def settle_with_torchrun(record: dict[str, Any], outcome: SupervisedResult) -> dict[str, Any]:
+    """Rank 0's results record, corrected by how torchrun ended. Pure."""
     record = dict(record)
     if outcome.signal:
         if record["status"] in ("running", "ok"):
