@@ -90,7 +90,7 @@ def quiet_torch_warnings() -> None:
 def delivered_img_s(batches: object, device: object, warmup_batches: int) -> float:
     """Images/s a loader delivers onto `device` after `warmup_batches` (the loop of effbench --data-only);
     a device sync per batch, so a batch counts only once it is on the device."""
-    from effbench.timing import device_sync_fn
+    from effbench.run.timing import device_sync_fn
 
     sync = device_sync_fn(device)
     images, t0 = 0, None

@@ -27,7 +27,7 @@ GOAL = 0.97
 
 
 def effbench_throughput(cfg_kw: dict, out: Path) -> tuple[float, int]:
-    from effbench import runner
+    from effbench.run import runner
     from effbench.config import RunConfig
 
     outcome = runner.run(RunConfig(**cfg_kw, output=out), command=["harness_overhead.py"], echo=lambda _s: None, progress=False)
@@ -41,7 +41,7 @@ def bare_throughput(cfg_kw: dict, threads: int) -> float:
 
     from effbench.config import RunConfig, resolve_for_device
     from effbench.models import build_model, trainable_parameters
-    from effbench.optim import build_optimizer, build_scheduler
+    from effbench.run.optim import build_optimizer, build_scheduler
 
     torch.set_num_threads(threads)
     device = torch.device(cfg_kw["device"])

@@ -32,7 +32,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=None)
     a = p.parse_args()
     quiet_torch_warnings()
-    from effbench import runner
+    from effbench.run import runner
     from effbench.config import RunConfig, smoke_overrides
 
     steps, rounds = (3, 1) if a.tiny else (60, 3)

@@ -72,7 +72,7 @@ def timm_img_s(arch: str, size: int, batch: int, steps: int, warmup: int, compil
 
 
 def effbench_img_s(arch: str, size: int, batch: int, steps: int, warmup: int, compile_: bool, out: Path) -> float:
-    from effbench import runner
+    from effbench.run import runner
     from effbench.config import RunConfig
 
     cfg = RunConfig(arch=arch, dataset="synthetic", weights="none", freeze="none", image_size=size, batch_size=batch, epochs=1,

@@ -201,7 +201,7 @@ class RunConfig:
     """Steps between progress lines and device-to-host metric reads."""
     repeats: int | None = None
     """Throughput windows: the measured steps split into this many for a median and 95% CI
-    (effbench/windows.py); None: min(5, measured steps)."""
+    (effbench/analysis/windows.py); None: min(5, measured steps)."""
     smoke: bool = False
     """The offline 2-core smoke preset was applied."""
 
@@ -270,7 +270,7 @@ class RunConfig:
         if self.node_rank is not None and not 0 <= self.node_rank < self.nnodes:
             raise EffbenchError("--node-rank", f"{self.node_rank} is outside 0..{self.nnodes - 1} for --nnodes {self.nnodes}")
         if self.rdzv_endpoint is not None:
-            from effbench.launch import parse_endpoint
+            from effbench.launch.plan import parse_endpoint
 
             parse_endpoint(self.rdzv_endpoint)
         if self.nnodes > 1 and self.rdzv_endpoint is None:

@@ -6,7 +6,7 @@
 # The image runs as uid 10001, but Docker's --user, compose's user: and OpenShift pick any uid,
 # which then has no passwd entry, HOME=/ and no name. This script only moves HOME and unwritable
 # cache folders under /tmp and names the user; `effbench run` makes the same checks itself
-# (effbench/preflight.py), because `apptainer exec` and `docker run --entrypoint` skip this file.
+# (effbench/system/preflight.py), because `apptainer exec` and `docker run --entrypoint` skip this file.
 set -eu
 
 uid=$(id -u)

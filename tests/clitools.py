@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from effbench import cli
+from effbench.cli import app as cli
 
 
 def invoke(args, capsys) -> tuple[int, str, str]:

@@ -8,8 +8,8 @@ import inspect
 
 import pytest
 
-from effbench import analysis
-from effbench.analysis import (
+from effbench.analysis import efficiency as analysis
+from effbench.analysis.efficiency import (
     COMM_BOUND_SHARE,
     INPUT_BOUND_SHARE,
     LOW_GPU_UTIL_PCT,

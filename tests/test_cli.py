@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from effbench import cli, runner
+from effbench.cli import app as cli
+from effbench.run import runner
 from effbench.config import RunConfig
 from clitools import invoke
 
@@ -93,7 +94,7 @@ def test_bad_input_is_one_line_exit_2_and_runs_nothing(captured, capsys, args, n
 
 
 def test_help_does_not_import_torch():
-    code = "import sys; from effbench.cli import main\ntry:\n main(['--help'])\nexcept SystemExit: pass\nprint('torch' in sys.modules)"
+    code = "import sys; from effbench.cli.app import main\ntry:\n main(['--help'])\nexcept SystemExit: pass\nprint('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().endswith("False")
     assert "run" in out
@@ -102,7 +103,7 @@ def test_help_does_not_import_torch():
 def test_python_dash_m_entry_point():
     res = subprocess.run([sys.executable, "-m", "effbench", "run", "--arch", "nope"], capture_output=True, text=True)
     assert res.returncode == 2 and res.stderr.startswith("error: --arch")
-    assert Path(cli.__file__).name == "cli.py"
+    assert Path(cli.__file__).name == "app.py"
 
 
 def test_distributed_options_reach_the_config(captured, capsys):

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from effbench.runner import merge_epoch, straggler_spread
+from effbench.run.runner import merge_epoch, straggler_spread
 
 EFFBENCH = [sys.executable, "-m", "effbench"]
 TINY = ["--arch", "resnet18", "--image-size", "32", "--weights", "none", "--device", "cpu", "--quiet", "--workers", "0"]
@@ -206,14 +206,14 @@ def test_straggler_spread():
 
 
 def _outcome(returncode, failure=None, sig=None):
-    from effbench.supervise import SupervisedResult
+    from effbench.launch.supervise import SupervisedResult
 
     return SupervisedResult(returncode=returncode, signal=sig, failure=failure)
 
 
 def test_root_cause_on_another_rank_replaces_rank0s_broken_collective_error():
-    from effbench.runner import settle_with_torchrun
-    from effbench.supervise import ChildFailure
+    from effbench.run.runner import settle_with_torchrun
+    from effbench.launch.supervise import ChildFailure
 
     rank0 = {"status": "failed", "error": {"type": "RuntimeError", "message": "Connection closed by peer"}}
     r = settle_with_torchrun(rank0, _outcome(1, ChildFailure(rank=1, exitcode=-9)))
@@ -224,16 +224,16 @@ def test_root_cause_on_another_rank_replaces_rank0s_broken_collective_error():
 
 
 def test_rank0_stopped_by_torchrun_is_failed_with_the_root_cause():
-    from effbench.runner import settle_with_torchrun
-    from effbench.supervise import ChildFailure
+    from effbench.run.runner import settle_with_torchrun
+    from effbench.launch.supervise import ChildFailure
 
     r = settle_with_torchrun({"status": "interrupted", "signal": 15}, _outcome(1, ChildFailure(rank=1, exitcode=-9)))
     assert r["status"] == "failed" and "signal" not in r and r["error"]["message"] == "rank 1 failed (killed by SIGKILL)"
 
 
 def test_rank0s_own_failure_stays_its_own_and_a_signal_marks_interrupted():
-    from effbench.runner import settle_with_torchrun
-    from effbench.supervise import ChildFailure
+    from effbench.run.runner import settle_with_torchrun
+    from effbench.launch.supervise import ChildFailure
 
     own = {"status": "failed", "error": {"type": "ValueError", "message": "bad"}}
     assert settle_with_torchrun(own, _outcome(1, ChildFailure(rank=0, exitcode=1))) == own

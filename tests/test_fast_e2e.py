@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from effbench import runner
+from effbench.run import runner
 from clitools import invoke, only_run
 
 FILES = ("config.json", "env.json", "results.json", "epochs.csv", "steps.csv", "report.txt", "report.md")

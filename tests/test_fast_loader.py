@@ -272,7 +272,7 @@ def test_auto_loader_resolves_to_fast_and_device_defaults_are_explicit():
 
 @pytest.mark.parametrize("impl, flag, value", [("fused", "fused", True), ("foreach", "foreach", True), ("for-loop", "foreach", False)])
 def test_optimizer_impl_reaches_torch_optim(impl, flag, value):
-    from effbench.optim import build_optimizer
+    from effbench.run.optim import build_optimizer
 
     cfg = resolve_for_device(RunConfig(optimizer="adamw", optimizer_impl=impl), "cpu")
     opt = build_optimizer(cfg, torch.nn.Linear(3, 2).parameters())
@@ -283,9 +283,9 @@ def test_optimizer_impl_reaches_torch_optim(impl, flag, value):
 def test_timed_steps_carry_no_profiler_ranges_and_data_wait_syncs_for_device_batches():
     from torch.profiler import profile
 
-    from effbench.runtime import Runtime
-    from effbench.timing import StepTimer
-    from effbench.train import TrainStep
+    from effbench.run.runtime import Runtime
+    from effbench.run.timing import StepTimer
+    from effbench.run.train import TrainStep
 
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

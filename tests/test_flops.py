@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from effbench.flops import flops_per_image
+from effbench.measure.flops import flops_per_image
 
 
 def small_net() -> torch.nn.Module:

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from effbench.config import parse_freeze
 from effbench.errors import EffbenchError
-from effbench.launch import parse_counts, parse_endpoint
+from effbench.launch.plan import parse_counts, parse_endpoint
 from effbench.results import read_results, safe_name
 from clitools import invoke
 

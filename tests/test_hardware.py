@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from effbench import hardware
-from effbench.hardware import (
+from effbench.system import hardware
+from effbench.system.hardware import (
     container_runtime,
     cpu_quota_cores,
     env_snapshot,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from effbench import launch
+from effbench.launch import plan as launch
 from effbench.errors import EffbenchError
 
 WORKER = ["effbench", "worker", "--spec", "/tmp/spec.json"]

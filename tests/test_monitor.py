@@ -12,8 +12,8 @@ import types
 
 import pytest
 
-from effbench import monitor
-from effbench.monitor import UtilizationSampler, energy_j
+from effbench.measure import monitor
+from effbench.measure.monitor import UtilizationSampler, energy_j
 
 
 class FakeNVMLError(Exception):

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from effbench import cli, observe
+from effbench.cli import app as cli
+from effbench.measure import observe
 
 
 def _record(**kw):

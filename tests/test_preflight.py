@@ -11,11 +11,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from effbench import doctor as doctor_mod
-from effbench import preflight
+from effbench.cli import doctor as doctor_mod
+from effbench.system import preflight
 from effbench.config import RunConfig
 from effbench.errors import EffbenchError
-from effbench.preflight import Finding, GpuDevice, GpuState, Probes
+from effbench.system.preflight import Finding, GpuDevice, GpuState, Probes
 
 A100 = GpuDevice("NVIDIA A100-SXM4-80GB", (8, 0))
 V100 = GpuDevice("Tesla V100-SXM2-32GB", (7, 0))

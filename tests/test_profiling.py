@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.profiler import record_function
 
-from effbench.profiling import DATA_WAIT, PHASES, run_profile_pass
+from effbench.measure.profiling import DATA_WAIT, PHASES, run_profile_pass
 
 
 def make_step():
@@ -128,7 +128,7 @@ def _evt(name, start_us, end_us, *, kernels_us=(), device="DeviceType.CPU", anno
 def test_device_time_is_credited_by_launch_window():
     """Synthetic CUDA events: backward's kernels come from ops on autograd's device thread, outside
     the "backward" range's tree; they still count for backward because they launch inside it."""
-    from effbench.profiling import phase_breakdown
+    from effbench.measure.profiling import phase_breakdown
 
     events = [
         _evt("data_wait", 0, 100),

@@ -9,7 +9,8 @@ import stat
 
 import pytest
 
-from effbench import report, results
+from effbench import results
+from effbench.report import tables as report
 from effbench.errors import EffbenchError
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from effbench.errors import EffbenchError
-from effbench.runtime import resolve_device, resolve_precision
+from effbench.run.runtime import resolve_device, resolve_precision
 
 CUDA = types.SimpleNamespace(type="cuda")
 CPU = torch.device("cpu")

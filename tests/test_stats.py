@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from effbench import stats, windows
+from effbench.analysis import stats
+from effbench.analysis import windows
 
 # Two-sided 95% critical values of Student's t (any statistics textbook's t table).
 T_975 = {1: 12.706, 2: 4.303, 4: 2.776, 9: 2.262, 10: 2.228, 30: 2.042, 120: 1.980}

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from effbench import cli
+from effbench.cli import app as cli
 from clitools import invoke
 
 TINY = ["--arch", "resnet18", "--image-size", "32", "--weights", "none", "--device", "cpu", "--dataset", "synthetic",

@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from effbench import manifest, render, results, sweep_report
+from effbench import results
+from effbench.sweep import manifest
+from effbench.report import render
+from effbench.report import sweep_tables as sweep_report
 
 WINDOW_NOISE = (0.98, 1.0, 1.02, 0.99, 1.01)
 
@@ -84,7 +87,7 @@ def test_workers_verdict_names_the_best_and_the_fewest_good_enough(tmp_path):
 
 
 def test_a_chart_that_fails_is_named_not_fatal(tmp_path, monkeypatch):
-    from effbench import plots
+    from effbench.report import plots
 
     def boom(*a, **k):
         raise ValueError("bad data")

@@ -7,9 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from effbench import compare, faults, html_report, manifest, presets
+from effbench.analysis import compare
+from effbench.run import faults
+from effbench.report import html as html_report
+from effbench.sweep import manifest
+from effbench.sweep import presets
 from effbench.errors import EffbenchError
-from effbench.sweepspec import SweepSpec, one_value, parse_list, plan_cells
+from effbench.sweep.spec import SweepSpec, one_value, parse_list, plan_cells
 
 SYNTH = {"dataset": "synthetic", "device": "cpu", "arch": "resnet18", "image_size": 32, "weights": "none", "max_steps": 3, "warmup_steps": 1}
 
@@ -107,7 +111,7 @@ def test_a_bad_value_in_any_cell_fails_before_running(tmp_path):
 # --- manifest ----------------------------------------------------------------------------------------
 def _manifest(tmp_path, batch=(4, 8)):
     plan = plan_cells(SweepSpec(lists={"batch_size": batch}, options=SYNTH, output=tmp_path))
-    from effbench.sweepspec import config_identity
+    from effbench.sweep.spec import config_identity
 
     cells = [{"key": c.key, "params": c.params, "config": config_identity(c.config)} for c in plan.cells]
     return plan, manifest.new_manifest(name=plan.name, preset=None, dims=plan.dims, zipped=False, cells=cells, command=["effbench", "sweep"])
@@ -179,7 +183,8 @@ def test_presets_module_lists_the_seed_experiments():
 
 
 def test_run_repeats_reaches_the_config_and_is_validated(monkeypatch, tmp_path, capsys):
-    from effbench import cli, runner
+    from effbench.cli import app as cli
+    from effbench.run import runner
     from effbench.config import RunConfig
 
     seen = {}

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from effbench.download import fetch, mirrored_url
+from effbench.system.download import fetch, mirrored_url
 from effbench.errors import EffbenchError
 
 MIRROR_ENV = "EFFBENCH_MIRROR"

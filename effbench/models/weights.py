@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from effbench.download import fetch, file_digest, mirrored_url
+from effbench.system.download import fetch, file_digest, mirrored_url
 from effbench.errors import EffbenchError
 from effbench.models.staged import StagedModel
 

@@ -28,13 +28,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from effbench import faults, observe, render, report, results, windows
+from effbench import results
+from effbench.run import faults
+from effbench.measure import observe
+from effbench.report import render
+from effbench.report import tables as report
+from effbench.analysis import windows
 from effbench.config import RunConfig
-from effbench.distributed import DistContext
+from effbench.launch.distributed import DistContext
 from effbench.errors import EffbenchError
-from effbench.launch import LaunchPlan
-from effbench.supervise import SupervisedResult
-from effbench.timing import Tally
+from effbench.launch.plan import LaunchPlan
+from effbench.launch.supervise import SupervisedResult
+from effbench.run.timing import Tally
 
 Echo = Callable[[str], None]
 
@@ -115,8 +120,8 @@ def plan_for(cfg: RunConfig, worker_args: list[str]) -> LaunchPlan:
     """The launch plan for `cfg` on this machine (needs torch only to count visible GPUs)."""
     import torch
 
-    from effbench.hardware import usable_cores
-    from effbench.launch import plan_launch
+    from effbench.system.hardware import usable_cores
+    from effbench.launch.plan import plan_launch
 
     visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
     return plan_launch(
@@ -141,7 +146,7 @@ def plan_for(cfg: RunConfig, worker_args: list[str]) -> LaunchPlan:
 # --------------------------------------------------------------------------------------------------
 def run(cfg: RunConfig, *, command: list[str], echo: Echo = print, progress: bool = True) -> RunOutcome:
     """Check, then run in-process or under torchrun; returns the run folder and its results."""
-    from effbench.preflight import raise_on_errors, run_checks
+    from effbench.system.preflight import raise_on_errors, run_checks
 
     # Container and environment checks (output, shm, GPUs, driver, caches, dataset mount) before any
     # folder exists; their messages carry the Docker / compose / Apptainer fix.
@@ -162,8 +167,8 @@ def run(cfg: RunConfig, *, command: list[str], echo: Echo = print, progress: boo
 def _run_under_torchrun(cfg: RunConfig, plan: LaunchPlan, spec_path: Path, *, command: list[str], echo: Echo, progress: bool) -> RunOutcome:
     import torch
 
-    from effbench.runtime import resolve_precision
-    from effbench.supervise import run_supervised
+    from effbench.run.runtime import resolve_precision
+    from effbench.launch.supervise import run_supervised
 
     precision, _ = resolve_precision(cfg.precision, torch.device(plan.device_type))
     run_dir = _fresh_path(cfg.output, run_name(cfg, device_label(plan), precision, dt.datetime.now()))
@@ -238,8 +243,8 @@ def _plan_from_dict(d: dict[str, Any]) -> LaunchPlan:
 
 def worker_main(spec_path: Path) -> int:
     """`effbench worker --spec F`: what each torchrun rank runs. Returns the process exit code."""
-    from effbench.distributed import process_group
-    from effbench.supervise import die_with_parent
+    from effbench.launch.distributed import process_group
+    from effbench.launch.supervise import die_with_parent
 
     die_with_parent(signal.SIGTERM)  # torchrun gone (SIGKILL): stop as if interrupted, never orphaned
     spec = json.loads(Path(spec_path).read_text())
@@ -276,13 +281,13 @@ def run_benchmark(
     import torch
 
     from effbench.data import build_data
-    from effbench.hardware import env_snapshot
+    from effbench.system.hardware import env_snapshot
     from effbench.models import build_model, trainable_parameters
-    from effbench.optim import build_optimizer, build_scheduler
-    from effbench.progress import Progress
+    from effbench.run.optim import build_optimizer, build_scheduler
+    from effbench.run.progress import Progress
     from effbench.config import resolve_for_device
-    from effbench.runtime import apply_backend_flags, resolve_runtime
-    from effbench.train import compile_time_s, data_epochs, steps_per_epoch, train_epochs
+    from effbench.run.runtime import apply_backend_flags, resolve_runtime
+    from effbench.run.train import compile_time_s, data_epochs, steps_per_epoch, train_epochs
 
     dist = dist or DistContext()
     # --- everything that can be the user's mistake, before a folder exists ----------------------
@@ -480,7 +485,7 @@ UTILIZATION_FILE = "utilization.csv"
 
 def _cpu_limit() -> float | None:
     """Cores this job may use: the tighter of the cgroup quota and the CPU affinity."""
-    from effbench.hardware import cpu_quota_cores, usable_cores
+    from effbench.system.hardware import cpu_quota_cores, usable_cores
 
     quota = cpu_quota_cores()
     return min(quota, float(usable_cores())) if quota is not None else float(usable_cores())
@@ -488,7 +493,7 @@ def _cpu_limit() -> float | None:
 
 def _profile_pass(model: Any, optimizer: Any, scheduler: Any, rt: Any, cfg: RunConfig, data: Any, dist: DistContext, run_dir: Path | None, record: dict[str, Any]) -> dict[str, Any] | None:
     """A few more steps under torch.profiler; a profiler failure is recorded, never fatal."""
-    from effbench.train import TrainStep
+    from effbench.run.train import TrainStep
 
     out_dir = run_dir if run_dir is not None and run_dir.exists() else None  # other ranks: shared folder only
     try:

@@ -80,9 +80,9 @@ def sweep(
     quiet: Annotated[bool, _opt("No per-step progress; one line per cell and the summary are still printed.")] = False,
 ) -> None:
     """Run every combination of the listed values (or a preset), one run folder per cell, resumable."""
-    from effbench import sweep as sweeper
-    from effbench.cli import invocation
-    from effbench.sweepspec import DIMENSIONS, SweepSpec, dim_option, one_value, parse_list
+    from effbench.sweep import runner as sweeper
+    from effbench.cli.app import invocation
+    from effbench.sweep.spec import DIMENSIONS, SweepSpec, dim_option, one_value, parse_list
 
     lists_given = {"arch": arch, "dataset": dataset, "gpus": gpus, "nproc": nproc, "batch_size": batch_size, "workers": workers,
                    "optimizer": optimizer, "batch_norm": batch_norm, "device": device, "precision": precision, "freeze": freeze,
@@ -126,7 +126,7 @@ def sweep(
 
 def report(folder: Annotated[Path, typer.Argument(help="A run folder (results.json) or a sweep folder (sweep.json).", show_default=False)]) -> None:
     """Re-render every table, plot and report.html of a run or sweep folder from its saved JSON (no torch)."""
-    from effbench import render
+    from effbench.report import render
 
     kind, files = render.write_reports(folder)
     typer.echo(f"{kind} {folder}: wrote {len(files)} files")
@@ -139,8 +139,10 @@ def compare(
     b: Annotated[Path, typer.Argument(help="Run or sweep folder B.", show_default=False)],
 ) -> None:
     """Per-metric deltas of B against A with 95% confidence intervals; says when a difference is within noise."""
-    from effbench import compare as cmp
-    from effbench import render, results, windows
+    from effbench.analysis import compare as cmp
+    from effbench import results
+    from effbench.report import render
+    from effbench.analysis import windows
 
     kinds = (render.folder_kind(a), render.folder_kind(b))
     if kinds[0] != kinds[1]:

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from effbench import analysis
-from effbench.monitor import UtilizationSampler, energy_j
+from effbench.analysis import efficiency as analysis
+from effbench.measure.monitor import UtilizationSampler, energy_j
 
 FLOP_COUNT_BATCH = 2  # FLOPs per image do not depend on the batch; 2 keeps BatchNorm well-defined
 
@@ -24,7 +24,7 @@ def count_flops(model: Any, rt: Any, image_size: int, num_classes: int) -> float
     """FLOPs of one forward+backward per image, on random inputs of the run's shape."""
     import torch
 
-    from effbench.flops import flops_per_image
+    from effbench.measure.flops import flops_per_image
 
     g = torch.Generator(device="cpu").manual_seed(0)
     x = torch.randn(FLOP_COUNT_BATCH, 3, image_size, image_size, generator=g).to(rt.device)
@@ -63,7 +63,7 @@ def profile(step: Any, loader: Any, *, device_type: str, out_dir: Path | None, r
     """The profiling pass on a fresh pass over the loader; out_dir None (no shared folder) skips files."""
     import tempfile
 
-    from effbench.profiling import run_profile_pass
+    from effbench.measure.profiling import run_profile_pass
 
     if out_dir is None:
         with tempfile.TemporaryDirectory(prefix="effbench-profile-") as tmp:

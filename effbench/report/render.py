@@ -16,11 +16,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from effbench import html_report as H
-from effbench import manifest as M
-from effbench import report, results, sweep_report, windows
+from effbench.report import html as H
+from effbench.sweep import manifest as M
+from effbench import results
+from effbench.report import tables as report
+from effbench.report import sweep_tables as sweep_report
+from effbench.analysis import windows
 from effbench.errors import EffbenchError
-from effbench.sweepspec import dim_option, show, varied
+from effbench.sweep.spec import dim_option, show, varied
 
 REPORT_HTML = "report.html"
 PLOTS_DIR = "plots"
@@ -49,7 +52,7 @@ def _images(plots: Sequence[Plot]) -> list[str]:
 # One run
 # --------------------------------------------------------------------------------------------------
 def run_plots(record: Mapping[str, Any], out_dir: Path) -> tuple[list[Plot], list[str]]:
-    from effbench import plots
+    from effbench.report import plots
 
     epochs = record.get("epochs") or []
     made: list[Plot] = []
@@ -161,7 +164,7 @@ def _dims(m: Mapping[str, Any]) -> dict[str, list[Any]]:
 
 
 def sweep_plots(rows: Sequence[Mapping[str, Any]], dims: Mapping[str, Sequence[Any]], out_dir: Path) -> tuple[list[Plot], list[str]]:
-    from effbench import plots
+    from effbench.report import plots
 
     made: list[Plot] = []
     problems: list[str] = []
@@ -227,7 +230,7 @@ def sweep_html(m: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], plots: S
             for g, members in sweep_report.groups(rows, names, dim).items():
                 srows = sweep_report.scaling_rows(members)
                 if srows:
-                    from effbench.scaling import HEADERS
+                    from effbench.analysis.scaling import HEADERS
 
                     body_s = [[_fmt(s.get(k)) for k in ("devices", "global_batch_size", "status", "throughput_img_s", "speedup", "ideal_speedup", "efficiency",
                                "data_time_per_epoch_s", "compute_time_per_epoch_s", "total_time_per_epoch_s", "straggler_spread_pct")] for s in srows]  # fmt: skip

@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from effbench import manifest as M
-from effbench import render, results
+from effbench.sweep import manifest as M
+from effbench import results
+from effbench.report import render
 from effbench.errors import EffbenchError
-from effbench.sweep_report import host_peak_gib
-from effbench.sweepspec import CELLS_DIR, SweepPlan, SweepSpec, config_identity, plan_cells
+from effbench.report.sweep_tables import host_peak_gib
+from effbench.sweep.spec import CELLS_DIR, SweepPlan, SweepSpec, config_identity, plan_cells
 
 ATTEMPTS_DIR = "attempts"
 # What a cell's run status becomes in the manifest; a run never left "running" behind a return.
@@ -55,7 +56,7 @@ class SweepOutcome:
 
 def _machine(spec: SweepSpec) -> tuple[int, int]:
     """(visible GPUs, usable cores): needed only to resolve the scaling preset, so torch loads only then."""
-    from effbench.hardware import usable_cores
+    from effbench.system.hardware import usable_cores
 
     if spec.preset != "scaling" or "gpus" in spec.lists or "nproc" in spec.lists:
         return 0, usable_cores()
@@ -71,7 +72,7 @@ def plan_sweep(spec: SweepSpec) -> SweepPlan:
 
 def blocked_cells(plan: SweepPlan, output: Path) -> dict[str, EffbenchError]:
     """Cells this machine cannot run (preflight errors: no GPU for --device cuda, a missing dataset)."""
-    from effbench.preflight import errors, run_checks
+    from effbench.system.preflight import errors, run_checks
 
     blocked: dict[str, EffbenchError] = {}
     for cell in plan.cells:
@@ -129,7 +130,7 @@ def _free_device_memory() -> None:
 
 def run_sweep(spec: SweepSpec, *, command: Sequence[str], echo: Callable[[str], None] = print, progress: bool = False) -> SweepOutcome:
     """Plan, check, then run every cell that is not ok yet; returns the final manifest."""
-    from effbench import runner
+    from effbench.run import runner
 
     plan = plan_sweep(spec)
     results.check_output_writable(spec.output)

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from effbench import stats
+from effbench.analysis import stats
 
 DEFAULT_WINDOWS = 5
 STEPS_FILE = "steps.csv"

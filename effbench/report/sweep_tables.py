@@ -15,9 +15,10 @@ from typing import Any
 
 from tabulate import tabulate
 
-from effbench import scaling as scaling_table
-from effbench import stats, windows
-from effbench.sweepspec import dim_option, show, varied
+from effbench.analysis import scaling as scaling_table
+from effbench.analysis import stats
+from effbench.analysis import windows
+from effbench.sweep.spec import dim_option, show, varied
 
 # A workers count is "enough" when its data time is within this fraction of the best (the lab's
 # question was the smallest count after which more workers stop helping).

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from effbench import preflight
+from effbench.system import preflight
 from effbench.config import RunConfig, smoke_overrides
 
 STATUS = {"ok": "ok", "warning": "WARN", "error": "FAIL"}
@@ -39,7 +39,7 @@ def findings_table(findings: list[preflight.Finding]) -> str:
 
 def environment_summary(gpu: preflight.GpuState) -> list[tuple[str, str]]:
     """The few facts that explain most findings: versions, GPUs, driver, container, uid."""
-    from effbench.hardware import container_runtime, shm_size_gib
+    from effbench.system.hardware import container_runtime, shm_size_gib
 
     shm = shm_size_gib()
     return [
@@ -68,7 +68,7 @@ def doctor(
     smoke: Annotated[bool, _opt("Check the `effbench run --smoke` preset; other options still override.")] = False,
 ) -> None:
     """Check this environment for a run: output, HOME and caches, /dev/shm, GPUs, driver, dataset."""
-    from effbench.launch import parse_counts
+    from effbench.launch.plan import parse_counts
 
     given = {
         "output": output, "data_dir": data_dir, "dataset": dataset, "download": download, "arch": arch,

@@ -129,7 +129,7 @@ def probe_gpus() -> GpuState:
 
 
 def _nvml_state() -> dict[str, object]:
-    from effbench.hardware import nvml_session
+    from effbench.system.hardware import nvml_session
 
     with nvml_session() as nvml:
         if nvml is None:

@@ -1,7 +1,7 @@
 """The profiling pass: a few extra steps under torch.profiler, run after the timed training so the
 profiler's overhead never touches the timed figures.
 
-    from effbench.profiling import run_profile_pass
+    from effbench.measure.profiling import run_profile_pass
     info = run_profile_pass(train_step, iter(loader), device_type="cuda", out_dir=run_dir, rank=rank)
 
 It writes, in `out_dir` (names without the `_rank{r}` suffix on rank 0):

@@ -18,7 +18,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from effbench import stats, windows
+from effbench.analysis import stats
+from effbench.analysis import windows
 
 # (key in windows, label, higher is better)
 WINDOW_METRICS = (

@@ -21,7 +21,7 @@ import typer
 UsageError = typer.BadParameter.__mro__[1]
 
 from effbench.errors import EffbenchError
-from effbench.launch import DEFAULT_RDZV_PORT
+from effbench.launch.plan import DEFAULT_RDZV_PORT
 
 app = typer.Typer(
     name="effbench",
@@ -93,9 +93,9 @@ def run(
     quiet: Annotated[bool, _opt("No progress lines; the final report is still printed.")] = False,
 ) -> None:
     """Train one model, measure it, and write a run folder with config, env, results and reports."""
-    from effbench import runner
+    from effbench.run import runner
     from effbench.config import RunConfig, smoke_overrides
-    from effbench.launch import parse_counts, slurm_settings
+    from effbench.launch.plan import parse_counts, slurm_settings
 
     given = {
         "arch": arch, "dataset": dataset, "data_dir": data_dir, "download": download, "val_fraction": val_fraction,
@@ -128,7 +128,7 @@ def run(
         outcome = runner.run(configs[0], command=command, echo=typer.echo, progress=not quiet)
         _exit_for(outcome)
         return
-    from effbench.series import run_scaling_series
+    from effbench.sweep.series import run_scaling_series
 
     series = run_scaling_series(configs, command=command, echo=typer.echo, progress=not quiet)
     worst = next((o for o in series.outcomes if o.results.get("status") != "ok"), None)
@@ -150,16 +150,16 @@ def _exit_for(outcome: Any) -> None:
 @app.command(hidden=True)
 def worker(spec: Annotated[Path, typer.Option(help="Launch spec written by `effbench run`.")]) -> None:
     """One torchrun rank of `effbench run` (started by effbench itself, not by hand)."""
-    from effbench.runner import worker_main
+    from effbench.run.runner import worker_main
 
     raise typer.Exit(worker_main(spec))
 
 
-from effbench.doctor import doctor  # noqa: E402  (torch-free: keeps --help instant)
+from effbench.cli.doctor import doctor  # noqa: E402  (torch-free: keeps --help instant)
 
 app.command()(doctor)
 
-from effbench.cli_sweep import compare, report, sweep  # noqa: E402  (torch-free until a sweep runs)
+from effbench.cli.sweep import compare, report, sweep  # noqa: E402  (torch-free until a sweep runs)
 
 app.command()(sweep)
 app.command()(report)

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from effbench import results, scaling
+from effbench import results
+from effbench.analysis import scaling
 from effbench.config import RunConfig
 
 SCALING_JSON = "scaling.json"
@@ -26,8 +27,8 @@ class SeriesOutcome:
 
 
 def run_scaling_series(configs: Sequence[RunConfig], *, command: list[str], echo: Callable[[str], None], progress: bool) -> SeriesOutcome:
-    from effbench import runner
-    from effbench.preflight import raise_on_errors, run_checks
+    from effbench.run import runner
+    from effbench.system.preflight import raise_on_errors, run_checks
 
     first = configs[0]
     raise_on_errors(run_checks(first, gpus_requested=max(c.gpus or 0 for c in configs)))

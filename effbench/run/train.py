@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from effbench.config import RunConfig
-from effbench.runtime import Runtime
-from effbench.timing import StepTimer, Tally, device_sync_fn
+from effbench.run.runtime import Runtime
+from effbench.run.timing import StepTimer, Tally, device_sync_fn
 
 # on_progress(epoch, step_in_epoch, steps_in_epoch, latest_loss)
 ProgressFn = Callable[[int, int, int, float], None]

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from effbench import presets, results
+from effbench import results
+from effbench.sweep import presets
 from effbench.config import RunConfig, option_name, smoke_overrides
 from effbench.errors import EffbenchError
 
