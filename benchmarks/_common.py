@@ -76,7 +76,14 @@ def print_table(rows: list[Row], title: str) -> None:
     ]
     print(conditions())
     print(f"## {title}")
-    print(tabulate(body, headers=["benchmark", "effbench", "reference", "ratio", "goal", "met", "note"], tablefmt="github", disable_numparse=True))
+    print(
+        tabulate(
+            body,
+            headers=["benchmark", "effbench", "reference", "ratio", "goal", "met", "note"],
+            tablefmt="github",
+            disable_numparse=True,
+        )
+    )
     sys.stdout.flush()
 
 

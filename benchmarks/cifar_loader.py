@@ -35,7 +35,9 @@ def epoch_img_s(data: object, device: object, warmup_batches: int, epoch: int) -
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tiny", action="store_true", help="a few seconds (CI)")
-    p.add_argument("--data-dir", type=Path, default=None, help="folder holding cifar-10-batches-py/ (default: generate one)")
+    p.add_argument(
+        "--data-dir", type=Path, default=None, help="folder holding cifar-10-batches-py/ (default: generate one)"
+    )
     p.add_argument("--images", type=int, default=None, help="training images to generate")
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--workers", type=int, default=2)
@@ -65,7 +67,9 @@ def main() -> None:
         epochs = iter(range(10_000))
         warm = 5
         fs, rs = alternate(
-            lambda: epoch_img_s(fast, device, warm, next(epochs)), lambda: epoch_img_s(ref, device, warm, next(epochs)), rounds
+            lambda: epoch_img_s(fast, device, warm, next(epochs)),
+            lambda: epoch_img_s(ref, device, warm, next(epochs)),
+            rounds,
         )
         size = fast.train_size
     row = Row("CIFAR-10 loader (img/s delivered)", fmt_rate(fs), fmt_rate(rs), median_ratio(fs, rs), GOAL,

@@ -38,12 +38,22 @@ def photo_jpeg(rng: object, w: int = 512, h: int = 384) -> bytes:
 
     y, x = np.mgrid[0:h, 0:w]
     ph = rng.uniform(0, 6, 3)  # type: ignore[attr-defined]
-    base = np.stack([128 + 100 * np.sin(x / 40 + ph[0]), 128 + 100 * np.cos(y / 30 + ph[1]), 128 + 80 * np.sin((x + y) / 50 + ph[2])], -1)
+    base = np.stack(
+        [
+            128 + 100 * np.sin(x / 40 + ph[0]),
+            128 + 100 * np.cos(y / 30 + ph[1]),
+            128 + 80 * np.sin((x + y) / 50 + ph[2]),
+        ],
+        -1,
+    )
     im = Image.fromarray(np.clip(base + rng.normal(0, 12, base.shape), 0, 255).astype(np.uint8))  # type: ignore[attr-defined]
     d = ImageDraw.Draw(im)
     for _ in range(12):
         x0, y0 = rng.integers(0, w), rng.integers(0, h)  # type: ignore[attr-defined]
-        d.ellipse([x0, y0, x0 + rng.integers(20, 150), y0 + rng.integers(20, 150)], fill=tuple(int(c) for c in rng.integers(0, 255, 3)))  # type: ignore[attr-defined]
+        d.ellipse(
+            [x0, y0, x0 + rng.integers(20, 150), y0 + rng.integers(20, 150)],
+            fill=tuple(int(c) for c in rng.integers(0, 255, 3)),
+        )  # type: ignore[attr-defined]
     im = im.filter(ImageFilter.GaussianBlur(1))
     buf = io.BytesIO()
     im.save(buf, format="JPEG", quality=90)

@@ -30,7 +30,9 @@ def effbench_throughput(cfg_kw: dict, out: Path) -> tuple[float, int]:
     from effbench.run import runner
     from effbench.config import RunConfig
 
-    outcome = runner.run(RunConfig(**cfg_kw, output=out), command=["harness_overhead.py"], echo=lambda _s: None, progress=False)
+    outcome = runner.run(
+        RunConfig(**cfg_kw, output=out), command=["harness_overhead.py"], echo=lambda _s: None, progress=False
+    )
     r = outcome.results
     assert r["status"] == "ok", r.get("error")
     return float(r["measured"]["throughput_img_s"]), int(r["launch"]["threads_per_proc"])
@@ -60,7 +62,9 @@ def bare_throughput(cfg_kw: dict, threads: int) -> float:
     ]  # fmt: skip
     crit = torch.nn.CrossEntropyLoss()
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    amp = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda" and torch.cuda.is_bf16_supported())
+    amp = torch.autocast(
+        device.type, dtype=torch.bfloat16, enabled=device.type == "cuda" and torch.cuda.is_bf16_supported()
+    )
 
     def step(i: int) -> None:
         x, y = pool[i % 4]

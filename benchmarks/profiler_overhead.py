@@ -54,7 +54,9 @@ def main() -> None:
 
         without, with_ = alternate(lambda: wall(False), lambda: wall(True), rounds)
     ratio = median_ratio(without, with_)
-    step_note = f"profiled step {100 * statistics.median(per_step):+.0f}% vs timed step" if per_step else "no per-step figure"
+    step_note = (
+        f"profiled step {100 * statistics.median(per_step):+.0f}% vs timed step" if per_step else "no per-step figure"
+    )
     row = Row("profiling pass (wall s)", fmt_rate(without, "s without"), fmt_rate(with_, "s with"), ratio, GOAL,
               f"pass = {100 * (1 - ratio):.0f}% of the run; {step_note}; {base['arch']}, {steps} steps; median of {rounds} round(s)")  # fmt: skip
     print_table([row], "--no-profile vs --profile, same run")

@@ -39,7 +39,11 @@ def main() -> None:
     p.add_argument("--tiny", action="store_true", help="a few seconds (CI)")
     p.add_argument("--runs", type=int, default=1)
     a = p.parse_args()
-    extra = ["--arch", "resnet18", "--batch-size", "4", "--max-steps", "3", "--warmup-steps", "1", "--no-profile"] if a.tiny else []
+    extra = (
+        ["--arch", "resnet18", "--batch-size", "4", "--max-steps", "3", "--warmup-steps", "1", "--no-profile"]
+        if a.tiny
+        else []
+    )
     walls = [wall_s(extra) for _ in range(a.runs)]
     wall = statistics.median(walls)
     what = "effbench run --smoke" + (" " + " ".join(extra) if extra else "")

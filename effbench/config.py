@@ -91,9 +91,7 @@ def parse_freeze(value: str) -> tuple[str, int]:
     """`classifier` | `none` | `last:N` -> (mode, N); N is 0 unless mode is `last`."""
     m = _FREEZE_RE.match(value.strip().lower())
     if not m:
-        raise EffbenchError(
-            "--freeze", f"bad spec {value!r}; use classifier, none, or last:N with N >= 1 blocks"
-        )
+        raise EffbenchError("--freeze", f"bad spec {value!r}; use classifier, none, or last:N with N >= 1 blocks")
     if m.group(2) is None:
         return m.group(1), 0
     n = int(m.group(2))
@@ -222,7 +220,7 @@ class RunConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
+    def from_dict(cls, d: dict[str, Any]) -> RunConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in known}
         for k in ("data_dir", "output"):
@@ -268,13 +266,17 @@ class RunConfig:
         if self.strategy == "dp" and self.device == "cpu":
             raise EffbenchError("--strategy", "dp (DataParallel) needs CUDA GPUs; use --strategy ddp with --device cpu")
         if self.node_rank is not None and not 0 <= self.node_rank < self.nnodes:
-            raise EffbenchError("--node-rank", f"{self.node_rank} is outside 0..{self.nnodes - 1} for --nnodes {self.nnodes}")
+            raise EffbenchError(
+                "--node-rank", f"{self.node_rank} is outside 0..{self.nnodes - 1} for --nnodes {self.nnodes}"
+            )
         if self.rdzv_endpoint is not None:
             from effbench.launch.plan import parse_endpoint
 
             parse_endpoint(self.rdzv_endpoint)
         if self.nnodes > 1 and self.rdzv_endpoint is None:
-            raise EffbenchError("--rdzv-endpoint", f"--nnodes {self.nnodes} needs HOST:PORT of a rendezvous (Slurm fills it in)")
+            raise EffbenchError(
+                "--rdzv-endpoint", f"--nnodes {self.nnodes} needs HOST:PORT of a rendezvous (Slurm fills it in)"
+            )
         if not self.sample_interval_s >= 0.05:
             raise EffbenchError("--sample-interval-s", f"must be at least 0.05 s (got {self.sample_interval_s})")
         if not self.pg_timeout_s > 0:
@@ -283,14 +285,29 @@ class RunConfig:
             raise EffbenchError("--no-batch-norm", "only applies to --arch resnet18; EfficientNet needs its BatchNorm")
         if self.loader == "auto":
             set_("loader", "fast")
-        if self.repeats is not None and self.max_steps is not None and self.repeats > self.epochs * self.max_steps - self.warmup_steps:
-            raise EffbenchError("--repeats", f"{self.repeats} windows need as many measured steps; raise --max-steps or --epochs, or lower --repeats")
+        if (
+            self.repeats is not None
+            and self.max_steps is not None
+            and self.repeats > self.epochs * self.max_steps - self.warmup_steps
+        ):
+            raise EffbenchError(
+                "--repeats",
+                f"{self.repeats} windows need as many measured steps; raise --max-steps or --epochs, or lower --repeats",
+            )
         if self.gpu_decode and (self.loader != "fast" or self.dataset not in ("food101", "imagefolder")):
-            raise EffbenchError("--gpu-decode", "decodes image files in the fast loader; use it with --loader fast and --dataset food101 or imagefolder")
+            raise EffbenchError(
+                "--gpu-decode",
+                "decodes image files in the fast loader; use it with --loader fast and --dataset food101 or imagefolder",
+            )
         if self.compile and self.data_only:
-            raise EffbenchError("--compile", "--data-only runs no model, so there is nothing to compile; drop one of them")
+            raise EffbenchError(
+                "--compile", "--data-only runs no model, so there is nothing to compile; drop one of them"
+            )
         if self.compile and self.warmup_steps < 1:
-            raise EffbenchError("--warmup-steps", "--compile compiles in the first step; use at least 1 warm-up step so it is not measured")
+            raise EffbenchError(
+                "--warmup-steps",
+                "--compile compiles in the first step; use at least 1 warm-up step so it is not measured",
+            )
 
         # Defaults that depend on other fields, resolved once so config.json is explicit.
         if self.weights is None:
@@ -355,7 +372,10 @@ def resolve_for_device(cfg: RunConfig, device_type: str) -> RunConfig:
         impl = ("fused" if cfg.optimizer in FUSED_OPTIMIZERS["cuda"] else "foreach") if cuda else "for-loop"
     elif impl == "fused" and cfg.optimizer not in FUSED_OPTIMIZERS.get(device_type, ()):
         has = ", ".join(FUSED_OPTIMIZERS.get(device_type, ())) or "none"
-        raise EffbenchError("--optimizer-impl", f"{cfg.optimizer} has no fused kernel on {device_type} (fused: {has}); use foreach or for-loop")
+        raise EffbenchError(
+            "--optimizer-impl",
+            f"{cfg.optimizer} has no fused kernel on {device_type} (fused: {has}); use foreach or for-loop",
+        )
     return dataclasses.replace(
         cfg,
         channels_last=cuda if cfg.channels_last is None else cfg.channels_last,

@@ -119,7 +119,9 @@ def read_results(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise EffbenchError(str(path), "not found; pass a run folder that holds results.json") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise EffbenchError(str(path), f"is not readable JSON ({e}); rerun the benchmark or delete the folder") from None
+        raise EffbenchError(
+            str(path), f"is not readable JSON ({e}); rerun the benchmark or delete the folder"
+        ) from None
     if not isinstance(data, dict):
         raise EffbenchError(str(path), "is not a results object; rerun the benchmark or delete the folder")
     version = data.get("schema_version")
@@ -130,7 +132,9 @@ def read_results(path: Path) -> dict[str, Any]:
             str(path), f"uses schema_version {version}, newer than this effbench ({SCHEMA_VERSION}); upgrade effbench"
         )
     if data.get("status") not in STATUSES:
-        raise EffbenchError(str(path), f"has an unknown status {data.get('status')!r}; expected one of {', '.join(STATUSES)}")
+        raise EffbenchError(
+            str(path), f"has an unknown status {data.get('status')!r}; expected one of {', '.join(STATUSES)}"
+        )
     return data
 
 

@@ -1,10 +1,10 @@
 """Shared fixtures: small datasets in the real formats (tests/fakedata.py) and a loopback HTTP server.
 
-    cifar100_dir, cifar10_dir, food101_dir, imagefolder_dir   a fresh --data-dir per test (Path), outside
-                                                              tmp_path so tests may use tmp_path as --output
-    imagefolder_split_dir                                     train/ + val/ shape
-    http_server                                               Served(root, url): files put in root
-                                                              are served at url/<name>
+cifar100_dir, cifar10_dir, food101_dir, imagefolder_dir   a fresh --data-dir per test (Path), outside
+                                                          tmp_path so tests may use tmp_path as --output
+imagefolder_split_dir                                     train/ + val/ shape
+http_server                                               Served(root, url): files put in root
+                                                          are served at url/<name>
 """
 
 from __future__ import annotations

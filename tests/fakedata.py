@@ -91,7 +91,11 @@ def make_cifar(root: Path, variant: str = "cifar100", n_train: int = 64, n_test:
 
     def batch(n: int, label: str) -> dict:
         labels = rng.integers(0, classes, size=n)
-        d = {"batch_label": label, "data": cifar_images(n, labels, rng), "filenames": [f"img_{i:05d}.png" for i in range(n)]}
+        d = {
+            "batch_label": label,
+            "data": cifar_images(n, labels, rng),
+            "filenames": [f"img_{i:05d}.png" for i in range(n)],
+        }
         if variant == "cifar100":
             d.update(fine_labels=labels.tolist(), coarse_labels=(labels // 5).tolist())
         else:
@@ -101,7 +105,10 @@ def make_cifar(root: Path, variant: str = "cifar100", n_train: int = 64, n_test:
     if variant == "cifar100":
         (folder / "train").write_bytes(py2_pickle(batch(n_train, "training batch 1 of 1")))
         (folder / "test").write_bytes(py2_pickle(batch(n_test, "testing batch 1 of 1")))
-        meta = {"fine_label_names": [f"fine_{i:02d}" for i in range(100)], "coarse_label_names": [f"coarse_{i:02d}" for i in range(20)]}
+        meta = {
+            "fine_label_names": [f"fine_{i:02d}" for i in range(100)],
+            "coarse_label_names": [f"coarse_{i:02d}" for i in range(20)],
+        }
         (folder / "meta").write_bytes(py2_pickle(_b(meta)))
     else:
         assert n_train >= 5, "CIFAR-10 spreads training images over 5 batch files"
@@ -160,7 +167,13 @@ def make_food101(root: Path, classes: int = 3, per_class: int = 8, size: int = 6
 
 
 def make_imagefolder(
-    root: Path, classes: int = 3, per_class: int = 6, size: int = 40, split: bool = False, val_per_class: int = 2, seed: int = 0
+    root: Path,
+    classes: int = 3,
+    per_class: int = 6,
+    size: int = 40,
+    split: bool = False,
+    val_per_class: int = 2,
+    seed: int = 0,
 ) -> Path:
     """Class folders directly under root, or under root/train and root/val with split=True.
     Every third image is a PNG so more than one decoder is exercised."""

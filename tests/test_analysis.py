@@ -72,8 +72,19 @@ def test_gpu_names_resolve(name, model):
 
 @pytest.mark.parametrize(
     "name",
-    [None, "", "NVIDIA A10G", "NVIDIA H100", "NVIDIA GeForce RTX 3090 Ti", "NVIDIA GeForce RTX 4090 D",
-     "NVIDIA L40", "AMD Instinct MI300X", "NVIDIA B200", "Tesla V100-SXM3-32GB", "NVIDIA GeForce GTX 1080"],
+    [
+        None,
+        "",
+        "NVIDIA A10G",
+        "NVIDIA H100",
+        "NVIDIA GeForce RTX 3090 Ti",
+        "NVIDIA GeForce RTX 4090 D",
+        "NVIDIA L40",
+        "AMD Instinct MI300X",
+        "NVIDIA B200",
+        "Tesla V100-SXM3-32GB",
+        "NVIDIA GeForce GTX 1080",
+    ],
 )
 def test_unknown_gpus_get_no_peak(name):
     assert gpu_model(name) is None
@@ -172,9 +183,7 @@ def test_compute_bound_cites_mfu():
 
 
 def test_cpu_run_is_compute_bound_on_the_cpu():
-    v = verdict(
-        Measurements(0.05, None, None, None, None, workers=0, processes=1, mfu=None, device_type="cpu")
-    )
+    v = verdict(Measurements(0.05, None, None, None, None, workers=0, processes=1, mfu=None, device_type="cpu"))
     assert v.bottleneck == "compute-bound" and "CPU run" in v.evidence and "--device cuda" in v.advice
 
 
@@ -232,7 +241,12 @@ def test_precedence_order():
     assert verdict(last).bottleneck == "host/launch-bound"
     assert verdict(dataclasses.replace(last, gpu_util_pct_mean=99.0)).bottleneck == "compute-bound"
     assert analysis.BOTTLENECKS == (
-        "cpu-starved", "input-bound", "communication-bound", "memory-capacity-bound", "host/launch-bound", "compute-bound"
+        "cpu-starved",
+        "input-bound",
+        "communication-bound",
+        "memory-capacity-bound",
+        "host/launch-bound",
+        "compute-bound",
     )
 
 

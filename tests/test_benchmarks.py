@@ -21,8 +21,14 @@ ROW = re.compile(r"^\|[^|]+\|[^|]+\|[^|]+\| (\d+\.\d\d) +\| >= [\d.]+ +\| (yes|N
 def outputs() -> dict[str, subprocess.CompletedProcess]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     procs = {
-        name: subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), "--tiny"], cwd=ROOT, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        name: subprocess.Popen(
+            [sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), "--tiny"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
         for name in SCRIPTS
     }
     done = {}

@@ -37,8 +37,20 @@ def test_options_map_to_config_fields(captured, capsys, tmp_path):
     )  # fmt: skip
     assert code == 0
     cfg: RunConfig = captured["cfg"]
-    assert (cfg.arch, cfg.dataset, cfg.batch_size, cfg.workers, cfg.optimizer) == ("efficientnet-b5", "food101", 32, 4, "adam")
-    assert (cfg.freeze, cfg.weights, cfg.precision, cfg.channels_last, cfg.val_fraction) == ("last:2", "none", "bf16", True, 0.25)
+    assert (cfg.arch, cfg.dataset, cfg.batch_size, cfg.workers, cfg.optimizer) == (
+        "efficientnet-b5",
+        "food101",
+        32,
+        4,
+        "adam",
+    )
+    assert (cfg.freeze, cfg.weights, cfg.precision, cfg.channels_last, cfg.val_fraction) == (
+        "last:2",
+        "none",
+        "bf16",
+        True,
+        0.25,
+    )
     assert (cfg.output, cfg.data_dir, cfg.max_steps, cfg.seed) == (tmp_path / "o", tmp_path / "d", 7, 3)
     assert captured["command"][:2] == ["effbench", "run"] or captured["command"][0] == "effbench"
 

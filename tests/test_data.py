@@ -25,7 +25,16 @@ CPU = torch.device("cpu")
 
 def config(data_dir: Path, dataset: str, **kw) -> RunConfig:
     # These tests pin the torchvision loader (the seeds' per-sample pipeline); tests/test_fast_loader.py covers --loader fast.
-    base = dict(arch="resnet18", dataset=dataset, data_dir=data_dir, image_size=32, batch_size=4, workers=0, seed=0, loader="torchvision")
+    base = dict(
+        arch="resnet18",
+        dataset=dataset,
+        data_dir=data_dir,
+        image_size=32,
+        batch_size=4,
+        workers=0,
+        seed=0,
+        loader="torchvision",
+    )
     return RunConfig(**{**base, **kw})
 
 
@@ -59,7 +68,7 @@ def test_cifar100_batches_are_normalized_nchw_float32_with_int64_labels(cifar100
     assert len(batches) == len(data.train) == 16
     for x, y in batches:
         assert x.shape == (4, 3, 32, 32) and x.dtype == torch.float32 and not x.is_pinned()
-        assert y.shape == (4,) and y.dtype == torch.int64 and 0 <= int(y.min()) and int(y.max()) < 100
+        assert y.shape == (4,) and y.dtype == torch.int64 and int(y.min()) >= 0 and int(y.max()) < 100
 
     # Validation is deterministic (ToTensor + Normalize) and in file order: compare with the pickle.
     raw = fakedata.read_cifar_raw(cifar100_dir / "cifar-100-python" / "test")
@@ -284,7 +293,9 @@ def test_planted_pickle_is_refused_without_running_it(cifar100_dir, tmp_path):
     assert str(path) in info.value.message and "refused to load" in info.value.message
 
 
-@pytest.mark.parametrize("module, name", [("builtins", "eval"), ("subprocess", "Popen"), ("numpy", "load"), ("posix", "system")])
+@pytest.mark.parametrize(
+    "module, name", [("builtins", "eval"), ("subprocess", "Popen"), ("numpy", "load"), ("posix", "system")]
+)
 def test_restricted_unpickler_refuses_other_globals(module, name):
     payload = b"\x80\x02c" + f"{module}\n{name}\n".encode() + b"."
     import io
@@ -364,7 +375,8 @@ def test_imagefolder_val_classes_must_exist_in_train(imagefolder_split_dir):
 
 
 @pytest.mark.parametrize(
-    "dataset, fixture", [("cifar100", "cifar100_dir"), ("food101", "food101_dir"), ("imagefolder", "imagefolder_split_dir")]
+    "dataset, fixture",
+    [("cifar100", "cifar100_dir"), ("food101", "food101_dir"), ("imagefolder", "imagefolder_split_dir")],
 )
 def test_batch_larger_than_the_training_split_raises(request, dataset, fixture):
     root = request.getfixturevalue(fixture)

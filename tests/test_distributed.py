@@ -189,7 +189,16 @@ def test_cpu_scaling_series_writes_the_table(tmp_path):
 def test_merge_epoch_sums_images_and_keeps_the_slowest_rank():
     a = {"epoch": 0, "images": 32, "total_time_s": 1.0, "data_time_s": 0.2, "compute_time_s": 0.8, "train_loss": 2.0,
          "train_top1": 0.5, "val_loss": 1.0, "val_top1": 0.25, "val_images": 10, "val_time_s": 0.1}  # fmt: skip
-    b = dict(a, total_time_s=2.0, data_time_s=1.5, compute_time_s=0.5, train_loss=4.0, train_top1=0.0, val_top1=0.75, val_images=30)
+    b = dict(
+        a,
+        total_time_s=2.0,
+        data_time_s=1.5,
+        compute_time_s=0.5,
+        train_loss=4.0,
+        train_top1=0.0,
+        val_top1=0.75,
+        val_images=30,
+    )
     m = merge_epoch([a, b])
     assert m["images"] == 64 and m["data_time_s"] == 1.5 and m["total_time_s"] == 2.0
     assert m["train_loss"] == pytest.approx(3.0) and m["val_top1"] == pytest.approx((0.25 * 10 + 0.75 * 30) / 40)
@@ -228,7 +237,9 @@ def test_rank0_stopped_by_torchrun_is_failed_with_the_root_cause():
     from effbench.launch.supervise import ChildFailure
 
     r = settle_with_torchrun({"status": "interrupted", "signal": 15}, _outcome(1, ChildFailure(rank=1, exitcode=-9)))
-    assert r["status"] == "failed" and "signal" not in r and r["error"]["message"] == "rank 1 failed (killed by SIGKILL)"
+    assert (
+        r["status"] == "failed" and "signal" not in r and r["error"]["message"] == "rank 1 failed (killed by SIGKILL)"
+    )
 
 
 def test_rank0s_own_failure_stays_its_own_and_a_signal_marks_interrupted():

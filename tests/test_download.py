@@ -20,7 +20,9 @@ ARCHIVE = "cifar-10-python.tar.gz"
 
 
 def cfg(data_dir: Path, **kw) -> RunConfig:
-    return RunConfig(arch="resnet18", dataset="cifar10", data_dir=data_dir, download=True, batch_size=4, workers=0, **kw)
+    return RunConfig(
+        arch="resnet18", dataset="cifar10", data_dir=data_dir, download=True, batch_size=4, workers=0, **kw
+    )
 
 
 def serve_cifar10(http_server, tmp_path: Path, monkeypatch, *, md5: str | None = None) -> Path:

@@ -63,7 +63,12 @@ def test_cifar_run_records_the_resolved_loader_and_device_defaults(tmp_path, cap
     assert code == 0, err
     run = only_run(tmp_path)
     cfg = json.loads((run / "config.json").read_text())
-    assert (cfg["loader"], cfg["channels_last"], cfg["pin_memory"], cfg["optimizer_impl"]) == ("fast", False, False, "for-loop")
+    assert (cfg["loader"], cfg["channels_last"], cfg["pin_memory"], cfg["optimizer_impl"]) == (
+        "fast",
+        False,
+        False,
+        "for-loop",
+    )
     r = json.loads((run / "results.json").read_text())
     assert r["backend"]["optimizer_impl"] == "for-loop" and r["compile_time_s"] is None
     assert r["data"]["workers"] == 0 and r["data"]["batches_on_device"] is True
@@ -146,7 +151,10 @@ def test_fast_options_map_to_config_fields(captured, capsys):
         "fast", True, False, False, True, "foreach",
     )  # fmt: skip
     assert invoke(["run", "--smoke", "--compile"], capsys)[0] == 0 and captured["cfg"].compile is True
-    assert invoke(["run", "--smoke", "--loader", "torchvision"], capsys)[0] == 0 and captured["cfg"].loader == "torchvision"
+    assert (
+        invoke(["run", "--smoke", "--loader", "torchvision"], capsys)[0] == 0
+        and captured["cfg"].loader == "torchvision"
+    )
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,16 @@ CPU = torch.device("cpu")
 
 
 def build(data_dir: Path, dataset: str, *, rank: int = 0, world_size: int = 1, **kw) -> DataBundle:
-    base = dict(arch="resnet18", dataset=dataset, data_dir=data_dir, image_size=32, batch_size=4, workers=0, seed=0, loader="fast")
+    base = dict(
+        arch="resnet18",
+        dataset=dataset,
+        data_dir=data_dir,
+        image_size=32,
+        batch_size=4,
+        workers=0,
+        seed=0,
+        loader="fast",
+    )
     return build_data(RunConfig(**{**base, **kw}), CPU, rank=rank, world_size=world_size)
 
 
@@ -69,7 +78,9 @@ def test_fast_cifar_is_one_permutation_per_epoch_and_two_ranks_split_it(cifar100
     _, y = epoch_batches(one, 0)
     assert torch.equal(y, labels[idx0])  # the batches follow that permutation
     one.set_epoch(1)
-    assert sorted(one.train.epoch_indices().tolist()) == list(range(64)) and not torch.equal(one.train.epoch_indices(), idx0)
+    assert sorted(one.train.epoch_indices().tolist()) == list(range(64)) and not torch.equal(
+        one.train.epoch_indices(), idx0
+    )
 
     ranks = [build(cifar100_dir, "cifar100", rank=r, world_size=2) for r in (0, 1)]
     for epoch in (0, 3):
@@ -234,7 +245,9 @@ def test_gpu_decode_path_skips_undecodable_jpegs_and_keeps_batches_full(food101_
     fakedata.corrupt_file(bad)
     src = food101.load(food101_dir, download=False)
     opts = LoaderOptions(batch_size=3, workers=0, seed=0)
-    train, val, set_epoch, log, recipe = build_loaders(src.train, src.val, opts, CPU, 32, channels_last=False, gpu_decode=True)
+    train, val, set_epoch, log, recipe = build_loaders(
+        src.train, src.val, opts, CPU, 32, channels_last=False, gpu_decode=True
+    )
     set_epoch(0)
     batches = list(train)
     assert len(batches) == 6 and all(x.shape == (3, 3, 32, 32) for x, _ in batches)
@@ -261,7 +274,12 @@ def test_auto_loader_resolves_to_fast_and_device_defaults_are_explicit():
     gpu = resolve_for_device(cfg, "cuda")
     assert (gpu.channels_last, gpu.cudnn_benchmark, gpu.pin_memory, gpu.optimizer_impl) == (True, True, True, "fused")
     cpu = resolve_for_device(cfg, "cpu")
-    assert (cpu.channels_last, cpu.cudnn_benchmark, cpu.pin_memory, cpu.optimizer_impl) == (False, False, False, "for-loop")
+    assert (cpu.channels_last, cpu.cudnn_benchmark, cpu.pin_memory, cpu.optimizer_impl) == (
+        False,
+        False,
+        False,
+        "for-loop",
+    )
     assert resolve_for_device(RunConfig(optimizer="adadelta"), "cuda").optimizer_impl == "foreach"
     assert resolve_for_device(RunConfig(channels_last=False), "cuda").channels_last is False  # an explicit choice stays
     assert RunConfig.from_dict(gpu.to_dict()) == gpu
@@ -270,7 +288,9 @@ def test_auto_loader_resolves_to_fast_and_device_defaults_are_explicit():
     assert info.value.option == "--optimizer-impl"
 
 
-@pytest.mark.parametrize("impl, flag, value", [("fused", "fused", True), ("foreach", "foreach", True), ("for-loop", "foreach", False)])
+@pytest.mark.parametrize(
+    "impl, flag, value", [("fused", "fused", True), ("foreach", "foreach", True), ("for-loop", "foreach", False)]
+)
 def test_optimizer_impl_reaches_torch_optim(impl, flag, value):
     from effbench.run.optim import build_optimizer
 
@@ -313,7 +333,9 @@ def test_uint8_and_grid_random_resized_crops_agree():
     # smooth image their outputs differ only by interpolation.
     yy, xx = torch.meshgrid(torch.arange(64.0), torch.arange(64.0), indexing="ij")
     img = torch.stack([xx * 2, yy * 2, xx + yy]).clamp(0, 255)[None].repeat(16, 1, 1, 1)
-    a = augment.random_resized_crop_flip_uint8(img.round().to(torch.uint8), 32, torch.Generator().manual_seed(5)).float()
+    a = augment.random_resized_crop_flip_uint8(
+        img.round().to(torch.uint8), 32, torch.Generator().manual_seed(5)
+    ).float()
     b = augment.random_resized_crop_flip(img, 32, torch.Generator().manual_seed(5))
     assert a.shape == b.shape == (16, 3, 32, 32)
     assert (a - b).abs().mean() < 3.0, (a - b).abs().mean()

@@ -149,7 +149,10 @@ MATRIX = [
     # data
     (["run", *TINY_RUN, "--dataset", "cifar10", "--data-dir", "{missing}"], "--data-dir"),
     (["run", *TINY_RUN, "--dataset", "cifar10", "--data-dir", "{truncated_cifar}"], "data_batch_1"),
-    (["run", *TINY_RUN, "--dataset", "cifar10", "--data-dir", "{small_cifar}", "--batch-size", "100000"], "--batch-size"),
+    (
+        ["run", *TINY_RUN, "--dataset", "cifar10", "--data-dir", "{small_cifar}", "--batch-size", "100000"],
+        "--batch-size",
+    ),
     (["run", *TINY_RUN, "--dataset", "food101", "--data-dir", "{malformed_food}"], "train.json"),
     (["run", *TINY_RUN, "--dataset", "imagefolder", "--data-dir", "{empty_imagefolder}"], "--data-dir"),
     # output
@@ -186,7 +189,9 @@ MATRIX = [
 ]
 
 
-@pytest.mark.parametrize("args, needle", MATRIX, ids=[f"{i:02d}-{' '.join(a[:1] + a[-2:])}" for i, (a, _) in enumerate(MATRIX)])
+@pytest.mark.parametrize(
+    "args, needle", MATRIX, ids=[f"{i:02d}-{' '.join(a[:1] + a[-2:])}" for i, (a, _) in enumerate(MATRIX)]
+)
 def test_bad_input_matrix(tmp_path, capsys, monkeypatch, args, needle):
     import torch
 
@@ -349,7 +354,9 @@ def test_a_weights_file_that_would_run_code_does_not(tmp_path, capsys):
     marker.unlink(missing_ok=True)
     evil = tmp_path / "evil.pt"
     evil.write_bytes(pickle.dumps({"conv1.weight": _Boom()}))
-    code, _, err = invoke(["run", *TINY_RUN, "--dataset", "synthetic", "--weights", evil, "--output", tmp_path / "out"], capsys)
+    code, _, err = invoke(
+        ["run", *TINY_RUN, "--dataset", "synthetic", "--weights", evil, "--output", tmp_path / "out"], capsys
+    )
     assert code == 2 and "--weights" in err
     assert not marker.exists()
 
@@ -433,6 +440,8 @@ def test_a_results_file_from_a_newer_schema_is_refused_by_name(tmp_path):
 
 def test_cli_entry_point_has_no_traceback_for_a_python_level_crash_of_the_parser():
     # `python -m effbench` with a garbage option: Typer's usage error is also one line, exit 2.
-    res = subprocess.run([sys.executable, "-m", "effbench", "run", "--batch-size", "many"], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "effbench", "run", "--batch-size", "many"], capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and "--batch-size" in res.stderr

@@ -35,7 +35,14 @@ def v2_tree(root: Path, cpu_max: str | None = None, memory_max: str | None = Non
 
 @pytest.mark.parametrize(
     ("text", "cores"),
-    [("max 100000", None), ("200000 100000", 2.0), ("150000 100000", 1.5), ("50000 100000", 0.5), ("", None), ("junk", None)],
+    [
+        ("max 100000", None),
+        ("200000 100000", 2.0),
+        ("150000 100000", 1.5),
+        ("50000 100000", 0.5),
+        ("", None),
+        ("junk", None),
+    ],
 )
 def test_parse_cpu_max(text, cores):
     assert parse_cpu_max(text) == cores
@@ -151,7 +158,13 @@ def test_env_snapshot_keeps_its_keys_and_adds_the_new_ones(monkeypatch):
     snap = env_snapshot()
     for key in ("python", "torch", "cpu_cores_usable", "cuda_available", "gpu_count", "env_vars"):
         assert key in snap
-    for key in ("container_runtime", "cgroup_cpu_quota_cores", "cgroup_memory_limit_gib", "shm_size_gib", "nccl_version"):
+    for key in (
+        "container_runtime",
+        "cgroup_cpu_quota_cores",
+        "cgroup_memory_limit_gib",
+        "shm_size_gib",
+        "nccl_version",
+    ):
         assert key in snap
     assert snap["container_runtime"] in ("docker", "podman", "apptainer", "none")
     assert snap["env_vars"]["NCCL_DEBUG"] == "WARN"

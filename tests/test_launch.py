@@ -58,7 +58,9 @@ def test_slurm_two_nodes_builds_c10d_rendezvous():
     }  # fmt: skip
     s = launch.slurm_settings(env)
     assert s == launch.SlurmSettings(nnodes=2, node_rank=1, rdzv_host="gpu07", job_id="4242")
-    p = plan(visible_gpus=4, nnodes=s.nnodes, node_rank=s.node_rank, rdzv_endpoint=f"{s.rdzv_host}:29500", rdzv_id=s.job_id)
+    p = plan(
+        visible_gpus=4, nnodes=s.nnodes, node_rank=s.node_rank, rdzv_endpoint=f"{s.rdzv_host}:29500", rdzv_id=s.job_id
+    )
     assert p.world_size == 8
     assert p.argv[:3] == ["/usr/bin/python3", "-m", "torch.distributed.run"]
     assert "--standalone" not in p.argv
@@ -69,7 +71,13 @@ def test_slurm_two_nodes_builds_c10d_rendezvous():
 
 @pytest.mark.parametrize(
     "nodelist, host",
-    [("node01", "node01"), ("a,b", "a"), ("gpu[01-04,07]", "gpu01"), ("gpu[3,5],cpu[1-2]", "gpu3"), ("x-y[010-012]", "x-y010")],
+    [
+        ("node01", "node01"),
+        ("a,b", "a"),
+        ("gpu[01-04,07]", "gpu01"),
+        ("gpu[3,5],cpu[1-2]", "gpu3"),
+        ("x-y[010-012]", "x-y010"),
+    ],
 )
 def test_first_host_of_a_slurm_nodelist(nodelist, host):
     assert launch.first_host(nodelist) == host
@@ -109,7 +117,9 @@ def test_too_many_gpus_says_what_is_visible_and_why():
     with pytest.raises(EffbenchError) as info:
         plan(visible_gpus=1, gpus=3, env={"CUDA_VISIBLE_DEVICES": "GPU-1234"})
     msg = str(info.value)
-    assert "3 GPUs requested but 1 visible" in msg and "CUDA_VISIBLE_DEVICES=GPU-1234" in msg and "--gpus-per-node" in msg
+    assert (
+        "3 GPUs requested but 1 visible" in msg and "CUDA_VISIBLE_DEVICES=GPU-1234" in msg and "--gpus-per-node" in msg
+    )
 
 
 @pytest.mark.parametrize("text, parsed", [("2", [2]), ("1,2,4", [1, 2, 4]), (" 1 , 8 ", [1, 8])])
@@ -124,7 +134,10 @@ def test_parse_counts_rejects(text):
     assert info.value.option == "--nproc"
 
 
-@pytest.mark.parametrize("text, parsed", [("node01:29500", ("node01", 29500)), ("127.0.0.1:1", ("127.0.0.1", 1)), ("[::1]:29400", ("::1", 29400))])
+@pytest.mark.parametrize(
+    "text, parsed",
+    [("node01:29500", ("node01", 29500)), ("127.0.0.1:1", ("127.0.0.1", 1)), ("[::1]:29400", ("::1", 29400))],
+)
 def test_parse_endpoint(text, parsed):
     assert launch.parse_endpoint(text) == parsed
 

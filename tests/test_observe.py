@@ -127,9 +127,32 @@ def test_starved_food101_run_is_input_bound_and_synthetic_is_not(tmp_path, capsy
     # Large JPEGs decoded in the training process (--workers 0) against a tiny frozen-base step:
     # decoding dominates by a wide margin, even on a loaded machine.
     food = make_food101(tmp_path / "data", classes=2, per_class=24, size=800)
-    common = ["--arch", "b0", "--weights", "none", "--freeze", "classifier", "--image-size", "32", "--device", "cpu",
-              "--batch-size", "8", "--epochs", "1", "--max-steps", "4", "--warmup-steps", "1", "--workers", "0",
-              "--loader", "torchvision", "--no-profile", "--quiet"]  # fmt: skip  (the seeds' per-sample loader starves here)
+    common = [
+        "--arch",
+        "b0",
+        "--weights",
+        "none",
+        "--freeze",
+        "classifier",
+        "--image-size",
+        "32",
+        "--device",
+        "cpu",
+        "--batch-size",
+        "8",
+        "--epochs",
+        "1",
+        "--max-steps",
+        "4",
+        "--warmup-steps",
+        "1",
+        "--workers",
+        "0",
+        "--loader",
+        "torchvision",
+        "--no-profile",
+        "--quiet",
+    ]  # fmt: skip  (the seeds' per-sample loader starves here)
     _run(["run", *common, "--dataset", "food101", "--data-dir", food, "--output", tmp_path / "food"], capsys)
     _run(["run", *common, "--dataset", "synthetic", "--output", tmp_path / "syn"], capsys)
     (food_run,) = list((tmp_path / "food").iterdir())

@@ -194,7 +194,9 @@ def test_small_shm_with_workers_is_an_error_with_the_size_to_ask_for(tmp_path):
     err = first_error(findings)
     assert err.check == "shm" and err.option == "--workers"
     assert "64 MiB free" in err.message and "hang" in err.message
-    assert "--shm-size=1g" in err.fix and "SHM_SIZE=1gb" in err.fix and "Apptainer" in err.fix and "--workers 0" in err.fix
+    assert (
+        "--shm-size=1g" in err.fix and "SHM_SIZE=1gb" in err.fix and "Apptainer" in err.fix and "--workers 0" in err.fix
+    )
 
 
 def test_shm_is_not_checked_without_workers_or_for_synthetic_data(tmp_path):
@@ -245,7 +247,10 @@ def test_old_driver_for_the_cuda_build_is_an_error_with_the_cu126_build(tmp_path
     assert "supports CUDA up to 12.4" in err.message and "built for CUDA 13.0" in err.message
     assert "TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126" in err.fix
     # only one error for the one cause: no second "no GPU visible"
-    assert len(preflight.errors(preflight.run_checks(cfg(tmp_path, device="cuda"), env=ENV, probes=probes(), gpu=gpu))) == 1
+    assert (
+        len(preflight.errors(preflight.run_checks(cfg(tmp_path, device="cuda"), env=ENV, probes=probes(), gpu=gpu)))
+        == 1
+    )
 
 
 def test_same_major_older_driver_is_only_a_warning(tmp_path):
@@ -300,7 +305,9 @@ def test_low_memlock_warns_for_multi_gpu_only(tmp_path):
     (mem,) = by_check(multi, "memlock")
     assert mem.level == "warning" and "8 MiB" in mem.message and "--ulimit memlock=-1:-1" in mem.fix
     assert preflight.errors(multi) == []
-    single = preflight.run_checks(cfg(tmp_path, device="cuda", gpus=1), env=ENV, probes=probes(memlock=8 * 2**20), gpu=gpu_state([A100]))
+    single = preflight.run_checks(
+        cfg(tmp_path, device="cuda", gpus=1), env=ENV, probes=probes(memlock=8 * 2**20), gpu=gpu_state([A100])
+    )
     assert by_check(single, "memlock")[0].level == "ok"
     stream = io.StringIO()
     preflight.raise_on_errors(multi, environ={}, stream=stream)
@@ -423,8 +430,10 @@ def _error_scenarios(tmp_path):
         (dict(device="auto", gpus=4), dict(gpu=gpu_state([A100]))),
         (dict(dataset="cifar100"), {}),
         (dict(dataset="cifar100", download=True), dict(probes=probes(reachable=False))),
-        (dict(dataset="cifar100", download=True, data_dir=Path("/nowhere/data")),
-         dict(probes=probes(reachable=True, unwritable=["/nowhere"]))),
+        (
+            dict(dataset="cifar100", download=True, data_dir=Path("/nowhere/data")),
+            dict(probes=probes(reachable=True, unwritable=["/nowhere"])),
+        ),
     ]
 
 

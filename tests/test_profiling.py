@@ -153,8 +153,12 @@ def test_device_time_is_credited_by_launch_window():
     assert rows["backward"]["device_share_of_step"] == pytest.approx(600 / 1000)
     assert rows["backward"]["cpu_share_of_step"] == pytest.approx(500 / 1100)
     assert rows["all_reduce"] == {
-        "phase": "all_reduce", "calls": 0, "cpu_time_s": 0.0, "cpu_share_of_step": 0.0,
-        "device_time_s": 0.0, "device_share_of_step": 0.0,
+        "phase": "all_reduce",
+        "calls": 0,
+        "cpu_time_s": 0.0,
+        "cpu_share_of_step": 0.0,
+        "device_time_s": 0.0,
+        "device_share_of_step": 0.0,
     }
 
 
@@ -170,6 +174,12 @@ def test_a_cpu_pass_prints_no_kineto_gpu_probe_error(tmp_path):
         "print('active', info['active_steps'])"
     )
     env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
-    res = subprocess.run([sys.executable, "-c", code, os.path.dirname(__file__), str(tmp_path)], capture_output=True, text=True, env=env, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-c", code, os.path.dirname(__file__), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert res.returncode == 0 and "active 1" in res.stdout, res.stderr[-2000:]
     assert "gpuGetDeviceCount" not in res.stderr and "profiler_start" not in res.stderr, res.stderr

@@ -52,7 +52,9 @@ def test_non_finite_numbers_are_stored_as_null(tmp_path):
 
 
 def test_csv_writer_writes_header_and_blanks_for_none(tmp_path):
-    results.write_csv(tmp_path / "e.csv", ("epoch", "val_top1"), [{"epoch": 0, "val_top1": None}, {"epoch": 1, "val_top1": 0.5}])
+    results.write_csv(
+        tmp_path / "e.csv", ("epoch", "val_top1"), [{"epoch": 0, "val_top1": None}, {"epoch": 1, "val_top1": 0.5}]
+    )
     assert (tmp_path / "e.csv").read_text() == "epoch,val_top1\n0,\n1,0.5\n"
 
 

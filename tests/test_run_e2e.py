@@ -16,7 +16,16 @@ import pytest
 from clitools import invoke, only_run
 
 KEYS = ("schema_version", "status", "config", "env", "device", "world_size", "throughput_img_s", "epochs")
-EPOCH_KEYS = ("epoch", "images", "data_time_s", "compute_time_s", "total_time_s", "train_loss", "train_top1", "val_top1")
+EPOCH_KEYS = (
+    "epoch",
+    "images",
+    "data_time_s",
+    "compute_time_s",
+    "total_time_s",
+    "train_loss",
+    "train_top1",
+    "val_top1",
+)
 FILES = ("config.json", "env.json", "results.json", "epochs.csv", "steps.csv", "report.txt", "report.md")
 
 
@@ -191,7 +200,9 @@ def test_sigterm_mid_epoch_keeps_finished_epochs(tmp_path):
 def test_run_makes_the_preflight_checks_before_anything_else(tmp_path, capsys):
     # The dataset check of `effbench doctor` runs inside `effbench run`: its fix names the mounts.
     out = tmp_path / "out"
-    code, _, err = invoke(["run", "--smoke", "--dataset", "cifar100", "--data-dir", tmp_path / "nope", "--output", out], capsys)
+    code, _, err = invoke(
+        ["run", "--smoke", "--dataset", "cifar100", "--data-dir", tmp_path / "nope", "--output", out], capsys
+    )
     assert code == 2 and err.count("\n") == 1
     assert "--data-dir" in err and "--dataset synthetic" in err and "Docker: -v" in err
     assert not out.exists() or not any(out.iterdir())

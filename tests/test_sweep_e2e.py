@@ -53,7 +53,11 @@ def test_2x2_sweep_runs_four_ok_cells_with_a_summary(sweep2x2):
     assert [c["params"] for c in m["cells"]] == [{"batch_size": b, "workers": w} for b in (4, 8) for w in (0, 1)]
     for c in m["cells"]:
         r = json.loads((folder / c["run_dir"] / "results.json").read_text())
-        assert r["status"] == "ok" and r["config"]["batch_size"] == c["params"]["batch_size"] and r["config"]["workers"] == c["params"]["workers"]
+        assert (
+            r["status"] == "ok"
+            and r["config"]["batch_size"] == c["params"]["batch_size"]
+            and r["config"]["workers"] == c["params"]["workers"]
+        )
         assert r["throughput_windows"]["windows"] == 3 and c["summary"]["throughput_ci95_img_s"] is not None
         assert (folder / c["run_dir"] / "report.html").is_file()  # every run folder gets its HTML report
     text = (folder / "sweep.txt").read_text()
@@ -74,7 +78,13 @@ def test_every_png_is_a_real_image(sweep2x2):
     folder, _ = sweep2x2
     pngs = sorted(folder.rglob("*.png"))
     names = {p.name for p in (folder / "plots").glob("*.png")}
-    assert {"time_breakdown.png", "throughput.png", "top1_per_epoch.png", "throughput_vs_batch.png", "data_time_vs_workers.png"} <= names
+    assert {
+        "time_breakdown.png",
+        "throughput.png",
+        "top1_per_epoch.png",
+        "throughput_vs_batch.png",
+        "data_time_vs_workers.png",
+    } <= names
     assert len(pngs) >= len(names) + 4 * 2  # plus each cell's own charts
     for p in pngs:
         w, h = _png_size(p)
@@ -98,7 +108,9 @@ def test_html_report_renders_tables_and_images_in_chromium(sweep2x2, tmp_path):
     dom = subprocess.run([*base, "--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
     for table_id in ('id="cells"', 'id="by-batch-size"', 'id="by-workers"', 'id="environment"'):
         assert table_id in dom, table_id
-    assert dom.count("<img") == len(list((folder / "plots").glob("*.png"))) and dom.count("data:image/png;base64,") == dom.count("<img")
+    assert dom.count("<img") == len(list((folder / "plots").glob("*.png"))) and dom.count(
+        "data:image/png;base64,"
+    ) == dom.count("<img")
     assert "best workers:" in dom and "000_batch-size-4_workers-0" in dom
     shot = tmp_path / "shot.png"
     subprocess.run([*base, f"--screenshot={shot}", "--window-size=1200,2000", url], capture_output=True, timeout=120)
@@ -122,9 +134,15 @@ def test_report_rerenders_without_torch(sweep2x2, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(blocker)}
     check = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True)
     assert check.returncode != 0 and "must not be imported" in check.stderr  # the blocker works
-    proc = subprocess.run([sys.executable, "-m", "effbench", "report", str(copy)], env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "effbench", "report", str(copy)], env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
-    assert (copy / "report.html").is_file() and (copy / "sweep.txt").is_file() and len(list((copy / "plots").glob("*.png"))) >= 5
+    assert (
+        (copy / "report.html").is_file()
+        and (copy / "sweep.txt").is_file()
+        and len(list((copy / "plots").glob("*.png"))) >= 5
+    )
     assert all((copy / c["run_dir"] / "report.html").is_file() for c in manifest(copy)["cells"])
     assert (copy / "sweep.txt").read_text() == (folder / "sweep.txt").read_text()
 
@@ -188,7 +206,12 @@ def test_oom_cell_is_recorded_and_the_sweep_goes_on(tmp_path, capsys, monkeypatc
     cells = manifest(folder)["cells"]
     assert [(c["params"]["batch_size"], c["status"]) for c in cells] == [(8, "oom"), (4, "ok")]
     oom = cells[0]
-    assert oom["summary"]["batch_size_per_device"] == 8 and "peak_mem_gib" in oom["summary"] and "peak_rss_gib" in oom["summary"] and oom["summary"]["peak_host_gib"] is not None
+    assert (
+        oom["summary"]["batch_size_per_device"] == 8
+        and "peak_mem_gib" in oom["summary"]
+        and "peak_rss_gib" in oom["summary"]
+        and oom["summary"]["peak_host_gib"] is not None
+    )
     assert oom["error"]["type"] == "OutOfMemoryError"
     r = json.loads((folder / oom["run_dir"] / "results.json").read_text())
     assert r["status"] == "oom" and r["batch_size_per_device"] == 8
@@ -208,9 +231,24 @@ def test_run_alone_exits_nonzero_on_oom_with_one_line(tmp_path, capsys, monkeypa
 def test_sigkill_after_two_cells_then_resume(tmp_path, capsys):
     out = tmp_path / "out"
     # batch 4 cells first, then two slower batch-16 cells: the kill lands while the third runs
-    args = ["sweep", *TINY, "--batch-size", "4,16", "--optimizer", "sgd,adam", "--workers", "0", "--max-steps", "6", "--output", str(out)]
+    args = [
+        "sweep",
+        *TINY,
+        "--batch-size",
+        "4,16",
+        "--optimizer",
+        "sgd,adam",
+        "--workers",
+        "0",
+        "--max-steps",
+        "6",
+        "--output",
+        str(out),
+    ]
     folder = out / "sweep-batch-size-optimizer"
-    proc = subprocess.Popen([sys.executable, "-m", "effbench", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "effbench", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     try:
         deadline = time.monotonic() + 240
         in_flight = False  # two cells ok and the third one's run folder started
@@ -242,7 +280,9 @@ def test_sigkill_after_two_cells_then_resume(tmp_path, capsys):
         assert folder / c["run_dir"] == first_two[c["key"]] and c["attempts"] == 1
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # the finished cells were not touched
     for c in final["cells"]:
-        assert [p.name for p in (folder / "cells" / c["key"]).iterdir()] == [Path(c["run_dir"]).name]  # one run per cell
+        assert [p.name for p in (folder / "cells" / c["key"]).iterdir()] == [
+            Path(c["run_dir"]).name
+        ]  # one run per cell
     assert final["cells"][2]["attempts"] == 2  # the cell in flight ran again; its partial folder went to attempts/
     assert (folder / "attempts" / killed["cells"][2]["key"] / partial.name / "results.json").is_file()
     assert sum(1 for _ in (folder / "attempts").rglob("results.json")) == 1

@@ -15,7 +15,16 @@ from effbench.report import sweep_tables as sweep_report
 WINDOW_NOISE = (0.98, 1.0, 1.02, 0.99, 1.01)
 
 
-def fake_run(folder: Path, *, devices: int, batch: int, throughput: float | None, status: str = "ok", scaling: str = "weak", data_s: float = 0.2) -> dict:
+def fake_run(
+    folder: Path,
+    *,
+    devices: int,
+    batch: int,
+    throughput: float | None,
+    status: str = "ok",
+    scaling: str = "weak",
+    data_s: float = 0.2,
+) -> dict:
     """A results.json as the runner writes it, reduced to what reports read."""
     folder.mkdir(parents=True)
     epochs = [] if status != "ok" else [
@@ -40,7 +49,9 @@ def fake_run(folder: Path, *, devices: int, batch: int, throughput: float | None
 def make_sweep(root: Path, dims: dict, cells: list[tuple[dict, dict]]) -> Path:
     folder = root / "sweep-x"
     entries = [{"key": f"{i:03d}", "params": params, "config": {}} for i, (params, _) in enumerate(cells)]
-    m = manifest.new_manifest(name="sweep-x", preset=None, dims=dims, zipped=False, cells=entries, command=["effbench", "sweep"])
+    m = manifest.new_manifest(
+        name="sweep-x", preset=None, dims=dims, zipped=False, cells=entries, command=["effbench", "sweep"]
+    )
     for i, (params, run) in enumerate(cells):
         run_dir = f"cells/{i:03d}/run"
         fake_run(folder / run_dir, **run)
@@ -53,7 +64,9 @@ def test_scaling_sweep_report_has_speedup_efficiency_and_chart(tmp_path):
     cells = []
     for mode in ("strong", "weak"):
         for n, thr in ((1, 100.0), (2, 180.0), (4, 300.0)):
-            cells.append(({"gpus": n, "scaling": mode}, {"devices": n, "batch": 64, "throughput": thr, "scaling": mode}))
+            cells.append(
+                ({"gpus": n, "scaling": mode}, {"devices": n, "batch": 64, "throughput": thr, "scaling": mode})
+            )
     folder = make_sweep(tmp_path, {"gpus": [1, 2, 4], "scaling": ["strong", "weak"]}, cells)
     files = render.write_sweep_reports(folder)
     text = (folder / "sweep.txt").read_text()
@@ -93,7 +106,11 @@ def test_a_chart_that_fails_is_named_not_fatal(tmp_path, monkeypatch):
         raise ValueError("bad data")
 
     monkeypatch.setattr(plots, "throughput_bars", boom)
-    folder = make_sweep(tmp_path, {"workers": [0, 2]}, [({"workers": w}, {"devices": 1, "batch": 8, "throughput": 50.0}) for w in (0, 2)])
+    folder = make_sweep(
+        tmp_path,
+        {"workers": [0, 2]},
+        [({"workers": w}, {"devices": 1, "batch": 8, "throughput": 50.0}) for w in (0, 2)],
+    )
     render.write_sweep_reports(folder)
     assert "not drawn (ValueError: bad data)" in (folder / "report.html").read_text()
     assert (folder / "plots" / "time_breakdown.png").is_file()

@@ -15,7 +15,15 @@ from effbench.sweep import presets
 from effbench.errors import EffbenchError
 from effbench.sweep.spec import SweepSpec, one_value, parse_list, plan_cells
 
-SYNTH = {"dataset": "synthetic", "device": "cpu", "arch": "resnet18", "image_size": 32, "weights": "none", "max_steps": 3, "warmup_steps": 1}
+SYNTH = {
+    "dataset": "synthetic",
+    "device": "cpu",
+    "arch": "resnet18",
+    "image_size": 32,
+    "weights": "none",
+    "max_steps": 3,
+    "warmup_steps": 1,
+}
 
 
 # --- lists ------------------------------------------------------------------------------------------
@@ -41,7 +49,11 @@ def test_one_value_refuses_a_list():
     assert one_value("--epochs", "3", int) == 3 and one_value("--epochs", None, int) is None
     with pytest.raises(EffbenchError) as info:
         one_value("--epochs", "1,2", int)
-    assert info.value.option == "--epochs" and "takes one value" in info.value.message and "--batch-size" in info.value.message
+    assert (
+        info.value.option == "--epochs"
+        and "takes one value" in info.value.message
+        and "--batch-size" in info.value.message
+    )
     with pytest.raises(EffbenchError, match="not a whole number"):
         one_value("--epochs", "two", int)
 
@@ -49,7 +61,11 @@ def test_one_value_refuses_a_list():
 # --- presets ----------------------------------------------------------------------------------------
 def test_every_preset_expands_to_valid_cells(tmp_path):
     for name in presets.PRESETS:
-        plan = plan_cells(SweepSpec(preset=name, options={"image_size": 32, "weights": "none"}, output=tmp_path), visible_gpus=0, cores=2)
+        plan = plan_cells(
+            SweepSpec(preset=name, options={"image_size": 32, "weights": "none"}, output=tmp_path),
+            visible_gpus=0,
+            cores=2,
+        )
         assert plan.name == f"sweep-{name}" and len(plan.cells) >= 2, name
 
 
@@ -57,18 +73,35 @@ def test_preset_values_and_explicit_overrides(tmp_path):
     plan = plan_cells(SweepSpec(preset="workers", output=tmp_path))
     assert [c.params["workers"] for c in plan.cells] == [0, 1, 2, 4, 8]
     assert {(c.config.arch, c.config.dataset) for c in plan.cells} == {("resnet18", "cifar10")}
-    plan = plan_cells(SweepSpec(preset="workers", lists={"workers": (0, 2)}, options={"dataset": "synthetic"}, output=tmp_path))
+    plan = plan_cells(
+        SweepSpec(preset="workers", lists={"workers": (0, 2)}, options={"dataset": "synthetic"}, output=tmp_path)
+    )
     assert [c.params["workers"] for c in plan.cells] == [0, 2] and plan.cells[0].config.dataset == "synthetic"
     plan = plan_cells(SweepSpec(preset="optimizers", output=tmp_path))
     assert [c.config.optimizer for c in plan.cells] == ["sgd", "sgd-nesterov", "adagrad", "adadelta", "adam"]
-    assert [c.config.batch_norm for c in plan_cells(SweepSpec(preset="batchnorm", output=tmp_path)).cells] == [True, False]
-    assert [c.config.batch_size for c in plan_cells(SweepSpec(preset="batch-size", output=tmp_path)).cells] == [32, 128, 512, 2048, 8192]
-    assert [c.config.arch for c in plan_cells(SweepSpec(preset="models", output=tmp_path)).cells] == ["efficientnet-b0", "efficientnet-b3", "efficientnet-b5"]
+    assert [c.config.batch_norm for c in plan_cells(SweepSpec(preset="batchnorm", output=tmp_path)).cells] == [
+        True,
+        False,
+    ]
+    assert [c.config.batch_size for c in plan_cells(SweepSpec(preset="batch-size", output=tmp_path)).cells] == [
+        32,
+        128,
+        512,
+        2048,
+        8192,
+    ]
+    assert [c.config.arch for c in plan_cells(SweepSpec(preset="models", output=tmp_path)).cells] == [
+        "efficientnet-b0",
+        "efficientnet-b3",
+        "efficientnet-b5",
+    ]
 
 
 def test_scaling_preset_uses_gpus_or_cpu_processes(tmp_path):
     cpu = plan_cells(SweepSpec(preset="scaling", output=tmp_path), visible_gpus=0, cores=2)
-    assert cpu.dims == {"nproc": (1, 2), "scaling": ("strong", "weak")} and {c.config.device for c in cpu.cells} == {"cpu"}
+    assert cpu.dims == {"nproc": (1, 2), "scaling": ("strong", "weak")} and {c.config.device for c in cpu.cells} == {
+        "cpu"
+    }
     gpu = plan_cells(SweepSpec(preset="scaling", output=tmp_path), visible_gpus=6, cores=16)
     assert gpu.dims["gpus"] == (1, 2, 4, 6) and len(gpu.cells) == 8
     assert presets.device_counts(1) == (1,) and presets.device_counts(8) == (1, 2, 4, 8)
@@ -91,10 +124,14 @@ def test_product_order_and_keys(tmp_path):
 
 
 def test_zip_pairs_lists_and_checks_lengths(tmp_path):
-    plan = plan_cells(SweepSpec(lists={"batch_size": (4, 8), "workers": (0, 2)}, options=SYNTH, zip=True, output=tmp_path))
+    plan = plan_cells(
+        SweepSpec(lists={"batch_size": (4, 8), "workers": (0, 2)}, options=SYNTH, zip=True, output=tmp_path)
+    )
     assert [c.params for c in plan.cells] == [{"batch_size": 4, "workers": 0}, {"batch_size": 8, "workers": 2}]
     with pytest.raises(EffbenchError) as info:
-        plan_cells(SweepSpec(lists={"batch_size": (4, 8, 16), "workers": (0, 2)}, options=SYNTH, zip=True, output=tmp_path))
+        plan_cells(
+            SweepSpec(lists={"batch_size": (4, 8, 16), "workers": (0, 2)}, options=SYNTH, zip=True, output=tmp_path)
+        )
     assert info.value.option == "--zip"
 
 
@@ -103,7 +140,9 @@ def test_a_bad_value_in_any_cell_fails_before_running(tmp_path):
         plan_cells(SweepSpec(lists={"optimizer": ("sgd", "lamb")}, options=SYNTH, output=tmp_path))
     assert info.value.option == "--optimizer"
     with pytest.raises(EffbenchError, match="same run"):
-        plan_cells(SweepSpec(lists={"arch": ("b0", "efficientnet-b0")}, options={"dataset": "synthetic"}, output=tmp_path))
+        plan_cells(
+            SweepSpec(lists={"arch": ("b0", "efficientnet-b0")}, options={"dataset": "synthetic"}, output=tmp_path)
+        )
     with pytest.raises(EffbenchError, match="nothing to sweep"):
         SweepSpec(options=SYNTH)
 
@@ -114,7 +153,9 @@ def _manifest(tmp_path, batch=(4, 8)):
     from effbench.sweep.spec import config_identity
 
     cells = [{"key": c.key, "params": c.params, "config": config_identity(c.config)} for c in plan.cells]
-    return plan, manifest.new_manifest(name=plan.name, preset=None, dims=plan.dims, zipped=False, cells=cells, command=["effbench", "sweep"])
+    return plan, manifest.new_manifest(
+        name=plan.name, preset=None, dims=plan.dims, zipped=False, cells=cells, command=["effbench", "sweep"]
+    )
 
 
 def test_manifest_roundtrip_update_and_resume(tmp_path):
@@ -137,10 +178,17 @@ def test_manifest_refuses_a_different_sweep(tmp_path):
     _, other = _manifest(tmp_path, (4, 16))
     with pytest.raises(EffbenchError) as info:
         manifest.resume(m, other, plan.folder)
-    assert info.value.option == str(plan.folder) and "--name" in info.value.message and "different sweep" in info.value.message
+    assert (
+        info.value.option == str(plan.folder)
+        and "--name" in info.value.message
+        and "different sweep" in info.value.message
+    )
 
 
-@pytest.mark.parametrize("content", ["{not json", "[]", json.dumps({"kind": "sweep", "schema_version": 1, "cells": [{"key": "a", "status": "bogus"}]})])
+@pytest.mark.parametrize(
+    "content",
+    ["{not json", "[]", json.dumps({"kind": "sweep", "schema_version": 1, "cells": [{"key": "a", "status": "bogus"}]})],
+)
 def test_corrupt_manifest_names_the_file(tmp_path, content):
     (tmp_path / "sweep.json").write_text(content)
     with pytest.raises(EffbenchError) as info:
@@ -157,12 +205,22 @@ def test_fault_hook_threshold_and_oom_recognition():
     with pytest.raises(torch.OutOfMemoryError, match="test hook"):
         faults.inject_oom(8, {faults.FAULT_OOM_ENV: "8"})
     assert faults.is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory"))
-    assert faults.is_out_of_memory(RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you tried"))
+    assert faults.is_out_of_memory(
+        RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you tried")
+    )
     assert not faults.is_out_of_memory(RuntimeError("shape mismatch"))
 
 
 def test_html_is_escaped_and_self_contained():
-    page = html_report.page("<b>t</b>", "s", [html_report.Section("S", [html_report.table(["a"], [["<script>x</script>"]]), html_report.image(b"\x89PNG", alt="a")])])
+    page = html_report.page(
+        "<b>t</b>",
+        "s",
+        [
+            html_report.Section(
+                "S", [html_report.table(["a"], [["<script>x</script>"]]), html_report.image(b"\x89PNG", alt="a")]
+            )
+        ],
+    )
     assert "<script>" not in page and "&lt;script&gt;" in page and "data:image/png;base64," in page
     with pytest.raises(ValueError):
         html_report.link("https://example.com/x", "x")
@@ -178,7 +236,15 @@ def test_compare_a_run_with_itself_is_within_noise():
 
 
 def test_presets_module_lists_the_seed_experiments():
-    assert set(presets.PRESETS) == {"workers", "optimizers", "batchnorm", "cpu-vs-gpu", "batch-size", "scaling", "models"}
+    assert set(presets.PRESETS) == {
+        "workers",
+        "optimizers",
+        "batchnorm",
+        "cpu-vs-gpu",
+        "batch-size",
+        "scaling",
+        "models",
+    }
     assert Path(presets.__file__).read_text().count("import torch") == 0
 
 
@@ -204,5 +270,7 @@ def test_run_repeats_reaches_the_config_and_is_validated(monkeypatch, tmp_path, 
 
 def test_smoke_makes_a_preset_tiny_and_offline(tmp_path):
     plan = plan_cells(SweepSpec(preset="optimizers", smoke=True, options={"arch": "resnet18"}, output=tmp_path))
-    assert {(c.config.dataset, c.config.device, c.config.arch) for c in plan.cells} == {("synthetic", "cpu", "resnet18")}
+    assert {(c.config.dataset, c.config.device, c.config.arch) for c in plan.cells} == {
+        ("synthetic", "cpu", "resnet18")
+    }
     assert len(plan.cells) == 5

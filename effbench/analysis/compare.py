@@ -96,7 +96,12 @@ def _single(record: Mapping[str, Any], key: str) -> float | None:
     return (record.get("final") or {}).get(key)
 
 
-def compare_runs(a: Mapping[str, Any], a_steps: Sequence[Mapping[str, Any]], b: Mapping[str, Any], b_steps: Sequence[Mapping[str, Any]]) -> list[MetricDelta]:
+def compare_runs(
+    a: Mapping[str, Any],
+    a_steps: Sequence[Mapping[str, Any]],
+    b: Mapping[str, Any],
+    b_steps: Sequence[Mapping[str, Any]],
+) -> list[MetricDelta]:
     wa, wb = windows.windows_of(a, a_steps), windows.windows_of(b, b_steps)
     rows = []
     for key, label, higher in WINDOW_METRICS:
@@ -104,7 +109,18 @@ def compare_runs(a: Mapping[str, Any], a_steps: Sequence[Mapping[str, Any]], b: 
         if xa and xb:
             rows.append(window_delta(label, xa, xb, higher))
         else:
-            rows.append(MetricDelta(label, "-" if not xa else f"{stats.mean(xa):,.2f}", "-" if not xb else f"{stats.mean(xb):,.2f}", "-", "-", "-", "not measured on both", None))
+            rows.append(
+                MetricDelta(
+                    label,
+                    "-" if not xa else f"{stats.mean(xa):,.2f}",
+                    "-" if not xb else f"{stats.mean(xb):,.2f}",
+                    "-",
+                    "-",
+                    "-",
+                    "not measured on both",
+                    None,
+                )
+            )
     for key, label, _higher in SINGLE_METRICS:
         rows.append(single_delta(label, _single(a, key), _single(b, key)))
     return rows
@@ -132,12 +148,19 @@ HEADERS = ("metric", "A mean [95% CI]", "B mean [95% CI]", "B - A", "B - A %", "
 
 
 def render_runs(deltas: Sequence[MetricDelta], *, a_name: str, b_name: str, differences: Sequence[str]) -> str:
-    table = tabulate([[d.metric, d.a, d.b, d.delta, d.delta_pct, d.ci, d.verdict] for d in deltas], headers=HEADERS, tablefmt="simple", disable_numparse=True)
+    table = tabulate(
+        [[d.metric, d.a, d.b, d.delta, d.delta_pct, d.ci, d.verdict] for d in deltas],
+        headers=HEADERS,
+        tablefmt="simple",
+        disable_numparse=True,
+    )
     diff = "configuration differences: " + ("; ".join(differences) if differences else "none")
     return f"A: {a_name}\nB: {b_name}\n{diff}\n\n{table}\n\n{conclusion(deltas)}\n"
 
 
-def match_cells(a_rows: Sequence[Mapping[str, Any]], b_rows: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[Mapping[str, Any], Mapping[str, Any]]], list[str]]:
+def match_cells(
+    a_rows: Sequence[Mapping[str, Any]], b_rows: Sequence[Mapping[str, Any]]
+) -> tuple[list[tuple[Mapping[str, Any], Mapping[str, Any]]], list[str]]:
     """Pairs of cells with the same swept values; the labels of cells found on one side only."""
 
     def ident(r: Mapping[str, Any]) -> str:
@@ -146,17 +169,32 @@ def match_cells(a_rows: Sequence[Mapping[str, Any]], b_rows: Sequence[Mapping[st
     b_by = {ident(r): r for r in b_rows}
     a_ids = {ident(r) for r in a_rows}
     pairs = [(r, b_by[ident(r)]) for r in a_rows if ident(r) in b_by]
-    alone = [f"A only: {r['key']}" for r in a_rows if ident(r) not in b_by] + [f"B only: {r['key']}" for r in b_rows if ident(r) not in a_ids]
+    alone = [f"A only: {r['key']}" for r in a_rows if ident(r) not in b_by] + [
+        f"B only: {r['key']}" for r in b_rows if ident(r) not in a_ids
+    ]
     return pairs, alone
 
 
-def render_sweeps(a_rows: Sequence[Mapping[str, Any]], b_rows: Sequence[Mapping[str, Any]], *, a_name: str, b_name: str) -> str:
+def render_sweeps(
+    a_rows: Sequence[Mapping[str, Any]], b_rows: Sequence[Mapping[str, Any]], *, a_name: str, b_name: str
+) -> str:
     pairs, alone = match_cells(a_rows, b_rows)
     body = []
     significant = 0
     for ra, rb in pairs:
         if ra.get("status") != "ok" or rb.get("status") != "ok":
-            body.append([ra["key"], "throughput (img/s)", str(ra.get("status")), str(rb.get("status")), "-", "-", "-", "not ok on both"])
+            body.append(
+                [
+                    ra["key"],
+                    "throughput (img/s)",
+                    str(ra.get("status")),
+                    str(rb.get("status")),
+                    "-",
+                    "-",
+                    "-",
+                    "not ok on both",
+                ]
+            )
             continue
         deltas = compare_runs(ra["record"], [], rb["record"], [])
         for d in deltas[: len(WINDOW_METRICS)]:

@@ -69,9 +69,19 @@ def render(rows: Sequence[Mapping[str, Any]], *, scaling: str, fmt: str = "text"
 
     table = tabulate(
         [
-            [f(r["devices"]), f(r["global_batch_size"]), f(r["status"]), f(r["throughput_img_s"], 1), f(r["speedup"]),
-             f(r["ideal_speedup"]), f(r["efficiency"]), f(r["data_time_per_epoch_s"]), f(r["compute_time_per_epoch_s"]),
-             f(r["total_time_per_epoch_s"]), f(r["straggler_spread_pct"], 1)]
+            [
+                f(r["devices"]),
+                f(r["global_batch_size"]),
+                f(r["status"]),
+                f(r["throughput_img_s"], 1),
+                f(r["speedup"]),
+                f(r["ideal_speedup"]),
+                f(r["efficiency"]),
+                f(r["data_time_per_epoch_s"]),
+                f(r["compute_time_per_epoch_s"]),
+                f(r["total_time_per_epoch_s"]),
+                f(r["straggler_spread_pct"], 1),
+            ]
             for r in rows
         ],  # fmt: skip
         headers=HEADERS,

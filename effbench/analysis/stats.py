@@ -134,7 +134,7 @@ class Summary:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Summary":
+    def from_dict(cls, d: dict[str, Any]) -> Summary:
         return cls(**{k: d.get(k) for k in ("n", "median", "mean", "stdev", "ci_low", "ci_high")})
 
 

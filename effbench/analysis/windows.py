@@ -38,12 +38,18 @@ def measured_steps(step_rows: Iterable[Mapping[str, Any]]) -> list[dict[str, flo
         if _bool(r.get("warmup")):
             continue
         rows.append(
-            {"images": _float(r.get("images")), "data_time_s": _float(r.get("data_time_s")), "compute_time_s": _float(r.get("compute_time_s"))}
+            {
+                "images": _float(r.get("images")),
+                "data_time_s": _float(r.get("data_time_s")),
+                "compute_time_s": _float(r.get("compute_time_s")),
+            }
         )
     return rows
 
 
-def throughput_windows(step_rows: Iterable[Mapping[str, Any]], repeats: int | None, world_size: int = 1) -> dict[str, Any]:
+def throughput_windows(
+    step_rows: Iterable[Mapping[str, Any]], repeats: int | None, world_size: int = 1
+) -> dict[str, Any]:
     """Per-window samples and their summaries; {"windows": 0} when nothing was measured."""
     steps = measured_steps(step_rows)
     k = repeats if repeats is not None else DEFAULT_WINDOWS
@@ -90,6 +96,8 @@ def windows_of(record: Mapping[str, Any], step_rows: Sequence[Mapping[str, Any]]
     return throughput_windows(step_rows or [], repeats, int(record.get("world_size") or 1))
 
 
-def throughput_summary(record: Mapping[str, Any], step_rows: Sequence[Mapping[str, Any]] | None = None) -> stats.Summary | None:
+def throughput_summary(
+    record: Mapping[str, Any], step_rows: Sequence[Mapping[str, Any]] | None = None
+) -> stats.Summary | None:
     s = (windows_of(record, step_rows).get("summary") or {}).get("throughput_img_s")
     return stats.Summary.from_dict(s) if s else None

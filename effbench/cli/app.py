@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -44,52 +44,163 @@ def _opt(help: str, *names: str, **kw: Any) -> Any:
 
 @app.command()
 def run(
-    arch: Annotated[Optional[str], _opt("efficientnet-b0..b7 (b0..b7) or resnet18. [default: efficientnet-b0]")] = None,
-    dataset: Annotated[Optional[str], _opt("cifar100 (cifar), cifar10, food101 (food), imagefolder, synthetic. [default: cifar100]")] = None,
-    data_dir: Annotated[Optional[Path], _opt("Folder with the extracted datasets. [default: ./data; env EFFBENCH_DATA]", envvar="EFFBENCH_DATA")] = None,
-    download: Annotated[Optional[bool], _opt("Download a missing dataset (base URL from EFFBENCH_MIRROR when set). [default: no]", "--download/--no-download")] = None,
-    val_fraction: Annotated[Optional[float], _opt("Validate on a seeded fraction of the training set instead of the official test split.")] = None,
-    image_size: Annotated[Optional[int], _opt("Input size in px. [default: the arch's native size; resnet18 32 on CIFAR]")] = None,
-    loader: Annotated[Optional[str], _opt("Input pipeline: fast (uint8 batches augmented on the device), torchvision (per-sample, as the seeds), auto. [default: auto = fast]")] = None,
-    gpu_decode: Annotated[Optional[bool], _opt("Fast loader, food101/imagefolder: decode JPEGs on the GPU (nvjpeg). [default: no]", "--gpu-decode/--no-gpu-decode")] = None,
-    data_only: Annotated[Optional[bool], _opt("Iterate the loader and copy to the device, no model: images/s delivered. [default: no]", "--data-only/--no-data-only")] = None,
-    workers: Annotated[Optional[int], _opt("DataLoader worker processes. [default: 2]")] = None,
-    batch_size: Annotated[Optional[int], _opt("Images per device per step. [default: 64 EfficientNet, 128 resnet18]")] = None,
-    epochs: Annotated[Optional[int], _opt("Epochs. [default: 5]")] = None,
-    max_steps: Annotated[Optional[int], _opt("Cap on training steps per epoch.")] = None,
-    max_val_steps: Annotated[Optional[int], _opt("Cap on validation batches per epoch.")] = None,
-    warmup_steps: Annotated[Optional[int], _opt("First steps excluded from throughput and reported apart. [default: 5]")] = None,
-    optimizer: Annotated[Optional[str], _opt("sgd, sgd-nesterov, adagrad, adadelta, adam, adamw. [default: sgd]")] = None,
-    lr: Annotated[Optional[float], _opt("Learning rate. [default: per optimizer: sgd 0.1, adagrad 0.01, adadelta 1.0, adam(w) 1e-3]")] = None,
-    momentum: Annotated[Optional[float], _opt("SGD momentum. [default: 0.9]")] = None,
-    weight_decay: Annotated[Optional[float], _opt("Weight decay. [default: 5e-4]")] = None,
-    precision: Annotated[Optional[str], _opt("auto, fp32, bf16, fp16. [default: auto = bf16 on capable CUDA, fp32 on CPU]")] = None,
-    channels_last: Annotated[Optional[bool], _opt("Use channels_last memory format. [default: on for CUDA, off on the CPU]", "--channels-last/--no-channels-last")] = None,
-    cudnn_benchmark: Annotated[Optional[bool], _opt("cudnn.benchmark autotuning (in the warm-up steps). [default: on for CUDA]", "--cudnn-benchmark/--no-cudnn-benchmark")] = None,
-    pin_memory: Annotated[Optional[bool], _opt("Pinned loader batches, non_blocking copies. [default: on for CUDA]", "--pin-memory/--no-pin-memory")] = None,
-    optimizer_impl: Annotated[Optional[str], _opt("fused, foreach, for-loop or auto. [default: auto = fused on CUDA where available, else foreach; for-loop on CPU]")] = None,
-    compile: Annotated[Optional[bool], _opt("torch.compile the model; compile time is reported apart (compile_time_s). [default: no]", "--compile/--no-compile")] = None,
-    device: Annotated[Optional[str], _opt("auto, cpu or cuda. [default: auto]")] = None,
-    seed: Annotated[Optional[int], _opt("Random seed. [default: 0]")] = None,
-    freeze: Annotated[Optional[str], _opt("classifier, none or last:N. [default: classifier with pretrained weights, else none]")] = None,
-    weights: Annotated[Optional[str], _opt("imagenet, none or a local file. [default: imagenet for EfficientNet, none for resnet18]")] = None,
-    batch_norm: Annotated[Optional[bool], _opt("Build resnet18 with BatchNorm. [default: yes]", "--batch-norm/--no-batch-norm")] = None,
-    gpus: Annotated[Optional[str], _opt("GPUs, one process each (torchrun + DDP when > 1); a list like 1,2,4 runs a scaling series. [default: all visible]")] = None,
-    nproc: Annotated[Optional[str], _opt("CPU processes (torchrun + gloo) with --device cpu; a list like 1,2 runs a scaling series. [default: 1]")] = None,
-    strategy: Annotated[Optional[str], _opt("ddp (one process per device) or dp (DataParallel, as the seeds ran). [default: ddp]")] = None,
-    scaling: Annotated[Optional[str], _opt("weak (--batch-size per device) or strong (--batch-size global, split). [default: weak]")] = None,
-    nnodes: Annotated[Optional[int], _opt("Nodes in a multi-node run. [default: 1; SLURM_NNODES under srun]")] = None,
-    node_rank: Annotated[Optional[int], _opt("This node's rank. [default: SLURM_NODEID under srun]")] = None,
-    rdzv_endpoint: Annotated[Optional[str], _opt("HOST:PORT of the c10d rendezvous. [default: first Slurm host:29500 under srun]")] = None,
-    rdzv_id: Annotated[Optional[str], _opt("Rendezvous id shared by the nodes. [default: SLURM_JOB_ID under srun]")] = None,
-    pg_timeout_s: Annotated[Optional[float], _opt("Process-group timeout in seconds (a dead peer ends the job within it). [default: 300]")] = None,
-    output: Annotated[Optional[Path], _opt("Parent folder of run folders. [default: ./results; env EFFBENCH_OUTPUT]", envvar="EFFBENCH_OUTPUT")] = None,
-    profile: Annotated[Optional[bool], _opt("Profiling pass (torch.profiler) after the timed training. [default: on]", "--profile/--no-profile")] = None,
-    profile_steps: Annotated[Optional[int], _opt("Active steps in the profiling pass. [default: 3]")] = None,
-    sample_interval_s: Annotated[Optional[float], _opt("Utilisation sampling interval in seconds. [default: 0.5]")] = None,
-    log_interval: Annotated[Optional[int], _opt("Steps between progress lines. [default: 10]")] = None,
-    repeats: Annotated[Optional[int], _opt("Throughput windows: measured steps split into K for a median and 95% CI. [default: min(5, measured steps)]")] = None,
-    smoke: Annotated[bool, _opt("Preset: synthetic data, random weights, b0 at 32 px, one short epoch on the CPU; other options still override.")] = False,
+    arch: Annotated[str | None, _opt("efficientnet-b0..b7 (b0..b7) or resnet18. [default: efficientnet-b0]")] = None,
+    dataset: Annotated[
+        str | None, _opt("cifar100 (cifar), cifar10, food101 (food), imagefolder, synthetic. [default: cifar100]")
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        _opt("Folder with the extracted datasets. [default: ./data; env EFFBENCH_DATA]", envvar="EFFBENCH_DATA"),
+    ] = None,
+    download: Annotated[
+        bool | None,
+        _opt(
+            "Download a missing dataset (base URL from EFFBENCH_MIRROR when set). [default: no]",
+            "--download/--no-download",
+        ),
+    ] = None,
+    val_fraction: Annotated[
+        float | None, _opt("Validate on a seeded fraction of the training set instead of the official test split.")
+    ] = None,
+    image_size: Annotated[
+        int | None, _opt("Input size in px. [default: the arch's native size; resnet18 32 on CIFAR]")
+    ] = None,
+    loader: Annotated[
+        str | None,
+        _opt(
+            "Input pipeline: fast (uint8 batches augmented on the device), torchvision (per-sample, as the seeds), auto. [default: auto = fast]"
+        ),
+    ] = None,
+    gpu_decode: Annotated[
+        bool | None,
+        _opt(
+            "Fast loader, food101/imagefolder: decode JPEGs on the GPU (nvjpeg). [default: no]",
+            "--gpu-decode/--no-gpu-decode",
+        ),
+    ] = None,
+    data_only: Annotated[
+        bool | None,
+        _opt(
+            "Iterate the loader and copy to the device, no model: images/s delivered. [default: no]",
+            "--data-only/--no-data-only",
+        ),
+    ] = None,
+    workers: Annotated[int | None, _opt("DataLoader worker processes. [default: 2]")] = None,
+    batch_size: Annotated[
+        int | None, _opt("Images per device per step. [default: 64 EfficientNet, 128 resnet18]")
+    ] = None,
+    epochs: Annotated[int | None, _opt("Epochs. [default: 5]")] = None,
+    max_steps: Annotated[int | None, _opt("Cap on training steps per epoch.")] = None,
+    max_val_steps: Annotated[int | None, _opt("Cap on validation batches per epoch.")] = None,
+    warmup_steps: Annotated[
+        int | None, _opt("First steps excluded from throughput and reported apart. [default: 5]")
+    ] = None,
+    optimizer: Annotated[
+        str | None, _opt("sgd, sgd-nesterov, adagrad, adadelta, adam, adamw. [default: sgd]")
+    ] = None,
+    lr: Annotated[
+        float | None,
+        _opt("Learning rate. [default: per optimizer: sgd 0.1, adagrad 0.01, adadelta 1.0, adam(w) 1e-3]"),
+    ] = None,
+    momentum: Annotated[float | None, _opt("SGD momentum. [default: 0.9]")] = None,
+    weight_decay: Annotated[float | None, _opt("Weight decay. [default: 5e-4]")] = None,
+    precision: Annotated[
+        str | None, _opt("auto, fp32, bf16, fp16. [default: auto = bf16 on capable CUDA, fp32 on CPU]")
+    ] = None,
+    channels_last: Annotated[
+        bool | None,
+        _opt(
+            "Use channels_last memory format. [default: on for CUDA, off on the CPU]",
+            "--channels-last/--no-channels-last",
+        ),
+    ] = None,
+    cudnn_benchmark: Annotated[
+        bool | None,
+        _opt(
+            "cudnn.benchmark autotuning (in the warm-up steps). [default: on for CUDA]",
+            "--cudnn-benchmark/--no-cudnn-benchmark",
+        ),
+    ] = None,
+    pin_memory: Annotated[
+        bool | None,
+        _opt("Pinned loader batches, non_blocking copies. [default: on for CUDA]", "--pin-memory/--no-pin-memory"),
+    ] = None,
+    optimizer_impl: Annotated[
+        str | None,
+        _opt(
+            "fused, foreach, for-loop or auto. [default: auto = fused on CUDA where available, else foreach; for-loop on CPU]"
+        ),
+    ] = None,
+    compile: Annotated[
+        bool | None,
+        _opt(
+            "torch.compile the model; compile time is reported apart (compile_time_s). [default: no]",
+            "--compile/--no-compile",
+        ),
+    ] = None,
+    device: Annotated[str | None, _opt("auto, cpu or cuda. [default: auto]")] = None,
+    seed: Annotated[int | None, _opt("Random seed. [default: 0]")] = None,
+    freeze: Annotated[
+        str | None, _opt("classifier, none or last:N. [default: classifier with pretrained weights, else none]")
+    ] = None,
+    weights: Annotated[
+        str | None, _opt("imagenet, none or a local file. [default: imagenet for EfficientNet, none for resnet18]")
+    ] = None,
+    batch_norm: Annotated[
+        bool | None, _opt("Build resnet18 with BatchNorm. [default: yes]", "--batch-norm/--no-batch-norm")
+    ] = None,
+    gpus: Annotated[
+        str | None,
+        _opt(
+            "GPUs, one process each (torchrun + DDP when > 1); a list like 1,2,4 runs a scaling series. [default: all visible]"
+        ),
+    ] = None,
+    nproc: Annotated[
+        str | None,
+        _opt("CPU processes (torchrun + gloo) with --device cpu; a list like 1,2 runs a scaling series. [default: 1]"),
+    ] = None,
+    strategy: Annotated[
+        str | None, _opt("ddp (one process per device) or dp (DataParallel, as the seeds ran). [default: ddp]")
+    ] = None,
+    scaling: Annotated[
+        str | None, _opt("weak (--batch-size per device) or strong (--batch-size global, split). [default: weak]")
+    ] = None,
+    nnodes: Annotated[int | None, _opt("Nodes in a multi-node run. [default: 1; SLURM_NNODES under srun]")] = None,
+    node_rank: Annotated[int | None, _opt("This node's rank. [default: SLURM_NODEID under srun]")] = None,
+    rdzv_endpoint: Annotated[
+        str | None, _opt("HOST:PORT of the c10d rendezvous. [default: first Slurm host:29500 under srun]")
+    ] = None,
+    rdzv_id: Annotated[
+        str | None, _opt("Rendezvous id shared by the nodes. [default: SLURM_JOB_ID under srun]")
+    ] = None,
+    pg_timeout_s: Annotated[
+        float | None, _opt("Process-group timeout in seconds (a dead peer ends the job within it). [default: 300]")
+    ] = None,
+    output: Annotated[
+        Path | None,
+        _opt("Parent folder of run folders. [default: ./results; env EFFBENCH_OUTPUT]", envvar="EFFBENCH_OUTPUT"),
+    ] = None,
+    profile: Annotated[
+        bool | None,
+        _opt("Profiling pass (torch.profiler) after the timed training. [default: on]", "--profile/--no-profile"),
+    ] = None,
+    profile_steps: Annotated[int | None, _opt("Active steps in the profiling pass. [default: 3]")] = None,
+    sample_interval_s: Annotated[
+        float | None, _opt("Utilisation sampling interval in seconds. [default: 0.5]")
+    ] = None,
+    log_interval: Annotated[int | None, _opt("Steps between progress lines. [default: 10]")] = None,
+    repeats: Annotated[
+        int | None,
+        _opt(
+            "Throughput windows: measured steps split into K for a median and 95% CI. [default: min(5, measured steps)]"
+        ),
+    ] = None,
+    smoke: Annotated[
+        bool,
+        _opt(
+            "Preset: synthetic data, random weights, b0 at 32 px, one short epoch on the CPU; other options still override."
+        ),
+    ] = False,
     quiet: Annotated[bool, _opt("No progress lines; the final report is still printed.")] = False,
 ) -> None:
     """Train one model, measure it, and write a run folder with config, env, results and reports."""

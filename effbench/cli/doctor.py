@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -55,16 +55,31 @@ def environment_summary(gpu: preflight.GpuState) -> list[tuple[str, str]]:
 
 
 def doctor(
-    output: Annotated[Optional[Path], _opt("Parent folder of run folders. [default: ./results; env EFFBENCH_OUTPUT]", envvar="EFFBENCH_OUTPUT")] = None,
-    data_dir: Annotated[Optional[Path], _opt("Folder with the extracted datasets. [default: ./data; env EFFBENCH_DATA]", envvar="EFFBENCH_DATA")] = None,
-    dataset: Annotated[Optional[str], _opt("cifar100 (cifar), cifar10, food101 (food), imagefolder, synthetic. [default: cifar100]")] = None,
-    download: Annotated[Optional[bool], _opt("Check that a missing dataset can be downloaded. [default: no]", "--download/--no-download")] = None,
-    arch: Annotated[Optional[str], _opt("Architecture (sets the default image size). [default: efficientnet-b0]")] = None,
-    workers: Annotated[Optional[int], _opt("DataLoader worker processes. [default: 2]")] = None,
-    batch_size: Annotated[Optional[int], _opt("Images per device per step. [default: 64 EfficientNet, 128 resnet18]")] = None,
-    image_size: Annotated[Optional[int], _opt("Input size in px. [default: the arch's native size]")] = None,
-    device: Annotated[Optional[str], _opt("auto, cpu or cuda. [default: auto]")] = None,
-    gpus: Annotated[Optional[str], _opt("GPUs the run will ask for; a list like 1,2,4 checks the largest.")] = None,
+    output: Annotated[
+        Path | None,
+        _opt("Parent folder of run folders. [default: ./results; env EFFBENCH_OUTPUT]", envvar="EFFBENCH_OUTPUT"),
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        _opt("Folder with the extracted datasets. [default: ./data; env EFFBENCH_DATA]", envvar="EFFBENCH_DATA"),
+    ] = None,
+    dataset: Annotated[
+        str | None, _opt("cifar100 (cifar), cifar10, food101 (food), imagefolder, synthetic. [default: cifar100]")
+    ] = None,
+    download: Annotated[
+        bool | None,
+        _opt("Check that a missing dataset can be downloaded. [default: no]", "--download/--no-download"),
+    ] = None,
+    arch: Annotated[
+        str | None, _opt("Architecture (sets the default image size). [default: efficientnet-b0]")
+    ] = None,
+    workers: Annotated[int | None, _opt("DataLoader worker processes. [default: 2]")] = None,
+    batch_size: Annotated[
+        int | None, _opt("Images per device per step. [default: 64 EfficientNet, 128 resnet18]")
+    ] = None,
+    image_size: Annotated[int | None, _opt("Input size in px. [default: the arch's native size]")] = None,
+    device: Annotated[str | None, _opt("auto, cpu or cuda. [default: auto]")] = None,
+    gpus: Annotated[str | None, _opt("GPUs the run will ask for; a list like 1,2,4 checks the largest.")] = None,
     smoke: Annotated[bool, _opt("Check the `effbench run --smoke` preset; other options still override.")] = False,
 ) -> None:
     """Check this environment for a run: output, HOME and caches, /dev/shm, GPUs, driver, dataset."""
@@ -90,6 +105,8 @@ def doctor(
     warned = sum(f.level == "warning" for f in findings)
     typer.echo("")
     if failed:
-        typer.echo(f"doctor: {len(failed)} check(s) failed, {warned} warning(s); `effbench run` would stop at: {failed[0].check}")
+        typer.echo(
+            f"doctor: {len(failed)} check(s) failed, {warned} warning(s); `effbench run` would stop at: {failed[0].check}"
+        )
         raise typer.Exit(2)
     typer.echo(f"doctor: all checks passed ({warned} warning(s))")

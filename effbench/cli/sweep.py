@@ -11,7 +11,7 @@ Registered on the app in cli.py. torch is imported only by `sweep`, inside sweep
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -31,52 +31,93 @@ def _one(help: str, **kw: Any) -> Any:
 
 
 def sweep(
-    preset: Annotated[Optional[str], _opt("A seed experiment: workers, optimizers, batchnorm, cpu-vs-gpu, batch-size, scaling, models. Explicit options override it.")] = None,
-    arch: Annotated[Optional[str], _list("efficientnet-b0..b7 (b0..b7) or resnet18.")] = None,
-    dataset: Annotated[Optional[str], _list("cifar100 (cifar), cifar10, food101 (food), imagefolder, synthetic.")] = None,
-    gpus: Annotated[Optional[str], _list("GPUs per run.")] = None,
-    nproc: Annotated[Optional[str], _list("CPU processes per run (--device cpu).")] = None,
-    batch_size: Annotated[Optional[str], _list("Images per device per step.")] = None,
-    workers: Annotated[Optional[str], _list("DataLoader workers.")] = None,
-    optimizer: Annotated[Optional[str], _list("sgd, sgd-nesterov, adagrad, adadelta, adam, adamw.")] = None,
-    batch_norm: Annotated[Optional[str], _list("resnet18 BatchNorm: on or off.")] = None,
-    device: Annotated[Optional[str], _list("cpu, cuda or auto.")] = None,
-    precision: Annotated[Optional[str], _list("auto, fp32, bf16, fp16.")] = None,
-    freeze: Annotated[Optional[str], _list("classifier, none or last:N.")] = None,
-    loader: Annotated[Optional[str], _list("Input pipeline.")] = None,
-    scaling: Annotated[Optional[str], _list("weak or strong.")] = None,
-    zip_: Annotated[bool, _opt("Pair the lists element-wise (i-th values together) instead of every combination.", "--zip")] = False,
-    repeats: Annotated[Optional[str], _one("Throughput windows per cell for the median and 95% CI. [default: min(5, measured steps)]")] = None,
-    data_dir: Annotated[Optional[Path], _one("Folder with the extracted datasets. [default: ./data; env EFFBENCH_DATA]", envvar="EFFBENCH_DATA")] = None,
-    download: Annotated[Optional[bool], _opt("Download a missing dataset.", "--download/--no-download")] = None,
-    val_fraction: Annotated[Optional[str], _one("Validate on a seeded fraction of the training set.")] = None,
-    image_size: Annotated[Optional[str], _one("Input size in px.")] = None,
-    epochs: Annotated[Optional[str], _one("Epochs. [default: 5]")] = None,
-    max_steps: Annotated[Optional[str], _one("Cap on training steps per epoch.")] = None,
-    max_val_steps: Annotated[Optional[str], _one("Cap on validation batches per epoch.")] = None,
-    warmup_steps: Annotated[Optional[str], _one("Steps excluded from throughput. [default: 5]")] = None,
-    lr: Annotated[Optional[str], _one("Learning rate. [default: per optimizer]")] = None,
-    momentum: Annotated[Optional[str], _one("SGD momentum. [default: 0.9]")] = None,
-    weight_decay: Annotated[Optional[str], _one("Weight decay. [default: 5e-4]")] = None,
-    weights: Annotated[Optional[str], _one("imagenet, none or a local file.")] = None,
-    seed: Annotated[Optional[str], _one("Random seed. [default: 0]")] = None,
-    strategy: Annotated[Optional[str], _one("ddp or dp. [default: ddp]")] = None,
-    channels_last: Annotated[Optional[bool], _opt("channels_last memory format.", "--channels-last/--no-channels-last")] = None,
-    cudnn_benchmark: Annotated[Optional[bool], _opt("cudnn.benchmark autotuning.", "--cudnn-benchmark/--no-cudnn-benchmark")] = None,
-    pin_memory: Annotated[Optional[bool], _opt("Pinned host memory for batches.", "--pin-memory/--no-pin-memory")] = None,
-    gpu_decode: Annotated[Optional[bool], _opt("Decode JPEG batches on the GPU (nvjpeg).", "--gpu-decode/--no-gpu-decode")] = None,
-    optimizer_impl: Annotated[Optional[str], _one("auto, fused, foreach or for-loop optimizer kernels. [default: auto]")] = None,
-    compile_: Annotated[Optional[bool], _opt("torch.compile the model (compile time reported apart).", "--compile/--no-compile")] = None,
-    data_only: Annotated[Optional[bool], _opt("Time only the input pipeline (no model): images/s delivered.", "--data-only")] = None,
-    pg_timeout_s: Annotated[Optional[str], _one("Process-group timeout in seconds. [default: 300]")] = None,
-    profile: Annotated[Optional[bool], _opt("Profiling pass after each cell's timed training. [default: on]", "--profile/--no-profile")] = None,
-    profile_steps: Annotated[Optional[str], _one("Active steps in the profiling pass. [default: 3]")] = None,
-    sample_interval_s: Annotated[Optional[str], _one("Utilisation sampling interval in seconds. [default: 0.5]")] = None,
-    log_interval: Annotated[Optional[str], _one("Steps between progress lines. [default: 10]")] = None,
-    output: Annotated[Optional[Path], _opt("Parent folder of the sweep folder. [default: ./results; env EFFBENCH_OUTPUT]", envvar="EFFBENCH_OUTPUT")] = None,
-    name: Annotated[Optional[str], _opt("Sweep folder name; the same name resumes. [default: sweep-<preset or swept options>]")] = None,
-    fail_fast: Annotated[bool, _opt("Stop at the first failed cell (OOM cells are data and never stop the sweep).", "--fail-fast")] = False,
-    smoke: Annotated[bool, _opt("Start every cell from the --smoke preset (CPU, synthetic, tiny); other options override.")] = False,
+    preset: Annotated[
+        str | None,
+        _opt(
+            "A seed experiment: workers, optimizers, batchnorm, cpu-vs-gpu, batch-size, scaling, models. Explicit options override it."
+        ),
+    ] = None,
+    arch: Annotated[str | None, _list("efficientnet-b0..b7 (b0..b7) or resnet18.")] = None,
+    dataset: Annotated[
+        str | None, _list("cifar100 (cifar), cifar10, food101 (food), imagefolder, synthetic.")
+    ] = None,
+    gpus: Annotated[str | None, _list("GPUs per run.")] = None,
+    nproc: Annotated[str | None, _list("CPU processes per run (--device cpu).")] = None,
+    batch_size: Annotated[str | None, _list("Images per device per step.")] = None,
+    workers: Annotated[str | None, _list("DataLoader workers.")] = None,
+    optimizer: Annotated[str | None, _list("sgd, sgd-nesterov, adagrad, adadelta, adam, adamw.")] = None,
+    batch_norm: Annotated[str | None, _list("resnet18 BatchNorm: on or off.")] = None,
+    device: Annotated[str | None, _list("cpu, cuda or auto.")] = None,
+    precision: Annotated[str | None, _list("auto, fp32, bf16, fp16.")] = None,
+    freeze: Annotated[str | None, _list("classifier, none or last:N.")] = None,
+    loader: Annotated[str | None, _list("Input pipeline.")] = None,
+    scaling: Annotated[str | None, _list("weak or strong.")] = None,
+    zip_: Annotated[
+        bool, _opt("Pair the lists element-wise (i-th values together) instead of every combination.", "--zip")
+    ] = False,
+    repeats: Annotated[
+        str | None, _one("Throughput windows per cell for the median and 95% CI. [default: min(5, measured steps)]")
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        _one("Folder with the extracted datasets. [default: ./data; env EFFBENCH_DATA]", envvar="EFFBENCH_DATA"),
+    ] = None,
+    download: Annotated[bool | None, _opt("Download a missing dataset.", "--download/--no-download")] = None,
+    val_fraction: Annotated[str | None, _one("Validate on a seeded fraction of the training set.")] = None,
+    image_size: Annotated[str | None, _one("Input size in px.")] = None,
+    epochs: Annotated[str | None, _one("Epochs. [default: 5]")] = None,
+    max_steps: Annotated[str | None, _one("Cap on training steps per epoch.")] = None,
+    max_val_steps: Annotated[str | None, _one("Cap on validation batches per epoch.")] = None,
+    warmup_steps: Annotated[str | None, _one("Steps excluded from throughput. [default: 5]")] = None,
+    lr: Annotated[str | None, _one("Learning rate. [default: per optimizer]")] = None,
+    momentum: Annotated[str | None, _one("SGD momentum. [default: 0.9]")] = None,
+    weight_decay: Annotated[str | None, _one("Weight decay. [default: 5e-4]")] = None,
+    weights: Annotated[str | None, _one("imagenet, none or a local file.")] = None,
+    seed: Annotated[str | None, _one("Random seed. [default: 0]")] = None,
+    strategy: Annotated[str | None, _one("ddp or dp. [default: ddp]")] = None,
+    channels_last: Annotated[
+        bool | None, _opt("channels_last memory format.", "--channels-last/--no-channels-last")
+    ] = None,
+    cudnn_benchmark: Annotated[
+        bool | None, _opt("cudnn.benchmark autotuning.", "--cudnn-benchmark/--no-cudnn-benchmark")
+    ] = None,
+    pin_memory: Annotated[
+        bool | None, _opt("Pinned host memory for batches.", "--pin-memory/--no-pin-memory")
+    ] = None,
+    gpu_decode: Annotated[
+        bool | None, _opt("Decode JPEG batches on the GPU (nvjpeg).", "--gpu-decode/--no-gpu-decode")
+    ] = None,
+    optimizer_impl: Annotated[
+        str | None, _one("auto, fused, foreach or for-loop optimizer kernels. [default: auto]")
+    ] = None,
+    compile_: Annotated[
+        bool | None, _opt("torch.compile the model (compile time reported apart).", "--compile/--no-compile")
+    ] = None,
+    data_only: Annotated[
+        bool | None, _opt("Time only the input pipeline (no model): images/s delivered.", "--data-only")
+    ] = None,
+    pg_timeout_s: Annotated[str | None, _one("Process-group timeout in seconds. [default: 300]")] = None,
+    profile: Annotated[
+        bool | None, _opt("Profiling pass after each cell's timed training. [default: on]", "--profile/--no-profile")
+    ] = None,
+    profile_steps: Annotated[str | None, _one("Active steps in the profiling pass. [default: 3]")] = None,
+    sample_interval_s: Annotated[
+        str | None, _one("Utilisation sampling interval in seconds. [default: 0.5]")
+    ] = None,
+    log_interval: Annotated[str | None, _one("Steps between progress lines. [default: 10]")] = None,
+    output: Annotated[
+        Path | None,
+        _opt("Parent folder of the sweep folder. [default: ./results; env EFFBENCH_OUTPUT]", envvar="EFFBENCH_OUTPUT"),
+    ] = None,
+    name: Annotated[
+        str | None, _opt("Sweep folder name; the same name resumes. [default: sweep-<preset or swept options>]")
+    ] = None,
+    fail_fast: Annotated[
+        bool, _opt("Stop at the first failed cell (OOM cells are data and never stop the sweep).", "--fail-fast")
+    ] = False,
+    smoke: Annotated[
+        bool, _opt("Start every cell from the --smoke preset (CPU, synthetic, tiny); other options override.")
+    ] = False,
     quiet: Annotated[bool, _opt("No per-step progress; one line per cell and the summary are still printed.")] = False,
 ) -> None:
     """Run every combination of the listed values (or a preset), one run folder per cell, resumable."""
@@ -106,14 +147,26 @@ def sweep(
     options = {k: v for k, v in singles.items() if v is not None}
     options.update({k: v[0] for k, v in lists.items() if len(v) == 1})  # one value: the same for every cell
     lists = {k: v for k, v in lists.items() if len(v) > 1}
-    spec = SweepSpec(lists=lists, options=options, preset=preset, zip=zip_, smoke=smoke, output=output or Path("results"), name=name, fail_fast=fail_fast)
+    spec = SweepSpec(
+        lists=lists,
+        options=options,
+        preset=preset,
+        zip=zip_,
+        smoke=smoke,
+        output=output or Path("results"),
+        name=name,
+        fail_fast=fail_fast,
+    )
     outcome = sweeper.run_sweep(spec, command=invocation(), echo=typer.echo, progress=not quiet)
     summary = outcome.folder / "sweep.txt"
     if summary.is_file():
         typer.echo(summary.read_text(encoding="utf-8"))
     typer.echo(f"sweep folder: {outcome.folder} (report.html, sweep.md, plots/)")
     if outcome.report_error:
-        typer.echo(f"warning: the sweep report was not fully written ({outcome.report_error}); `effbench report {outcome.folder}` retries", err=True)
+        typer.echo(
+            f"warning: the sweep report was not fully written ({outcome.report_error}); `effbench report {outcome.folder}` retries",
+            err=True,
+        )
     skipped = outcome.counts.get("skipped", 0)
     if skipped:
         typer.echo(f"warning: {skipped} cell(s) skipped: this machine cannot run them (see sweep.txt)", err=True)
@@ -124,7 +177,11 @@ def sweep(
         raise typer.Exit(code)
 
 
-def report(folder: Annotated[Path, typer.Argument(help="A run folder (results.json) or a sweep folder (sweep.json).", show_default=False)]) -> None:
+def report(
+    folder: Annotated[
+        Path, typer.Argument(help="A run folder (results.json) or a sweep folder (sweep.json).", show_default=False)
+    ],
+) -> None:
     """Re-render every table, plot and report.html of a run or sweep folder from its saved JSON (no torch)."""
     from effbench.report import render
 
@@ -146,11 +203,15 @@ def compare(
 
     kinds = (render.folder_kind(a), render.folder_kind(b))
     if kinds[0] != kinds[1]:
-        raise EffbenchError(str(b), f"is a {kinds[1]} folder but {a} is a {kinds[0]}; compare a run with a run or a sweep with a sweep")
+        raise EffbenchError(
+            str(b), f"is a {kinds[1]} folder but {a} is a {kinds[0]}; compare a run with a run or a sweep with a sweep"
+        )
     if kinds[0] == "run":
         ra, rb = results.read_results(a), results.read_results(b)
         deltas = cmp.compare_runs(ra, windows.read_steps(a), rb, windows.read_steps(b))
-        typer.echo(cmp.render_runs(deltas, a_name=str(a), b_name=str(b), differences=cmp.config_differences(ra, rb)), nl=False)
+        typer.echo(
+            cmp.render_runs(deltas, a_name=str(a), b_name=str(b), differences=cmp.config_differences(ra, rb)), nl=False
+        )
         return
     _, rows_a = render.load_sweep(a)
     _, rows_b = render.load_sweep(b)

@@ -124,8 +124,14 @@ def build_data(
 
 
 def _fast(
-    cfg: RunConfig, src: Source, train_ex: Any, val_ex: Any, opts: LoaderOptions, device: torch.device,
-    image_size: int, common: dict[str, Any],
+    cfg: RunConfig,
+    src: Source,
+    train_ex: Any,
+    val_ex: Any,
+    opts: LoaderOptions,
+    device: torch.device,
+    image_size: int,
+    common: dict[str, Any],
 ) -> DataBundle:
     """--loader fast: batches made on the device (see fast_cifar and fast_images)."""
     channels_last = bool(cfg.channels_last)
@@ -144,24 +150,48 @@ def _fast(
         train, val = on_device(train_ex, prep_train, True), on_device(val_ex, prep_val, False)
         hooks: list[Callable[[int], None]] = [train.set_epoch]
         log = SkipLog()
-        facts: dict[str, Any] = {"workers": 0, "held_on_device": f"{str(device)}, uint8, {train.images.numel() + val.images.numel()} bytes"}
+        facts: dict[str, Any] = {
+            "workers": 0,
+            "held_on_device": f"{str(device)}, uint8, {train.images.numel() + val.images.numel()} bytes",
+        }
     else:
         if cfg.gpu_decode and device.type != "cuda":
-            raise EffbenchError("--gpu-decode", f"decodes with nvjpeg on a CUDA device, but this run is on {device.type}; drop --gpu-decode or use --device cuda")
+            raise EffbenchError(
+                "--gpu-decode",
+                f"decodes with nvjpeg on a CUDA device, but this run is on {device.type}; drop --gpu-decode or use --device cuda",
+            )
         train, val, set_epoch, log, recipe = fast_images.build_loaders(
             train_ex, val_ex, opts, device, image_size, channels_last=channels_last, gpu_decode=cfg.gpu_decode,
         )  # fmt: skip
         mean, std = IMAGENET_MEAN, IMAGENET_STD
         hooks = [set_epoch]
-        facts = {"workers": cfg.workers, "pin_memory": opts.pin_memory and not cfg.gpu_decode, "gpu_decode": cfg.gpu_decode}
+        facts = {
+            "workers": cfg.workers,
+            "pin_memory": opts.pin_memory and not cfg.gpu_decode,
+            "gpu_decode": cfg.gpu_decode,
+        }
     return _file_bundle(src, image_size, train, val, train_ex, val_ex, opts, common, mean, std, recipe, "fast", facts,
                         hooks=hooks, log=log, on_device=True)  # fmt: skip
 
 
 def _file_bundle(
-    src: Source, image_size: int, train: Any, val: Any, train_ex: Any, val_ex: Any, opts: LoaderOptions,
-    common: dict[str, Any], mean: Any, std: Any, recipe: str, loader: str, facts: dict[str, Any], *,
-    hooks: list[Callable[[int], None]], log: SkipLog, on_device: bool,
+    src: Source,
+    image_size: int,
+    train: Any,
+    val: Any,
+    train_ex: Any,
+    val_ex: Any,
+    opts: LoaderOptions,
+    common: dict[str, Any],
+    mean: Any,
+    std: Any,
+    recipe: str,
+    loader: str,
+    facts: dict[str, Any],
+    *,
+    hooks: list[Callable[[int], None]],
+    log: SkipLog,
+    on_device: bool,
 ) -> DataBundle:
     """The bundle of a dataset read from files, with its record (`info`), for either loader."""
     info: dict[str, Any] = {
@@ -223,7 +253,9 @@ def _check_batch(batch: int, n_train: int, dataset: str, world_size: int) -> Non
     )
 
 
-def _synthetic(cfg: RunConfig, device: torch.device, batch: int, image_size: int, rank: int, world_size: int) -> DataBundle:
+def _synthetic(
+    cfg: RunConfig, device: torch.device, batch: int, image_size: int, rank: int, world_size: int
+) -> DataBundle:
     _check_batch(batch, synthetic.EPOCH_IMAGES, "synthetic", world_size)
     pool = synthetic.make_pool(batch, image_size, device, cfg.seed + rank)
     steps = synthetic.steps_per_epoch(batch, world_size)

@@ -73,7 +73,8 @@ def ensure_present(name: str, data_dir: Path, *, download: bool) -> dict[str, ob
                 "point --data-dir (or EFFBENCH_DATA) at it, or use --dataset synthetic",
             )
         raise EffbenchError(
-            "--data-dir", f"{target / missing[0]} is missing; rerun with --download to fetch {archive.title} again, or restore it"
+            "--data-dir",
+            f"{target / missing[0]} is missing; rerun with --download to fetch {archive.title} again, or restore it",
         )
     return download_and_extract(archive, Path(data_dir))
 
@@ -124,12 +125,14 @@ def extract(path: Path, data_dir: Path, folder: str) -> Path:
                 tar.extractall(tmp, filter="data")
         except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
             raise EffbenchError(
-                "--download", f"could not extract {path.name} ({e}); check free space under {data_dir} and rerun --download"
+                "--download",
+                f"could not extract {path.name} ({e}); check free space under {data_dir} and rerun --download",
             ) from None
         src = tmp / folder
         if not src.is_dir():
             raise EffbenchError(
-                "--download", f"{path.name} holds no {folder}/ folder; make sure {MIRROR_ENV} serves the official archive"
+                "--download",
+                f"{path.name} holds no {folder}/ folder; make sure {MIRROR_ENV} serves the official archive",
             )
         target = data_dir / folder
         if target.exists():  # an incomplete copy the user asked to replace: swap, then delete it

@@ -95,7 +95,9 @@ def normalize(
     (a float32 input in 0..255 is normalized in place)."""
     dev = images.device
     scale = (1.0 / (255.0 * torch.tensor(std, dtype=torch.float32, device=dev))).view(1, -1, 1, 1)
-    bias = (-torch.tensor(mean, dtype=torch.float32, device=dev) / torch.tensor(std, dtype=torch.float32, device=dev)).view(1, -1, 1, 1)
+    bias = (
+        -torch.tensor(mean, dtype=torch.float32, device=dev) / torch.tensor(std, dtype=torch.float32, device=dev)
+    ).view(1, -1, 1, 1)
     x = images.to(dtype=torch.float32, memory_format=memory_format)
     return x.mul_(scale).add_(bias)
 

@@ -24,7 +24,9 @@ from effbench.data.transforms import CIFAR_MEAN, CIFAR_PAD, CIFAR_SIZE, CIFAR_ST
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
-def shard_indices(n: int, perm: torch.Tensor | None, rank: int, world_size: int, batch_size: int, *, drop_last: bool) -> torch.Tensor:
+def shard_indices(
+    n: int, perm: torch.Tensor | None, rank: int, world_size: int, batch_size: int, *, drop_last: bool
+) -> torch.Tensor:
     """This rank's indices for one pass: `perm` (or file order) interleaved over ranks,
     truncated to whole batches when drop_last."""
     order = perm if perm is not None else torch.arange(n)
@@ -94,7 +96,9 @@ class DeviceArrayLoader:
             yield batch
 
 
-def cifar_recipe(image_size: int, *, train: bool, channels_last: bool) -> tuple[Callable[[torch.Tensor, torch.Generator], torch.Tensor], tuple, tuple, str]:
+def cifar_recipe(
+    image_size: int, *, train: bool, channels_last: bool
+) -> tuple[Callable[[torch.Tensor, torch.Generator], torch.Tensor], tuple, tuple, str]:
     """(prepare, mean, std, recipe): the seeds' CIFAR augmentation, batched.
 
     At 32 px: RandomCrop(32, padding=4) + flip + Normalize(CIFAR stats), as the torchvision loader.

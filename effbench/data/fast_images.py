@@ -84,7 +84,9 @@ class SquaredFiles(Dataset):
     """Samples (uint8 image or None, label, skipped paths), the torchvision loader's contract, with
     a torch reader in place of PIL. Training stands the next readable file in for a bad one."""
 
-    def __init__(self, examples: FileExamples, reader: Callable[[str, int], torch.Tensor | None], side: int, *, stand_in: bool) -> None:
+    def __init__(
+        self, examples: FileExamples, reader: Callable[[str, int], torch.Tensor | None], side: int, *, stand_in: bool
+    ) -> None:
         self.examples = examples
         self.reader = reader
         self.side = side
@@ -179,7 +181,9 @@ class DeviceAugmentLoader:
     def __len__(self) -> int:
         return len(self.loader)
 
-    def _decode(self, items: list[torch.Tensor], labels: torch.Tensor, paths: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _decode(
+        self, items: list[torch.Tensor], labels: torch.Tensor, paths: list[str]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         images, bad = decode_on_device(items, self.side, self.device)
         if bad:
             self.log.paths.update(paths[i] for i in bad)
@@ -209,7 +213,9 @@ class DeviceAugmentLoader:
             yield x, labels.to(self.device, non_blocking=True)
 
 
-def image_recipe(image_size: int, *, train: bool, channels_last: bool) -> tuple[Callable[[torch.Tensor, torch.Generator], torch.Tensor], str]:
+def image_recipe(
+    image_size: int, *, train: bool, channels_last: bool
+) -> tuple[Callable[[torch.Tensor, torch.Generator], torch.Tensor], str]:
     """(prepare, recipe) for uint8 side x side squares on the device."""
     fmt = torch.channels_last if channels_last else torch.contiguous_format
 
@@ -219,7 +225,9 @@ def image_recipe(image_size: int, *, train: bool, channels_last: bool) -> tuple[
         elif batch.device.type == "cpu":  # uint8 per image: 3x faster than grid_sample on the CPU
             x = augment.random_resized_crop_flip_uint8(batch, image_size, generator)
         else:  # one grid_sample kernel for the whole batch
-            x = augment.random_resized_crop_flip(batch.to(dtype=torch.float32, memory_format=fmt), image_size, generator)
+            x = augment.random_resized_crop_flip(
+                batch.to(dtype=torch.float32, memory_format=fmt), image_size, generator
+            )
         return augment.normalize(x, IMAGENET_MEAN, IMAGENET_STD, memory_format=fmt)
 
     side = resize_side(image_size)
@@ -243,7 +251,9 @@ class _WithPaths(Dataset):
         return image, label, skipped, self.inner.examples.paths[used]
 
 
-def _collate_with_paths(samples: Sequence[tuple[Any, int, tuple[str, ...], str]]) -> tuple[Any, Any, tuple[str, ...], tuple[str, ...]]:
+def _collate_with_paths(
+    samples: Sequence[tuple[Any, int, tuple[str, ...], str]],
+) -> tuple[Any, Any, tuple[str, ...], tuple[str, ...]]:
     images, labels, skipped = collate_encoded([s[:3] for s in samples])
     return images, labels, skipped, tuple(s[3] for s in samples if s[0] is not None)
 
@@ -296,4 +306,10 @@ def build_loaders(
         sampler.set_epoch(epoch)
         gen.manual_seed(stream_seed(opts.seed, opts.rank, epoch))
 
-    return train, val, set_epoch, log, recipe + (" (JPEG decode on the GPU, nvjpeg)" if gpu_decode else " (libjpeg-turbo decode_jpeg)")
+    return (
+        train,
+        val,
+        set_epoch,
+        log,
+        recipe + (" (JPEG decode on the GPU, nvjpeg)" if gpu_decode else " (libjpeg-turbo decode_jpeg)"),
+    )

@@ -68,14 +68,19 @@ def load(data_dir: Path, *, val_fraction: float | None) -> Source:
     val_dir = next((root / v for v in VAL_FOLDERS if (root / v).is_dir()), None) if split else None
     if val_fraction is None:
         if val_dir is None:
-            where = f"{root} has train/ but no val/ or test/" if split else f"{root} holds class folders but no train/ and val/"
+            where = (
+                f"{root} has train/ but no val/ or test/"
+                if split
+                else f"{root} holds class folders but no train/ and val/"
+            )
             raise EffbenchError(
                 "--val-fraction", f"{where}; pass --val-fraction (e.g. 0.2) to carve a seeded validation split from it"
             )
         extra = sorted(set(class_folders(val_dir)) - set(classes))
         if extra:
             raise EffbenchError(
-                "--data-dir", f"{val_dir} has class folders missing from {train_dir}: {', '.join(extra[:3])}; make the class sets match"
+                "--data-dir",
+                f"{val_dir} has class folders missing from {train_dir}: {', '.join(extra[:3])}; make the class sets match",
             )
         val = scan(val_dir, classes)
         if len(val) == 0:

@@ -10,7 +10,7 @@ loop relies on drop_last batches of exactly --batch-size); in validation the fil
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch

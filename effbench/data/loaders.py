@@ -127,7 +127,12 @@ def seeded_sampler(n: int, opts: LoaderOptions) -> Any:
     over ranks by DistributedSampler (drop_last: every rank the same count) when world_size > 1."""
     if opts.world_size > 1:
         return DistributedSampler(
-            range(n), num_replicas=opts.world_size, rank=opts.rank, shuffle=True, seed=opts.seed, drop_last=True  # type: ignore[arg-type]
+            range(n),
+            num_replicas=opts.world_size,
+            rank=opts.rank,
+            shuffle=True,
+            seed=opts.seed,
+            drop_last=True,  # type: ignore[arg-type]
         )
     return SeededRandomSampler(n, opts.seed)
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -20,7 +21,7 @@ class Examples(Protocol):
 
     def __len__(self) -> int: ...
 
-    def take(self, indices: np.ndarray) -> "Examples": ...
+    def take(self, indices: np.ndarray) -> Examples: ...
 
     def dataset(self, transform: Callable, *, train: bool) -> torch.utils.data.Dataset: ...
 

@@ -7,7 +7,7 @@ this one and reuse the same normalisation constants and crop geometry.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 from torchvision import transforms as T
 

@@ -73,7 +73,10 @@ def parse_endpoint(text: str) -> tuple[str, int]:
     """`host:port` (or `[v6::addr]:port`) -> (host, port) for c10d rendezvous."""
     m = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d+)|([A-Za-z0-9_.-]+):(\d+)", text.strip())
     if not m:
-        raise EffbenchError("--rdzv-endpoint", f"{text!r} is not HOST:PORT; use e.g. node01:{DEFAULT_RDZV_PORT} or 127.0.0.1:{DEFAULT_RDZV_PORT}")
+        raise EffbenchError(
+            "--rdzv-endpoint",
+            f"{text!r} is not HOST:PORT; use e.g. node01:{DEFAULT_RDZV_PORT} or 127.0.0.1:{DEFAULT_RDZV_PORT}",
+        )
     host = m.group(1) or m.group(3)
     port = int(m.group(2) or m.group(4))
     if not 1 <= port <= 65535:
@@ -141,7 +144,9 @@ def threads_per_process(cores: int, nproc_per_node: int, env: Mapping[str, str])
         try:
             return max(1, int(pinned))
         except ValueError:
-            raise EffbenchError("OMP_NUM_THREADS", f"{pinned!r} is not a whole number; unset it or set e.g. 4") from None
+            raise EffbenchError(
+                "OMP_NUM_THREADS", f"{pinned!r} is not a whole number; unset it or set e.g. 4"
+            ) from None
     return max(1, cores // max(1, nproc_per_node))
 
 
@@ -189,7 +194,10 @@ def plan_launch(
         if nproc is not None:
             raise EffbenchError("--nproc", "counts CPU processes; on GPUs use --gpus N (one process per GPU)")
         if visible_gpus == 0:
-            raise EffbenchError("--device", "cuda was requested but no GPU is visible; pass --device cpu, or expose GPUs (docker --gpus, apptainer --nv)")
+            raise EffbenchError(
+                "--device",
+                "cuda was requested but no GPU is visible; pass --device cpu, or expose GPUs (docker --gpus, apptainer --nv)",
+            )
         n = gpus if gpus is not None else visible_gpus
         if n > visible_gpus:
             cvd = env.get("CUDA_VISIBLE_DEVICES")
@@ -216,7 +224,10 @@ def plan_launch(
     if n == 1 and nnodes == 1:
         return LaunchPlan("inprocess", device_type, 1, 1, threads, None, child_env)
     if nnodes > 1 and rdzv_endpoint is None:
-        raise EffbenchError("--rdzv-endpoint", f"--nnodes {nnodes} needs a rendezvous; pass --rdzv-endpoint HOST:PORT (Slurm fills it in)")
+        raise EffbenchError(
+            "--rdzv-endpoint",
+            f"--nnodes {nnodes} needs a rendezvous; pass --rdzv-endpoint HOST:PORT (Slurm fills it in)",
+        )
     if rdzv_endpoint is not None:
         parse_endpoint(rdzv_endpoint)
     argv = torchrun_argv(

@@ -72,7 +72,9 @@ def parse_failure(lines: Sequence[str]) -> ChildFailure | None:
     return ChildFailure(rank=rank, exitcode=code, detail=detail)
 
 
-def run_supervised(argv: Sequence[str], env: Mapping[str, str], *, stderr: TextIO | None = None, grace_s: float = GRACE_S) -> SupervisedResult:
+def run_supervised(
+    argv: Sequence[str], env: Mapping[str, str], *, stderr: TextIO | None = None, grace_s: float = GRACE_S
+) -> SupervisedResult:
     """Run `argv` (never through a shell) in its own process group and wait for it."""
     out = stderr or sys.stderr
     parent = os.getpid()

@@ -373,7 +373,7 @@ class UtilizationSampler:
         self.sample_errors = 0  # samples lost to an unexpected error (the thread keeps going)
 
     # -- lifecycle ---------------------------------------------------------------------------------
-    def __enter__(self) -> "UtilizationSampler":
+    def __enter__(self) -> UtilizationSampler:
         self._gpus, self._rows = [], []  # a sampler used twice starts afresh
         self._start_nvml()
         try:

@@ -1,10 +1,10 @@
 """Where the time goes: the measurements around the timed run, turned into results.json keys.
 
-    count_flops(...)      FLOPs per training image, before training (FlopCounterMode, flops.py)
-    sampler_for(...)      the utilisation sampler for this rank (monitor.py)
-    peak_memory(...)      peak allocated / reserved device memory of this rank
-    profile(...)          the profiling pass after the timed run (profiling.py)
-    summarize(...)        pure: everything above + the run record -> the keys, the MFU and the verdict
+count_flops(...)      FLOPs per training image, before training (FlopCounterMode, flops.py)
+sampler_for(...)      the utilisation sampler for this rank (monitor.py)
+peak_memory(...)      peak allocated / reserved device memory of this rank
+profile(...)          the profiling pass after the timed run (profiling.py)
+summarize(...)        pure: everything above + the run record -> the keys, the MFU and the verdict
 """
 
 from __future__ import annotations
@@ -59,7 +59,9 @@ def peak_memory(device: Any) -> dict[str, float] | None:
     }
 
 
-def profile(step: Any, loader: Any, *, device_type: str, out_dir: Path | None, rank: int, active: int) -> dict[str, Any]:
+def profile(
+    step: Any, loader: Any, *, device_type: str, out_dir: Path | None, rank: int, active: int
+) -> dict[str, Any]:
     """The profiling pass on a fresh pass over the loader; out_dir None (no shared folder) skips files."""
     import tempfile
 
@@ -67,7 +69,9 @@ def profile(step: Any, loader: Any, *, device_type: str, out_dir: Path | None, r
 
     if out_dir is None:
         with tempfile.TemporaryDirectory(prefix="effbench-profile-") as tmp:
-            info = run_profile_pass(step, iter(loader), device_type=device_type, out_dir=Path(tmp), rank=rank, active=active)
+            info = run_profile_pass(
+                step, iter(loader), device_type=device_type, out_dir=Path(tmp), rank=rank, active=active
+            )
         info["trace"] = None
         info["tables"] = {}
         return info
@@ -109,7 +113,9 @@ def summarize(
 ) -> dict[str, Any]:
     """The observability keys of results.json, from the measurements. Pure: no torch, no I/O."""
     out: dict[str, Any] = {}
-    device_type = "cuda" if str(record.get("device", "cpu")).startswith("cuda") or record.get("strategy") == "dp" else "cpu"
+    device_type = (
+        "cuda" if str(record.get("device", "cpu")).startswith("cuda") or record.get("strategy") == "dp" else "cpu"
+    )
     gpu_names = [g.get("name") for g in (record.get("env") or {}).get("gpus", [])]
     throughput = record.get("throughput_img_s")
     devices = int(record.get("devices") or record.get("world_size") or 1)

@@ -269,7 +269,9 @@ def run_profile_pass(
             )
     else:
         cpu_table = dev_text = "# no active profiler steps ran (the batches ran out first)"
-    header = f"# rank {rank}; {counts['active']} active step(s) after {counts['wait']} wait + {counts['warmup']} warm-up\n"
+    header = (
+        f"# rank {rank}; {counts['active']} active step(s) after {counts['wait']} wait + {counts['warmup']} warm-up\n"
+    )
     atomic_write_text(cpu_path, header + cpu_table + "\n")
     atomic_write_text(dev_path, header + dev_text + "\n")
 

@@ -128,9 +128,7 @@ def load_into(model: StagedModel, state: dict[str, torch.Tensor], *, arch: str, 
     """
     expected = model.state_dict()
     head = f"{model.head_name}."
-    head_fits = all(
-        k in state and state[k].shape == v.shape for k, v in expected.items() if k.startswith(head)
-    )
+    head_fits = all(k in state and state[k].shape == v.shape for k, v in expected.items() if k.startswith(head))
     unfit = f"{path} does not fit {arch}:"
     for name, tensor in expected.items():
         if name.startswith(head) and not head_fits and name in state:
@@ -138,9 +136,7 @@ def load_into(model: StagedModel, state: dict[str, torch.Tensor], *, arch: str, 
         if name not in state:
             if name.endswith(".num_batches_tracked"):
                 continue  # older files predate this counter; it only matters with momentum=None
-            raise EffbenchError(
-                OPTION, f"{unfit} it is missing tensor '{name}' (was it saved from another --arch?)"
-            )
+            raise EffbenchError(OPTION, f"{unfit} it is missing tensor '{name}' (was it saved from another --arch?)")
         if state[name].shape != tensor.shape:
             raise EffbenchError(
                 OPTION,

@@ -42,7 +42,13 @@ def esc(value: Any) -> str:
     return html.escape("-" if value is None else str(value), quote=True)
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, row_classes: Sequence[str] | None = None, table_id: str | None = None) -> str:
+def table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    row_classes: Sequence[str] | None = None,
+    table_id: str | None = None,
+) -> str:
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = []
     for i, row in enumerate(rows):
@@ -83,9 +89,7 @@ def link(href: str, text: str) -> str:
 
 
 def page(title: str, subtitle: str, sections: Sequence[Section]) -> str:
-    body = "".join(
-        f'<section><h2>{esc(s.heading)}</h2>{"".join(s.blocks)}</section>' for s in sections if s.blocks
-    )
+    body = "".join(f"<section><h2>{esc(s.heading)}</h2>{''.join(s.blocks)}</section>" for s in sections if s.blocks)
     return (
         "<!DOCTYPE html>\n"
         f'<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'

@@ -46,10 +46,20 @@ def _bar_width(n: int) -> float:
 def _xticks(ax: Any, labels: Sequence[str]) -> None:
     """Category labels, slanted when they would run into each other."""
     crowded = sum(len(s) for s in labels) > 60
-    ax.set_xticks(range(len(labels)), labels, rotation=25 if crowded else 0, ha="right" if crowded else "center", fontsize=8)
+    ax.set_xticks(
+        range(len(labels)), labels, rotation=25 if crowded else 0, ha="right" if crowded else "center", fontsize=8
+    )
 
 
-def stacked_time_bars(labels: Sequence[str], data_s: Sequence[float], compute_s: Sequence[float], path: Path, *, title: str, ylabel: str = "seconds per epoch") -> Path:
+def stacked_time_bars(
+    labels: Sequence[str],
+    data_s: Sequence[float],
+    compute_s: Sequence[float],
+    path: Path,
+    *,
+    title: str,
+    ylabel: str = "seconds per epoch",
+) -> Path:
     fig = _figure(max(6.0, 0.9 * len(labels) + 2), 4.5)
     ax = fig.add_subplot()
     x = list(range(len(labels)))
@@ -70,7 +80,16 @@ def stacked_time_bars(labels: Sequence[str], data_s: Sequence[float], compute_s:
     return _save(fig, path)
 
 
-def throughput_bars(labels: Sequence[str], values: Sequence[float | None], lows: Sequence[float | None], highs: Sequence[float | None], path: Path, *, title: str, notes: Sequence[str] | None = None) -> Path:
+def throughput_bars(
+    labels: Sequence[str],
+    values: Sequence[float | None],
+    lows: Sequence[float | None],
+    highs: Sequence[float | None],
+    path: Path,
+    *,
+    title: str,
+    notes: Sequence[str] | None = None,
+) -> Path:
     """Bars of the median throughput; whiskers show the 95% CI; a bar-less cell shows its status."""
     fig = _figure(max(6.0, 0.9 * len(labels) + 2), 4.5)
     ax = fig.add_subplot()
@@ -100,7 +119,9 @@ def top1_per_epoch(series: Mapping[str, Mapping[str, Sequence[float | None]]], p
             ys = s.get(kind) or []
             pts = [(e + 1, y) for e, y in enumerate(ys) if y is not None]
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", color=color, label=f"{label} ({kind})")
+                ax.plot(
+                    [p[0] for p in pts], [p[1] for p in pts], style, marker="o", color=color, label=f"{label} ({kind})"
+                )
     ax.set_xlabel("epoch")
     ax.set_ylabel("top-1 accuracy")
     ax.set_ylim(bottom=0)
@@ -108,7 +129,14 @@ def top1_per_epoch(series: Mapping[str, Mapping[str, Sequence[float | None]]], p
     ax.set_title(title)
     plotted = bool(ax.get_legend_handles_labels()[0])
     if not plotted:  # e.g. a --data-only run: say so rather than draw empty axes
-        ax.text(0.5, 0.5, "no top-1 recorded (data-only run or no finished epoch)", ha="center", va="center", transform=ax.transAxes)
+        ax.text(
+            0.5,
+            0.5,
+            "no top-1 recorded (data-only run or no finished epoch)",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
     elif crowded:
         fig.legend(loc="outside right upper", fontsize=7)
     else:
@@ -116,7 +144,9 @@ def top1_per_epoch(series: Mapping[str, Mapping[str, Sequence[float | None]]], p
     return _save(fig, path)
 
 
-def throughput_vs_batch(series: Mapping[str, Sequence[tuple[int, float | None, str]]], path: Path, *, title: str) -> Path:
+def throughput_vs_batch(
+    series: Mapping[str, Sequence[tuple[int, float | None, str]]], path: Path, *, title: str
+) -> Path:
     """series: label -> [(batch per device, throughput or None, status)]; OOM cells as red crosses."""
     fig = _figure(7.0, 4.5)
     ax = fig.add_subplot()
@@ -131,7 +161,15 @@ def throughput_vs_batch(series: Mapping[str, Sequence[tuple[int, float | None, s
         if oom:
             ax.scatter(oom, [floor] * len(oom), marker="x", s=80, color=OOM_COLOR, label=f"{label}: OOM", zorder=3)
             for b in oom:
-                ax.annotate("OOM", (b, floor), textcoords="offset points", xytext=(0, 8), ha="center", color=OOM_COLOR, fontsize=8)
+                ax.annotate(
+                    "OOM",
+                    (b, floor),
+                    textcoords="offset points",
+                    xytext=(0, 8),
+                    ha="center",
+                    color=OOM_COLOR,
+                    fontsize=8,
+                )
     ax.set_xscale("log", base=2)
     ax.set_xlabel("batch size per device")
     ax.set_ylabel("images / s")
@@ -154,7 +192,9 @@ def data_time_vs_workers(series: Mapping[str, Sequence[tuple[int, float]]], path
     return _save(fig, path)
 
 
-def scaling(series: Mapping[str, Sequence[tuple[int, float | None, float | None]]], path: Path, *, title: str, xlabel: str) -> Path:
+def scaling(
+    series: Mapping[str, Sequence[tuple[int, float | None, float | None]]], path: Path, *, title: str, xlabel: str
+) -> Path:
     """series: label -> [(devices, throughput, efficiency)]; ideal = linear from the smallest count."""
     fig = _figure(11.0, 4.5)
     ax_t, ax_e = fig.subplots(1, 2)

@@ -70,18 +70,30 @@ def run_plots(record: Mapping[str, Any], out_dir: Path) -> tuple[list[Plot], lis
 
 def window_rows(w: Mapping[str, Any]) -> list[list[str]]:
     thr, ms, share = w.get("throughput_img_s") or [], w.get("step_time_ms") or [], w.get("data_time_share") or []
-    return [[str(i + 1), f"{t:,.1f}", f"{m:,.2f}", f"{100 * s:.1f}%"] for i, (t, m, s) in enumerate(zip(thr, ms, share))]
+    return [
+        [str(i + 1), f"{t:,.1f}", f"{m:,.2f}", f"{100 * s:.1f}%"] for i, (t, m, s) in enumerate(zip(thr, ms, share))
+    ]
 
 
 def window_line(w: Mapping[str, Any]) -> str:
     s = (w.get("summary") or {}).get("throughput_img_s")
     if not s:
         return "no measured steps: no throughput windows"
-    ci = f", 95% CI of the mean [{s['ci_low']:,.1f}, {s['ci_high']:,.1f}]" if s.get("ci_low") is not None else " (one window: no CI)"
+    ci = (
+        f", 95% CI of the mean [{s['ci_low']:,.1f}, {s['ci_high']:,.1f}]"
+        if s.get("ci_low") is not None
+        else " (one window: no CI)"
+    )
     return f"throughput over {w.get('windows')} windows of {w.get('steps')} measured steps: median {s['median']:,.1f} img/s{ci}"
 
 
-def run_html(record: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], plots: Sequence[Plot], problems: Sequence[str], env: Mapping[str, Any] | None = None) -> str:
+def run_html(
+    record: Mapping[str, Any],
+    steps: Sequence[Mapping[str, Any]],
+    plots: Sequence[Plot],
+    problems: Sequence[str],
+    env: Mapping[str, Any] | None = None,
+) -> str:
     w = windows.windows_of(record, steps)
     sections = []
     verdict = report.verdict_line(record)
@@ -91,14 +103,41 @@ def run_html(record: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], plot
         top.append(H.paragraph(f"{record.get('status')}: {err.get('type')}: {err.get('message')}", cls="error"))
     sections.append(H.Section("Verdict", top))
     sections.append(H.Section("Summary", [H.key_values(report.summary_rows(record), table_id="summary")]))
-    sections.append(H.Section("Throughput windows", [H.paragraph(window_line(w)), H.table(("window", "img/s", "step ms", "data %"), window_rows(w), table_id="windows")] if w.get("windows") else []))
+    sections.append(
+        H.Section(
+            "Throughput windows",
+            [
+                H.paragraph(window_line(w)),
+                H.table(("window", "img/s", "step ms", "data %"), window_rows(w), table_id="windows"),
+            ]
+            if w.get("windows")
+            else [],
+        )
+    )
     sections.append(H.Section("Epochs", [H.table(report.EPOCH_HEADERS, report.epoch_rows(record), table_id="epochs")]))
     phases = report.phase_rows(record)
     if phases:
-        sections.append(H.Section("Profiling pass: phases", [H.table(("phase", "calls", "CPU (s)", "CPU share", "device (s)", "device share"), phases)]))
+        sections.append(
+            H.Section(
+                "Profiling pass: phases",
+                [H.table(("phase", "calls", "CPU (s)", "CPU share", "device (s)", "device share"), phases)],
+            )
+        )
     sections.append(H.Section("Charts", _images(plots) + [H.paragraph(p) for p in problems]))
-    sections.append(H.Section("Environment", [H.key_values(H.environment_pairs(env or record.get("env") or {}), table_id="environment")]))
-    sections.append(H.Section("Configuration", [H.key_values(sorted((record.get("config") or {}).items()), table_id="config"), H.preformatted(" ".join(record.get("command") or []))]))
+    sections.append(
+        H.Section(
+            "Environment", [H.key_values(H.environment_pairs(env or record.get("env") or {}), table_id="environment")]
+        )
+    )
+    sections.append(
+        H.Section(
+            "Configuration",
+            [
+                H.key_values(sorted((record.get("config") or {}).items()), table_id="config"),
+                H.preformatted(" ".join(record.get("command") or [])),
+            ],
+        )
+    )
     title = f"effbench run {record.get('run_name') or ''}".strip()
     subtitle = f"status {record.get('status')} · {record.get('device')} · started {record.get('started_at')}"
     return H.page(title, subtitle, sections)
@@ -113,14 +152,20 @@ def write_run_html(run_dir: Path, record: Mapping[str, Any], steps: Sequence[Map
     return [p for p, _ in plots] + [run_dir / REPORT_HTML]
 
 
-def write_run_html_safely(run_dir: Path | None, record: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], echo: Callable[[str], None]) -> None:
+def write_run_html_safely(
+    run_dir: Path | None, record: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], echo: Callable[[str], None]
+) -> None:
     """The runner's call: a report that cannot be written is a warning, never a failed run."""
     if run_dir is None:
         return
     try:
         write_run_html(run_dir, record, steps)
     except Exception as e:  # noqa: BLE001
-        echo(f"warning: report.html not written ({type(e).__name__}: {e}); `effbench report {run_dir}` retries".splitlines()[0])
+        echo(
+            f"warning: report.html not written ({type(e).__name__}: {e}); `effbench report {run_dir}` retries".splitlines()[
+                0
+            ]
+        )
 
 
 def write_run_reports(run_dir: Path) -> list[Path]:
@@ -129,7 +174,11 @@ def write_run_reports(run_dir: Path) -> list[Path]:
     record = results.read_results(run_dir)
     results.atomic_write_text(run_dir / results.REPORT_TXT, report.render(record, "text"))
     results.atomic_write_text(run_dir / results.REPORT_MD, report.render(record, "md"))
-    return [run_dir / results.REPORT_TXT, run_dir / results.REPORT_MD, *write_run_html(run_dir, record, windows.read_steps(run_dir))]
+    return [
+        run_dir / results.REPORT_TXT,
+        run_dir / results.REPORT_MD,
+        *write_run_html(run_dir, record, windows.read_steps(run_dir)),
+    ]
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -163,7 +212,9 @@ def _dims(m: Mapping[str, Any]) -> dict[str, list[Any]]:
     return {k: list(v) for k, v in (m.get("dims") or {}).items()}
 
 
-def sweep_plots(rows: Sequence[Mapping[str, Any]], dims: Mapping[str, Sequence[Any]], out_dir: Path) -> tuple[list[Plot], list[str]]:
+def sweep_plots(
+    rows: Sequence[Mapping[str, Any]], dims: Mapping[str, Sequence[Any]], out_dir: Path
+) -> tuple[list[Plot], list[str]]:
     from effbench.report import plots
 
     made: list[Plot] = []
@@ -183,31 +234,80 @@ def sweep_plots(rows: Sequence[Mapping[str, Any]], dims: Mapping[str, Sequence[A
             [r.get("thr_ci_low") for r in rows], [r.get("thr_ci_high") for r in rows], out_dir / "throughput.png",
             title="Throughput", notes=[("" if r.get("status") == "ok" else str(r.get("status")).upper()) for r in rows]))  # fmt: skip
     if ran and any(r.get("train_top1_per_epoch") for r in ran):
-        series = {sweep_report.label(r, show_dims): {"train": r.get("train_top1_per_epoch") or [], "val": r.get("val_top1_per_epoch") or []} for r in ran}
-        _draw(made, problems, "Top-1 accuracy per epoch (dashed: train, solid: validation)", lambda: plots.top1_per_epoch(series, out_dir / "top1_per_epoch.png", title="Top-1 per epoch"))
+        series = {
+            sweep_report.label(r, show_dims): {
+                "train": r.get("train_top1_per_epoch") or [],
+                "val": r.get("val_top1_per_epoch") or [],
+            }
+            for r in ran
+        }
+        _draw(
+            made,
+            problems,
+            "Top-1 accuracy per epoch (dashed: train, solid: validation)",
+            lambda: plots.top1_per_epoch(series, out_dir / "top1_per_epoch.png", title="Top-1 per epoch"),
+        )
     if "batch_size" in varied(dims):
         series_b = {
-            g or "all": [(int(r["params"]["batch_size"]), (r.get("thr_median") or r.get("throughput_img_s")), str(r.get("status"))) for r in members]
+            g or "all": [
+                (
+                    int(r["params"]["batch_size"]),
+                    (r.get("thr_median") or r.get("throughput_img_s")),
+                    str(r.get("status")),
+                )
+                for r in members
+            ]
             for g, members in sweep_report.groups(rows, names, "batch_size").items()
         }
-        _draw(made, problems, "Throughput vs batch size per device (red crosses: out of memory)", lambda: plots.throughput_vs_batch(series_b, out_dir / "throughput_vs_batch.png", title="Throughput vs batch size"))
+        _draw(
+            made,
+            problems,
+            "Throughput vs batch size per device (red crosses: out of memory)",
+            lambda: plots.throughput_vs_batch(
+                series_b, out_dir / "throughput_vs_batch.png", title="Throughput vs batch size"
+            ),
+        )
     if "workers" in varied(dims):
         series_w = {
-            g or "all": [(int(r["params"]["workers"]), r["data_time_per_epoch_s"]) for r in members if r.get("status") == "ok" and r.get("data_time_per_epoch_s") is not None]
+            g or "all": [
+                (int(r["params"]["workers"]), r["data_time_per_epoch_s"])
+                for r in members
+                if r.get("status") == "ok" and r.get("data_time_per_epoch_s") is not None
+            ]
             for g, members in sweep_report.groups(rows, names, "workers").items()
         }
-        _draw(made, problems, "Data-loading time per epoch vs DataLoader workers", lambda: plots.data_time_vs_workers(series_w, out_dir / "data_time_vs_workers.png", title="Data-loading time vs workers"))
+        _draw(
+            made,
+            problems,
+            "Data-loading time per epoch vs DataLoader workers",
+            lambda: plots.data_time_vs_workers(
+                series_w, out_dir / "data_time_vs_workers.png", title="Data-loading time vs workers"
+            ),
+        )
     for dim in ("gpus", "nproc"):
         if dim in varied(dims):
             series_s = {}
             for g, members in sweep_report.groups(rows, names, dim).items():
-                series_s[g or "all"] = [(r["devices"], r["throughput_img_s"], r["efficiency"]) for r in sweep_report.scaling_rows(members)]
+                series_s[g or "all"] = [
+                    (r["devices"], r["throughput_img_s"], r["efficiency"]) for r in sweep_report.scaling_rows(members)
+                ]
             xlabel = "GPUs" if dim == "gpus" else "CPU processes"
-            _draw(made, problems, f"Throughput and efficiency vs {xlabel} (dotted: ideal)", lambda: plots.scaling(series_s, out_dir / "scaling.png", title="Scaling", xlabel=xlabel))
+            _draw(
+                made,
+                problems,
+                f"Throughput and efficiency vs {xlabel} (dotted: ideal)",
+                lambda: plots.scaling(series_s, out_dir / "scaling.png", title="Scaling", xlabel=xlabel),
+            )
     return made, problems
 
 
-def sweep_html(m: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], plots: Sequence[Plot], problems: Sequence[str], folder: Path) -> str:
+def sweep_html(
+    m: Mapping[str, Any],
+    rows: Sequence[Mapping[str, Any]],
+    plots: Sequence[Plot],
+    problems: Sequence[str],
+    folder: Path,
+) -> str:
     dims = _dims(m)
     names = list(dims)
     sections = [H.Section("Verdicts", [H.bullets(sweep_report.verdicts(rows, dims))] if rows else [])]
@@ -237,17 +337,27 @@ def sweep_html(m: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], plots: S
                     sections.append(H.Section(f"Scaling [{g}]" if g else "Scaling", [H.table(HEADERS, body_s)]))
     first = next((r["record"] for r in rows if r.get("record")), None)
     if first is not None:
-        sections.append(H.Section("Environment", [H.key_values(H.environment_pairs(first.get("env") or {}), table_id="environment")]))
+        sections.append(
+            H.Section(
+                "Environment", [H.key_values(H.environment_pairs(first.get("env") or {}), table_id="environment")]
+            )
+        )
     info = [("preset", m.get("preset") or "-"), ("swept", ", ".join(f"{dim_option(k)} {','.join(show(v) for v in vals)}" for k, vals in dims.items())),
             ("pairing", "zip" if m.get("zip") else "Cartesian product"), ("cells", len(rows)),
             ("status", ", ".join(f"{k} {v}" for k, v in M.counts(m).items())), ("fingerprint", m.get("fingerprint")),
             ("created", m.get("created_at")), ("updated", m.get("updated_at"))]  # fmt: skip
-    sections.append(H.Section("Sweep", [H.key_values(info, table_id="sweep"), H.preformatted(" ".join(m.get("command") or []))]))
+    sections.append(
+        H.Section("Sweep", [H.key_values(info, table_id="sweep"), H.preformatted(" ".join(m.get("command") or []))])
+    )
     sections.append(H.Section("How to read this", [H.paragraph(
         "img/s is the median over each cell's throughput windows (--repeats) with the 95% Student's t interval of the mean; "
         "'within noise' means Welch's 95% interval of the difference includes 0. Data and compute are seconds per epoch over "
         "the timed steps (warm-up excluded).")]))  # fmt: skip
-    return H.page(f"effbench sweep {m.get('name')}", f"{len(rows)} cells · {', '.join(f'{k} {v}' for k, v in M.counts(m).items())}", sections)
+    return H.page(
+        f"effbench sweep {m.get('name')}",
+        f"{len(rows)} cells · {', '.join(f'{k} {v}' for k, v in M.counts(m).items())}",
+        sections,
+    )
 
 
 def _fmt(v: Any) -> str:
@@ -275,7 +385,13 @@ def write_sweep_reports(folder: Path, *, cells: bool = False) -> list[Path]:
                                                 "cells": [{k: v for k, v in r.items() if k != "record"} for r in rows]})  # fmt: skip
     plots, problems = sweep_plots(rows, dims, folder / PLOTS_DIR)
     results.atomic_write_text(folder / REPORT_HTML, sweep_html(m, rows, plots, problems, folder))
-    return written + [folder / SWEEP_TXT, folder / SWEEP_MD, folder / SWEEP_SUMMARY, *[p for p, _ in plots], folder / REPORT_HTML]
+    return written + [
+        folder / SWEEP_TXT,
+        folder / SWEEP_MD,
+        folder / SWEEP_SUMMARY,
+        *[p for p, _ in plots],
+        folder / REPORT_HTML,
+    ]
 
 
 def folder_kind(path: Path) -> str:
@@ -286,8 +402,12 @@ def folder_kind(path: Path) -> str:
     if (path / results.RESULTS_FILE).is_file():
         return "run"
     if not path.exists():
-        raise EffbenchError(str(path), "does not exist; pass a run folder (results.json) or a sweep folder (sweep.json)")
-    raise EffbenchError(str(path), "holds neither results.json (a run) nor sweep.json (a sweep); pass one of those folders")
+        raise EffbenchError(
+            str(path), "does not exist; pass a run folder (results.json) or a sweep folder (sweep.json)"
+        )
+    raise EffbenchError(
+        str(path), "holds neither results.json (a run) nor sweep.json (a sweep); pass one of those folders"
+    )
 
 
 def write_reports(path: Path) -> tuple[str, list[Path]]:

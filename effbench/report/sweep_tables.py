@@ -30,14 +30,18 @@ def _mean(xs: Sequence[float | None]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
-def cell_row(cell: Mapping[str, Any], record: Mapping[str, Any] | None, steps: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+def cell_row(
+    cell: Mapping[str, Any], record: Mapping[str, Any] | None, steps: Sequence[Mapping[str, Any]] | None = None
+) -> dict[str, Any]:
     """Everything the tables and plots need about one cell."""
     row: dict[str, Any] = {
         "key": cell["key"],
         "params": dict(cell.get("params") or {}),
         "status": cell.get("status"),
         "run_dir": cell.get("run_dir"),
-        "error": (cell.get("error") or {}).get("message") if isinstance(cell.get("error"), Mapping) else cell.get("error"),
+        "error": (cell.get("error") or {}).get("message")
+        if isinstance(cell.get("error"), Mapping)
+        else cell.get("error"),
         "batch_size_per_device": (cell.get("config") or {}).get("batch_size"),
     }
     if record is None:
@@ -113,13 +117,27 @@ def host_peak_gib(record: Mapping[str, Any]) -> float | None:
     return None
 
 
-METRIC_HEADERS = ("status", "img/s median [95% CI]", "data s/epoch", "compute s/epoch", "data %", "train loss", "train top-1", "val top-1", "peak mem GiB")
+METRIC_HEADERS = (
+    "status",
+    "img/s median [95% CI]",
+    "data s/epoch",
+    "compute s/epoch",
+    "data %",
+    "train loss",
+    "train top-1",
+    "val top-1",
+    "peak mem GiB",
+)
 
 
 def _metrics(row: Mapping[str, Any]) -> list[str]:
     share = row.get("data_time_share")
     mem = row.get("peak_mem_gib")
-    mem_text = _f(mem) if mem is not None else (f"{row['peak_host_gib']:.2f} host" if row.get("peak_host_gib") is not None else "-")
+    mem_text = (
+        _f(mem)
+        if mem is not None
+        else (f"{row['peak_host_gib']:.2f} host" if row.get("peak_host_gib") is not None else "-")
+    )
     return [
         str(row.get("status") or "-"),
         throughput_cell(row),
@@ -139,7 +157,9 @@ def summary_table(rows: Sequence[Mapping[str, Any]], dims: Sequence[str]) -> tup
     return headers, body
 
 
-def dimension_table(rows: Sequence[Mapping[str, Any]], dims: Sequence[str], dim: str) -> tuple[list[str], list[list[str]]]:
+def dimension_table(
+    rows: Sequence[Mapping[str, Any]], dims: Sequence[str], dim: str
+) -> tuple[list[str], list[list[str]]]:
     """Cells grouped by the other swept values, ordered by `dim`; `vs first` is the throughput
     relative to the group's first value of `dim`."""
     others = [d for d in dims if d != dim]
@@ -156,7 +176,13 @@ def dimension_table(rows: Sequence[Mapping[str, Any]], dims: Sequence[str], dim:
         base = first.setdefault(group, thr)
         rel = "-" if not thr or not base else f"{100 * (thr / base - 1):+.1f}%"
         body.append([*group, show(r["params"].get(dim)), *_metrics(r)[:2], rel, *_metrics(r)[2:]])
-    headers = [*[dim_option(d)[2:] for d in others], dim_option(dim)[2:], *METRIC_HEADERS[:2], "vs first", *METRIC_HEADERS[2:]]
+    headers = [
+        *[dim_option(d)[2:] for d in others],
+        dim_option(dim)[2:],
+        *METRIC_HEADERS[:2],
+        "vs first",
+        *METRIC_HEADERS[2:],
+    ]
     return headers, body
 
 
@@ -214,7 +240,9 @@ def _dimension_verdicts(dim: str, rows: Sequence[Mapping[str, Any]]) -> list[str
         if timed:
             best = min(timed, key=lambda r: r["data_time_per_epoch_s"])
             limit = best["data_time_per_epoch_s"] * (1 + WORKERS_ENOUGH_TOLERANCE)
-            enough = min((r for r in timed if r["data_time_per_epoch_s"] <= limit), key=lambda r: r["params"]["workers"])
+            enough = min(
+                (r for r in timed if r["data_time_per_epoch_s"] <= limit), key=lambda r: r["params"]["workers"]
+            )
             out.append(
                 f"best workers: {best['params']['workers']} (least data-loading time, {best['data_time_per_epoch_s']:.3f} s/epoch); "
                 f"fewest workers within {WORKERS_ENOUGH_TOLERANCE:.0%} of it: {enough['params']['workers']}"
@@ -235,7 +263,9 @@ def _dimension_verdicts(dim: str, rows: Sequence[Mapping[str, Any]]) -> list[str
     if dim == "device":
         by = {r["params"].get("device"): r for r in ok}
         if "cpu" in by and "cuda" in by:
-            out.append(f"cuda trains {_thr(by['cuda']) / _thr(by['cpu']):.1f}x as fast as cpu ({_thr(by['cuda']):,.1f} vs {_thr(by['cpu']):,.1f} img/s)")
+            out.append(
+                f"cuda trains {_thr(by['cuda']) / _thr(by['cpu']):.1f}x as fast as cpu ({_thr(by['cuda']):,.1f} vs {_thr(by['cpu']):,.1f} img/s)"
+            )
     if dim == "batch_size":
         fit = [r for r in rows if r.get("status") == "ok"]
         oom = [r for r in rows if r.get("status") == "oom"]
@@ -245,16 +275,22 @@ def _dimension_verdicts(dim: str, rows: Sequence[Mapping[str, Any]]) -> list[str
             if oom:
                 first_oom = min(oom, key=lambda r: r["params"]["batch_size"])
                 mem = first_oom.get("peak_mem_gib")
-                text += f"; out of memory from {first_oom['params']['batch_size']}" + (f" (peak {mem:.2f} GiB)" if mem is not None else "")
+                text += f"; out of memory from {first_oom['params']['batch_size']}" + (
+                    f" (peak {mem:.2f} GiB)" if mem is not None else ""
+                )
             out.append(text)
         elif oom:
-            out.append(f"every batch size ran out of memory (smallest tried: {min(r['params']['batch_size'] for r in oom)})")
+            out.append(
+                f"every batch size ran out of memory (smallest tried: {min(r['params']['batch_size'] for r in oom)})"
+            )
     if dim in ("gpus", "nproc"):
         srows = scaling_rows(rows)
         last = next((r for r in reversed(srows) if r.get("efficiency") is not None), None)
         if last is not None and last["devices"] > 1:
             unit = "GPUs" if dim == "gpus" else "processes"
-            out.append(f"at {last['devices']} {unit}: speedup {last['speedup']:.2f} of ideal {last['ideal_speedup']:.2f} (efficiency {last['efficiency']:.2f})")
+            out.append(
+                f"at {last['devices']} {unit}: speedup {last['speedup']:.2f} of ideal {last['ideal_speedup']:.2f} (efficiency {last['efficiency']:.2f})"
+            )
     return out
 
 
@@ -267,7 +303,9 @@ def _table(headers: Sequence[str], body: Sequence[Sequence[str]], fmt: str) -> s
     return tabulate(body, headers=list(headers), tablefmt="github" if fmt == "md" else "simple", disable_numparse=True)
 
 
-def render(rows: Sequence[Mapping[str, Any]], dims: Mapping[str, Sequence[Any]], *, title: str, fmt: str = "text") -> str:
+def render(
+    rows: Sequence[Mapping[str, Any]], dims: Mapping[str, Sequence[Any]], *, title: str, fmt: str = "text"
+) -> str:
     """The sweep report: verdicts, every cell, one table per varied dimension, scaling tables."""
     names = list(dims)
     h = (lambda t: f"## {t}") if fmt == "md" else (lambda t: f"{t}\n{'-' * len(t)}")
@@ -282,7 +320,11 @@ def render(rows: Sequence[Mapping[str, Any]], dims: Mapping[str, Sequence[Any]],
             for group, members in groups(rows, names, dim).items():
                 srows = scaling_rows(members)
                 if srows:
-                    mode = (members[0]["params"].get("scaling") or (members[0].get("record") or {}).get("config", {}).get("scaling") or "weak")
+                    mode = (
+                        members[0]["params"].get("scaling")
+                        or (members[0].get("record") or {}).get("config", {}).get("scaling")
+                        or "weak"
+                    )
                     text = scaling_table.render(srows, scaling=mode, fmt=fmt).split("\n", 2)[-1]
                     parts += [h(f"Scaling [{group}]" if group else "Scaling"), text.strip()]
     parts.append(

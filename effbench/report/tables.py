@@ -36,7 +36,10 @@ def summary_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
     rows = [
         ("status", _fmt(results.get("status"))),
         ("arch", _fmt(cfg.get("arch"))),
-        ("dataset", f"{_fmt(cfg.get('dataset'))} ({_fmt(data.get('train_size'))} train / {_fmt(data.get('val_size'))} val)"),
+        (
+            "dataset",
+            f"{_fmt(cfg.get('dataset'))} ({_fmt(data.get('train_size'))} train / {_fmt(data.get('val_size'))} val)",
+        ),
         ("device", _fmt(results.get("device"))),
         ("world size", _fmt(results.get("world_size"))),
         ("precision", _fmt(results.get("precision"))),
@@ -86,7 +89,12 @@ def observability_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
     if results.get("achieved_tflops") is not None:
         rows.append(("achieved TFLOP/s", _fmt(results["achieved_tflops"], 3)))
     if results.get("mfu") is not None:
-        rows.append(("MFU", f"{100 * results['mfu']:.1f}% of {_fmt(results.get('mfu_peak_tflops_per_device'), 1)} TFLOP/s per device"))
+        rows.append(
+            (
+                "MFU",
+                f"{100 * results['mfu']:.1f}% of {_fmt(results.get('mfu_peak_tflops_per_device'), 1)} TFLOP/s per device",
+            )
+        )
     util = results.get("utilization") or {}
     host = util.get("host") or {}
     if host:
@@ -99,7 +107,12 @@ def observability_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
         rows.append((f"GPU {g.get('index')} utilisation %", _stat(g, "util_pct")))
         rows.append((f"GPU {g.get('index')} power (W)", _stat(g, "power_w")))
     if results.get("peak_mem_gib") is not None:
-        rows.append(("peak device memory (GiB)", f"{results['peak_mem_gib']:.2f} allocated / {results.get('peak_mem_reserved_gib', 0):.2f} reserved"))
+        rows.append(
+            (
+                "peak device memory (GiB)",
+                f"{results['peak_mem_gib']:.2f} allocated / {results.get('peak_mem_reserved_gib', 0):.2f} reserved",
+            )
+        )
     if results.get("energy_j") is not None:
         rows.append(("GPU energy (J)", _fmt(results["energy_j"], 0)))
     if results.get("images_per_j") is not None:
@@ -179,7 +192,12 @@ def render(results: Mapping[str, Any], fmt: str = "text") -> str:
     epochs = tabulate(epoch_rows(results), headers=EPOCH_HEADERS, tablefmt=table_fmt, disable_numparse=True)
     phases = phase_rows(results)
     phase_table = (
-        tabulate(phases, headers=("phase", "calls", "CPU (s)", "CPU share", "device (s)", "device share"), tablefmt=table_fmt, disable_numparse=True)
+        tabulate(
+            phases,
+            headers=("phase", "calls", "CPU (s)", "CPU share", "device (s)", "device share"),
+            tablefmt=table_fmt,
+            disable_numparse=True,
+        )
         if phases
         else ""
     )

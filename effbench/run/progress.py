@@ -17,13 +17,23 @@ class Progress:
         self._task: Any = None
         self._epoch = -1
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         if self.enabled and self.stream.isatty():
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress as RichProgress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
 
             self._bar = RichProgress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                TextColumn("loss {task.fields[loss]}"), transient=False,
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("loss {task.fields[loss]}"),
+                transient=False,
             )
             self._bar.__enter__()
         return self

@@ -86,7 +86,9 @@ class RunOutcome:
 
 def run_name(cfg: RunConfig, device_label: str, precision: str, when: dt.datetime) -> str:
     """Conditions readable from the folder name: time, arch, dataset, device, precision, batch."""
-    return results.safe_name(f"{when:%Y%m%d-%H%M%S}_{cfg.arch}_{cfg.dataset}_{device_label}_{precision}_bs{cfg.batch_size}")
+    return results.safe_name(
+        f"{when:%Y%m%d-%H%M%S}_{cfg.arch}_{cfg.dataset}_{device_label}_{precision}_bs{cfg.batch_size}"
+    )
 
 
 def device_label(plan: LaunchPlan) -> str:
@@ -164,7 +166,9 @@ def run(cfg: RunConfig, *, command: list[str], echo: Echo = print, progress: boo
         shutil.rmtree(spec_dir, ignore_errors=True)
 
 
-def _run_under_torchrun(cfg: RunConfig, plan: LaunchPlan, spec_path: Path, *, command: list[str], echo: Echo, progress: bool) -> RunOutcome:
+def _run_under_torchrun(
+    cfg: RunConfig, plan: LaunchPlan, spec_path: Path, *, command: list[str], echo: Echo, progress: bool
+) -> RunOutcome:
     import torch
 
     from effbench.run.runtime import resolve_precision
@@ -172,7 +176,13 @@ def _run_under_torchrun(cfg: RunConfig, plan: LaunchPlan, spec_path: Path, *, co
 
     precision, _ = resolve_precision(cfg.precision, torch.device(plan.device_type))
     run_dir = _fresh_path(cfg.output, run_name(cfg, device_label(plan), precision, dt.datetime.now()))
-    spec = {"config": cfg.to_dict(), "run_dir": str(run_dir), "command": command, "plan": _plan_dict(plan), "progress": progress}
+    spec = {
+        "config": cfg.to_dict(),
+        "run_dir": str(run_dir),
+        "command": command,
+        "plan": _plan_dict(plan),
+        "progress": progress,
+    }
     spec_path.write_text(json.dumps(spec))
     echo(f"launching: {' '.join(plan.argv or [])}")
     env = {**os.environ, **plan.env}
@@ -188,7 +198,10 @@ def _run_under_torchrun(cfg: RunConfig, plan: LaunchPlan, spec_path: Path, *, co
         record = {"status": "interrupted" if outcome.signal else "failed"}
         if outcome.signal:
             record["signal"] = outcome.signal
-        record["error"] = {"type": "ChildFailedError", "message": outcome.failure.describe() if outcome.failure else f"torchrun exited with {outcome.returncode}"}
+        record["error"] = {
+            "type": "ChildFailedError",
+            "message": outcome.failure.describe() if outcome.failure else f"torchrun exited with {outcome.returncode}",
+        }
         return RunOutcome(None, record)
     record = settle_with_torchrun(results.read_results(run_dir), outcome)
     results.write_json(run_dir / results.RESULTS_FILE, record)
@@ -203,7 +216,8 @@ def settle_with_torchrun(record: dict[str, Any], outcome: SupervisedResult) -> d
             record["status"] = "interrupted"
         record["signal"] = outcome.signal
     elif outcome.returncode != 0 and (
-        record["status"] in ("running", "ok", "interrupted") or (outcome.failure is not None and outcome.failure.rank != 0)
+        record["status"] in ("running", "ok", "interrupted")
+        or (outcome.failure is not None and outcome.failure.rank != 0)
     ):
         # Another rank died first (torchrun's root cause): rank 0 was stopped by torchrun, or failed
         # on its own when the collective broke; the root cause is what the user needs to read.
@@ -213,7 +227,11 @@ def settle_with_torchrun(record: dict[str, Any], outcome: SupervisedResult) -> d
         message = outcome.failure.describe() if outcome.failure else f"torchrun exited with code {outcome.returncode}"
         if rank0_error:
             message += f"; rank 0 then stopped with {rank0_error.get('type')}: {rank0_error.get('message', '')}"
-        record["error"] = {"type": "ChildFailedError", "message": message, **({"rank0_error": rank0_error} if rank0_error else {})}
+        record["error"] = {
+            "type": "ChildFailedError",
+            "message": message,
+            **({"rank0_error": rank0_error} if rank0_error else {}),
+        }
     return record
 
 
@@ -238,7 +256,15 @@ def _plan_dict(plan: LaunchPlan) -> dict[str, Any]:
 
 
 def _plan_from_dict(d: dict[str, Any]) -> LaunchPlan:
-    return LaunchPlan(d["mode"], d["device_type"], d["nproc_per_node"], d["nnodes"], d["threads_per_proc"], d.get("argv"), d.get("env", {}))
+    return LaunchPlan(
+        d["mode"],
+        d["device_type"],
+        d["nproc_per_node"],
+        d["nnodes"],
+        d["threads_per_proc"],
+        d.get("argv"),
+        d.get("env", {}),
+    )
 
 
 def worker_main(spec_path: Path) -> int:
@@ -336,7 +362,9 @@ def run_benchmark(
     writer = dist.is_main
     if writer:
         if run_dir is None:
-            run_dir = results.create_run_dir(cfg.output, run_name(cfg, device_label(plan), rt.precision, started.astimezone()))
+            run_dir = results.create_run_dir(
+                cfg.output, run_name(cfg, device_label(plan), rt.precision, started.astimezone())
+            )
         else:
             run_dir.mkdir(mode=0o755)
     record: dict[str, Any] = {
@@ -355,7 +383,12 @@ def run_benchmark(
         "precision": rt.precision,
         "batch_size_per_device": batch,
         "global_batch_size": batch * plan.devices,
-        "model": {"arch": bundle.arch, "total_params": bundle.total_params, "trainable_params": bundle.trainable_params, **bundle.info}
+        "model": {
+            "arch": bundle.arch,
+            "total_params": bundle.total_params,
+            "trainable_params": bundle.trainable_params,
+            **bundle.info,
+        }
         if bundle is not None
         else {"arch": None, "note": "--data-only: no model"},
         "data_only": cfg.data_only,
@@ -415,7 +448,9 @@ def run_benchmark(
             record["compile_time_s"] = compile_time_s(warmup.step_times_s, measured.step_times_s)
         if cfg.profile and not cfg.data_only:  # after the timed run, so the profiler never touches the timed figures
             prof_info = _profile_pass(model, optimizer, scheduler, rt, cfg, data, dist, run_dir, record)
-        gathered = dist.gather({"row": _rank_row(dist, rt, measured), "util": sampler.summary(), "mem": observe.peak_memory(rt.device)})
+        gathered = dist.gather(
+            {"row": _rank_row(dist, rt, measured), "util": sampler.summary(), "mem": observe.peak_memory(rt.device)}
+        )
         record["ranks"] = rank_rows([g["row"] for g in gathered])
         per_rank_util = [g["util"] for g in gathered]
         per_rank_mem = [g["mem"] for g in gathered]
@@ -435,7 +470,10 @@ def run_benchmark(
             record["signal"] = received[0]
         elif faults.is_out_of_memory(e):  # the CPU allocator's failure is a plain RuntimeError
             record["status"] = "oom"
-            record["error"] = {"type": type(e).__name__, "message": str(e).splitlines()[0] if str(e) else "out of memory"}
+            record["error"] = {
+                "type": type(e).__name__,
+                "message": str(e).splitlines()[0] if str(e) else "out of memory",
+            }
         else:
             record["status"] = "failed"
             record["error"] = {
@@ -462,7 +500,9 @@ def run_benchmark(
             memory=per_rank_mem,
             profile_info=prof_info,
             cpu_quota_cores=_cpu_limit(),
-            workers_per_process=int(data.info["workers"]),  # what the loader really started: synthetic and fast CIFAR none
+            workers_per_process=int(
+                data.info["workers"]
+            ),  # what the loader really started: synthetic and fast CIFAR none
             processes_per_node=plan.nproc_per_node if plan.mode != "dp" else 1,
             tf32_enabled=bool(torch.backends.cudnn.allow_tf32),
         )
@@ -491,14 +531,26 @@ def _cpu_limit() -> float | None:
     return min(quota, float(usable_cores())) if quota is not None else float(usable_cores())
 
 
-def _profile_pass(model: Any, optimizer: Any, scheduler: Any, rt: Any, cfg: RunConfig, data: Any, dist: DistContext, run_dir: Path | None, record: dict[str, Any]) -> dict[str, Any] | None:
+def _profile_pass(
+    model: Any,
+    optimizer: Any,
+    scheduler: Any,
+    rt: Any,
+    cfg: RunConfig,
+    data: Any,
+    dist: DistContext,
+    run_dir: Path | None,
+    record: dict[str, Any],
+) -> dict[str, Any] | None:
     """A few more steps under torch.profiler; a profiler failure is recorded, never fatal."""
     from effbench.run.train import TrainStep
 
     out_dir = run_dir if run_dir is not None and run_dir.exists() else None  # other ranks: shared folder only
     try:
         step = TrainStep(model, optimizer, scheduler, rt, cfg.channels_last)
-        return observe.profile(step, data.train, device_type=rt.device.type, out_dir=out_dir, rank=dist.rank, active=cfg.profile_steps)
+        return observe.profile(
+            step, data.train, device_type=rt.device.type, out_dir=out_dir, rank=dist.rank, active=cfg.profile_steps
+        )
     except Exception as e:  # noqa: BLE001
         record["profile_error"] = f"{type(e).__name__}: {e}".splitlines()[0]
         return None
@@ -589,11 +641,18 @@ def _fill(record: dict[str, Any], epochs: list[dict[str, Any]], warmup: Tally, m
         # global throughput: every rank's measured images over the slowest rank's measured time
         slowest = max(ranks, key=lambda r: r["time_s"])
         images = sum(r["images"] for r in ranks)
-        record["measured"].update(images=images, data_time_s=slowest["data_time_s"], compute_time_s=slowest["compute_time_s"], time_s=slowest["time_s"])
+        record["measured"].update(
+            images=images,
+            data_time_s=slowest["data_time_s"],
+            compute_time_s=slowest["compute_time_s"],
+            time_s=slowest["time_s"],
+        )
         record["throughput_img_s"] = images / slowest["time_s"] if slowest["time_s"] > 0 else None
         record["stragglers"] = straggler_spread(ranks)
     else:
-        record["throughput_img_s"] = measured.throughput_img_s * (record.get("world_size") or 1) if measured.throughput_img_s else None
+        record["throughput_img_s"] = (
+            measured.throughput_img_s * (record.get("world_size") or 1) if measured.throughput_img_s else None
+        )
     m = record["measured"]
     record["data_time_share"] = m["data_time_s"] / m["time_s"] if m["time_s"] > 0 else None
     record["data"].update(data.stats())
@@ -602,7 +661,9 @@ def _fill(record: dict[str, Any], epochs: list[dict[str, Any]], warmup: Tally, m
         record["final"] = {k: last.get(k) for k in ("train_loss", "train_top1", "val_loss", "val_top1")}
 
 
-def _write_progress(run_dir: Path | None, record: dict[str, Any], epochs: list[dict[str, Any]], steps: list[dict[str, Any]]) -> None:
+def _write_progress(
+    run_dir: Path | None, record: dict[str, Any], epochs: list[dict[str, Any]], steps: list[dict[str, Any]]
+) -> None:
     assert run_dir is not None
     results.write_csv(run_dir / results.EPOCHS_FILE, results.EPOCH_FIELDS, epochs)
     results.write_csv(run_dir / results.STEPS_FILE, results.STEP_FIELDS, steps)

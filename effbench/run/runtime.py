@@ -55,7 +55,9 @@ def resolve_precision(requested: str, device: Any) -> tuple[str, Any]:
         return "fp32", None
     if requested == "fp16":
         if not on_cuda:
-            raise EffbenchError("--precision", "fp16 needs a CUDA device (loss scaling); use --precision bf16 or fp32 on the CPU")
+            raise EffbenchError(
+                "--precision", "fp16 needs a CUDA device (loss scaling); use --precision bf16 or fp32 on the CPU"
+            )
         return "fp16", torch.float16
     # bf16
     if on_cuda and not torch.cuda.is_bf16_supported(including_emulation=False):

@@ -70,7 +70,7 @@ class StepTimer:
         finally:
             self.data_s += time.perf_counter() - t0
 
-    def compute(self) -> "_ComputeSpan":
+    def compute(self) -> _ComputeSpan:
         return _ComputeSpan(self)
 
     def lap(self) -> StepTime:

@@ -217,7 +217,9 @@ def train_epochs(
         )
 
 
-def evaluate(model: Any, loader: Any, rt: Runtime, cfg: RunConfig, criterion: Any) -> tuple[float | None, float | None, int, float]:
+def evaluate(
+    model: Any, loader: Any, rt: Runtime, cfg: RunConfig, criterion: Any
+) -> tuple[float | None, float | None, int, float]:
     """Mean loss, top-1, images seen and seconds over the validation loader (capped by --max-val-steps)."""
     import torch
 
@@ -243,7 +245,9 @@ def evaluate(model: Any, loader: Any, rt: Runtime, cfg: RunConfig, criterion: An
     return loss_sum.item() / seen, correct.item() / seen, seen, elapsed
 
 
-def data_epochs(data: Any, rt: Runtime, cfg: RunConfig, *, on_progress: ProgressFn | None = None) -> Iterator[EpochResult]:
+def data_epochs(
+    data: Any, rt: Runtime, cfg: RunConfig, *, on_progress: ProgressFn | None = None
+) -> Iterator[EpochResult]:
     """--data-only: the training loader's epochs, delivered to the device, with no model.
 
     Each step is next() plus the copy to the device (a no-op for batches made there) and a device

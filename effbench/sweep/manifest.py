@@ -59,8 +59,17 @@ def new_manifest(
         "created_at": now(),
         "updated_at": now(),
         "cells": [
-            {"index": i, "key": c["key"], "params": dict(c["params"]), "config": dict(c["config"]), "status": "pending",
-             "run_dir": None, "attempts": 0, "error": None, "summary": None}
+            {
+                "index": i,
+                "key": c["key"],
+                "params": dict(c["params"]),
+                "config": dict(c["config"]),
+                "status": "pending",
+                "run_dir": None,
+                "attempts": 0,
+                "error": None,
+                "summary": None,
+            }
             for i, c in enumerate(cells)
         ],  # fmt: skip
     }
@@ -74,15 +83,25 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise EffbenchError(str(path), "not found; pass a sweep folder (it holds sweep.json)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise EffbenchError(str(path), f"is not readable JSON ({e}); delete the sweep folder and run the sweep again") from None
+        raise EffbenchError(
+            str(path), f"is not readable JSON ({e}); delete the sweep folder and run the sweep again"
+        ) from None
     if not isinstance(data, dict) or data.get("kind") != "sweep" or not isinstance(data.get("cells"), list):
         raise EffbenchError(str(path), "is not an effbench sweep manifest; pass a sweep folder")
     version = data.get("schema_version")
     if not isinstance(version, int) or isinstance(version, bool) or version > MANIFEST_SCHEMA:
-        raise EffbenchError(str(path), f"has schema_version {version!r}; this effbench reads {MANIFEST_SCHEMA}: upgrade effbench")
+        raise EffbenchError(
+            str(path), f"has schema_version {version!r}; this effbench reads {MANIFEST_SCHEMA}: upgrade effbench"
+        )
     for cell in data["cells"]:
-        if not isinstance(cell, dict) or cell.get("status") not in CELL_STATUSES or not isinstance(cell.get("key"), str):
-            raise EffbenchError(str(path), "has a malformed cell entry; delete the sweep folder and run the sweep again")
+        if (
+            not isinstance(cell, dict)
+            or cell.get("status") not in CELL_STATUSES
+            or not isinstance(cell.get("key"), str)
+        ):
+            raise EffbenchError(
+                str(path), "has a malformed cell entry; delete the sweep folder and run the sweep again"
+            )
     return data
 
 

@@ -40,7 +40,12 @@ PRESETS: dict[str, Preset] = {
         # 0, 1, 2, 4, 8: the lab doubled workers until data time stopped falling (it found 4).
         # The torchvision loader: per-sample transforms in the workers, as the lab ran (the fast loader
         # keeps CIFAR on the device, where workers change nothing).
-        Preset("workers", "data-loading time vs --workers 0,1,2,4,8; names the best", {"workers": (0, 1, 2, 4, 8)}, {**_LAB, "loader": "torchvision"}),
+        Preset(
+            "workers",
+            "data-loading time vs --workers 0,1,2,4,8; names the best",
+            {"workers": (0, 1, 2, 4, 8)},
+            {**_LAB, "loader": "torchvision"},
+        ),
         Preset(
             "optimizers",
             "sgd, sgd-nesterov, adagrad, adadelta, adam: time, loss, top-1",
@@ -55,8 +60,18 @@ PRESETS: dict[str, Preset] = {
             {"batch_size": (32, 128, 512, 2048, 8192)},  # the lab's per-GPU sizes
             _LAB,
         ),
-        Preset("scaling", "1..all GPUs (CPU: --nproc 1..cores), strong and weak: speedup, efficiency", {"scaling": ("strong", "weak")}, _LAB),
-        Preset("models", "EfficientNet b0, b3, b5", {"arch": ("efficientnet-b0", "efficientnet-b3", "efficientnet-b5")}, {"dataset": "cifar100"}),
+        Preset(
+            "scaling",
+            "1..all GPUs (CPU: --nproc 1..cores), strong and weak: speedup, efficiency",
+            {"scaling": ("strong", "weak")},
+            _LAB,
+        ),
+        Preset(
+            "models",
+            "EfficientNet b0, b3, b5",
+            {"arch": ("efficientnet-b0", "efficientnet-b3", "efficientnet-b5")},
+            {"dataset": "cifar100"},
+        ),
     )
 }
 
@@ -78,7 +93,9 @@ def device_counts(n: int) -> tuple[int, ...]:
     return tuple(dict.fromkeys(counts))
 
 
-def preset_dims(preset: Preset, *, given: Mapping[str, Any], visible_gpus: int, cores: int) -> tuple[dict[str, tuple[Any, ...]], dict[str, Any]]:
+def preset_dims(
+    preset: Preset, *, given: Mapping[str, Any], visible_gpus: int, cores: int
+) -> tuple[dict[str, tuple[Any, ...]], dict[str, Any]]:
     """The preset's swept dimensions and fixed options for this machine.
 
     `given` is what the user typed (config fields); only `scaling` depends on the machine: GPU

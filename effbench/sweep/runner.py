@@ -128,7 +128,9 @@ def _free_device_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def run_sweep(spec: SweepSpec, *, command: Sequence[str], echo: Callable[[str], None] = print, progress: bool = False) -> SweepOutcome:
+def run_sweep(
+    spec: SweepSpec, *, command: Sequence[str], echo: Callable[[str], None] = print, progress: bool = False
+) -> SweepOutcome:
     """Plan, check, then run every cell that is not ok yet; returns the final manifest."""
     from effbench.run import runner
 
@@ -161,7 +163,13 @@ def run_sweep(spec: SweepSpec, *, command: Sequence[str], echo: Callable[[str], 
                 where = f"[{n}/{len(todo)}] {key}"
                 if key in blocked:
                     err = blocked[key]
-                    m = M.update_cell(m, key, status="skipped", run_dir=None, error={"type": "preflight", "option": err.option, "message": str(err)})
+                    m = M.update_cell(
+                        m,
+                        key,
+                        status="skipped",
+                        run_dir=None,
+                        error={"type": "preflight", "option": err.option, "message": str(err)},
+                    )
                     M.write_manifest(folder, m)
                     echo(f"{where}: skipped ({err})")
                     continue
@@ -173,8 +181,16 @@ def run_sweep(spec: SweepSpec, *, command: Sequence[str], echo: Callable[[str], 
                 echo(f"{where}: running")
                 try:
                     outcome = runner.run(cell.config, command=list(command), echo=lambda _m: None, progress=progress)
-                except EffbenchError as e:  # this cell's input (preflight passed for the sweep): recorded, sweep goes on
-                    m = M.update_cell(m, key, status="failed", finished_at=M.now(), error={"type": "EffbenchError", "option": e.option, "message": str(e)})
+                except (
+                    EffbenchError
+                ) as e:  # this cell's input (preflight passed for the sweep): recorded, sweep goes on
+                    m = M.update_cell(
+                        m,
+                        key,
+                        status="failed",
+                        finished_at=M.now(),
+                        error={"type": "EffbenchError", "option": e.option, "message": str(e)},
+                    )
                     M.write_manifest(folder, m)
                     current = None
                     echo(f"{where}: failed ({e})")
@@ -184,7 +200,15 @@ def run_sweep(spec: SweepSpec, *, command: Sequence[str], echo: Callable[[str], 
                 record = outcome.results
                 status = _CELL_STATUS.get(str(record.get("status")), "failed")
                 run_dir = str(outcome.run_dir.relative_to(folder)) if outcome.run_dir is not None else None
-                m = M.update_cell(m, key, status=status, run_dir=run_dir, finished_at=M.now(), error=_error(record), summary=cell_summary(record))
+                m = M.update_cell(
+                    m,
+                    key,
+                    status=status,
+                    run_dir=run_dir,
+                    finished_at=M.now(),
+                    error=_error(record),
+                    summary=cell_summary(record),
+                )
                 M.write_manifest(folder, m)
                 current = None
                 echo(f"{where}: {_describe(status, record)}")
@@ -218,7 +242,9 @@ def _describe(status: str, record: dict[str, Any]) -> str:
     err = _error(record) or {}
     if status == "oom":
         mem, host = record.get("peak_mem_gib"), host_peak_gib(record)
-        extra = f", peak {mem:.2f} GiB" if mem is not None else f", peak {host:.2f} GiB host" if host is not None else ""
+        extra = (
+            f", peak {mem:.2f} GiB" if mem is not None else f", peak {host:.2f} GiB host" if host is not None else ""
+        )
         return f"oom at batch size {record.get('batch_size_per_device')} per device{extra}"
     return f"{status}" + (f" ({err.get('type')}: {err.get('message')})" if err else "")
 
@@ -230,10 +256,16 @@ def exit_message(outcome: SweepOutcome) -> tuple[int, str | None]:
     done = counts.get("ok", 0)
     if outcome.signal is not None:
         name = signals.Signals(outcome.signal).name
-        return 128 + outcome.signal, f"error: sweep interrupted by {name} ({done} of {total} cells ok); rerun the same command to resume"
+        return (
+            128 + outcome.signal,
+            f"error: sweep interrupted by {name} ({done} of {total} cells ok); rerun the same command to resume",
+        )
     failed = [c for c in outcome.manifest["cells"] if c["status"] in ("failed", "interrupted", "pending", "running")]
     if failed:
         first = failed[0]
         why = (first.get("error") or {}).get("message") or first["status"]
-        return 1, f"error: sweep: {len(failed)} of {total} cells did not finish ({first['key']}: {why}); rerun the same command to retry them"
+        return (
+            1,
+            f"error: sweep: {len(failed)} of {total} cells did not finish ({first['key']}: {why}); rerun the same command to retry them",
+        )
     return 0, None

@@ -26,7 +26,9 @@ class SeriesOutcome:
     rows: list[dict[str, Any]]
 
 
-def run_scaling_series(configs: Sequence[RunConfig], *, command: list[str], echo: Callable[[str], None], progress: bool) -> SeriesOutcome:
+def run_scaling_series(
+    configs: Sequence[RunConfig], *, command: list[str], echo: Callable[[str], None], progress: bool
+) -> SeriesOutcome:
     from effbench.run import runner
     from effbench.system.preflight import raise_on_errors, run_checks
 
@@ -45,7 +47,16 @@ def run_scaling_series(configs: Sequence[RunConfig], *, command: list[str], echo
         outcome = runner.run(dataclasses.replace(cfg, output=folder), command=command, echo=echo, progress=progress)
         outcomes.append(outcome)
     rows = scaling.scaling_rows([o.results for o in outcomes])
-    results.write_json(folder / SCALING_JSON, {"schema_version": results.SCHEMA_VERSION, "scaling": first.scaling, "config": first.to_dict(), "command": command, "rows": rows})
+    results.write_json(
+        folder / SCALING_JSON,
+        {
+            "schema_version": results.SCHEMA_VERSION,
+            "scaling": first.scaling,
+            "config": first.to_dict(),
+            "command": command,
+            "rows": rows,
+        },
+    )
     results.atomic_write_text(folder / SCALING_TXT, scaling.render(rows, scaling=first.scaling, fmt="text"))
     results.atomic_write_text(folder / SCALING_MD, scaling.render(rows, scaling=first.scaling, fmt="md"))
     echo(scaling.render(rows, scaling=first.scaling, fmt="text"))

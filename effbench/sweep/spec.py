@@ -91,7 +91,9 @@ def one_value(option: str, text: str | None, kind: type = str) -> Any:
     if text is None:
         return None
     if "," in str(text):
-        raise EffbenchError(option, f"takes one value, not the list {text!r}; only {list_options()} take lists in a sweep")
+        raise EffbenchError(
+            option, f"takes one value, not the list {text!r}; only {list_options()} take lists in a sweep"
+        )
     if kind is str:
         return text
     try:
@@ -139,9 +141,14 @@ class SweepSpec:
         if overlap:
             raise EffbenchError(dim_option(sorted(overlap)[0]), "given both as a list and as one value; give it once")
         if self.preset is None and not self.lists:
-            raise EffbenchError("--preset", f"nothing to sweep; give --preset ({', '.join(presets.PRESETS)}) or a list such as --batch-size 32,64")
+            raise EffbenchError(
+                "--preset",
+                f"nothing to sweep; give --preset ({', '.join(presets.PRESETS)}) or a list such as --batch-size 32,64",
+            )
         if self.name is not None and results.safe_name(self.name) != self.name:
-            raise EffbenchError("--name", f"{self.name!r} is not a plain folder name; use letters, digits, '.', '_' and '-'")
+            raise EffbenchError(
+                "--name", f"{self.name!r} is not a plain folder name; use letters, digits, '.', '_' and '-'"
+            )
         object.__setattr__(self, "output", Path(self.output))
 
 
@@ -178,7 +185,9 @@ def _combinations(dims: Mapping[str, tuple[Any, ...]], zipped: bool) -> list[dic
     lengths = {k: len(v) for k, v in dims.items() if len(v) > 1}
     if len(set(lengths.values())) > 1:
         detail = ", ".join(f"{dim_option(k)} has {n}" for k, n in lengths.items())
-        raise EffbenchError("--zip", f"pairs lists element-wise, so they need the same length ({detail}); fix the lists or drop --zip")
+        raise EffbenchError(
+            "--zip", f"pairs lists element-wise, so they need the same length ({detail}); fix the lists or drop --zip"
+        )
     n = max(lengths.values(), default=1)
     return [{k: (v[i] if len(v) > 1 else v[0]) for k, v in dims.items()} for i in range(n)]
 
@@ -201,7 +210,9 @@ def plan_cells(spec: SweepSpec, *, visible_gpus: int = 0, cores: int = 1) -> Swe
     dims: dict[str, tuple[Any, ...]] = {}
     fixed: dict[str, Any] = {}
     if spec.preset:
-        dims, fixed = presets.preset_dims(presets.get_preset(spec.preset), given=given, visible_gpus=visible_gpus, cores=cores)
+        dims, fixed = presets.preset_dims(
+            presets.get_preset(spec.preset), given=given, visible_gpus=visible_gpus, cores=cores
+        )
     for key in spec.lists:  # the command line replaces the preset: a list a dimension, a value a fixed option
         dims.pop(key, None)
     for key in spec.options:

@@ -64,7 +64,8 @@ def fetch(
                 e.close()  # an HTTPError holds the open response (a ResourceWarning otherwise)
             reason = getattr(e, "reason", None) or e
             raise EffbenchError(
-                option, f"could not download {url} ({reason}); check the network or mirror, or place the file at {dest} by hand"
+                option,
+                f"could not download {url} ({reason}); check the network or mirror, or place the file at {dest} by hand",
             ) from None
         if md5 is not None:
             got = file_digest(tmp, "md5")
@@ -74,7 +75,8 @@ def fetch(
             got = file_digest(tmp, "sha256")
             if not got.startswith(sha256_prefix):
                 raise EffbenchError(
-                    option, f"{url} is corrupt: sha256 {got[:12]}... does not start with {sha256_prefix}; download it again"
+                    option,
+                    f"{url} is corrupt: sha256 {got[:12]}... does not start with {sha256_prefix}; download it again",
                 )
         os.replace(tmp, dest)
         return dest

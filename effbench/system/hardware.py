@@ -99,7 +99,9 @@ def nvml_snapshot() -> dict[str, Any]:
             for i in range(nvml.nvmlDeviceGetCount()):
                 h = nvml.nvmlDeviceGetHandleByIndex(i)
                 mem = nvml.nvmlDeviceGetMemoryInfo(h)
-                gpus.append({"index": i, "name": _decode(nvml.nvmlDeviceGetName(h)), "memory_total_gib": mem.total / 2**30})
+                gpus.append(
+                    {"index": i, "name": _decode(nvml.nvmlDeviceGetName(h)), "memory_total_gib": mem.total / 2**30}
+                )
             return {"driver_version": _decode(nvml.nvmlSystemGetDriverVersion()), "nvml_gpus": gpus}
         except Exception:  # an NVML error never ends a run: the record just lacks these facts
             return {}
@@ -246,9 +248,7 @@ def nccl_version() -> str | None:
 def relevant_env_vars(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment variables that change results (ENV_VAR_NAMES and ENV_VAR_PREFIXES), sorted."""
     env = os.environ if environ is None else environ
-    return {
-        k: v for k, v in sorted(env.items()) if k in ENV_VAR_NAMES or k.startswith(ENV_VAR_PREFIXES)
-    }
+    return {k: v for k, v in sorted(env.items()) if k in ENV_VAR_NAMES or k.startswith(ENV_VAR_PREFIXES)}
 
 
 def env_snapshot() -> dict[str, Any]:

@@ -113,7 +113,9 @@ def probe_gpus() -> GpuState:
             except Exception as e:  # CUDA error while initialising: report it as the reason
                 cuda_error = f"{type(e).__name__}: {e}"
         else:
-            cuda_error = " ".join(str(caught[-1].message).split()) if caught else None  # torch warns why CUDA is unusable
+            cuda_error = (
+                " ".join(str(caught[-1].message).split()) if caught else None
+            )  # torch warns why CUDA is unusable
         try:
             arch_list = tuple(torch.cuda.get_arch_list()) or tuple(torch._C._cuda_getArchFlags().split())
         except Exception:
@@ -244,7 +246,7 @@ FIX_CAPS = (
     "or run on the CPU with --device cpu"
 )
 FIX_FEWER_GPUS = (
-    'Docker: --gpus all or --gpus \'"device=0,1,2,3"\'; compose: GPU_COUNT=N (or all); '
+    "Docker: --gpus all or --gpus '\"device=0,1,2,3\"'; compose: GPU_COUNT=N (or all); "
     "Apptainer/Slurm: --nv with --gres=gpu:N or --gpus-per-node=N and no narrower CUDA_VISIBLE_DEVICES; "
     "or ask for fewer with --gpus"
 )
@@ -300,7 +302,12 @@ def check_output(output: Path, probes: Probes) -> list[Finding]:
 # Caches that libraries write at run time, with the default each falls back to. Only the ones set
 # explicitly are probed: unset, they follow HOME (or the temp dir), which is checked first.
 CACHE_VARS = (
-    "XDG_CACHE_HOME", "TORCH_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "MPLCONFIGDIR", "CUDA_CACHE_PATH",
+    "XDG_CACHE_HOME",
+    "TORCH_HOME",
+    "TRITON_CACHE_DIR",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "MPLCONFIGDIR",
+    "CUDA_CACHE_PATH",
 )
 
 
@@ -374,8 +381,13 @@ def check_home_and_caches(env: Mapping[str, str], probes: Probes) -> list[Findin
             continue
         if scratch is None:
             findings.append(
-                Finding("error", "cache", f"{var}={value} is not writable ({reason}) and neither is the temp dir",
-                        f"set {var} to a writable folder, or {FIX_TMP}", option=var)  # fmt: skip
+                Finding(
+                    "error",
+                    "cache",
+                    f"{var}={value} is not writable ({reason}) and neither is the temp dir",
+                    f"set {var} to a writable folder, or {FIX_TMP}",
+                    option=var,
+                )  # fmt: skip
             )
             continue
         new = scratch / "cache" / var.lower()
@@ -423,7 +435,9 @@ def check_shm(cfg: RunConfig, root: Path, probes: Probes, processes: int = 1) ->
         f" x {processes} processes" if processes > 1 else ""
     )
     if free is None:
-        return [Finding("error", "shm", f"there is no /dev/shm, which {what} need", _fix_shm(size_gib), option="--workers")]
+        return [
+            Finding("error", "shm", f"there is no /dev/shm, which {what} need", _fix_shm(size_gib), option="--workers")
+        ]
     if free < need:
         return [
             Finding(
@@ -455,9 +469,7 @@ def arch_supported(capability: tuple[int, int], arch_list: Iterable[str]) -> boo
         if suffix:
             if (a_major, a_minor) == (major, minor):
                 return True
-        elif kind == "sm" and a_major == major and a_minor <= minor:
-            return True
-        elif kind == "compute" and (a_major, a_minor) <= (major, minor):
+        elif kind == "sm" and a_major == major and a_minor <= minor or kind == "compute" and (a_major, a_minor) <= (major, minor):
             return True
     return False
 
@@ -492,18 +504,30 @@ def check_gpus(cfg: RunConfig, gpu: GpuState, env: Mapping[str, str], requested:
         if gpu.driver_cuda[0] < build[0]:
             driver_too_old = True
             findings.append(
-                Finding(bad, "driver", f"the driver ({gpu.driver_version}) supports CUDA up to {have}, "
-                        f"but this torch was built for CUDA {need}", _fix_build(need), option=option)  # fmt: skip
+                Finding(
+                    bad,
+                    "driver",
+                    f"the driver ({gpu.driver_version}) supports CUDA up to {have}, "
+                    f"but this torch was built for CUDA {need}",
+                    _fix_build(need),
+                    option=option,
+                )  # fmt: skip
             )
         elif gpu.driver_cuda < build:
             # Same major: CUDA minor-version compatibility runs it, except kernels that need PTX JIT.
             findings.append(
-                Finding("warning", "driver", f"the driver ({gpu.driver_version}) supports CUDA {have}, older than the "
-                        f"build's {need}: runs under minor-version compatibility, PTX-only kernels may fail",
-                        _fix_build(need))  # fmt: skip
+                Finding(
+                    "warning",
+                    "driver",
+                    f"the driver ({gpu.driver_version}) supports CUDA {have}, older than the "
+                    f"build's {need}: runs under minor-version compatibility, PTX-only kernels may fail",
+                    _fix_build(need),
+                )  # fmt: skip
             )
         else:
-            findings.append(Finding("ok", "driver", f"driver {gpu.driver_version} supports CUDA {have} >= build {need}"))
+            findings.append(
+                Finding("ok", "driver", f"driver {gpu.driver_version} supports CUDA {have} >= build {need}")
+            )
 
     if gpu.visible == 0:
         if not wanted and not gpu.nvml_gpus:
@@ -514,14 +538,21 @@ def check_gpus(cfg: RunConfig, gpu: GpuState, env: Mapping[str, str], requested:
         cvd = env.get("CUDA_VISIBLE_DEVICES")
         if not gpu.cuda_build:
             msg = f"torch {gpu.torch_version} is a CPU-only build"
-            fix = ("Docker/compose: build the Dockerfile with its default TORCH_INDEX_URL (a CUDA build); "
-                   "Apptainer: rebuild the SIF from that image; or --device cpu")
+            fix = (
+                "Docker/compose: build the Dockerfile with its default TORCH_INDEX_URL (a CUDA build); "
+                "Apptainer: rebuild the SIF from that image; or --device cpu"
+            )
         elif caps is not None and not ({"compute", "all"} & {c.strip() for c in caps.split(",")}):
-            msg, fix = f"no GPU visible: NVIDIA_DRIVER_CAPABILITIES={caps} lacks compute, so the CUDA driver was not mounted", FIX_CAPS
+            msg, fix = (
+                f"no GPU visible: NVIDIA_DRIVER_CAPABILITIES={caps} lacks compute, so the CUDA driver was not mounted",
+                FIX_CAPS,
+            )
         elif cvd is not None and cvd.strip() in ("", "-1", "none", "NoDevFiles"):
             msg = f"no GPU visible: CUDA_VISIBLE_DEVICES={cvd!r} hides them"
-            fix = ("unset CUDA_VISIBLE_DEVICES: Docker: drop -e CUDA_VISIBLE_DEVICES and pass --gpus; compose: set GPU_COUNT "
-                   "instead; Apptainer/Slurm: --nv with --gres=gpu:N sets it; or --device cpu")
+            fix = (
+                "unset CUDA_VISIBLE_DEVICES: Docker: drop -e CUDA_VISIBLE_DEVICES and pass --gpus; compose: set GPU_COUNT "
+                "instead; Apptainer/Slurm: --nv with --gres=gpu:N sets it; or --device cpu"
+            )
         elif gpu.nvml_gpus:
             msg = f"NVML sees {gpu.nvml_gpus} GPU(s) but CUDA none" + (f": {gpu.cuda_error}" if gpu.cuda_error else "")
             fix = "check CUDA_VISIBLE_DEVICES and the driver (nvidia-smi on the host); " + FIX_NO_GPU
@@ -533,8 +564,13 @@ def check_gpus(cfg: RunConfig, gpu: GpuState, env: Mapping[str, str], requested:
 
     if requested > gpu.visible:
         findings.append(
-            Finding("error", "gpu", f"--gpus {requested} asked, but only {gpu.visible} GPU(s) are visible",
-                    FIX_FEWER_GPUS, option="--gpus")  # fmt: skip
+            Finding(
+                "error",
+                "gpu",
+                f"--gpus {requested} asked, but only {gpu.visible} GPU(s) are visible",
+                FIX_FEWER_GPUS,
+                option="--gpus",
+            )  # fmt: skip
         )
     else:
         names = ", ".join(sorted({d.name for d in gpu.devices}))
@@ -589,7 +625,9 @@ def check_dataset(cfg: RunConfig, env: Mapping[str, str], probes: Probes) -> lis
     if cfg.dataset == "imagefolder":
         if root.is_dir() and any(root.iterdir()):
             return [Finding("ok", "dataset", f"image folder {root}")]
-        return [Finding("error", "dataset", f"image folder {root} is missing or empty", FIX_DATASET, option="--data-dir")]
+        return [
+            Finding("error", "dataset", f"image folder {root} is missing or empty", FIX_DATASET, option="--data-dir")
+        ]
     from effbench.data.archives import ARCHIVES, MIRROR_ENV, missing_parts  # imports torch: only here
 
     archive = ARCHIVES[cfg.dataset]
@@ -599,24 +637,38 @@ def check_dataset(cfg: RunConfig, env: Mapping[str, str], probes: Probes) -> lis
     where = root / archive.folder if len(missing) == len(archive.required) else root / archive.folder / missing[0]
     if not cfg.download:
         return [
-            Finding("error", "dataset", f"{archive.title} is not at {where}",
-                    FIX_DATASET + ", or pass --download where there is network", option="--data-dir")  # fmt: skip
+            Finding(
+                "error",
+                "dataset",
+                f"{archive.title} is not at {where}",
+                FIX_DATASET + ", or pass --download where there is network",
+                option="--data-dir",
+            )  # fmt: skip
         ]
     file_name = archive.url.rsplit("/", 1)[-1]
     mirror = env.get(MIRROR_ENV, "").strip()
     source = f"{mirror.rstrip('/')}/{file_name}" if mirror else archive.url
     if not probes.reachable(source):
         return [
-            Finding("error", "dataset", f"{archive.title} is not at {where} and {source} cannot be reached (no network?)",
-                    FIX_DATASET + f", or set {MIRROR_ENV} to a reachable base URL", option="--data-dir")  # fmt: skip
+            Finding(
+                "error",
+                "dataset",
+                f"{archive.title} is not at {where} and {source} cannot be reached (no network?)",
+                FIX_DATASET + f", or set {MIRROR_ENV} to a reachable base URL",
+                option="--data-dir",
+            )  # fmt: skip
         ]
     reason = probes.writable(root)
     if reason is not None:
         return [
-            Finding("error", "dataset", f"{archive.title} would be downloaded into {root}, which is not writable ({reason})",
-                    "Docker: -v /path/to/datasets:/data without :ro for the first run; compose: pass --data-dir "
-                    "/cache/datasets (the cache is writable); Apptainer: --data-dir \"$PWD/data\"; or download on the host",
-                    option="--data-dir")  # fmt: skip
+            Finding(
+                "error",
+                "dataset",
+                f"{archive.title} would be downloaded into {root}, which is not writable ({reason})",
+                "Docker: -v /path/to/datasets:/data without :ro for the first run; compose: pass --data-dir "
+                '/cache/datasets (the cache is writable); Apptainer: --data-dir "$PWD/data"; or download on the host',
+                option="--data-dir",
+            )  # fmt: skip
         ]
     return [Finding("ok", "dataset", f"{archive.title} will be downloaded from {source} into {root}")]
 
