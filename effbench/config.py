@@ -15,6 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from effbench.datasets import (
+    DATASETS,
+    DEFAULT_IMAGE_SIZE,
+    dataset_aliases,
+    dataset_names,
+    dataset_spec,
+    with_image_files,
+)
 from effbench.errors import EffbenchError
 
 # Native input resolution of each EfficientNet (Tan & Le 2019, Table 1 / efficientnet-pytorch's
@@ -31,10 +39,6 @@ EFFICIENTNET_NATIVE_SIZE = {
 }
 ARCHS = (*EFFICIENTNET_NATIVE_SIZE, "resnet18")
 ARCH_ALIASES = {f"b{i}": f"efficientnet-b{i}" for i in range(8)}
-
-DATASETS = ("cifar100", "cifar10", "food101", "imagefolder", "synthetic")
-DATASET_ALIASES = {"cifar": "cifar100", "food": "food101"}
-CIFAR_DATASETS = ("cifar10", "cifar100")
 
 OPTIMIZERS = ("sgd", "sgd-nesterov", "adagrad", "adadelta", "adam", "adamw")
 # Starting learning rates per optimizer: 0.1 for SGD on CIFAR ResNets (He et al. 2016, and the
@@ -62,6 +66,8 @@ FUSED_OPTIMIZERS = {
 }
 WEIGHTS_KEYWORDS = ("imagenet", "none")
 
+DEFAULT_RDZV_PORT = 29500  # torchrun's own default master port
+
 _FREEZE_RE = re.compile(r"^(classifier|none|last:(\d+))$")
 
 
@@ -84,7 +90,22 @@ def canonical_arch(value: str) -> str:
 
 
 def canonical_dataset(value: str) -> str:
-    return _choice("--dataset", value, DATASETS, DATASET_ALIASES)
+    return _choice("--dataset", value, dataset_names(), dataset_aliases())
+
+
+def parse_endpoint(text: str) -> tuple[str, int]:
+    """`host:port` (or `[v6::addr]:port`) -> (host, port) for c10d rendezvous."""
+    m = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d+)|([A-Za-z0-9_.-]+):(\d+)", text.strip())
+    if not m:
+        raise EffbenchError(
+            "--rdzv-endpoint",
+            f"{text!r} is not HOST:PORT; use e.g. node01:{DEFAULT_RDZV_PORT} or 127.0.0.1:{DEFAULT_RDZV_PORT}",
+        )
+    host = m.group(1) or m.group(3)
+    port = int(m.group(2) or m.group(4))
+    if not 1 <= port <= 65535:
+        raise EffbenchError("--rdzv-endpoint", f"port {port} is out of range; use 1..65535")
+    return host, port
 
 
 def parse_freeze(value: str) -> tuple[str, int]:
@@ -107,7 +128,8 @@ class RunConfig:
     arch: str = "efficientnet-b0"
     """Model: efficientnet-b0..b7 (aliases b0..b7) or resnet18."""
     dataset: str = "cifar100"
-    """cifar100 (cifar), cifar10, food101 (food), imagefolder, synthetic."""
+    """A name of the dataset catalog (effbench/datasets.py): cifar100 (cifar), cifar10, food101 (food), imagefolder,
+    synthetic."""
     data_dir: Path = Path("data")
     """Folder holding the extracted datasets (cifar-100-python/, cifar-10-batches-py/, food-101/)
     or, for imagefolder, the class-per-folder tree itself (train/ and val/ inside, or classes)."""
@@ -270,8 +292,6 @@ class RunConfig:
                 "--node-rank", f"{self.node_rank} is outside 0..{self.nnodes - 1} for --nnodes {self.nnodes}"
             )
         if self.rdzv_endpoint is not None:
-            from effbench.launch.plan import parse_endpoint
-
             parse_endpoint(self.rdzv_endpoint)
         if self.nnodes > 1 and self.rdzv_endpoint is None:
             raise EffbenchError(
@@ -294,10 +314,11 @@ class RunConfig:
                 "--repeats",
                 f"{self.repeats} windows need as many measured steps; raise --max-steps or --epochs, or lower --repeats",
             )
-        if self.gpu_decode and (self.loader != "fast" or self.dataset not in ("food101", "imagefolder")):
+        if self.gpu_decode and (self.loader != "fast" or not dataset_spec(self.dataset).image_files):
             raise EffbenchError(
                 "--gpu-decode",
-                "decodes image files in the fast loader; use it with --loader fast and --dataset food101 or imagefolder",
+                "decodes image files in the fast loader; use it with --loader fast and --dataset "
+                + " or ".join(with_image_files()),
             )
         if self.compile and self.data_only:
             raise EffbenchError(
@@ -336,7 +357,7 @@ def _positive(name: str, value: int) -> None:
 def default_image_size(arch: str, dataset: str) -> int:
     """The architecture's native resolution; resnet18 keeps CIFAR's 32 px on CIFAR."""
     if arch == "resnet18":
-        return 32 if dataset in CIFAR_DATASETS else 224
+        return dataset_spec(dataset).native_size or DEFAULT_IMAGE_SIZE
     return EFFICIENTNET_NATIVE_SIZE[arch]
 
 

@@ -17,7 +17,8 @@ from effbench.config import RunConfig
 from effbench.data import DataBundle, build_data
 from effbench.data.cifar import RestrictedUnpickler, read_batch
 from effbench.data.source import seeded_split
-from effbench.data.transforms import CIFAR_MEAN, CIFAR_STD, IMAGENET_MEAN, build_transforms
+from effbench.data.transforms import build_transforms
+from effbench.datasets import CIFAR_MEAN, CIFAR_STD, IMAGENET_MEAN
 from effbench.errors import EffbenchError
 
 CPU = torch.device("cpu")

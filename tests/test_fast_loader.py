@@ -15,7 +15,7 @@ import torch
 import fakedata
 from effbench.config import RunConfig, resolve_for_device
 from effbench.data import DataBundle, augment, build_data
-from effbench.data.transforms import CIFAR_MEAN, CIFAR_STD, IMAGENET_MEAN
+from effbench.datasets import CIFAR_MEAN, CIFAR_STD, IMAGENET_MEAN
 from effbench.errors import EffbenchError
 
 CPU = torch.device("cpu")

@@ -17,11 +17,16 @@ from typing import Annotated, Any
 
 import typer
 
+from effbench.cli.common import invocation
+from effbench.cli.common import opt as _opt
+from effbench.cli.doctor import doctor
+from effbench.cli.sweep import compare, report, sweep
+from effbench.datasets import datasets_help
+from effbench.errors import EffbenchError
+from effbench.config import DEFAULT_RDZV_PORT
+
 # click's UsageError, wherever this Typer takes click from (recent Typer vendors it privately).
 UsageError = typer.BadParameter.__mro__[1]
-
-from effbench.errors import EffbenchError
-from effbench.launch.plan import DEFAULT_RDZV_PORT
 
 app = typer.Typer(
     name="effbench",
@@ -38,16 +43,11 @@ def _root() -> None:
     """effbench: how fast does this model train here, and where does the time go."""
 
 
-def _opt(help: str, *names: str, **kw: Any) -> Any:
-    return typer.Option(*names, help=help, show_default=False, **kw)
-
-
 @app.command()
 def run(
+    ctx: typer.Context,
     arch: Annotated[str | None, _opt("efficientnet-b0..b7 (b0..b7) or resnet18. [default: efficientnet-b0]")] = None,
-    dataset: Annotated[
-        str | None, _opt("cifar100 (cifar), cifar10, food101 (food), imagefolder, synthetic. [default: cifar100]")
-    ] = None,
+    dataset: Annotated[str | None, _opt(f"{datasets_help()} [default: cifar100]")] = None,
     data_dir: Annotated[
         Path | None,
         _opt("Folder with the extracted datasets. [default: ./data; env EFFBENCH_DATA]", envvar="EFFBENCH_DATA"),
@@ -95,9 +95,7 @@ def run(
     warmup_steps: Annotated[
         int | None, _opt("First steps excluded from throughput and reported apart. [default: 5]")
     ] = None,
-    optimizer: Annotated[
-        str | None, _opt("sgd, sgd-nesterov, adagrad, adadelta, adam, adamw. [default: sgd]")
-    ] = None,
+    optimizer: Annotated[str | None, _opt("sgd, sgd-nesterov, adagrad, adadelta, adam, adamw. [default: sgd]")] = None,
     lr: Annotated[
         float | None,
         _opt("Learning rate. [default: per optimizer: sgd 0.1, adagrad 0.01, adadelta 1.0, adam(w) 1e-3]"),
@@ -185,9 +183,7 @@ def run(
         _opt("Profiling pass (torch.profiler) after the timed training. [default: on]", "--profile/--no-profile"),
     ] = None,
     profile_steps: Annotated[int | None, _opt("Active steps in the profiling pass. [default: 3]")] = None,
-    sample_interval_s: Annotated[
-        float | None, _opt("Utilisation sampling interval in seconds. [default: 0.5]")
-    ] = None,
+    sample_interval_s: Annotated[float | None, _opt("Utilisation sampling interval in seconds. [default: 0.5]")] = None,
     log_interval: Annotated[int | None, _opt("Steps between progress lines. [default: 10]")] = None,
     repeats: Annotated[
         int | None,
@@ -234,7 +230,7 @@ def run(
         raise EffbenchError("--gpus", "give a list to --gpus or to --nproc, not both")
     base = {**smoke_overrides(), **explicit} if smoke else explicit
     configs = [RunConfig(**base, gpus=g, nproc=p) for g in gpu_counts for p in proc_counts]
-    command = invocation()
+    command = invocation(ctx)
     if len(configs) == 1:
         outcome = runner.run(configs[0], command=command, echo=typer.echo, progress=not quiet)
         _exit_for(outcome)
@@ -266,32 +262,19 @@ def worker(spec: Annotated[Path, typer.Option(help="Launch spec written by `effb
     raise typer.Exit(worker_main(spec))
 
 
-from effbench.cli.doctor import doctor  # noqa: E402  (torch-free: keeps --help instant)
-
 app.command()(doctor)
-
-from effbench.cli.sweep import compare, report, sweep  # noqa: E402  (torch-free until a sweep runs)
 
 app.command()(sweep)
 app.command()(report)
 app.command()(compare)
 
 
-_argv: list[str] | None = None
-
-
-def invocation() -> list[str]:
-    """The exact command line, recorded in results.json so a run can be repeated."""
-    return ["effbench", *(_argv if _argv is not None else sys.argv[1:])]
-
-
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: one-line errors and exit code 2 for every bad input."""
-    global _argv
-    _argv = [str(a) for a in argv] if argv is not None else None
     command = typer.main.get_command(app)
+    recorded = [str(a) for a in argv] if argv is not None else None  # what common.invocation records
     try:
-        code = command.main(args=argv, prog_name="effbench", standalone_mode=False)
+        code = command.main(args=argv, prog_name="effbench", standalone_mode=False, obj=recorded)
     except EffbenchError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(e.exit_code)

@@ -13,20 +13,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from effbench.system import preflight
+from effbench.cli.common import opt as _opt
 from effbench.config import RunConfig, smoke_overrides
+from effbench.datasets import datasets_help
 
 STATUS = {"ok": "ok", "warning": "WARN", "error": "FAIL"}
 # Column widths that keep the table inside ~150 columns; tabulate wraps longer text.
 COLUMN_WIDTHS = [9, 6, 60, 70]
-
-
-def _opt(help: str, *names: str, **kw: Any) -> Any:
-    return typer.Option(*names, help=help, show_default=False, **kw)
 
 
 def findings_table(findings: list[preflight.Finding]) -> str:
@@ -63,16 +61,12 @@ def doctor(
         Path | None,
         _opt("Folder with the extracted datasets. [default: ./data; env EFFBENCH_DATA]", envvar="EFFBENCH_DATA"),
     ] = None,
-    dataset: Annotated[
-        str | None, _opt("cifar100 (cifar), cifar10, food101 (food), imagefolder, synthetic. [default: cifar100]")
-    ] = None,
+    dataset: Annotated[str | None, _opt(f"{datasets_help()} [default: cifar100]")] = None,
     download: Annotated[
         bool | None,
         _opt("Check that a missing dataset can be downloaded. [default: no]", "--download/--no-download"),
     ] = None,
-    arch: Annotated[
-        str | None, _opt("Architecture (sets the default image size). [default: efficientnet-b0]")
-    ] = None,
+    arch: Annotated[str | None, _opt("Architecture (sets the default image size). [default: efficientnet-b0]")] = None,
     workers: Annotated[int | None, _opt("DataLoader worker processes. [default: 2]")] = None,
     batch_size: Annotated[
         int | None, _opt("Images per device per step. [default: 64 EfficientNet, 128 resnet18]")

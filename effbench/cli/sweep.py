@@ -15,11 +15,10 @@ from typing import Annotated, Any
 
 import typer
 
+from effbench.cli.common import invocation
+from effbench.cli.common import opt as _opt
+from effbench.datasets import datasets_help
 from effbench.errors import EffbenchError
-
-
-def _opt(help: str, *names: str, **kw: Any) -> Any:
-    return typer.Option(*names, help=help, show_default=False, **kw)
 
 
 def _list(help: str) -> Any:
@@ -31,6 +30,7 @@ def _one(help: str, **kw: Any) -> Any:
 
 
 def sweep(
+    ctx: typer.Context,
     preset: Annotated[
         str | None,
         _opt(
@@ -38,9 +38,7 @@ def sweep(
         ),
     ] = None,
     arch: Annotated[str | None, _list("efficientnet-b0..b7 (b0..b7) or resnet18.")] = None,
-    dataset: Annotated[
-        str | None, _list("cifar100 (cifar), cifar10, food101 (food), imagefolder, synthetic.")
-    ] = None,
+    dataset: Annotated[str | None, _list(datasets_help())] = None,
     gpus: Annotated[str | None, _list("GPUs per run.")] = None,
     nproc: Annotated[str | None, _list("CPU processes per run (--device cpu).")] = None,
     batch_size: Annotated[str | None, _list("Images per device per step.")] = None,
@@ -81,9 +79,7 @@ def sweep(
     cudnn_benchmark: Annotated[
         bool | None, _opt("cudnn.benchmark autotuning.", "--cudnn-benchmark/--no-cudnn-benchmark")
     ] = None,
-    pin_memory: Annotated[
-        bool | None, _opt("Pinned host memory for batches.", "--pin-memory/--no-pin-memory")
-    ] = None,
+    pin_memory: Annotated[bool | None, _opt("Pinned host memory for batches.", "--pin-memory/--no-pin-memory")] = None,
     gpu_decode: Annotated[
         bool | None, _opt("Decode JPEG batches on the GPU (nvjpeg).", "--gpu-decode/--no-gpu-decode")
     ] = None,
@@ -101,9 +97,7 @@ def sweep(
         bool | None, _opt("Profiling pass after each cell's timed training. [default: on]", "--profile/--no-profile")
     ] = None,
     profile_steps: Annotated[str | None, _one("Active steps in the profiling pass. [default: 3]")] = None,
-    sample_interval_s: Annotated[
-        str | None, _one("Utilisation sampling interval in seconds. [default: 0.5]")
-    ] = None,
+    sample_interval_s: Annotated[str | None, _one("Utilisation sampling interval in seconds. [default: 0.5]")] = None,
     log_interval: Annotated[str | None, _one("Steps between progress lines. [default: 10]")] = None,
     output: Annotated[
         Path | None,
@@ -122,7 +116,6 @@ def sweep(
 ) -> None:
     """Run every combination of the listed values (or a preset), one run folder per cell, resumable."""
     from effbench.sweep import runner as sweeper
-    from effbench.cli.app import invocation
     from effbench.sweep.spec import DIMENSIONS, SweepSpec, dim_option, one_value, parse_list
 
     lists_given = {"arch": arch, "dataset": dataset, "gpus": gpus, "nproc": nproc, "batch_size": batch_size, "workers": workers,
@@ -157,7 +150,7 @@ def sweep(
         name=name,
         fail_fast=fail_fast,
     )
-    outcome = sweeper.run_sweep(spec, command=invocation(), echo=typer.echo, progress=not quiet)
+    outcome = sweeper.run_sweep(spec, command=invocation(ctx), echo=typer.echo, progress=not quiet)
     summary = outcome.folder / "sweep.txt"
     if summary.is_file():
         typer.echo(summary.read_text(encoding="utf-8"))

@@ -18,6 +18,7 @@ device (fast_cifar), image files decoded small in workers (fast_images).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,10 +26,11 @@ from typing import Any
 import torch
 
 from effbench.config import RunConfig
-from effbench.data import cifar, fast_cifar, fast_images, food101, imagefolder, synthetic
+from effbench.data import cifar, fast_cifar, fast_images, synthetic
 from effbench.data.loaders import LoaderOptions, SkipLog, train_loader, val_loader
 from effbench.data.source import Source, seeded_split
-from effbench.data.transforms import IMAGENET_MEAN, IMAGENET_STD, build_transforms
+from effbench.data.transforms import build_transforms
+from effbench.datasets import IMAGENET_MEAN, IMAGENET_STD, dataset_spec
 from effbench.errors import EffbenchError
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -88,7 +90,7 @@ def build_data(
     assert batch is not None and batch >= 1, "RunConfig resolves batch_size"
     image_size = cfg.image_size
     assert image_size is not None, "RunConfig resolves image_size"
-    if cfg.dataset == "synthetic":
+    if dataset_spec(cfg.dataset).storage == "generated":
         return _synthetic(cfg, device, batch, image_size, rank, world_size)
 
     src = load_source(cfg)
@@ -223,20 +225,18 @@ def _file_bundle(
 
 
 def load_source(cfg: RunConfig) -> Source:
-    """The dataset's examples on disk (downloading first when --download and it is missing)."""
-    if cfg.dataset in ("cifar10", "cifar100"):
-        return cifar.load(cfg.dataset, cfg.data_dir, download=cfg.download)
-    if cfg.dataset == "food101":
-        return food101.load(cfg.data_dir, download=cfg.download)
-    if cfg.dataset == "imagefolder":
-        return imagefolder.load(cfg.data_dir, val_fraction=cfg.val_fraction)
-    raise AssertionError(f"RunConfig admitted unknown dataset {cfg.dataset!r}")
+    """The dataset's examples on disk (downloading first when --download and it is missing), read by the
+    loader function its catalog entry names."""
+    spec = dataset_spec(cfg.dataset)
+    assert spec.loader is not None, f"{cfg.dataset} is generated, not read from disk"
+    module, _, function = spec.loader.partition(":")
+    return getattr(importlib.import_module(module), function)(cfg)
 
 
 def prepare_data(cfg: RunConfig) -> dict[str, Any]:
     """Download a missing dataset once, before ranks start (the launcher can call this so N ranks
     do not queue on the download lock). Returns the download facts; a no-op for local datasets."""
-    if cfg.dataset in ("cifar10", "cifar100", "food101"):
+    if dataset_spec(cfg.dataset).archive is not None:
         from effbench.data.archives import ensure_present
 
         return ensure_present(cfg.dataset, cfg.data_dir, download=cfg.download)

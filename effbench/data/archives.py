@@ -1,6 +1,6 @@
 """Where each downloadable dataset comes from, and the one-time download + safe extraction.
 
-The table is the single source of URLs and checksums (tests patch the md5 of an entry). The
+The dataset catalog (effbench/datasets.py) is the single source of URLs and checksums. The
 checksum is verified once, right after the download; loads never re-hash the files. Nothing
 appears under --data-dir until the archive verified and extracted completely: extraction goes to
 a hidden temporary folder that is renamed into place, and the archive is always removed.
@@ -17,45 +17,17 @@ import time
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
+from effbench.datasets import CATALOG, Archive
 from effbench.system.download import fetch, mirrored_url
 from effbench.errors import EffbenchError
 
 MIRROR_ENV = "EFFBENCH_MIRROR"
 
 
-@dataclass(frozen=True)
-class Archive:
-    title: str
-    """Human name for messages."""
-    url: str
-    """Official URL; EFFBENCH_MIRROR replaces everything before the file name."""
-    md5: str
-    """As published next to the file (CIFAR: the CIFAR page; Food-101: torchvision's Food101)."""
-    folder: str
-    """Top-level folder inside the archive, extracted under --data-dir."""
-    required: tuple[str, ...]
-    """Paths inside `folder` that a complete copy has; any missing one means download again."""
-
-
-ARCHIVES: dict[str, Archive] = {
-    "cifar10": Archive(
-        "CIFAR-10", "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
-        "c58f30108f718f92721af3b95e74349a", "cifar-10-batches-py",
-        (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch", "batches.meta"),
-    ),
-    "cifar100": Archive(
-        "CIFAR-100", "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",
-        "eb9058c3a382ffc7106e4002c42a8d85", "cifar-100-python", ("train", "test", "meta"),
-    ),
-    "food101": Archive(
-        "Food-101", "http://data.vision.ee.ethz.ch/cvl/food-101.tar.gz",
-        "85eeb15f3717b99a5da872d97d918f87", "food-101",
-        ("images", "meta/classes.txt", "meta/train.json", "meta/test.json"),
-    ),
-}  # fmt: skip
+# Derived from the dataset catalog; tests patch an entry (its md5) here.
+ARCHIVES: dict[str, Archive] = {spec.name: spec.archive for spec in CATALOG.values() if spec.archive is not None}
 
 
 def ensure_present(name: str, data_dir: Path, *, download: bool) -> dict[str, object]:

@@ -10,15 +10,16 @@ rows of 32), and `labels` (CIFAR-10) or `fine_labels` (CIFAR-100), lists of N in
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 import numpy as np
 import torch
 from PIL import Image
 
+from effbench.config import RunConfig
 from effbench.data.archives import ARCHIVES, ensure_present
 from effbench.data.source import Source
 from effbench.errors import EffbenchError
@@ -177,3 +178,8 @@ def load(name: str, data_dir: Path, *, download: bool) -> Source:
         val_label="official test split",
         info={"download": download_info},
     )
+
+
+def load_for(cfg: RunConfig) -> Source:
+    """The catalog's loader entry (effbench/datasets.py) for cifar10 and cifar100."""
+    return load(cfg.dataset, cfg.data_dir, download=cfg.download)

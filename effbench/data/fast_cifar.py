@@ -19,7 +19,8 @@ import torch
 
 from effbench.data import augment
 from effbench.data.augment import stream_seed
-from effbench.data.transforms import CIFAR_MEAN, CIFAR_PAD, CIFAR_SIZE, CIFAR_STD, IMAGENET_MEAN, IMAGENET_STD
+from effbench.data.transforms import CIFAR_PAD, CIFAR_SIZE
+from effbench.datasets import CIFAR_MEAN, CIFAR_STD, IMAGENET_MEAN, IMAGENET_STD
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

@@ -27,7 +27,8 @@ from effbench.data import augment
 from effbench.data.augment import stream_seed
 from effbench.data.images import MAX_STAND_INS, FileExamples
 from effbench.data.loaders import LoaderOptions, ShardSampler, SkipLog, collate_samples, seeded_sampler
-from effbench.data.transforms import IMAGENET_MEAN, IMAGENET_STD, resize_side
+from effbench.data.transforms import resize_side
+from effbench.datasets import IMAGENET_MEAN, IMAGENET_STD
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 JPEG_MAGIC = b"\xff\xd8\xff"

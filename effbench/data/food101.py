@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from effbench.config import RunConfig
 from effbench.data.archives import ARCHIVES, ensure_present
 from effbench.data.images import FileExamples
 from effbench.data.source import Source
@@ -81,3 +82,8 @@ def load(data_dir: Path, *, download: bool) -> Source:
         val_label="official test split",
         info={"download": download_info},
     )
+
+
+def load_for(cfg: RunConfig) -> Source:
+    """The catalog's loader entry (effbench/datasets.py)."""
+    return load(cfg.data_dir, download=cfg.download)

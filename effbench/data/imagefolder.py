@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
+from effbench.config import RunConfig
 from effbench.data.images import FileExamples
 from effbench.data.source import Source
 from effbench.errors import EffbenchError
@@ -95,3 +96,8 @@ def load(data_dir: Path, *, val_fraction: float | None) -> Source:
         val_label=val_label,
         info={"train_dir": str(train_dir), "val_dir": str(val_dir) if val is not None else None},
     )
+
+
+def load_for(cfg: RunConfig) -> Source:
+    """The catalog's loader entry (effbench/datasets.py)."""
+    return load(cfg.data_dir, val_fraction=cfg.val_fraction)

@@ -11,14 +11,8 @@ from collections.abc import Callable
 
 from torchvision import transforms as T
 
-# CIFAR per-channel statistics as used by kuangliu/pytorch-cifar (main.py) and the seed lab.
-# The std is the widely copied (0.2023, 0.1994, 0.2010), not the exact per-pixel value, on purpose:
-# it keeps results comparable with those baselines.
-CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
-CIFAR_STD = (0.2023, 0.1994, 0.2010)
-# ImageNet statistics, torchvision's reference recipes and every pretrained torchvision/timm model.
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+from effbench.datasets import IMAGENET_MEAN, IMAGENET_STD, dataset_spec
+
 # Resize the shorter side to 8/7 of the crop before cropping: ImageNet's 256 -> 224 ratio
 # (torchvision references/classification, resize_size=256 crop_size=224).
 RESIZE_RATIO = 8 / 7
@@ -40,9 +34,10 @@ class TransformPair:
 
 
 def build_transforms(dataset: str, image_size: int) -> TransformPair:
-    """CIFAR at its native 32 px keeps the padded-crop recipe; everything else is resized."""
-    if dataset in ("cifar10", "cifar100") and image_size == CIFAR_SIZE:
-        return _cifar_native()
+    """A dataset stored at one size (CIFAR) keeps the padded-crop recipe at that size; everything else is resized."""
+    spec = dataset_spec(dataset)
+    if spec.native_size == image_size:
+        return _native(image_size, spec.mean, spec.std)
     return _resized(image_size)
 
 
@@ -50,11 +45,11 @@ def resize_side(image_size: int) -> int:
     return round(image_size * RESIZE_RATIO)
 
 
-def _cifar_native() -> TransformPair:
-    norm = T.Normalize(CIFAR_MEAN, CIFAR_STD)
-    train = T.Compose([T.RandomCrop(CIFAR_SIZE, padding=CIFAR_PAD), T.RandomHorizontalFlip(0.5), T.ToTensor(), norm])
+def _native(size: int, mean: tuple[float, float, float], std: tuple[float, float, float]) -> TransformPair:
+    norm = T.Normalize(mean, std)
+    train = T.Compose([T.RandomCrop(size, padding=CIFAR_PAD), T.RandomHorizontalFlip(0.5), T.ToTensor(), norm])
     val = T.Compose([T.ToTensor(), norm])
-    return TransformPair(train, val, CIFAR_MEAN, CIFAR_STD, f"cifar: crop {CIFAR_SIZE} pad {CIFAR_PAD}, flip")
+    return TransformPair(train, val, mean, std, f"cifar: crop {size} pad {CIFAR_PAD}, flip")
 
 
 def _resized(size: int) -> TransformPair:

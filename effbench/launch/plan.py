@@ -16,9 +16,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from effbench.config import parse_endpoint
 from effbench.errors import EffbenchError
-
-DEFAULT_RDZV_PORT = 29500  # torchrun's own default master port
 
 
 @dataclass(frozen=True)
@@ -67,21 +66,6 @@ def parse_counts(option: str, text: str) -> list[int]:
     if len(set(counts)) != len(counts):
         raise EffbenchError(option, f"{text!r} repeats a count; list each count once")
     return counts
-
-
-def parse_endpoint(text: str) -> tuple[str, int]:
-    """`host:port` (or `[v6::addr]:port`) -> (host, port) for c10d rendezvous."""
-    m = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d+)|([A-Za-z0-9_.-]+):(\d+)", text.strip())
-    if not m:
-        raise EffbenchError(
-            "--rdzv-endpoint",
-            f"{text!r} is not HOST:PORT; use e.g. node01:{DEFAULT_RDZV_PORT} or 127.0.0.1:{DEFAULT_RDZV_PORT}",
-        )
-    host = m.group(1) or m.group(3)
-    port = int(m.group(2) or m.group(4))
-    if not 1 <= port <= 65535:
-        raise EffbenchError("--rdzv-endpoint", f"port {port} is out of range; use 1..65535")
-    return host, port
 
 
 def first_host(nodelist: str) -> str:

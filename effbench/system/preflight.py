@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Literal, TextIO
 
 from effbench.config import RunConfig
+from effbench.datasets import dataset_spec
 from effbench.errors import EffbenchError
 
 Level = Literal["error", "warning", "ok"]
@@ -469,7 +470,13 @@ def arch_supported(capability: tuple[int, int], arch_list: Iterable[str]) -> boo
         if suffix:
             if (a_major, a_minor) == (major, minor):
                 return True
-        elif kind == "sm" and a_major == major and a_minor <= minor or kind == "compute" and (a_major, a_minor) <= (major, minor):
+        elif (
+            kind == "sm"
+            and a_major == major
+            and a_minor <= minor
+            or kind == "compute"
+            and (a_major, a_minor) <= (major, minor)
+        ):
             return True
     return False
 
@@ -619,10 +626,11 @@ def check_memlock(limit: int | None, processes: int, nnodes: int) -> list[Findin
 def check_dataset(cfg: RunConfig, env: Mapping[str, str], probes: Probes) -> list[Finding]:
     """The dataset must be on disk (every file effbench.data reads), or downloadable: --download
     and a reachable host (EFFBENCH_MIRROR or the official one) and a writable --data-dir."""
-    if cfg.dataset == "synthetic":
-        return [Finding("ok", "dataset", "synthetic (generated, nothing to read)")]
+    spec = dataset_spec(cfg.dataset)
+    if spec.storage == "generated":
+        return [Finding("ok", "dataset", f"{spec.title} (generated, nothing to read)")]
     root = cfg.data_dir
-    if cfg.dataset == "imagefolder":
+    if spec.storage == "folder":
         if root.is_dir() and any(root.iterdir()):
             return [Finding("ok", "dataset", f"image folder {root}")]
         return [
@@ -630,7 +638,7 @@ def check_dataset(cfg: RunConfig, env: Mapping[str, str], probes: Probes) -> lis
         ]
     from effbench.data.archives import ARCHIVES, MIRROR_ENV, missing_parts  # imports torch: only here
 
-    archive = ARCHIVES[cfg.dataset]
+    archive = ARCHIVES[spec.name]
     missing = missing_parts(archive, root)
     if not missing:
         return [Finding("ok", "dataset", f"{archive.title} at {root / archive.folder}")]

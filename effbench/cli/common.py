@@ -1,0 +1,23 @@
+"""What every command shares: the option helper and the exact command line for the record.
+
+Torch-free, like every module of cli/ at import time.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import typer
+
+
+def opt(help: str, *names: str, **kw: Any) -> Any:
+    """An option whose help states its default in words ('[default: ...]'), not typer's repr."""
+    return typer.Option(*names, help=help, show_default=False, **kw)
+
+
+def invocation(ctx: typer.Context) -> list[str]:
+    """The exact command line, recorded in results.json so a run can be repeated: the argv that `main` was
+    given (it hands it to click as the root context's `obj`), else the process's own."""
+    argv = ctx.find_root().obj
+    return ["effbench", *(argv if argv is not None else sys.argv[1:])]
