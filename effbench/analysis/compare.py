@@ -211,3 +211,64 @@ def render_sweeps(
     else:
         lines.append(f"Throughput: no significant difference in any of the {len(pairs)} matched cells (within noise).")
     return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------------
+# Regression gates (`--fail-if-slower PCT`, `--fail-if-less-accurate POINTS`): exit 1 only on a change
+# larger than the threshold that is also outside noise, so a noisy CI machine never fails a build.
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GateOutcome:
+    failed: bool
+    line: str
+    """The one line that decided, for the CI log."""
+
+
+def slower_gate(a: Mapping[str, Any], a_windows: Sequence[float], b: Mapping[str, Any], b_windows: Sequence[float], pct: float) -> GateOutcome:  # fmt: skip
+    """Fail when mean(B) is below mean(A) by more than `pct` percent and Welch's 95% interval of
+    mean(B) - mean(A) excludes 0 (stats.difference, the interval `compare` prints)."""
+    opt = f"--fail-if-slower {pct:g}"
+    if b.get("status") != "ok" or not b_windows:
+        return GateOutcome(True, f"FAIL {opt}: B measured no throughput (status {b.get('status')})")
+    if not a_windows:
+        return GateOutcome(True, f"FAIL {opt}: the baseline A has no throughput windows to compare against")
+    d = stats.difference(a_windows, b_windows)
+    ma, mb = stats.mean(a_windows), stats.mean(b_windows)
+    rel = 100.0 * d.relative if d.relative is not None else 0.0
+    means = f"A {ma:,.1f} img/s, B {mb:,.1f} img/s"
+    if d.significant is None:
+        return GateOutcome(
+            False, f"PASS {opt}: cannot tell ({means}): fewer than 2 throughput windows on a side; raise --repeats"
+        )
+    ci = f"95% CI of B - A [{d.ci_low:+,.1f}, {d.ci_high:+,.1f}] img/s"
+    if rel >= 0:
+        return GateOutcome(False, f"PASS {opt}: B is not slower than A ({rel:+.1f}%; {means})")
+    if -rel <= pct:
+        return GateOutcome(False, f"PASS {opt}: B is {-rel:.1f}% slower than A, not more than {pct:g}% ({means})")
+    if not d.significant:
+        return GateOutcome(
+            False, f"PASS {opt}: B is {-rel:.1f}% slower than A but within noise ({means}; {ci} includes 0)"
+        )
+    return GateOutcome(True, f"FAIL {opt}: B is {-rel:.1f}% slower than A ({means}; {ci} excludes 0)")
+
+
+def top1_of(record: Mapping[str, Any], key: str) -> float | None:
+    return (record.get("final") or {}).get(key)
+
+
+def accuracy_gate(a: Mapping[str, Any], b: Mapping[str, Any], points: float) -> GateOutcome:
+    """Fail when B's final top-1 is below A's by more than `points` percentage points. Validation
+    top-1 when both runs have it, else train top-1. One value per run: no interval exists, so the
+    threshold is the only noise allowance (set it above the run-to-run spread of your seed)."""
+    opt = f"--fail-if-less-accurate {points:g}"
+    key = "val_top1" if top1_of(a, "val_top1") is not None and top1_of(b, "val_top1") is not None else "train_top1"
+    ta, tb = top1_of(a, key), top1_of(b, key)
+    if ta is None:
+        return GateOutcome(True, f"FAIL {opt}: the baseline A has no final {key}")
+    if tb is None:
+        return GateOutcome(True, f"FAIL {opt}: B has no final {key} (status {b.get('status')})")
+    drop = 100.0 * (ta - tb)
+    values = f"{key} A {100 * ta:.2f}%, B {100 * tb:.2f}%"
+    if drop > points:
+        return GateOutcome(True, f"FAIL {opt}: B's {key} is {drop:.2f} points below A's ({values})")
+    return GateOutcome(False, f"PASS {opt}: B's {key} is within {points:g} points of A's ({values})")

@@ -268,6 +268,10 @@ app.command()(sweep)
 app.command()(report)
 app.command()(compare)
 
+from effbench.cli.export import export  # noqa: E402  (torch-free)
+
+app.command()(export)
+
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: one-line errors and exit code 2 for every bad input."""

@@ -4,6 +4,8 @@
     effbench sweep --batch-size 32,64 --workers 0,2 --device cpu --dataset synthetic --repeats 5
     effbench report results/sweep-optimizers          # re-render tables, plots, report.html (no torch)
     effbench compare results/runA results/runB        # deltas with 95% CIs, "within noise" when so
+    effbench compare ci/baseline.json results/runB --fail-if-slower 5    # CI gate: exit 1 on a regression
+    effbench report results/all-nodes                 # a folder of runs from many machines: a leaderboard
 
 Registered on the app in cli.py. torch is imported only by `sweep`, inside sweep.py.
 """
@@ -172,40 +174,89 @@ def sweep(
 
 def report(
     folder: Annotated[
-        Path, typer.Argument(help="A run folder (results.json) or a sweep folder (sweep.json).", show_default=False)
+        Path,
+        typer.Argument(
+            help="A run folder (results.json), a sweep folder (sweep.json), or a folder of runs from several machines or sweeps (a leaderboard).",
+            show_default=False,
+        ),
     ],
 ) -> None:
-    """Re-render every table, plot and report.html of a run or sweep folder from its saved JSON (no torch)."""
+    """Re-render every table, plot and report.html of a run or sweep folder from its saved JSON (no torch);
+    for a folder of runs from several machines or sweeps, write a leaderboard per configuration."""
     from effbench.report import render
 
     kind, files = render.write_reports(folder)
+    if kind == "leaderboard":
+        typer.echo(files[0].read_text(encoding="utf-8"))
     typer.echo(f"{kind} {folder}: wrote {len(files)} files")
     for f in files:
         typer.echo(f"  {f}")
 
 
 def compare(
-    a: Annotated[Path, typer.Argument(help="Run or sweep folder A (the baseline).", show_default=False)],
-    b: Annotated[Path, typer.Argument(help="Run or sweep folder B.", show_default=False)],
+    a: Annotated[
+        Path, typer.Argument(help="Run or sweep folder A (the baseline), or a run's results.json.", show_default=False)
+    ],
+    b: Annotated[Path, typer.Argument(help="Run or sweep folder B, or a run's results.json.", show_default=False)],
+    fail_if_slower: Annotated[
+        float | None,
+        _opt(
+            "Exit 1 when B's throughput is below A's by more than PCT percent and outside noise (95% CI).",
+            metavar="PCT",
+        ),
+    ] = None,
+    fail_if_less_accurate: Annotated[
+        float | None,
+        _opt("Exit 1 when B's final top-1 is below A's by more than POINTS percentage points.", metavar="POINTS"),
+    ] = None,
 ) -> None:
-    """Per-metric deltas of B against A with 95% confidence intervals; says when a difference is within noise."""
+    """Per-metric deltas of B against A with 95% confidence intervals; says when a difference is within noise.
+    With a --fail-if-* gate it is a CI check: exit 1 on a regression beyond the threshold and noise, else 0."""
     from effbench.analysis import compare as cmp
     from effbench import results
     from effbench.report import render
     from effbench.analysis import windows
 
-    kinds = (render.folder_kind(a), render.folder_kind(b))
+    for option, value in (("--fail-if-slower", fail_if_slower), ("--fail-if-less-accurate", fail_if_less_accurate)):
+        if value is not None and not value >= 0:
+            raise EffbenchError(option, f"must be a number >= 0, got {value}; e.g. {option} 5")
+    gated = fail_if_slower is not None or fail_if_less_accurate is not None
+
+    def kind(p: Path) -> str:
+        return "run" if p.is_file() else render.folder_kind(p)  # a file is a results.json, whatever its name
+
+    def run_dir(p: Path) -> Path:
+        return p.parent if p.is_file() else p
+
+    kinds = (kind(a), kind(b))
     if kinds[0] != kinds[1]:
         raise EffbenchError(
             str(b), f"is a {kinds[1]} folder but {a} is a {kinds[0]}; compare a run with a run or a sweep with a sweep"
         )
     if kinds[0] == "run":
         ra, rb = results.read_results(a), results.read_results(b)
-        deltas = cmp.compare_runs(ra, windows.read_steps(a), rb, windows.read_steps(b))
+        sa, sb = windows.read_steps(run_dir(a)), windows.read_steps(run_dir(b))
+        deltas = cmp.compare_runs(ra, sa, rb, sb)
         typer.echo(
             cmp.render_runs(deltas, a_name=str(a), b_name=str(b), differences=cmp.config_differences(ra, rb)), nl=False
         )
+        gates = []
+        if fail_if_slower is not None:
+            wa = windows.windows_of(ra, sa).get("throughput_img_s") or []
+            wb = windows.windows_of(rb, sb).get("throughput_img_s") or []
+            gates.append(cmp.slower_gate(ra, wa, rb, wb, fail_if_slower))
+        if fail_if_less_accurate is not None:
+            gates.append(cmp.accuracy_gate(ra, rb, fail_if_less_accurate))
+        for g in gates:
+            typer.echo(g.line)
+        if any(g.failed for g in gates):
+            raise typer.Exit(1)
         return
+    if gated:
+        raise EffbenchError(
+            "--fail-if-slower" if fail_if_slower is not None else "--fail-if-less-accurate",
+            "gates two runs; pass two run folders or results.json files (one cell of each sweep)",
+        )
     _, rows_a = render.load_sweep(a)
     _, rows_b = render.load_sweep(b)
     typer.echo(cmp.render_sweeps(rows_a, rows_b, a_name=str(a), b_name=str(b)), nl=False)

@@ -411,6 +411,11 @@ def folder_kind(path: Path) -> str:
 
 
 def write_reports(path: Path) -> tuple[str, list[Path]]:
-    """`effbench report DIR`: re-render everything from the saved JSON."""
+    """`effbench report DIR`: re-render everything from the saved JSON; a folder of runs from several
+    machines or sweeps (neither a run nor a sweep itself) gets a leaderboard."""
+    from effbench.report import leaderboard
+
+    if leaderboard.is_collection(path):
+        return "leaderboard", leaderboard.write_reports(path)
     kind = folder_kind(path)
     return kind, (write_sweep_reports(path, cells=True) if kind == "sweep" else write_run_reports(path))

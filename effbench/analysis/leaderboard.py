@@ -1,0 +1,161 @@
+"""Pure: exported runs from several machines -> a leaderboard per configuration. No torch import.
+
+    effbench report results/cluster-week-47     a folder of runs (and sweeps) from several machines
+
+Runs are grouped by their resolved configuration (where they wrote and read excluded); inside a
+group each run is a row: its machine, throughput median and 95% interval over its windows, speed
+relative to the best row, Welch's test of its gap to the best (the same `stats.difference` as
+`effbench compare`), and the environment fields that differ from the best row's (driver, clocks,
+container, shm, CPU quota...), which are where a gap's explanation usually starts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from effbench.analysis import stats
+from effbench.analysis.export import Run
+
+# Config keys that say where a run read and wrote or how it logged, not what it measured.
+IGNORED_CONFIG = ("output", "data_dir", "download", "log_interval", "node_rank", "rdzv_endpoint", "rdzv_id")
+# Keys named in every group label, then whatever else differs between groups.
+LABEL_KEYS = ("arch", "dataset", "batch_size", "precision", "device")
+
+
+def _shown(v: Any, digits: int = 1) -> str:
+    if v is None or v == "":
+        return "-"
+    return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
+
+
+# (label, export column, digits): compared as shown, so a difference below the printed precision
+# (clock jitter of a few MHz, shm 23.54 vs 23.55 GiB) is not called a difference.
+ENV_FIELDS = (
+    ("GPU", "gpu_model", 0),
+    ("GPUs", "gpu_count", 0),
+    ("driver", "driver_version", 0),
+    ("SM clock MHz", "sm_clock_mhz", 0),
+    ("CUDA build", "cuda_build", 0),
+    ("torch", "torch", 0),
+    ("container", "container_runtime", 0),
+    ("image", "image_revision", 0),
+    ("shm GiB", "shm_gib", 1),
+    ("CPU quota cores", "cpu_quota_cores", 1),
+    ("CPU cores", "cpu_cores_usable", 0),
+    ("CPU", "cpu_model", 0),
+)
+
+
+def config_key(row: Mapping[str, Any]) -> str:
+    cfg = {k[7:]: v for k, v in row.items() if k.startswith("config.") and k[7:] not in IGNORED_CONFIG}
+    return json.dumps(cfg, sort_keys=True, default=str)
+
+
+def machine_label(row: Mapping[str, Any]) -> str:
+    host = row.get("host") or "?"
+    if row.get("gpu_count"):
+        return f"{host} ({row['gpu_count']}x {row.get('gpu_model') or 'GPU'})"
+    return f"{host} ({row.get('cpu_model') or 'CPU'}, {_shown(row.get('cpu_cores_usable'))} cores)"
+
+
+def env_differences(row: Mapping[str, Any], best: Mapping[str, Any]) -> list[str]:
+    out = []
+    for label, key, digits in ENV_FIELDS:
+        mine, theirs = _shown(row.get(key), digits), _shown(best.get(key), digits)
+        if mine != theirs:
+            out.append(f"{label} {mine} (best: {theirs})")
+    return out
+
+
+@dataclass(frozen=True)
+class Entry:
+    machine: str
+    path: str
+    status: str
+    median: float | None
+    ci_low: float | None
+    ci_high: float | None
+    relative: float | None
+    """median / the best median of the group (1.0 for the best)."""
+    gap: str
+    """Welch's verdict on mean(this) - mean(best): 'best', 'within noise', 'slower, outside noise', ..."""
+    differences: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Group:
+    label: str
+    config: dict[str, Any]
+    entries: list[Entry]
+
+    @property
+    def verdict(self) -> str:
+        ranked = [e for e in self.entries if e.median is not None]
+        if not ranked:
+            return f"{self.label}: no run measured throughput"
+        best = ranked[0]
+        if len(ranked) == 1:
+            return f"{self.label}: only {best.machine} measured ({best.median:,.1f} img/s)"
+        last = ranked[-1]
+        assert last.relative is not None
+        why = f"; differs in {', '.join(last.differences)}" if last.differences else "; same environment fields"
+        return (
+            f"{self.label}: fastest {best.machine} {best.median:,.1f} img/s; slowest {last.machine} "
+            f"{100 * (1 - last.relative):.1f}% slower ({last.gap}){why}"
+        )
+
+
+def _median(run: Run) -> float | None:
+    v = run.row.get("throughput_median_img_s")
+    return v if v is not None else run.row.get("throughput_img_s")
+
+
+def _gap(best: Run, run: Run) -> str:
+    if run is best:
+        return "best"
+    if len(best.windows_img_s) < 2 or len(run.windows_img_s) < 2:
+        return "cannot tell: fewer than 2 windows"
+    d = stats.difference(best.windows_img_s, run.windows_img_s)
+    if not d.significant:
+        return "within noise"
+    return "slower, outside noise" if d.delta < 0 else "faster, outside noise"
+
+
+def _labels(configs: Sequence[Mapping[str, Any]]) -> list[str]:
+    varying = sorted(k for k in set().union(*configs) if len({json.dumps(c.get(k), default=str) for c in configs}) > 1)
+    keys = list(LABEL_KEYS) + [k for k in varying if k not in LABEL_KEYS]
+    return [" ".join(f"{k}={_shown(c.get(k))}" for k in keys if k in c) or "all runs" for c in configs]
+
+
+def leaderboard(runs: Sequence[Run]) -> list[Group]:
+    """Groups in order of first appearance; rows by median throughput, fastest first, unmeasured last."""
+    by: dict[str, list[Run]] = {}
+    for r in runs:
+        by.setdefault(config_key(r.row), []).append(r)
+    configs = [json.loads(k) for k in by]
+    groups = []
+    for label, cfg, members in zip(_labels(configs), configs, by.values(), strict=True):
+        measured = sorted((m for m in members if m.row.get("status") == "ok" and _median(m)), key=lambda m: -_median(m))  # type: ignore[operator]
+        rest = [m for m in members if m not in measured]
+        best = measured[0] if measured else None
+        entries = []
+        for m in measured + rest:
+            med = _median(m) if m in measured else None
+            entries.append(
+                Entry(
+                    machine=machine_label(m.row),
+                    path=str(m.row.get("path")),
+                    status=str(m.row.get("status")),
+                    median=med,
+                    ci_low=m.row.get("throughput_ci_low_img_s") if med is not None else None,
+                    ci_high=m.row.get("throughput_ci_high_img_s") if med is not None else None,
+                    relative=med / _median(best) if med is not None and best is not None else None,  # type: ignore[operator]
+                    gap=_gap(best, m) if med is not None and best is not None else "not measured",
+                    differences=env_differences(m.row, best.row) if best is not None and m is not best else [],
+                )
+            )
+        groups.append(Group(label, cfg, entries))
+    return groups

@@ -1,0 +1,45 @@
+"""`effbench export`: every run under the paths as one flat row (CSV or JSON lines). No torch import.
+
+    effbench export results/ -o runs.csv                       runs, sweep cells, scaling members
+    effbench export results/ nodes/ --format jsonl -o runs.jsonl
+    effbench export results/ | duckdb -c "select host, throughput_median_img_s from read_csv('/dev/stdin')"
+
+Column names: README, "Export columns" (analysis/export.py COLUMN_DOCS).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def export(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(help="Run, sweep or results folders, or results.json files.", show_default=False),
+    ],
+    format_: Annotated[
+        str, typer.Option("--format", help="csv or jsonl (one JSON object per line).", show_default=True)
+    ] = "csv",
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="File to write. [default: stdout]", show_default=False)
+    ] = None,
+) -> None:
+    """One row per run folder found under PATHS: status, machine, figures, swept values and resolved config."""
+    from effbench import results
+    from effbench.analysis import export as ex
+    from effbench.errors import EffbenchError
+
+    if format_ not in ex.FORMATS:
+        raise EffbenchError("--format", f"{format_!r} is not a format; use {' or '.join(ex.FORMATS)}")
+    if output is not None and output.is_dir():
+        raise EffbenchError("--output", f"{output} is a folder; pass a file path such as {output / 'runs.csv'}")
+    runs = ex.collect(paths)
+    text = ex.render([r.row for r in runs], format_)
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    results.atomic_write_text(output, text)
+    typer.echo(f"exported {len(runs)} runs to {output}", err=True)

@@ -1,0 +1,94 @@
+"""A folder of runs from several machines or sweeps -> leaderboard.txt, leaderboard.md, a chart and
+report.html (`effbench report DIR` when DIR is neither a run nor a sweep folder). No torch import;
+matplotlib only inside plots.py."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from tabulate import tabulate
+
+from effbench import results
+from effbench.analysis import export
+from effbench.analysis import leaderboard as lb
+from effbench.report import html as H
+from effbench.sweep import manifest as M
+
+LEADERBOARD_TXT = "leaderboard.txt"
+LEADERBOARD_MD = "leaderboard.md"
+REPORT_HTML = "report.html"
+PLOTS_DIR = "plots"
+HEADERS = ("machine", "status", "img/s (median)", "95% CI", "vs best", "gap to best", "environment differs from best")
+
+
+def is_collection(path: Path) -> bool:
+    """A folder that is neither a run nor a sweep but holds run folders below it."""
+    path = Path(path)
+    if not path.is_dir() or (path / results.RESULTS_FILE).is_file() or (path / M.MANIFEST_FILE).is_file():
+        return False
+    return next(path.rglob(results.RESULTS_FILE), None) is not None
+
+
+def _num(v: float | None, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def rows(group: lb.Group) -> list[list[str]]:
+    out = []
+    for e in group.entries:
+        ci = f"[{_num(e.ci_low)}, {_num(e.ci_high)}]" if e.ci_low is not None else "-"
+        rel = "-" if e.relative is None else f"{100 * e.relative:.1f}%"
+        out.append([e.machine, e.status, _num(e.median), ci, rel, e.gap, "; ".join(e.differences) or "-"])
+    return out
+
+
+def render(groups: Sequence[lb.Group], *, title: str, fmt: str) -> str:
+    tablefmt = "github" if fmt == "md" else "simple"
+    head = f"# {title}" if fmt == "md" else title
+    parts = [head, "", *(f"- {g.verdict}" for g in groups), ""]
+    for g in groups:
+        parts += [f"## {g.label}" if fmt == "md" else g.label, ""]
+        parts += [tabulate(rows(g), headers=HEADERS, tablefmt=tablefmt, disable_numparse=True), ""]
+    parts.append(
+        "img/s: median over each run's throughput windows with the 95% Student's t interval of the mean; "
+        "gap to best: Welch's 95% interval of the difference (within noise when it includes 0)."
+    )
+    return "\n".join(parts) + "\n"
+
+
+def html(groups: Sequence[lb.Group], *, title: str, charts: Sequence[str], problems: Sequence[str]) -> str:
+    sections = [H.Section("Verdicts", [H.bullets([g.verdict for g in groups])])]
+    for i, g in enumerate(groups):
+        sections.append(
+            H.Section(
+                g.label, [H.table(HEADERS, rows(g), row_classes=[e.status for e in g.entries], table_id=f"group-{i}")]
+            )
+        )
+    sections.append(H.Section("Charts", [*charts, *(H.paragraph(p) for p in problems)]))
+    n = sum(len(g.entries) for g in groups)
+    return H.page(title, f"{n} runs in {len(groups)} configurations", sections)
+
+
+def write_reports(folder: Path) -> list[Path]:
+    folder = Path(folder)
+    groups = lb.leaderboard(export.collect([folder]))
+    title = f"effbench leaderboard {folder.name}"
+    results.atomic_write_text(folder / LEADERBOARD_TXT, render(groups, title=title, fmt="text"))
+    results.atomic_write_text(folder / LEADERBOARD_MD, render(groups, title=title, fmt="md"))
+    written = [folder / LEADERBOARD_TXT, folder / LEADERBOARD_MD]
+    from effbench.report import plots, render as R  # render imports this module lazily: no cycle at import
+
+    entries = [(g, e) for g in groups for e in g.entries]
+    labels = [e.machine if len(groups) == 1 else f"{e.machine}\n{g.label}" for g, e in entries]
+    made: list[R.Plot] = []
+    problems: list[str] = []
+    # one chart that cannot be drawn (no matplotlib, a bad value) is named on the page, never fatal
+    R._draw(made, problems, "Median throughput per machine, 95% CI whiskers", lambda: plots.throughput_bars(
+        labels, [e.median for _, e in entries], [e.ci_low for _, e in entries], [e.ci_high for _, e in entries],
+        folder / PLOTS_DIR / "leaderboard.png", title="Throughput per machine",
+        notes=["" if e.median is not None else e.status.upper() for _, e in entries]))  # fmt: skip
+    written += [p for p, _ in made]
+    charts = R._images(made)
+    results.atomic_write_text(folder / REPORT_HTML, html(groups, title=title, charts=charts, problems=problems))
+    return [*written, folder / REPORT_HTML]

@@ -1,0 +1,343 @@
+"""Results across runs and machines: `effbench export`, the leaderboard of `effbench report DIR`, and
+the regression gates of `effbench compare --fail-if-slower / --fail-if-less-accurate`.
+
+Hand-built run folders have steps.csv rows of 1 s each (0.1 s data wait + 0.9 s compute), so a
+window of one step delivers exactly its `images` per second and the throughput windows are the
+numbers chosen here. Expected intervals are written out from the textbook formulas with t
+quantiles from a published table (NIST/SEMATECH e-Handbook 1.3.6.7.2), not from effbench.stats.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import io
+import json
+import math
+import re
+import shutil
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+from clitools import invoke
+
+from effbench import results
+from effbench.analysis import export as ex
+
+ROOT = Path(__file__).resolve().parents[1]
+# Two-sided 95% t quantiles t_{0.975, df} (NIST/SEMATECH e-Handbook, table 1.3.6.7.2).
+T975 = {4: 2.776, 8: 2.306}
+
+BASE = [100.0, 110.0, 90.0, 105.0, 95.0]  # mean 100, sample variance 62.5
+
+
+def _config(**over: Any) -> dict[str, Any]:
+    cfg = {"arch": "resnet18", "dataset": "synthetic", "batch_size": 32, "precision": "fp32", "device": "cuda",
+           "repeats": 5, "output": "/somewhere", "data_dir": "data", "gpus": 1, "nproc": None}  # fmt: skip
+    cfg.update(over)
+    return cfg
+
+
+def make_run(
+    folder: Path,
+    thr: list[float],
+    *,
+    host: str = "node-a",
+    driver: str = "580.65.06",
+    clock: float = 1980.0,
+    top1: float = 0.50,
+    status: str = "ok",
+    config: dict[str, Any] | None = None,
+) -> Path:
+    """A run folder as `effbench run` writes it today: results.json, env.json, steps.csv (1 s per step)."""
+    folder.mkdir(parents=True)
+    env = {"hostname": host, "torch": "2.14.1+cu130", "cuda_build": "13.0", "cpu_model": "AMD EPYC",
+           "cpu_cores_usable": 16, "gpu_count": 1, "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3"}],
+           "driver_version": driver, "container_runtime": "docker", "cgroup_cpu_quota_cores": None,
+           "shm_size_gib": 16.0, "env_vars": {"EFFBENCH_IMAGE_REVISION": "abc123"}}  # fmt: skip
+    record = {
+        "schema_version": results.SCHEMA_VERSION,
+        "status": status,
+        "run_name": folder.name,
+        "started_at": "2026-11-23T10:00:00+00:00",
+        "config": config or _config(),
+        "env": env,
+        "device": "cuda:0",
+        "world_size": 1,
+        "global_batch_size": 32,
+        "throughput_img_s": sum(thr) / len(thr) if thr else None,
+        "data_time_share": 0.1,
+        "mfu": 0.25,
+        "images_per_j": 4.0,
+        "peak_mem_gib": 3.5,
+        "final": {"train_loss": 1.0, "train_top1": top1, "val_loss": 1.2, "val_top1": top1},
+        "utilization": {"gpus": [{"index": 0, "sm_clock_mhz": {"mean": clock, "max": clock}}]},
+    }
+    results.write_json(folder / results.RESULTS_FILE, record)
+    results.write_json(folder / results.ENV_FILE, env)
+    rows = [{"epoch": 0, "step": 0, "warmup": True, "images": 1, "loss": 1.0, "top1": 0.0, "data_time_s": 0.5,
+             "compute_time_s": 0.5}]  # fmt: skip
+    rows += [{"epoch": 0, "step": i + 1, "warmup": False, "images": t, "loss": 1.0, "top1": 0.5, "data_time_s": 0.1,
+              "compute_time_s": 0.9} for i, t in enumerate(thr)]  # fmt: skip
+    results.write_csv(folder / results.STEPS_FILE, results.STEP_FIELDS, rows)
+    return folder
+
+
+def welch_equal(a: list[float], b: list[float]) -> tuple[float, float]:
+    """95% interval of mean(b) - mean(a) for equal n and equal sample variances: Welch's df is 2(n-1)."""
+    n = len(a)
+    assert len(b) == n and math.isclose(statistics.variance(a), statistics.variance(b))
+    se = math.sqrt(statistics.variance(a) / n + statistics.variance(b) / n)
+    delta = statistics.fmean(b) - statistics.fmean(a)
+    h = T975[2 * (n - 1)] * se
+    return delta - h, delta + h
+
+
+# --------------------------------------------------------------------------------------------------
+# compare --fail-if-slower / --fail-if-less-accurate
+# --------------------------------------------------------------------------------------------------
+def _gate(tmp_path: Path, b_thr: list[float], capsys, *extra: Any, b_top1: float = 0.5) -> tuple[int, str, str]:
+    a = make_run(tmp_path / "A", BASE)
+    b = make_run(tmp_path / "B", b_thr, top1=b_top1)
+    return invoke(["compare", a, b, *extra], capsys)
+
+
+def test_slower_beyond_noise_fails_the_gate(tmp_path, capsys):
+    b = [x - 20 for x in BASE]  # 20% slower, same spread
+    lo, hi = welch_equal(BASE, b)
+    assert hi < 0  # the answer is known before the code runs: the interval excludes 0
+    code, out, _ = _gate(tmp_path, b, capsys, "--fail-if-slower", "5")
+    assert code == 1
+    line = out.strip().splitlines()[-1]
+    assert line.startswith("FAIL --fail-if-slower 5: B is 20.0% slower than A")
+    assert f"[{lo:+,.1f}, {hi:+,.1f}]" in line and "excludes 0" in line
+
+
+def test_slower_within_noise_passes(tmp_path, capsys):
+    b = [x - 10 for x in BASE]  # 10% slower, but the spread is wider than that
+    lo, hi = welch_equal(BASE, b)
+    assert lo < 0 < hi
+    code, out, _ = _gate(tmp_path, b, capsys, "--fail-if-slower", "5")
+    assert code == 0
+    line = out.strip().splitlines()[-1]
+    assert line.startswith("PASS --fail-if-slower 5: B is 10.0% slower than A but within noise")
+    assert f"[{lo:+,.1f}, {hi:+,.1f}]" in line and "includes 0" in line
+
+
+def test_equal_passes_and_a_small_significant_slowdown_under_the_threshold_passes(tmp_path, capsys):
+    code, out, _ = _gate(tmp_path, list(BASE), capsys, "--fail-if-slower", "0")
+    assert code == 0 and out.strip().splitlines()[-1].startswith("PASS --fail-if-slower 0: B is not slower than A")
+    code, out, _ = _gate(tmp_path / "2", [x - 20 for x in BASE], capsys, "--fail-if-slower", "25")
+    assert code == 0 and "20.0% slower than A, not more than 25%" in out.strip().splitlines()[-1]
+
+
+def test_accuracy_gate_on_final_top1_in_points(tmp_path, capsys):
+    code, out, _ = _gate(tmp_path, list(BASE), capsys, "--fail-if-less-accurate", "1", b_top1=0.48)
+    assert code == 1
+    assert out.strip().splitlines()[-1] == (
+        "FAIL --fail-if-less-accurate 1: B's val_top1 is 2.00 points below A's (val_top1 A 50.00%, B 48.00%)"
+    )
+    code, out, _ = _gate(tmp_path / "2", list(BASE), capsys, "--fail-if-less-accurate", "3", b_top1=0.48)
+    assert code == 0 and out.strip().splitlines()[-1].startswith("PASS --fail-if-less-accurate 3")
+
+
+def test_a_failed_b_fails_the_gate(tmp_path, capsys):
+    a = make_run(tmp_path / "A", BASE)
+    b = make_run(tmp_path / "B", [], status="failed")
+    code, out, _ = invoke(["compare", a, b, "--fail-if-slower", "5"], capsys)
+    assert code == 1 and "FAIL --fail-if-slower 5: B measured no throughput (status failed)" in out
+
+
+def test_a_committed_results_json_is_a_baseline(tmp_path, capsys):
+    """A baseline is often one file in a repository: results.json alone, its windows saved inside."""
+    a = make_run(tmp_path / "A", BASE)
+    record = json.loads((a / "results.json").read_text())
+    from effbench.analysis import windows
+
+    record["throughput_windows"] = windows.throughput_windows(windows.read_steps(a), 5)
+    baseline = tmp_path / "ci" / "baseline.json"
+    baseline.parent.mkdir()
+    results.write_json(baseline, record)
+    # a baseline under another name is still read as a results file
+    b = make_run(tmp_path / "B", [x - 20 for x in BASE])
+    code, out, _ = invoke(["compare", baseline, b, "--fail-if-slower", "5"], capsys)
+    assert code == 1 and out.strip().splitlines()[-1].startswith("FAIL --fail-if-slower 5: B is 20.0% slower")
+    code, out, _ = invoke(["compare", a / "results.json", b, "--fail-if-slower", "5"], capsys)
+    assert code == 1
+
+
+@pytest.mark.parametrize("value", ["-1", "nan"])
+def test_bad_threshold_is_one_line_exit_2(tmp_path, capsys, value):
+    a = make_run(tmp_path / "A", BASE)
+    code, out, err = invoke(["compare", a, a, "--fail-if-slower", value], capsys)
+    assert code == 2 and err.startswith("error: --fail-if-slower: must be a number >= 0") and len(err.splitlines()) == 1
+
+
+# --------------------------------------------------------------------------------------------------
+# export
+# --------------------------------------------------------------------------------------------------
+def _sweep(folder: Path, cells: list[tuple[str, dict[str, Any], list[float]]]) -> None:
+    folder.mkdir(parents=True)
+    entries = []
+    for i, (key, params, thr) in enumerate(cells):
+        run_dir = f"cells/{key}/{key}-run"  # where the sweep runner puts a cell's run folder
+        make_run(folder / run_dir, thr, config=_config(**params))
+        entries.append({"index": i, "key": key, "params": params, "config": _config(**params), "status": "ok",
+                        "run_dir": run_dir, "attempts": 1, "error": None, "summary": None})  # fmt: skip
+    manifest = {"schema_version": 1, "kind": "sweep", "name": folder.name, "preset": None,
+                "dims": {"batch_size": [32, 64]}, "zip": False, "fingerprint": "x", "command": [],
+                "created_at": "", "updated_at": "", "cells": entries}  # fmt: skip
+    results.write_json(folder / "sweep.json", manifest)
+
+
+def _scaling(folder: Path) -> None:
+    folder.mkdir(parents=True)
+    for n in (1, 2):
+        make_run(folder / f"gpus{n}", [200.0 * n] * 5, config=_config(gpus=n))
+    results.write_json(folder / "scaling.json", {"schema_version": 1, "scaling": "weak", "rows": []})
+
+
+def _all_kinds(root: Path) -> None:
+    make_run(root / "lone", BASE)
+    _sweep(root / "sweep-bs", [("bs32", {"batch_size": 32}, BASE), ("bs64", {"batch_size": 64}, BASE)])
+    _scaling(root / "scaling-x")
+
+
+def test_export_gives_one_row_per_run_with_the_documented_columns(tmp_path, capsys):
+    root = tmp_path / "results"
+    _all_kinds(root)
+    out_csv = tmp_path / "runs.csv"
+    code, _, err = invoke(["export", root, "-o", out_csv], capsys)
+    assert code == 0 and "exported 5 runs" in err
+    rows = list(csv.DictReader(io.StringIO(out_csv.read_text())))
+    assert len(rows) == 5
+    by = {Path(r["path"]).name: r for r in rows}
+    assert {k: by[k]["kind"] for k in by} == {"lone": "run", "bs32-run": "sweep-cell", "bs64-run": "sweep-cell",
+                                              "gpus1": "scaling-member", "gpus2": "scaling-member"}  # fmt: skip
+    assert (
+        by["bs64-run"]["swept.batch_size"] == "64"
+        and by["gpus2"]["swept.gpus"] == "2"
+        and by["lone"]["swept.gpus"] == ""
+    )
+    assert Path(by["bs32-run"]["group"]).name == "sweep-bs"
+    # figures from steps.csv, checked against the textbook interval (t_{0.975,4} from the table)
+    lone = by["lone"]
+    h = T975[4] * statistics.stdev(BASE) / math.sqrt(len(BASE))
+    assert float(lone["throughput_median_img_s"]) == pytest.approx(statistics.median(BASE))
+    assert float(lone["throughput_ci_low_img_s"]) == pytest.approx(100 - h, abs=0.01)
+    assert float(lone["throughput_ci_high_img_s"]) == pytest.approx(100 + h, abs=0.01)
+    assert lone["throughput_windows"] == "5" and float(lone["energy_per_image_j"]) == pytest.approx(0.25)
+    assert (lone["host"], lone["gpu_model"], lone["driver_version"], lone["image_revision"]) == (
+        "node-a", "NVIDIA H100 80GB HBM3", "580.65.06", "abc123")  # fmt: skip
+    assert float(lone["sm_clock_mhz"]) == 1980.0 and lone["config.arch"] == "resnet18"
+    # the fixed columns come first, in the documented order, and README documents every one
+    header = out_csv.read_text().splitlines()[0].split(",")
+    assert header[: len(ex.COLUMNS)] == list(ex.COLUMNS)
+    readme = (ROOT / "README.md").read_text()
+    documented = re.findall(r"^\| `([a-z0-9_]+)` \|", readme.split("### Export columns")[1], re.M)
+    assert documented[: len(ex.COLUMNS)] == list(ex.COLUMNS)
+
+
+def test_export_jsonl_to_stdout_has_the_same_rows(tmp_path, capsys):
+    root = tmp_path / "results"
+    _all_kinds(root)
+    code, out, _ = invoke(["export", root / "sweep-bs", root / "lone", "--format", "jsonl"], capsys)
+    assert code == 0
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [Path(r["path"]).name for r in rows] == ["bs32-run", "bs64-run", "lone"]
+    assert rows[1]["swept.batch_size"] == 64 and rows[2]["throughput_median_img_s"] == pytest.approx(100.0)
+
+
+def test_export_refuses_bad_paths_and_formats(tmp_path, capsys):
+    code, _, err = invoke(["export", tmp_path / "nope"], capsys)
+    assert code == 2 and err.startswith("error: ") and "does not exist" in err and len(err.splitlines()) == 1
+    code, _, err = invoke(["export", tmp_path, "--format", "xlsx"], capsys)
+    assert code == 2 and err.startswith("error: --format: 'xlsx' is not a format")
+
+
+# --------------------------------------------------------------------------------------------------
+# report DIR: the leaderboard
+# --------------------------------------------------------------------------------------------------
+def test_leaderboard_of_two_machines_names_the_faster_and_the_environment_differences(tmp_path, capsys):
+    root = tmp_path / "nodes"
+    make_run(root / "node-a-run", BASE, host="node-a", driver="550.54.15", clock=1410.0)
+    make_run(root / "node-b-run", [2 * x for x in BASE], host="node-b")
+    code, out, _ = invoke(["report", root], capsys)
+    assert code == 0
+    txt = (root / "leaderboard.txt").read_text()
+    verdict = next(line for line in txt.splitlines() if line.startswith("- "))
+    assert "fastest node-b (1x NVIDIA H100 80GB HBM3) 200.0 img/s" in verdict  # median of 2 * BASE
+    assert "slowest node-a (1x NVIDIA H100 80GB HBM3) 50.0% slower (slower, outside noise)" in verdict
+    assert "driver 550.54.15 (best: 580.65.06)" in verdict and "SM clock MHz 1410 (best: 1980)" in verdict
+    assert "image" not in verdict.split("differs in")[1]  # same image on both: not called a difference
+    node_a = next(line for line in txt.splitlines() if line.startswith("node-a"))
+    assert "50.0%" in node_a  # speed relative to the best
+    assert verdict in out  # printed too
+    for name in ("leaderboard.md", "report.html", "plots/leaderboard.png"):
+        assert (root / name).is_file(), name
+    html = (root / "report.html").read_text()
+    assert "node-b" in html and "driver 550.54.15" in html and "data:image/png;base64," in html
+
+
+def test_leaderboard_groups_by_configuration(tmp_path, capsys):
+    root = tmp_path / "nodes"
+    make_run(root / "a32", BASE, host="node-a")
+    make_run(root / "b32", [x + 50 for x in BASE], host="node-b")
+    make_run(root / "a64", BASE, host="node-a", config=_config(batch_size=64, output="/elsewhere"))
+    code, _, _ = invoke(["report", root], capsys)
+    assert code == 0
+    md = (root / "leaderboard.md").read_text()
+    assert md.count("\n## ") == 2 and "batch_size=32" in md and "batch_size=64" in md
+    assert "only node-a (1x NVIDIA H100 80GB HBM3) measured" in md  # the bs 64 group has one machine
+
+
+# --------------------------------------------------------------------------------------------------
+# a real smoke run's folder (today's schema) and a newer schema
+# --------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def smoke_dir(tmp_path_factory) -> Path:
+    from effbench.cli import app as cli
+
+    out = tmp_path_factory.mktemp("smoke")
+    args = ["run", "--smoke", "--max-steps", "4", "--warmup-steps", "1", "--no-profile", "--quiet", "--output", out]
+    with pytest.raises(SystemExit) as info:
+        cli.main([str(a) for a in args])
+    assert info.value.code == 0
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    return run
+
+
+def test_a_real_smoke_folder_exports_gates_and_ranks(smoke_dir, tmp_path, capsys):
+    record = json.loads((smoke_dir / "results.json").read_text())
+    env = json.loads((smoke_dir / "env.json").read_text())
+    code, out, _ = invoke(["export", smoke_dir, "--format", "jsonl"], capsys)
+    assert code == 0
+    (row,) = [json.loads(line) for line in out.splitlines()]
+    assert set(ex.COLUMNS) <= set(row) and row["status"] == "ok" and row["kind"] == "run"
+    assert (row["host"], row["torch"], row["container_runtime"]) == (
+        env["hostname"], env["torch"], env["container_runtime"])  # fmt: skip
+    assert row["final_train_loss"] == record["final"]["train_loss"]
+    thr = record["throughput_windows"]["throughput_img_s"]
+    assert row["throughput_median_img_s"] == pytest.approx(statistics.median(thr))
+    assert row["throughput_windows"] == len(thr)
+    code, out, _ = invoke(["compare", smoke_dir / "results.json", smoke_dir, "--fail-if-slower", "5"], capsys)
+    assert code == 0 and "PASS --fail-if-slower 5: B is not slower than A" in out
+    root = tmp_path / "two"
+    shutil.copytree(smoke_dir, root / "copy1")
+    shutil.copytree(smoke_dir, root / "copy2")
+    code, out, _ = invoke(["report", root], capsys)
+    assert code == 0 and "same environment fields" in (root / "leaderboard.txt").read_text()
+
+
+def test_newer_schema_is_refused_with_one_line(smoke_dir, tmp_path, capsys):
+    newer = tmp_path / "runs" / "newer"
+    shutil.copytree(smoke_dir, newer)
+    record = copy.deepcopy(json.loads((newer / "results.json").read_text()))
+    record["schema_version"] = results.SCHEMA_VERSION + 1
+    results.write_json(newer / "results.json", record)
+    for args in (["export", newer.parent], ["report", newer.parent], ["compare", smoke_dir, newer, "--fail-if-slower", "5"]):  # fmt: skip
+        code, out, err = invoke(args, capsys)
+        assert code == 2, args
+        assert len(err.strip().splitlines()) == 1 and "newer than this effbench" in err and "upgrade effbench" in err
