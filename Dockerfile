@@ -109,6 +109,7 @@ ENV PATH=/opt/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     EFFBENCH_OUTPUT=/results \
     EFFBENCH_DATA=/data \
+    EFFBENCH_IMAGE_REVISION=${VCS_REF} \
     XDG_CACHE_HOME=/cache \
     TORCH_HOME=/cache/torch \
     TRITON_CACHE_DIR=/cache/triton \

@@ -14,9 +14,12 @@ import csv
 import io
 import json
 import math
+import os
 import re
 import shutil
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -240,6 +243,15 @@ def test_export_gives_one_row_per_run_with_the_documented_columns(tmp_path, caps
     assert documented[: len(ex.COLUMNS)] == list(ex.COLUMNS)
 
 
+def test_the_image_revision_variable_is_recorded_with_every_run():
+    """image_revision is read from env.json's env_vars, which keeps every EFFBENCH_* variable."""
+    from effbench.system.hardware import relevant_env_vars
+
+    assert relevant_env_vars({"EFFBENCH_IMAGE_REVISION": "abc123", "HOME": "/x"}) == {
+        "EFFBENCH_IMAGE_REVISION": "abc123"
+    }
+
+
 def test_export_jsonl_to_stdout_has_the_same_rows(tmp_path, capsys):
     root = tmp_path / "results"
     _all_kinds(root)
@@ -291,6 +303,22 @@ def test_leaderboard_groups_by_configuration(tmp_path, capsys):
     md = (root / "leaderboard.md").read_text()
     assert md.count("\n## ") == 2 and "batch_size=32" in md and "batch_size=64" in md
     assert "only node-a (1x NVIDIA H100 80GB HBM3) measured" in md  # the bs 64 group has one machine
+
+
+def test_export_report_and_gate_do_not_import_torch(tmp_path):
+    root = tmp_path / "nodes"
+    a = make_run(root / "a", BASE, host="node-a")
+    b = make_run(root / "b", BASE, host="node-b")
+    calls = [["export", str(root)], ["report", str(root)], ["compare", str(a), str(b), "--fail-if-slower", "5"]]
+    code = (
+        "import sys\nfrom effbench.cli.app import main\n"
+        f"for args in {calls!r}:\n    try:\n        main(args)\n    except SystemExit as e:\n        assert e.code == 0, (args, e.code)\n"
+        "print('torch' in sys.modules)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
+    assert out.strip().splitlines()[-1] == "False"
+    assert (root / "leaderboard.txt").is_file()
 
 
 # --------------------------------------------------------------------------------------------------

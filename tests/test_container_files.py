@@ -116,6 +116,8 @@ def test_entrypoint_cmd_user_env_and_labels():
     for key in ("title", "description", "version", "revision", "created", "licenses", "base.name"):
         assert f"org.opencontainers.image.{key}=" in labels
     assert "CUDA_CACHE_PATH=/cache/nv" in env
+    # recorded in env.json's env_vars (EFFBENCH_ prefix) and exported as image_revision
+    assert "EFFBENCH_IMAGE_REVISION=${VCS_REF}" in env
     # podman makes WORKDIR the HOME of a uid with no passwd entry: it must not be the results folder
     assert [a for k, a in final if k == "WORKDIR"][-1] not in ("/results", "/data", "/")
     volumes = json.loads([a for k, a in final if k == "VOLUME"][-1])
