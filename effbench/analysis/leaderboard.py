@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from effbench.analysis import stats
@@ -138,21 +139,25 @@ def leaderboard(runs: Sequence[Run]) -> list[Group]:
     configs = [json.loads(k) for k in by]
     groups = []
     for label, cfg, members in zip(_labels(configs), configs, by.values(), strict=True):
-        measured = sorted((m for m in members if m.row.get("status") == "ok" and _median(m)), key=lambda m: -_median(m))  # type: ignore[operator]
-        rest = [m for m in members if m not in measured]
+        medians = {id(m): v for m in members if m.row.get("status") == "ok" and (v := _median(m))}
+        measured = sorted((m for m in members if id(m) in medians), key=lambda m: -medians[id(m)])
+        rest = [m for m in members if id(m) not in medians]
         best = measured[0] if measured else None
+        names = [machine_label(m.row) for m in measured + rest]
         entries = []
-        for m in measured + rest:
-            med = _median(m) if m in measured else None
+        for m, name in zip(measured + rest, names, strict=True):
+            med = medians.get(id(m))
+            if names.count(name) > 1:  # several runs of one machine: tell them apart by folder
+                name = f"{name} {Path(str(m.row.get('path'))).name}"
             entries.append(
                 Entry(
-                    machine=machine_label(m.row),
+                    machine=name,
                     path=str(m.row.get("path")),
                     status=str(m.row.get("status")),
                     median=med,
                     ci_low=m.row.get("throughput_ci_low_img_s") if med is not None else None,
                     ci_high=m.row.get("throughput_ci_high_img_s") if med is not None else None,
-                    relative=med / _median(best) if med is not None and best is not None else None,  # type: ignore[operator]
+                    relative=med / medians[id(best)] if med is not None and best is not None else None,
                     gap=_gap(best, m) if med is not None and best is not None else "not measured",
                     differences=env_differences(m.row, best.row) if best is not None and m is not best else [],
                 )
