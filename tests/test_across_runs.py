@@ -193,6 +193,8 @@ def _sweep(folder: Path, cells: list[tuple[str, dict[str, Any], list[float]]]) -
                 "dims": {"batch_size": [32, 64]}, "zip": False, "fingerprint": "x", "command": [],
                 "created_at": "", "updated_at": "", "cells": entries}  # fmt: skip
     results.write_json(folder / "sweep.json", manifest)
+    # an earlier try of the first cell, moved aside when the cell was rerun (sweep/runner.py _stash_attempts)
+    make_run(folder / "attempts" / cells[0][0] / "try0", [], status="interrupted", config=_config(**cells[0][1]))
 
 
 def _scaling(folder: Path) -> None:
@@ -213,12 +215,13 @@ def test_export_gives_one_row_per_run_with_the_documented_columns(tmp_path, caps
     _all_kinds(root)
     out_csv = tmp_path / "runs.csv"
     code, _, err = invoke(["export", root, "-o", out_csv], capsys)
-    assert code == 0 and "exported 5 runs" in err
+    assert code == 0 and "exported 6 runs" in err
     rows = list(csv.DictReader(io.StringIO(out_csv.read_text())))
-    assert len(rows) == 5
+    assert len(rows) == 6
     by = {Path(r["path"]).name: r for r in rows}
     assert {k: by[k]["kind"] for k in by} == {"lone": "run", "bs32-run": "sweep-cell", "bs64-run": "sweep-cell",
-                                              "gpus1": "scaling-member", "gpus2": "scaling-member"}  # fmt: skip
+                                              "gpus1": "scaling-member", "gpus2": "scaling-member", "try0": "sweep-attempt"}  # fmt: skip
+    assert by["try0"]["status"] == "interrupted" and by["try0"]["swept.batch_size"] == "32"
     assert (
         by["bs64-run"]["swept.batch_size"] == "64"
         and by["gpus2"]["swept.gpus"] == "2"
@@ -258,8 +261,8 @@ def test_export_jsonl_to_stdout_has_the_same_rows(tmp_path, capsys):
     code, out, _ = invoke(["export", root / "sweep-bs", root / "lone", "--format", "jsonl"], capsys)
     assert code == 0
     rows = [json.loads(line) for line in out.splitlines()]
-    assert [Path(r["path"]).name for r in rows] == ["bs32-run", "bs64-run", "lone"]
-    assert rows[1]["swept.batch_size"] == 64 and rows[2]["throughput_median_img_s"] == pytest.approx(100.0)
+    assert [Path(r["path"]).name for r in rows] == ["try0", "bs32-run", "bs64-run", "lone"]
+    assert rows[2]["swept.batch_size"] == 64 and rows[3]["throughput_median_img_s"] == pytest.approx(100.0)
 
 
 def test_export_refuses_bad_paths_and_formats(tmp_path, capsys):
@@ -329,7 +332,9 @@ def smoke_dir(tmp_path_factory) -> Path:
     from effbench.cli import app as cli
 
     out = tmp_path_factory.mktemp("smoke")
-    args = ["run", "--smoke", "--max-steps", "4", "--warmup-steps", "1", "--no-profile", "--quiet", "--output", out]
+    # the smallest real run: seconds on an idle 2-core machine (minutes when 7 engineers share it)
+    args = ["run", "--smoke", "--arch", "resnet18", "--image-size", "16", "--batch-size", "4", "--max-steps", "4",
+            "--warmup-steps", "1", "--max-val-steps", "1", "--no-profile", "--quiet", "--output", out]  # fmt: skip
     with pytest.raises(SystemExit) as info:
         cli.main([str(a) for a in args])
     assert info.value.code == 0
@@ -337,6 +342,7 @@ def smoke_dir(tmp_path_factory) -> Path:
     return run
 
 
+@pytest.mark.timeout(900)  # the module's smoke run is set up inside the first of these
 def test_a_real_smoke_folder_exports_gates_and_ranks(smoke_dir, tmp_path, capsys):
     record = json.loads((smoke_dir / "results.json").read_text())
     env = json.loads((smoke_dir / "env.json").read_text())
@@ -359,6 +365,7 @@ def test_a_real_smoke_folder_exports_gates_and_ranks(smoke_dir, tmp_path, capsys
     assert code == 0 and "same environment fields" in (root / "leaderboard.txt").read_text()
 
 
+@pytest.mark.timeout(900)  # the module's smoke run is set up inside the first of these
 def test_newer_schema_is_refused_with_one_line(smoke_dir, tmp_path, capsys):
     newer = tmp_path / "runs" / "newer"
     shutil.copytree(smoke_dir, newer)

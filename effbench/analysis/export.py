@@ -31,7 +31,7 @@ FORMATS = ("csv", "jsonl")
 # (column, what it holds); the README's "Export columns" table is this list.
 COLUMN_DOCS: tuple[tuple[str, str], ...] = (
     ("path", "the run folder"),
-    ("kind", "run, sweep-cell or scaling-member"),
+    ("kind", "run, sweep-cell, sweep-attempt (an earlier try of a cell, superseded) or scaling-member"),
     ("group", "the sweep or scaling-series folder holding it; empty for a lone run"),
     ("status", "ok, failed, interrupted, oom or running"),
     ("run_name", "the run's folder name when it ran"),
@@ -85,10 +85,17 @@ def _results_file(path: Path) -> Path:
     return path if path.is_file() else path / results.RESULTS_FILE
 
 
-def _swept_of_sweep(sweep_dir: Path, run_dir: Path) -> dict[str, Any] | None:
-    for cell in M.read_manifest(sweep_dir)["cells"]:
+def _cell_of(sweep_dir: Path, run_dir: Path) -> tuple[str, dict[str, Any]] | None:
+    """(kind, swept values) of a run folder inside a sweep: the cell's current run, or an earlier
+    attempt the runner moved to attempts/<key>/ before rerunning the cell; None when not its own."""
+    cells = M.read_manifest(sweep_dir)["cells"]
+    for cell in cells:
         if cell.get("run_dir") and (sweep_dir / cell["run_dir"]).resolve() == run_dir.resolve():
-            return dict(cell.get("params") or {})
+            return "sweep-cell", dict(cell.get("params") or {})
+    rel = run_dir.resolve().relative_to(sweep_dir.resolve()).parts
+    if len(rel) == 3 and rel[0] == "attempts":
+        cell = next((c for c in cells if c.get("key") == rel[1]), None)
+        return "sweep-attempt", dict((cell or {}).get("params") or {})
     return None
 
 
@@ -100,11 +107,11 @@ def _scaling_dim(record: Mapping[str, Any]) -> dict[str, Any]:
 
 def locate(run_dir: Path) -> RunFolder:
     """What holds a run folder: a sweep (sweep.json lists it), a scaling series (scaling.json beside it) or nothing."""
-    for parent in list(run_dir.resolve().parents)[:3]:  # a sweep keeps cells at cells/<cell>/<run>/
+    for parent in list(run_dir.resolve().parents)[:3]:  # cells/<key>/<run>/, attempts/<key>/<run>/
         if (parent / M.MANIFEST_FILE).is_file():
-            swept = _swept_of_sweep(parent, run_dir)
-            if swept is not None:
-                return RunFolder(run_dir, "sweep-cell", parent, swept)
+            found = _cell_of(parent, run_dir)
+            if found is not None:
+                return RunFolder(run_dir, found[0], parent, found[1])
     parent = run_dir.resolve().parent
     if (parent / SCALING_JSON).is_file():
         return RunFolder(run_dir, "scaling-member", parent, {})

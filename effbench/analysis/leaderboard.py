@@ -135,6 +135,8 @@ def leaderboard(runs: Sequence[Run]) -> list[Group]:
     """Groups in order of first appearance; rows by median throughput, fastest first, unmeasured last."""
     by: dict[str, list[Run]] = {}
     for r in runs:
+        if r.row.get("kind") == "sweep-attempt":  # superseded by the cell's rerun
+            continue
         by.setdefault(config_key(r.row), []).append(r)
     configs = [json.loads(k) for k in by]
     groups = []
