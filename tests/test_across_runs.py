@@ -268,6 +268,8 @@ def test_export_jsonl_to_stdout_has_the_same_rows(tmp_path, capsys):
 def test_export_refuses_bad_paths_and_formats(tmp_path, capsys):
     code, _, err = invoke(["export", tmp_path / "nope"], capsys)
     assert code == 2 and err.startswith("error: ") and "does not exist" in err and len(err.splitlines()) == 1
+    code, _, err = invoke(["export", tmp_path, "-o", tmp_path / "no" / "runs.csv"], capsys)
+    assert code == 2 and err.startswith("error: --output: the folder") and len(err.splitlines()) == 1
     code, _, err = invoke(["export", tmp_path, "--format", "xlsx"], capsys)
     assert code == 2 and err.startswith("error: --format: 'xlsx' is not a format")
 

@@ -36,6 +36,8 @@ def export(
         raise EffbenchError("--format", f"{format_!r} is not a format; use {' or '.join(ex.FORMATS)}")
     if output is not None and output.is_dir():
         raise EffbenchError("--output", f"{output} is a folder; pass a file path such as {output / 'runs.csv'}")
+    if output is not None and not output.parent.is_dir():
+        raise EffbenchError("--output", f"the folder {output.parent} does not exist; create it or write elsewhere")
     runs = ex.collect(paths)
     text = ex.render([r.row for r in runs], format_)
     if output is None:
