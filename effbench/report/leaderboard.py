@@ -34,6 +34,10 @@ def _num(v: float | None, digits: int = 1) -> str:
     return "-" if v is None else f"{v:,.{digits}f}"
 
 
+def _short(text: str, n: int = 32) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
 def rows(group: lb.Group) -> list[list[str]]:
     out = []
     for e in group.entries:
@@ -47,8 +51,8 @@ def render(groups: Sequence[lb.Group], *, title: str, fmt: str) -> str:
     tablefmt = "github" if fmt == "md" else "simple"
     head = f"# {title}" if fmt == "md" else title
     parts = [head, "", *(f"- {g.verdict}" for g in groups), ""]
-    for g in groups:
-        parts += [f"## {g.label}" if fmt == "md" else g.label, ""]
+    for i, g in enumerate(groups):
+        parts += [f"## {i + 1}. {g.label}" if fmt == "md" else f"{i + 1}. {g.label}", ""]
         parts += [tabulate(rows(g), headers=HEADERS, tablefmt=tablefmt, disable_numparse=True), ""]
     parts.append(
         "img/s: median over each run's throughput windows with the 95% Student's t interval of the mean; "
@@ -80,7 +84,8 @@ def write_reports(folder: Path) -> list[Path]:
     from effbench.report import plots, render as R  # render imports this module lazily: no cycle at import
 
     entries = [(g, e) for g in groups for e in g.entries]
-    labels = [e.machine if len(groups) == 1 else f"{e.machine}\n{g.label}" for g, e in entries]
+    # short tick labels "group.row machine" (the tables number groups the same way); long ones squeeze the axes
+    labels = [_short(f"{gi + 1}.{ri + 1} {e.machine}") for gi, g in enumerate(groups) for ri, e in enumerate(g.entries)]
     made: list[R.Plot] = []
     problems: list[str] = []
     # one chart that cannot be drawn (no matplotlib, a bad value) is named on the page, never fatal
