@@ -206,6 +206,14 @@ def test_a_committed_results_json_is_a_baseline(tmp_path, capsys):
     assert code == 1
 
 
+def test_a_baseline_without_windows_is_bad_input_not_a_regression(tmp_path, capsys):
+    a = make_run(tmp_path / "A", [], status="failed")
+    b = make_run(tmp_path / "B", BASE)
+    code, _, err = invoke(["compare", a, b, "--fail-if-slower", "5"], capsys)
+    assert code == 2 and err.startswith("error: --fail-if-slower: the baseline A has no throughput windows")
+    assert len(err.splitlines()) == 1
+
+
 @pytest.mark.parametrize("value", ["-1", "nan"])
 def test_bad_threshold_is_one_line_exit_2(tmp_path, capsys, value):
     a = make_run(tmp_path / "A", BASE)

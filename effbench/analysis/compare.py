@@ -20,6 +20,7 @@ from tabulate import tabulate
 
 from effbench.analysis import stats
 from effbench.analysis import windows
+from effbench.errors import EffbenchError
 
 # (key in windows, label, higher is better)
 WINDOW_METRICS = (
@@ -230,8 +231,12 @@ def slower_gate(a: Mapping[str, Any], a_windows: Sequence[float], b: Mapping[str
     opt = f"--fail-if-slower {pct:g}"
     if b.get("status") != "ok" or not b_windows:
         return GateOutcome(True, f"FAIL {opt}: B measured no throughput (status {b.get('status')})")
-    if not a_windows:
-        return GateOutcome(True, f"FAIL {opt}: the baseline A has no throughput windows to compare against")
+    if not a_windows:  # a bad baseline is bad input (exit 2), not a regression of B
+        raise EffbenchError(
+            "--fail-if-slower",
+            "the baseline A has no throughput windows (no throughput_windows in its results.json and no steps.csv "
+            "beside it); use a results.json written by `effbench run` with measured steps",
+        )
     d = stats.difference(a_windows, b_windows)
     ma, mb = stats.mean(a_windows), stats.mean(b_windows)
     rel = 100.0 * d.relative if d.relative is not None else 0.0
