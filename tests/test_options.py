@@ -34,3 +34,23 @@ def test_every_config_field_is_an_option(command):
 @pytest.mark.parametrize("command", ["run", "sweep"])
 def test_every_option_is_a_config_field_or_steers_the_command(command):
     assert _options(command) - FIELDS - COMMAND_OPTIONS[command] == set()
+
+
+def test_preset_help_lists_every_preset():
+    params = typer.main.get_command(app).commands["sweep"].params  # type: ignore[attr-defined]
+    (preset,) = [p for p in params if "--preset" in p.opts]
+    from effbench.sweep.presets import PRESETS
+
+    assert all(name in preset.help for name in PRESETS)
+
+
+def test_machine_dependent_device_counts_come_from_a_field_not_a_name():
+    from effbench.sweep.presets import Preset, preset_dims
+
+    renamed = Preset("my-scaling", "x", {"scaling": ("strong",)}, device_counts_from_machine=True)
+    dims, fixed = preset_dims(renamed, given={"device": "cpu"}, visible_gpus=0, cores=4)
+    assert dims["nproc"] == (1, 2, 4) and fixed["device"] == "cpu"
+    dims, _ = preset_dims(renamed, given={}, visible_gpus=8, cores=4)
+    assert dims["gpus"] == (1, 2, 4, 8)
+    plain = Preset("scaling", "x", {"scaling": ("strong",)})  # the name alone no longer changes anything
+    assert preset_dims(plain, given={}, visible_gpus=8, cores=4)[0] == {"scaling": ("strong",)}

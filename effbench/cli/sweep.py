@@ -20,6 +20,7 @@ import typer
 from effbench.cli.common import invocation
 from effbench.cli.common import opt as _opt
 from effbench.datasets import datasets_help
+from effbench.sweep.presets import presets_help
 from effbench.errors import EffbenchError
 
 
@@ -35,9 +36,7 @@ def sweep(
     ctx: typer.Context,
     preset: Annotated[
         str | None,
-        _opt(
-            "A seed experiment: workers, optimizers, batchnorm, cpu-vs-gpu, batch-size, scaling, models. Explicit options override it."
-        ),
+        _opt(f"A seed experiment: {presets_help()}. Explicit options override it."),
     ] = None,
     arch: Annotated[str | None, _list("efficientnet-b0..b7 (b0..b7) or resnet18.")] = None,
     dataset: Annotated[str | None, _list(datasets_help())] = None,

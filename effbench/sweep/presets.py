@@ -32,6 +32,9 @@ class Preset:
     """Swept config fields and their values (replaced by a list given on the command line)."""
     fixed: Mapping[str, Any] = field(default_factory=dict)
     """Fixed config fields (replaced by the same option given on the command line)."""
+    device_counts_from_machine: bool = False
+    """Also sweeps the device count, 1..all visible GPUs (or CPU processes 1..cores), read on the machine at
+    hand unless --gpus or --nproc is given."""
 
 
 PRESETS: dict[str, Preset] = {
@@ -65,6 +68,7 @@ PRESETS: dict[str, Preset] = {
             "1..all GPUs (CPU: --nproc 1..cores), strong and weak: speedup, efficiency",
             {"scaling": ("strong", "weak")},
             _LAB,
+            device_counts_from_machine=True,
         ),
         Preset(
             "models",
@@ -74,6 +78,11 @@ PRESETS: dict[str, Preset] = {
         ),
     )
 }
+
+
+def presets_help() -> str:
+    """'workers, optimizers, ...' for the --preset help."""
+    return ", ".join(PRESETS)
 
 
 def get_preset(name: str) -> Preset:
@@ -98,12 +107,12 @@ def preset_dims(
 ) -> tuple[dict[str, tuple[Any, ...]], dict[str, Any]]:
     """The preset's swept dimensions and fixed options for this machine.
 
-    `given` is what the user typed (config fields); only `scaling` depends on the machine: GPU
-    counts 1..visible, or CPU processes 1..cores with --device cpu or without a GPU.
+    `given` is what the user typed (config fields). A preset whose device counts come from the machine sweeps
+    GPU counts 1..visible, or CPU processes 1..cores with --device cpu or without a GPU.
     """
     dims = dict(preset.dims)
     fixed = dict(preset.fixed)
-    if preset.name == "scaling" and "gpus" not in given and "nproc" not in given:
+    if preset.device_counts_from_machine and "gpus" not in given and "nproc" not in given:
         device = given.get("device", "auto")
         if device == "cpu" or (device == "auto" and visible_gpus == 0):
             dims["nproc"] = device_counts(cores)

@@ -55,10 +55,13 @@ class SweepOutcome:
 
 
 def _machine(spec: SweepSpec) -> tuple[int, int]:
-    """(visible GPUs, usable cores): needed only to resolve the scaling preset, so torch loads only then."""
+    """(visible GPUs, usable cores): needed only by a preset whose device counts come from the machine, so torch
+    loads only then."""
+    from effbench.sweep.presets import get_preset
     from effbench.system.hardware import usable_cores
 
-    if spec.preset != "scaling" or "gpus" in spec.lists or "nproc" in spec.lists:
+    machine_counts = spec.preset is not None and get_preset(spec.preset).device_counts_from_machine
+    if not machine_counts or "gpus" in spec.lists or "nproc" in spec.lists:
         return 0, usable_cores()
     import torch
 
