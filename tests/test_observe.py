@@ -171,3 +171,13 @@ def test_synthetic_data_starts_no_workers_so_the_verdict_does_not_count_them(tmp
     r = json.loads((run / "results.json").read_text())
     assert r["data"]["workers"] == 0 and r["config"]["workers"] == 64
     assert r["verdict"]["bottleneck"] != "cpu-starved", r["verdict"]
+
+
+def test_forward_flops_are_recorded_apart_and_shown_beside_the_step():
+    from effbench.report.tables import observability_rows
+
+    out = _summ(_record(), flops_image=3e9, flops_forward_image=1e9)
+    assert out["flops_per_image"] == 3e9 and out["flops_forward_per_image"] == 1e9
+    rows = dict(observability_rows(out))
+    assert rows["GFLOP per training image"] == "3.000" and rows["GFLOP per image, forward only"] == "1.000"
+    assert "flops_forward_per_image" not in _summ(_record(), flops_image=3e9)

@@ -5,15 +5,72 @@
 which is the usual numerator for model FLOPs utilisation (MFU). Element-wise ops (BN, activations,
 the optimizer) are not counted.
 
+One correction: torch 2.14.1's `conv_backward_flop` (torch/utils/flop_counter.py) counts the
+weight gradient as `conv_flop_count(t(x_shape), t(grad_out_shape), ...)`, i.e. every input channel
+against every output channel, as if groups were 1: a depthwise conv's backward reads groups+1 times
+its forward instead of 2 (EfficientNet's training FLOPs ~14x too high). `STEP_FLOP_MAPPING` replaces
+that formula with `conv_backward_flops` below, passed to FlopCounterMode's `custom_mapping`.
+
 Pass the bare module, not a DDP wrapper: a DDP backward would also run an all-reduce.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from math import prod
+from typing import Any, NamedTuple
 
 
-def flops_per_image(
+class StepFlops(NamedTuple):
+    """FLOPs of one training step per image: the whole step, and its forward alone."""
+
+    per_image: float
+    forward_per_image: float
+
+
+def conv_forward_flops(x_shape: Any, w_shape: Any, out_shape: Any, *, transposed: bool) -> int:
+    """2 x multiply-adds of a (grouped, strided, transposed) convolution, bias ignored.
+
+    The weight is (Cout, Cin/groups, *k) for a convolution, (Cin, Cout/groups, *k) transposed, so
+    every element of the larger side (output, or the transposed conv's input) takes w[1:] products.
+    """
+    per_point = prod(int(d) for d in w_shape[1:])
+    points = prod(int(d) for d in (x_shape if transposed else out_shape))
+    return 2 * points * per_point
+
+
+def conv_backward_flops(
+    grad_out_shape: Any,
+    x_shape: Any,
+    w_shape: Any,
+    _bias: Any,
+    _stride: Any,
+    _padding: Any,
+    _dilation: Any,
+    transposed: bool,
+    _output_padding: Any,
+    _groups: int,
+    output_mask: Any,
+    out_shape: Any = None,
+    **_: Any,
+) -> int:
+    """aten.convolution_backward: grad-input and grad-weight each cost one forward, where asked for.
+
+    Signature of torch's own `conv_backward_flop` (the schema of aten.convolution_backward:
+    grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding,
+    groups, output_mask); FlopCounterMode's shape_wrapper passes shapes. grad_output has the
+    forward's output shape, so one forward costs `conv_forward_flops(x, w, grad_out)`.
+    """
+    forward = conv_forward_flops(x_shape, w_shape, grad_out_shape, transposed=transposed)
+    return forward * (int(bool(output_mask[0])) + int(bool(output_mask[1])))
+
+
+def step_flop_mapping() -> dict[Any, Any]:
+    import torch
+
+    return {torch.ops.aten.convolution_backward: conv_backward_flops}
+
+
+def step_flops(
     model: Any,
     images: Any,
     labels: Any,
@@ -21,8 +78,8 @@ def flops_per_image(
     loss_fn: Any | None = None,
     autocast_dtype: Any | None = None,
     device_type: str = "cpu",
-) -> float:
-    """Forward + backward FLOPs of one training step on (images, labels), divided by the batch size.
+) -> StepFlops:
+    """Forward + backward FLOPs of one training step on (images, labels), and the forward alone, per image.
 
     The step leaves no trace: no optimizer steps, the gradients the parameters held before are put
     back (None stays None), buffers (BN running statistics, num_batches_tracked) are restored, and
@@ -45,17 +102,38 @@ def flops_per_image(
         p.grad = None  # backward must not accumulate into the caller's gradients
     model.train()
     try:
-        with FlopCounterMode(display=False) as counter:
+        with FlopCounterMode(display=False, custom_mapping=step_flop_mapping()) as counter:
             with torch.autocast(device_type=device_type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
                 loss = loss_fn(model(images), labels)
+            forward = counter.get_total_flops()  # the sum so far: the forward and the loss
             loss.backward()
         total = counter.get_total_flops()
     finally:
-        for p, g in zip(params, saved_grads):
+        for p, g in zip(params, saved_grads, strict=True):
             p.grad = g
         with torch.no_grad():
             for name, b in model.named_buffers():
                 if name in buffers:
                     b.copy_(buffers[name])
         model.train(was_training)
-    return float(total) / batch
+    return StepFlops(per_image=float(total) / batch, forward_per_image=float(forward) / batch)
+
+
+def flops_per_image(model: Any, images: Any, labels: Any, **kwargs: Any) -> float:
+    """Forward + backward FLOPs of one training step per image (see `step_flops`)."""
+    return step_flops(model, images, labels, **kwargs).per_image
+
+
+def forward_flops_per_image(model: Any, images: Any) -> float:
+    """Forward FLOPs per image of `model(images)` in eval mode without autograd, e.g. on the meta device."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=step_flop_mapping()) as counter:
+            model(images)
+    finally:
+        model.train(was_training)
+    return float(counter.get_total_flops()) / int(images.shape[0])

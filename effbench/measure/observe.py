@@ -1,6 +1,6 @@
 """Where the time goes: the measurements around the timed run, turned into results.json keys.
 
-count_flops(...)      FLOPs per training image, before training (FlopCounterMode, flops.py)
+count_flops(...)      FLOPs per training image and its forward, before training (FlopCounterMode, flops.py)
 sampler_for(...)      the utilisation sampler for this rank (monitor.py)
 peak_memory(...)      peak allocated / reserved device memory of this rank
 profile(...)          the profiling pass after the timed run (profiling.py)
@@ -15,21 +15,22 @@ from pathlib import Path
 from typing import Any
 
 from effbench.analysis import efficiency as analysis
+from effbench.measure.flops import StepFlops
 from effbench.measure.monitor import UtilizationSampler, energy_j
 
 FLOP_COUNT_BATCH = 2  # FLOPs per image do not depend on the batch; 2 keeps BatchNorm well-defined
 
 
-def count_flops(model: Any, rt: Any, image_size: int, num_classes: int) -> float:
-    """FLOPs of one forward+backward per image, on random inputs of the run's shape."""
+def count_flops(model: Any, rt: Any, image_size: int, num_classes: int) -> StepFlops:
+    """FLOPs of one forward+backward per image and of the forward alone, on random inputs of the run's shape."""
     import torch
 
-    from effbench.measure.flops import flops_per_image
+    from effbench.measure.flops import step_flops
 
     g = torch.Generator(device="cpu").manual_seed(0)
     x = torch.randn(FLOP_COUNT_BATCH, 3, image_size, image_size, generator=g).to(rt.device)
     y = torch.randint(0, num_classes, (FLOP_COUNT_BATCH,), generator=g).to(rt.device)
-    return flops_per_image(model, x, y, autocast_dtype=rt.autocast_dtype, device_type=rt.device.type)
+    return step_flops(model, x, y, autocast_dtype=rt.autocast_dtype, device_type=rt.device.type)
 
 
 def visible_gpu_index(local_rank: int) -> int:
@@ -103,6 +104,7 @@ def summarize(
     record: Mapping[str, Any],
     *,
     flops_image: float | None,
+    flops_forward_image: float | None = None,
     utilization: Mapping[str, Any] | None,
     memory: Sequence[Mapping[str, float] | None],
     profile_info: Mapping[str, Any] | None,
@@ -128,6 +130,8 @@ def summarize(
         out["peak_mem_reserved_gib"] = max(m["peak_mem_reserved_gib"] for m in mems)
     if flops_image is not None:
         out["flops_per_image"] = flops_image
+        if flops_forward_image is not None:  # to hold against published forward GMACs (x 2)
+            out["flops_forward_per_image"] = flops_forward_image
         eff = analysis.compute_efficiency(
             flops_image,
             throughput,

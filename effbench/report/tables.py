@@ -86,6 +86,8 @@ def observability_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     if results.get("flops_per_image") is not None:
         rows.append(("GFLOP per training image", _fmt(results["flops_per_image"] / 1e9, 3)))
+    if results.get("flops_forward_per_image") is not None:
+        rows.append(("GFLOP per image, forward only", _fmt(results["flops_forward_per_image"] / 1e9, 3)))
     if results.get("achieved_tflops") is not None:
         rows.append(("achieved TFLOP/s", _fmt(results["achieved_tflops"], 3)))
     if results.get("mfu") is not None:

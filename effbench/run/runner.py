@@ -338,13 +338,13 @@ def run_benchmark(
         )
 
     model = optimizer = scheduler = None
-    flops_image, flops_error = None, None
+    flops, flops_error = None, None
     if bundle is not None:  # --data-only builds no model
         model = bundle.model.to(rt.device)
         if cfg.channels_last:
             model = model.to(memory_format=torch.channels_last)
         try:  # on the bare model: a DDP wrapper would add an all-reduce to the counted step
-            flops_image = observe.count_flops(model, rt, data.image_size, data.num_classes)
+            flops = observe.count_flops(model, rt, data.image_size, data.num_classes)
         except Exception as e:  # noqa: BLE001 - an op FlopCounterMode cannot count must not stop the run
             flops_error = f"{type(e).__name__}: {e}".splitlines()[0]
         if plan.mode == "dp":
@@ -495,7 +495,8 @@ def run_benchmark(
     record.update(
         observe.summarize(
             record,
-            flops_image=flops_image,
+            flops_image=flops.per_image if flops else None,
+            flops_forward_image=flops.forward_per_image if flops else None,
             utilization=observe.merge_utilization(per_rank_util),
             memory=per_rank_mem,
             profile_info=prof_info,
