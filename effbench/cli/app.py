@@ -269,6 +269,9 @@ app.command()(report)
 app.command()(compare)
 
 from effbench.cli.export import export  # noqa: E402  (torch-free)
+from effbench.cli.selftest import selftest  # noqa: E402  (torch-free until it runs)
+
+app.command()(selftest)
 
 app.command()(export)
 

@@ -1,0 +1,48 @@
+"""`effbench selftest`: effbench's figures on this machine checked against independent references.
+
+    effbench selftest                       # the first command on a new GPU machine (auto = cuda when visible)
+    effbench selftest --device cpu          # what CI runs: CPU checks PASS, GPU checks SKIP with the reason
+    docker run --rm --gpus all effbench selftest
+    singularity exec --nv effbench.sif effbench selftest
+
+Prints a table (check, status, measured, reference, tolerance, reason), writes selftest.json into a
+new folder under --output, exits 1 when any check FAILs, 0 otherwise, 2 on a bad option.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from effbench.cli.common import opt as _opt
+
+
+def selftest(
+    device: Annotated[str, _opt("auto, cpu or cuda. [default: auto = cuda when visible]")] = "auto",
+    output: Annotated[
+        Path | None,
+        _opt(
+            "Parent folder of the selftest folder. [default: ./results; env EFFBENCH_OUTPUT]", envvar="EFFBENCH_OUTPUT"
+        ),
+    ] = None,
+    rounds: Annotated[int, _opt("Alternating harness / bare-loop rounds of the throughput check. [default: 3]")] = 3,
+    only: Annotated[
+        str | None,
+        _opt("Comma-separated checks to run: flops, harness, precision, dp, nvml, ddp, data. [default: all]"),
+    ] = None,
+) -> None:
+    """Check effbench's figures here against references that share none of its code."""
+    from effbench.selftest.checks import SelftestConfig, run_selftest, table
+
+    cfg = SelftestConfig(
+        device=device,
+        output=output if output is not None else Path("results"),
+        rounds=rounds,
+        only=tuple(s.strip() for s in only.split(",") if s.strip()) if only else (),
+    )
+    outcome = run_selftest(cfg, echo=typer.echo)
+    typer.echo(table(outcome.checks))
+    typer.echo(f"\nselftest.json: {outcome.folder / 'selftest.json'}")
+    raise typer.Exit(outcome.exit_code)

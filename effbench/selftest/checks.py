@@ -1,0 +1,466 @@
+"""The selftest's checks: each runs effbench (or one of its functions) and holds the figure against
+a reference from `reference.py` or `probe.py`, which share none of effbench's measuring code.
+
+    run_selftest(SelftestConfig(device="cpu", output=Path("results")))  -> SelftestOutcome
+
+Each check returns `Check` rows: PASS / FAIL with measured, reference and tolerance, or SKIP with
+the reason (a GPU check on a CPU machine). A check that raises is a FAIL naming the exception.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import os
+import statistics
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from effbench.errors import EffbenchError
+
+PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+DEVICES = ("auto", "cpu", "cuda")
+DTYPE_OF_PRECISION = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+SELFTEST_FILE = "selftest.json"
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    measured: Any = None
+    reference: Any = None
+    tolerance: str | None = None
+    reason: str = ""
+
+
+@dataclass
+class SelftestConfig:
+    device: str = "auto"
+    """auto, cpu or cuda: where the training checks run (auto = cuda when visible)."""
+    output: Path = Path("results")
+    """Parent folder of the selftest folder (selftest.json and the runs it made)."""
+    rounds: int = 3
+    """Alternating harness / bare-loop rounds of the throughput check (the median ratio is judged)."""
+    steps: int = 8
+    """Measured steps per run of the throughput check (after `warmup_steps`)."""
+    warmup_steps: int = 2
+    """Steps excluded from every timed figure."""
+    only: tuple[str, ...] = ()
+    """Run only the checks whose names start with one of these (empty: all)."""
+
+    def __post_init__(self) -> None:
+        if self.device not in DEVICES:
+            raise EffbenchError("--device", f"{self.device!r} is not one of {', '.join(DEVICES)}")
+        for name in ("rounds", "steps", "warmup_steps"):
+            if int(getattr(self, name)) < 1:
+                raise EffbenchError(f"--{name.replace('_', '-')}", f"must be at least 1, got {getattr(self, name)}")
+        self.output = Path(self.output)
+
+
+@dataclass
+class Context:
+    cfg: SelftestConfig
+    device: Any  # torch.device
+    folder: Path
+    echo: Callable[[str], None]
+    gpus: int = 0
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def runs(self) -> Path:
+        return self.folder / "runs"
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+
+@dataclass
+class SelftestOutcome:
+    folder: Path
+    checks: list[Check]
+    env: dict[str, Any]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if any(c.status == FAIL for c in self.checks) else 0
+
+
+# ----------------------------------------------------------------------------------------------
+# Helpers
+# ----------------------------------------------------------------------------------------------
+HARNESS_MODEL = {"arch": "resnet18", "image_size": 16, "batch_size": 8}  # ~0.02 s a step on one idle CPU core
+# The precision and DDP runs only need a few real steps: CPU bf16 convolutions are emulated (~10x fp32)
+TINY_RUN = {"image_size": 8, "batch_size": 2, "max_steps": 3, "warmup_steps": 1}
+
+
+def harness(ctx: Context, **overrides: Any) -> dict[str, Any]:
+    """One `effbench run` (in-process or under torchrun, as the CLI would), its results.json as a dict."""
+    from effbench.config import RunConfig
+    from effbench.run import runner
+
+    base: dict[str, Any] = dict(
+        dataset="synthetic", weights="none", freeze="none", epochs=1, max_val_steps=1, workers=0,
+        profile=False, log_interval=10_000, output=ctx.runs, device=ctx.device.type,
+        max_steps=ctx.cfg.warmup_steps + ctx.cfg.steps, warmup_steps=ctx.cfg.warmup_steps, **HARNESS_MODEL,
+    )  # fmt: skip
+    base.update(overrides)
+    cfg = RunConfig(**base)
+    outcome = runner.run(cfg, command=["effbench", "selftest"], echo=lambda _m: None, progress=False)
+    if outcome.results.get("status") != "ok":
+        err = outcome.results.get("error") or {}
+        raise RuntimeError(f"the run ended {outcome.results.get('status')}: {err.get('type')}: {err.get('message')}")
+    out = dict(outcome.results)
+    out["_run_dir"] = str(outcome.run_dir)
+    return out
+
+
+@contextmanager
+def probed(ctx: Context, name: str) -> Iterator[tuple[Any, Path]]:
+    """A probe in this process and, through sitecustomize on PYTHONPATH, in every torchrun rank."""
+    from effbench.selftest.probe import PROBE_DIR_ENV, SITECUSTOMIZE, Probe
+
+    folder = ctx.folder / "probes" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    saved = {k: os.environ.get(k) for k in (PROBE_DIR_ENV, "PYTHONPATH")}
+    os.environ[PROBE_DIR_ENV] = str(folder)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), saved["PYTHONPATH"]) if p)
+    probe = Probe().install()
+    try:
+        yield probe, folder
+    finally:
+        probe.remove()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def rank_probes(folder: Path) -> list[dict[str, Any]]:
+    import json
+
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("probe-*.json"))]
+
+
+def precision_row(name: str, recorded: str | None, dtypes_seen: list[dict[str, int]]) -> Check:
+    expected = DTYPE_OF_PRECISION.get(str(recorded))
+    seen = sorted({d for dt_counts in dtypes_seen for d in dt_counts})
+    measured = ", ".join(seen) or "no training forward seen"
+    ok = expected is not None and seen == [expected] and all(dtypes_seen)
+    return Check(
+        name, PASS if ok else FAIL, measured, f"{expected} (results.json precision {recorded})", "equal",
+        f"dtype of every Conv2d/Linear output in training forwards, {len(dtypes_seen)} process(es)",
+    )  # fmt: skip
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / abs(b) if b else float("inf")
+
+
+# ----------------------------------------------------------------------------------------------
+# The checks
+# ----------------------------------------------------------------------------------------------
+def check_harness_vs_bare(ctx: Context) -> list[Check]:
+    import torch
+
+    from effbench.config import RunConfig
+    from effbench.models import build_model
+    from effbench.selftest.reference import bare_loop_img_s
+
+    cfg = ctx.cfg
+    ratios, threads = [], None
+    for r in range(cfg.rounds):
+        order = ("harness", "bare") if r % 2 == 0 else ("bare", "harness")  # alternate: drift hits both sides
+        got: dict[str, float] = {}
+        for side in order:
+            if side == "harness" or threads is None:
+                res = harness(ctx, precision="fp32")
+                threads = int(res["launch"]["threads_per_proc"])
+                if side == "harness":
+                    got["harness"] = float(res["throughput_img_s"])
+                    continue
+            rc = RunConfig(dataset="synthetic", weights="none", freeze="none", **HARNESS_MODEL)
+            model = build_model(rc, 10).model  # the same model the harness trains; the loop is the selftest's
+            got["bare"] = bare_loop_img_s(
+                model, batch=HARNESS_MODEL["batch_size"], image_size=HARNESS_MODEL["image_size"], classes=10,
+                device=ctx.device, steps=cfg.steps, warmup=cfg.warmup_steps, threads=threads,
+            )  # fmt: skip
+        ratios.append(got["harness"] / got["bare"])
+    ratio = statistics.median(ratios)
+    torch.set_num_threads(threads or torch.get_num_threads())
+    return [
+        Check(
+            "harness vs bare loop",
+            PASS if ratio >= 0.97 else FAIL,
+            round(ratio, 3),
+            1.0,
+            ">= 0.97",
+            f"median img/s ratio of {cfg.rounds} alternating rounds ({', '.join(f'{x:.3f}' for x in ratios)}); "
+            f"resnet18 {HARNESS_MODEL['image_size']} px batch {HARNESS_MODEL['batch_size']} fp32, "
+            f"{cfg.steps} steps after {cfg.warmup_steps}, {threads} thread(s)",
+        )  # fmt: skip
+    ]
+
+
+def check_flops(ctx: Context) -> list[Check]:
+    import torch
+
+    from effbench.config import RunConfig
+    from effbench.measure.flops import step_flops
+    from effbench.models import build_model
+    from effbench.selftest.reference import depthwise_net, layer_flops
+
+    # shapes are all either side needs: the meta device counts without arithmetic (seconds on any CPU)
+    x, y = torch.empty(2, 3, 32, 32, device="meta"), torch.zeros(2, dtype=torch.long, device="meta")
+    with torch.device("meta"):
+        resnet = build_model(RunConfig(arch="resnet18", dataset="synthetic", weights="none", image_size=32), 10).model
+        depthwise = depthwise_net()
+    rows = []
+    for name, model in (("depthwise net", depthwise), ("resnet18 32 px", resnet)):
+        ref_step, ref_fwd = layer_flops(model, x, y)
+        got = step_flops(model, x, y)
+        ok = _rel(got.per_image, ref_step) <= 1e-6 and _rel(got.forward_per_image, ref_fwd) <= 1e-6
+        rows.append(
+            Check(
+                f"FLOPs: {name}",
+                PASS if ok else FAIL,
+                f"{got.per_image:.4g} step / {got.forward_per_image:.4g} fwd",
+                f"{ref_step:.4g} step / {ref_fwd:.4g} fwd",
+                "1e-6 relative",
+                "FLOPs per image of effbench's counter vs per-layer formulas (2*N*Cout*Hout*Wout*Cin/g*k*k)",
+            )  # fmt: skip
+        )
+    return rows
+
+
+def check_precision_and_timing(ctx: Context) -> list[Check]:
+    """One in-process run under the probe: the forward's dtype, and on CUDA its timed steps vs CUDA events."""
+    precision = "auto" if ctx.cuda else "bf16"  # the CPU runs bf16 only when asked; fp32 would show nothing
+    with probed(ctx, "in-process") as (probe, _folder):
+        res = harness(ctx, precision=precision, **({} if ctx.cuda else TINY_RUN))
+    rows = [precision_row("precision: in-process", res.get("precision"), [probe.dtypes])]
+    if not ctx.cuda:
+        rows.append(
+            Check(
+                "timing vs CUDA events",
+                SKIP,
+                reason="no CUDA device: step timing on the CPU has no device queue to check",
+            )
+        )
+        return rows
+    steps = probe.step_times_s()[ctx.cfg.warmup_steps :]
+    measured = res["measured"]["compute_time_s"]
+    ref = sum(steps)
+    ok = len(steps) == res["measured"]["steps"] and _rel(measured, ref) <= 0.03
+    rows.append(
+        Check(
+            "timing vs CUDA events",
+            PASS if ok else FAIL,
+            f"{measured:.4f} s",
+            f"{ref:.4f} s",
+            "3%",
+            f"compute time of {res['measured']['steps']} measured steps vs CUDA events from forward to optimizer.step ({len(steps)} steps)",
+        )  # fmt: skip
+    )
+    return rows
+
+
+def check_dp_precision(ctx: Context) -> list[Check]:
+    if ctx.gpus < 2:
+        return [
+            Check(
+                "precision: dp",
+                SKIP,
+                reason=f"DataParallel runs replicas in threads only with 2+ GPUs; {ctx.gpus} visible",
+            )
+        ]
+    with probed(ctx, "dp") as (probe, _folder):
+        res = harness(ctx, precision="auto", strategy="dp", gpus=2, batch_size=64)
+    return [precision_row("precision: dp", res.get("precision"), [probe.dtypes])]
+
+
+def check_nvml(ctx: Context) -> list[Check]:
+    from effbench.system.hardware import nvml_session
+
+    names = ("NVML: sampled device is the job's (UUID)", "NVML: energy vs integral of power")
+    if not ctx.cuda:
+        return [Check(n, SKIP, reason="no CUDA device") for n in names]
+    with nvml_session() as nvml:
+        if nvml is None:
+            return [Check(n, SKIP, reason="NVML not available (no driver library)") for n in names]
+    import torch
+
+    # long enough for ~40 samples at 0.1 s, so the trapezoid integral has something to integrate
+    res = harness(ctx, precision="auto", sample_interval_s=0.1, max_steps=ctx.cfg.warmup_steps + 200, batch_size=256)
+    gpus = (res.get("utilization") or {}).get("gpus") or []
+    if not gpus:
+        return [Check(n, FAIL, reason="the run sampled no GPU") for n in names]
+    index = int(gpus[0]["index"])
+    with nvml_session() as nvml:
+        sampled_uuid = nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(index))
+    sampled_uuid = sampled_uuid.decode() if isinstance(sampled_uuid, bytes) else str(sampled_uuid)
+    job_uuid = str(torch.cuda.get_device_properties(ctx.device).uuid)  # NVML spells it "GPU-<uuid>"
+    rows = [
+        Check(names[0], PASS if job_uuid in sampled_uuid else FAIL, sampled_uuid, f"GPU-{job_uuid}", "equal",
+              f"NVML index {index} sampled; torch device {ctx.device}"),
+    ]  # fmt: skip
+    with open(Path(res["_run_dir"]) / "utilization.csv") as f:
+        rows_csv = [r for r in csv.DictReader(f) if r.get(f"gpu{index}_power_w")]
+    t = [float(r["t_s"]) for r in rows_csv]
+    p = [float(r[f"gpu{index}_power_w"]) for r in rows_csv]
+    integral = sum((t[i + 1] - t[i]) * (p[i + 1] + p[i]) / 2 for i in range(len(t) - 1))
+    energy = gpus[0].get("energy_j")
+    if energy is None:
+        rows.append(Check(names[1], SKIP, reason="this GPU has no energy counter (NVML)"))
+    else:
+        ok = len(t) >= 10 and _rel(float(energy), integral) <= 0.10
+        rows.append(Check(names[1], PASS if ok else FAIL, f"{energy:.1f} J", f"{integral:.1f} J", "10%",
+                          f"energy counter vs trapezoid of {len(t)} power samples"))  # fmt: skip
+    return rows
+
+
+def check_ddp(ctx: Context) -> list[Check]:
+    from effbench.selftest.reference import allreduce_busbw_gb_s
+
+    nccl = ctx.cuda and ctx.gpus >= 2
+    backend = "nccl" if nccl else "gloo"
+    ar = allreduce_busbw_gb_s(str(ctx.folder), backend=backend)
+    rows = [
+        Check(
+            f"DDP: all-reduce over {backend}",
+            PASS if ar["correct"] else FAIL,
+            f"{ar['busbw_gb_s']:.3f} GB/s busbw",
+            "sum of ranks' tensors",
+            "exact sum",
+            f"2 processes, {ar['bytes'] / 2**20:.0f} MiB fp32, median of 10; busbw = size/time x 2(n-1)/n (nccl-tests)",
+        )  # fmt: skip
+    ]
+    run_kw: dict[str, Any] = {"gpus": 2, "device": "cuda"} if nccl else {"nproc": 2, "device": "cpu"}
+    where = "2 GPUs (NCCL)" if nccl else "2 CPU processes (gloo)"
+    with probed(ctx, "ddp") as (_probe, folder):
+        res = harness(ctx, precision="auto" if nccl else "bf16", **run_kw, **({} if nccl else TINY_RUN))
+    ranks = res.get("ranks") or []
+    if len(ranks) == 2:
+        ref = sum(r["images"] for r in ranks) / max(r["time_s"] for r in ranks)
+        got = res.get("throughput_img_s")
+        ok = got is not None and _rel(got, ref) <= 1e-9
+        rows.append(Check("DDP: 2-rank throughput", PASS if ok else FAIL, got, ref, "1e-9 relative",
+                          f"{where}: results.json vs sum of ranks' images / slowest rank's time"))  # fmt: skip
+    else:
+        rows.append(
+            Check("DDP: 2-rank throughput", FAIL, reason=f"results.json has {len(ranks)} rank rows, 2 expected")
+        )
+    probes = rank_probes(folder)
+    row = precision_row("precision: DDP", res.get("precision"), [p["dtypes"] for p in probes])
+    if len(probes) != 2:
+        row.status, row.reason = FAIL, f"{len(probes)} rank probe(s) came back, 2 expected; " + row.reason
+    rows.append(row)
+    return rows
+
+
+def check_data_path(ctx: Context) -> list[Check]:
+    from effbench.selftest.reference import write_image_folder
+
+    root = write_image_folder(ctx.folder / "images", classes=4, per_class=16, size=40)
+    got = {}
+    for loader in ("fast", "torchvision"):
+        res = harness(ctx, dataset="imagefolder", data_dir=root, data_only=True, loader=loader, image_size=32,
+                      batch_size=16, max_steps=None, warmup_steps=1, val_fraction=None)  # fmt: skip
+        got[loader] = res
+    fast, tv = (float(got[k]["throughput_img_s"]) for k in ("fast", "torchvision"))
+    same = got["fast"]["measured"]["images"] == got["torchvision"]["measured"]["images"]
+    ok = same and fast >= 0.9 * tv
+    return [
+        Check(
+            "data path: fast vs torchvision loader",
+            PASS if ok else FAIL,
+            f"{fast:.1f} img/s",
+            f"{tv:.1f} img/s",
+            "fast >= 0.9 x torchvision, same images",
+            f"--data-only on {root.name}/: 64 generated JPEGs 40 px, 32 px crops, batch 16, 0 workers"
+            + ("" if same else "; the loaders delivered different image counts"),
+        )  # fmt: skip
+    ]
+
+
+CHECKS: dict[str, Callable[[Context], list[Check]]] = {
+    "flops": check_flops,
+    "harness": check_harness_vs_bare,
+    "precision": check_precision_and_timing,
+    "dp": check_dp_precision,
+    "nvml": check_nvml,
+    "ddp": check_ddp,
+    "data": check_data_path,
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# Running, the table, the file
+# ----------------------------------------------------------------------------------------------
+def resolve_device(requested: str) -> Any:
+    import torch
+
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise EffbenchError("--device", "cuda was asked for but no CUDA device is visible; use --device cpu or auto")
+    if requested == "auto":
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(requested, 0) if requested == "cuda" else torch.device("cpu")
+
+
+def run_checks(ctx: Context, checks: dict[str, Callable[[Context], list[Check]]]) -> list[Check]:
+    out: list[Check] = []
+    for key, fn in checks.items():
+        if ctx.cfg.only and not any(key.startswith(o) for o in ctx.cfg.only):
+            continue
+        ctx.echo(f"selftest: {key} ...")
+        try:
+            rows = fn(ctx)
+        except Exception as e:  # noqa: BLE001 - one broken check is a FAIL row, the others still run
+            rows = [Check(key, FAIL, reason=f"{type(e).__name__}: {e}".splitlines()[0])]
+        out.extend(rows)
+    return out
+
+
+def run_selftest(
+    cfg: SelftestConfig,
+    *,
+    echo: Callable[[str], None] = print,
+    checks: dict[str, Callable[[Context], list[Check]]] | None = None,
+) -> SelftestOutcome:
+    """Every check, its folder under cfg.output (selftest.json, the runs it made), and the env."""
+    import torch
+
+    from effbench import results
+    from effbench.system.hardware import env_snapshot
+
+    device = resolve_device(cfg.device)
+    results.check_output_writable(cfg.output)
+    folder = results.create_run_dir(cfg.output, f"{dt.datetime.now():%Y%m%d-%H%M%S}_selftest_{device.type}")
+    gpus = torch.cuda.device_count() if device.type == "cuda" else 0
+    ctx = Context(cfg=cfg, device=device, folder=folder, echo=echo, gpus=gpus)
+    threads = torch.get_num_threads()
+    try:
+        rows = run_checks(ctx, CHECKS if checks is None else checks)
+    finally:
+        torch.set_num_threads(threads)
+    env = env_snapshot()
+    results.write_json(folder / SELFTEST_FILE, {"checks": [asdict(c) for c in rows], "env": env, "config": asdict(cfg)})
+    return SelftestOutcome(folder, rows, env)
+
+
+def table(rows: list[Check]) -> str:
+    """check | status | measured | reference | tolerance | reason (pure: rows in, text out)."""
+    from tabulate import tabulate
+
+    def cell(v: Any) -> str:
+        return "-" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+
+    body = [(c.name, c.status, cell(c.measured), cell(c.reference), c.tolerance or "-", c.reason) for c in rows]
+    headers = ["check", "status", "measured", "reference", "tolerance", "reason"]
+    return tabulate(body, headers=headers, tablefmt="simple", maxcolwidths=[24, 6, 22, 24, 14, 60])

@@ -1,0 +1,164 @@
+"""The selftest's references, written apart from effbench's harness: a bare training loop, per-layer
+FLOP formulas, a depthwise net, and an all-reduce timed by hand. Only the model under test is shared."""
+
+from __future__ import annotations
+
+import copy
+import os
+import statistics
+import time
+from math import prod
+from typing import Any
+
+
+def bare_loop_img_s(
+    model: Any, *, batch: int, image_size: int, classes: int, device: Any, steps: int, warmup: int, threads: int,
+    autocast_dtype: Any = None,
+) -> float:  # fmt: skip
+    """Images/s of `steps` plain SGD steps on one fixed random batch after `warmup` untimed steps.
+
+    The optimizer is torch's SGD with effbench's defaults (lr 0.1, momentum 0.9, weight decay 5e-4);
+    one device sync per step on CUDA, as any honest timer needs.
+    """
+    import torch
+
+    torch.set_num_threads(threads)
+    model = model.to(device).train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4, foreach=device.type == "cuda")
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(batch, 3, image_size, image_size, generator=g).to(device)
+    y = torch.randint(0, classes, (batch,), generator=g).to(device)
+
+    def step() -> None:
+        with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for _ in range(warmup):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return steps * batch / (time.perf_counter() - t0)
+
+
+def layer_flops(model: Any, images: Any, labels: Any) -> tuple[float, float]:
+    """(training step, forward) FLOPs per image from each Conv2d/Linear's shapes, on a copy of `model`.
+
+    Forward of a conv: 2 * N * Cout * Hout * Wout * (Cin / groups) * kh * kw; of a linear:
+    2 * N * out * in. Backward: a weight gradient costing one forward per layer, plus an input
+    gradient costing another where the layer's input requires grad (not the first layer).
+    """
+    import torch
+
+    model = copy.deepcopy(model).train()
+    layers: list[tuple[int, bool]] = []
+
+    def hook(mod: Any, inp: Any, out: Any) -> None:
+        if isinstance(mod, torch.nn.Conv2d):
+            fwd = 2 * out.numel() * (mod.in_channels // mod.groups) * prod(mod.kernel_size)
+        else:
+            fwd = 2 * out.numel() * mod.in_features
+        layers.append((fwd, bool(inp[0].requires_grad)))
+
+    for m in model.modules():
+        if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
+            m.register_forward_hook(hook)
+    torch.nn.functional.cross_entropy(model(images), labels).backward()
+    n = int(images.shape[0])
+    forward = sum(f for f, _ in layers)
+    backward = sum(f + (f if needs_input_grad else 0) for f, needs_input_grad in layers)
+    return (forward + backward) / n, forward / n
+
+
+def depthwise_net(classes: int = 10) -> Any:
+    """A MobileNet-like stack: depthwise 3x3 (stride 1 and 2), pointwise 1x1, a grouped 3x3, a linear head."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+        nn.Conv2d(16, 16, 3, padding=1, groups=16), nn.Conv2d(16, 32, 1), nn.ReLU(),
+        nn.Conv2d(32, 32, 3, stride=2, padding=1, groups=32), nn.Conv2d(32, 64, 1), nn.ReLU(),
+        nn.Conv2d(64, 64, 3, padding=1, groups=8), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, classes),
+    )  # fmt: skip
+
+
+def _allreduce_rank(rank: int, world: int, init_file: str, numel: int, iters: int, backend: str, out: Any) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+        t = torch.full((numel,), float(rank + 1), device=device)
+        dist.all_reduce(t)  # warm-up, and the check of the sum: 1 + 2 + ... + world in every element
+        correct = bool((t == world * (world + 1) / 2).all())
+        times = []
+        for _ in range(iters):
+            dist.barrier()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            dist.all_reduce(t)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - t0)
+        if rank == 0:
+            out.put({"correct": correct, "median_s": statistics.median(times), "bytes": numel * 4})
+    finally:
+        dist.destroy_process_group()
+
+
+def allreduce_busbw_gb_s(
+    folder: str, *, backend: str, world: int = 2, numel: int = 1 << 20, iters: int = 10
+) -> dict[str, Any]:
+    """Bus bandwidth of an all-reduce between `world` fresh processes, as nccl-tests defines it:
+    size / time x 2 (world - 1) / world (nccl-tests doc/PERFORMANCE.md). Also whether the sum was right."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    out = ctx.SimpleQueue()
+    init_file = os.path.join(folder, "allreduce-init")
+    procs = [
+        ctx.Process(target=_allreduce_rank, args=(r, world, init_file, numel, iters, backend, out))
+        for r in range(world)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    codes = [p.exitcode for p in procs]
+    if any(c != 0 for c in codes) or out.empty():
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        raise RuntimeError(f"all-reduce ranks exited with {codes}")
+    res = out.get()
+    res["busbw_gb_s"] = res["bytes"] / res["median_s"] * 2 * (world - 1) / world / 1e9
+    return res
+
+
+def write_image_folder(root: Any, *, classes: int, per_class: int, size: int) -> Any:
+    """root/class_<k>/img_<i>.jpg: seeded noise over a per-class colour, written by PIL (no effbench code)."""
+    from pathlib import Path
+
+    import numpy as np
+    from PIL import Image
+
+    root = Path(root)
+    rng = np.random.default_rng(0)
+    for k in range(classes):
+        folder = root / f"class_{k}"
+        folder.mkdir(parents=True, exist_ok=True)
+        base = np.array([(37 * k) % 256, (91 * k) % 256, (151 * k) % 256], dtype=np.int16)
+        for i in range(per_class):
+            pixels = np.clip(base + rng.integers(-40, 40, (size, size, 3)), 0, 255).astype(np.uint8)
+            Image.fromarray(pixels).save(folder / f"img_{i:03d}.jpg", quality=90)
+    return root

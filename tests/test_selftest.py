@@ -1,0 +1,139 @@
+"""`effbench selftest`: the CLI contract (table, selftest.json, exit codes) with injected checks, the
+references it trusts checked by hand, and the whole CPU selftest once (slow)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from clitools import invoke, only_run
+
+from effbench.selftest import checks as st
+from effbench.selftest.probe import Probe
+from effbench.selftest.reference import bare_loop_img_s, depthwise_net, layer_flops
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def _fake_checks(fail: bool):
+    def good(ctx):
+        return [st.Check("good", st.PASS, 1.0, 1.0, "1%", "agrees"), st.Check("gpu thing", st.SKIP, reason="no CUDA")]
+
+    def bad(ctx):
+        return [st.Check("bad", st.FAIL if fail else st.PASS, 2.0, 1.0, "1%", "off by 2x")]
+
+    def broken(ctx):
+        raise RuntimeError("the collective hung\nsecond line")
+
+    return {"good": good, "bad": bad, **({"broken": broken} if fail else {})}
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_cli_prints_the_table_writes_selftest_json_and_exits_1_on_a_fail(fail, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(st, "CHECKS", _fake_checks(fail))
+    code, out, err = invoke(["selftest", "--device", "cpu", "--output", tmp_path], capsys)
+    assert code == (1 if fail else 0), err
+    header = next(line for line in out.splitlines() if line.startswith("check"))
+    assert header.split() == ["check", "status", "measured", "reference", "tolerance", "reason"]
+    assert "SKIP" in out and "no CUDA" in out
+    doc = json.loads((only_run(tmp_path) / "selftest.json").read_text())
+    assert set(doc) >= {"checks", "env"} and doc["env"]["torch"] == torch.__version__
+    for c in doc["checks"]:
+        assert set(c) == {"name", "status", "measured", "reference", "tolerance", "reason"}
+    statuses = {c["name"]: c["status"] for c in doc["checks"]}
+    if fail:  # a check that raises is one FAIL row naming the exception; the others still ran
+        assert statuses == {"good": "PASS", "gpu thing": "SKIP", "bad": "FAIL", "broken": "FAIL"}
+        assert doc["checks"][-1]["reason"] == "RuntimeError: the collective hung"
+    else:
+        assert statuses == {"good": "PASS", "gpu thing": "SKIP", "bad": "PASS"}
+
+
+def test_only_runs_the_named_checks(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(st, "CHECKS", _fake_checks(True))
+    code, out, _ = invoke(["selftest", "--device", "cpu", "--output", tmp_path, "--only", "good"], capsys)
+    assert code == 0 and "bad" not in out
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [(["--device", "tpu"], "--device"), (["--rounds", "0"], "--rounds")]
+    + ([] if torch.cuda.is_available() else [(["--device", "cuda"], "--device")]),
+)
+def test_bad_options_are_one_line_exit_2(args, option, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(st, "CHECKS", _fake_checks(False))
+    code, out, err = invoke(["selftest", "--output", tmp_path, *args], capsys)
+    assert code == 2 and err.startswith(f"error: {option}") and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())  # no folder for a bad input
+
+
+def test_per_layer_reference_matches_a_hand_count():
+    # conv 3->4 3x3 on 4x4 (pad 1): fwd 2*16*4*27 = 3456, weight grad only (input needs no grad);
+    # depthwise 4->4 g=4 3x3: fwd 2*16*4*9 = 1152, weight + input grads; linear 64->5: fwd 640 + 2 grads
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(4, 4, 3, padding=1, groups=4),
+        torch.nn.Flatten(), torch.nn.Linear(64, 5),
+    )  # fmt: skip
+    step, fwd = layer_flops(model, torch.randn(2, 3, 4, 4), torch.tensor([0, 1]))
+    assert fwd == 3456 + 1152 + 640
+    assert step == 2 * 3456 + 3 * 1152 + 3 * 640
+
+
+def test_flops_check_passes_and_would_see_the_stock_counter(monkeypatch, tmp_path):
+    ctx = st.Context(st.SelftestConfig(device="cpu", output=tmp_path), torch.device("cpu"), tmp_path, print)
+    assert [c.status for c in st.check_flops(ctx)] == [st.PASS, st.PASS]
+    import effbench.measure.flops as flops
+
+    monkeypatch.setattr(flops, "step_flop_mapping", dict)  # torch's own conv backward formula again
+    assert [c.status for c in st.check_flops(ctx)] == [st.FAIL, st.PASS]  # depthwise wrong, ResNet right
+
+
+def test_probe_sees_the_autocast_dtype_and_one_interval_per_step():
+    model = depthwise_net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(2, 3, 16, 16), torch.tensor([0, 1])
+    probe = Probe().install()
+    try:
+        with torch.no_grad():
+            model(x)  # validation: not a training forward
+        for _ in range(3):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+    finally:
+        probe.remove()
+    assert probe.dtypes == {"bfloat16": 3 * 7}  # 6 convs + 1 linear per forward
+    assert len(probe.step_times_s()) == 3 and all(t > 0 for t in probe.step_times_s())
+    assert st.precision_row("p", "bf16", [probe.dtypes]).status == st.PASS
+    assert st.precision_row("p", "fp16", [probe.dtypes]).status == st.FAIL
+    assert st.precision_row("p", "bf16", [probe.dtypes, {}]).status == st.FAIL  # a rank that saw nothing
+
+
+def test_bare_loop_counts_images_per_second():
+    model = depthwise_net()
+    got = bare_loop_img_s(model, batch=4, image_size=16, classes=10, device=torch.device("cpu"), steps=2, warmup=1,
+                          threads=torch.get_num_threads())  # fmt: skip
+    assert got > 0
+
+
+@pytest.mark.slow
+def test_the_whole_cpu_selftest_passes(tmp_path, capsys):
+    code, out, err = invoke(["selftest", "--device", "cpu", "--output", tmp_path], capsys)
+    doc = json.loads((only_run(tmp_path) / "selftest.json").read_text())
+    statuses = {c["name"]: c["status"] for c in doc["checks"]}
+    assert code == 0, out + err
+    assert statuses["timing vs CUDA events"] == "SKIP" and statuses["precision: dp"] == "SKIP"
+    assert all(s == "PASS" for n, s in statuses.items() if not n.startswith(("timing", "NVML", "precision: dp")))
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_checks_pass(tmp_path, capsys):
+    code, out, err = invoke(
+        ["selftest", "--device", "cuda", "--output", tmp_path, "--only", "precision,nvml,dp,ddp"], capsys
+    )
+    doc = json.loads((only_run(tmp_path) / "selftest.json").read_text())
+    assert code == 0, out + err
+    assert {c["name"]: c["status"] for c in doc["checks"]}["timing vs CUDA events"] == "PASS"
