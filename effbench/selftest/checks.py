@@ -95,7 +95,9 @@ class SelftestOutcome:
 # ----------------------------------------------------------------------------------------------
 HARNESS_MODEL = {"arch": "resnet18", "image_size": 16, "batch_size": 8}  # ~0.02 s a step on one idle CPU core
 # The precision and DDP runs only need a few real steps: CPU bf16 convolutions are emulated (~10x fp32)
-TINY_RUN = {"image_size": 8, "batch_size": 2, "max_steps": 3, "warmup_steps": 1}
+# On CUDA, steps long enough (~10 ms) that host overhead outside the forward..step span stays far below 3%
+CUDA_RUN = {"image_size": 64, "batch_size": 128}
+TINY_RUN = {"image_size": 16, "batch_size": 2, "max_steps": 3, "warmup_steps": 1}
 
 
 def harness(ctx: Context, **overrides: Any) -> dict[str, Any]:
@@ -243,7 +245,7 @@ def check_precision_and_timing(ctx: Context) -> list[Check]:
     """One in-process run under the probe: the forward's dtype, and on CUDA its timed steps vs CUDA events."""
     precision = "auto" if ctx.cuda else "bf16"  # the CPU runs bf16 only when asked; fp32 would show nothing
     with probed(ctx, "in-process") as (probe, _folder):
-        res = harness(ctx, precision=precision, **({} if ctx.cuda else TINY_RUN))
+        res = harness(ctx, precision=precision, **(CUDA_RUN if ctx.cuda else TINY_RUN))
     rows = [precision_row("precision: in-process", res.get("precision"), [probe.dtypes])]
     if not ctx.cuda:
         rows.append(
@@ -297,7 +299,14 @@ def check_nvml(ctx: Context) -> list[Check]:
     import torch
 
     # long enough for ~40 samples at 0.1 s, so the trapezoid integral has something to integrate
-    res = harness(ctx, precision="auto", sample_interval_s=0.1, max_steps=ctx.cfg.warmup_steps + 200, batch_size=256)
+    res = harness(
+        ctx,
+        precision="auto",
+        sample_interval_s=0.1,
+        max_steps=ctx.cfg.warmup_steps + 200,
+        batch_size=256,
+        image_size=64,
+    )
     gpus = (res.get("utilization") or {}).get("gpus") or []
     if not gpus:
         return [Check(n, FAIL, reason="the run sampled no GPU") for n in names]
@@ -367,11 +376,11 @@ def check_ddp(ctx: Context) -> list[Check]:
 def check_data_path(ctx: Context) -> list[Check]:
     from effbench.selftest.reference import write_image_folder
 
-    root = write_image_folder(ctx.folder / "images", classes=4, per_class=16, size=40)
+    root = write_image_folder(ctx.folder / "images", classes=4, per_class=24, size=40)
     got = {}
     for loader in ("fast", "torchvision"):
         res = harness(ctx, dataset="imagefolder", data_dir=root, data_only=True, loader=loader, image_size=32,
-                      batch_size=16, max_steps=None, warmup_steps=1, val_fraction=None)  # fmt: skip
+                      batch_size=16, max_steps=None, warmup_steps=1, val_fraction=0.25)  # fmt: skip
         got[loader] = res
     fast, tv = (float(got[k]["throughput_img_s"]) for k in ("fast", "torchvision"))
     same = got["fast"]["measured"]["images"] == got["torchvision"]["measured"]["images"]
@@ -383,7 +392,7 @@ def check_data_path(ctx: Context) -> list[Check]:
             f"{fast:.1f} img/s",
             f"{tv:.1f} img/s",
             "fast >= 0.9 x torchvision, same images",
-            f"--data-only on {root.name}/: 64 generated JPEGs 40 px, 32 px crops, batch 16, 0 workers"
+            f"--data-only on {root.name}/: 96 generated JPEGs 40 px (72 train), 32 px crops, batch 16, 0 workers"
             + ("" if same else "; the loaders delivered different image counts"),
         )  # fmt: skip
     ]
