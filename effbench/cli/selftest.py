@@ -27,7 +27,7 @@ def selftest(
             "Parent folder of the selftest folder. [default: ./results; env EFFBENCH_OUTPUT]", envvar="EFFBENCH_OUTPUT"
         ),
     ] = None,
-    rounds: Annotated[int, _opt("Alternating harness / bare-loop rounds of the throughput check. [default: 3]")] = 3,
+    rounds: Annotated[int, _opt("Alternating harness / bare-loop rounds of the throughput check. [default: 5]")] = 5,
     only: Annotated[
         str | None,
         _opt("Comma-separated checks to run: flops, harness, precision, dp, nvml, ddp, data. [default: all]"),

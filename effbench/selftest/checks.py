@@ -43,7 +43,7 @@ class SelftestConfig:
     """auto, cpu or cuda: where the training checks run (auto = cuda when visible)."""
     output: Path = Path("results")
     """Parent folder of the selftest folder (selftest.json and the runs it made)."""
-    rounds: int = 3
+    rounds: int = 5
     """Alternating harness / bare-loop rounds of the throughput check (the median ratio is judged)."""
     steps: int = 8
     """Measured steps per run of the throughput check (after `warmup_steps`)."""
