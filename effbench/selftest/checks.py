@@ -93,11 +93,15 @@ class SelftestOutcome:
 # ----------------------------------------------------------------------------------------------
 # Helpers
 # ----------------------------------------------------------------------------------------------
-HARNESS_MODEL = {"arch": "resnet18", "image_size": 16, "batch_size": 8}  # ~0.02 s a step on one idle CPU core
+HARNESS_MODEL: dict[str, Any] = {
+    "arch": "resnet18",
+    "image_size": 16,
+    "batch_size": 8,
+}  # ~0.02 s a step on one idle CPU core
 # The precision and DDP runs only need a few real steps: CPU bf16 convolutions are emulated (~10x fp32)
 # On CUDA, steps long enough (~10 ms) that host overhead outside the forward..step span stays far below 3%
-CUDA_RUN = {"image_size": 64, "batch_size": 128}
-TINY_RUN = {"image_size": 16, "batch_size": 2, "max_steps": 3, "warmup_steps": 1}
+CUDA_RUN: dict[str, Any] = {"image_size": 64, "batch_size": 128}
+TINY_RUN: dict[str, Any] = {"image_size": 16, "batch_size": 2, "max_steps": 3, "warmup_steps": 1}
 
 
 def harness(ctx: Context, **overrides: Any) -> dict[str, Any]:
