@@ -15,7 +15,7 @@ def bare_loop_img_s(
     model: Any, *, batch: int, image_size: int, classes: int, device: Any, steps: int, warmup: int, threads: int,
     autocast_dtype: Any = None,
 ) -> float:  # fmt: skip
-    """Images/s of `steps` plain SGD steps on one fixed random batch after `warmup` untimed steps.
+    """Images/s of the median of `steps` plain SGD steps on one fixed random batch, after `warmup` untimed steps.
 
     The optimizer is torch's SGD with effbench's defaults (lr 0.1, momentum 0.9, weight decay 5e-4);
     one device sync per step on CUDA, as any honest timer needs.
@@ -40,10 +40,13 @@ def bare_loop_img_s(
 
     for _ in range(warmup):
         step()
-    t0 = time.perf_counter()
+    times = []
     for _ in range(steps):
+        t0 = time.perf_counter()
         step()
-    return steps * batch / (time.perf_counter() - t0)
+        times.append(time.perf_counter() - t0)
+    # the median step: a step the OS preempted on a shared CPU moves a mean, not a median
+    return batch / statistics.median(times)
 
 
 def layer_flops(model: Any, images: Any, labels: Any) -> tuple[float, float]:
