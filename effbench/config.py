@@ -406,6 +406,43 @@ def resolve_for_device(cfg: RunConfig, device_type: str) -> RunConfig:
     )
 
 
+def resolved_record(
+    cfg: RunConfig, *, device_type: str, precision: str, repeats: int, data_info: dict[str, Any]
+) -> dict[str, Any]:
+    """config.json: what ran, not what was asked. Pure (no torch).
+
+    `device`, `precision` and `repeats` hold the resolved values; a value the user asked for that differs
+    is kept under `requested` (so `auto` never reads as a setting of the run). An option the run could
+    not use (`--workers 4` on data made on the device) holds the value that took effect, and
+    `no_effect` says which option and why, so a reader and a sweep know it changed nothing.
+    """
+    d = cfg.to_dict()
+    resolved = {"device": device_type, "precision": precision, "repeats": repeats}
+    requested = {k: d[k] for k, v in resolved.items() if d.get(k) != v}
+    d.update(resolved)
+    no_effect: dict[str, str] = {}
+    workers = data_info.get("workers")
+    if workers is not None and workers != cfg.workers:
+        loader = data_info.get("loader") or cfg.loader
+        no_effect["workers"] = (
+            f"{loader} starts no DataLoader worker processes, so --workers {cfg.workers} ran as {workers}"
+        )
+        requested["workers"] = cfg.workers
+        d["workers"] = workers
+    loader = data_info.get("loader")
+    if loader is not None and loader != cfg.loader:
+        # __post_init__ resolves auto to fast, so only a non-default loader is known to be the user's choice
+        if cfg.loader not in ("auto", "fast"):
+            no_effect["loader"] = f"--loader {cfg.loader} does not apply to {cfg.dataset} data: {loader} fed the run"
+        requested["loader"] = cfg.loader
+        d["loader"] = loader
+    if requested:
+        d["requested"] = requested
+    if no_effect:
+        d["no_effect"] = no_effect
+    return d
+
+
 def env_default(name: str, fallback: str) -> str:
     """Environment defaults for paths (EFFBENCH_DATA, EFFBENCH_OUTPUT)."""
     return os.environ.get(name) or fallback
@@ -422,5 +459,6 @@ __all__ = [
     "option_name",
     "parse_freeze",
     "resolve_for_device",
+    "resolved_record",
     "smoke_overrides",
 ]

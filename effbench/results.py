@@ -46,8 +46,14 @@ EPOCH_FIELDS = (
     "val_loss",
     "val_top1",
     "val_time_s",
+    "val_images",
+    "warmup_steps",
+    "measured_images",
+    "measured_time_s",
     "throughput_img_s",
 )
+# epoch: 1-based everywhere (progress lines, tables, epochs.csv, steps.csv, results.json, plots).
+# throughput_img_s: the epoch's measured steps only (warm-up excluded), analysis/throughput.job_throughput.
 STEP_FIELDS = ("epoch", "step", "warmup", "images", "loss", "top1", "data_time_s", "compute_time_s")
 
 
@@ -139,6 +145,14 @@ def read_results(path: Path) -> dict[str, Any]:
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def in_run_dir(run_dir: Path, recorded: str | None) -> Path | None:
+    """A file path recorded in results.json (relative to the run folder), resolved against that folder."""
+    if not recorded:
+        return None
+    p = Path(recorded)
+    return p if p.is_absolute() else Path(run_dir) / p
 
 
 def safe_name(text: str, max_len: int = 120) -> str:

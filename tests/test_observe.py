@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from effbench import results
 from effbench.cli import app as cli
 from effbench.measure import observe
 
@@ -69,10 +70,28 @@ def test_data_starved_run_is_input_bound():
 
 
 def test_profile_overhead_is_reported_against_the_timed_step():
-    info = {"phases": [], "tables": {}, "trace": None, "active_steps": 3, "profiled_step_time_s": 0.15}
-    out = _summ(_record(), profile_info=info)
+    info = {"phases": [], "tables": {}, "trace": None, "active_steps": 3, "profiled_step_time_s": 0.15,
+            "profiled_step_times_s": [0.149, 0.15, 0.151]}  # fmt: skip
+    out = _summ(_record(), profile_info=info, timed_step_times_s=[0.099, 0.1, 0.101, 0.1])
     assert out["profile"]["timed_step_time_s"] == pytest.approx(0.1)
     assert out["profile"]["profiler_overhead"] == pytest.approx(0.5)
+
+
+def test_profile_files_are_recorded_relative_to_the_run_folder(tmp_path):
+    run = tmp_path / "runs" / "r1"
+    run.mkdir(parents=True)
+    info = {"phases": [], "tables": {"phases": run / "profile_phases.txt"}, "trace": run / "trace_rank0.json.gz"}
+    out = _summ(_record(), profile_info=info, run_dir=run)
+    assert out["profile"]["trace"] == "trace_rank0.json.gz"
+    assert out["profile"]["tables"] == {"phases": "profile_phases.txt"}
+    moved = tmp_path / "elsewhere"
+    assert results.in_run_dir(moved, out["profile"]["trace"]) == moved / "trace_rank0.json.gz"
+    assert results.in_run_dir(moved, None) is None
+
+
+def test_interrupted_run_with_no_measured_step_has_no_verdict():
+    out = _summ(_record(measured={"steps": 0, "time_s": 0.0, "images": 0}, data_time_share=None))
+    assert "verdict" not in out
 
 
 def test_merge_utilization_keeps_rank0_host_and_every_gpu():
@@ -118,7 +137,12 @@ def test_smoke_writes_profiler_tables_trace_utilization_and_verdict(tmp_path, ca
     assert {"forward", "backward", "data_wait"} <= names
     rows = list(csv.DictReader((run / "utilization.csv").open()))
     assert len(rows) >= 2 and "cpu_pct" in rows[0] and not any(k.startswith("gpu") for k in rows[0])
-    assert r["profile"]["profiler_overhead"] is not None
+    prof = r["profile"]  # a cost outside noise, or the reason there is none; never negative
+    assert (prof["profiler_overhead"] or 0.0) >= 0 and (
+        prof["profiler_overhead"] is not None or prof["profiler_overhead_note"]
+    )
+    assert prof["trace"] == "trace_rank0.json.gz"  # relative to the run folder
+    assert results.in_run_dir(run, prof["tables"]["phases"]).is_file()
 
 
 def test_starved_food101_run_is_input_bound_and_synthetic_is_not(tmp_path, capsys):
@@ -169,7 +193,8 @@ def test_synthetic_data_starts_no_workers_so_the_verdict_does_not_count_them(tmp
     _run(["run", "--smoke", "--workers", "64", "--no-profile", "--output", tmp_path, "--quiet"], capsys)
     (run,) = [p for p in tmp_path.iterdir()]
     r = json.loads((run / "results.json").read_text())
-    assert r["data"]["workers"] == 0 and r["config"]["workers"] == 64
+    assert r["data"]["workers"] == 0 and r["config"]["workers"] == 0 and r["config"]["requested"]["workers"] == 64
+    assert "workers" in r["config"]["no_effect"]
     assert r["verdict"]["bottleneck"] != "cpu-starved", r["verdict"]
 
 

@@ -64,7 +64,7 @@ def test_no_spread_differs_only_when_unequal():
     assert stats.difference([5.0], [6.0, 7.0]).significant is None
 
 
-@given(st.lists(st.floats(min_value=1.0, max_value=1e4), min_size=2, max_size=30))
+@given(st.lists(st.floats(min_value=1.0, max_value=1e4), min_size=3, max_size=30))
 def test_interval_contains_the_mean_and_median_lies_within_the_range(xs):
     s = stats.summarize(xs)
     assert s.ci_low <= s.mean + 1e-9 and s.mean - 1e-9 <= s.ci_high
@@ -87,11 +87,13 @@ def _steps(n_warm, n_meas, compute=0.1, images=4):
     return rows
 
 
-def test_throughput_windows_exclude_warmup_and_scale_by_world_size():
-    w = windows.throughput_windows(_steps(2, 10), repeats=5, world_size=2)
+def test_rank_windows_exclude_warmup_and_pool_the_ranks_over_the_slowest():
+    fast, slow = windows.measured_steps(_steps(2, 10)), windows.measured_steps(_steps(2, 10, compute=0.2))
+    w = windows.rank_windows([fast, slow], repeats=5)
     assert w["windows"] == 5 and w["steps"] == 10
-    assert w["throughput_img_s"] == pytest.approx([80.0] * 5)  # 2 ranks x 4 images / 0.1 s
-    assert w["summary"]["throughput_img_s"]["median"] == pytest.approx(80.0)
+    # each window: 2 steps per rank, 2 ranks x 2 x 4 images over the slow rank's 2 x 0.2 s
+    assert w["throughput_img_s"] == pytest.approx([16 / 0.4] * 5)
+    assert w["summary"]["throughput_img_s"]["median"] == pytest.approx(40.0)
 
 
 def test_throughput_windows_from_csv_strings_and_default_count():
@@ -105,3 +107,22 @@ def test_windows_of_prefers_the_recorded_ones():
     recorded = {"throughput_windows": {"windows": 2, "throughput_img_s": [1.0, 2.0]}}
     assert windows.windows_of(recorded, _steps(0, 10))["throughput_img_s"] == [1.0, 2.0]
     assert windows.windows_of({"config": {"repeats": 2}}, _steps(0, 10))["windows"] == 2
+
+
+def test_interval_stays_inside_the_quantitys_range():
+    # --repeats 3 with one slow window: the plain t interval of the mean goes below 0
+    xs = [0.2, 0.3, 5.0]
+    m = sum(xs) / 3
+    sd = (sum((x - m) ** 2 for x in xs) / 2) ** 0.5
+    raw_low = m - 4.302652729911275 * sd / 3**0.5  # t(0.975, df=2), from a t table
+    assert raw_low < 0  # the case the issue saw: a negative throughput bound
+    s = stats.summarize(xs, lower=0.0)
+    assert s.ci_low == 0.0 and s.ci_high == pytest.approx(m + (m - raw_low), rel=1e-6)
+    share = stats.summarize([0.99, 0.5, 0.999], lower=0.0, upper=1.0)
+    assert share.ci_low >= 0.0 and share.ci_high == 1.0
+
+
+def test_two_samples_say_they_are_too_few_for_an_interval():
+    s = stats.summarize([0.9, 2.2])  # the issue's --repeats 2 case: 0.9 [-0.5, 2.2]
+    assert s.ci_low is None and s.ci_high is None and "too few" in s.note and s.median == pytest.approx(1.55)
+    assert stats.summarize([1.0, 2.0, 3.0]).note is None

@@ -24,6 +24,7 @@ def fake_run(
     status: str = "ok",
     scaling: str = "weak",
     data_s: float = 0.2,
+    no_effect: dict | None = None,
 ) -> dict:
     """A results.json as the runner writes it, reduced to what reports read."""
     folder.mkdir(parents=True)
@@ -38,8 +39,11 @@ def fake_run(
         "world_size": devices, "devices": devices, "batch_size_per_device": batch, "global_batch_size": batch * devices,
         "throughput_img_s": throughput, "epochs": epochs, "final": {"train_loss": 1.7, "train_top1": 0.3, "val_top1": 0.25} if epochs else {},
         "data_time_share": data_s / (1 + data_s) if epochs else None, "peak_mem_gib": 3.5 if status == "oom" else 1.0,
-        "throughput_windows": {"windows": 5, "steps": 10, "throughput_img_s": [throughput * k for k in WINDOW_NOISE]} if throughput else {"windows": 0},
+        "throughput_windows": {"windows": 5, "steps": 10, "throughput_img_s": [throughput * k for k in WINDOW_NOISE],
+                               "data_time_share": [data_s / (1 + data_s) * k for k in WINDOW_NOISE]} if throughput else {"windows": 0},
     }  # fmt: skip
+    if no_effect:
+        record["config"]["no_effect"] = no_effect
     if status == "oom":
         record["error"] = {"type": "OutOfMemoryError", "message": "CUDA out of memory"}
     results.write_json(folder / "results.json", record)
@@ -52,7 +56,7 @@ def make_sweep(root: Path, dims: dict, cells: list[tuple[dict, dict]]) -> Path:
     m = manifest.new_manifest(
         name="sweep-x", preset=None, dims=dims, zipped=False, cells=entries, command=["effbench", "sweep"]
     )
-    for i, (params, run) in enumerate(cells):
+    for i, (_params, run) in enumerate(cells):
         run_dir = f"cells/{i:03d}/run"
         fake_run(folder / run_dir, **run)
         m = manifest.update_cell(m, f"{i:03d}", status=run.get("status", "ok"), run_dir=run_dir)
@@ -95,8 +99,48 @@ def test_workers_verdict_names_the_best_and_the_fewest_good_enough(tmp_path):
     folder = make_sweep(tmp_path, {"workers": [0, 2, 4, 8]}, cells)
     _, rows = render.load_sweep(folder)
     lines = sweep_report.verdicts(rows, {"workers": [0, 2, 4, 8]})
-    assert "best workers: 8 (least data-loading time, 0.450 s/epoch); fewest workers within 10% of it: 2" in lines
-    assert "(within noise of the runner-up)" in next(line for line in lines if line.startswith("highest throughput"))
+    # shares 0.667, 0.329, 0.315, 0.310 (data_s / (1 + data_s)) with +-2% window noise: 4 and 8 are within
+    # noise of each other (Welch), 2 is not (0.019 apart against a 95% half-width of about 0.008)
+    assert (
+        "fewest workers within noise of the least data wait: 4 (data wait 31.5% of step time; least 31.0% with 8)"
+        in lines
+    )
+    # throughputs 100.0 .. 100.8 with +-2% noise: no winner is named
+    assert any(line.startswith("no highest throughput along workers: within noise") for line in lines)
+    assert not any(line.startswith("highest throughput") for line in lines)
+
+
+def test_sweep_names_no_best_along_an_option_that_had_no_effect(tmp_path):
+    # the README's sweep on synthetic data: --workers 0/2/4 all ran with 0 workers; throughput differs
+    # by 39% between windows that are pure noise, and each cell's config.json says workers had no effect
+    why = "synthetic (on device) starts no DataLoader worker processes, so --workers 2 ran as 0"
+    cells = [({"workers": w}, {"devices": 1, "batch": 32, "throughput": thr, "data_s": 1e-5, "no_effect": {"workers": why}})
+             for w, thr in ((0, 3.3), (2, 4.6), (4, 3.9))]  # fmt: skip
+    folder = make_sweep(tmp_path, {"workers": [0, 2, 4]}, cells)
+    render.write_sweep_reports(folder)
+    lines = json.loads((folder / "summary.json").read_text())["verdicts"]
+    assert lines == [f"no best workers: --workers had no effect on these runs ({why})"]
+    assert not (folder / "plots" / "data_time_vs_workers.png").exists()  # no chart claiming a best either
+    assert "no workers chart" in (folder / "report.html").read_text()
+
+
+def test_sweep_names_the_best_only_outside_noise(tmp_path):
+    cells = [
+        ({"optimizer": o}, {"devices": 1, "batch": 32, "throughput": thr})
+        for o, thr in (("sgd", 100.0), ("adam", 150.0))
+    ]
+    folder = make_sweep(tmp_path, {"optimizer": ["sgd", "adam"]}, cells)
+    _, rows = render.load_sweep(folder)
+    assert "highest throughput along optimizer: adam (150.0 img/s)" in sweep_report.verdicts(
+        rows, {"optimizer": ["sgd", "adam"]}
+    )
+    close = [
+        ({"optimizer": o}, {"devices": 1, "batch": 32, "throughput": thr})
+        for o, thr in (("sgd", 100.0), ("adam", 101.0))
+    ]
+    _, rows = render.load_sweep(make_sweep(tmp_path / "b", {"optimizer": ["sgd", "adam"]}, close))
+    line = sweep_report.verdicts(rows, {"optimizer": ["sgd", "adam"]})[0]
+    assert line.startswith("no highest throughput along optimizer: within noise")
 
 
 def test_a_chart_that_fails_is_named_not_fatal(tmp_path, monkeypatch):

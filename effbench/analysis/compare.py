@@ -4,7 +4,8 @@
     effbench compare results/sweep-x results/sweep-y two sweep folders: cells matched by their swept values
 
 Metrics measured per throughput window (throughput, step time, data-wait share) get Welch's 95%
-interval for mean(B) - mean(A); when it includes 0 the difference is called "within noise".
+interval for mean(B) - mean(A); when it includes 0 the difference is called "within noise". The
+throughput shown is each run's own figure (the one `report` prints); its windows give the interval.
 Single-valued metrics (final loss and top-1, peak memory) get their delta and no interval: one run
 cannot say how much they vary. No torch import.
 """
@@ -36,7 +37,7 @@ SINGLE_METRICS = (
     ("peak_mem_gib", "peak device memory (GiB)", False),
 )
 # Config fields that differ between any two runs and say nothing about the measurement.
-_IGNORED_CONFIG = ("output",)
+_IGNORED_CONFIG = ("output", "requested")  # requested: what resolved to the values compared
 
 
 @dataclass(frozen=True)
@@ -60,25 +61,57 @@ def _digits(metric: str) -> int:
     return 4 if "top-1" in metric or "loss" in metric or "share" in metric else 2
 
 
-def window_delta(label: str, a: Sequence[float], b: Sequence[float], higher_better: bool) -> MetricDelta:
+# A change in the data-wait share smaller than this (0.1 percentage point of the step) moves throughput by
+# at most 0.1%, below any figure this tool prints: such a change is "negligible", however tight its interval.
+NEGLIGIBLE_SHARE = 0.001
+
+
+def window_delta(
+    label: str,
+    a: Sequence[float],
+    b: Sequence[float],
+    higher_better: bool,
+    *,
+    points: tuple[float | None, float | None] = (None, None),
+    lower: float | None = 0.0,
+    upper: float | None = None,
+) -> MetricDelta:
+    """B - A of one windowed metric. `points`: the runs' own figures (the throughput headline) shown
+    and differenced in place of the window means, so compare prints what `report` prints; the windows
+    give the interval and decide noise."""
     d = stats.difference(a, b)
-    sa, sb = stats.summarize(a), stats.summarize(b)
+    sa, sb = stats.summarize(a, lower=lower, upper=upper), stats.summarize(b, lower=lower, upper=upper)
+    pa = points[0] if points[0] is not None else sa.mean
+    pb = points[1] if points[1] is not None else sb.mean
     k = _digits(label)
 
-    def side(s: stats.Summary) -> str:
+    def side(p: float, s: stats.Summary) -> str:
         ci = f" [{_fmt(s.ci_low, k)}, {_fmt(s.ci_high, k)}]" if s.ci_low is not None else ""
-        return f"{_fmt(s.mean, k)}{ci}"
+        return f"{_fmt(p, k)}{ci}"
 
-    pct = "-" if d.relative is None else f"{100 * d.relative:+.1f}%"
+    delta = pb - pa
+    pct = f"{100 * delta / pa:+.1f}%" if pa else "-"
     ci = "-" if d.ci_low is None else f"[{d.ci_low:+,.{k}f}, {d.ci_high:+,.{k}f}]"
+    significant = d.significant
     if d.significant is None:
         verdict = "cannot tell: fewer than 2 windows on a side"
+    elif "share" in label and abs(d.delta) < NEGLIGIBLE_SHARE:
+        verdict, significant = f"negligible (under {100 * NEGLIGIBLE_SHARE:.1f} percentage point)", False
     elif not d.significant:
         verdict = "within noise"
     else:
         better = (d.delta > 0) == higher_better
         verdict = f"B {'higher' if d.delta > 0 else 'lower'} ({'better' if better else 'worse'}), outside noise"
-    return MetricDelta(label, side(sa), side(sb), f"{d.delta:+,.{k}f}", pct, ci, verdict, d.significant)
+    return MetricDelta(label, side(pa, sa), side(pb, sb), f"{delta:+,.{k}f}", pct, ci, verdict, significant)
+
+
+def no_measurement(record: Mapping[str, Any]) -> str | None:
+    """Why a run has no windowed figures, in the run's own terms; None when it has measured steps."""
+    steps = (record.get("measured") or {}).get("steps")
+    if steps:
+        return None
+    status = record.get("status") or "unknown"
+    return f"no measured step (status {status})" if steps == 0 or status != "ok" else "no measured step"
 
 
 def single_delta(label: str, a: float | None, b: float | None) -> MetricDelta:
@@ -104,12 +137,17 @@ def compare_runs(
     b_steps: Sequence[Mapping[str, Any]],
 ) -> list[MetricDelta]:
     wa, wb = windows.windows_of(a, a_steps), windows.windows_of(b, b_steps)
+    why_a, why_b = no_measurement(a), no_measurement(b)
     rows = []
     for key, label, higher in WINDOW_METRICS:
         xa, xb = wa.get(key) or [], wb.get(key) or []
         if xa and xb:
-            rows.append(window_delta(label, xa, xb, higher))
+            points = (
+                (a.get("throughput_img_s"), b.get("throughput_img_s")) if key == "throughput_img_s" else (None, None)
+            )
+            rows.append(window_delta(label, xa, xb, higher, points=points, upper=1.0 if "share" in key else None))
         else:
+            reasons = [f"{n}: {w}" for n, w in (("A", why_a), ("B", why_b)) if w]
             rows.append(
                 MetricDelta(
                     label,
@@ -118,7 +156,7 @@ def compare_runs(
                     "-",
                     "-",
                     "-",
-                    "not measured on both",
+                    "; ".join(reasons) if reasons else "not measured on both",
                     None,
                 )
             )
@@ -138,8 +176,10 @@ def config_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
 
 def conclusion(deltas: Sequence[MetricDelta]) -> str:
     thr = next((d for d in deltas if d.metric.startswith("throughput")), None)
-    if thr is None or thr.significant is None:
-        return "Throughput: cannot tell (needs at least 2 windows per run: --repeats)."
+    if thr is None:
+        return "Throughput: not measured."
+    if thr.significant is None:
+        return f"Throughput: cannot tell ({thr.verdict})."
     if not thr.significant:
         return f"Throughput: no significant difference (within noise; 95% CI of B - A {thr.ci} img/s includes 0)."
     return f"Throughput: B differs from A by {thr.delta_pct} (95% CI of B - A {thr.ci} img/s excludes 0)."

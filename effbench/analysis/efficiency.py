@@ -3,15 +3,19 @@
 - `peak_tflops` / `compute_efficiency`: achieved TFLOP/s and model FLOPs utilisation (MFU) against a
   datasheet peak, only for GPUs whose datasheet is in `PEAK_TFLOPS` (an unknown GPU gets no MFU,
   never a guessed one).
-- `images_per_joule`, `profiler_overhead`: small ratios, None when an input is missing.
+- `images_per_joule`: a ratio, None when an input is missing; `profiler_overhead`: the profiler's
+  cost only when it is outside the noise of the timed steps.
 - `verdict`: one bottleneck label with the numbers behind it and what to try next.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from effbench.analysis import stats
 
 # --------------------------------------------------------------------------------------------------
 # Peak throughput
@@ -174,11 +178,28 @@ def images_per_joule(images: int | float | None, energy_j: float | None) -> floa
     return images / energy_j
 
 
-def profiler_overhead(profiled_step_time_s: float | None, timed_step_time_s: float | None) -> float | None:
-    """How much slower a profiled step is than a timed one: profiled / timed - 1 (0.1 = 10% slower)."""
-    if profiled_step_time_s is None or timed_step_time_s is None or timed_step_time_s <= 0:
-        return None
-    return profiled_step_time_s / timed_step_time_s - 1.0
+def profiler_overhead(profiled_step_times_s: Sequence[float], timed_step_times_s: Sequence[float]) -> dict[str, Any]:
+    """How much slower a profiled step is than a timed one, only when the difference is outside noise.
+
+    Welch's 95% interval of mean(profiled) - mean(timed) (analysis/stats.py) decides: inside it, the
+    profiler's cost is "within noise" (None); a profiled step faster beyond noise is no cost the profiler
+    could cause, so it is reported as such, never as a negative overhead. Keys: `profiler_overhead`
+    (fraction, > 0, or None) and `profiler_overhead_note` (why there is no figure, or None).
+    """
+    prof, timed = [float(x) for x in profiled_step_times_s], [float(x) for x in timed_step_times_s]
+    if not prof or not timed or stats.mean(timed) <= 0:
+        return {"profiler_overhead": None, "profiler_overhead_note": "not measured (no profiled or timed steps)"}
+    d = stats.difference(timed, prof)
+    rel = stats.mean(prof) / stats.mean(timed) - 1.0
+    if d.significant is None:
+        note = f"cannot tell from noise: {len(prof)} profiled and {len(timed)} timed step(s) (needs 2 each)"
+        return {"profiler_overhead": None, "profiler_overhead_note": note}
+    if not d.significant:
+        return {"profiler_overhead": None, "profiler_overhead_note": f"within noise ({100 * rel:+.0f}%)"}
+    if rel < 0:
+        note = f"no measurable cost: profiled steps were {100 * -rel:.0f}% faster than timed ones"
+        return {"profiler_overhead": None, "profiler_overhead_note": note}
+    return {"profiler_overhead": rel, "profiler_overhead_note": None}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -200,6 +221,9 @@ MEMORY_BOUND_FRACTION = 0.92
 # 30% of the time: more than the < 25% data wait (INPUT_BOUND_SHARE) can explain, so the host is
 # not launching work fast enough.
 LOW_GPU_UTIL_PCT = 70.0
+# The run's process tree is "saturating" its CPU allowance when it used 90% of the cores it may use
+# (psutil's cpu_times of the tree, monitor.py): the rest is sampling jitter and kernel time elsewhere.
+CPU_SATURATED_FRACTION = 0.90
 
 BOTTLENECKS = (
     "cpu-starved",
@@ -210,8 +234,9 @@ BOTTLENECKS = (
     "compute-bound",
 )
 # Precedence is the order of BOTTLENECKS, causes before symptoms:
-# 1. cpu-starved: fewer cores than processes + loader workers makes everything else slow (data
-#    wait, launch gaps, late all-reduces); fix the allocation first.
+# 1. cpu-starved: the run's process tree used (nearly) all the cores it may use AND a symptom was
+#    measured (data wait >= INPUT_BOUND_SHARE, or the GPU idle below LOW_GPU_UTIL_PCT); a count of
+#    processes and workers above the quota alone is no evidence. Fix the allocation first.
 # 2. input-bound: waiting for data is serial time on the critical path, and a rank that waits for
 #    data makes the others wait in all-reduce, so it comes before communication.
 # 3. communication-bound: time lost to the network that no single-GPU change recovers.
@@ -243,6 +268,10 @@ class Measurements:
     """Model FLOPs utilisation, 0..1; None when the peak is unknown."""
     device_type: str
     """"cuda" or "cpu"."""
+    measured_steps: int = 1
+    """Steps measured (warm-up excluded); 0 means nothing was measured and no verdict is given."""
+    proc_cpu_pct_mean: float | None = None
+    """Mean CPU utilisation of the run's process tree, % of one core (200 = two cores busy); None unsampled."""
 
 
 @dataclass(frozen=True)
@@ -253,19 +282,36 @@ class Verdict:
 
 
 def _pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
+    """Whole percent, with one decimal below 10% so a 0.5% data wait never reads as 0%."""
+    return f"{100 * x:.1f}%" if abs(x) < 0.1 else f"{100 * x:.0f}%"
+
+
+def _cpu_use(m: Measurements) -> str:
+    """The measured CPU use of the run's tree, for the evidence ("" when not sampled)."""
+    if m.proc_cpu_pct_mean is None:
+        return ""
+    quota = f" of {m.cpu_quota_cores:g} allowed" if m.cpu_quota_cores is not None else ""
+    return f"run's processes used {m.proc_cpu_pct_mean / 100:.2f} cores{quota}"
 
 
 def _findings(m: Measurements) -> list[Verdict]:
-    """Every rule that fires, in precedence order (see BOTTLENECKS)."""
+    """Every rule that fires on measured evidence, in precedence order (see BOTTLENECKS)."""
     found: list[Verdict] = []
     needed = m.workers + m.processes
-    if m.cpu_quota_cores is not None and m.cpu_quota_cores < needed:
+    saturated = (
+        m.cpu_quota_cores is not None
+        and m.proc_cpu_pct_mean is not None
+        and m.proc_cpu_pct_mean >= CPU_SATURATED_FRACTION * 100 * m.cpu_quota_cores
+    )
+    gpu_idle = m.gpu_util_pct_mean is not None and m.gpu_util_pct_mean < LOW_GPU_UTIL_PCT
+    symptom = m.data_time_share >= INPUT_BOUND_SHARE or gpu_idle
+    if m.cpu_quota_cores is not None and m.cpu_quota_cores < needed and saturated and symptom:
+        idle = f", GPU utilisation {m.gpu_util_pct_mean:.0f}%" if gpu_idle and m.gpu_util_pct_mean is not None else ""
         found.append(
             Verdict(
                 "cpu-starved",
-                f"CPU quota {m.cpu_quota_cores:g} cores for {m.processes} training process(es) + {m.workers} "
-                f"loader worker(s) = {needed}",
+                f"{_cpu_use(m)} ({m.processes} training process(es) + {m.workers} loader worker(s) = {needed}); "
+                f"data wait {_pct(m.data_time_share)} of step time{idle}",
                 "give the job at least one core per process and per worker (docker --cpus, Slurm "
                 "--cpus-per-task), or lower --workers / --nproc to fit the quota",
             )
@@ -315,10 +361,11 @@ def _findings(m: Measurements) -> list[Verdict]:
 
 def _compute_bound(m: Measurements) -> Verdict:
     mfu = f"MFU {_pct(m.mfu)}" if m.mfu is not None else "MFU unknown (no datasheet peak for this device)"
+    cpu = f", {_cpu_use(m)}" if m.proc_cpu_pct_mean is not None else ""
     if m.device_type != "cuda":
         return Verdict(
             "compute-bound",
-            f"CPU run: data wait {_pct(m.data_time_share)} of step time; the CPU's arithmetic is the limit",
+            f"CPU run: data wait {_pct(m.data_time_share)} of step time{cpu}; the CPU's arithmetic is the limit",
             "these figures measure the CPU; run on a GPU (--device cuda) for device throughput, or "
             "set threads per process to the cores available",
         )
@@ -331,11 +378,14 @@ def _compute_bound(m: Measurements) -> Verdict:
     )
 
 
-def verdict(m: Measurements) -> Verdict:
-    """The one bottleneck that limits the run, by the precedence in BOTTLENECKS.
+def verdict(m: Measurements) -> Verdict | None:
+    """The one bottleneck that limits the run, by the precedence in BOTTLENECKS; None when no step
+    was measured (an interrupted run): no measurement, no verdict.
 
     Rules that also fired but lost on precedence are appended to the evidence ("; also ...").
     """
+    if m.measured_steps <= 0:
+        return None
     found = _findings(m)
     if not found:
         return _compute_bound(m)

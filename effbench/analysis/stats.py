@@ -115,9 +115,17 @@ def t_ppf(p: float, df: float) -> float:
 
 
 # --- summaries ------------------------------------------------------------------------------------
+# Below 3 samples the 95% t quantile is 12.7 (df = 1): the interval spans about 18 sample standard
+# deviations and says nothing a reader can use, so it is not printed; the summary says why instead.
+MIN_SAMPLES_FOR_CI = 3
+
+
 @dataclass(frozen=True)
 class Summary:
-    """Samples of one metric: their count, centre and the 95% t interval of the mean (None for n < 2)."""
+    """Samples of one metric: their count, centre and the 95% t interval of the mean.
+
+    The interval is None below MIN_SAMPLES_FOR_CI samples, and `note` says why.
+    """
 
     n: int
     median: float
@@ -125,6 +133,7 @@ class Summary:
     stdev: float
     ci_low: float | None
     ci_high: float | None
+    note: str | None = None
 
     @property
     def half_width(self) -> float | None:
@@ -135,19 +144,35 @@ class Summary:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Summary:
-        return cls(**{k: d.get(k) for k in ("n", "median", "mean", "stdev", "ci_low", "ci_high")})
+        return cls(**{k: d.get(k) for k in ("n", "median", "mean", "stdev", "ci_low", "ci_high", "note")})
 
 
-def summarize(xs: Sequence[float], confidence: float = CONFIDENCE) -> Summary:
-    """Median, mean, sample stdev and the Student's t interval of the mean."""
+def too_few_note(n: int) -> str:
+    return f"{n} sample(s): too few for a 95% interval (needs {MIN_SAMPLES_FOR_CI}; raise --repeats)"
+
+
+def summarize(
+    xs: Sequence[float], confidence: float = CONFIDENCE, *, lower: float | None = None, upper: float | None = None
+) -> Summary:
+    """Median, mean, sample stdev and the Student's t interval of the mean, kept inside [lower, upper].
+
+    `lower` / `upper` are the quantity's own range (0 for a throughput, 1 for a share). The mean of such a
+    quantity cannot leave it, so intersecting the interval with the range keeps its coverage and never
+    prints an impossible bound (a negative throughput).
+    """
     xs = [float(x) for x in xs]
     if not xs:
         raise ValueError("no samples to summarize")
     m, s = mean(xs), stdev(xs)
-    if len(xs) < 2:
-        return Summary(len(xs), median(xs), m, s, None, None)
+    if len(xs) < MIN_SAMPLES_FOR_CI:
+        return Summary(len(xs), median(xs), m, s, None, None, too_few_note(len(xs)))
     h = t_ppf(0.5 + confidence / 2, len(xs) - 1) * s / math.sqrt(len(xs))
-    return Summary(len(xs), median(xs), m, s, m - h, m + h)
+    lo, hi = m - h, m + h
+    if lower is not None:
+        lo = max(lo, lower)
+    if upper is not None:
+        hi = min(hi, upper)
+    return Summary(len(xs), median(xs), m, s, lo, hi)
 
 
 @dataclass(frozen=True)

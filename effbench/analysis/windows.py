@@ -2,10 +2,9 @@
 
 Why windows of one run rather than K runs: a cell is measured once, so its K samples come from
 splitting its measured steps (warm-up excluded, epochs in order) into K contiguous windows of equal
-step count; each window's throughput is its images over its data wait + compute time, the same
-definition as the run's throughput. K defaults to min(5, measured steps). With several ranks the
-steps are rank 0's and a window's throughput is scaled by the world size (like a one-rank run's
-headline figure), so the interval reflects rank 0's variation only.
+step count; each window's throughput is `analysis.throughput.job_throughput` of every rank's images and
+time in it (all ranks' images over the slowest rank's time), the same definition as the run's headline.
+K defaults to min(5, measured steps).
 
 Works on the step rows the training loop yields and on rows read back from steps.csv (strings).
 """
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from effbench.analysis import stats
+from effbench.analysis.throughput import job_throughput, slowest
 
 DEFAULT_WINDOWS = 5
 STEPS_FILE = "steps.csv"
@@ -47,35 +47,52 @@ def measured_steps(step_rows: Iterable[Mapping[str, Any]]) -> list[dict[str, flo
     return rows
 
 
-def throughput_windows(
-    step_rows: Iterable[Mapping[str, Any]], repeats: int | None, world_size: int = 1
-) -> dict[str, Any]:
-    """Per-window samples and their summaries; {"windows": 0} when nothing was measured."""
-    steps = measured_steps(step_rows)
+def rank_windows(steps_by_rank: Sequence[Sequence[Mapping[str, Any]]], repeats: int | None) -> dict[str, Any]:
+    """Per-window samples and their summaries; {"windows": 0} when nothing was measured.
+
+    `steps_by_rank`: each rank's measured steps in order. Window i covers the same step indices on every
+    rank, and its throughput is `job_throughput` of the ranks' images and times in it: the headline's
+    definition, so one window over all steps gives the headline figure exactly.
+    """
+    ranks = [list(r) for r in steps_by_rank if r]
+    n = min((len(r) for r in ranks), default=0)
     k = repeats if repeats is not None else DEFAULT_WINDOWS
-    bounds = stats.window_bounds(len(steps), k)
     thr, step_ms, share = [], [], []
-    for start, end in bounds:
-        part = steps[start:end]
-        images = sum(s["images"] for s in part)
-        data = sum(s["data_time_s"] for s in part)
-        total = data + sum(s["compute_time_s"] for s in part)
-        if total <= 0:
+    for start, end in stats.window_bounds(n, k):
+        parts = []
+        for r in ranks:
+            part = r[start:end]
+            data = sum(_float(s["data_time_s"]) for s in part)
+            parts.append(
+                {
+                    "images": sum(_float(s["images"]) for s in part),
+                    "data_time_s": data,
+                    "time_s": data + sum(_float(s["compute_time_s"]) for s in part),
+                }
+            )
+        rate = job_throughput(parts)
+        slow = slowest(parts)
+        if rate is None or slow is None:
             continue
-        thr.append(world_size * images / total)
-        step_ms.append(1000.0 * total / len(part))
-        share.append(data / total)
-    out: dict[str, Any] = {"requested": k, "windows": len(thr), "steps": len(steps)}
+        thr.append(rate)
+        step_ms.append(1000.0 * slow["time_s"] / (end - start))
+        share.append(slow["data_time_s"] / slow["time_s"])
+    out: dict[str, Any] = {"requested": k, "windows": len(thr), "steps": n, "ranks": len(ranks)}
     if thr:
         out["throughput_img_s"] = thr
         out["step_time_ms"] = step_ms
         out["data_time_share"] = share
         out["summary"] = {
-            "throughput_img_s": stats.summarize(thr).to_dict(),
-            "step_time_ms": stats.summarize(step_ms).to_dict(),
-            "data_time_share": stats.summarize(share).to_dict(),
+            "throughput_img_s": stats.summarize(thr, lower=0.0).to_dict(),
+            "step_time_ms": stats.summarize(step_ms, lower=0.0).to_dict(),
+            "data_time_share": stats.summarize(share, lower=0.0, upper=1.0).to_dict(),
         }
     return out
+
+
+def throughput_windows(step_rows: Iterable[Mapping[str, Any]], repeats: int | None) -> dict[str, Any]:
+    """Windows of one rank's step rows (a one-process run, or steps.csv read back)."""
+    return rank_windows([measured_steps(step_rows)], repeats)
 
 
 def read_steps(run_dir: Path) -> list[dict[str, str]]:
@@ -88,12 +105,18 @@ def read_steps(run_dir: Path) -> list[dict[str, str]]:
 
 
 def windows_of(record: Mapping[str, Any], step_rows: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
-    """The run's windows: recorded in results.json when the run wrote them, else from its steps."""
+    """The run's windows: recorded in results.json when the run wrote them, else from its steps.
+
+    steps.csv holds rank 0's steps only, so a multi-rank run without recorded windows gets none rather
+    than rank 0's figures passed off as the job's.
+    """
     saved = record.get("throughput_windows")
     if isinstance(saved, Mapping) and saved.get("windows") is not None:
         return dict(saved)
+    if int(record.get("world_size") or 1) > 1:
+        return {"windows": 0, "steps": 0, "note": "multi-rank run without recorded windows"}
     repeats = (record.get("config") or {}).get("repeats")
-    return throughput_windows(step_rows or [], repeats, int(record.get("world_size") or 1))
+    return throughput_windows(step_rows or [], repeats)
 
 
 def throughput_summary(

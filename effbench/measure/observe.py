@@ -112,8 +112,14 @@ def summarize(
     workers_per_process: int,
     processes_per_node: int,
     tf32_enabled: bool,
+    timed_step_times_s: Sequence[float] = (),
+    run_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """The observability keys of results.json, from the measurements. Pure: no torch, no I/O."""
+    """The observability keys of results.json, from the measurements. Pure: no torch, no I/O.
+
+    `timed_step_times_s`: rank 0's measured step times, the noise the profiler's cost is judged against.
+    `run_dir`: profile files are recorded relative to it, so the folder can move (readers resolve them
+    with `results.in_run_dir`)."""
     out: dict[str, Any] = {}
     device_type = (
         "cuda" if str(record.get("device", "cpu")).startswith("cuda") or record.get("strategy") == "dp" else "cpu"
@@ -153,16 +159,15 @@ def summarize(
         if per_j is not None:
             out["images_per_j"] = per_j
     if profile_info:
-        steps = (record.get("measured") or {}).get("steps") or 0
-        timed_step_s = (record.get("measured") or {}).get("time_s", 0) / steps if steps else None
+        timed = list(timed_step_times_s)
         out["profile"] = {
             "phases": profile_info.get("phases"),
-            "tables": {k: str(v) for k, v in (profile_info.get("tables") or {}).items()},
-            "trace": str(profile_info["trace"]) if profile_info.get("trace") else None,
+            "tables": {k: _relative(v, run_dir) for k, v in (profile_info.get("tables") or {}).items()},
+            "trace": _relative(profile_info["trace"], run_dir) if profile_info.get("trace") else None,
             "active_steps": profile_info.get("active_steps"),
             "profiled_step_time_s": profile_info.get("profiled_step_time_s"),
-            "timed_step_time_s": timed_step_s,
-            "profiler_overhead": analysis.profiler_overhead(profile_info.get("profiled_step_time_s"), timed_step_s),
+            "timed_step_time_s": sum(timed) / len(timed) if timed else None,
+            **analysis.profiler_overhead(profile_info.get("profiled_step_times_s") or [], timed),
         }
     phases = (profile_info or {}).get("phases") or []
     gpu_util = None
@@ -182,6 +187,21 @@ def summarize(
         processes=processes_per_node,
         mfu=out.get("mfu"),
         device_type=device_type,
+        measured_steps=int((record.get("measured") or {}).get("steps") or 0),
+        proc_cpu_pct_mean=(((utilization or {}).get("host") or {}).get("proc_cpu_pct") or {}).get("mean"),
     )
-    out["verdict"] = analysis.verdict_dict(analysis.verdict(m))
+    v = analysis.verdict(m)
+    if v is not None:  # no measured step: no verdict
+        out["verdict"] = analysis.verdict_dict(v)
     return out
+
+
+def _relative(path: Any, run_dir: Path | None) -> str:
+    """`path` relative to the run folder when it lies inside it (else as given)."""
+    p = Path(path)
+    if run_dir is not None:
+        try:
+            return str(p.resolve().relative_to(Path(run_dir).resolve()))
+        except ValueError:
+            pass
+    return str(p)

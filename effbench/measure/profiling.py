@@ -284,6 +284,7 @@ def run_profile_pass(
         "tables": {"by_device_time": dev_path, "by_cpu_time": cpu_path, "phases": phases_path},
         "trace": trace if trace.exists() else None,
         "profiled_step_time_s": sum(active_times_s) / len(active_times_s) if active_times_s else None,
+        "profiled_step_times_s": active_times_s,  # the samples, to judge the cost against the timed steps' noise
         "active_steps": counts["active"],
         "wait_steps": counts["wait"],
         "warmup_steps": counts["warmup"],

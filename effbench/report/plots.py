@@ -66,7 +66,7 @@ def stacked_time_bars(
     w = _bar_width(len(labels))
     ax.bar(x, compute_s, w, label="training (compute)", color=COMPUTE_COLOR)
     ax.bar(x, data_s, w, bottom=compute_s, label="data loading (wait)", color=DATA_COLOR)
-    for xi, d, c in zip(x, data_s, compute_s):
+    for xi, d, c in zip(x, data_s, compute_s, strict=True):
         total = d + c
         if total > 0:
             ax.annotate(f"{100 * d / total:.0f}% data", (xi, total), ha="center", va="bottom", fontsize=8)
@@ -74,7 +74,7 @@ def stacked_time_bars(
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     fig.legend(loc="outside upper center", ncol=2, fontsize=8, frameon=False)  # clear of the bars' labels
-    top = max((d + c for d, c in zip(data_s, compute_s)), default=0.0)
+    top = max((d + c for d, c in zip(data_s, compute_s, strict=True)), default=0.0)
     if top > 0:
         ax.set_ylim(0, top * 1.15)  # room for the "% data" labels under the title
     return _save(fig, path)
@@ -90,20 +90,20 @@ def throughput_bars(
     title: str,
     notes: Sequence[str] | None = None,
 ) -> Path:
-    """Bars of the median throughput; whiskers show the 95% CI; a bar-less cell shows its status."""
+    """Bars of the runs' throughput; whiskers show the 95% CI (kept >= 0); a bar-less cell shows its status."""
     fig = _figure(max(6.0, 0.9 * len(labels) + 2), 4.5)
     ax = fig.add_subplot()
     x = list(range(len(labels)))
     heights = [v or 0.0 for v in values]
     ax.bar(x, heights, _bar_width(len(labels)), color=COMPUTE_COLOR)
-    for xi, v, lo, hi in zip(x, values, lows, highs):
+    for xi, v, lo, hi in zip(x, values, lows, highs, strict=True):
         if v is not None and lo is not None and hi is not None:
             ax.errorbar([xi], [v], yerr=[[max(v - lo, 0.0)], [max(hi - v, 0.0)]], fmt="none", ecolor="black", capsize=4)
-    for xi, note in zip(x, notes or []):
+    for xi, note in zip(x, notes or [], strict=False):  # notes may be shorter
         if note:
             ax.annotate(note, (xi, 0), ha="center", va="bottom", color=OOM_COLOR, fontsize=9, fontweight="bold")
     _xticks(ax, labels)
-    ax.set_ylabel("images / s (median, 95% CI)")
+    ax.set_ylabel("images / s (run throughput, 95% CI)")
     ax.set_title(title)
     return _save(fig, path)
 

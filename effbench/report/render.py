@@ -58,7 +58,7 @@ def run_plots(record: Mapping[str, Any], out_dir: Path) -> tuple[list[Plot], lis
     made: list[Plot] = []
     problems: list[str] = []
     if epochs:
-        labels = [f"epoch {int(e.get('epoch', i)) + 1}" for i, e in enumerate(epochs)]
+        labels = [f"epoch {int(e.get('epoch', i + 1))}" for i, e in enumerate(epochs)]  # 1-based in the record
         _draw(made, problems, "Data loading vs training time per epoch", lambda: plots.stacked_time_bars(
             labels, [e.get("data_time_s") or 0.0 for e in epochs], [e.get("compute_time_s") or 0.0 for e in epochs],
             out_dir / "time_per_epoch.png", title="Where each epoch's time goes", ylabel="seconds"))  # fmt: skip
@@ -71,7 +71,8 @@ def run_plots(record: Mapping[str, Any], out_dir: Path) -> tuple[list[Plot], lis
 def window_rows(w: Mapping[str, Any]) -> list[list[str]]:
     thr, ms, share = w.get("throughput_img_s") or [], w.get("step_time_ms") or [], w.get("data_time_share") or []
     return [
-        [str(i + 1), f"{t:,.1f}", f"{m:,.2f}", f"{100 * s:.1f}%"] for i, (t, m, s) in enumerate(zip(thr, ms, share))
+        [str(i + 1), f"{t:,.1f}", f"{m:,.2f}", f"{100 * s:.1f}%"]
+        for i, (t, m, s) in enumerate(zip(thr, ms, share, strict=False))
     ]
 
 
@@ -82,7 +83,7 @@ def window_line(w: Mapping[str, Any]) -> str:
     ci = (
         f", 95% CI of the mean [{s['ci_low']:,.1f}, {s['ci_high']:,.1f}]"
         if s.get("ci_low") is not None
-        else " (one window: no CI)"
+        else f" ({s.get('note') or 'no CI'})"
     )
     return f"throughput over {w.get('windows')} windows of {w.get('steps')} measured steps: median {s['median']:,.1f} img/s{ci}"
 
@@ -229,8 +230,8 @@ def sweep_plots(
             out_dir / "time_breakdown.png", title="Data loading vs training time"))  # fmt: skip
     if rows:
         labels = [sweep_report.label(r, show_dims) for r in rows]
-        _draw(made, problems, "Throughput per configuration: median and 95% CI over windows", lambda: plots.throughput_bars(
-            labels, [r.get("thr_median") or r.get("throughput_img_s") if r.get("status") == "ok" else None for r in rows],
+        _draw(made, problems, "Throughput per configuration: the run's throughput and the 95% CI of its windows' mean", lambda: plots.throughput_bars(
+            labels, [r.get("throughput_img_s") or r.get("thr_median") if r.get("status") == "ok" else None for r in rows],
             [r.get("thr_ci_low") for r in rows], [r.get("thr_ci_high") for r in rows], out_dir / "throughput.png",
             title="Throughput", notes=[("" if r.get("status") == "ok" else str(r.get("status")).upper()) for r in rows]))  # fmt: skip
     if ran and any(r.get("train_top1_per_epoch") for r in ran):
@@ -252,7 +253,7 @@ def sweep_plots(
             g or "all": [
                 (
                     int(r["params"]["batch_size"]),
-                    (r.get("thr_median") or r.get("throughput_img_s")),
+                    (r.get("throughput_img_s") or r.get("thr_median")),
                     str(r.get("status")),
                 )
                 for r in members
@@ -275,15 +276,19 @@ def sweep_plots(
                 if r.get("status") == "ok" and r.get("data_time_per_epoch_s") is not None
             ]
             for g, members in sweep_report.groups(rows, names, "workers").items()
+            if sweep_report.workers_reason(members) is None  # no chart of an option that changed nothing
         }
-        _draw(
-            made,
-            problems,
-            "Data-loading time per epoch vs DataLoader workers",
-            lambda: plots.data_time_vs_workers(
-                series_w, out_dir / "data_time_vs_workers.png", title="Data-loading time vs workers"
-            ),
-        )
+        if not series_w:
+            problems.append("no workers chart: workers had no effect or their data-wait differences are within noise")
+        else:
+            _draw(
+                made,
+                problems,
+                "Data-loading time per epoch vs DataLoader workers",
+                lambda: plots.data_time_vs_workers(
+                    series_w, out_dir / "data_time_vs_workers.png", title="Data-loading time vs workers"
+                ),
+            )
     for dim in ("gpus", "nproc"):
         if dim in varied(dims):
             series_s = {}
@@ -296,7 +301,9 @@ def sweep_plots(
                 made,
                 problems,
                 f"Throughput and efficiency vs {xlabel} (dotted: ideal)",
-                lambda: plots.scaling(series_s, out_dir / "scaling.png", title="Scaling", xlabel=xlabel),
+                lambda series_s=series_s, xlabel=xlabel: plots.scaling(
+                    series_s, out_dir / "scaling.png", title="Scaling", xlabel=xlabel
+                ),
             )
     return made, problems
 
@@ -350,7 +357,7 @@ def sweep_html(
         H.Section("Sweep", [H.key_values(info, table_id="sweep"), H.preformatted(" ".join(m.get("command") or []))])
     )
     sections.append(H.Section("How to read this", [H.paragraph(
-        "img/s is the median over each cell's throughput windows (--repeats) with the 95% Student's t interval of the mean; "
+        "img/s is each cell's throughput (the run's own figure) with the 95% Student's t interval of its windows' mean (--repeats); "
         "'within noise' means Welch's 95% interval of the difference includes 0. Data and compute are seconds per epoch over "
         "the timed steps (warm-up excluded).")]))  # fmt: skip
     return H.page(

@@ -4,8 +4,8 @@
     render(rows, dims, fmt="text" | "md")                 summary + per-dimension tables + verdicts
     verdicts(rows, dims)                                   one line per finding ("best workers: 4 ...")
 
-Throughput is the median over the cell's windows with the 95% CI of the mean (windows.py); "within
-noise" means Welch's 95% interval of the difference includes 0 (stats.py). No torch, no I/O.
+Throughput is the run's own figure (analysis/throughput, as `report` and `compare` print it) with the 95%
+CI of its windows' mean (windows.py); "within noise" means Welch's 95% interval of the difference includes 0 (stats.py). No torch, no I/O.
 """
 
 from __future__ import annotations
@@ -19,10 +19,6 @@ from effbench.analysis import scaling as scaling_table
 from effbench.analysis import stats
 from effbench.analysis import windows
 from effbench.sweep.spec import dim_option, show, varied
-
-# A workers count is "enough" when its data time is within this fraction of the best (the lab's
-# question was the smallest count after which more workers stop helping).
-WORKERS_ENOUGH_TOLERANCE = 0.10
 
 
 def _mean(xs: Sequence[float | None]) -> float | None:
@@ -58,6 +54,8 @@ def cell_row(
         thr_ci_low=summ["ci_low"] if summ else None,
         thr_ci_high=summ["ci_high"] if summ else None,
         thr_samples=list(w.get("throughput_img_s") or []),
+        share_samples=list(w.get("data_time_share") or []),
+        no_effect=dict((record.get("config") or {}).get("no_effect") or {}),
         windows=w.get("windows"),
         data_time_per_epoch_s=_mean([e.get("data_time_s") for e in epochs]),
         compute_time_per_epoch_s=_mean([e.get("compute_time_s") for e in epochs]),
@@ -90,10 +88,11 @@ def _f(v: Any, digits: int = 2) -> str:
 
 
 def throughput_cell(row: Mapping[str, Any]) -> str:
-    """`412.3 [398.1, 421.0]`: median and 95% CI; the status instead when the cell has no figure."""
+    """`412.3 [398.1, 421.0]`: the run's throughput (the headline, as `report` and `compare` print it) and
+    the 95% CI of its windows' mean; the status instead when the cell has no figure."""
     if row.get("status") != "ok":
         return str(row.get("status") or "-")
-    med = row.get("thr_median") or row.get("throughput_img_s")
+    med = _thr(row) or None
     if med is None:
         return "-"
     if row.get("thr_ci_low") is None:
@@ -119,7 +118,7 @@ def host_peak_gib(record: Mapping[str, Any]) -> float | None:
 
 METRIC_HEADERS = (
     "status",
-    "img/s median [95% CI]",
+    "img/s [95% CI]",
     "data s/epoch",
     "compute s/epoch",
     "data %",
@@ -172,7 +171,7 @@ def dimension_table(
     first: dict[tuple[str, ...], float | None] = {}
     for r in sorted(rows, key=sort_key):
         group = tuple(show(r["params"].get(d)) for d in others)
-        thr = r.get("thr_median") or r.get("throughput_img_s") if r.get("status") == "ok" else None
+        thr = _thr(r) or None if r.get("status") == "ok" else None
         base = first.setdefault(group, thr)
         rel = "-" if not thr or not base else f"{100 * (thr / base - 1):+.1f}%"
         body.append([*group, show(r["params"].get(dim)), *_metrics(r)[:2], rel, *_metrics(r)[2:]])
@@ -200,16 +199,48 @@ def _ok(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def _thr(r: Mapping[str, Any]) -> float:
-    return float(r.get("thr_median") or r.get("throughput_img_s") or 0.0)
+    """The cell's throughput: the run's headline (one definition with `report` and `compare`)."""
+    return float(r.get("throughput_img_s") or r.get("thr_median") or 0.0)
 
 
-def noise_note(best: Mapping[str, Any], other: Mapping[str, Any]) -> str:
-    """`` or ` (within noise of X)` when Welch's 95% interval of the difference includes 0."""
-    a, b = best.get("thr_samples") or [], other.get("thr_samples") or []
-    if len(a) < 2 or len(b) < 2:
-        return ""
-    d = stats.difference(b, a)
-    return "" if d.significant else " (within noise of the runner-up)"
+def no_effect(dim: str, rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why `dim` changed nothing in these cells (every cell's config.json says so), else None."""
+    reasons = [(r.get("no_effect") or {}).get(dim) for r in rows]
+    if rows and all(reasons):
+        return str(reasons[0])
+    return None
+
+
+def separated(best: Sequence[float], other: Sequence[float]) -> str | None:
+    """None when the two window samples differ outside noise, else why a winner cannot be named."""
+    if len(best) < 2 or len(other) < 2:
+        return "cannot tell from noise: fewer than 2 windows per cell (--repeats)"
+    if not stats.difference(other, best).significant:
+        return "within noise (Welch's 95% interval of the difference includes 0)"
+    return None
+
+
+def winner_reason(dim: str, rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """None when a best value of `dim` by throughput can be named in these cells, else why not."""
+    why = no_effect(dim, rows)
+    if why:
+        return f"--{dim.replace('_', '-')} had no effect: {why}"
+    ranked = sorted(_ok(rows), key=_thr, reverse=True)
+    if len(ranked) < 2:
+        return "fewer than 2 cells ran"
+    return separated(ranked[0].get("thr_samples") or [], ranked[1].get("thr_samples") or [])
+
+
+def workers_reason(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """None when a best worker count by data wait can be named (and charted), else why not."""
+    why = no_effect("workers", rows)
+    if why:
+        return f"--workers had no effect: {why}"
+    timed = sorted((r for r in _ok(rows) if r.get("share_samples")), key=lambda r: stats.mean(r["share_samples"]))
+    if len(timed) < 2:
+        return "fewer than 2 cells with a measured data wait"
+    # the least and the most data wait: if even they are within noise, workers changed nothing measurable
+    return separated(timed[0]["share_samples"], timed[-1]["share_samples"])
 
 
 def verdicts(rows: Sequence[Mapping[str, Any]], dims: Mapping[str, Sequence[Any]]) -> list[str]:
@@ -226,27 +257,49 @@ def verdicts(rows: Sequence[Mapping[str, Any]], dims: Mapping[str, Sequence[Any]
     return lines
 
 
+def _workers_verdicts(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The fewest workers whose data wait is within noise of the least (none when workers changed nothing)."""
+    ok = _ok(rows)
+    out: list[str] = []
+    timed = [r for r in ok if r.get("data_time_per_epoch_s") is not None]
+    reason = workers_reason(rows)
+    if timed and reason:
+        out.append(f"no best workers by data wait: {reason}")
+    elif timed:
+        by_wait = sorted((r for r in ok if r.get("share_samples")), key=lambda r: stats.mean(r["share_samples"]))
+        least = by_wait[0]
+        same = [r for r in by_wait if r is least or separated(least["share_samples"], r["share_samples"])]
+        enough = min(same, key=lambda r: r["params"]["workers"])
+        out.append(
+            f"fewest workers within noise of the least data wait: {enough['params']['workers']} "
+            f"(data wait {100 * stats.mean(enough['share_samples']):.1f}% of step time; least "
+            f"{100 * stats.mean(least['share_samples']):.1f}% with {least['params']['workers']})"
+        )
+    return out
+
+
+def _throughput_verdict(dim: str, rows: Sequence[Mapping[str, Any]]) -> str:
+    """The highest throughput along `dim`, named only when it is outside noise of the runner-up."""
+    name = dim.replace("_", "-")
+    ranked = sorted(_ok(rows), key=_thr, reverse=True)
+    best = ranked[0]
+    reason = winner_reason(dim, rows) if len(ranked) > 1 else None
+    if reason:
+        return f"no highest throughput along {name}: {reason}; top {_thr(best):,.1f} img/s"
+    return f"highest throughput along {name}: {show(best['params'].get(dim))} ({_thr(best):,.1f} img/s)"
+
+
 def _dimension_verdicts(dim: str, rows: Sequence[Mapping[str, Any]]) -> list[str]:
     name = dim.replace("_", "-")
     ok = _ok(rows)
     out: list[str] = []
+    why_not = no_effect(dim, rows)
+    if why_not:  # nothing along this dimension can be a winner
+        return [f"no best {name}: --{name} had no effect on these runs ({why_not})"]
     if len(ok) >= 1 and dim not in ("gpus", "nproc"):
-        ranked = sorted(ok, key=_thr, reverse=True)
-        best = ranked[0]
-        note = noise_note(best, ranked[1]) if len(ranked) > 1 else ""
-        out.append(f"highest throughput along {name}: {show(best['params'].get(dim))} ({_thr(best):,.1f} img/s){note}")
+        out.append(_throughput_verdict(dim, rows))
     if dim == "workers":
-        timed = [r for r in ok if r.get("data_time_per_epoch_s") is not None]
-        if timed:
-            best = min(timed, key=lambda r: r["data_time_per_epoch_s"])
-            limit = best["data_time_per_epoch_s"] * (1 + WORKERS_ENOUGH_TOLERANCE)
-            enough = min(
-                (r for r in timed if r["data_time_per_epoch_s"] <= limit), key=lambda r: r["params"]["workers"]
-            )
-            out.append(
-                f"best workers: {best['params']['workers']} (least data-loading time, {best['data_time_per_epoch_s']:.3f} s/epoch); "
-                f"fewest workers within {WORKERS_ENOUGH_TOLERANCE:.0%} of it: {enough['params']['workers']}"
-            )
+        out += _workers_verdicts(rows)
     if dim in ("optimizer", "batch_norm", "arch"):
         with_loss = [r for r in ok if r.get("train_loss") is not None]
         if with_loss:
@@ -328,7 +381,9 @@ def render(
                     text = scaling_table.render(srows, scaling=mode, fmt=fmt).split("\n", 2)[-1]
                     parts += [h(f"Scaling [{group}]" if group else "Scaling"), text.strip()]
     parts.append(
-        "img/s: median over the cell's throughput windows (--repeats), with the 95% Student's t interval of the mean. "
+        "img/s: the cell's throughput (all measured images over the slowest rank's time, warm-up excluded), with the "
+        "95% Student's t interval of its windows' mean (--repeats; none below 3 windows). No best is named along an "
+        "option that had no effect or whose differences are within noise. "
         "Data and compute are seconds per epoch over the timed steps; peak mem is device memory (on the CPU: the run's process tree, PSS, so forked workers' shared pages count once)."
     )
     return "\n\n".join(parts) + "\n"

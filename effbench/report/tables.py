@@ -32,7 +32,11 @@ def summary_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
     data = results.get("data", {})
     measured = results.get("measured", {})
     warmup = results.get("warmup", {})
-    workers = data.get("workers", cfg.get("workers"))  # the loader's own count (fast CIFAR: none)
+    # what fed the run, as results.json's data section says (synthetic: "synthetic (on device)", 0 workers)
+    loader = data.get("loader", cfg.get("loader"))
+    workers = data.get("workers", cfg.get("workers"))
+    epochs = results.get("epochs") or []
+    val_used = epochs[-1].get("val_images") if epochs else None
     rows = [
         ("status", _fmt(results.get("status"))),
         ("arch", _fmt(cfg.get("arch"))),
@@ -40,6 +44,7 @@ def summary_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
             "dataset",
             f"{_fmt(cfg.get('dataset'))} ({_fmt(data.get('train_size'))} train / {_fmt(data.get('val_size'))} val)",
         ),
+        ("validation images per epoch (used)", _fmt(val_used)),
         ("device", _fmt(results.get("device"))),
         ("world size", _fmt(results.get("world_size"))),
         ("precision", _fmt(results.get("precision"))),
@@ -48,7 +53,7 @@ def summary_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("optimizer / lr", f"{_fmt(cfg.get('optimizer'))} / {_fmt(cfg.get('lr'), 4)}"),
         ("freeze / weights", f"{_fmt(cfg.get('freeze'))} / {_fmt(cfg.get('weights'))}"),
         ("params trainable / total", f"{_fmt(model.get('trainable_params'))} / {_fmt(model.get('total_params'))}"),
-        ("loader / workers", f"{_fmt(cfg.get('loader'))} / {_fmt(workers)}"),
+        ("loader / workers", f"{_fmt(loader)} / {_fmt(workers)}"),
         ("throughput (img/s)", _fmt(results.get("throughput_img_s"), 1)),
         ("throughput windows: median [95% CI]", _windows(results)),
         ("measured steps / images", f"{_fmt(measured.get('steps'))} / {_fmt(measured.get('images'))}"),
@@ -61,6 +66,8 @@ def summary_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
     if results.get("compile_time_s") is not None:
         rows.append(("torch.compile time (s, excluded)", _fmt(results["compile_time_s"], 1)))
     rows += observability_rows(results)
+    for option, why in (cfg.get("no_effect") or {}).items():
+        rows.append((f"--{option.replace('_', '-')}: no effect", str(why)))
     if results.get("error"):
         rows.append(("error", _fmt(results["error"].get("message"))))
     return rows
@@ -72,8 +79,13 @@ def _windows(results: Mapping[str, Any]) -> str:
     s = (w.get("summary") or {}).get("throughput_img_s")
     if not s:
         return "-"
-    ci = f" [{s['ci_low']:,.1f}, {s['ci_high']:,.1f}]" if s.get("ci_low") is not None else " (one window: no CI)"
+    ci = f" [{s['ci_low']:,.1f}, {s['ci_high']:,.1f}]" if s.get("ci_low") is not None else f" ({_no_ci(s)})"
     return f"{s['median']:,.1f}{ci} over {w.get('windows')} windows"
+
+
+def _no_ci(s: Mapping[str, Any]) -> str:
+    """Why a summary has no interval (stats.MIN_SAMPLES_FOR_CI)."""
+    return str(s.get("note") or f"{s.get('n')} window(s): no CI")
 
 
 def _stat(d: Mapping[str, Any] | None, key: str, digits: int = 1) -> str:
@@ -121,10 +133,12 @@ def observability_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
         rows.append(("images per joule", _fmt(results["images_per_j"], 2)))
     prof = results.get("profile") or {}
     if prof.get("profiler_overhead") is not None:
-        rows.append(("profiler overhead", f"{100 * prof['profiler_overhead']:+.0f}% step time under the profiler"))
+        rows.append(("profiler overhead", f"+{100 * prof['profiler_overhead']:.0f}% step time under the profiler"))
+    elif prof.get("profiler_overhead_note"):
+        rows.append(("profiler overhead", str(prof["profiler_overhead_note"])))
     verdict = results.get("verdict")
-    if verdict:
-        rows.append(("bottleneck", verdict.get("bottleneck", "-")))
+    if verdict:  # never a label without the measurements behind it
+        rows.append(("bottleneck", f"{verdict.get('bottleneck', '-')} ({verdict.get('evidence', '')})"))
     return rows
 
 
@@ -158,7 +172,8 @@ EPOCH_HEADERS = (
     "compute (s)",
     "total (s)",
     "data %",
-    "img/s",
+    "warm-up steps",
+    "img/s (measured)",
     "train loss",
     "train top-1",
     "val top-1",
@@ -177,7 +192,8 @@ def epoch_rows(results: Mapping[str, Any]) -> list[list[str]]:
                 _fmt(e.get("compute_time_s")),
                 _fmt(e.get("total_time_s")),
                 _pct(e.get("data_time_s"), e.get("total_time_s")),
-                _fmt(e.get("throughput_img_s"), 1),
+                _fmt(e.get("warmup_steps")),
+                _fmt(e.get("throughput_img_s"), 1),  # warm-up excluded, like the headline
                 _fmt(e.get("train_loss"), 4),
                 _fmt(e.get("train_top1"), 4),
                 _fmt(e.get("val_top1"), 4),
@@ -206,7 +222,8 @@ def render(results: Mapping[str, Any], fmt: str = "text") -> str:
     verdict = verdict_line(results) or ""
     title = f"effbench run {results.get('run_name', '')}".strip()
     notes = (
-        "Throughput counts measured steps only (warm-up excluded): images / (data wait + compute). "
+        "Throughput counts measured steps only (warm-up excluded): images / (data wait + compute), with several "
+        "ranks all ranks' images over the slowest rank's time; the epoch table's img/s is the same per epoch. "
         "Data wait is host time blocked on the loader; compute ends with a device sync."
     )
     if results.get("data_only"):

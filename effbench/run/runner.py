@@ -34,6 +34,7 @@ from effbench.measure import observe
 from effbench.report import render
 from effbench.report import tables as report
 from effbench.analysis import windows
+from effbench.analysis.throughput import job_throughput, slowest
 from effbench.config import RunConfig
 from effbench.launch.distributed import DistContext
 from effbench.errors import EffbenchError
@@ -360,6 +361,7 @@ def run_benchmark(
 
     started = dt.datetime.now(dt.timezone.utc)
     writer = dist.is_main
+    config_json = _config_json(cfg, rt, data.info, warn=writer)
     if writer:
         if run_dir is None:
             run_dir = results.create_run_dir(
@@ -373,7 +375,7 @@ def run_benchmark(
         "run_name": run_dir.name if run_dir else None,
         "command": list(command if command is not None else sys.argv),
         "started_at": started.isoformat(),
-        "config": cfg.to_dict(),
+        "config": config_json,
         "env": env_snapshot(),
         "device": rt.device_name if plan.mode != "dp" else f"{plan.nproc_per_node} x {rt.device_name} (DataParallel)",
         "world_size": dist.world_size,
@@ -420,6 +422,9 @@ def run_benchmark(
     received: list[int] = []
     sampler = observe.sampler_for(rt.device.type, dist.local_rank, cfg.sample_interval_s)
     prof_info: dict[str, Any] | None = None
+    rank_steps: list[dict[str, float]] = []  # this rank's measured steps (images, data, compute)
+    steps_by_rank: list[list[dict[str, float]]] = []
+    final_gathered = False
     if rt.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(rt.device)
     t0 = time.perf_counter()
@@ -432,16 +437,21 @@ def run_benchmark(
                 else train_epochs(model, data, optimizer, scheduler, rt, cfg, on_progress=prog.update)
             )
             for er in epochs_iter:
-                merged = merge_epoch(dist.gather(er.to_dict()))  # one small collective per epoch
-                epochs.append(merged)
-                steps.extend(er.step_rows)  # rank 0's steps
                 _merge(warmup, er.warmup)
                 _merge(measured, er.measured)
+                # one small collective per epoch: the epoch rows and every rank's measured totals so far, so
+                # the in-progress headline is the same all-ranks figure as the final one (analysis/throughput)
+                gathered_epoch = dist.gather({"epoch": er.to_dict(), "row": _rank_row(dist, rt, measured)})
+                merged = merge_epoch([g["epoch"] for g in gathered_epoch])
+                record["ranks"] = rank_rows([g["row"] for g in gathered_epoch])
+                epochs.append(merged)
+                steps.extend(er.step_rows)  # rank 0's steps
+                rank_steps.extend(windows.measured_steps(er.step_rows))
                 if writer:
                     _fill(record, epochs, warmup, measured, data)
                     _write_progress(run_dir, record, epochs, steps)
                 prog.log(
-                    f"epoch {er.epoch + 1}/{cfg.epochs}: loss {_maybe(merged['train_loss'])} top-1 {_maybe(merged['train_top1'])} "
+                    f"epoch {merged['epoch']}/{cfg.epochs}: loss {_maybe(merged['train_loss'])} top-1 {_maybe(merged['train_top1'])} "
                     f"val top-1 {_maybe(merged['val_top1'])} data {merged['data_time_s']:.2f}s compute {merged['compute_time_s']:.2f}s"
                 )
         if cfg.compile:
@@ -449,11 +459,18 @@ def run_benchmark(
         if cfg.profile and not cfg.data_only:  # after the timed run, so the profiler never touches the timed figures
             prof_info = _profile_pass(model, optimizer, scheduler, rt, cfg, data, dist, run_dir, record)
         gathered = dist.gather(
-            {"row": _rank_row(dist, rt, measured), "util": sampler.summary(), "mem": observe.peak_memory(rt.device)}
+            {
+                "row": _rank_row(dist, rt, measured),
+                "util": sampler.summary(),
+                "mem": observe.peak_memory(rt.device),
+                "steps": rank_steps,  # every rank's measured steps, for windows of the same definition
+            }
         )
         record["ranks"] = rank_rows([g["row"] for g in gathered])
         per_rank_util = [g["util"] for g in gathered]
         per_rank_mem = [g["mem"] for g in gathered]
+        steps_by_rank = [g["steps"] for g in sorted(gathered, key=lambda g: g["row"]["rank"])]
+        final_gathered = True
         record["status"] = "ok"
     except Interrupted as e:
         record["status"] = "interrupted"
@@ -481,13 +498,13 @@ def run_benchmark(
                 "message": str(e).splitlines()[0] if str(e) else type(e).__name__,
                 "traceback": traceback.format_exc(),
             }
-    if "ranks" not in record:  # no collective after a failure: a dead peer would hang it
-        record["ranks"] = rank_rows([_rank_row(dist, rt, measured)])
+    if not final_gathered:  # no collective after a failure: a dead peer would hang it
+        steps_by_rank = _settle_ranks_alone(record, dist, _rank_row(dist, rt, measured), rank_steps)
         per_rank_util, per_rank_mem = [sampler.summary()], [observe.peak_memory(rt.device)]
     record["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat()
     record["wall_time_s"] = time.perf_counter() - t0
     _fill(record, epochs, warmup, measured, data)
-    record["throughput_windows"] = windows.throughput_windows(steps, cfg.repeats, dist.world_size)  # --repeats
+    record["throughput_windows"] = windows.rank_windows(steps_by_rank, cfg.repeats)  # --repeats
     if flops_error:
         record["flops_error"] = flops_error
     if cfg.compile and record["compile_time_s"] is None:
@@ -506,6 +523,8 @@ def run_benchmark(
             ),  # what the loader really started: synthetic and fast CIFAR none
             processes_per_node=plan.nproc_per_node if plan.mode != "dp" else 1,
             tf32_enabled=bool(torch.backends.cudnn.allow_tf32),
+            timed_step_times_s=measured.step_times_s,
+            run_dir=run_dir,
         )
     )
     if cfg.data_only:  # no model ran: a training bottleneck verdict would mislead
@@ -522,6 +541,27 @@ def run_benchmark(
 
 
 UTILIZATION_FILE = "utilization.csv"
+
+
+def _config_json(cfg: RunConfig, rt: Any, data_info: dict[str, Any], *, warn: bool) -> dict[str, Any]:
+    """config.json's resolved values; an option that had no effect is warned about on stderr."""
+    from effbench.config import resolved_record
+
+    repeats = cfg.repeats if cfg.repeats is not None else windows.DEFAULT_WINDOWS
+    out = resolved_record(cfg, device_type=rt.device.type, precision=rt.precision, repeats=repeats, data_info=data_info)
+    for option, why in (out.get("no_effect") or {}).items() if warn else ():
+        print(f"warning: --{option.replace('_', '-')} had no effect on this run: {why}", file=sys.stderr)
+    return out
+
+
+def _settle_ranks_alone(
+    record: dict[str, Any], dist: DistContext, own_row: dict[str, Any], own_steps: list[dict[str, float]]
+) -> list[list[dict[str, float]]]:
+    """After a failure, without asking the peers: the rank rows of the last finished epoch stay (they were
+    gathered then); windows only when this rank is the whole job (its steps alone are not the job's)."""
+    if "ranks" not in record or dist.world_size == 1:
+        record["ranks"] = rank_rows([own_row])
+    return [own_steps] if dist.world_size == 1 else []
 
 
 def _cpu_limit() -> float | None:
@@ -558,9 +598,14 @@ def _profile_pass(
 
 
 def merge_epoch(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
-    """One epoch row from every rank's: images summed, the slowest rank's times, weighted accuracies."""
+    """One epoch row from every rank's: images summed, the slowest rank's times, weighted accuracies.
+
+    img/s is the epoch's measured steps only (warm-up excluded, like the headline), by `job_throughput`
+    over the ranks' measured images and time.
+    """
+    thr = job_throughput([{"images": r.get("measured_images"), "time_s": r.get("measured_time_s")} for r in per_rank])
     if len(per_rank) == 1:
-        return per_rank[0]
+        return {**per_rank[0], "throughput_img_s": thr}
     slowest = max(per_rank, key=lambda r: r["total_time_s"])
     images = sum(r["images"] for r in per_rank)
     val_images = sum(r.get("val_images") or 0 for r in per_rank)
@@ -580,7 +625,9 @@ def merge_epoch(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
         val_loss=weighted("val_loss", "val_images"),
         val_top1=weighted("val_top1", "val_images"),
         val_time_s=max(r["val_time_s"] for r in per_rank),
-        throughput_img_s=images / slowest["total_time_s"] if slowest["total_time_s"] > 0 else None,
+        measured_images=sum(r.get("measured_images") or 0 for r in per_rank),
+        measured_time_s=max(r.get("measured_time_s") or 0.0 for r in per_rank),
+        throughput_img_s=thr,
     )
     return merged
 
@@ -634,26 +681,23 @@ def _merge(total: Tally, part: Tally) -> None:
 
 
 def _fill(record: dict[str, Any], epochs: list[dict[str, Any]], warmup: Tally, measured: Tally, data: Any) -> None:
+    """The headline from the rank rows, the same way in progress and at the end (analysis/throughput)."""
     record["epochs"] = epochs
     record["warmup"] = warmup.to_dict()
     record["measured"] = measured.to_dict()
     ranks = record.get("ranks") or []
     if len(ranks) > 1:
-        # global throughput: every rank's measured images over the slowest rank's measured time
-        slowest = max(ranks, key=lambda r: r["time_s"])
-        images = sum(r["images"] for r in ranks)
+        # the job's measured time is its slowest rank's; the images are every rank's
+        slow = slowest(ranks) or ranks[0]
         record["measured"].update(
-            images=images,
-            data_time_s=slowest["data_time_s"],
-            compute_time_s=slowest["compute_time_s"],
-            time_s=slowest["time_s"],
+            images=sum(r["images"] for r in ranks),
+            data_time_s=slow["data_time_s"],
+            compute_time_s=slow["compute_time_s"],
+            time_s=slow["time_s"],
         )
-        record["throughput_img_s"] = images / slowest["time_s"] if slowest["time_s"] > 0 else None
         record["stragglers"] = straggler_spread(ranks)
-    else:
-        record["throughput_img_s"] = (
-            measured.throughput_img_s * (record.get("world_size") or 1) if measured.throughput_img_s else None
-        )
+    record["throughput_img_s"] = job_throughput(ranks) if ranks else measured.throughput_img_s
+    record["measured"]["throughput_img_s"] = record["throughput_img_s"]
     m = record["measured"]
     record["data_time_share"] = m["data_time_s"] / m["time_s"] if m["time_s"] > 0 else None
     record["data"].update(data.stats())

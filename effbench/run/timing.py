@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from effbench.analysis.throughput import job_throughput
+
 
 def device_sync_fn(device: Any) -> Callable[[], None]:
     """A no-arg function that waits for all queued work on `device` (no-op on the CPU)."""
@@ -118,7 +120,7 @@ class Tally:
 
     @property
     def throughput_img_s(self) -> float | None:
-        return self.images / self.time_s if self.time_s > 0 else None
+        return job_throughput([{"images": self.images, "time_s": self.time_s}])
 
     def to_dict(self) -> dict[str, Any]:
         return {

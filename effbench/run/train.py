@@ -51,7 +51,7 @@ class EpochResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "epoch": self.epoch,
+            "epoch": self.epoch + 1,  # 1-based in every file and line (progress, tables, CSV, JSON, plots)
             "steps": self.steps,
             "images": self.images,
             "data_time_s": self.data_time_s,
@@ -63,7 +63,10 @@ class EpochResult:
             "val_top1": self.val_top1,
             "val_time_s": self.val_time_s,
             "val_images": self.val_images,
-            "throughput_img_s": self.images / self.total_time_s if self.total_time_s > 0 else None,
+            # warm-up excluded, like the headline: the epoch's measured steps only (None: all warm-up)
+            "measured_images": self.measured.images,
+            "measured_time_s": self.measured.time_s,
+            "throughput_img_s": self.measured.throughput_img_s,
             "warmup_steps": self.warmup.steps,
         }
 
@@ -187,7 +190,7 @@ def train_epochs(
         images = sum(counts)
         step_rows = [
             {
-                "epoch": epoch,
+                "epoch": epoch + 1,  # 1-based, as in EpochResult.to_dict
                 "step": i,
                 "warmup": i < warmup.steps,
                 "images": counts[i],
@@ -205,7 +208,9 @@ def train_epochs(
             images=images,
             data_time_s=warmup.data_time_s + measured.data_time_s,
             compute_time_s=warmup.compute_time_s + measured.compute_time_s,
-            train_loss=sum(l * c for l, c in zip(loss_list, counts)) / images if images else float("nan"),
+            train_loss=sum(loss * c for loss, c in zip(loss_list, counts, strict=True)) / images
+            if images
+            else float("nan"),
             train_top1=sum(correct_list) / images if images else float("nan"),
             val_loss=val_loss,
             val_top1=val_top1,
@@ -270,13 +275,13 @@ def data_epochs(
         it = timer.time_data(lambda: iter(data.train))
         for step in range(n_steps):
             try:
-                images = timer.time_data(lambda: deliver(it))
+                images = timer.time_data(lambda it=it: deliver(it))
             except StopIteration:
                 timer.lap()
                 break
             t = timer.lap()
             (warmup if global_step < cfg.warmup_steps else measured).add(t, images)
-            rows.append({"epoch": epoch, "step": step, "warmup": global_step < cfg.warmup_steps, "images": images,
+            rows.append({"epoch": epoch + 1, "step": step, "warmup": global_step < cfg.warmup_steps, "images": images,
                          "loss": None, "top1": None, "data_time_s": t.data_s, "compute_time_s": 0.0})  # fmt: skip
             global_step += 1
             if on_progress and ((step + 1) % cfg.log_interval == 0 or step + 1 == n_steps):

@@ -1,0 +1,204 @@
+"""Issue 11 section 3: verdicts and reports say only what the measurements show.
+
+Every figure here is checked against arithmetic written in the test (sums and maxima by hand, rows read
+back from the CSV files), never against the function that produced it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from clitools import invoke, only_run
+from effbench import config as config_mod
+from effbench.analysis import compare, stats, windows
+from effbench.analysis.throughput import job_throughput
+from effbench.config import RunConfig
+from effbench.report import tables
+from effbench.run import runner
+from effbench.run.timing import StepTime, Tally
+from effbench.run.train import EpochResult
+
+
+class _Data:
+    def stats(self) -> dict:
+        return {}
+
+
+def _steps(times: list[tuple[float, float]], images: int) -> list[dict]:
+    return [{"warmup": False, "images": images, "data_time_s": d, "compute_time_s": c} for d, c in times]
+
+
+# Two ranks, three measured steps each: rank 1 is the slower one.
+RANK0 = _steps([(0.01, 0.10), (0.02, 0.11), (0.01, 0.09)], images=8)
+RANK1 = _steps([(0.03, 0.12), (0.02, 0.13), (0.04, 0.12)], images=8)
+
+
+def _row(rank: int, steps: list[dict]) -> dict:
+    data = sum(s["data_time_s"] for s in steps)
+    comp = sum(s["compute_time_s"] for s in steps)
+    return {"rank": rank, "images": 8 * len(steps), "steps": len(steps), "data_time_s": data,
+            "compute_time_s": comp, "time_s": data + comp}  # fmt: skip
+
+
+def test_in_progress_final_epoch_and_window_throughput_agree_on_the_same_rank_rows():
+    rows = [_row(0, RANK0), _row(1, RANK1)]
+    by_hand = (24 + 24) / (0.03 + 0.12 + 0.02 + 0.13 + 0.04 + 0.12)  # all images / the slow rank's time
+    # in progress: results.json after an epoch holds the ranks gathered with it (runner's epoch loop)
+    tally = Tally()
+    for s in RANK0:
+        tally.add(StepTime(s["data_time_s"], s["compute_time_s"]), 8)
+    in_progress = {"world_size": 2, "data": {}, "ranks": rows}
+    runner._fill(in_progress, [], Tally(), tally, _Data())
+    # at the end: the same rows gathered once more; the old code gave rank 0 x world size here
+    final = {"world_size": 2, "data": {}, "ranks": runner.rank_rows(list(reversed(rows)))}
+    runner._fill(final, [], Tally(), tally, _Data())
+    rank0_times_two = 2 * 24 / sum(s["data_time_s"] + s["compute_time_s"] for s in RANK0)
+    assert in_progress["throughput_img_s"] == pytest.approx(by_hand) == final["throughput_img_s"]
+    assert by_hand != pytest.approx(rank0_times_two, rel=0.05)  # the two old definitions really differed
+    assert final["measured"]["images"] == 48 and final["measured"]["time_s"] == pytest.approx(rows[1]["time_s"])
+    # one window over every step is the headline; the epoch row of the same steps is too
+    one = windows.rank_windows([RANK0, RANK1], repeats=1)
+    assert one["throughput_img_s"] == [pytest.approx(by_hand)]
+    epoch_rows = [{"measured_images": r["images"], "measured_time_s": r["time_s"], "images": r["images"],
+                   "total_time_s": r["time_s"], "val_images": 0, "val_time_s": 0.0} for r in rows]  # fmt: skip
+    assert runner.merge_epoch(epoch_rows)["throughput_img_s"] == pytest.approx(by_hand)
+    # three windows: each window's steps of both ranks, by hand
+    three = windows.rank_windows([RANK0, RANK1], repeats=3)
+    for i, got in enumerate(three["throughput_img_s"]):
+        slow = max(sum(RANK0[i].values()) - 8, sum(RANK1[i].values()) - 8)  # data + compute of step i
+        assert got == pytest.approx(16 / slow)
+
+
+def test_one_rank_throughput_is_a_bare_loops_images_over_time():
+    tally = Tally()
+    total_t, total_i = 0.0, 0
+    for d, c, n in ((0.01, 0.2, 4), (0.0, 0.25, 4), (0.02, 0.18, 3)):
+        tally.add(StepTime(d, c), n)
+        total_t += d + c
+        total_i += n
+    assert tally.throughput_img_s == pytest.approx(total_i / total_t)
+    assert Tally().throughput_img_s is None and job_throughput([]) is None  # nothing measured: no rate
+
+
+def _epoch(warm: list[tuple[float, float]], meas: list[tuple[float, float]], images: int = 4) -> EpochResult:
+    w, m = Tally(), Tally()
+    for d, c in warm:
+        w.add(StepTime(d, c), images)
+    for d, c in meas:
+        m.add(StepTime(d, c), images)
+    return EpochResult(epoch=0, steps=w.steps + m.steps, images=w.images + m.images,
+                       data_time_s=w.data_time_s + m.data_time_s, compute_time_s=w.compute_time_s + m.compute_time_s,
+                       train_loss=1.0, train_top1=0.5, val_loss=None, val_top1=None, val_time_s=0.0, val_images=16,
+                       warmup=w, measured=m, step_rows=[])  # fmt: skip
+
+
+def test_epoch_img_s_excludes_warmup_like_the_headline_and_epochs_are_one_based():
+    e = _epoch(warm=[(0.5, 2.0)], meas=[(0.01, 0.1), (0.01, 0.1)]).to_dict()
+    assert e["epoch"] == 1  # 1-based like the progress line "epoch 1/N" and the plots
+    assert e["throughput_img_s"] == pytest.approx(8 / 0.22)  # the 2.5 s warm-up step is not in it
+    assert e["warmup_steps"] == 1
+    only_warmup = _epoch(warm=[(0.5, 2.0)], meas=[]).to_dict()
+    assert only_warmup["throughput_img_s"] is None  # no measured step: "-", never a warm-up figure
+    row = tables.epoch_rows({"epochs": [e]})[0]
+    assert row[0] == "1" and row[tables.EPOCH_HEADERS.index("img/s (measured)")] == f"{8 / 0.22:,.1f}"
+
+
+def test_config_json_holds_resolved_values_and_what_had_no_effect():
+    cfg = RunConfig(dataset="synthetic", workers=4, device="auto", precision="auto")
+    d = config_mod.resolved_record(
+        cfg, device_type="cpu", precision="fp32", repeats=5, data_info={"loader": "synthetic (on device)", "workers": 0}
+    )
+    assert (d["device"], d["precision"], d["repeats"], d["workers"]) == ("cpu", "fp32", 5, 0)
+    assert d["requested"] == {"device": "auto", "precision": "auto", "repeats": None, "workers": 4, "loader": "fast"}
+    assert "--workers 4 ran as 0" in d["no_effect"]["workers"]
+    assert "loader" not in d["no_effect"]  # fast is the default resolution: not known to be the user's choice
+    explicit = config_mod.resolved_record(
+        RunConfig(dataset="synthetic", loader="torchvision", workers=0, repeats=3),
+        device_type="cpu", precision="fp32", repeats=3, data_info={"loader": "synthetic (on device)", "workers": 0},
+    )  # fmt: skip
+    assert set(explicit["no_effect"]) == {"loader"}
+    # two CPU runs, one asked for auto and one for cpu: compare sees no device difference
+    a = {"config": d}
+    b = {"config": {**d, "requested": {"precision": "auto"}}}
+    assert compare.config_differences(a, b) == []
+
+
+def _record(thr: float, windows_thr: list[float], shares: list[float], steps: int = 10, status: str = "ok") -> dict:
+    w = {"windows": len(windows_thr), "throughput_img_s": windows_thr, "step_time_ms": [10.0] * len(windows_thr),
+         "data_time_share": shares}  # fmt: skip
+    return {"status": status, "throughput_img_s": thr, "throughput_windows": w, "measured": {"steps": steps}}
+
+
+def test_compare_prints_the_reports_throughput_and_no_share_change_of_1e6_outside_noise():
+    # pooled 4.4 (the report's figure) while the windows' mean is 4.67: compare shows 4.4
+    shares = [0.0100000000, 0.0100000001, 0.0100000002]
+    a = _record(4.4, [4.0, 4.5, 5.5], shares)
+    b = _record(4.4, [4.0, 4.5, 5.5], [x + 1e-6 for x in shares])
+    assert stats.difference(shares, [x + 1e-6 for x in shares]).significant  # Welch alone calls it a change
+    rows = compare.compare_runs(a, [], b, [])
+    assert rows[0].a.startswith("4.40 [") and rows[0].delta == "+0.00"
+    share = next(r for r in rows if "share" in r.metric)
+    assert share.significant is False and share.verdict.startswith("negligible")
+
+
+def test_compare_on_a_run_with_no_measured_step_names_that_reason():
+    a = _record(4.4, [4.0, 4.5, 5.5], [0.1, 0.1, 0.1])
+    b = {"status": "interrupted", "throughput_img_s": None, "throughput_windows": {"windows": 0},
+         "measured": {"steps": 0}}  # fmt: skip
+    rows = compare.compare_runs(a, [], b, [])
+    assert rows[0].verdict == "B: no measured step (status interrupted)"
+    assert compare.conclusion(rows) == "Throughput: cannot tell (B: no measured step (status interrupted))."
+
+
+def test_report_rows_show_what_fed_the_run_the_images_validated_and_the_evidence():
+    record = {
+        "status": "ok",
+        "config": {"loader": "fast", "workers": 0, "dataset": "synthetic",
+                   "no_effect": {"workers": "synthetic (on device) starts no DataLoader worker processes"}},
+        "data": {"loader": "synthetic (on device)", "workers": 0, "train_size": 1024, "val_size": 32},
+        "epochs": [{"val_images": 16}],
+        "verdict": {"bottleneck": "compute-bound", "evidence": "CPU run: data wait 0.5% of step time", "advice": "x"},
+        "profile": {"profiler_overhead": None, "profiler_overhead_note": "within noise (-27%)"},
+    }  # fmt: skip
+    rows = dict(tables.summary_rows(record))
+    assert rows["loader / workers"] == "synthetic (on device) / 0"  # as results.json's data section says
+    assert rows["validation images per epoch (used)"] == "16"  # not the split's 32
+    assert rows["bottleneck"] == "compute-bound (CPU run: data wait 0.5% of step time)"
+    assert rows["profiler overhead"] == "within noise (-27%)"
+    assert "no effect" in rows["--workers: no effect"] or "DataLoader" in rows["--workers: no effect"]
+
+
+def test_run_records_resolved_config_one_based_epochs_and_warns_about_ignored_workers(tmp_path, capsys):
+    code, _, err = invoke(
+        ["run", "--smoke", "--arch", "resnet18", "--batch-size", "4", "--max-steps", "4", "--warmup-steps", "1",
+         "--max-val-steps", "1", "--no-profile", "--workers", "4", "--output", tmp_path, "--quiet"],
+        capsys,
+    )  # fmt: skip
+    assert code == 0, err
+    run = only_run(tmp_path)
+    r = json.loads((run / "results.json").read_text())
+    cfg = json.loads((run / "config.json").read_text())
+    if r["config"]["workers"] == 4:  # the smoke preset may pin workers itself; then nothing was ignored
+        pytest.skip("--smoke kept --workers 4")
+    assert "warning: --workers had no effect on this run" in err
+    assert cfg["workers"] == 0 and cfg["requested"]["workers"] == 4 and "workers" in cfg["no_effect"]
+    assert (cfg["device"], cfg["precision"], cfg["repeats"]) == ("cpu", "fp32", windows.DEFAULT_WINDOWS)
+    # epochs 1-based in results.json, epochs.csv and steps.csv
+    assert [e["epoch"] for e in r["epochs"]] == [1]
+    assert [row["epoch"] for row in csv.DictReader((run / "epochs.csv").open())] == ["1"]
+    steps = list(csv.DictReader((run / "steps.csv").open()))
+    assert {row["epoch"] for row in steps} == {"1"}
+    # the headline and the epoch's img/s from the measured rows of steps.csv, summed here
+    measured = [s for s in steps if s["warmup"] == "False"]
+    images = sum(int(s["images"]) for s in measured)
+    secs = sum(float(s["data_time_s"]) + float(s["compute_time_s"]) for s in measured)
+    assert r["throughput_img_s"] == pytest.approx(images / secs, rel=1e-9)
+    assert r["epochs"][0]["throughput_img_s"] == pytest.approx(images / secs, rel=1e-9)
+    # --max-val-steps 1 validated one batch of 4: the report says 4, not the split's size
+    assert r["epochs"][0]["val_images"] == 4
+    report = (run / "report.txt").read_text()
+    assert "validation images per epoch (used)  4" in report or "(used)  4" in report
+    assert "synthetic (on device) / 0" in report
