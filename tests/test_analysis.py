@@ -231,6 +231,20 @@ def test_cpu_starved_needs_measured_evidence_not_a_count():
     assert verdict(dataclasses.replace(idle_cpu, proc_cpu_pct_mean=None)).bottleneck == "input-bound"
 
 
+def test_a_busy_host_that_starves_the_run_is_named_with_its_numbers():
+    # the smoke run on this shared 2-core machine: host 100% busy, the run's tree got 0.16 cores of 2
+    cpu = Measurements(0.0, None, None, None, 2.0, workers=0, processes=1, mfu=None, device_type="cpu",
+                       proc_cpu_pct_mean=16.0, host_cpu_pct_mean=100.0)  # fmt: skip
+    v = verdict(cpu)
+    assert v.bottleneck == "cpu-contended"
+    assert v.evidence.startswith("host CPU 100% busy while the run's processes used 0.16 cores of 2 allowed")
+    # the bars: 90% host, half the allowed cores (100% of one core of 2)
+    assert verdict(dataclasses.replace(cpu, host_cpu_pct_mean=89.9)).bottleneck == "compute-bound"
+    assert verdict(dataclasses.replace(cpu, proc_cpu_pct_mean=100.0)).bottleneck == "compute-bound"
+    assert verdict(dataclasses.replace(cpu, proc_cpu_pct_mean=99.9)).bottleneck == "cpu-contended"
+    assert verdict(dataclasses.replace(cpu, host_cpu_pct_mean=None)).bottleneck == "compute-bound"
+
+
 def test_no_measured_step_gives_no_verdict():
     assert verdict(m(measured_steps=0)) is None
     assert verdict(m(measured_steps=1)) is not None
@@ -287,6 +301,7 @@ def test_precedence_order():
     assert verdict(dataclasses.replace(last, gpu_util_pct_mean=99.0)).bottleneck == "compute-bound"
     assert analysis.BOTTLENECKS == (
         "cpu-starved",
+        "cpu-contended",
         "input-bound",
         "communication-bound",
         "memory-capacity-bound",

@@ -224,9 +224,14 @@ LOW_GPU_UTIL_PCT = 70.0
 # The run's process tree is "saturating" its CPU allowance when it used 90% of the cores it may use
 # (psutil's cpu_times of the tree, monitor.py): the rest is sampling jitter and kernel time elsewhere.
 CPU_SATURATED_FRACTION = 0.90
+# A host "busy" at 90% system CPU while the run's tree got under half the cores it may use: other
+# processes took the rest, so the run's figures measure a contended machine, not its own limit.
+HOST_BUSY_PCT = 90.0
+CONTENDED_FRACTION = 0.5
 
 BOTTLENECKS = (
     "cpu-starved",
+    "cpu-contended",
     "input-bound",
     "communication-bound",
     "memory-capacity-bound",
@@ -237,6 +242,8 @@ BOTTLENECKS = (
 # 1. cpu-starved: the run's process tree used (nearly) all the cores it may use AND a symptom was
 #    measured (data wait >= INPUT_BOUND_SHARE, or the GPU idle below LOW_GPU_UTIL_PCT); a count of
 #    processes and workers above the quota alone is no evidence. Fix the allocation first.
+# 1b. cpu-contended: the host was busy (HOST_BUSY_PCT) while the run's tree got under
+#    CONTENDED_FRACTION of its cores: other processes, not the run, set the pace.
 # 2. input-bound: waiting for data is serial time on the critical path, and a rank that waits for
 #    data makes the others wait in all-reduce, so it comes before communication.
 # 3. communication-bound: time lost to the network that no single-GPU change recovers.
@@ -272,6 +279,8 @@ class Measurements:
     """Steps measured (warm-up excluded); 0 means nothing was measured and no verdict is given."""
     proc_cpu_pct_mean: float | None = None
     """Mean CPU utilisation of the run's process tree, % of one core (200 = two cores busy); None unsampled."""
+    host_cpu_pct_mean: float | None = None
+    """Mean CPU utilisation of the whole host, % of all its cores (0..100); None unsampled."""
 
 
 @dataclass(frozen=True)
@@ -314,6 +323,21 @@ def _findings(m: Measurements) -> list[Verdict]:
                 f"data wait {_pct(m.data_time_share)} of step time{idle}",
                 "give the job at least one core per process and per worker (docker --cpus, Slurm "
                 "--cpus-per-task), or lower --workers / --nproc to fit the quota",
+            )
+        )
+    if (
+        m.host_cpu_pct_mean is not None
+        and m.host_cpu_pct_mean >= HOST_BUSY_PCT
+        and m.proc_cpu_pct_mean is not None
+        and m.cpu_quota_cores is not None
+        and m.proc_cpu_pct_mean < CONTENDED_FRACTION * 100 * m.cpu_quota_cores
+    ):
+        found.append(
+            Verdict(
+                "cpu-contended",
+                f"host CPU {m.host_cpu_pct_mean:.0f}% busy while the {_cpu_use(m)}: other processes took the rest",
+                "these figures measure a shared machine; rerun when it is idle, or reserve cores "
+                "(docker --cpuset-cpus, taskset, Slurm --exclusive)",
             )
         )
     if m.data_time_share >= INPUT_BOUND_SHARE:
