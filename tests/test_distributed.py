@@ -187,11 +187,13 @@ def test_cpu_scaling_series_writes_the_table(tmp_path):
 
 
 def test_merge_epoch_sums_images_and_keeps_the_slowest_rank():
-    a = {"epoch": 0, "images": 32, "total_time_s": 1.0, "data_time_s": 0.2, "compute_time_s": 0.8, "train_loss": 2.0,
-         "train_top1": 0.5, "val_loss": 1.0, "val_top1": 0.25, "val_images": 10, "val_time_s": 0.1}  # fmt: skip
+    a = {"epoch": 1, "images": 32, "total_time_s": 1.0, "data_time_s": 0.2, "compute_time_s": 0.8, "train_loss": 2.0,
+         "train_top1": 0.5, "val_loss": 1.0, "val_top1": 0.25, "val_images": 10, "val_time_s": 0.1,
+         "measured_images": 24, "measured_time_s": 0.75}  # fmt: skip
     b = dict(
         a,
         total_time_s=2.0,
+        measured_time_s=1.5,
         data_time_s=1.5,
         compute_time_s=0.5,
         train_loss=4.0,
@@ -202,7 +204,7 @@ def test_merge_epoch_sums_images_and_keeps_the_slowest_rank():
     m = merge_epoch([a, b])
     assert m["images"] == 64 and m["data_time_s"] == 1.5 and m["total_time_s"] == 2.0
     assert m["train_loss"] == pytest.approx(3.0) and m["val_top1"] == pytest.approx((0.25 * 10 + 0.75 * 30) / 40)
-    assert m["throughput_img_s"] == pytest.approx(32.0)
+    assert m["throughput_img_s"] == pytest.approx((24 + 24) / 1.5)  # measured steps only, slowest rank's time
 
 
 def test_straggler_spread():

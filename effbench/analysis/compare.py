@@ -185,7 +185,7 @@ def conclusion(deltas: Sequence[MetricDelta]) -> str:
     return f"Throughput: B differs from A by {thr.delta_pct} (95% CI of B - A {thr.ci} img/s excludes 0)."
 
 
-HEADERS = ("metric", "A mean [95% CI]", "B mean [95% CI]", "B - A", "B - A %", "95% CI of B - A", "verdict")
+HEADERS = ("metric", "A [95% CI]", "B [95% CI]", "B - A", "B - A %", "95% CI of B - A", "verdict")
 
 
 def render_runs(deltas: Sequence[MetricDelta], *, a_name: str, b_name: str, differences: Sequence[str]) -> str:
