@@ -414,7 +414,9 @@ def resolved_record(
     `device`, `precision` and `repeats` hold the resolved values; a value the user asked for that differs
     is kept under `requested` (so `auto` never reads as a setting of the run). An option the run could
     not use (`--workers 4` on data made on the device) holds the value that took effect, and
-    `no_effect` says which option and why, so a reader and a sweep know it changed nothing.
+    `no_effect` says which option and why, so a reader and a sweep know it changed nothing. Every value
+    stays a valid option value, so the dict still loads as a RunConfig (what fed the run is in
+    results.json's `data.loader`).
     """
     d = cfg.to_dict()
     resolved = {"device": device_type, "precision": precision, "repeats": repeats}
@@ -430,12 +432,9 @@ def resolved_record(
         requested["workers"] = cfg.workers
         d["workers"] = workers
     loader = data_info.get("loader")
-    if loader is not None and loader != cfg.loader:
-        # __post_init__ resolves auto to fast, so only a non-default loader is known to be the user's choice
-        if cfg.loader not in ("auto", "fast"):
-            no_effect["loader"] = f"--loader {cfg.loader} does not apply to {cfg.dataset} data: {loader} fed the run"
-        requested["loader"] = cfg.loader
-        d["loader"] = loader
+    # __post_init__ resolves auto to fast, so only a non-default loader is known to be the user's choice
+    if loader is not None and loader != cfg.loader and cfg.loader not in ("auto", "fast"):
+        no_effect["loader"] = f"--loader {cfg.loader} does not apply to {cfg.dataset} data: {loader} fed the run"
     if requested:
         d["requested"] = requested
     if no_effect:

@@ -25,6 +25,7 @@ def fake_run(
     scaling: str = "weak",
     data_s: float = 0.2,
     no_effect: dict | None = None,
+    ran_workers: int | None = None,
 ) -> dict:
     """A results.json as the runner writes it, reduced to what reports read."""
     folder.mkdir(parents=True)
@@ -44,6 +45,8 @@ def fake_run(
     }  # fmt: skip
     if no_effect:
         record["config"]["no_effect"] = no_effect
+    if ran_workers is not None:
+        record["config"]["workers"] = ran_workers
     if status == "oom":
         record["error"] = {"type": "OutOfMemoryError", "message": "CUDA out of memory"}
     results.write_json(folder / "results.json", record)
@@ -114,7 +117,9 @@ def test_sweep_names_no_best_along_an_option_that_had_no_effect(tmp_path):
     # the README's sweep on synthetic data: --workers 0/2/4 all ran with 0 workers; throughput differs
     # by 39% between windows that are pure noise, and each cell's config.json says workers had no effect
     why = "synthetic (on device) starts no DataLoader worker processes, so --workers 2 ran as 0"
-    cells = [({"workers": w}, {"devices": 1, "batch": 32, "throughput": thr, "data_s": 1e-5, "no_effect": {"workers": why}})
+    # asking for 0 workers and getting 0 is no "no effect" on its own: the cell just ran as asked
+    cells = [({"workers": w}, {"devices": 1, "batch": 32, "throughput": thr, "data_s": 1e-5, "ran_workers": 0,
+                               "no_effect": {"workers": why} if w else None})
              for w, thr in ((0, 3.3), (2, 4.6), (4, 3.9))]  # fmt: skip
     folder = make_sweep(tmp_path, {"workers": [0, 2, 4]}, cells)
     render.write_sweep_reports(folder)

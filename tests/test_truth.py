@@ -113,7 +113,8 @@ def test_config_json_holds_resolved_values_and_what_had_no_effect():
         cfg, device_type="cpu", precision="fp32", repeats=5, data_info={"loader": "synthetic (on device)", "workers": 0}
     )
     assert (d["device"], d["precision"], d["repeats"], d["workers"]) == ("cpu", "fp32", 5, 0)
-    assert d["requested"] == {"device": "auto", "precision": "auto", "repeats": None, "workers": 4, "loader": "fast"}
+    assert d["requested"] == {"device": "auto", "precision": "auto", "repeats": None, "workers": 4}
+    assert RunConfig.from_dict(d).workers == 0  # still a valid config: every value is an option value
     assert "--workers 4 ran as 0" in d["no_effect"]["workers"]
     assert "loader" not in d["no_effect"]  # fast is the default resolution: not known to be the user's choice
     explicit = config_mod.resolved_record(
@@ -184,7 +185,8 @@ def test_run_records_resolved_config_one_based_epochs_and_warns_about_ignored_wo
     cfg = json.loads((run / "config.json").read_text())
     assert "warning: --workers had no effect on this run" in err
     assert cfg["workers"] == 0 and cfg["requested"]["workers"] == 4 and "workers" in cfg["no_effect"]
-    assert (cfg["device"], cfg["precision"], cfg["repeats"]) == ("cpu", "fp32", windows.DEFAULT_WINDOWS)
+    assert (cfg["device"], cfg["precision"], cfg["repeats"]) == ("cpu", "fp32", 3)  # min(5, 4 steps - 1 warm-up)
+    assert r["throughput_windows"]["windows"] == 3
     # epochs 1-based in results.json, epochs.csv and steps.csv
     assert [e["epoch"] for e in r["epochs"]] == [1]
     assert [row["epoch"] for row in csv.DictReader((run / "epochs.csv").open())] == ["1"]

@@ -144,7 +144,15 @@ class Summary:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Summary:
-        return cls(**{k: d.get(k) for k in ("n", "median", "mean", "stdev", "ci_low", "ci_high", "note")})
+        return cls(
+            n=int(d["n"]),
+            median=float(d["median"]),
+            mean=float(d["mean"]),
+            stdev=float(d["stdev"]),
+            ci_low=d.get("ci_low"),
+            ci_high=d.get("ci_high"),
+            note=d.get("note"),  # absent in records written before it existed
+        )
 
 
 def too_few_note(n: int) -> str:

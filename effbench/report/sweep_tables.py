@@ -56,6 +56,7 @@ def cell_row(
         thr_samples=list(w.get("throughput_img_s") or []),
         share_samples=list(w.get("data_time_share") or []),
         no_effect=dict((record.get("config") or {}).get("no_effect") or {}),
+        resolved=dict(record.get("config") or {}),  # the values that ran (config.json is resolved)
         windows=w.get("windows"),
         data_time_per_epoch_s=_mean([e.get("data_time_s") for e in epochs]),
         compute_time_per_epoch_s=_mean([e.get("compute_time_s") for e in epochs]),
@@ -204,11 +205,16 @@ def _thr(r: Mapping[str, Any]) -> float:
 
 
 def no_effect(dim: str, rows: Sequence[Mapping[str, Any]]) -> str | None:
-    """Why `dim` changed nothing in these cells (every cell's config.json says so), else None."""
-    reasons = [(r.get("no_effect") or {}).get(dim) for r in rows]
-    if rows and all(reasons):
-        return str(reasons[0])
-    return None
+    """Why `dim` changed nothing in these cells, else None: the cells asked for different values but
+    every one ran with the same (config.json holds the value that ran; `no_effect` says why)."""
+    ran = [r for r in rows if dim in (r.get("resolved") or {})]
+    asked = {str((r.get("params") or {}).get(dim)) for r in ran}
+    values = {str(r["resolved"][dim]) for r in ran}
+    if len(ran) < 2 or len(ran) < len(rows) or len(asked) < 2 or len(values) != 1:
+        return None
+    reasons = [(r.get("no_effect") or {}).get(dim) for r in ran]
+    why = next((str(x) for x in reasons if x), None)
+    return why or f"every cell ran with --{dim.replace('_', '-')} {values.pop()}"
 
 
 def separated(best: Sequence[float], other: Sequence[float]) -> str | None:

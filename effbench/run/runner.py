@@ -361,7 +361,7 @@ def run_benchmark(
 
     started = dt.datetime.now(dt.timezone.utc)
     writer = dist.is_main
-    config_json = _config_json(cfg, rt, data.info, warn=writer)
+    config_json = _config_json(cfg, rt, data.info, n_steps, warn=writer)
     if writer:
         if run_dir is None:
             run_dir = results.create_run_dir(
@@ -543,11 +543,12 @@ def run_benchmark(
 UTILIZATION_FILE = "utilization.csv"
 
 
-def _config_json(cfg: RunConfig, rt: Any, data_info: dict[str, Any], *, warn: bool) -> dict[str, Any]:
+def _config_json(cfg: RunConfig, rt: Any, data_info: dict[str, Any], n_steps: int, *, warn: bool) -> dict[str, Any]:
     """config.json's resolved values; an option that had no effect is warned about on stderr."""
     from effbench.config import resolved_record
 
-    repeats = cfg.repeats if cfg.repeats is not None else windows.DEFAULT_WINDOWS
+    measured_steps = cfg.epochs * n_steps - cfg.warmup_steps  # > 0: checked above (--warmup-steps)
+    repeats = cfg.repeats if cfg.repeats is not None else min(windows.DEFAULT_WINDOWS, measured_steps)
     out = resolved_record(cfg, device_type=rt.device.type, precision=rt.precision, repeats=repeats, data_info=data_info)
     for option, why in (out.get("no_effect") or {}).items() if warn else ():
         print(f"warning: --{option.replace('_', '-')} had no effect on this run: {why}", file=sys.stderr)
