@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import os
 import sys
 import threading
 from collections.abc import Iterator
@@ -22,6 +23,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))  # `import fakedata` from any test file
 
 import fakedata  # noqa: E402
+
+# This machine may itself be a container whose folders all die with it: without a mount table the
+# output-mount warning (system/mounts.py) stays silent, in this process and in the runs it starts.
+# Tests of that warning inject their own tables.
+os.environ["EFFBENCH_MOUNTINFO"] = os.devnull
 
 
 @pytest.fixture

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,7 +40,9 @@ def gpu_state(devices=(A100,), *, driver_cuda=(13, 0), nvml_gpus=None, cuda_buil
 NO_GPU = GpuState(torch_version="2.14.1+cu130", cuda_build="13.0", arch_list=CU130_ARCHS)
 
 
-def probes(*, unwritable=(), shm=8 * 2**30, memlock=None, reachable=False, named=True, uid=4242) -> Probes:
+def probes(
+    *, unwritable=(), shm=8 * 2**30, memlock=None, reachable=False, named=True, uid=4242, mountinfo=None
+) -> Probes:
     """Probes with no side effects: paths under any of `unwritable` fail with EACCES."""
     bad = [Path(p) for p in unwritable]
 
@@ -53,6 +57,7 @@ def probes(*, unwritable=(), shm=8 * 2**30, memlock=None, reachable=False, named
         shm_free=lambda path: shm,
         uid=lambda: uid,
         has_passwd_entry=lambda u: named,
+        mountinfo=lambda: mountinfo,  # None: no mount table, so no guess (this machine may be a container)
     )
 
 
@@ -327,12 +332,80 @@ def test_probe_gpus_does_not_crash_without_gpu_or_nvml():
 
 
 # --- dataset -------------------------------------------------------------------------------------------
-def test_missing_dataset_offline_says_mount_it_or_use_synthetic(tmp_path):
+def fake_root(tmp_path: Path, runtime: str) -> Path:
+    """A file tree with the marker each runtime leaves (hardware.container_runtime reads them)."""
+    root = tmp_path / f"root-{runtime}"
+    marker = {"docker": ".dockerenv", "podman": "run/.containerenv", "apptainer": ".singularity.d"}.get(runtime)
+    if marker:
+        (root / marker).parent.mkdir(parents=True, exist_ok=True)
+        (root / marker).touch()
+    root.mkdir(exist_ok=True)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("runtime", "present", "absent"),
+    [
+        ("docker", ["docker run -v /path/to/datasets:/data:ro", "DATA_DIR="], ["--bind", "EFFBENCH_DATA"]),
+        ("podman", ["podman run -v /path/to/datasets:/data:ro"], ["--bind"]),
+        ("apptainer", ["--bind /path/to/datasets:/data"], ["-v ", "DATA_DIR="]),
+        ("none", ["--data-dir /path/to/datasets", "EFFBENCH_DATA"], ["-v ", "--bind", "Docker"]),
+    ],
+)
+def test_missing_dataset_fix_is_for_where_the_user_is(tmp_path, runtime, present, absent):
     c = cfg(tmp_path, dataset="cifar100")
-    err = first_error(preflight.run_checks(c, env=ENV, probes=probes()))
+    err = first_error(preflight.run_checks(c, env=ENV, root=fake_root(tmp_path, runtime), probes=probes()))
     assert err.check == "dataset" and err.option == "--data-dir"
     assert str(tmp_path / "data" / "cifar-100-python") in err.message
-    assert "/data:ro" in err.fix and "--dataset synthetic" in err.fix and "--bind" in err.fix
+    assert "--dataset synthetic" in err.fix and "cifar-100-python/" in err.fix
+    for text in present:
+        assert text in err.fix, (text, err.fix)
+    for text in absent:
+        assert text not in err.fix, (text, err.fix)
+
+
+def test_data_dir_at_the_dataset_folder_itself_hints_at_its_parent(tmp_path):
+    own = tmp_path / "datasets" / "cifar-100-python"
+    own.mkdir(parents=True)
+    for name in ("train", "test", "meta"):
+        (own / name).write_bytes(b"x")
+    c = cfg(tmp_path, dataset="cifar100", data_dir=own)
+    err = first_error(preflight.run_checks(c, env=ENV, root=fake_root(tmp_path, "none"), probes=probes()))
+    assert f"point it at its parent, --data-dir {tmp_path / 'datasets'}" in err.message
+    # pointed at the parent, the same files pass
+    ok = preflight.run_checks(cfg(tmp_path, dataset="cifar100", data_dir=own.parent), env=ENV, probes=probes())
+    assert preflight.errors(ok) == []
+
+
+def test_missing_weights_file_is_an_error_before_torch(tmp_path):
+    err = first_error(preflight.run_checks(cfg(tmp_path, weights=str(tmp_path / "nope.pt")), env=ENV, probes=probes()))
+    assert err.option == "--weights" and "nope.pt is not a file" in err.message
+    (tmp_path / "w.pt").write_bytes(b"x")
+    ok = preflight.run_checks(cfg(tmp_path, weights=str(tmp_path / "w.pt")), env=ENV, probes=probes())
+    assert by_check(ok, "weights")[0].level == "ok"
+
+
+def test_a_failed_torch_free_check_skips_the_gpu_probe(tmp_path, monkeypatch):
+    def boom():
+        raise AssertionError("probe_gpus (imports torch) must not run when a torch-free check failed")
+
+    monkeypatch.setattr(preflight, "probe_gpus", boom)
+    c = cfg(tmp_path, dataset="cifar10", device="auto")
+    assert first_error(preflight.run_checks(c, env=ENV, probes=probes())).check == "dataset"
+
+
+def test_missing_dataset_is_reported_without_importing_torch(tmp_path):
+    """A fresh interpreter: `effbench run` on a missing dataset fails with exit 2 and torch never loads."""
+    code = (
+        "import sys; from effbench.cli.app import main\n"
+        "try:\n    main(sys.argv[1:])\n"
+        "except SystemExit as e:\n    print('torch' in sys.modules, e.code)\n"
+    )
+    argv = ["run", "--dataset", "cifar10", "--data-dir", str(tmp_path / "none"), "--output", str(tmp_path / "r")]
+    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})  # fmt: skip
+    assert out.stdout.split() == ["False", "2"], (out.stdout, out.stderr)
+    assert "error: --data-dir: CIFAR-10 is not at" in out.stderr
 
 
 def test_download_without_network_is_an_error_and_with_network_ok(tmp_path):
@@ -450,6 +523,9 @@ def test_every_error_names_the_fix_for_docker_compose_and_apptainer(tmp_path):
         assert errs, (cfg_kw, kw)
         for e in errs:
             fix = e.fix.lower()
+            assert "\n" not in e.message + e.fix
+            if e.check == "dataset" and "would be downloaded" not in e.message:
+                continue  # for where the user is: test_missing_dataset_fix_is_for_where_the_user_is
             assert "docker" in fix and "compose" in fix and "apptainer" in fix, (e.check, e.message, e.fix)
             assert "\n" not in e.message + e.fix
 
@@ -468,3 +544,80 @@ def test_probe_reports_torch_s_warning_when_cuda_is_unusable(monkeypatch):
     state = preflight.probe_gpus()
     assert state.visible == 0
     assert state.cuda_error is not None and "driver on your system is too old" in state.cuda_error
+
+
+# --- output folder that dies with the container (mountinfo) -----------------------------------------
+# Lines in proc(5)'s mountinfo format, as Docker 27 / podman 4 write them for each kind of /results.
+HEX = "3f" * 32
+ROOT_OVERLAY = "1200 1100 0:50 / / rw,relatime master:9 - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/A"
+MOUNTINFO = {
+    "anonymous": f"{ROOT_OVERLAY}\n1234 1200 8:1 /var/lib/docker/volumes/{HEX}/_data /results rw,relatime master:1 - ext4 /dev/sda1 rw",
+    "podman-anonymous": f"{ROOT_OVERLAY}\n77 1200 253:0 /containers/storage/volumes/{HEX}/_data /results rw - xfs /dev/mapper/root rw",
+    "bind": f"{ROOT_OVERLAY}\n1235 1200 8:1 /home/me/my\\040results /results rw,relatime - ext4 /dev/sda1 rw",
+    "named": f"{ROOT_OVERLAY}\n1236 1200 8:1 /var/lib/docker/volumes/effbench-results/_data /results rw - ext4 /dev/sda1 rw",
+    "none": ROOT_OVERLAY,
+    "tmpfs": f"{ROOT_OVERLAY}\n1237 1200 0:60 / /results rw,nosuid - tmpfs tmpfs rw,size=65536k",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("table", "lost"),
+    [
+        ("anonymous", True),
+        ("podman-anonymous", True),
+        ("none", True),
+        ("tmpfs", True),
+        ("bind", False),
+        ("named", False),
+    ],  # fmt: skip
+)
+def test_output_lost_with_the_container_is_read_from_mountinfo(table, lost):
+    from effbench.system.mounts import lost_with_container
+
+    assert (lost_with_container("/results/run-1", MOUNTINFO[table]) is not None) is lost
+    assert (lost_with_container("/results", MOUNTINFO[table]) is not None) is lost
+    assert lost_with_container("/elsewhere", MOUNTINFO["bind"]) is not None  # only /results is mounted
+
+
+def test_mountinfo_parsing_unescapes_and_prefers_the_longest_and_latest_mount():
+    from effbench.system.mounts import mount_of, parse_mountinfo
+
+    mounts = parse_mountinfo(MOUNTINFO["bind"] + "\n1300 1235 0:70 / /results rw - tmpfs tmpfs rw\nbroken line")
+    assert [m.mount_point for m in mounts] == ["/", "/results", "/results"]
+    assert mounts[1].root == "/home/me/my results"
+    assert mount_of("/results/x", mounts).fstype == "tmpfs"  # mounted over the bind mount
+    assert mount_of("/resultsx", mounts).mount_point == "/"  # a prefix of the name is not a parent
+
+
+@pytest.mark.parametrize("runtime", ["docker", "podman"])
+def test_output_not_on_a_host_mount_warns_with_the_v_to_add(tmp_path, runtime):
+    root = fake_root(tmp_path, runtime)
+    c = cfg(tmp_path, output=Path("/results"))
+    (w,) = by_check(
+        preflight.run_checks(c, env=ENV, root=root, probes=probes(mountinfo=MOUNTINFO["anonymous"])), "output-mount"
+    )
+    assert w.level == "warning" and "anonymous volume" in w.message and "lost" in w.message
+    assert '-v "$PWD/results:/results"' in w.fix and f"{runtime} run" in w.fix
+    (ok,) = by_check(
+        preflight.run_checks(c, env=ENV, root=root, probes=probes(mountinfo=MOUNTINFO["bind"])), "output-mount"
+    )
+    assert ok.level == "ok"
+
+
+def test_no_output_mount_check_outside_docker_and_podman(tmp_path):
+    for runtime in ("none", "apptainer"):
+        findings = preflight.run_checks(
+            cfg(tmp_path), env=ENV, root=fake_root(tmp_path, runtime), probes=probes(mountinfo=MOUNTINFO["none"])
+        )
+        assert by_check(findings, "output-mount") == []
+
+
+def test_the_output_mount_warning_is_printed_before_the_run_on_stderr(tmp_path):
+    findings = preflight.run_checks(
+        cfg(tmp_path, output=Path("/results")), env=ENV, root=fake_root(tmp_path, "docker"),
+        probes=probes(mountinfo=MOUNTINFO["none"], unwritable=[]),
+    )  # fmt: skip
+    err = io.StringIO()
+    preflight.raise_on_errors(findings, environ={}, stream=err)
+    assert err.getvalue().startswith("warning: output-mount: /results is the container's own filesystem")
+    assert '-v "$PWD/results:/results"' in err.getvalue()

@@ -31,11 +31,13 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, TextIO
+from typing import Any, Literal, TextIO
 
 from effbench.config import RunConfig
 from effbench.datasets import dataset_spec
 from effbench.errors import EffbenchError
+from effbench.system.hardware import container_runtime
+from effbench.system.mounts import lost_with_container, read_mountinfo
 
 Level = Literal["error", "warning", "ok"]
 MIB = 2**20
@@ -216,6 +218,7 @@ class Probes:
     shm_free: Callable[[Path], int | None] = shm_free_bytes
     uid: Callable[[], int] = os.getuid
     has_passwd_entry: Callable[[int], bool] = _has_passwd_entry
+    mountinfo: Callable[[], str | None] = read_mountinfo
 
 
 # --------------------------------------------------------------------------------------------------
@@ -236,6 +239,21 @@ FIX_DATASET = (
     "Apptainer: --bind /path/to/datasets:/data or --data-dir /path/to/datasets; "
     "or use --dataset synthetic"
 )
+
+
+def fix_dataset(runtime: str, folder: str | None = None) -> str:
+    """The dataset fix for where the user is: a mount in a container, --data-dir on the host."""
+    holds = f" (the folder that holds {folder}/)" if folder else ""
+    if runtime in ("docker", "podman"):
+        return (
+            f"mount the datasets folder{holds}: {runtime} run -v /path/to/datasets:/data:ro ...; "
+            "compose: DATA_DIR=/path/to/datasets; or use --dataset synthetic"
+        )
+    if runtime == "apptainer":
+        return f"--bind /path/to/datasets:/data or --data-dir /path/to/datasets{holds}; or use --dataset synthetic"
+    return f"pass --data-dir /path/to/datasets{holds} or set EFFBENCH_DATA; or use --dataset synthetic"
+
+
 FIX_NO_GPU = (
     "Docker: docker run --gpus all (needs the NVIDIA Container Toolkit); "
     "compose: docker compose up (the GPU service reserves GPU_COUNT GPUs), not --profile cpu; "
@@ -298,6 +316,36 @@ def check_output(output: Path, probes: Probes) -> list[Finding]:
             option="--output",
         )
     ]
+
+
+def check_output_persists(output: Path, runtime: str, probes: Probes) -> list[Finding]:
+    """In Docker or podman, a run folder that is not on a host mount (or a named volume) is deleted
+    with the container: exit 0, status ok, and nothing left. A warning, since a `docker cp` or a
+    `docker commit` can still save it, but said before and after the run (cli/app.py)."""
+    if runtime not in ("docker", "podman"):
+        return []
+    mountinfo = probes.mountinfo()
+    why = lost_with_container(output, mountinfo) if mountinfo else None
+    if why is None:
+        return [Finding("ok", "output-mount", f"{output} is a mount that outlives the container")]
+    return [
+        Finding(
+            "warning",
+            "output-mount",
+            f"{output} is {why}; the results will be lost",
+            f'add -v "$PWD/results:{output}" --user "$(id -u):$(id -g)" to the {runtime} run command '
+            f"(compose mounts RESULTS_DIR there)",
+            option="--output",
+        )
+    ]
+
+
+def output_loss_warning(output: Path, *, env: Mapping[str, str] = os.environ, root: Path = Path("/")) -> str | None:
+    """The one-line stderr warning of check_output_persists, or None (for the end of a run)."""
+    for f in check_output_persists(output, container_runtime(root, env), Probes()):
+        if f.level == "warning":
+            return f"warning: {f.check}: {f.message} (fix: {f.fix})"
+    return None
 
 
 # Caches that libraries write at run time, with the default each falls back to. Only the ones set
@@ -623,9 +671,38 @@ def check_memlock(limit: int | None, processes: int, nnodes: int) -> list[Findin
     return [Finding("ok", "memlock", f"{_fmt_bytes(limit)} (only multi-GPU NCCL needs more)")]
 
 
-def check_dataset(cfg: RunConfig, env: Mapping[str, str], probes: Probes) -> list[Finding]:
+def _archives() -> Any:
+    """effbench.data.archives without effbench.data's __init__, which imports torch (seconds to a
+    minute on a busy machine): a missing dataset is then reported before torch is loaded. The module
+    is registered under its own name, so a later `import effbench.data.archives` reuses it."""
+    name = "effbench.data.archives"
+    if name in sys.modules:
+        return sys.modules[name]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "data" / "archives.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def _parent_hint(root: Path, folder: str) -> str:
+    """--data-dir pointed at the dataset's own folder (.../cifar-100-python) instead of its parent."""
+    if root.name == folder:
+        return f"; --data-dir names the dataset's own folder: point it at its parent, --data-dir {root.parent}"
+    return ""
+
+
+def check_dataset(cfg: RunConfig, env: Mapping[str, str], probes: Probes, runtime: str = "none") -> list[Finding]:
     """The dataset must be on disk (every file effbench.data reads), or downloadable: --download
-    and a reachable host (EFFBENCH_MIRROR or the official one) and a writable --data-dir."""
+    and a reachable host (EFFBENCH_MIRROR or the official one) and a writable --data-dir.
+    Torch-free, so `effbench run` reports a missing dataset within a second."""
     spec = dataset_spec(cfg.dataset)
     if spec.storage == "generated":
         return [Finding("ok", "dataset", f"{spec.title} (generated, nothing to read)")]
@@ -634,35 +711,42 @@ def check_dataset(cfg: RunConfig, env: Mapping[str, str], probes: Probes) -> lis
         if root.is_dir() and any(root.iterdir()):
             return [Finding("ok", "dataset", f"image folder {root}")]
         return [
-            Finding("error", "dataset", f"image folder {root} is missing or empty", FIX_DATASET, option="--data-dir")
+            Finding(
+                "error",
+                "dataset",
+                f"image folder {root} is missing or empty",
+                fix_dataset(runtime).replace("/path/to/datasets", "/path/to/images"),
+                option="--data-dir",
+            )
         ]
-    from effbench.data.archives import ARCHIVES, MIRROR_ENV, missing_parts  # imports torch: only here
-
-    archive = ARCHIVES[spec.name]
-    missing = missing_parts(archive, root)
+    archives = _archives()
+    archive = archives.ARCHIVES[spec.name]
+    missing = archives.missing_parts(archive, root)
     if not missing:
         return [Finding("ok", "dataset", f"{archive.title} at {root / archive.folder}")]
     where = root / archive.folder if len(missing) == len(archive.required) else root / archive.folder / missing[0]
+    hint = _parent_hint(root, archive.folder)
+    fix = fix_dataset(runtime, archive.folder)
     if not cfg.download:
         return [
             Finding(
                 "error",
                 "dataset",
-                f"{archive.title} is not at {where}",
-                FIX_DATASET + ", or pass --download where there is network",
+                f"{archive.title} is not at {where}{hint}",
+                fix + ", or pass --download where there is network",
                 option="--data-dir",
             )  # fmt: skip
         ]
     file_name = archive.url.rsplit("/", 1)[-1]
-    mirror = env.get(MIRROR_ENV, "").strip()
+    mirror = env.get(archives.MIRROR_ENV, "").strip()
     source = f"{mirror.rstrip('/')}/{file_name}" if mirror else archive.url
     if not probes.reachable(source):
         return [
             Finding(
                 "error",
                 "dataset",
-                f"{archive.title} is not at {where} and {source} cannot be reached (no network?)",
-                FIX_DATASET + f", or set {MIRROR_ENV} to a reachable base URL",
+                f"{archive.title} is not at {where} and {source} cannot be reached (no network?){hint}",
+                fix + f", or set {archives.MIRROR_ENV} to a reachable base URL",
                 option="--data-dir",
             )  # fmt: skip
         ]
@@ -679,6 +763,24 @@ def check_dataset(cfg: RunConfig, env: Mapping[str, str], probes: Probes) -> lis
             )  # fmt: skip
         ]
     return [Finding("ok", "dataset", f"{archive.title} will be downloaded from {source} into {root}")]
+
+
+def check_weights(cfg: RunConfig) -> list[Finding]:
+    """--weights FILE must exist before torch is imported to read it (models/weights.py loads it)."""
+    if cfg.weights in (None, "none", "imagenet"):
+        return []
+    path = Path(cfg.weights).expanduser()
+    if path.is_file():
+        return [Finding("ok", "weights", f"{path} exists")]
+    return [
+        Finding(
+            "error",
+            "weights",
+            f"{path} is not a file" + (" (it is a folder)" if path.is_dir() else ""),
+            "pass the path of a state_dict file (torch.save), or --weights imagenet / --weights none",
+            option="--weights",
+        )
+    ]
 
 
 def local_processes(cfg: RunConfig, gpus_requested: int, gpu: GpuState | None) -> int:
@@ -703,21 +805,27 @@ def run_checks(
     probes: Probes | None = None,
 ) -> list[Finding]:
     """Every preflight check for `cfg`, in order; errors first in their group. `gpu` defaults to
-    `probe_gpus()` (not called for --device cpu, so a CPU run does not touch CUDA)."""
+    `probe_gpus()` (not called for --device cpu, so a CPU run does not touch CUDA). The torch-free
+    checks run first: when one fails, the GPU probe (which imports torch) is skipped, so a bad
+    folder or a missing dataset is reported in about a second instead of after torch loads."""
     probes = probes or Probes()
+    runtime = container_runtime(root, env)
     requested = max(gpus_requested, cfg.gpus or 0)
-    if gpu is None and cfg.device != "cpu":
-        gpu = probe_gpus()
     findings = check_output(cfg.output, probes)
+    findings += check_output_persists(cfg.output, runtime, probes)
     findings += check_home_and_caches(env, probes)
+    late = check_dataset(cfg, env, probes, runtime) + check_weights(cfg)
+    if gpu is None and cfg.device != "cpu":
+        if errors(findings + late):
+            return findings + late
+        gpu = probe_gpus()
     processes = local_processes(cfg, requested, gpu)
     findings += check_shm(cfg, root, probes, processes)
     if gpu is not None:
         findings += check_gpus(cfg, gpu, env, requested)
         if cfg.device != "cpu" and gpu.visible:
             findings += check_memlock(probes.memlock(), processes, cfg.nnodes)
-    findings += check_dataset(cfg, env, probes)
-    return findings
+    return findings + late
 
 
 def errors(findings: Iterable[Finding]) -> list[Finding]:
