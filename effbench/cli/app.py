@@ -38,8 +38,26 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from effbench.system.identity import version_text  # torch-free: reads versions from metadata
+
+        typer.echo(version_text())
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="effbench, image revision and lock, torch and CUDA versions; then exit.",
+            is_eager=True,
+            callback=_print_version,
+        ),
+    ] = False,
+) -> None:
     """effbench: how fast does this model train here, and where does the time go."""
 
 
@@ -228,19 +246,42 @@ def run(
     proc_counts = parse_counts("--nproc", nproc) if nproc is not None else [None]
     if len(gpu_counts) > 1 and len(proc_counts) > 1:
         raise EffbenchError("--gpus", "give a list to --gpus or to --nproc, not both")
+    if smoke:
+        preset_conflicts(explicit, gpus=gpus)
     base = {**smoke_overrides(), **explicit} if smoke else explicit
     configs = [RunConfig(**base, gpus=g, nproc=p) for g in gpu_counts for p in proc_counts]
     command = invocation(ctx)
     if len(configs) == 1:
         outcome = runner.run(configs[0], command=command, echo=typer.echo, progress=not quiet)
+        _warn_if_output_is_lost(configs[0].output)
         _exit_for(outcome)
         return
     from effbench.sweep.series import run_scaling_series
 
     series = run_scaling_series(configs, command=command, echo=typer.echo, progress=not quiet)
+    _warn_if_output_is_lost(configs[0].output)
     worst = next((o for o in series.outcomes if o.results.get("status") != "ok"), None)
     if worst is not None:
         _exit_for(worst)
+
+
+def preset_conflicts(explicit: dict[str, Any], *, gpus: str | None) -> None:
+    """--smoke chose --device cpu; a GPU option the user gave must not be blamed on a --device
+    they never typed (RunConfig's own message says "--device cpu was given")."""
+    if gpus is not None and "device" not in explicit:
+        raise EffbenchError(
+            "--gpus", "counts GPUs, but --smoke runs on the CPU (the preset's --device cpu); add --device cuda "
+            "to run the smoke preset on GPUs, or use --nproc N for CPU processes"
+        )  # fmt: skip
+
+
+def _warn_if_output_is_lost(output: Path) -> None:
+    """Said again after the run: the warning before it has scrolled away under the progress lines."""
+    from effbench.system.preflight import output_loss_warning
+
+    warning = output_loss_warning(output)
+    if warning:
+        typer.echo(warning, err=True)
 
 
 def _exit_for(outcome: Any) -> None:

@@ -87,6 +87,10 @@ def doctor(
     requested = max(parse_counts("--gpus", gpus)) if gpus is not None else 0
     if requested:
         explicit["gpus"] = requested
+    if smoke:
+        from effbench.cli.app import preset_conflicts
+
+        preset_conflicts(explicit, gpus=gpus)
     cfg = RunConfig(**({**smoke_overrides(), **explicit} if smoke else explicit))
     gpu = preflight.probe_gpus()
     findings = preflight.run_checks(cfg, gpus_requested=requested, gpu=gpu)

@@ -429,7 +429,11 @@ def run_benchmark(
         torch.cuda.reset_peak_memory_stats(rt.device)
     t0 = time.perf_counter()
     try:
-        with interrupt_on_signals(received), Progress(cfg.epochs, enabled=progress and writer) as prog, sampler:
+        with (
+            interrupt_on_signals(received),
+            Progress(cfg.epochs, enabled=progress and writer, images_per_step=batch * plan.devices) as prog,
+            sampler,
+        ):
             faults.inject_oom(batch)  # test hook EFFBENCH_FAULT_OOM_AT_BATCH (faults.py); off unless set
             epochs_iter = (
                 data_epochs(data, rt, cfg, on_progress=prog.update)

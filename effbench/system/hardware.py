@@ -286,6 +286,10 @@ def env_snapshot() -> dict[str, Any]:
     snap.update(nvml_snapshot())
     snap["nccl_version"] = nccl_version()
     snap["container_runtime"] = container_runtime()
+    from effbench.system.identity import image_info
+
+    # revision, flavour, lock sha256 of the image (None outside it): a result names the image that made it
+    snap["image"] = image_info()
     snap["cgroup_cpu_quota_cores"] = cpu_quota_cores()
     snap["cgroup_memory_limit_gib"] = memory_limit_gib()
     snap["shm_size_gib"] = shm_size_gib()

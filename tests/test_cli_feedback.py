@@ -1,0 +1,118 @@
+"""What a user sees around a run: `--version`, progress lines with rates, preset wording, the
+warning when the results would die with the container. No torch import needed for any of it."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clitools import invoke
+from effbench.run import runner
+from effbench.run.progress import Progress, fmt_duration
+from effbench.system import identity, preflight
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_progress_lines_show_img_s_step_time_and_eta():
+    clock, out = FakeClock(), io.StringIO()
+    with Progress(2, stream=out, images_per_step=64, clock=clock) as prog:
+        clock.t += 4 * 0.5  # 4 steps of 0.5 s
+        prog.update(0, 4, 10, 2.5)
+        clock.t += 6 * 0.25  # then 6 steps of 0.25 s
+        prog.update(0, 10, 10, 2.0)
+    first, second = out.getvalue().splitlines()
+    # 64 images / 0.5 s = 128 img/s; 16 steps left (6 in epoch 1, 10 in epoch 2) x 0.5 s = 8 s
+    assert first == "epoch 1/2 step 4/10 loss 2.5000 (128.0 img/s, 500 ms/step, ETA 8s)"
+    # 64 / 0.25 = 256 img/s; 10 steps left x 0.25 s = 2.5 s, shown rounded
+    assert second == "epoch 1/2 step 10/10 loss 2.0000 (256.0 img/s, 250 ms/step, ETA 2s)"
+
+
+def test_progress_without_a_batch_size_still_shows_step_time():
+    clock, out = FakeClock(), io.StringIO()
+    with Progress(1, stream=out, clock=clock) as prog:
+        clock.t += 3.0
+        prog.update(0, 3, 3, float("nan"))
+    assert out.getvalue().strip().endswith("(1000 ms/step, ETA 0s)")
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(0.4, "0s"), (59.6, "1m00s"), (185, "3m05s"), (3720, "1h02m")])
+def test_durations_are_short(seconds, text):
+    assert fmt_duration(seconds) == text
+
+
+def test_progress_bar_on_a_terminal_shows_the_rate():
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    clock, out = FakeClock(), Tty()
+    with Progress(1, stream=out, images_per_step=10, clock=clock) as prog:
+        clock.t += 2.0
+        prog.update(0, 2, 4, 1.0)
+    text = out.getvalue()
+    assert "epoch 1/1" in text and "10.0 img/s" in text and "1000 ms/step" in text and "loss 1.0000" in text
+
+
+def test_smoke_preset_device_is_not_reported_as_given(capsys):
+    code, _, err = invoke(["run", "--smoke", "--gpus", "2"], capsys)
+    assert code == 2 and "--device cpu was given" not in err
+    assert err.startswith("error: --gpus:") and "the preset's --device cpu" in err and "--device cuda" in err
+
+
+def test_a_device_the_user_gave_is_still_blamed(capsys):
+    code, _, err = invoke(["run", "--smoke", "--device", "cpu", "--gpus", "2"], capsys)
+    assert code == 2 and "--device cpu was given" in err
+
+
+def test_version_names_effbench_torch_and_cuda_without_importing_torch(tmp_path):
+    info = tmp_path / "image.json"
+    info.write_text(json.dumps({"revision": "abc1234", "flavour": "cu130", "lock_sha256": "f" * 64, "created": "x"}))
+    code = "import sys; from effbench.cli.app import main\ntry:\n    main(['--version'])\nexcept SystemExit as e:\n    print('torch' in sys.modules, e.code)\n"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), identity.IMAGE_INFO_ENV: str(info)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    lines = out.stdout.splitlines()
+    assert lines[-1] == "False 0", out
+    assert re.fullmatch(r"effbench \S+", lines[0])
+    assert "image revision abc1234, flavour cu130, lock sha256 ffffffffffffffff" in lines[1]
+    import torch  # the reference: torch's own answer, read after the fact in this process
+
+    assert f"torch {__import__('importlib.metadata').metadata.version('torch')}" in lines[2]
+    assert f"CUDA {torch.version.cuda or 'none (CPU-only build)'}" in lines[2]
+
+
+def test_version_outside_the_image_says_so(tmp_path):
+    assert "image: none" in identity.version_text({identity.IMAGE_INFO_ENV: str(tmp_path / "absent.json")})
+
+
+def test_lost_output_is_warned_again_after_the_run(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(runner, "run", lambda cfg, **kw: runner.RunOutcome(run_dir=tmp_path, results={"status": "ok"}))
+    monkeypatch.setattr(preflight, "output_loss_warning", lambda output: f"warning: output-mount: {output} lost")
+    code, _, err = invoke(["run", "--smoke", "--output", "/results"], capsys)
+    assert code == 0 and err.strip().splitlines()[-1] == "warning: output-mount: /results lost"
+
+
+def test_env_json_records_the_image_identity(monkeypatch, tmp_path):
+    from effbench.system.hardware import env_snapshot
+
+    info = {"revision": "abc1234", "flavour": "cu130", "lock_sha256": "0" * 64}
+    (tmp_path / "image.json").write_text(json.dumps(info))
+    monkeypatch.setenv(identity.IMAGE_INFO_ENV, str(tmp_path / "image.json"))
+    assert env_snapshot()["image"] == info
+    monkeypatch.setenv(identity.IMAGE_INFO_ENV, str(tmp_path / "absent.json"))
+    assert env_snapshot()["image"] is None
