@@ -6,9 +6,17 @@
 #   docker run --rm effbench doctor                   # what would stop a run here, and the fix
 #
 # Flavours: the default is torch's CUDA 13.0 build, which needs an R580+ driver. For an older driver
-# build the CUDA 12.6 wheels instead (any R525+ driver runs them):
-#   docker build -t effbench:cu126 --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 \
+# build the CUDA 12.6 wheels instead (any R525+ driver runs them), after generating their lock once
+# (tools/lock.py; README "Containers"):
+#   docker build -t effbench:cu126 --build-arg FLAVOUR=cu126 --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 \
 #       --build-arg TORCH_VERSION=<version> --build-arg TORCHVISION_VERSION=<matching version> .
+#
+# Reproducible: every package comes from locks/<FLAVOUR>.txt (exact versions, sha256 hashes) and the
+# build fails unless `pip freeze` equals the lock; the base is pinned by digest (BASE_DIGEST).
+# Layers: torch and the locked packages are one layer that changes only with the lock; effbench is
+# a small layer above it, so a code change rebuilds and ships kilobytes (README "Containers").
+# Every RUN starts with `set -eu`: podman and buildah ignore SHELL in their default OCI format, and
+# /bin/sh -c alone would hide a failing command that is not the last one.
 # Behind a mirror, pass the pip settings through (nothing here names a host):
 #   --build-arg PIP_INDEX_URL=... --build-arg PIP_EXTRA_INDEX_URL=... --build-arg PIP_FIND_LINKS=...
 #   --build-arg PIP_CERT=/path/inside/build   (with the file mounted: podman build --volume ...)
@@ -16,21 +24,27 @@
 # The torch wheels bundle their CUDA libraries, so the base only has to provide glibc and Python 3;
 # the CUDA runtime image is the default because the NVIDIA Container Toolkit recognises it.
 
+# Refresh the digest when moving the tag: `skopeo inspect --format '{{.Digest}}' docker://docker.io/nvidia/cuda:<tag>`
+# or `docker buildx imagetools inspect nvidia/cuda:<tag>` (the index digest, every platform). Pass
+# BASE_DIGEST= (empty) with another BASE_IMAGE. This value is the multi-arch index digest of the tag
+# as public Dockerfiles pin it; it was not re-read from the registry here (no registry access).
 ARG BASE_IMAGE=nvidia/cuda:13.0.1-runtime-ubuntu24.04
+ARG BASE_DIGEST=@sha256:c3fde347d52d578c84fd644bc177bc7ec333feaf11550d990da4084d7612e4c7
 
 # --- base: Python 3 and venv on the chosen base (skips apt when the base already has them) -------
-FROM ${BASE_IMAGE} AS base
-SHELL ["/bin/sh", "-eu", "-c"]
+FROM ${BASE_IMAGE}${BASE_DIGEST} AS base
 ARG DEBIAN_FRONTEND=noninteractive
-RUN if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then \
+RUN set -eu; \
+    if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then \
         apt-get update; \
         apt-get install -y --no-install-recommends python3 python3-venv ca-certificates; \
         rm -rf /var/lib/apt/lists/*; \
     fi; \
     python3 --version
 
-# --- build: one venv with torch, torchvision, effbench and the pinned rest -----------------------
+# --- build: one venv with exactly the lock (torch, torchvision, their CUDA wheels, effbench's deps) --
 FROM base AS build
+ARG FLAVOUR=cu130
 ARG TORCH_VERSION=2.14.1
 ARG TORCHVISION_VERSION=0.29.1
 # Empty: the index pip is configured with (PyPI's torch is the CUDA 13.0 build on Linux x86_64).
@@ -43,22 +57,21 @@ ARG PIP_TRUSTED_HOST
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_DEFAULT_TIMEOUT=180
-# Build args that were not given reach RUN as empty strings, which pip would take as values: each
-# pip step first unsets the empty ones.
-RUN python3 -m venv /opt/venv
+RUN set -eu; python3 -m venv /opt/venv
 COPY constraints.txt /tmp/constraints.txt
-RUN for v in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS PIP_CERT PIP_TRUSTED_HOST; do \
+COPY locks/ /usr/local/share/effbench/locks/
+COPY tools/lock.py /usr/local/lib/effbench/lock.py
+# Build args that were not given reach RUN as empty strings, which pip would take as values: each
+# pip step first unsets the empty ones. --require-hashes: a file whose sha256 is not the lock's stops the build.
+RUN set -eu; \
+    for v in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS PIP_CERT PIP_TRUSTED_HOST; do \
         eval "[ -n \"\${$v:-}\" ]" || unset "$v"; \
     done; \
-    /opt/venv/bin/python -m pip install -c /tmp/constraints.txt \
-        ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} \
-        "torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}"
-COPY pyproject.toml README.md /src/
-COPY effbench /src/effbench
-RUN for v in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS PIP_CERT PIP_TRUSTED_HOST; do \
-        eval "[ -n \"\${$v:-}\" ]" || unset "$v"; \
-    done; \
-    /opt/venv/bin/python -m pip install -c /tmp/constraints.txt /src; \
+    lock="/usr/local/share/effbench/locks/${FLAVOUR}.txt"; \
+    [ -f "$lock" ] || { echo "no lock for flavour ${FLAVOUR}: run tools/lock.py generate --flavour ${FLAVOUR} (README Containers)" >&2; exit 1; }; \
+    grep -qix "torch==${TORCH_VERSION}.*" "$lock" || { echo "$lock does not pin torch==${TORCH_VERSION}" >&2; exit 1; }; \
+    /opt/venv/bin/python -m pip install --require-hashes --no-deps \
+        ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} -r "$lock"; \
     /opt/venv/bin/python -m pip check
 # The build fails here unless the venv holds exactly the pinned torch and torchvision (a resolver
 # that upgraded or replaced them would otherwise go unnoticed until a benchmark reports them).
@@ -68,37 +81,48 @@ got = (torch.__version__.split('+')[0], torchvision.__version__.split('+')[0]); 
 print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'torchvision', torchvision.__version__); \
 sys.exit(0 if got == want else f'pinned torch/torchvision {want}, installed {got}')"
 
+# --- wheel: effbench alone, built with the venv's setuptools (no network, no build isolation) ------
+FROM build AS wheel
+COPY pyproject.toml README.md /src/
+COPY effbench /src/effbench
+RUN set -eu; /opt/venv/bin/python -m pip wheel --no-deps --no-build-isolation --no-index -w /wheel /src
+
 # --- runtime: the venv, the entry script, a non-root uid that any other uid can replace ----------
 FROM base AS runtime
 ARG BASE_IMAGE
+ARG BASE_DIGEST
+ARG FLAVOUR=cu130
 ARG TORCH_VERSION=2.14.1
 ARG TORCHVISION_VERSION=0.29.1
 ARG TORCH_INDEX_URL=
 ARG EFFBENCH_VERSION=0.1.0
-ARG VCS_REF=unknown
-ARG BUILD_DATE=unknown
 LABEL org.opencontainers.image.title="effbench" \
       org.opencontainers.image.description="Reproducible PyTorch CNN training benchmark: throughput, data vs compute time, accuracy" \
       org.opencontainers.image.version="${EFFBENCH_VERSION}" \
-      org.opencontainers.image.revision="${VCS_REF}" \
-      org.opencontainers.image.created="${BUILD_DATE}" \
       org.opencontainers.image.licenses="MIT" \
       org.opencontainers.image.base.name="${BASE_IMAGE}" \
+      org.opencontainers.image.base.digest="${BASE_DIGEST}" \
+      io.effbench.flavour="${FLAVOUR}" \
       io.effbench.torch.version="${TORCH_VERSION}" \
       io.effbench.torchvision.version="${TORCHVISION_VERSION}" \
       io.effbench.torch.index="${TORCH_INDEX_URL}"
 
 # uid/gid 10001: outside the ranges distributions hand out, so it never maps to a real host user.
-# /cache is world-writable with the sticky bit (any uid can cache); /results belongs to 10001 and
-# other uids mount a host folder there; /data is meant to be mounted read-only.
-RUN groupadd --gid 10001 effbench; \
+# /cache is world-writable with the sticky bit (any uid can cache; the entry script makes its
+# subfolders the same way); /results belongs to 10001 and other uids mount a host folder there;
+# /data is meant to be mounted read-only.
+RUN set -eu; \
+    groupadd --gid 10001 effbench; \
     useradd --uid 10001 --gid 10001 --home-dir /home/effbench --create-home --shell /bin/sh effbench; \
     mkdir -p /results /data /cache; \
     chown 10001:10001 /results; \
     chmod 0775 /results; \
     chmod 1777 /cache
 
+# The big layer (~5 GB): changes only when the lock does.
 COPY --from=build /opt/venv /opt/venv
+COPY --from=build /usr/local/share/effbench/locks/ /usr/local/share/effbench/locks/
+COPY --from=build /usr/local/lib/effbench/lock.py /usr/local/lib/effbench/lock.py
 COPY --chmod=0755 entrypoint/entrypoint.sh /usr/local/bin/effbench-entrypoint
 
 ENV PATH=/opt/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin} \
@@ -117,6 +141,18 @@ ENV PATH=/opt/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin
     MPLCONFIGDIR=/cache/matplotlib \
     CUDA_CACHE_PATH=/cache/nv
 
+# The effbench layer (kilobytes): the only one an effbench change rebuilds. The venv must then be
+# exactly the lock plus effbench (`pip freeze` against locks/<FLAVOUR>.txt), or the build stops.
+COPY --from=wheel /wheel/ /tmp/effbench-wheel/
+RUN set -eu; \
+    PIP_NO_CACHE_DIR=1 /opt/venv/bin/python -m pip install --no-deps --no-index --no-compile /tmp/effbench-wheel/*.whl; \
+    rm -rf /tmp/effbench-wheel; \
+    /opt/venv/bin/python -m pip check; \
+    /opt/venv/bin/python -m pip freeze --all > /tmp/freeze.txt; \
+    /opt/venv/bin/python /usr/local/lib/effbench/lock.py check "/usr/local/share/effbench/locks/${FLAVOUR}.txt" \
+        --ignore pip effbench < /tmp/freeze.txt; \
+    rm -f /tmp/freeze.txt
+
 VOLUME ["/results", "/data", "/cache"]
 # Not /results: podman gives a uid without a passwd entry HOME=$WORKDIR, and ~/.nv or ~/.config
 # must not land among the results.
@@ -124,3 +160,18 @@ WORKDIR /home/effbench
 USER 10001:10001
 ENTRYPOINT ["/usr/local/bin/effbench-entrypoint"]
 CMD ["--help"]
+
+# Last, so a new revision or date rebuilds only these: the image's identity, read by
+# `effbench --version` and recorded in env.json (effbench/system/identity.py).
+ARG VCS_REF=unknown
+ARG BUILD_DATE=unknown
+USER 0:0
+RUN set -eu; \
+    mkdir -p /etc/effbench; \
+    lock_sha=$(sha256sum "/usr/local/share/effbench/locks/${FLAVOUR}.txt"); \
+    lock_sha=${lock_sha%% *}; \
+    printf '{"revision": "%s", "created": "%s", "flavour": "%s", "lock_sha256": "%s", "base": "%s%s"}\n' \
+        "${VCS_REF}" "${BUILD_DATE}" "${FLAVOUR}" "$lock_sha" "${BASE_IMAGE}" "${BASE_DIGEST}" > /etc/effbench/image.json
+USER 10001:10001
+LABEL org.opencontainers.image.revision="${VCS_REF}" \
+      org.opencontainers.image.created="${BUILD_DATE}"

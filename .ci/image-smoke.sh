@@ -4,16 +4,25 @@
 #   sudo bash .ci/image-smoke.sh          # root: rootful podman; ~10 minutes on 2 cores
 #   KEEP_IMAGE=1 bash .ci/image-smoke.sh  # keep localhost/effbench:ci-smoke afterwards
 #   KEEP_IMAGE=1 REUSE_IMAGE=1 bash .ci/image-smoke.sh   # rerun the checks on the kept image
+#   MEASURE_REBUILD=0 bash .ci/image-smoke.sh             # skip the timed rebuild after a one-line change
 #
 # 1. installs podman, buildah, runc and debootstrap from Debian when missing;
 # 2. makes a Debian base image (debootstrap --variant=minbase + python3, `podman import`), reused
 #    while it exists: CI cannot pull the CUDA base from a registry;
-# 3. builds the Dockerfile with --isolation chroot --build-arg BASE_IMAGE=<that image>, passing this
-#    machine's pip settings as build args and mounting their local folders read-only;
+# 3. builds the Dockerfile with --isolation chroot --layers --build-arg BASE_IMAGE=<that image>, passing
+#    this machine's pip settings as build args and mounting their local folders read-only; the build
+#    itself checks `pip freeze` against locks/cu130.txt. Prints the image size and the effbench
+#    layer's size (bounded by EFFBENCH_LAYER_MAX_KIB), then rebuilds after a one-line change to
+#    effbench and prints how long that took and what it shipped; a fixture whose failing RUN
+#    command is not the last must fail to build (tests/fixtures/container/Dockerfile.failing-run);
 # 4. runs the image with --runtime runc (explicit --ulimit values: podman's defaults exceed this
 #    machine's hard limits) as a uid that is not the image's, with a host folder as /results:
 #    `effbench run --smoke --device cpu` must succeed, leave its reports in the host folder, and its
 #    process must not be root;
+#    Then the entry forms: `effbench ...`, `--version`, bash, python, torchrun pass through; a run
+#    with no -v for /results warns before and after that the results die with the container; a
+#    read-only root runs with --tmpfs /tmp and fails with preflight's message (not the entry
+#    script's) without it;
 # 5. two negative runs that must fail fast with the preflight message instead of hanging:
 #    a read-only /results, and a 64 MiB /dev/shm with DataLoader workers;
 # 6. runs singularity.def's %environment with its %test, then a smoke run, in the image as Apptainer
@@ -31,6 +40,9 @@ RUN_UID=${RUN_UID:-23456}          # neither root nor the image's 10001; no pass
 BUILD_TIMEOUT=${BUILD_TIMEOUT:-720}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
 FAIL_FAST_TIMEOUT=${FAIL_FAST_TIMEOUT:-120}
+# The effbench layers (wheel copy + install) hold the package (~0.7 MiB of source): a bound far
+# below the venv's gigabytes that still fails if the venv or torch slipped into them.
+EFFBENCH_LAYER_MAX_KIB=${EFFBENCH_LAYER_MAX_KIB:-4096}
 started=$SECONDS
 failures=0
 containers=()
@@ -52,7 +64,8 @@ chmod 755 "$WORK"
 
 cleanup() {
     local c
-    for c in "${containers[@]}"; do podman rm -f "$c" >/dev/null 2>&1 || true; done
+    # -v: the image's VOLUME lines give every container anonymous volumes, removed only with it
+    for c in "${containers[@]}"; do podman rm -f -v "$c" >/dev/null 2>&1 || true; done
     if [ "${KEEP_IMAGE:-0}" != 1 ]; then
         podman rmi -f "$IMAGE" >/dev/null 2>&1 || true
         for c in "${new_images[@]}"; do podman rmi -f "$c" >/dev/null 2>&1 || true; done
@@ -147,8 +160,8 @@ images_before=$(podman images -q --no-trunc | sort -u)
 build_start=$SECONDS
 if [ "${REUSE_IMAGE:-0}" = 1 ] && podman image exists "$IMAGE"; then
     log "REUSE_IMAGE=1: testing the existing $IMAGE without rebuilding"
-elif log "building $IMAGE (timeout ${BUILD_TIMEOUT}s)" && timeout "$BUILD_TIMEOUT" podman build --isolation chroot --layers=false \
-    "${build_args[@]}" "${mounts[@]}" \
+elif log "building $IMAGE (timeout ${BUILD_TIMEOUT}s)" && timeout "$BUILD_TIMEOUT" podman build --isolation chroot --layers \
+    "${build_args[@]}" "${mounts[@]}" --build-arg BASE_DIGEST= \
     --build-arg "VCS_REF=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
     --build-arg "BUILD_DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
     -t "$IMAGE" . >"$WORK/build.log" 2>&1; then
@@ -156,12 +169,60 @@ elif log "building $IMAGE (timeout ${BUILD_TIMEOUT}s)" && timeout "$BUILD_TIMEOU
     size=$(podman image inspect "$IMAGE" --format '{{.Size}}')
     pass "image built in ${build_s}s, $((size / 1024 / 1024)) MiB"
     grep -E "^torch [0-9]" "$WORK/build.log" || true
+    check "the build checked pip freeze against the lock: $(grep -m1 'lock check:' "$WORK/build.log")" \
+        "no lock check in the build log" grep -q "lock check: the venv is exactly" "$WORK/build.log"
 else
     mapfile -t new_images < <(comm -13 <(echo "$images_before") <(podman images -q --no-trunc | sort -u))
     tail -40 "$WORK/build.log"
     die "podman build failed or ran past ${BUILD_TIMEOUT}s"
 fi
 mapfile -t new_images < <(comm -13 <(echo "$images_before") <(podman images -q --no-trunc | sort -u) | grep -v "$(podman image inspect "$IMAGE" --format '{{.Id}}')" || true)
+
+# Bytes of the layers an effbench change produces: the wheel copy and its install (podman history
+# lists one row per instruction, newest first; --human=false gives bytes).
+effbench_layer_bytes() {
+    podman history --human=false --format '{{.Size}}|{{.CreatedBy}}' "$1" | awk -F'|' '/effbench-wheel/ {s += $1} END {print s + 0}'
+}
+layer=$(effbench_layer_bytes "$IMAGE")
+venv_layer=$(podman history --human=false --format '{{.Size}}' "$IMAGE" | sort -n | tail -n1)
+log "image $(($(podman image inspect "$IMAGE" --format '{{.Size}}') / 1024 / 1024)) MiB; venv layer $((${venv_layer:-0} / 1024 / 1024)) MiB; effbench layers $((layer / 1024)) KiB"
+check "effbench layers are $((layer / 1024)) KiB (bound ${EFFBENCH_LAYER_MAX_KIB} KiB)" \
+    "effbench layers are $((layer / 1024)) KiB, over ${EFFBENCH_LAYER_MAX_KIB} KiB (did the venv move into them?)" \
+    test "$layer" -gt 0 -a "$layer" -le $((EFFBENCH_LAYER_MAX_KIB * 1024))
+
+if [ "${MEASURE_REBUILD:-1}" = 1 ] && [ "${REUSE_IMAGE:-0}" != 1 ]; then
+    # The build context (.dockerignore's list) in a copy, with one line added to effbench.
+    ctx="$WORK/context"
+    mkdir -p "$ctx/tools"
+    cp -r Dockerfile .dockerignore pyproject.toml README.md constraints.txt effbench entrypoint locks "$ctx/"
+    cp tools/lock.py "$ctx/tools/"
+    echo "# one-line change for the rebuild measurement" >>"$ctx/effbench/__init__.py"
+    t0=$SECONDS
+    if timeout "$BUILD_TIMEOUT" podman build --isolation chroot --layers "${build_args[@]}" "${mounts[@]}" \
+        --build-arg BASE_DIGEST= --build-arg "VCS_REF=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)-changed" \
+        -t "$IMAGE-rebuild" "$ctx" >"$WORK/rebuild.log" 2>&1; then
+        rebuilt=$(effbench_layer_bytes "$IMAGE-rebuild")
+        shared=$(comm -12 <(podman inspect --format '{{range .RootFS.Layers}}{{println .}}{{end}}' "$IMAGE" | sort) \
+            <(podman inspect --format '{{range .RootFS.Layers}}{{println .}}{{end}}' "$IMAGE-rebuild" | sort) | grep -c . || true)
+        total=$(podman inspect --format '{{len .RootFS.Layers}}' "$IMAGE-rebuild")
+        pass "rebuild after a one-line effbench change: $((SECONDS - t0))s, $((total - shared)) new layer(s) of $total, effbench layers $((rebuilt / 1024)) KiB"
+    else
+        tail -20 "$WORK/rebuild.log"
+        fail "rebuild after a one-line change failed"
+    fi
+    podman rmi -f "$IMAGE-rebuild" >/dev/null 2>&1 || true
+fi
+
+# A RUN whose failing command is not the last must fail the build (the Dockerfile's `set -eu;`).
+if timeout 300 podman build --isolation chroot --layers=false --build-arg "BASE_IMAGE=$BASE" \
+    -f tests/fixtures/container/Dockerfile.failing-run -t localhost/effbench-failing-run:ci tests/fixtures/container >"$WORK/failing.log" 2>&1; then
+    podman rmi -f localhost/effbench-failing-run:ci >/dev/null 2>&1 || true
+    fail "tests/fixtures/container/Dockerfile.failing-run built: a failing command inside a RUN went unnoticed"
+elif grep -q "a failing command went unnoticed" "$WORK/failing.log"; then
+    fail "the failing RUN fixture went on after its failing command"
+else
+    pass "a RUN with a failing first command fails the build ($(grep -m1 -o 'exit status [0-9]*' "$WORK/failing.log" || echo failed))"
+fi
 
 user=$(podman image inspect "$IMAGE" --format '{{.Config.User}}')
 check "image USER is numeric non-root ($user)" "image USER is '$user'" grep -qE '^[1-9][0-9]*(:[0-9]+)?$' <<<"$user"
@@ -204,6 +265,64 @@ if [ -n "$run_dir" ]; then
     check "reports are owned by uid $RUN_UID" "reports are owned by uid $owner" test "$owner" = "$RUN_UID"
 else
     fail "no run folder in the host folder mounted as /results"
+fi
+
+# --- 4b. entry forms, the results that would die with the container, a read-only root -----------------
+# in_image ARGS...: one short-lived container as the foreign uid; output and exit status kept.
+in_image() {
+    timeout "$RUN_TIMEOUT" podman run --rm --runtime runc "${ULIMITS[@]}" --user "$RUN_UID:$RUN_UID" "$@" 2>&1
+}
+vcs_ref=$(podman image inspect "$IMAGE" --format '{{index .Labels "org.opencontainers.image.revision"}}')
+for form in "effbench --version" "--version"; do
+    # shellcheck disable=SC2086  # the form is split into words on purpose
+    if out=$(in_image "$IMAGE" $form) && grep -q "^effbench [0-9]" <<<"$out" && grep -q "image revision $vcs_ref" <<<"$out" \
+        && grep -q "^torch .*, CUDA " <<<"$out"; then
+        pass "\`$form\` in the image: $(tr '\n' ' ' <<<"$out" | cut -c1-160)"
+    else
+        printf '%s\n' "$out" | tail -5 | sed 's/^/    /'
+        fail "\`$form\` in the image"
+    fi
+done
+# shellcheck disable=SC2016  # expanded in the container, not here
+check "\`bash -c ...\` passes through the entry script" "bash did not pass through" \
+    grep -qx "uid=$RUN_UID" <<<"$(in_image "$IMAGE" bash -c 'echo "uid=$(id -u)"')"
+check "\`python -c ...\` passes through" "python did not pass through" \
+    grep -qx "3" <<<"$(in_image "$IMAGE" python -c 'import sys, effbench; print(sys.version_info[0])')"
+check "\`torchrun --help\` passes through" "torchrun did not pass through" \
+    grep -q "usage: torchrun" <<<"$(in_image "$IMAGE" torchrun --help)"
+check "\`effbench run --smoke\` (the Apptainer habit) reaches effbench" "\`effbench effbench ...\` did not reach effbench" \
+    grep -q "Usage: effbench run" <<<"$(in_image "$IMAGE" effbench run --help)"
+
+# No -v for /results: the run succeeds into an anonymous volume, and says so before and after.
+# shellcheck disable=SC2016  # the literal fix text
+if out=$(in_image "$IMAGE" run --smoke --device cpu --quiet) \
+    && [ "$(grep -c '^warning: output-mount: /results is an anonymous volume' <<<"$out")" = 2 ] \
+    && grep -q -- '-v "$PWD/results:/results"' <<<"$out"; then
+    pass "no -v for /results: exit 0 with the output-mount warning before and after the run"
+else
+    printf '%s\n' "$out" | grep -v '^epoch' | tail -8 | sed 's/^/    /'
+    fail "no -v for /results: expected the output-mount warning twice"
+fi
+
+# Read-only root (Docker --read-only; podman adds tmpfs on /tmp unless --read-only-tmpfs=false).
+ro_results="$WORK/ro-root-results"
+mkdir -p "$ro_results"
+chown "$RUN_UID:$RUN_UID" "$ro_results"
+if out=$(in_image --read-only --read-only-tmpfs=false --tmpfs /tmp -v "$ro_results:/results" "$IMAGE" run --smoke --device cpu --quiet); then
+    pass "read-only root with --tmpfs /tmp: the smoke run succeeds"
+else
+    printf '%s\n' "$out" | tail -8 | sed 's/^/    /'
+    fail "read-only root with --tmpfs /tmp: the smoke run failed"
+fi
+set +e
+out=$(in_image --read-only --read-only-tmpfs=false -v "$ro_results:/results" "$IMAGE" run --smoke --device cpu --quiet)
+rc=$?
+set -e
+if [ $rc = 2 ] && grep -q "^error: " <<<"$out" && ! grep -q "cannot create directory" <<<"$out"; then
+    pass "read-only root without a tmpfs: exit 2 with preflight's message: $(grep -m1 '^error:' <<<"$out" | cut -c1-150)"
+else
+    printf '%s\n' "$out" | tail -8 | sed 's/^/    /'
+    fail "read-only root without a tmpfs: exit $rc (expected 2 with an error: line from effbench, not the entry script)"
 fi
 
 # --- 5. negative runs: fail fast with the preflight message -----------------------------------------

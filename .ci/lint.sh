@@ -51,6 +51,7 @@ echo "== docker compose config =="
 compose() { env -u GPU_COUNT -u SHM_SIZE -u RESULTS_DIR -u DATA_DIR -u CACHE_DIR -u EFFBENCH_IMAGE "$BIN/docker-compose" "$@"; }
 expect_ok "compose.yaml" compose -f compose.yaml config -q
 expect_ok "compose.yaml --profile cpu" compose -f compose.yaml --profile cpu config -q
+expect_ok "compose.yaml + compose.memlock.yaml" compose -f compose.yaml -f compose.memlock.yaml config -q
 expect_ok "compose.yaml with GPU_COUNT=2" env GPU_COUNT=2 "$BIN/docker-compose" -f compose.yaml config -q
 for f in "$FIXTURES"/compose-bad-*.yaml; do
     expect_fail "compose rejects $f (--profile cpu)" compose -f "$f" --profile cpu config -q
@@ -60,7 +61,7 @@ expect_ok "compose ignores the inactive cpu service without --profile cpu" \
     compose -f "$FIXTURES/compose-bad-undeclared-volume.yaml" config -q
 
 echo "== singularity.def =="
-expect_ok "singularity.def" "$BIN/python" tools/check_singularity_def.py singularity.def
+expect_ok "singularity.def (portable: Singularity 3.x and Apptainer)" "$BIN/python" tools/check_singularity_def.py --portable singularity.def
 for f in "$FIXTURES"/singularity-*.def; do
     expect_fail "validator rejects $f" "$BIN/python" tools/check_singularity_def.py "$f"
 done

@@ -42,6 +42,15 @@ def instructions(path: Path) -> list[tuple[str, str]]:
 DOCKERFILE = instructions(ROOT / "Dockerfile")
 
 
+def load_module(name: str):
+    """tools/<name>.py, which are scripts, not a package."""
+    spec = importlib.util.spec_from_file_location(f"tools_{name}", ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
 def stage_of(index: int) -> int:
     return sum(1 for k, _ in DOCKERFILE[: index + 1] if k == "FROM")
 
@@ -59,9 +68,57 @@ def test_base_image_arg_comes_before_from_with_an_exact_tag():
 
 def test_multi_stage_build_copies_the_venv_into_the_runtime_stage():
     froms = [a for k, a in DOCKERFILE if k == "FROM"]
-    assert len(froms) >= 3 and any(a.endswith(" AS build") for a in froms)
-    copies = [a for k, a in DOCKERFILE if k == "COPY" and a.startswith("--from=build")]
+    assert (
+        len(froms) >= 4 and any(a.endswith(" AS build") for a in froms) and any(a.endswith(" AS wheel") for a in froms)
+    )
+    copies = [a for k, a in DOCKERFILE if k == "COPY" and a.startswith("--from=build /opt/venv")]
     assert copies == ["--from=build /opt/venv /opt/venv"]
+
+
+def test_layers_effbench_after_the_venv_and_identity_last():
+    """An effbench change must rebuild only layers above the venv; VCS_REF/BUILD_DATE only the last ones."""
+    final_start = max(i for i, (k, _) in enumerate(DOCKERFILE) if k == "FROM")
+    final = DOCKERFILE[final_start:]
+    venv = next(i for i, (k, a) in enumerate(final) if k == "COPY" and a == "--from=build /opt/venv /opt/venv")
+    wheel = next(i for i, (k, a) in enumerate(final) if k == "COPY" and a.startswith("--from=wheel"))
+    assert venv < wheel
+    # nothing from the source tree reaches the runtime stage before the venv layer
+    assert not [a for k, a in final[:venv] if k == "COPY"]
+    args = [i for i, (k, a) in enumerate(final) if k == "ARG" and a.split("=")[0] in ("VCS_REF", "BUILD_DATE")]
+    assert len(args) == 2 and min(args) > wheel, "VCS_REF/BUILD_DATE declared before the effbench layer break its cache"
+    assert final[-1][0] == "LABEL" and "image.revision=" in final[-1][1] and "image.created=" in final[-1][1]
+    # the effbench package is built in its own stage, from the same venv, without network
+    start = next(i for i, (k, a) in enumerate(DOCKERFILE) if k == "FROM" and a.endswith(" AS wheel"))
+    build = next(a for k, a in DOCKERFILE[start:] if k == "RUN")
+    assert "pip wheel --no-deps --no-build-isolation --no-index" in build
+
+
+def test_every_multi_command_run_fails_on_any_failing_command():
+    """podman/buildah ignore SHELL in OCI format: a RUN with several commands starts with `set -eu`."""
+    assert all(k != "SHELL" for k, _ in DOCKERFILE), "SHELL is ignored by podman/buildah (OCI format)"
+    for keyword, a in DOCKERFILE:
+        if keyword != "RUN" or a.startswith("/opt/venv/bin/python -c"):  # one command
+            continue
+        assert a.startswith("set -eu;"), f"RUN {a[:60]}... does not start with set -eu;"
+    fixture = instructions(FIXTURES / "Dockerfile.failing-run")
+    (run,) = [a for k, a in fixture if k == "RUN"]
+    assert run.startswith("set -eu;") and run.index("false") < run.index("echo"), "the fixture must fail before its end"
+
+
+def test_the_failing_run_fixture_fails_under_sh_and_passes_without_set_eu():
+    """What a builder does with a RUN line (`/bin/sh -c "<line>"`), run here with sh: the fixture's
+    line fails, and the same line without `set -eu;` passes (the bug it guards against)."""
+    (run,) = [a for k, a in instructions(FIXTURES / "Dockerfile.failing-run") if k == "RUN"]
+    assert subprocess.run(["sh", "-c", run], capture_output=True).returncode != 0
+    assert subprocess.run(["sh", "-c", run.removeprefix("set -eu;")], capture_output=True).returncode == 0
+
+
+def test_base_is_pinned_by_digest_as_a_build_argument():
+    first_from = next(i for i, (k, _) in enumerate(DOCKERFILE) if k == "FROM")
+    args = dict(a.split("=", 1) for k, a in DOCKERFILE[:first_from] if k == "ARG" and "=" in a)
+    assert re.fullmatch(r"@sha256:[0-9a-f]{64}", args["BASE_DIGEST"])
+    assert DOCKERFILE[first_from][1].startswith("${BASE_IMAGE}${BASE_DIGEST}")
+    assert "skopeo inspect" in (ROOT / "Dockerfile").read_text()  # how to refresh it
 
 
 def test_torch_is_pinned_to_the_makefile_versions_with_build_args():
@@ -70,10 +127,12 @@ def test_torch_is_pinned_to_the_makefile_versions_with_build_args():
     vision_pin = re.search(r"torchvision==([\w.]+)", makefile).group(1)
     args = {a.split("=", 1)[0]: a.split("=", 1)[1] if "=" in a else None for k, a in DOCKERFILE if k == "ARG"}
     assert args["TORCH_VERSION"] == torch_pin and args["TORCHVISION_VERSION"] == vision_pin
-    assert "TORCH_INDEX_URL" in args
+    assert "TORCH_INDEX_URL" in args and args["FLAVOUR"] == "cu130"
     runs = " ".join(a for k, a in DOCKERFILE if k == "RUN")
-    assert '"torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}"' in runs
-    assert "-c /tmp/constraints.txt" in runs
+    assert "pip install --require-hashes --no-deps" in runs and '-r "$lock"' in runs
+    assert 'grep -qix "torch==${TORCH_VERSION}.*" "$lock"' in runs
+    lock = load_module("lock").parse_pins((ROOT / "locks" / "cu130.txt").read_text())
+    assert lock["torch"] == torch_pin and lock["torchvision"] == vision_pin
 
 
 def test_build_fails_unless_the_pinned_torch_is_installed():
@@ -131,7 +190,15 @@ def test_dockerignore_keeps_the_venv_and_results_out():
     ]
     assert lines[0] == "*", "start from nothing, then list what the build needs"
     included = {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
-    assert {"pyproject.toml", "README.md", "constraints.txt", "effbench", "entrypoint"} <= included
+    assert {
+        "pyproject.toml",
+        "README.md",
+        "constraints.txt",
+        "effbench",
+        "entrypoint",
+        "locks",
+        "tools/lock.py",
+    } <= included
     assert not included & {".venv", "results", "data", ".git"}
     copied = {
         p
@@ -142,7 +209,7 @@ def test_dockerignore_keeps_the_venv_and_results_out():
     }
     for path in copied:
         top = path.split("/")[0]
-        assert top in included, f"COPY {path} is excluded by .dockerignore"
+        assert top in included or path.rstrip("/") in included, f"COPY {path} is excluded by .dockerignore"
 
 
 def test_entry_script_ends_by_exec_effbench_and_fixes_home():
@@ -244,7 +311,7 @@ def compose_bin() -> str | None:
 
 
 def compose_config(
-    *args: str, file: Path = ROOT / "compose.yaml", env: dict | None = None
+    *args: str, file: Path = ROOT / "compose.yaml", env: dict | None = None, extra: list[Path] | None = None
 ) -> subprocess.CompletedProcess:
     binary = compose_bin()
     if binary is None:
@@ -254,7 +321,8 @@ def compose_config(
         for k, v in os.environ.items()
         if k not in ("GPU_COUNT", "SHM_SIZE", "UID", "GID", "RESULTS_DIR", "DATA_DIR", "CACHE_DIR")
     }
-    return subprocess.run([binary, "-f", str(file), *args, "config", "--format", "json"], capture_output=True, text=True,
+    files = [a for f in [file, *(extra or [])] for a in ("-f", str(f))]
+    return subprocess.run([binary, *files, *args, "config", "--format", "json"], capture_output=True, text=True,
                           env={**clean, **(env or {})}, timeout=60)  # fmt: skip
 
 
@@ -288,3 +356,147 @@ def test_compose_cpu_profile_runs_the_smoke_preset():
 @pytest.mark.parametrize("fixture", sorted(p.name for p in FIXTURES.glob("compose-bad-*.yaml")))
 def test_compose_rejects_broken_fixtures(fixture):
     assert compose_config("--profile", "cpu", file=FIXTURES / fixture).returncode != 0
+
+
+# --- entry script: pass-through, read-only root ------------------------------------------------------
+def entry(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The real entry script with fake `effbench` and `torchrun` on PATH that print what they got."""
+    fake = tmp_path / "bin"
+    fake.mkdir(exist_ok=True)
+    for name in ("effbench", "torchrun"):
+        (fake / name).write_text(f'#!/bin/sh\necho "{name} ARGS=$*"\necho "HOME=$HOME"\n')
+        (fake / name).chmod(0o755)
+    base = {"PATH": f"{fake}:/usr/bin:/bin", "HOME": str(tmp_path), "TMPDIR": str(tmp_path)}
+    return subprocess.run(["sh", str(ROOT / "entrypoint" / "entrypoint.sh"), *args], env={**base, **(env or {})},
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["run", "--smoke"], "effbench ARGS=run --smoke"),
+        (["effbench", "run", "--smoke"], "effbench ARGS=run --smoke"),  # the Apptainer users' form
+        (["--version"], "effbench ARGS=--version"),
+        (["effbench", "--version"], "effbench ARGS=--version"),
+        (["torchrun", "--nproc-per-node", "2"], "torchrun ARGS=--nproc-per-node 2"),
+        (["sh", "-c", "echo passed-through"], "passed-through"),
+        (["nosuchcommand"], "effbench ARGS=nosuchcommand"),  # effbench answers the typo
+        ([], "effbench ARGS="),
+    ],
+)
+def test_entry_script_passes_programs_through_and_the_rest_to_effbench(tmp_path, args, expected):
+    out = entry(tmp_path, *args)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0] == expected
+
+
+def test_entry_script_never_fails_on_a_read_only_root(tmp_path):
+    """HOME=/ and an unwritable temp dir (Docker --read-only without --tmpfs /tmp): no mkdir error of
+    its own, HOME left as it was, effbench started so preflight can explain."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        env = {"HOME": "/", "TMPDIR": "/proc/effbench-no-tmp", "TORCH_HOME": "/proc/effbench-cache/torch"}
+        out = entry(tmp_path, "run", "--smoke", env=env)
+    finally:
+        ro.chmod(0o755)
+    assert out.returncode == 0 and "effbench ARGS=run --smoke" in out.stdout
+    assert "HOME=/" in out.stdout.splitlines()
+    assert "cannot create" not in out.stderr and "mkdir" not in out.stderr
+
+
+# --- the lock --------------------------------------------------------------------------------------
+def test_lock_pins_every_package_with_a_hash_including_torch_s_cuda_stack():
+    text = (ROOT / "locks" / "cu130.txt").read_text()
+    lock = load_module("lock").parse_pins(text)
+    # the packages the issue saw floating: torch's CUDA dependencies are in the lock, exactly
+    assert {"nvidia-nvjitlink", "cuda-bindings", "cuda-pathfinder", "triton", "nvidia-cudnn-cu13"} <= set(lock)
+    assert {"typer", "numpy", "efficientnet-pytorch", "matplotlib"} <= set(lock) and "effbench" not in lock
+    entries = re.split(r"\n(?=[a-z0-9])", text.split("\n\n", 1)[-1].strip())
+    entries = [e for e in entries if not e.startswith("#")]
+    assert len(entries) == len(lock)
+    for e in entries:
+        assert re.search(r"--hash=sha256:[0-9a-f]{64}", e), f"no hash: {e.splitlines()[0]}"
+    assert "# unhashed (the index gave no hash): none" in text
+    constraints = load_module("lock").parse_pins((ROOT / "constraints.txt").read_text())
+    for name, version in constraints.items():  # the lock agrees with the pins it was resolved under
+        assert lock.get(name) == version, name
+
+
+def test_lock_check_compares_pip_freeze_by_normalised_name():
+    lock_mod = load_module("lock")
+    lock = lock_mod.parse_pins("jinja2==3.1.6 \\\n    --hash=sha256:ab\ntyping-extensions==4.16.0\n")
+    freeze = lock_mod.parse_pins("Jinja2==3.1.6\ntyping_extensions==4.16.0\npip==23.0.1\n")
+    assert lock_mod.compare(lock, freeze, {"pip"}) == []
+    extra = lock_mod.parse_pins("Jinja2==3.1.7\nrequests==2.0\n")
+    assert lock_mod.compare(lock, extra, {"pip"}) == [
+        "jinja2: lock 3.1.6, installed 3.1.7",
+        "requests==2.0 is installed but not in the lock",
+        "typing-extensions==4.16.0 is in the lock but not installed",
+    ]
+
+
+def test_lock_check_cli_fails_on_a_difference(tmp_path):
+    lock = tmp_path / "lock.txt"
+    lock.write_text("numpy==2.4.6 \\\n    --hash=sha256:" + "0" * 64 + "\n")
+    tool = [sys.executable, str(ROOT / "tools" / "lock.py"), "check", str(lock), "--ignore", "pip", "effbench"]
+    same = subprocess.run(tool, input="numpy==2.4.6\npip==24.0\neffbench==0.1.0\n", capture_output=True, text=True)
+    differs = subprocess.run(tool, input="numpy==2.4.5\n", capture_output=True, text=True)
+    assert same.returncode == 0 and differs.returncode == 1
+    assert "numpy: lock 2.4.6, installed 2.4.5" in differs.stderr
+
+
+# --- Slurm, compose, Apptainer ----------------------------------------------------------------------
+def test_slurm_single_node_gives_each_rank_its_share_of_the_cpus(tmp_path):
+    text = (ROOT / "entrypoint" / "slurm-single-node.sbatch").read_text()
+    assert '--workers "$workers"' in text and "SLURM_CPUS_PER_TASK}" not in text.split("srun")[-1]
+    block = re.search(r"^cpus=.*?\n\[ \"\$workers\" -ge 1 \] \|\| workers=1$", text, re.S | re.M).group(0)
+    for cpus, gpus, workers in ((32, 4, 7), (8, 8, 1), (64, 2, 31)):  # cpus/gpus - 1 per rank, at least 1
+        out = subprocess.run(["sh", "-c", f"{block}\necho $workers"], capture_output=True, text=True,
+                             env={"SLURM_CPUS_PER_TASK": str(cpus), "GPUS": str(gpus)})  # fmt: skip
+        assert out.stdout.strip() == str(workers)
+        assert workers * gpus + gpus <= max(cpus, 2 * gpus)
+
+
+def test_compose_leaves_memlock_to_an_opt_in_overlay():
+    assert "memlock" not in (ROOT / "compose.yaml").read_text().split("x-effbench:")[1]
+    result = compose_config(file=ROOT / "compose.yaml", extra=[ROOT / "compose.memlock.yaml"])
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["services"]["effbench"]["ulimits"]["memlock"] == -1
+
+
+def test_singularity_def_builds_on_singularity_3_and_apptainer():
+    validator = load_validator()
+    assert validator.check((ROOT / "singularity.def").read_text(), portable=True) == []
+    templated = (FIXTURES / "singularity-undeclared-var.def").read_text()
+    assert any("needs Apptainer >= 1.2" in m for _, m in validator.check(templated, portable=True))
+    assert not any("needs Apptainer >= 1.2" in m for _, m in validator.check(templated))
+
+
+def test_singularity_environment_honours_effbench_cache_and_says_where_things_go(tmp_path):
+    environment = load_validator().section_text((ROOT / "singularity.def").read_text(), "environment")
+    runscript = load_validator().section_text((ROOT / "singularity.def").read_text(), "runscript")
+    show = 'echo "out=$EFFBENCH_OUTPUT torch=$TORCH_HOME"'
+    if os.access("/cache", os.W_OK) or os.access("/results", os.W_OK):
+        pytest.skip("this machine has a writable /cache or /results")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home")}
+    default = subprocess.run(
+        ["sh", "-c", f"{environment}\n{show}"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert default.stdout.strip() == f"out={tmp_path}/results torch={tmp_path}/home/.cache/effbench/torch"
+    moved = subprocess.run(["sh", "-c", f"{environment}\n{show}"], cwd=tmp_path, capture_output=True, text=True,
+                           env={**env, "EFFBENCH_CACHE": "/scratch/me/cache"})  # fmt: skip
+    assert moved.stdout.strip() == f"out={tmp_path}/results torch=/scratch/me/cache/torch"
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "effbench").write_text('#!/bin/sh\necho "effbench ARGS=$*"\n')
+    (fake / "effbench").chmod(0o755)
+    said = subprocess.run(["sh", "-c", f"{environment}\n{runscript}", "sh", "effbench", "doctor"], cwd=tmp_path,
+                          env={**env, "PATH": f"{fake}:/usr/bin:/bin"}, capture_output=True, text=True)  # fmt: skip
+    assert said.stdout.strip() == "effbench ARGS=doctor"
+    assert (
+        f"results -> {tmp_path}/results" in said.stderr
+        and "caches -> " in said.stderr
+        and "EFFBENCH_CACHE" in said.stderr
+    )

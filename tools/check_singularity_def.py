@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Validate an Apptainer/Singularity definition file without Apptainer.
 
-    python tools/check_singularity_def.py singularity.def
+    python tools/check_singularity_def.py --portable singularity.def   # also builds on Singularity 3.x
     python tools/check_singularity_def.py tests/fixtures/container/singularity-*.def   # each must fail
     python tools/check_singularity_def.py --section environment singularity.def        # print one section
 
@@ -12,7 +12,9 @@ Checks, each reported as `FILE:LINE: problem` (exit 1 when any, 0 when none):
     present and not empty;
   - every `{{ NAME }}` template variable is declared as NAME=default in %arguments, and every
     declared argument is used;
-  - %labels lines are `KEY VALUE`.
+  - %labels lines are `KEY VALUE`;
+  - with --portable: no %arguments and no `{{ }}` (Apptainer >= 1.2 only; Singularity 3.x would
+    leave `{{ NAME }}` in the file literally), so one definition builds on both families.
 `--section NAME` prints that section's body instead (the image smoke test runs %environment and
 %test in the Docker image to mimic `apptainer test` where there is no Apptainer).
 Only the standard library is used, so CI can run it before anything is installed.
@@ -83,9 +85,24 @@ def parse(text: str) -> tuple[Parsed, list[tuple[int, str]]]:
     return Parsed(header, sections), problems
 
 
-def check(text: str) -> list[tuple[int, str]]:
-    """Every problem in a definition file, as (line, message), in line order."""
+PORTABLE_PROBLEM = "needs Apptainer >= 1.2 (Singularity 3.x does not expand it)"
+
+
+def not_portable(text: str, parsed: Parsed) -> list[tuple[int, str]]:
+    """What Singularity 3.x cannot build: %arguments and `{{ }}` templating (Apptainer >= 1.2)."""
+    problems = [(s.line, f"%arguments {PORTABLE_PROBLEM}") for s in parsed.sections if s.name == "arguments"]
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if _TEMPLATE_RE.search(line):
+            problems.append((lineno, f"{{{{ }}}} templating {PORTABLE_PROBLEM}"))
+    return problems
+
+
+def check(text: str, portable: bool = False) -> list[tuple[int, str]]:
+    """Every problem in a definition file, as (line, message), in line order. `portable`: also
+    reject what only Apptainer >= 1.2 understands (%arguments, `{{ }}` templating)."""
     parsed, problems = parse(text)
+    if portable:
+        problems += not_portable(text, parsed)
 
     bootstrap = parsed.header.get("bootstrap")
     if bootstrap is None:
@@ -174,8 +191,9 @@ def main(argv: list[str]) -> int:
             return 1
         sys.stdout.write(body)
         return 0
+    portable = argv[0] == "--portable"
     status = 0
-    for name in argv:
+    for name in argv[1:] if portable else argv:
         path = Path(name)
         try:
             text = path.read_text(encoding="utf-8")
@@ -183,7 +201,7 @@ def main(argv: list[str]) -> int:
             print(f"{path}: cannot read ({e.strerror})")
             status = 1
             continue
-        problems = check(text)
+        problems = check(text, portable=portable)
         for lineno, message in problems:
             print(f"{path}:{lineno}: {message}")
         if problems:

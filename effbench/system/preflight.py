@@ -270,7 +270,7 @@ FIX_FEWER_GPUS = (
     "or ask for fewer with --gpus"
 )
 FIX_MEMLOCK = (
-    "Docker: --ulimit memlock=-1:-1; compose: ulimits: memlock: -1 (set in compose.yaml); "
+    "Docker: --ulimit memlock=-1:-1; compose: -f compose.yaml -f compose.memlock.yaml (rootful engines); "
     "Apptainer/Slurm: the job inherits the node's limit, ask for `ulimit -l unlimited` "
     "(Slurm: PropagateResourceLimits)"
 )
