@@ -293,9 +293,10 @@ check "\`torchrun --help\` passes through" "torchrun did not pass through" \
 check "\`effbench run --smoke\` (the Apptainer habit) reaches effbench" "\`effbench effbench ...\` did not reach effbench" \
     grep -q "Usage: effbench run" <<<"$(in_image "$IMAGE" effbench run --help)"
 
-# No -v for /results: the run succeeds into an anonymous volume, and says so before and after.
+# No -v for /results, as the image's own uid (the issue's `docker run --rm effbench run ...`): the run
+# succeeds into an anonymous volume (removed by --rm), and says so before and after.
 # shellcheck disable=SC2016  # the literal fix text
-if out=$(in_image "$IMAGE" run --smoke --device cpu --quiet) \
+if out=$(timeout "$RUN_TIMEOUT" podman run --rm --runtime runc "${ULIMITS[@]}" "$IMAGE" run --smoke --device cpu --quiet 2>&1) \
     && [ "$(grep -c '^warning: output-mount: /results is an anonymous volume' <<<"$out")" = 2 ] \
     && grep -q -- '-v "$PWD/results:/results"' <<<"$out"; then
     pass "no -v for /results: exit 0 with the output-mount warning before and after the run"
