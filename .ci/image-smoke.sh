@@ -178,13 +178,17 @@ else
 fi
 mapfile -t new_images < <(comm -13 <(echo "$images_before") <(podman images -q --no-trunc | sort -u) | grep -v "$(podman image inspect "$IMAGE" --format '{{.Id}}')" || true)
 
-# Bytes of the layers an effbench change produces: the wheel copy and its install (podman history
-# lists one row per instruction, newest first; --human=false gives bytes).
-effbench_layer_bytes() {
-    podman history --human=false --format '{{.Size}}|{{.CreatedBy}}' "$1" | awk -F'|' '/effbench-wheel/ {s += $1} END {print s + 0}'
+# Bytes of the layers an effbench change produces: the wheel copy and its install. podman history's
+# JSON gives each instruction's size in bytes (its text form is always human-readable in podman 4).
+layer_sizes() {
+    podman history --no-trunc --format json "$1" | "$PY" -c '
+import json, sys
+rows = json.load(sys.stdin)
+print(sum(r["size"] for r in rows if "effbench-wheel" in r["CreatedBy"]), max(r["size"] for r in rows))'
 }
+effbench_layer_bytes() { layer_sizes "$1" | cut -d' ' -f1; }
 layer=$(effbench_layer_bytes "$IMAGE")
-venv_layer=$(podman history --human=false --format '{{.Size}}' "$IMAGE" | sort -n | tail -n1)
+venv_layer=$(layer_sizes "$IMAGE" | cut -d' ' -f2)
 log "image $(($(podman image inspect "$IMAGE" --format '{{.Size}}') / 1024 / 1024)) MiB; venv layer $((${venv_layer:-0} / 1024 / 1024)) MiB; effbench layers $((layer / 1024)) KiB"
 check "effbench layers are $((layer / 1024)) KiB (bound ${EFFBENCH_LAYER_MAX_KIB} KiB)" \
     "effbench layers are $((layer / 1024)) KiB, over ${EFFBENCH_LAYER_MAX_KIB} KiB (did the venv move into them?)" \
