@@ -21,15 +21,19 @@
 #   --build-arg PIP_INDEX_URL=... --build-arg PIP_EXTRA_INDEX_URL=... --build-arg PIP_FIND_LINKS=...
 #   --build-arg PIP_CERT=/path/inside/build   (with the file mounted: podman build --volume ...)
 #
-# The torch wheels bundle their CUDA libraries, so the base only has to provide glibc and Python 3;
-# the CUDA runtime image is the default because the NVIDIA Container Toolkit recognises it.
+# The torch wheels bundle their CUDA libraries (nvidia-* wheels in the lock) and the NVIDIA Container
+# Toolkit / `singularity --nv` bring the driver, so the base only has to provide glibc and the Python
+# the lock was made for: Debian 12's python3 is 3.11, the version locks/cu130.txt pins wheels for and
+# the base CI builds on (a debootstrap of the same release). NVIDIA_* below ask the toolkit for the
+# compute and utility (nvidia-smi, NVML) driver parts, as the nvidia/cuda images do.
 
-# Refresh the digest when moving the tag: `skopeo inspect --format '{{.Digest}}' docker://docker.io/nvidia/cuda:<tag>`
-# or `docker buildx imagetools inspect nvidia/cuda:<tag>` (the index digest, every platform). Pass
-# BASE_DIGEST= (empty) with another BASE_IMAGE. This value is the multi-arch index digest of the tag
-# as public Dockerfiles pin it; it was not re-read from the registry here (no registry access).
-ARG BASE_IMAGE=nvidia/cuda:13.0.1-runtime-ubuntu24.04
-ARG BASE_DIGEST=@sha256:c3fde347d52d578c84fd644bc177bc7ec333feaf11550d990da4084d7612e4c7
+# Refresh the digest when moving the tag: `skopeo inspect --format '{{.Digest}}' docker://docker.io/library/debian:bookworm-slim`
+# or `docker buildx imagetools inspect debian:bookworm-slim`. Pass BASE_DIGEST= (empty) with another
+# BASE_IMAGE (its python3 must be the lock's: tools/lock.py generate --python-version X.Y). This value
+# was taken from public Dockerfiles that pin the tag; it was not re-read from the registry here (no
+# registry access).
+ARG BASE_IMAGE=debian:bookworm-slim
+ARG BASE_DIGEST=@sha256:4b50eb66f977b4062683ff434ef18ac191da862dbe966961bc11990cf5791a8d
 
 # --- base: Python 3 and venv on the chosen base (skips apt when the base already has them) -------
 FROM ${BASE_IMAGE}${BASE_DIGEST} AS base
@@ -133,7 +137,6 @@ ENV PATH=/opt/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     EFFBENCH_OUTPUT=/results \
     EFFBENCH_DATA=/data \
-    EFFBENCH_IMAGE_REVISION=${VCS_REF} \
     XDG_CACHE_HOME=/cache \
     TORCH_HOME=/cache/torch \
     TRITON_CACHE_DIR=/cache/triton \

@@ -59,7 +59,7 @@ def make_run(
     env = {"hostname": host, "torch": "2.14.1+cu130", "cuda_build": "13.0", "cpu_model": "AMD EPYC",
            "cpu_cores_usable": 16, "gpu_count": 1, "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3"}],
            "driver_version": driver, "container_runtime": "docker", "cgroup_cpu_quota_cores": None,
-           "shm_size_gib": 16.0, "env_vars": {"EFFBENCH_IMAGE_REVISION": "abc123"}}  # fmt: skip
+           "shm_size_gib": 16.0, "image": {"revision": "abc123", "flavour": "cu130"}}  # fmt: skip
     record = {
         "schema_version": results.SCHEMA_VERSION,
         "status": status,
@@ -289,13 +289,11 @@ def test_export_gives_one_row_per_run_with_the_documented_columns(tmp_path, caps
     assert documented[: len(ex.COLUMNS)] == list(ex.COLUMNS)
 
 
-def test_the_image_revision_variable_is_recorded_with_every_run():
-    """image_revision is read from env.json's env_vars, which keeps every EFFBENCH_* variable."""
-    from effbench.system.hardware import relevant_env_vars
+def test_the_image_revision_comes_from_the_identity_env_json_records():
+    """image_revision is the revision in env.json's `image`, which the image's /etc/effbench/image.json gives."""
+    from effbench.system.identity import image_info
 
-    assert relevant_env_vars({"EFFBENCH_IMAGE_REVISION": "abc123", "HOME": "/x"}) == {
-        "EFFBENCH_IMAGE_REVISION": "abc123"
-    }
+    assert image_info({"EFFBENCH_IMAGE_INFO": "/nonexistent"}) is None  # outside the image: no identity
 
 
 def test_export_jsonl_to_stdout_has_the_same_rows(tmp_path, capsys):

@@ -47,7 +47,7 @@ COLUMN_DOCS: tuple[tuple[str, str], ...] = (
     ("cpu_quota_cores", "cgroup CPU quota in cores; empty when unlimited"),
     ("shm_gib", "size of /dev/shm in GiB"),
     ("container_runtime", "docker, podman, apptainer or none"),
-    ("image_revision", "EFFBENCH_IMAGE_REVISION of the image (its VCS_REF); empty outside the image"),
+    ("image_revision", "the git revision the image was built from (env.json image.revision); empty outside the image"),
     ("sm_clock_mhz", "mean SM clock over the run, GPU mean; empty without NVML"),
     ("device", "device the run trained on"),
     ("world_size", "processes in the job"),
@@ -171,7 +171,7 @@ def machine(record: Mapping[str, Any], env: Mapping[str, Any]) -> dict[str, Any]
         "cpu_quota_cores": env.get("cgroup_cpu_quota_cores"),
         "shm_gib": env.get("shm_size_gib"),
         "container_runtime": env.get("container_runtime"),
-        "image_revision": (env.get("env_vars") or {}).get("EFFBENCH_IMAGE_REVISION"),
+        "image_revision": (env.get("image") or {}).get("revision"),
         "sm_clock_mhz": _clock_mhz(record),
     }
 
