@@ -349,7 +349,9 @@ def run_benchmark(
         except Exception as e:  # noqa: BLE001 - an op FlopCounterMode cannot count must not stop the run
             flops_error = f"{type(e).__name__}: {e}".splitlines()[0]
         if plan.mode == "dp":
-            model = torch.nn.DataParallel(model, device_ids=list(range(plan.nproc_per_node)))
+            from effbench.run.data_parallel import data_parallel
+
+            model = data_parallel(model, rt, device_ids=list(range(plan.nproc_per_node)))
         elif dist.enabled:
             from torch.nn.parallel import DistributedDataParallel
 
