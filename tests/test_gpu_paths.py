@@ -111,3 +111,138 @@ def test_compile_with_dp_refused_by_the_config_itself():
         RunConfig(device="cuda", compile=True, strategy="dp")
     assert info.value.option == "--compile"
     assert RunConfig(device="cuda", compile=True, strategy="ddp").compile  # the other strategy stays allowed
+
+
+# --- item 6 / 3: CUDA -> NVML by UUID, every GPU of the job ----------------------------------------------
+
+
+class FakeNVMLNotFound(Exception):
+    """pynvml raises NVMLError_NotFound from nvmlDeviceGetHandleByUUID for a UUID it does not know."""
+
+
+class UuidNVML:
+    """A node of GPUs in NVML's PCI order; follows pynvml's signatures: nvmlDeviceGetHandleByUUID(uuid: str)
+    takes NVML's spelling "GPU-<uuid>" / "MIG-<uuid>" (pynvml.py: c_char_p(uuid) after convertStrBytes),
+    nvmlDeviceGetPowerUsage(handle) answers mW. Each GPU draws a different power, so a reading names its GPU."""
+
+    def __init__(self, uuids: list[str]) -> None:
+        self.uuids = uuids  # NVML order
+        self.asked: list[str] = []
+
+    def nvmlInit(self) -> None: ...
+
+    def nvmlShutdown(self) -> None: ...
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.uuids)
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> int:
+        assert isinstance(uuid, str)
+        self.asked.append(uuid)
+        if uuid not in self.uuids:
+            raise FakeNVMLNotFound("Not Found")
+        return self.uuids.index(uuid)
+
+    def nvmlDeviceGetName(self, h: int) -> str:
+        return "NVIDIA A100-SXM4-80GB"
+
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
+        return 100_000 * (h + 1)  # GPU at NVML index h draws (h+1) * 100 W
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:
+        return 1_000_000 * (h + 1)
+
+
+U = ["aaaa0000-0000-0000-0000-000000000000", "bbbb0000-0000-0000-0000-000000000000",
+     "cccc0000-0000-0000-0000-000000000000", "dddd0000-0000-0000-0000-000000000000"]  # fmt: skip
+
+
+def _power_by_column(summary: dict) -> dict[int, float]:
+    return {g["index"]: g["power_w"]["mean"] for g in summary["gpus"]}
+
+
+def test_sampler_finds_each_cuda_device_by_uuid_not_by_position():
+    from effbench.measure.monitor import UtilizationSampler
+
+    # CUDA_VISIBLE_DEVICES=GPU-cccc...,GPU-aaaa... : torch's cuda:0 is NVML's index 2, cuda:1 NVML's 0.
+    nvml = UuidNVML(["GPU-" + u for u in U])
+    with UtilizationSampler(interval_s=10, gpu_uuids={0: U[2], 1: U[0]}, nvml=nvml) as mon:
+        pass
+    s = mon.summary()
+    assert _power_by_column(s) == {0: pytest.approx(300.0), 1: pytest.approx(100.0)}
+    assert [g["uuid"] for g in s["gpus"]] == [U[2], U[0]] and "gpus_unmapped" not in s
+
+
+def test_mig_uuids_map_through_the_mig_prefix():
+    from effbench.measure.monitor import UtilizationSampler
+
+    nvml = UuidNVML(["GPU-" + U[0], "MIG-" + U[3]])
+    with UtilizationSampler(interval_s=10, gpu_uuids={0: U[3]}, nvml=nvml) as mon:
+        pass
+    assert _power_by_column(mon.summary()) == {0: pytest.approx(200.0)}
+    assert nvml.asked == ["GPU-" + U[3], "MIG-" + U[3]]
+
+
+def test_an_unknown_uuid_is_reported_and_voids_energy_never_another_gpu():
+    from effbench.measure.monitor import UtilizationSampler, energy_j
+
+    nvml = UuidNVML(["GPU-" + U[0], "GPU-" + U[1]])
+    with UtilizationSampler(interval_s=10, gpu_uuids={0: U[0], 1: U[2]}, nvml=nvml) as mon:
+        pass
+    s = mon.summary()
+    assert [g["index"] for g in s["gpus"]] == [0]
+    assert s["gpus_unmapped"][0]["index"] == 1 and U[2] in s["gpus_unmapped"][0]["reason"]
+    assert energy_j(s) is None  # one GPU's energy is not the job's
+
+
+def test_nvml_uuid_spellings():
+    from effbench.system.hardware import nvml_uuid_candidates
+
+    assert nvml_uuid_candidates(U[0]) == ("GPU-" + U[0], "MIG-" + U[0])
+    assert nvml_uuid_candidates("MIG-" + U[0]) == ("MIG-" + U[0],)
+
+
+@pytest.mark.parametrize(
+    "mode, nproc, local_rank, expected",
+    [("dp", 4, 0, [0, 1, 2, 3]), ("torchrun", 4, 2, [2]), ("inprocess", 1, 0, [0])],
+)
+def test_job_gpus_cover_every_dataparallel_device(mode, nproc, local_rank, expected):
+    from effbench.measure import observe
+
+    assert observe.job_cuda_indices("cuda", mode, nproc, local_rank) == expected
+    assert observe.job_cuda_indices("cpu", mode, nproc, local_rank) == []
+
+
+def test_sampler_for_samples_all_dp_gpus_by_uuid(monkeypatch):
+    from effbench.measure import monitor, observe
+    from effbench.system import hardware
+
+    nvml = UuidNVML(["GPU-" + u for u in U])
+    monkeypatch.setattr(monitor, "_load_nvml", lambda: nvml)
+    # torch/_C/__init__.pyi: _CudaDeviceProperties.uuid prints bare; here cuda:i is the node's i-th from the end
+    monkeypatch.setattr(hardware, "cuda_device_uuid", lambda i: U[3 - i])
+    with observe.sampler_for(observe.job_cuda_indices("cuda", "dp", 2, 0), interval_s=10) as mon:
+        pass
+    s = mon.summary()
+    assert _power_by_column(s) == {0: pytest.approx(400.0), 1: pytest.approx(300.0)}
+    assert monitor.energy_j(s) is not None
+
+
+def test_summary_memory_and_energy_cover_every_gpu_of_a_dp_run():
+    from effbench.measure import observe
+
+    record = {"device": "cuda:0", "strategy": "dp", "devices": 2, "precision": "bf16", "env": {}, "epochs": [
+        {"images": 1000}]}  # fmt: skip
+    util = {"host": {}, "gpus": [{"index": 0, "energy_j": 50.0}, {"index": 1, "energy_j": 150.0}]}
+    mem = [
+        {"cuda_index": 0, "peak_mem_allocated_gib": 3.0, "peak_mem_reserved_gib": 4.0, "mem_total_gib": 80.0},
+        {"cuda_index": 1, "peak_mem_allocated_gib": 5.0, "peak_mem_reserved_gib": 6.0, "mem_total_gib": 80.0},
+    ]
+    out = observe.summarize(record, flops_image=None, utilization=util, memory=mem, profile_info=None,
+                            cpu_quota_cores=None, workers_per_process=0, processes_per_node=1,
+                            tf32_enabled=False)  # fmt: skip
+    assert out["energy_j"] == 200.0 and out["images_per_j"] == pytest.approx(1000 / 200.0)
+    assert out["peak_mem_gib"] == 5.0 and out["peak_mem_reserved_gib"] == 6.0

@@ -422,13 +422,14 @@ def run_benchmark(
     steps: list[dict[str, Any]] = []
     warmup, measured = Tally(), Tally()
     received: list[int] = []
-    sampler = observe.sampler_for(rt.device.type, dist.local_rank, cfg.sample_interval_s)
+    # every GPU this process drives (all of them under DataParallel), so energy and memory cover the job
+    gpus = observe.job_cuda_indices(rt.device.type, plan.mode, plan.nproc_per_node, dist.local_rank)
+    sampler = observe.sampler_for(gpus, cfg.sample_interval_s)
     prof_info: dict[str, Any] | None = None
     rank_steps: list[dict[str, float]] = []  # this rank's measured steps (images, data, compute)
     steps_by_rank: list[list[dict[str, float]]] = []
     final_gathered = False
-    if rt.device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(rt.device)
+    observe.reset_peak_memory(gpus)
     t0 = time.perf_counter()
     try:
         with (
@@ -468,13 +469,13 @@ def run_benchmark(
             {
                 "row": _rank_row(dist, rt, measured),
                 "util": sampler.summary(),
-                "mem": observe.peak_memory(rt.device),
+                "mem": observe.peak_memory(gpus),
                 "steps": rank_steps,  # every rank's measured steps, for windows of the same definition
             }
         )
         record["ranks"] = rank_rows([g["row"] for g in gathered])
         per_rank_util = [g["util"] for g in gathered]
-        per_rank_mem = [g["mem"] for g in gathered]
+        per_rank_mem = [m for g in gathered for m in g["mem"]]
         steps_by_rank = [g["steps"] for g in sorted(gathered, key=lambda g: g["row"]["rank"])]
         final_gathered = True
         record["status"] = "ok"
@@ -506,7 +507,7 @@ def run_benchmark(
             }
     if not final_gathered:  # no collective after a failure: a dead peer would hang it
         steps_by_rank = _settle_ranks_alone(record, dist, _rank_row(dist, rt, measured), rank_steps)
-        per_rank_util, per_rank_mem = [sampler.summary()], [observe.peak_memory(rt.device)]
+        per_rank_util, per_rank_mem = [sampler.summary()], observe.peak_memory(gpus)
     record["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat()
     record["wall_time_s"] = time.perf_counter() - t0
     _fill(record, epochs, warmup, measured, data)
