@@ -246,3 +246,66 @@ def test_summary_memory_and_energy_cover_every_gpu_of_a_dp_run():
                             tf32_enabled=False)  # fmt: skip
     assert out["energy_j"] == 200.0 and out["images_per_j"] == pytest.approx(1000 / 200.0)
     assert out["peak_mem_gib"] == 5.0 and out["peak_mem_reserved_gib"] == 6.0
+
+
+# --- items 5 and 9: out of memory stays out of memory ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "cuDNN error: CUDNN_STATUS_ALLOC_FAILED",  # CUDNN_CHECK: "cuDNN error: " + cudnnGetErrorString
+        "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",  # TORCH_CUDABLAS_CHECK
+    ],
+)
+def test_cudnn_and_cublas_allocation_failures_are_oom(message):
+    from effbench.run import faults
+
+    assert faults.is_out_of_memory(RuntimeError(message))
+    assert not faults.is_out_of_memory(RuntimeError("cuDNN error: CUDNN_STATUS_BAD_PARAM"))
+    assert not faults.is_out_of_memory(RuntimeError("CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling x"))
+
+
+def test_library_status_names_are_torchs_own():
+    """The markers are the status names the pinned libtorch_cuda prints (strings of the shared object)."""
+    from pathlib import Path
+
+    from effbench.run import faults
+
+    lib = Path(torch.__file__).parent / "lib" / "libtorch_cuda.so"
+    if not lib.exists():
+        pytest.skip("CPU-only torch build: no libtorch_cuda.so to read")
+    blob = lib.read_bytes()
+    assert b"cuDNN error: " in blob
+    for marker in faults._LIBRARY_OOM_MARKERS:
+        if marker.startswith("CUBLAS"):
+            assert marker.encode() in blob
+
+
+def _jpeg_bytes() -> torch.Tensor:
+    from torchvision.io import encode_jpeg
+
+    return encode_jpeg(torch.zeros(3, 8, 8, dtype=torch.uint8))
+
+
+def test_gpu_decode_out_of_memory_is_raised_not_marked_corrupt(monkeypatch):
+    import torchvision.io
+
+    from effbench.data.fast_images import decode_on_device
+
+    # torchvision.io.decode_jpeg(device="cuda") allocates its outputs with torch's caching allocator, whose
+    # failure is torch.OutOfMemoryError (a RuntimeError subclass: torch.OutOfMemoryError.__mro__)
+    def oom(*_a, **_k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(torchvision.io, "decode_jpeg", oom)
+    with pytest.raises(torch.OutOfMemoryError):
+        decode_on_device([_jpeg_bytes(), _jpeg_bytes()], 8, torch.device("cpu"))
+
+
+def test_gpu_decode_still_marks_undecodable_files_bad():
+    from effbench.data.fast_images import decode_on_device
+
+    good, bad = _jpeg_bytes(), torch.frombuffer(bytearray(b"\xff\xd8\xff" + b"\x00" * 40), dtype=torch.uint8)
+    batch, bad_positions = decode_on_device([good, bad], 8, torch.device("cpu"))
+    assert bad_positions == [1] and tuple(batch.shape) == (1, 3, 8, 8)
