@@ -309,3 +309,41 @@ def test_gpu_decode_still_marks_undecodable_files_bad():
     good, bad = _jpeg_bytes(), torch.frombuffer(bytearray(b"\xff\xd8\xff" + b"\x00" * 40), dtype=torch.uint8)
     batch, bad_positions = decode_on_device([good, bad], 8, torch.device("cpu"))
     assert bad_positions == [1] and tuple(batch.shape) == (1, 3, 8, 8)
+
+
+# --- item 4: TF32 peaks only where the device has TF32 ---------------------------------------------------
+
+
+def _fp32_cuda_record(name: str, capability: str) -> dict:
+    return {"device": "cuda:0 (x)", "strategy": "single", "devices": 1, "precision": "fp32",
+            "throughput_img_s": 1000.0, "epochs": [], "env": {"gpus": [{"name": name, "capability": capability}]}}  # fmt: skip
+
+
+def _summary(record: dict) -> dict:
+    from effbench.measure import observe
+
+    return observe.summarize(record, flops_image=1e9, utilization=None, memory=[], profile_info=None,
+                             cpu_quota_cores=None, workers_per_process=0, processes_per_node=1,
+                             tf32_enabled=True)  # fmt: skip
+
+
+def test_fp32_on_a_t4_gets_the_fp32_peak_not_none():
+    # torch's default cudnn.allow_tf32 = True, but sm_75 has no TF32: T4's datasheet FP32 8.1 TFLOP/s
+    out = _summary(_fp32_cuda_record("Tesla T4", "7.5"))
+    assert out["mfu_peak_tflops_per_device"] == 8.1
+    assert out["mfu"] == pytest.approx(1e9 * 1000.0 / 8.1e12)
+
+
+def test_fp32_on_an_a100_gets_the_tf32_peak():
+    out = _summary(_fp32_cuda_record("NVIDIA A100-SXM4-80GB", "8.0"))
+    assert out["mfu_peak_tflops_per_device"] == 156.0  # A100 datasheet: TF32 156 dense
+
+
+def test_peak_precision_by_capability():
+    from effbench.analysis.efficiency import parse_capability, peak_precision
+
+    assert peak_precision("fp32", tf32_enabled=True, capability=(7, 0)) == "fp32"
+    assert peak_precision("fp32", tf32_enabled=True, capability=(8, 6)) == "tf32"
+    assert peak_precision("fp32", tf32_enabled=False, capability=(9, 0)) == "fp32"
+    assert peak_precision("fp16", tf32_enabled=True, capability=(7, 5)) == "fp16"
+    assert parse_capability("7.5") == (7, 5) and parse_capability(None) is None

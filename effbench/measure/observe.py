@@ -145,6 +145,7 @@ def summarize(
         "cuda" if str(record.get("device", "cpu")).startswith("cuda") or record.get("strategy") == "dp" else "cpu"
     )
     gpu_names = [g.get("name") for g in (record.get("env") or {}).get("gpus", [])]
+    gpu_caps = [g.get("capability") for g in (record.get("env") or {}).get("gpus", [])]
     throughput = record.get("throughput_img_s")
     devices = int(record.get("devices") or record.get("world_size") or 1)
 
@@ -162,7 +163,11 @@ def summarize(
             flops_image,
             throughput,
             gpu_name=gpu_names[0] if device_type == "cuda" and gpu_names else None,
-            precision=analysis.peak_precision(record.get("precision", "fp32"), tf32_enabled=tf32_enabled),
+            precision=analysis.peak_precision(
+                record.get("precision", "fp32"),
+                tf32_enabled=tf32_enabled,
+                capability=analysis.parse_capability(gpu_caps[0]) if device_type == "cuda" and gpu_caps else None,
+            ),
             world_size=devices,
         )
         if "achieved_tflops" in eff:
