@@ -347,3 +347,66 @@ def test_peak_precision_by_capability():
     assert peak_precision("fp32", tf32_enabled=False, capability=(9, 0)) == "fp32"
     assert peak_precision("fp16", tf32_enabled=True, capability=(7, 5)) == "fp16"
     assert parse_capability("7.5") == (7, 5) and parse_capability(None) is None
+
+
+# --- items 7 and 8: launch planning -----------------------------------------------------------------------
+
+SLURM = {"SLURM_JOB_ID": "123457", "SLURM_NNODES": "2", "SLURM_NODEID": "0", "SLURM_PROCID": "0",
+         "SLURM_JOB_NODELIST": "gpu[01-02]", "SLURM_NTASKS_PER_NODE": "1"}  # fmt: skip
+
+
+def test_two_slurm_jobs_on_one_first_node_get_different_ports():
+    from effbench.launch.plan import slurm_settings
+
+    a = slurm_settings(SLURM)
+    b = slurm_settings({**SLURM, "SLURM_JOB_ID": "123458"})
+    assert a.rdzv_host == b.rdzv_host == "gpu01"
+    assert a.rdzv_endpoint == "gpu01:23457" and b.rdzv_endpoint == "gpu01:23458"  # 20000 + id % 10000
+    assert slurm_settings({**SLURM, "SLURM_JOB_ID": "j7"}).rdzv_port in range(20000, 30000)
+
+
+def test_master_port_is_honoured_and_checked():
+    from effbench.errors import EffbenchError
+    from effbench.launch.plan import slurm_settings
+
+    assert slurm_settings({**SLURM, "MASTER_PORT": "31234"}).rdzv_endpoint == "gpu01:31234"
+    for bad in ("0", "70000", "port"):
+        with pytest.raises(EffbenchError) as info:
+            slurm_settings({**SLURM, "MASTER_PORT": bad})
+        assert info.value.option == "MASTER_PORT"
+
+
+def test_srun_run_uses_master_port(monkeypatch, capsys, tmp_path):
+    from clitools import invoke
+
+    from effbench.run import runner
+
+    seen: dict = {}
+
+    def fake_run(cfg, **kw):  # the side-effecting leaf, as tests/test_cli.py's `captured` patches it
+        seen["cfg"] = cfg
+        return runner.RunOutcome(run_dir=tmp_path, results={"status": "ok"})
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    for k, v in {**SLURM, "MASTER_PORT": "31234"}.items():
+        monkeypatch.setenv(k, v)
+    assert invoke(["run", "--smoke"], capsys)[0] == 0
+    assert seen["cfg"].rdzv_endpoint == "gpu01:31234" and seen["cfg"].rdzv_id == "123457"
+
+
+@pytest.mark.parametrize(
+    "kw, threads",
+    [
+        (dict(device="cuda", visible_gpus=8, cores=32), 4),  # 8 GPU ranks share 32 cores
+        (dict(device="cuda", visible_gpus=8, cores=4), 1),  # at least one thread
+        (dict(device="cuda", visible_gpus=2, cores=32, strategy="dp"), 32),  # one DataParallel process
+        (dict(device="cpu", nproc=2, cores=8), 4),
+    ],
+)
+def test_each_rank_gets_its_share_of_the_cores(kw, threads):
+    from effbench.launch.plan import plan_launch
+
+    args = dict(device="auto", gpus=None, nproc=None, strategy="ddp", nnodes=1, node_rank=None, rdzv_endpoint=None,
+                rdzv_id=None, visible_gpus=0, cores=16, env={}, python="py", worker_args=["effbench", "worker"])  # fmt: skip
+    p = plan_launch(**{**args, **kw})
+    assert p.threads_per_proc == threads and p.env["OMP_NUM_THREADS"] == str(threads)
