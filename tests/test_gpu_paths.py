@@ -410,3 +410,37 @@ def test_each_rank_gets_its_share_of_the_cores(kw, threads):
                 rdzv_id=None, visible_gpus=0, cores=16, env={}, python="py", worker_args=["effbench", "worker"])  # fmt: skip
     p = plan_launch(**{**args, **kw})
     assert p.threads_per_proc == threads and p.env["OMP_NUM_THREADS"] == str(threads)
+
+
+# --- item 10: harness_overhead runs both sides in one precision ------------------------------------------
+
+
+def _harness():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "harness_overhead.py"
+    spec = importlib.util.spec_from_file_location("harness_overhead", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bare_loop_runs_the_precision_effbench_recorded(monkeypatch):
+    import types
+
+    from effbench.run.runtime import resolve_precision
+
+    h = _harness()
+    # a T4: bf16 only through emulation (torch.cuda.is_bf16_supported: capability < 8 -> emulation check)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    recorded, _ = resolve_precision("auto", types.SimpleNamespace(type="cuda"))
+    assert recorded == "fp32"
+    amp, scaler = h.bare_amp(recorded, "cpu")
+    assert not amp._enabled and not scaler.is_enabled()  # the old bare loop turned bf16 on here
+    amp, _ = h.bare_amp("bf16", "cpu")
+    assert amp._enabled and amp.fast_dtype == torch.bfloat16
+    # effbench's TrainStep scales fp16 losses; so does the reference ("cpu": GradScaler("cuda") turns itself
+    # off without CUDA, torch/amp/grad_scaler.py)
+    _, scaler = h.bare_amp("fp16", "cpu")
+    assert scaler.is_enabled()
