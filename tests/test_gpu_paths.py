@@ -444,3 +444,51 @@ def test_bare_loop_runs_the_precision_effbench_recorded(monkeypatch):
     # off without CUDA, torch/amp/grad_scaler.py)
     _, scaler = h.bare_amp("fp16", "cpu")
     assert scaler.is_enabled()
+
+
+# --- item 2: every member of a scaling series in a child process -----------------------------------------
+
+
+def test_isolated_single_device_run_goes_to_a_child_worker(monkeypatch, tmp_path):
+    import sys
+
+    from effbench.config import RunConfig
+    from effbench.launch import supervise
+    from effbench.launch.supervise import SupervisedResult
+    from effbench.run import runner
+
+    def in_this_process(*_a, **_k):
+        raise AssertionError("an isolated run must not train in the parent")
+
+    launched: list[list[str]] = []
+
+    def fake_supervised(argv, env, **_k):  # the side-effecting leaf: what would be started
+        launched.append(list(argv))
+        return SupervisedResult(returncode=1, signal=None, failure=None)
+
+    monkeypatch.setattr(runner, "run_benchmark", in_this_process)
+    monkeypatch.setattr(supervise, "run_supervised", fake_supervised)
+    cfg = RunConfig(arch="resnet18", dataset="synthetic", device="cpu", weights="none", output=tmp_path)
+    outcome = runner.run(cfg, command=["t"], echo=lambda _s: None, progress=False, isolate=True)
+    (argv,) = launched
+    assert argv[:5] == [sys.executable, "-m", "effbench", "worker", "--spec"]
+    assert outcome.results["status"] == "failed"  # the child left no folder: reported, not hidden
+
+
+def test_scaling_series_isolates_every_member(monkeypatch, tmp_path):
+    from effbench.config import RunConfig
+    from effbench.run import runner
+    from effbench.sweep import series
+
+    seen: list[tuple[int | None, bool]] = []
+
+    def fake_run(cfg, **kw):
+        seen.append((cfg.nproc, kw.get("isolate", False)))
+        return runner.RunOutcome(run_dir=None, results={"status": "failed"})
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    monkeypatch.setattr("effbench.system.preflight.run_checks", lambda *a, **k: [])
+    base = dict(arch="resnet18", dataset="synthetic", device="cpu", weights="none", output=tmp_path, batch_size=4)
+    configs = [RunConfig(**base, nproc=1), RunConfig(**base, nproc=2)]
+    series.run_scaling_series(configs, command=["t"], echo=lambda _s: None, progress=False)
+    assert seen == [(1, True), (2, True)]

@@ -147,8 +147,14 @@ def plan_for(cfg: RunConfig, worker_args: list[str]) -> LaunchPlan:
 # --------------------------------------------------------------------------------------------------
 # The CLI's entry
 # --------------------------------------------------------------------------------------------------
-def run(cfg: RunConfig, *, command: list[str], echo: Echo = print, progress: bool = True) -> RunOutcome:
-    """Check, then run in-process or under torchrun; returns the run folder and its results."""
+def run(
+    cfg: RunConfig, *, command: list[str], echo: Echo = print, progress: bool = True, isolate: bool = False
+) -> RunOutcome:
+    """Check, then run in-process or under torchrun; returns the run folder and its results.
+
+    `isolate`: a run that would be in this process (one device, or DataParallel) runs in a child
+    `effbench worker` instead, so it neither inherits nor leaves behind a CUDA context and cached memory
+    (a scaling series runs every member so: no member measures on memory another one holds)."""
     from effbench.system.preflight import raise_on_errors, run_checks
 
     # Container and environment checks (output, shm, GPUs, driver, caches, dataset mount) before any
@@ -160,16 +166,28 @@ def run(cfg: RunConfig, *, command: list[str], echo: Echo = print, progress: boo
         spec_path = spec_dir / "spec.json"
         plan = plan_for(cfg, ["effbench", "worker", "--spec", str(spec_path)])
         per_device_batch(cfg, plan.devices)
-        if plan.mode != "torchrun":
+        if plan.mode == "torchrun":
+            argv = plan.argv or []
+        elif isolate:  # the worker outside torchrun (no RANK in its env) is one process: distributed.py
+            argv = [sys.executable, "-m", "effbench", "worker", "--spec", str(spec_path)]
+        else:
             return run_benchmark(cfg, plan=plan, command=command, echo=echo, progress=progress)
-        return _run_under_torchrun(cfg, plan, spec_path, command=command, echo=echo, progress=progress)
+        return _run_in_child(cfg, plan, spec_path, argv, command=command, echo=echo, progress=progress)
     finally:
         shutil.rmtree(spec_dir, ignore_errors=True)
 
 
-def _run_under_torchrun(
-    cfg: RunConfig, plan: LaunchPlan, spec_path: Path, *, command: list[str], echo: Echo, progress: bool
+def _run_in_child(
+    cfg: RunConfig,
+    plan: LaunchPlan,
+    spec_path: Path,
+    argv: list[str],
+    *,
+    command: list[str],
+    echo: Echo,
+    progress: bool,
 ) -> RunOutcome:
+    """Run `argv` (torchrun, or one `effbench worker`) on the spec and settle its record with how it ended."""
     import torch
 
     from effbench.run.runtime import resolve_precision
@@ -185,9 +203,9 @@ def _run_under_torchrun(
         "progress": progress,
     }
     spec_path.write_text(json.dumps(spec))
-    echo(f"launching: {' '.join(plan.argv or [])}")
+    echo(f"launching: {' '.join(argv)}")
     env = {**os.environ, **plan.env}
-    outcome = run_supervised(plan.argv or [], env)
+    outcome = run_supervised(argv, env)
     user_errors = sorted(spec_path.parent.glob("error-rank*.txt"))
     if user_errors:  # a rank hit a bad input (missing dataset, weights...): report it like in-process
         option, _, message = user_errors[0].read_text().partition("\t")
@@ -383,7 +401,7 @@ def run_benchmark(
         "world_size": dist.world_size,
         "devices": plan.devices,
         "strategy": "single" if plan.devices == 1 else plan.mode if plan.mode == "dp" else "ddp",
-        "launch": {**_plan_dict(plan), "threads_per_proc": torch.get_num_threads()},
+        "launch": {**_plan_dict(plan), "threads_per_proc": torch.get_num_threads(), "pid": os.getpid()},
         "precision": rt.precision,
         "batch_size_per_device": batch,
         "global_batch_size": batch * plan.devices,
