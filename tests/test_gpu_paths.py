@@ -473,6 +473,7 @@ def test_isolated_single_device_run_goes_to_a_child_worker(monkeypatch, tmp_path
     (argv,) = launched
     assert argv[:5] == [sys.executable, "-m", "effbench", "worker", "--spec"]
     assert outcome.results["status"] == "failed"  # the child left no folder: reported, not hidden
+    assert outcome.results["error"]["message"] == "the effbench worker exited with 1"
 
 
 def test_scaling_series_isolates_every_member(monkeypatch, tmp_path):

@@ -204,6 +204,7 @@ def _run_in_child(
     }
     spec_path.write_text(json.dumps(spec))
     echo(f"launching: {' '.join(argv)}")
+    child = "torchrun" if plan.mode == "torchrun" else "the effbench worker"
     env = {**os.environ, **plan.env}
     outcome = run_supervised(argv, env)
     user_errors = sorted(spec_path.parent.glob("error-rank*.txt"))
@@ -219,7 +220,7 @@ def _run_in_child(
             record["signal"] = outcome.signal
         record["error"] = {
             "type": "ChildFailedError",
-            "message": outcome.failure.describe() if outcome.failure else f"torchrun exited with {outcome.returncode}",
+            "message": outcome.failure.describe() if outcome.failure else f"{child} exited with {outcome.returncode}",
         }
         return RunOutcome(None, record)
     record = settle_with_torchrun(results.read_results(run_dir), outcome)
