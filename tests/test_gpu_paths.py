@@ -149,6 +149,9 @@ class UuidNVML:
     def nvmlDeviceGetName(self, h: int) -> str:
         return "NVIDIA A100-SXM4-80GB"
 
+    def nvmlDeviceGetUUID(self, h: int) -> str:  # pynvml: str after convertStrBytes, NVML's own spelling
+        return self.uuids[h]
+
     def nvmlDeviceGetPowerUsage(self, h: int) -> int:
         return 100_000 * (h + 1)  # GPU at NVML index h draws (h+1) * 100 W
 
@@ -174,6 +177,8 @@ def test_sampler_finds_each_cuda_device_by_uuid_not_by_position():
     s = mon.summary()
     assert _power_by_column(s) == {0: pytest.approx(300.0), 1: pytest.approx(100.0)}
     assert [g["uuid"] for g in s["gpus"]] == [U[2], U[0]] and "gpus_unmapped" not in s
+    # what NVML says of the handles it sampled (selftest's UUID check compares this with torch's)
+    assert [g["nvml_uuid"] for g in s["gpus"]] == ["GPU-" + U[2], "GPU-" + U[0]]
 
 
 def test_mig_uuids_map_through_the_mig_prefix():

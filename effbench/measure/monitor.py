@@ -102,6 +102,13 @@ class _GpuProbe:
         self.handle = handle
         self.uuid = uuid
         self.name: str | None = None
+        self.nvml_uuid: str | None = None
+        """What NVML itself says the sampled device is (nvmlDeviceGetUUID), for checks that it is the job's."""
+        try:
+            u = nvml.nvmlDeviceGetUUID(handle)
+            self.nvml_uuid = u.decode() if isinstance(u, bytes) else str(u)
+        except Exception:
+            pass
         self._energy0_mj: float | None = None
         try:
             name = nvml.nvmlDeviceGetName(handle)
@@ -499,6 +506,8 @@ class UtilizationSampler:
                 entry: dict[str, Any] = {"index": g.index}
                 if g.uuid is not None:
                     entry["uuid"] = g.uuid
+                if g.nvml_uuid is not None:
+                    entry["nvml_uuid"] = g.nvml_uuid
                 if g.name is not None:
                     entry["name"] = g.name
                 for metric in _GPU_STATS:
