@@ -7,8 +7,9 @@
 effbench side: `effbench run` in this process (runner.run, synthetic data, no profiling pass) and
 its reported `measured.throughput_img_s` (warm-up excluded). Reference: the same model built by
 effbench.models.build_model from the same seed, the same optimizer and schedule, the same batches
-already on the device, a plain `for` loop timed with perf_counter around the measured steps (after a
-device sync on CUDA). The two alternate A/B/A/B; the table gives the median of the per-round ratios.
+already on the device, the same precision as effbench's run recorded (results.json `precision`: autocast
+to that dtype, a GradScaler for fp16, as effbench's TrainStep), a plain `for` loop timed with perf_counter
+around the measured steps (after a device sync on CUDA). The two alternate A/B/A/B; the table gives the median of the per-round ratios.
 Goal: effbench / bare >= 0.97.
 """
 
@@ -19,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Row, alternate, fmt_rate, median_ratio, print_table, quiet_torch_warnings  # noqa: E402
@@ -26,7 +28,23 @@ from _common import Row, alternate, fmt_rate, median_ratio, print_table, quiet_t
 GOAL = 0.97
 
 
-def effbench_throughput(cfg_kw: dict, out: Path) -> tuple[float, int]:
+# results.json `precision` -> the autocast dtype the bare loop runs in (None: fp32, autocast off). Written
+# here rather than taken from effbench.run.runtime so the reference does not share effbench's code.
+AUTOCAST_DTYPES = {"fp32": None, "bf16": "bfloat16", "fp16": "float16"}
+
+
+def bare_amp(precision: str, device_type: str) -> tuple[Any, Any]:
+    """(autocast context, GradScaler) for `precision`, the one effbench's run recorded: both sides must run
+    the same precision (no bf16 emulation on one side only)."""
+    import torch
+
+    name = AUTOCAST_DTYPES[precision]
+    dtype = getattr(torch, name) if name else None
+    amp = torch.autocast(device_type, dtype=dtype, enabled=dtype is not None)
+    return amp, torch.amp.GradScaler(device_type, enabled=precision == "fp16")
+
+
+def effbench_throughput(cfg_kw: dict, out: Path) -> tuple[float, int, str]:
     from effbench.run import runner
     from effbench.config import RunConfig
 
@@ -35,10 +53,10 @@ def effbench_throughput(cfg_kw: dict, out: Path) -> tuple[float, int]:
     )
     r = outcome.results
     assert r["status"] == "ok", r.get("error")
-    return float(r["measured"]["throughput_img_s"]), int(r["launch"]["threads_per_proc"])
+    return float(r["measured"]["throughput_img_s"]), int(r["launch"]["threads_per_proc"]), str(r["precision"])
 
 
-def bare_throughput(cfg_kw: dict, threads: int) -> float:
+def bare_throughput(cfg_kw: dict, threads: int, precision: str) -> float:
     import torch
 
     from effbench.config import RunConfig, resolve_for_device
@@ -62,17 +80,16 @@ def bare_throughput(cfg_kw: dict, threads: int) -> float:
     ]  # fmt: skip
     crit = torch.nn.CrossEntropyLoss()
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    amp = torch.autocast(
-        device.type, dtype=torch.bfloat16, enabled=device.type == "cuda" and torch.cuda.is_bf16_supported()
-    )
+    amp, scaler = bare_amp(precision, device.type)
 
     def step(i: int) -> None:
         x, y = pool[i % 4]
         with amp:
             loss = crit(model(x), y)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         sched.step()
 
     model.train()
@@ -110,14 +127,19 @@ def main() -> None:
     )  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="effbench-bench-") as tmp:
         threads: list[int] = []
+        precisions: list[str] = []
 
         def eff() -> float:
-            thr, n = effbench_throughput(cfg_kw, Path(tmp))
+            thr, n, precision = effbench_throughput(cfg_kw, Path(tmp))
             threads.append(n)
+            precisions.append(precision)
             return thr
 
-        effs, bares = alternate(eff, lambda: bare_throughput(cfg_kw, threads[-1]), s["rounds"])
-    what = f"{cfg_kw['arch']} {s['image_size']} px, batch {s['batch_size']}, {s['steps']} steps, {threads[-1]} threads, {a.device}"
+        effs, bares = alternate(eff, lambda: bare_throughput(cfg_kw, threads[-1], precisions[-1]), s["rounds"])
+    what = (
+        f"{cfg_kw['arch']} {s['image_size']} px, batch {s['batch_size']}, {s['steps']} steps, {threads[-1]} threads, "
+        f"{a.device} {precisions[-1]} (both sides)"
+    )
     row = Row("harness overhead (train img/s)", fmt_rate(effs), fmt_rate(bares), median_ratio(effs, bares), GOAL,
               f"{what}; median of {s['rounds']} A/B round(s)")  # fmt: skip
     print_table([row], "effbench run vs a bare PyTorch loop")

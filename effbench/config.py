@@ -324,6 +324,13 @@ class RunConfig:
             raise EffbenchError(
                 "--compile", "--data-only runs no model, so there is nothing to compile; drop one of them"
             )
+        if self.compile and self.strategy == "dp":
+            # torch.compile(DataParallel(m)) would trace the wrapper, while DataParallel runs its replicas in
+            # threads (torch/nn/parallel/parallel_apply.py) that nothing shows to be compiled; refuse rather
+            # than record "compiled" for an uncompiled run.
+            raise EffbenchError(
+                "--compile", "is not supported with --strategy dp (DataParallel); use --strategy ddp or drop --compile"
+            )
         if self.compile and self.warmup_steps < 1:
             raise EffbenchError(
                 "--warmup-steps",

@@ -171,11 +171,13 @@ def test_sigkill_of_the_parent_leaves_no_orphan_and_a_readable_folder(tmp_path):
 
 def test_cpu_scaling_series_writes_the_table(tmp_path):
     out = tmp_path / "out"
-    res = subprocess.run(
+    proc = subprocess.Popen(
         [*EFFBENCH, "run", *TINY, "--dataset", "synthetic", "--batch-size", "4", "--max-steps", "4", "--epochs", "1",
          "--warmup-steps", "1", "--nproc", "1,2", "--output", str(out)],
-        capture_output=True, text=True, timeout=300,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    stdout, stderr = proc.communicate(timeout=300)
+    res = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     assert res.returncode == 0, res.stderr[-3000:]
     (series,) = [p for p in out.iterdir() if "_scaling_" in p.name]
     table = json.loads((series / "scaling.json").read_text())
@@ -184,6 +186,9 @@ def test_cpu_scaling_series_writes_the_table(tmp_path):
     assert table["rows"][1]["efficiency"] == pytest.approx(table["rows"][1]["speedup"] / 2)
     assert "efficiency" in (series / "scaling.txt").read_text() and "Scaling" in res.stdout
     assert len(run_dirs(series)) == 2
+    # every member ran in a child of the CLI, the 1-process member too (none inherits another's memory)
+    pids = [json.loads((r / "results.json").read_text())["launch"]["pid"] for r in run_dirs(series)]
+    assert proc.pid not in pids and len(set(pids)) == 2
 
 
 def test_merge_epoch_sums_images_and_keeps_the_slowest_rank():

@@ -36,7 +36,7 @@ def test_four_gpus_launch_torchrun_standalone():
         "/usr/bin/python3", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
         "--max-restarts", "0", "-m", *WORKER,
     ]  # fmt: skip
-    assert p.threads_per_proc == 16  # GPU processes keep the machine's threads unless pinned
+    assert p.threads_per_proc == 4 and p.env == {"OMP_NUM_THREADS": "4"}  # 16 cores / 4 ranks, not 16 each
 
 
 def test_cpu_processes_use_torchrun_and_split_threads():
@@ -57,15 +57,14 @@ def test_slurm_two_nodes_builds_c10d_rendezvous():
         "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_NTASKS_PER_NODE": "1", "SLURM_PROCID": "1",
     }  # fmt: skip
     s = launch.slurm_settings(env)
-    assert s == launch.SlurmSettings(nnodes=2, node_rank=1, rdzv_host="gpu07", job_id="4242")
-    p = plan(
-        visible_gpus=4, nnodes=s.nnodes, node_rank=s.node_rank, rdzv_endpoint=f"{s.rdzv_host}:29500", rdzv_id=s.job_id
-    )
+    # the port is the job's: 20000 + 4242 % 10000, not torchrun's fixed 29500
+    assert s == launch.SlurmSettings(nnodes=2, node_rank=1, rdzv_host="gpu07", job_id="4242", rdzv_port=24242)
+    p = plan(visible_gpus=4, nnodes=s.nnodes, node_rank=s.node_rank, rdzv_endpoint=s.rdzv_endpoint, rdzv_id=s.job_id)
     assert p.world_size == 8
     assert p.argv[:3] == ["/usr/bin/python3", "-m", "torch.distributed.run"]
     assert "--standalone" not in p.argv
     joined = " ".join(p.argv)
-    assert "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint gpu07:29500 --rdzv-id 4242 --node-rank 1" in joined
+    assert "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint gpu07:24242 --rdzv-id 4242 --node-rank 1" in joined
     assert "--nproc-per-node 4" in joined
 
 

@@ -103,13 +103,6 @@ def test_merge_utilization_keeps_rank0_host_and_every_gpu():
     assert "gpus" not in observe.merge_utilization([{"host": {}}])
 
 
-def test_visible_gpu_index_maps_through_cuda_visible_devices(monkeypatch):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
-    assert observe.visible_gpu_index(1) == 3
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaaa,GPU-bbbb")
-    assert observe.visible_gpu_index(1) == 1
-
-
 def _run(args, capsys):
     with pytest.raises(SystemExit) as info:
         cli.main([str(a) for a in args])

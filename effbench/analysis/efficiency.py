@@ -136,9 +136,28 @@ def peak_tflops(gpu_name: str | None, precision: str) -> float | None:
     return PEAK_TFLOPS[model].get(precision.lower())
 
 
-def peak_precision(precision: str, *, tf32_enabled: bool) -> str:
-    """The `PEAK_TFLOPS` column for a run: "tf32" for an fp32 run whose convolutions may use TF32."""
-    return "tf32" if precision == "fp32" and tf32_enabled else precision
+TF32_MIN_CAPABILITY = (8, 0)
+"""TF32 tensor cores arrive with Ampere (sm_80); on Volta/Turing (T4 is 7.5) `cudnn.allow_tf32` changes
+nothing and fp32 convolutions run at the plain FP32 rate (NVIDIA Ampere architecture whitepaper, "TF32")."""
+
+
+def parse_capability(text: str | None) -> tuple[int, int] | None:
+    """ "8.0" (env.json's gpus[*].capability) -> (8, 0); None when absent or unreadable."""
+    try:
+        major, minor = str(text).split(".")
+        return int(major), int(minor)
+    except (TypeError, ValueError):
+        return None
+
+
+def peak_precision(precision: str, *, tf32_enabled: bool, capability: tuple[int, int] | None = None) -> str:
+    """The `PEAK_TFLOPS` column for a run: "tf32" for an fp32 run whose convolutions may use TF32, on a
+    device that has TF32 (compute capability >= 8.0). `capability` None (a record without it) keeps "tf32"."""
+    if precision != "fp32" or not tf32_enabled:
+        return precision
+    if capability is not None and capability < TF32_MIN_CAPABILITY:
+        return "fp32"
+    return "tf32"
 
 
 def compute_efficiency(

@@ -23,7 +23,6 @@ from effbench.cli.doctor import doctor
 from effbench.cli.sweep import compare, report, sweep
 from effbench.datasets import datasets_help
 from effbench.errors import EffbenchError
-from effbench.config import DEFAULT_RDZV_PORT
 
 # click's UsageError, wherever this Typer takes click from (recent Typer vendors it privately).
 UsageError = typer.BadParameter.__mro__[1]
@@ -184,7 +183,11 @@ def run(
     nnodes: Annotated[int | None, _opt("Nodes in a multi-node run. [default: 1; SLURM_NNODES under srun]")] = None,
     node_rank: Annotated[int | None, _opt("This node's rank. [default: SLURM_NODEID under srun]")] = None,
     rdzv_endpoint: Annotated[
-        str | None, _opt("HOST:PORT of the c10d rendezvous. [default: first Slurm host:29500 under srun]")
+        str | None,
+        _opt(
+            "HOST:PORT of the c10d rendezvous. [default under srun: first Slurm host, port $MASTER_PORT or "
+            "20000 + SLURM_JOB_ID % 10000]"
+        ),
     ] = None,
     rdzv_id: Annotated[
         str | None, _opt("Rendezvous id shared by the nodes. [default: SLURM_JOB_ID under srun]")
@@ -240,7 +243,7 @@ def run(
     if slurm is not None and slurm.nnodes > 1:  # srun on several nodes: rendezvous from the allocation
         explicit.setdefault("nnodes", slurm.nnodes)
         explicit.setdefault("node_rank", slurm.node_rank)
-        explicit.setdefault("rdzv_endpoint", f"{slurm.rdzv_host}:{DEFAULT_RDZV_PORT}")
+        explicit.setdefault("rdzv_endpoint", slurm.rdzv_endpoint)  # MASTER_PORT, else from the job id
         explicit.setdefault("rdzv_id", slurm.job_id)
     gpu_counts = parse_counts("--gpus", gpus) if gpus is not None else [None]
     proc_counts = parse_counts("--nproc", nproc) if nproc is not None else [None]

@@ -125,18 +125,25 @@ def decode_on_device(items: list[torch.Tensor], side: int, device: torch.device)
     """
     from torchvision.io import ImageReadMode, decode_jpeg
 
+    from effbench.run.faults import is_out_of_memory
+
     encoded = [i for i, t in enumerate(items) if t.ndim == 1]
     decoded: dict[int, torch.Tensor] = {}
     if encoded:
+        # torch.OutOfMemoryError subclasses RuntimeError: out of memory is the run's failure (status oom),
+        # never a corrupt file, so it is re-raised before any image is marked bad.
         try:
             outs = decode_jpeg([items[i] for i in encoded], mode=ImageReadMode.RGB, device=device)
-            decoded.update(zip(encoded, outs))
-        except RuntimeError:
+            decoded.update(zip(encoded, outs, strict=True))
+        except RuntimeError as e:
+            if is_out_of_memory(e):
+                raise
             for i in encoded:
                 try:
                     decoded[i] = decode_jpeg(items[i], mode=ImageReadMode.RGB, device=device)
-                except RuntimeError:
-                    pass
+                except RuntimeError as e1:
+                    if is_out_of_memory(e1):
+                        raise
     out: list[torch.Tensor] = []
     bad: list[int] = []
     for i, t in enumerate(items):

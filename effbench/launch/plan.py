@@ -7,17 +7,26 @@ list (never a shell string). Examples of what it produces:
     4 visible GPUs:                    python -m torch.distributed.run --standalone --nproc-per-node 4 ...
     --device cpu --nproc 2:            python -m torch.distributed.run --standalone --nproc-per-node 2 ... (gloo)
     Slurm, 2 nodes x 4 GPUs:           ... --nnodes 2 --node-rank $SLURM_NODEID --rdzv-backend c10d
-                                           --rdzv-endpoint <first host>:29500 --rdzv-id $SLURM_JOB_ID ...
+                                           --rdzv-endpoint <first host>:<port> --rdzv-id $SLURM_JOB_ID ...
+                                       (<port>: $MASTER_PORT, else 20000 + SLURM_JOB_ID % 10000)
 """
 
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from effbench.config import parse_endpoint
+from effbench.config import DEFAULT_RDZV_PORT, parse_endpoint
 from effbench.errors import EffbenchError
+
+# Under Slurm the rendezvous port is per job, so two jobs whose first node is the same do not meet in one
+# c10d store: $MASTER_PORT when the user (or the site) set it, else RDZV_PORT_BASE + job id % RDZV_PORT_SPAN.
+# 20000-29999 sits below Linux's ephemeral range (net.ipv4.ip_local_port_range defaults to 32768-60999),
+# so an outgoing connection never holds the port; ten thousand jobs apart share one only by wrapping.
+RDZV_PORT_BASE = 20000
+RDZV_PORT_SPAN = 10000
 
 
 @dataclass(frozen=True)
@@ -28,6 +37,12 @@ class SlurmSettings:
     node_rank: int
     rdzv_host: str
     job_id: str
+    rdzv_port: int = DEFAULT_RDZV_PORT
+    """$MASTER_PORT, else derived from the job id (slurm_rdzv_port)."""
+
+    @property
+    def rdzv_endpoint(self) -> str:
+        return f"{self.rdzv_host}:{self.rdzv_port}"
 
 
 @dataclass(frozen=True)
@@ -96,6 +111,19 @@ def _tasks_per_node(env: Mapping[str, str]) -> int | None:
     return None
 
 
+def slurm_rdzv_port(env: Mapping[str, str]) -> int:
+    """The job's rendezvous port: MASTER_PORT if set (torch.distributed's own variable), else one
+    derived from SLURM_JOB_ID (a non-numeric id through crc32), never the fixed 29500 two jobs would share."""
+    text = env.get("MASTER_PORT", "").strip()
+    if text:
+        if not text.isdigit() or not 1 <= int(text) <= 65535:
+            raise EffbenchError("MASTER_PORT", f"{text!r} is not a port (1-65535); unset it or set e.g. 29501")
+        return int(text)
+    job = env.get("SLURM_JOB_ID", "").strip()
+    key = int(job) if job.isdigit() else zlib.crc32(job.encode())
+    return RDZV_PORT_BASE + key % RDZV_PORT_SPAN
+
+
 def slurm_settings(env: Mapping[str, str]) -> SlurmSettings | None:
     """Read a Slurm job step (inside srun); None outside one. One task per node is required
     (torchrun spawns the rest). A plain sbatch script without srun is a single-node run."""
@@ -118,6 +146,7 @@ def slurm_settings(env: Mapping[str, str]) -> SlurmSettings | None:
         node_rank=node_rank,
         rdzv_host=first_host(env.get("SLURM_JOB_NODELIST", "localhost")),
         job_id=env["SLURM_JOB_ID"],
+        rdzv_port=slurm_rdzv_port(env),
     )
 
 
@@ -199,7 +228,9 @@ def plan_launch(
             raise EffbenchError("--strategy", "dp (DataParallel) needs CUDA GPUs; use --strategy ddp on the CPU")
         n = nproc if nproc is not None else 1
 
-    threads = threads_per_process(cores, n if device_type == "cpu" else 1, env)
+    # one process per GPU (or CPU rank) on this node shares its cores, beside its loader workers; DataParallel
+    # drives all its GPUs from one process
+    threads = threads_per_process(cores, 1 if strategy == "dp" else n, env)
     child_env = {"OMP_NUM_THREADS": str(threads)}
     if strategy == "dp":
         if nnodes > 1:

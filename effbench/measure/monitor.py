@@ -1,7 +1,7 @@
 """Utilisation sampling: a background thread samples GPUs (NVML) and the host (psutil) at a fixed
 interval while a `with UtilizationSampler():` block runs.
 
-    with UtilizationSampler(interval_s=0.5, gpu_indices=[local_rank]) as mon:
+    with UtilizationSampler(interval_s=0.5, gpu_uuids={local_rank: cuda_device_uuid(local_rank)}) as mon:
         train(...)
     mon.write_csv(run_dir / "utilization.csv")
     summary = mon.summary()            # mean/max per metric, energy and byte totals
@@ -24,10 +24,14 @@ once per process (forked workers share most of the parent's), so `pss_gib`, the 
 set size (each shared page split among its sharers; Linux smaps_rollup), is the memory the tree
 really holds. It is read every PSS_EVERY_S and in the first and final sample, and absent elsewhere.
 
-GPU indices are NVML's (PCI bus order) indices, which ignore CUDA_VISIBLE_DEVICES; by default the
-sampler watches the GPUs CUDA_VISIBLE_DEVICES names when it is a list of integers (which matches
-NVML's order under CUDA_DEVICE_ORDER=PCI_BUS_ID, and on nodes of identical GPUs), else all of them.
-Under torchrun, pass `gpu_indices=[local_rank's GPU]` so that each rank samples its own GPU once.
+Which GPUs: `gpu_uuids` maps torch's CUDA indices to their UUIDs (system.hardware.cuda_device_uuid),
+and each is found in NVML by UUID (system.hardware.nvml_handle_for_uuid, the one CUDA -> NVML mapping):
+CUDA's and NVML's integer orders differ (CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, UUID and MIG entries),
+the UUID does not. Columns are then named by the CUDA index (`gpu0_*` is cuda:0 of this process), and
+a UUID NVML does not know is listed in the summary's `gpus_unmapped` (and voids the energy total).
+Under torchrun each rank passes its own GPU; under DataParallel the process passes all of its GPUs.
+`gpu_indices` (NVML's own PCI-order indices) and the default (every GPU NVML sees) are for tools that
+have no CUDA context.
 
 The sampler is a Python thread: while the training thread spins in pure Python (holding the GIL),
 each file read or NVML call costs the sampler one GIL switch interval (5 ms), so a sample of a large
@@ -41,7 +45,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,34 +93,22 @@ def _load_nvml() -> Any | None:
     return pynvml
 
 
-def _default_gpu_indices(count: int, environ: Any = os.environ) -> list[int]:
-    """NVML indices of the GPUs this process was given: CUDA_VISIBLE_DEVICES when it lists integers."""
-    visible = environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return list(range(count))
-    items = [v.strip() for v in visible.split(",") if v.strip()]
-    if not items:
-        return []
-    try:
-        ids = [int(v) for v in items]
-    except ValueError:  # UUIDs or MIG names: NVML's own enumeration is the best we have
-        return list(range(count))
-    out = []
-    for i in ids:
-        if i < 0 or i >= count:  # CUDA stops enumerating at the first invalid entry
-            break
-        out.append(i)
-    return out
-
-
 class _GpuProbe:
     """NVML reads for one GPU; every call may fail on its own and then yields nothing."""
 
-    def __init__(self, nvml: Any, index: int, handle: Any) -> None:
+    def __init__(self, nvml: Any, index: int, handle: Any, uuid: str | None = None) -> None:
         self.nvml = nvml
         self.index = index
         self.handle = handle
+        self.uuid = uuid
         self.name: str | None = None
+        self.nvml_uuid: str | None = None
+        """What NVML itself says the sampled device is (nvmlDeviceGetUUID), for checks that it is the job's."""
+        try:
+            u = nvml.nvmlDeviceGetUUID(handle)
+            self.nvml_uuid = u.decode() if isinstance(u, bytes) else str(u)
+        except Exception:
+            pass
         self._energy0_mj: float | None = None
         try:
             name = nvml.nvmlDeviceGetName(handle)
@@ -344,7 +336,8 @@ def _last(rows: list[dict[str, Any]], key: str) -> float | None:
 class UtilizationSampler:
     """Samples GPUs and host every `interval_s` on a background thread inside a `with` block.
 
-    `gpu_indices`: NVML indices to watch (default: see module docstring). `pid`: root of the process
+    `gpu_uuids`: {CUDA index: UUID} of the GPUs to watch, found in NVML by UUID. `gpu_indices`: NVML
+    indices instead; neither: every GPU NVML sees (see the module docstring). `pid`: root of the process
     tree to account (default: this process). `nvml`: an NVML module (default: `pynvml`, imported
     lazily); tests pass a fake. Without NVML, or when nvmlInit fails, the GPU columns are absent.
     """
@@ -354,12 +347,17 @@ class UtilizationSampler:
         interval_s: float = 0.5,
         gpu_indices: Sequence[int] | None = None,
         pid: int | None = None,
+        gpu_uuids: Mapping[int, str] | None = None,
         nvml: Any | None = None,
     ) -> None:
         if not interval_s > 0:
             raise ValueError("monitor.interval_s must be greater than 0")
         self.interval_s = float(interval_s)
+        if gpu_indices is not None and gpu_uuids is not None:
+            raise ValueError("monitor: pass gpu_indices or gpu_uuids, not both")
         self._gpu_indices = None if gpu_indices is None else list(gpu_indices)
+        self._gpu_uuids = None if gpu_uuids is None else dict(gpu_uuids)
+        self.gpus_unmapped: list[dict[str, Any]] = []
         self._pid = os.getpid() if pid is None else pid
         self._nvml_arg = nvml
         self._nvml: Any | None = None
@@ -374,7 +372,7 @@ class UtilizationSampler:
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def __enter__(self) -> UtilizationSampler:
-        self._gpus, self._rows = [], []  # a sampler used twice starts afresh
+        self._gpus, self._rows, self.gpus_unmapped = [], [], []  # a sampler used twice starts afresh
         self._start_nvml()
         try:
             import psutil
@@ -409,10 +407,21 @@ class UtilizationSampler:
         except Exception:  # no driver, no GPU, no libnvidia-ml: GPU columns stay absent
             return
         self._nvml = nvml
+        if self._gpu_uuids is not None:
+            from effbench.system.hardware import nvml_handle_for_uuid
+
+            for cuda_index, uuid in self._gpu_uuids.items():
+                try:
+                    handle = nvml_handle_for_uuid(nvml, uuid)
+                except LookupError as e:  # sampled nothing rather than another job's GPU
+                    self.gpus_unmapped.append({"index": cuda_index, "uuid": uuid, "reason": str(e)})
+                    continue
+                self._gpus.append(_GpuProbe(nvml, cuda_index, handle, uuid=uuid))
+            return
         try:
             indices = self._gpu_indices
             if indices is None:
-                indices = _default_gpu_indices(int(nvml.nvmlDeviceGetCount()))
+                indices = list(range(int(nvml.nvmlDeviceGetCount())))
         except Exception:
             indices = []
         for i in indices:
@@ -495,6 +504,10 @@ class UtilizationSampler:
             gpus = []
             for g in self._gpus:
                 entry: dict[str, Any] = {"index": g.index}
+                if g.uuid is not None:
+                    entry["uuid"] = g.uuid
+                if g.nvml_uuid is not None:
+                    entry["nvml_uuid"] = g.nvml_uuid
                 if g.name is not None:
                     entry["name"] = g.name
                 for metric in _GPU_STATS:
@@ -506,13 +519,15 @@ class UtilizationSampler:
                     entry["energy_j"] = energy
                 gpus.append(entry)
             out["gpus"] = gpus
+        if self.gpus_unmapped:
+            out["gpus_unmapped"] = [dict(u) for u in self.gpus_unmapped]
         return out
 
 
 def energy_j(summary: dict[str, Any]) -> float | None:
-    """Total GPU energy in J over the sampled block; None unless every sampled GPU has a counter
-    (a partial sum would understate it)."""
+    """Total GPU energy in J over the sampled block; None unless every GPU of the job was sampled and
+    has a counter (a partial sum would understate it)."""
     gpus = summary.get("gpus") or []
-    if not gpus or any("energy_j" not in g for g in gpus):
+    if not gpus or summary.get("gpus_unmapped") or any("energy_j" not in g for g in gpus):
         return None
     return float(sum(g["energy_j"] for g in gpus))

@@ -1,15 +1,15 @@
 """Where the time goes: the measurements around the timed run, turned into results.json keys.
 
 count_flops(...)      FLOPs per training image and its forward, before training (FlopCounterMode, flops.py)
-sampler_for(...)      the utilisation sampler for this rank (monitor.py)
-peak_memory(...)      peak allocated / reserved device memory of this rank
+job_cuda_indices(...) the CUDA devices this process trains on (one per DDP rank, all of them under dp)
+sampler_for(...)      the utilisation sampler for those devices, found in NVML by UUID (monitor.py)
+peak_memory(...)      peak allocated / reserved memory of each of those devices
 profile(...)          the profiling pass after the timed run (profiling.py)
 summarize(...)        pure: everything above + the run record -> the keys, the MFU and the verdict
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,31 +33,48 @@ def count_flops(model: Any, rt: Any, image_size: int, num_classes: int) -> StepF
     return step_flops(model, x, y, autocast_dtype=rt.autocast_dtype, device_type=rt.device.type)
 
 
-def visible_gpu_index(local_rank: int) -> int:
-    """NVML index of this rank's GPU: CUDA_VISIBLE_DEVICES maps torch's index to the physical one."""
-    cvd = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-    items = [c.strip() for c in cvd.split(",") if c.strip()]
-    if items and all(c.isdigit() for c in items) and local_rank < len(items):
-        return int(items[local_rank])
-    return local_rank  # unset, or UUIDs: NVML order is the usual default order
+def job_cuda_indices(device_type: str, mode: str, nproc_per_node: int, local_rank: int) -> list[int]:
+    """torch's CUDA indices of the GPUs this process computes on: DataParallel (mode "dp") drives
+    cuda:0..N-1 from one process; every other mode drives cuda:<local_rank>. None on the CPU."""
+    if device_type != "cuda":
+        return []
+    return list(range(nproc_per_node)) if mode == "dp" else [local_rank]
 
 
-def sampler_for(device_type: str, local_rank: int, interval_s: float) -> UtilizationSampler:
-    gpus = [visible_gpu_index(local_rank)] if device_type == "cuda" else []
-    return UtilizationSampler(interval_s=interval_s, gpu_indices=gpus)
+def sampler_for(cuda_indices: Sequence[int], interval_s: float) -> UtilizationSampler:
+    """A sampler over exactly these CUDA devices, each found in NVML by its UUID (the one mapping:
+    system.hardware.nvml_handle_for_uuid). No CUDA device: host columns only."""
+    if not cuda_indices:
+        return UtilizationSampler(interval_s=interval_s, gpu_indices=[])
+    from effbench.system.hardware import cuda_device_uuid
+
+    return UtilizationSampler(interval_s=interval_s, gpu_uuids={i: cuda_device_uuid(i) for i in cuda_indices})
 
 
-def peak_memory(device: Any) -> dict[str, float] | None:
-    """Peak allocated and reserved GiB on this rank's GPU since the last reset; None on the CPU."""
-    if getattr(device, "type", "cpu") != "cuda":
-        return None
+def reset_peak_memory(cuda_indices: Sequence[int]) -> None:
+    if not cuda_indices:
+        return
     import torch
 
-    return {
-        "peak_mem_allocated_gib": torch.cuda.max_memory_allocated(device) / 2**30,
-        "peak_mem_reserved_gib": torch.cuda.max_memory_reserved(device) / 2**30,
-        "mem_total_gib": torch.cuda.get_device_properties(device).total_memory / 2**30,
-    }
+    for i in cuda_indices:
+        torch.cuda.reset_peak_memory_stats(i)
+
+
+def peak_memory(cuda_indices: Sequence[int]) -> list[dict[str, float]]:
+    """Peak allocated and reserved GiB on each of these GPUs since the last reset; [] on the CPU."""
+    if not cuda_indices:
+        return []
+    import torch
+
+    return [
+        {
+            "cuda_index": i,
+            "peak_mem_allocated_gib": torch.cuda.max_memory_allocated(i) / 2**30,
+            "peak_mem_reserved_gib": torch.cuda.max_memory_reserved(i) / 2**30,
+            "mem_total_gib": torch.cuda.get_device_properties(i).total_memory / 2**30,
+        }
+        for i in cuda_indices
+    ]
 
 
 def profile(
@@ -87,16 +104,17 @@ def _phase_share(phases: Sequence[Mapping[str, Any]], name: str, device: bool) -
 
 
 def merge_utilization(per_rank: Sequence[Mapping[str, Any] | None]) -> dict[str, Any] | None:
-    """Rank 0's host summary and every rank's GPU rows (each rank samples only its own GPU)."""
+    """Rank 0's host summary and every rank's GPU rows (each rank samples only its own GPUs)."""
     present = [u for u in per_rank if u]
     if not present:
         return None
     merged = dict(present[0])
-    gpus = [g for u in present for g in u.get("gpus", [])]
-    if gpus:
-        merged["gpus"] = gpus
-    else:
-        merged.pop("gpus", None)
+    for key in ("gpus", "gpus_unmapped"):
+        rows = [g for u in present for g in u.get(key, [])]
+        if rows:
+            merged[key] = rows
+        else:
+            merged.pop(key, None)
     return merged
 
 
@@ -119,12 +137,15 @@ def summarize(
 
     `timed_step_times_s`: rank 0's measured step times, the noise the profiler's cost is judged against.
     `run_dir`: profile files are recorded relative to it, so the folder can move (readers resolve them
-    with `results.in_run_dir`)."""
+    with `results.in_run_dir`).
+
+    `memory` holds one entry per GPU the job used (every rank's, every DataParallel device's)."""
     out: dict[str, Any] = {}
     device_type = (
         "cuda" if str(record.get("device", "cpu")).startswith("cuda") or record.get("strategy") == "dp" else "cpu"
     )
     gpu_names = [g.get("name") for g in (record.get("env") or {}).get("gpus", [])]
+    gpu_caps = [g.get("capability") for g in (record.get("env") or {}).get("gpus", [])]
     throughput = record.get("throughput_img_s")
     devices = int(record.get("devices") or record.get("world_size") or 1)
 
@@ -142,7 +163,11 @@ def summarize(
             flops_image,
             throughput,
             gpu_name=gpu_names[0] if device_type == "cuda" and gpu_names else None,
-            precision=analysis.peak_precision(record.get("precision", "fp32"), tf32_enabled=tf32_enabled),
+            precision=analysis.peak_precision(
+                record.get("precision", "fp32"),
+                tf32_enabled=tf32_enabled,
+                capability=analysis.parse_capability(gpu_caps[0]) if device_type == "cuda" and gpu_caps else None,
+            ),
             world_size=devices,
         )
         if "achieved_tflops" in eff:

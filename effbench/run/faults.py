@@ -18,6 +18,12 @@ FAULT_OOM_ENV = "EFFBENCH_FAULT_OOM_AT_BATCH"
 # What the CPU allocator says when it cannot allocate (c10/core/impl/alloc_cpu.cpp): torch raises a
 # plain RuntimeError there, not torch.OutOfMemoryError.
 _CPU_OOM_MARKERS = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory")
+# cuDNN and cuBLAS allocate their own workspaces and handles outside torch's caching allocator; when that
+# fails torch raises a plain RuntimeError naming the library's status: "cuDNN error: CUDNN_STATUS_ALLOC_FAILED"
+# (CUDNN_CHECK, the "cuDNN error: " prefix in libtorch_cuda.so + cudnnGetErrorString) and
+# "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`" (TORCH_CUDABLAS_CHECK; the
+# status names are in libtorch_cuda.so's strings). They are out of memory as much as the allocator's own.
+_LIBRARY_OOM_MARKERS = ("CUDNN_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_ALLOC_FAILED")
 
 
 def oom_threshold(env: Mapping[str, str] = os.environ) -> int | None:
@@ -38,7 +44,8 @@ def inject_oom(batch_per_device: int, env: Mapping[str, str] = os.environ) -> No
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
-    """A device or host allocation failure: torch.OutOfMemoryError, MemoryError, the CPU allocator."""
+    """A device or host allocation failure: torch.OutOfMemoryError, MemoryError, the CPU allocator,
+    cuDNN's and cuBLAS's own allocation failures."""
     if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
         return True
-    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _CPU_OOM_MARKERS)
+    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _CPU_OOM_MARKERS + _LIBRARY_OOM_MARKERS)

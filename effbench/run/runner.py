@@ -147,8 +147,14 @@ def plan_for(cfg: RunConfig, worker_args: list[str]) -> LaunchPlan:
 # --------------------------------------------------------------------------------------------------
 # The CLI's entry
 # --------------------------------------------------------------------------------------------------
-def run(cfg: RunConfig, *, command: list[str], echo: Echo = print, progress: bool = True) -> RunOutcome:
-    """Check, then run in-process or under torchrun; returns the run folder and its results."""
+def run(
+    cfg: RunConfig, *, command: list[str], echo: Echo = print, progress: bool = True, isolate: bool = False
+) -> RunOutcome:
+    """Check, then run in-process or under torchrun; returns the run folder and its results.
+
+    `isolate`: a run that would be in this process (one device, or DataParallel) runs in a child
+    `effbench worker` instead, so it neither inherits nor leaves behind a CUDA context and cached memory
+    (a scaling series runs every member so: no member measures on memory another one holds)."""
     from effbench.system.preflight import raise_on_errors, run_checks
 
     # Container and environment checks (output, shm, GPUs, driver, caches, dataset mount) before any
@@ -160,16 +166,28 @@ def run(cfg: RunConfig, *, command: list[str], echo: Echo = print, progress: boo
         spec_path = spec_dir / "spec.json"
         plan = plan_for(cfg, ["effbench", "worker", "--spec", str(spec_path)])
         per_device_batch(cfg, plan.devices)
-        if plan.mode != "torchrun":
+        if plan.mode == "torchrun":
+            argv = plan.argv or []
+        elif isolate:  # the worker outside torchrun (no RANK in its env) is one process: distributed.py
+            argv = [sys.executable, "-m", "effbench", "worker", "--spec", str(spec_path)]
+        else:
             return run_benchmark(cfg, plan=plan, command=command, echo=echo, progress=progress)
-        return _run_under_torchrun(cfg, plan, spec_path, command=command, echo=echo, progress=progress)
+        return _run_in_child(cfg, plan, spec_path, argv, command=command, echo=echo, progress=progress)
     finally:
         shutil.rmtree(spec_dir, ignore_errors=True)
 
 
-def _run_under_torchrun(
-    cfg: RunConfig, plan: LaunchPlan, spec_path: Path, *, command: list[str], echo: Echo, progress: bool
+def _run_in_child(
+    cfg: RunConfig,
+    plan: LaunchPlan,
+    spec_path: Path,
+    argv: list[str],
+    *,
+    command: list[str],
+    echo: Echo,
+    progress: bool,
 ) -> RunOutcome:
+    """Run `argv` (torchrun, or one `effbench worker`) on the spec and settle its record with how it ended."""
     import torch
 
     from effbench.run.runtime import resolve_precision
@@ -185,9 +203,10 @@ def _run_under_torchrun(
         "progress": progress,
     }
     spec_path.write_text(json.dumps(spec))
-    echo(f"launching: {' '.join(plan.argv or [])}")
+    echo(f"launching: {' '.join(argv)}")
+    child = "torchrun" if plan.mode == "torchrun" else "the effbench worker"
     env = {**os.environ, **plan.env}
-    outcome = run_supervised(plan.argv or [], env)
+    outcome = run_supervised(argv, env)
     user_errors = sorted(spec_path.parent.glob("error-rank*.txt"))
     if user_errors:  # a rank hit a bad input (missing dataset, weights...): report it like in-process
         option, _, message = user_errors[0].read_text().partition("\t")
@@ -201,7 +220,7 @@ def _run_under_torchrun(
             record["signal"] = outcome.signal
         record["error"] = {
             "type": "ChildFailedError",
-            "message": outcome.failure.describe() if outcome.failure else f"torchrun exited with {outcome.returncode}",
+            "message": outcome.failure.describe() if outcome.failure else f"{child} exited with {outcome.returncode}",
         }
         return RunOutcome(None, record)
     record = settle_with_torchrun(results.read_results(run_dir), outcome)
@@ -349,7 +368,9 @@ def run_benchmark(
         except Exception as e:  # noqa: BLE001 - an op FlopCounterMode cannot count must not stop the run
             flops_error = f"{type(e).__name__}: {e}".splitlines()[0]
         if plan.mode == "dp":
-            model = torch.nn.DataParallel(model, device_ids=list(range(plan.nproc_per_node)))
+            from effbench.run.data_parallel import data_parallel
+
+            model = data_parallel(model, rt, device_ids=list(range(plan.nproc_per_node)))
         elif dist.enabled:
             from torch.nn.parallel import DistributedDataParallel
 
@@ -381,7 +402,7 @@ def run_benchmark(
         "world_size": dist.world_size,
         "devices": plan.devices,
         "strategy": "single" if plan.devices == 1 else plan.mode if plan.mode == "dp" else "ddp",
-        "launch": {**_plan_dict(plan), "threads_per_proc": torch.get_num_threads()},
+        "launch": {**_plan_dict(plan), "threads_per_proc": torch.get_num_threads(), "pid": os.getpid()},
         "precision": rt.precision,
         "batch_size_per_device": batch,
         "global_batch_size": batch * plan.devices,
@@ -420,13 +441,14 @@ def run_benchmark(
     steps: list[dict[str, Any]] = []
     warmup, measured = Tally(), Tally()
     received: list[int] = []
-    sampler = observe.sampler_for(rt.device.type, dist.local_rank, cfg.sample_interval_s)
+    # every GPU this process drives (all of them under DataParallel), so energy and memory cover the job
+    gpus = observe.job_cuda_indices(rt.device.type, plan.mode, plan.nproc_per_node, dist.local_rank)
+    sampler = observe.sampler_for(gpus, cfg.sample_interval_s)
     prof_info: dict[str, Any] | None = None
     rank_steps: list[dict[str, float]] = []  # this rank's measured steps (images, data, compute)
     steps_by_rank: list[list[dict[str, float]]] = []
     final_gathered = False
-    if rt.device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(rt.device)
+    observe.reset_peak_memory(gpus)
     t0 = time.perf_counter()
     try:
         with (
@@ -466,13 +488,13 @@ def run_benchmark(
             {
                 "row": _rank_row(dist, rt, measured),
                 "util": sampler.summary(),
-                "mem": observe.peak_memory(rt.device),
+                "mem": observe.peak_memory(gpus),
                 "steps": rank_steps,  # every rank's measured steps, for windows of the same definition
             }
         )
         record["ranks"] = rank_rows([g["row"] for g in gathered])
         per_rank_util = [g["util"] for g in gathered]
-        per_rank_mem = [g["mem"] for g in gathered]
+        per_rank_mem = [m for g in gathered for m in g["mem"]]
         steps_by_rank = [g["steps"] for g in sorted(gathered, key=lambda g: g["row"]["rank"])]
         final_gathered = True
         record["status"] = "ok"
@@ -504,7 +526,7 @@ def run_benchmark(
             }
     if not final_gathered:  # no collective after a failure: a dead peer would hang it
         steps_by_rank = _settle_ranks_alone(record, dist, _rank_row(dist, rt, measured), rank_steps)
-        per_rank_util, per_rank_mem = [sampler.summary()], [observe.peak_memory(rt.device)]
+        per_rank_util, per_rank_mem = [sampler.summary()], observe.peak_memory(gpus)
     record["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat()
     record["wall_time_s"] = time.perf_counter() - t0
     _fill(record, epochs, warmup, measured, data)

@@ -322,14 +322,12 @@ def check_nvml(ctx: Context) -> list[Check]:
     gpus = (res.get("utilization") or {}).get("gpus") or []
     if not gpus:
         return [Check(n, FAIL, reason="the run sampled no GPU") for n in names]
-    index = int(gpus[0]["index"])
-    with nvml_session() as nvml:
-        sampled_uuid = nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(index))
-    sampled_uuid = sampled_uuid.decode() if isinstance(sampled_uuid, bytes) else str(sampled_uuid)
+    index = int(gpus[0]["index"])  # the CUDA index; the sampler found it in NVML by UUID (monitor.py)
+    sampled_uuid = str(gpus[0].get("nvml_uuid"))  # what NVML itself reported for the handle it sampled
     job_uuid = str(torch.cuda.get_device_properties(ctx.device).uuid)  # NVML spells it "GPU-<uuid>"
     rows = [
         Check(names[0], PASS if job_uuid in sampled_uuid else FAIL, sampled_uuid, f"GPU-{job_uuid}", "equal",
-              f"NVML index {index} sampled; torch device {ctx.device}"),
+              f"column gpu{index} sampled; torch device {ctx.device}"),
     ]  # fmt: skip
     with open(Path(res["_run_dir"]) / "utilization.csv") as f:
         rows_csv = [r for r in csv.DictReader(f) if r.get(f"gpu{index}_power_w")]

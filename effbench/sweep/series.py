@@ -43,8 +43,10 @@ def run_scaling_series(
     folder = results.create_run_dir(first.output, name)
     echo(f"scaling series: {len(configs)} runs into {folder}")
     outcomes = []
-    for cfg in configs:
-        outcome = runner.run(dataclasses.replace(cfg, output=folder), command=command, echo=echo, progress=progress)
+    for cfg in configs:  # each member in its own child process(es): none inherits another's CUDA context or memory
+        outcome = runner.run(
+            dataclasses.replace(cfg, output=folder), command=command, echo=echo, progress=progress, isolate=True
+        )
         outcomes.append(outcome)
     rows = scaling.scaling_rows([o.results for o in outcomes])
     results.write_json(

@@ -89,6 +89,42 @@ def _decode(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+# --- CUDA device -> NVML device: the one mapping ----------------------------------------------------
+# CUDA numbers the GPUs it was given (CUDA_VISIBLE_DEVICES applied, in CUDA_DEVICE_ORDER, which defaults
+# to fastest-first), NVML numbers every GPU of the node in PCI bus order, and CUDA_VISIBLE_DEVICES may hold
+# UUIDs or MIG names. Only the UUID names the same device on both sides, so the mapping goes through it.
+NVML_UUID_PREFIXES = ("GPU-", "MIG-")
+"""nvmlDeviceGetUUID spells a full GPU "GPU-<uuid>" and a MIG instance "MIG-<uuid>" (nvml.h); torch's
+cudaDeviceProp.uuid prints as the bare "<uuid>" (torch/_C/__init__.pyi `_CudaDeviceProperties.uuid: str`)."""
+
+
+def cuda_device_uuid(cuda_index: int) -> str:
+    """The UUID of torch's `cuda:<cuda_index>`, as torch prints it (no GPU-/MIG- prefix)."""
+    import torch
+
+    return str(torch.cuda.get_device_properties(cuda_index).uuid)
+
+
+def nvml_uuid_candidates(cuda_uuid: str) -> tuple[str, ...]:
+    """The NVML spellings a CUDA UUID may have: already prefixed, else GPU- then MIG-."""
+    u = cuda_uuid.strip()
+    if u.startswith(NVML_UUID_PREFIXES):
+        return (u,)
+    return tuple(prefix + u for prefix in NVML_UUID_PREFIXES)
+
+
+def nvml_handle_for_uuid(nvml: Any, cuda_uuid: str) -> Any:
+    """NVML's handle of the device torch calls `cuda_uuid` (pynvml.nvmlDeviceGetHandleByUUID(uuid: str),
+    which raises NVMLError_NotFound for a UUID it does not know). LookupError when no spelling matches."""
+    errors = []
+    for candidate in nvml_uuid_candidates(cuda_uuid):
+        try:
+            return nvml.nvmlDeviceGetHandleByUUID(candidate)
+        except Exception as e:  # NVMLError_NotFound / _InvalidArgument: try the next spelling
+            errors.append(f"{candidate}: {type(e).__name__}")
+    raise LookupError(f"NVML knows no device with UUID {cuda_uuid} ({'; '.join(errors)})")
+
+
 def nvml_snapshot() -> dict[str, Any]:
     """Driver version and per-GPU name/memory from NVML; {} when NVML is unavailable."""
     with nvml_session() as nvml:
@@ -100,7 +136,12 @@ def nvml_snapshot() -> dict[str, Any]:
                 h = nvml.nvmlDeviceGetHandleByIndex(i)
                 mem = nvml.nvmlDeviceGetMemoryInfo(h)
                 gpus.append(
-                    {"index": i, "name": _decode(nvml.nvmlDeviceGetName(h)), "memory_total_gib": mem.total / 2**30}
+                    {
+                        "index": i,
+                        "name": _decode(nvml.nvmlDeviceGetName(h)),
+                        "uuid": _decode(nvml.nvmlDeviceGetUUID(h)),
+                        "memory_total_gib": mem.total / 2**30,
+                    }
                 )
             return {"driver_version": _decode(nvml.nvmlSystemGetDriverVersion()), "nvml_gpus": gpus}
         except Exception:  # an NVML error never ends a run: the record just lacks these facts
@@ -280,6 +321,7 @@ def env_snapshot() -> dict[str, Any]:
                 "name": torch.cuda.get_device_name(i),
                 "capability": ".".join(map(str, torch.cuda.get_device_capability(i))),
                 "memory_total_gib": torch.cuda.get_device_properties(i).total_memory / 2**30,
+                "uuid": cuda_device_uuid(i),  # matches nvml_gpus[*].uuid after its GPU-/MIG- prefix
             }
             for i in range(snap["gpu_count"])
         ]

@@ -1,0 +1,500 @@
+"""GPU code paths checked on the CPU against the pinned torch 2.14.1 / pynvml sources (issue 11, part 2).
+
+Each test replays what the library does (its source line is cited) rather than mocking the code under test.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+
+import pytest
+import torch
+
+from effbench.run.data_parallel import ReplicaAutocast
+
+
+class _DtypeProbe(torch.nn.Module):
+    """A Linear that records the dtype its output really had (what autocast made of it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.seen: list[torch.dtype] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.lin(x)
+        self.seen.append(out.dtype)
+        return out
+
+
+def _replica_thread_forward(module: torch.nn.Module, x: torch.Tensor, device_type: str) -> None:
+    """What DataParallel does per replica: torch/nn/parallel/parallel_apply.py `_worker` reads
+    `torch.is_autocast_enabled()` in the caller and re-enters `torch.amp.autocast(device_type,
+    enabled=autocast_enabled)` in a fresh thread -- the caller's dtype is not passed on."""
+    enabled = torch.is_autocast_enabled(device_type)
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            with torch.amp.autocast(device_type, enabled=enabled):
+                module(x)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller
+            errors.append(e)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    if errors:
+        raise errors[0]
+
+
+def test_parallel_apply_still_reenters_autocast_without_the_dtype():
+    """The assumption the fix rests on, read from the pinned library (fails if torch changes it)."""
+    from torch.nn.parallel.parallel_apply import parallel_apply
+
+    src = inspect.getsource(parallel_apply)
+    assert "torch.amp.autocast(device_type, enabled=autocast_enabled)" in src
+
+
+def test_dp_replica_thread_loses_the_dtype_without_the_wrapper():
+    # CPU autocast's default dtype is bfloat16 (torch.get_autocast_dtype("cpu")), so run in float16 to
+    # tell the caller's dtype from the thread default (on CUDA the same happens to bf16 -> float16).
+    assert torch.get_autocast_dtype("cpu") == torch.bfloat16
+    bare = _DtypeProbe()
+    with torch.autocast("cpu", dtype=torch.float16):
+        _replica_thread_forward(bare, torch.randn(2, 4), "cpu")
+    assert bare.seen == [torch.bfloat16]  # the defect: not the run's float16
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_dp_replica_runs_in_the_runs_dtype(dtype):
+    probe = _DtypeProbe()
+    wrapped = ReplicaAutocast(probe, "cpu", dtype)
+    with torch.autocast("cpu", dtype=dtype):
+        _replica_thread_forward(wrapped, torch.randn(2, 4), "cpu")
+    assert probe.seen == [dtype]
+
+
+def test_dp_replica_fp32_stays_fp32_inside_an_outer_autocast():
+    probe = _DtypeProbe()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _replica_thread_forward(ReplicaAutocast(probe, "cpu", None), torch.randn(2, 4), "cpu")
+    assert probe.seen == [torch.float32]
+
+
+def test_dp_wrapper_replicates_as_dataparallel_does():
+    """DataParallel replicates the outermost module (torch/nn/parallel/replicate.py copies `__dict__`),
+    so the wrapper's device type and dtype must travel with each replica."""
+    from torch.nn.parallel.replicate import _replicatable_module
+
+    wrapped = ReplicaAutocast(_DtypeProbe(), "cuda", torch.bfloat16)
+    assert _replicatable_module(wrapped)
+    clone = wrapped._replicate_for_data_parallel()
+    assert (clone.device_type, clone.dtype) == ("cuda", torch.bfloat16)
+
+
+@pytest.mark.parametrize("extra", [[], ["--gpus", "2"]])
+def test_compile_with_dp_is_refused_in_one_line(capsys, extra):
+    from clitools import invoke
+
+    code, out, err = invoke(["run", "--device", "cuda", "--compile", "--strategy", "dp", *extra], capsys)
+    assert code == 2 and err.startswith("error: --compile") and "--strategy ddp" in err
+    assert err.strip().count("\n") == 0 and "Traceback" not in out + err
+
+
+def test_compile_with_dp_refused_by_the_config_itself():
+    from effbench.config import RunConfig
+    from effbench.errors import EffbenchError
+
+    with pytest.raises(EffbenchError) as info:
+        RunConfig(device="cuda", compile=True, strategy="dp")
+    assert info.value.option == "--compile"
+    assert RunConfig(device="cuda", compile=True, strategy="ddp").compile  # the other strategy stays allowed
+
+
+# --- item 6 / 3: CUDA -> NVML by UUID, every GPU of the job ----------------------------------------------
+
+
+class FakeNVMLNotFound(Exception):
+    """pynvml raises NVMLError_NotFound from nvmlDeviceGetHandleByUUID for a UUID it does not know."""
+
+
+class UuidNVML:
+    """A node of GPUs in NVML's PCI order; follows pynvml's signatures: nvmlDeviceGetHandleByUUID(uuid: str)
+    takes NVML's spelling "GPU-<uuid>" / "MIG-<uuid>" (pynvml.py: c_char_p(uuid) after convertStrBytes),
+    nvmlDeviceGetPowerUsage(handle) answers mW. Each GPU draws a different power, so a reading names its GPU."""
+
+    def __init__(self, uuids: list[str]) -> None:
+        self.uuids = uuids  # NVML order
+        self.asked: list[str] = []
+
+    def nvmlInit(self) -> None: ...
+
+    def nvmlShutdown(self) -> None: ...
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.uuids)
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> int:
+        assert isinstance(uuid, str)
+        self.asked.append(uuid)
+        if uuid not in self.uuids:
+            raise FakeNVMLNotFound("Not Found")
+        return self.uuids.index(uuid)
+
+    def nvmlDeviceGetName(self, h: int) -> str:
+        return "NVIDIA A100-SXM4-80GB"
+
+    def nvmlDeviceGetUUID(self, h: int) -> str:  # pynvml: str after convertStrBytes, NVML's own spelling
+        return self.uuids[h]
+
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
+        return 100_000 * (h + 1)  # GPU at NVML index h draws (h+1) * 100 W
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:
+        return 1_000_000 * (h + 1)
+
+
+U = ["aaaa0000-0000-0000-0000-000000000000", "bbbb0000-0000-0000-0000-000000000000",
+     "cccc0000-0000-0000-0000-000000000000", "dddd0000-0000-0000-0000-000000000000"]  # fmt: skip
+
+
+def _power_by_column(summary: dict) -> dict[int, float]:
+    return {g["index"]: g["power_w"]["mean"] for g in summary["gpus"]}
+
+
+def test_sampler_finds_each_cuda_device_by_uuid_not_by_position():
+    from effbench.measure.monitor import UtilizationSampler
+
+    # CUDA_VISIBLE_DEVICES=GPU-cccc...,GPU-aaaa... : torch's cuda:0 is NVML's index 2, cuda:1 NVML's 0.
+    nvml = UuidNVML(["GPU-" + u for u in U])
+    with UtilizationSampler(interval_s=10, gpu_uuids={0: U[2], 1: U[0]}, nvml=nvml) as mon:
+        pass
+    s = mon.summary()
+    assert _power_by_column(s) == {0: pytest.approx(300.0), 1: pytest.approx(100.0)}
+    assert [g["uuid"] for g in s["gpus"]] == [U[2], U[0]] and "gpus_unmapped" not in s
+    # what NVML says of the handles it sampled (selftest's UUID check compares this with torch's)
+    assert [g["nvml_uuid"] for g in s["gpus"]] == ["GPU-" + U[2], "GPU-" + U[0]]
+
+
+def test_mig_uuids_map_through_the_mig_prefix():
+    from effbench.measure.monitor import UtilizationSampler
+
+    nvml = UuidNVML(["GPU-" + U[0], "MIG-" + U[3]])
+    with UtilizationSampler(interval_s=10, gpu_uuids={0: U[3]}, nvml=nvml) as mon:
+        pass
+    assert _power_by_column(mon.summary()) == {0: pytest.approx(200.0)}
+    assert nvml.asked == ["GPU-" + U[3], "MIG-" + U[3]]
+
+
+def test_an_unknown_uuid_is_reported_and_voids_energy_never_another_gpu():
+    from effbench.measure.monitor import UtilizationSampler, energy_j
+
+    nvml = UuidNVML(["GPU-" + U[0], "GPU-" + U[1]])
+    with UtilizationSampler(interval_s=10, gpu_uuids={0: U[0], 1: U[2]}, nvml=nvml) as mon:
+        pass
+    s = mon.summary()
+    assert [g["index"] for g in s["gpus"]] == [0]
+    assert s["gpus_unmapped"][0]["index"] == 1 and U[2] in s["gpus_unmapped"][0]["reason"]
+    assert energy_j(s) is None  # one GPU's energy is not the job's
+
+
+def test_nvml_uuid_spellings():
+    from effbench.system.hardware import nvml_uuid_candidates
+
+    assert nvml_uuid_candidates(U[0]) == ("GPU-" + U[0], "MIG-" + U[0])
+    assert nvml_uuid_candidates("MIG-" + U[0]) == ("MIG-" + U[0],)
+
+
+@pytest.mark.parametrize(
+    "mode, nproc, local_rank, expected",
+    [("dp", 4, 0, [0, 1, 2, 3]), ("torchrun", 4, 2, [2]), ("inprocess", 1, 0, [0])],
+)
+def test_job_gpus_cover_every_dataparallel_device(mode, nproc, local_rank, expected):
+    from effbench.measure import observe
+
+    assert observe.job_cuda_indices("cuda", mode, nproc, local_rank) == expected
+    assert observe.job_cuda_indices("cpu", mode, nproc, local_rank) == []
+
+
+def test_sampler_for_samples_all_dp_gpus_by_uuid(monkeypatch):
+    from effbench.measure import monitor, observe
+    from effbench.system import hardware
+
+    nvml = UuidNVML(["GPU-" + u for u in U])
+    monkeypatch.setattr(monitor, "_load_nvml", lambda: nvml)
+    # torch/_C/__init__.pyi: _CudaDeviceProperties.uuid prints bare; here cuda:i is the node's i-th from the end
+    monkeypatch.setattr(hardware, "cuda_device_uuid", lambda i: U[3 - i])
+    with observe.sampler_for(observe.job_cuda_indices("cuda", "dp", 2, 0), interval_s=10) as mon:
+        pass
+    s = mon.summary()
+    assert _power_by_column(s) == {0: pytest.approx(400.0), 1: pytest.approx(300.0)}
+    assert monitor.energy_j(s) is not None
+
+
+def test_summary_memory_and_energy_cover_every_gpu_of_a_dp_run():
+    from effbench.measure import observe
+
+    record = {"device": "cuda:0", "strategy": "dp", "devices": 2, "precision": "bf16", "env": {}, "epochs": [
+        {"images": 1000}]}  # fmt: skip
+    util = {"host": {}, "gpus": [{"index": 0, "energy_j": 50.0}, {"index": 1, "energy_j": 150.0}]}
+    mem = [
+        {"cuda_index": 0, "peak_mem_allocated_gib": 3.0, "peak_mem_reserved_gib": 4.0, "mem_total_gib": 80.0},
+        {"cuda_index": 1, "peak_mem_allocated_gib": 5.0, "peak_mem_reserved_gib": 6.0, "mem_total_gib": 80.0},
+    ]
+    out = observe.summarize(record, flops_image=None, utilization=util, memory=mem, profile_info=None,
+                            cpu_quota_cores=None, workers_per_process=0, processes_per_node=1,
+                            tf32_enabled=False)  # fmt: skip
+    assert out["energy_j"] == 200.0 and out["images_per_j"] == pytest.approx(1000 / 200.0)
+    assert out["peak_mem_gib"] == 5.0 and out["peak_mem_reserved_gib"] == 6.0
+
+
+# --- items 5 and 9: out of memory stays out of memory ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "cuDNN error: CUDNN_STATUS_ALLOC_FAILED",  # CUDNN_CHECK: "cuDNN error: " + cudnnGetErrorString
+        "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",  # TORCH_CUDABLAS_CHECK
+    ],
+)
+def test_cudnn_and_cublas_allocation_failures_are_oom(message):
+    from effbench.run import faults
+
+    assert faults.is_out_of_memory(RuntimeError(message))
+    assert not faults.is_out_of_memory(RuntimeError("cuDNN error: CUDNN_STATUS_BAD_PARAM"))
+    assert not faults.is_out_of_memory(RuntimeError("CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling x"))
+
+
+def test_library_status_names_are_torchs_own():
+    """The markers are the status names the pinned libtorch_cuda prints (strings of the shared object)."""
+    from pathlib import Path
+
+    from effbench.run import faults
+
+    lib = Path(torch.__file__).parent / "lib" / "libtorch_cuda.so"
+    if not lib.exists():
+        pytest.skip("CPU-only torch build: no libtorch_cuda.so to read")
+    blob = lib.read_bytes()
+    assert b"cuDNN error: " in blob
+    for marker in faults._LIBRARY_OOM_MARKERS:
+        if marker.startswith("CUBLAS"):
+            assert marker.encode() in blob
+
+
+def _jpeg_bytes() -> torch.Tensor:
+    from torchvision.io import encode_jpeg
+
+    return encode_jpeg(torch.zeros(3, 8, 8, dtype=torch.uint8))
+
+
+def test_gpu_decode_out_of_memory_is_raised_not_marked_corrupt(monkeypatch):
+    import torchvision.io
+
+    from effbench.data.fast_images import decode_on_device
+
+    # torchvision.io.decode_jpeg(device="cuda") allocates its outputs with torch's caching allocator, whose
+    # failure is torch.OutOfMemoryError (a RuntimeError subclass: torch.OutOfMemoryError.__mro__)
+    def oom(*_a, **_k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(torchvision.io, "decode_jpeg", oom)
+    with pytest.raises(torch.OutOfMemoryError):
+        decode_on_device([_jpeg_bytes(), _jpeg_bytes()], 8, torch.device("cpu"))
+
+
+def test_gpu_decode_still_marks_undecodable_files_bad():
+    from effbench.data.fast_images import decode_on_device
+
+    good, bad = _jpeg_bytes(), torch.frombuffer(bytearray(b"\xff\xd8\xff" + b"\x00" * 40), dtype=torch.uint8)
+    batch, bad_positions = decode_on_device([good, bad], 8, torch.device("cpu"))
+    assert bad_positions == [1] and tuple(batch.shape) == (1, 3, 8, 8)
+
+
+# --- item 4: TF32 peaks only where the device has TF32 ---------------------------------------------------
+
+
+def _fp32_cuda_record(name: str, capability: str) -> dict:
+    return {"device": "cuda:0 (x)", "strategy": "single", "devices": 1, "precision": "fp32",
+            "throughput_img_s": 1000.0, "epochs": [], "env": {"gpus": [{"name": name, "capability": capability}]}}  # fmt: skip
+
+
+def _summary(record: dict) -> dict:
+    from effbench.measure import observe
+
+    return observe.summarize(record, flops_image=1e9, utilization=None, memory=[], profile_info=None,
+                             cpu_quota_cores=None, workers_per_process=0, processes_per_node=1,
+                             tf32_enabled=True)  # fmt: skip
+
+
+def test_fp32_on_a_t4_gets_the_fp32_peak_not_none():
+    # torch's default cudnn.allow_tf32 = True, but sm_75 has no TF32: T4's datasheet FP32 8.1 TFLOP/s
+    out = _summary(_fp32_cuda_record("Tesla T4", "7.5"))
+    assert out["mfu_peak_tflops_per_device"] == 8.1
+    assert out["mfu"] == pytest.approx(1e9 * 1000.0 / 8.1e12)
+
+
+def test_fp32_on_an_a100_gets_the_tf32_peak():
+    out = _summary(_fp32_cuda_record("NVIDIA A100-SXM4-80GB", "8.0"))
+    assert out["mfu_peak_tflops_per_device"] == 156.0  # A100 datasheet: TF32 156 dense
+
+
+def test_peak_precision_by_capability():
+    from effbench.analysis.efficiency import parse_capability, peak_precision
+
+    assert peak_precision("fp32", tf32_enabled=True, capability=(7, 0)) == "fp32"
+    assert peak_precision("fp32", tf32_enabled=True, capability=(8, 6)) == "tf32"
+    assert peak_precision("fp32", tf32_enabled=False, capability=(9, 0)) == "fp32"
+    assert peak_precision("fp16", tf32_enabled=True, capability=(7, 5)) == "fp16"
+    assert parse_capability("7.5") == (7, 5) and parse_capability(None) is None
+
+
+# --- items 7 and 8: launch planning -----------------------------------------------------------------------
+
+SLURM = {"SLURM_JOB_ID": "123457", "SLURM_NNODES": "2", "SLURM_NODEID": "0", "SLURM_PROCID": "0",
+         "SLURM_JOB_NODELIST": "gpu[01-02]", "SLURM_NTASKS_PER_NODE": "1"}  # fmt: skip
+
+
+def test_two_slurm_jobs_on_one_first_node_get_different_ports():
+    from effbench.launch.plan import slurm_settings
+
+    a = slurm_settings(SLURM)
+    b = slurm_settings({**SLURM, "SLURM_JOB_ID": "123458"})
+    assert a.rdzv_host == b.rdzv_host == "gpu01"
+    assert a.rdzv_endpoint == "gpu01:23457" and b.rdzv_endpoint == "gpu01:23458"  # 20000 + id % 10000
+    assert slurm_settings({**SLURM, "SLURM_JOB_ID": "j7"}).rdzv_port in range(20000, 30000)
+
+
+def test_master_port_is_honoured_and_checked():
+    from effbench.errors import EffbenchError
+    from effbench.launch.plan import slurm_settings
+
+    assert slurm_settings({**SLURM, "MASTER_PORT": "31234"}).rdzv_endpoint == "gpu01:31234"
+    for bad in ("0", "70000", "port"):
+        with pytest.raises(EffbenchError) as info:
+            slurm_settings({**SLURM, "MASTER_PORT": bad})
+        assert info.value.option == "MASTER_PORT"
+
+
+def test_srun_run_uses_master_port(monkeypatch, capsys, tmp_path):
+    from clitools import invoke
+
+    from effbench.run import runner
+
+    seen: dict = {}
+
+    def fake_run(cfg, **kw):  # the side-effecting leaf, as tests/test_cli.py's `captured` patches it
+        seen["cfg"] = cfg
+        return runner.RunOutcome(run_dir=tmp_path, results={"status": "ok"})
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    for k, v in {**SLURM, "MASTER_PORT": "31234"}.items():
+        monkeypatch.setenv(k, v)
+    assert invoke(["run", "--smoke"], capsys)[0] == 0
+    assert seen["cfg"].rdzv_endpoint == "gpu01:31234" and seen["cfg"].rdzv_id == "123457"
+
+
+@pytest.mark.parametrize(
+    "kw, threads",
+    [
+        (dict(device="cuda", visible_gpus=8, cores=32), 4),  # 8 GPU ranks share 32 cores
+        (dict(device="cuda", visible_gpus=8, cores=4), 1),  # at least one thread
+        (dict(device="cuda", visible_gpus=2, cores=32, strategy="dp"), 32),  # one DataParallel process
+        (dict(device="cpu", nproc=2, cores=8), 4),
+    ],
+)
+def test_each_rank_gets_its_share_of_the_cores(kw, threads):
+    from effbench.launch.plan import plan_launch
+
+    args = dict(device="auto", gpus=None, nproc=None, strategy="ddp", nnodes=1, node_rank=None, rdzv_endpoint=None,
+                rdzv_id=None, visible_gpus=0, cores=16, env={}, python="py", worker_args=["effbench", "worker"])  # fmt: skip
+    p = plan_launch(**{**args, **kw})
+    assert p.threads_per_proc == threads and p.env["OMP_NUM_THREADS"] == str(threads)
+
+
+# --- item 10: harness_overhead runs both sides in one precision ------------------------------------------
+
+
+def _harness():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "harness_overhead.py"
+    spec = importlib.util.spec_from_file_location("harness_overhead", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bare_loop_runs_the_precision_effbench_recorded(monkeypatch):
+    import types
+
+    from effbench.run.runtime import resolve_precision
+
+    h = _harness()
+    # a T4: bf16 only through emulation (torch.cuda.is_bf16_supported: capability < 8 -> emulation check)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    recorded, _ = resolve_precision("auto", types.SimpleNamespace(type="cuda"))
+    assert recorded == "fp32"
+    amp, scaler = h.bare_amp(recorded, "cpu")
+    assert not amp._enabled and not scaler.is_enabled()  # the old bare loop turned bf16 on here
+    amp, _ = h.bare_amp("bf16", "cpu")
+    assert amp._enabled and amp.fast_dtype == torch.bfloat16
+    # effbench's TrainStep scales fp16 losses; so does the reference ("cpu": GradScaler("cuda") turns itself
+    # off without CUDA, torch/amp/grad_scaler.py)
+    _, scaler = h.bare_amp("fp16", "cpu")
+    assert scaler.is_enabled()
+
+
+# --- item 2: every member of a scaling series in a child process -----------------------------------------
+
+
+def test_isolated_single_device_run_goes_to_a_child_worker(monkeypatch, tmp_path):
+    import sys
+
+    from effbench.config import RunConfig
+    from effbench.launch import supervise
+    from effbench.launch.supervise import SupervisedResult
+    from effbench.run import runner
+
+    def in_this_process(*_a, **_k):
+        raise AssertionError("an isolated run must not train in the parent")
+
+    launched: list[list[str]] = []
+
+    def fake_supervised(argv, env, **_k):  # the side-effecting leaf: what would be started
+        launched.append(list(argv))
+        return SupervisedResult(returncode=1, signal=None, failure=None)
+
+    monkeypatch.setattr(runner, "run_benchmark", in_this_process)
+    monkeypatch.setattr(supervise, "run_supervised", fake_supervised)
+    cfg = RunConfig(arch="resnet18", dataset="synthetic", device="cpu", weights="none", output=tmp_path)
+    outcome = runner.run(cfg, command=["t"], echo=lambda _s: None, progress=False, isolate=True)
+    (argv,) = launched
+    assert argv[:5] == [sys.executable, "-m", "effbench", "worker", "--spec"]
+    assert outcome.results["status"] == "failed"  # the child left no folder: reported, not hidden
+    assert outcome.results["error"]["message"] == "the effbench worker exited with 1"
+
+
+def test_scaling_series_isolates_every_member(monkeypatch, tmp_path):
+    from effbench.config import RunConfig
+    from effbench.run import runner
+    from effbench.sweep import series
+
+    seen: list[tuple[int | None, bool]] = []
+
+    def fake_run(cfg, **kw):
+        seen.append((cfg.nproc, kw.get("isolate", False)))
+        return runner.RunOutcome(run_dir=None, results={"status": "failed"})
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    monkeypatch.setattr("effbench.system.preflight.run_checks", lambda *a, **k: [])
+    base = dict(arch="resnet18", dataset="synthetic", device="cpu", weights="none", output=tmp_path, batch_size=4)
+    configs = [RunConfig(**base, nproc=1), RunConfig(**base, nproc=2)]
+    series.run_scaling_series(configs, command=["t"], echo=lambda _s: None, progress=False)
+    assert seen == [(1, True), (2, True)]
