@@ -84,6 +84,17 @@ def test_timm_names_without_timm_say_how_to_install(monkeypatch):
         RunConfig(arch="timm:resnet18")
 
 
+def test_models_without_timm_is_one_line_naming_source(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "timm", None)
+    code, out, err = invoke(["models", "--source", "timm"], capsys)
+    assert (
+        code == 2
+        and err == "error: --source: timm is not installed; pip install 'effbench[timm]', or use --source torchvision\n"
+    )
+    code, out, _ = invoke(["models", "--source", "all", "--json"], capsys)  # all: what is installed
+    assert code == 0 and not any(r["source"] == "timm" for r in json.loads(out))
+
+
 def test_native_image_size_comes_from_the_library():
     assert RunConfig(arch="torchvision:inception_v3", dataset="synthetic").image_size == 299
     assert RunConfig(arch="torchvision:efficientnet_v2_s", dataset="synthetic").image_size == 384

@@ -56,6 +56,8 @@ def models(
     unknown = [s for s in wanted if s not in SOURCE_CHOICES]
     if unknown:
         raise EffbenchError("--source", f"unknown source {unknown[0]!r}; choose from {', '.join(SOURCE_CHOICES)}")
+    if "timm" in wanted and not catalog.timm_installed():
+        raise EffbenchError("--source", f"timm is not installed; {catalog.TIMM_HINT}, or use --source torchvision")
     if "all" in wanted:
         wanted = ("effbench", "torchvision", *(("timm",) if catalog.timm_installed() else ()))
     rows = [r.to_dict() for r in catalog.catalog(wanted)]

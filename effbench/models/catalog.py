@@ -66,9 +66,11 @@ def _timm() -> Any:
 
 
 def timm_installed() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("timm") is not None
+    try:
+        import timm  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _unknown(value: str, candidates: list[str]) -> EffbenchError:
