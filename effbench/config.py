@@ -86,7 +86,14 @@ def _choice(option: str, value: str, choices: tuple[str, ...], aliases: dict[str
 
 
 def canonical_arch(value: str) -> str:
-    return _choice("--arch", value, ARCHS, ARCH_ALIASES)
+    """effbench's own names here (no import); torchvision:/timm: names and bare torchvision names
+    through the model catalog, which imports torchvision (and timm) only then."""
+    key = value.strip().lower()
+    if ARCH_ALIASES.get(key, key) in ARCHS:
+        return ARCH_ALIASES.get(key, key)
+    from effbench.models.catalog import resolve
+
+    return resolve(value)
 
 
 def canonical_dataset(value: str) -> str:
@@ -126,7 +133,8 @@ class RunConfig:
     """One training benchmark run, fully resolved. Field names match the CLI options."""
 
     arch: str = "efficientnet-b0"
-    """Model: efficientnet-b0..b7 (aliases b0..b7) or resnet18."""
+    """Model: efficientnet-b0..b7 (aliases b0..b7), resnet18 (effbench's own), torchvision:NAME, timm:NAME,
+    or a bare torchvision name (resnet50)."""
     dataset: str = "cifar100"
     """A name of the dataset catalog (effbench/datasets.py): cifar100 (cifar), cifar10, food101 (food), imagefolder,
     synthetic."""
@@ -365,7 +373,11 @@ def default_image_size(arch: str, dataset: str) -> int:
     """The architecture's native resolution; resnet18 keeps CIFAR's 32 px on CIFAR."""
     if arch == "resnet18":
         return dataset_spec(dataset).native_size or DEFAULT_IMAGE_SIZE
-    return EFFICIENTNET_NATIVE_SIZE[arch]
+    if arch in EFFICIENTNET_NATIVE_SIZE:
+        return EFFICIENTNET_NATIVE_SIZE[arch]
+    from effbench.models.catalog import native_image_size  # torchvision's / timm's own metadata
+
+    return native_image_size(arch)
 
 
 def smoke_overrides() -> dict[str, Any]:

@@ -80,7 +80,7 @@ def test_non_ok_run_exits_non_zero_with_one_line(monkeypatch, capsys, tmp_path):
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["run", "--arch", "vgg"], "--arch: unknown value 'vgg'"),
+        (["run", "--arch", "vgg"], "--arch: unknown architecture 'vgg'; did you mean vgg"),
         (["run", "--dataset", "mnist"], "--dataset: unknown value"),
         (["run", "--optimizer", "lion"], "--optimizer: unknown value"),
         (["run", "--batch-size", "0"], "--batch-size: must be 1 or more"),

@@ -29,7 +29,7 @@ def test_defaults_resolve_for_resnet18_from_scratch():
 @pytest.mark.parametrize(
     "kwargs, option",
     [
-        ({"arch": "vgg16"}, "--arch"),
+        ({"arch": "vgg17"}, "--arch"),  # vgg16 is torchvision's (issue 15)
         ({"dataset": "mnist"}, "--dataset"),
         ({"optimizer": "lbfgs"}, "--optimizer"),
         ({"precision": "fp8"}, "--precision"),

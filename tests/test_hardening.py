@@ -129,7 +129,8 @@ BUILDERS = {
 MATRIX = [
     # values and sizes
     (["run", "--smoke", "--arch", "b9"], "--arch"),
-    (["run", "--smoke", "--arch", "vgg16"], "--arch"),
+    (["run", "--smoke", "--arch", "vgg17"], "--arch"),  # vgg16 is torchvision's (issue 15)
+    (["run", "--smoke", "--arch", "torchvision:vit_b_16", "--image-size", "40"], "--image-size"),
     (["run", "--smoke", "--dataset", "imagenet22k"], "--dataset"),
     (["run", "--smoke", "--optimizer", "lion"], "--optimizer"),
     (["run", "--smoke", "--batch-size", "0"], "--batch-size"),

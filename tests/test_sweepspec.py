@@ -244,6 +244,7 @@ def test_presets_module_lists_the_seed_experiments():
         "batch-size",
         "scaling",
         "models",
+        "yardstick",
     }
     assert Path(presets.__file__).read_text().count("import torch") == 0
 

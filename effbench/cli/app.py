@@ -63,7 +63,13 @@ def _root(
 @app.command()
 def run(
     ctx: typer.Context,
-    arch: Annotated[str | None, _opt("efficientnet-b0..b7 (b0..b7) or resnet18. [default: efficientnet-b0]")] = None,
+    arch: Annotated[
+        str | None,
+        _opt(
+            "efficientnet-b0..b7 (b0..b7), resnet18, torchvision:NAME (or bare: resnet50), timm:NAME; "
+            "`effbench models` lists them. [default: efficientnet-b0]"
+        ),
+    ] = None,
     dataset: Annotated[str | None, _opt(f"{datasets_help()} [default: cifar100]")] = None,
     data_dir: Annotated[
         Path | None,
@@ -308,6 +314,9 @@ def worker(spec: Annotated[Path, typer.Option(help="Launch spec written by `effb
 
 app.command()(doctor)
 
+from effbench.cli.models import models  # noqa: E402  (torch-free until it runs)
+
+app.command()(models)
 app.command()(sweep)
 app.command()(report)
 app.command()(compare)

@@ -38,7 +38,9 @@ def sweep(
         str | None,
         _opt(f"A seed experiment: {presets_help()}. Explicit options override it."),
     ] = None,
-    arch: Annotated[str | None, _list("efficientnet-b0..b7 (b0..b7) or resnet18.")] = None,
+    arch: Annotated[
+        str | None, _list("efficientnet-b0..b7 (b0..b7), resnet18, torchvision:NAME (bare: resnet50), timm:NAME.")
+    ] = None,
     dataset: Annotated[str | None, _list(datasets_help())] = None,
     gpus: Annotated[str | None, _list("GPUs per run.")] = None,
     nproc: Annotated[str | None, _list("CPU processes per run (--device cpu).")] = None,

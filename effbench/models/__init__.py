@@ -19,16 +19,18 @@ import torch
 
 from effbench.config import EFFICIENTNET_NATIVE_SIZE, RunConfig
 from effbench.errors import EffbenchError
-from effbench.models import efficientnet, resnet
-from effbench.models.staged import Stage, StagedModel
+from effbench.models import catalog, efficientnet, external, resnet
+from effbench.models.staged import FreezableStages, Stage
 from effbench.models.weights import load_weights
 
 
 @dataclass(frozen=True)
 class ArchSpec:
-    build: Callable[[RunConfig, int], StagedModel]
+    build: Callable[[RunConfig, int], FreezableStages]
     imagenet_url: str
     describe: Callable[[RunConfig], dict[str, object]] = lambda cfg: {}
+    imagenet_file: str | None = None
+    """Cache / mirror file name when the URL's own name is not unique (timm's hub files)."""
 
 
 REGISTRY: dict[str, ArchSpec] = {
@@ -38,6 +40,17 @@ REGISTRY: dict[str, ArchSpec] = {
     },
     "resnet18": ArchSpec(resnet.build, resnet.IMAGENET_URL, resnet.describe),
 }
+"""effbench's own architectures; torchvision's and timm's come from `spec_for` (catalog.py names them)."""
+
+
+def spec_for(arch: str) -> ArchSpec:
+    """How to build a canonical `--arch` (RunConfig resolved it through catalog.resolve)."""
+    if arch in REGISTRY:
+        return REGISTRY[arch]
+    source, name = catalog.split(arch)
+    build = {"torchvision": external.build_torchvision, "timm": external.build_timm}[source]
+    url, file = external.imagenet_source(arch)
+    return ArchSpec(partial(build, name), url, partial(external.describe, arch), file)
 
 
 @dataclass
@@ -74,14 +87,16 @@ def frozen_stage_count(stages: list[Stage], freeze: tuple[str, int], arch: str) 
 
 def build_model(cfg: RunConfig, num_classes: int) -> ModelBundle:
     """Build `cfg.arch` for `num_classes`, freeze per `cfg.freeze`, load `cfg.weights`."""
-    spec = REGISTRY[cfg.arch]  # RunConfig already rejected unknown names
+    spec = spec_for(cfg.arch)  # RunConfig already rejected unknown names
     model = spec.build(cfg, num_classes)
     stages = model.stages()
     # Freeze before loading so a bad --freeze fails before any download.
     k = frozen_stage_count(stages, cfg.freeze_mode, cfg.arch)
     model.freeze_prefix(k)
     assert cfg.weights is not None  # RunConfig resolves it
-    weights_info = load_weights(model, cfg.weights, arch=cfg.arch, imagenet_url=spec.imagenet_url)
+    weights_info = load_weights(
+        model, cfg.weights, arch=cfg.arch, imagenet_url=spec.imagenet_url, imagenet_file=spec.imagenet_file
+    )
     model.train()
     n_blocks = sum(s.is_block for s in stages)
     info: dict[str, object] = {
@@ -102,4 +117,4 @@ def build_model(cfg: RunConfig, num_classes: int) -> ModelBundle:
     )
 
 
-__all__ = ["REGISTRY", "ArchSpec", "ModelBundle", "build_model", "trainable_parameters"]
+__all__ = ["REGISTRY", "ArchSpec", "ModelBundle", "build_model", "spec_for", "trainable_parameters"]

@@ -24,42 +24,27 @@ class Stage:
     """The modules that own this stage's parameters and BatchNorm statistics."""
     is_block: bool
     """Counts towards `--freeze last:N`."""
+    params: tuple[nn.Parameter, ...] = ()
+    """Parameters owned directly by a parent module rather than by `modules` (a ViT's class token)."""
 
 
-class StagedModel(nn.Module):
-    """Mixin: the first `frozen_stages` stages run without autograd and stay in eval mode.
+class FreezableStages(nn.Module):
+    """Mixin: the first `frozen_stages` stages have requires_grad off and stay in eval mode.
 
-    Subclasses list their stages twice, in the same order: `stages()` (what owns parameters) and
-    `stage_fns()` (what runs). The callables are rebuilt on every call rather than cached, because
-    DataParallel replicas copy `__dict__` and cached bound methods would run the original modules.
+    Subclasses list their stages in execution order in `stages()`; the last one is the classifier.
     """
 
     frozen_stages: int = 0
     head_name: str = ""
     """State_dict prefix of the classifier, the only part a checkpoint may disagree on."""
+    checkpoint_ignores: tuple[str, ...] = ()
+    """State_dict prefixes an official file holds that this build leaves out (Inception's auxiliary
+    classifiers, unused in training here)."""
 
     def stages(self) -> list[Stage]:
         raise NotImplementedError
 
-    def stage_fns(self) -> list[Callable[[torch.Tensor], torch.Tensor]]:
-        raise NotImplementedError
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        fns = self.stage_fns()
-        k = self.frozen_stages
-        if k:
-            # Nothing before the cut trains, so its activations need no graph: this saves the
-            # memory and time of autograd bookkeeping for the whole frozen base. no_grad, not
-            # inference_mode: the trained head consumes these activations in autograd, and an
-            # inference tensor cannot be saved for backward.
-            with torch.no_grad():
-                for fn in fns[:k]:
-                    x = fn(x)
-        for fn in fns[k:]:
-            x = fn(x)
-        return x
-
-    def train(self, mode: bool = True) -> StagedModel:
+    def train(self, mode: bool = True) -> FreezableStages:
         """As nn.Module.train, but frozen stages stay in eval mode (fixed BatchNorm statistics,
         no drop-connect), so the training loop can call model.train() every epoch as usual."""
         super().train(mode)
@@ -78,4 +63,33 @@ class StagedModel(nn.Module):
         for i, stage in enumerate(stages):
             for m in stage.modules:
                 m.requires_grad_(i >= k)
+            for p in stage.params:
+                p.requires_grad_(i >= k)
         self.train(self.training)
+
+
+class StagedModel(FreezableStages):
+    """A chain whose frozen prefix runs under torch.no_grad().
+
+    Subclasses list their stages twice, in the same order: `stages()` (what owns parameters) and
+    `stage_fns()` (what runs). The callables are rebuilt on every call rather than cached, because
+    DataParallel replicas copy `__dict__` and cached bound methods would run the original modules.
+    """
+
+    def stage_fns(self) -> list[Callable[[torch.Tensor], torch.Tensor]]:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        fns = self.stage_fns()
+        k = self.frozen_stages
+        if k:
+            # Nothing before the cut trains, so its activations need no graph: this saves the
+            # memory and time of autograd bookkeeping for the whole frozen base. no_grad, not
+            # inference_mode: the trained head consumes these activations in autograd, and an
+            # inference tensor cannot be saved for backward.
+            with torch.no_grad():
+                for fn in fns[:k]:
+                    x = fn(x)
+        for fn in fns[k:]:
+            x = fn(x)
+        return x

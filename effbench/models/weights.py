@@ -17,7 +17,7 @@ import torch
 
 from effbench.system.download import fetch, file_digest, mirrored_url
 from effbench.errors import EffbenchError
-from effbench.models.staged import StagedModel
+from effbench.models.staged import FreezableStages
 
 OPTION = "--weights"
 MIRROR_ENV = "EFFBENCH_WEIGHTS_MIRROR"
@@ -37,18 +37,25 @@ def official_sha256_prefix(filename: str) -> str:
     return Path(filename).stem.rsplit("-", 1)[-1]
 
 
-def imagenet_cache_path(url: str) -> Path:
+def imagenet_cache_path(url: str, filename: str | None = None) -> Path:
     """torch.hub's cache (honours TORCH_HOME), so files torch.hub already fetched are reused."""
-    return Path(torch.hub.get_dir()) / "checkpoints" / url.rsplit("/", 1)[-1]
+    return Path(torch.hub.get_dir()) / "checkpoints" / (filename or url.rsplit("/", 1)[-1])
 
 
-def fetch_imagenet(arch: str, url: str) -> tuple[Path, str]:
-    """The cached official file for `arch`, downloaded (or from EFFBENCH_WEIGHTS_MIRROR) if absent."""
-    dest = imagenet_cache_path(url)
-    prefix = official_sha256_prefix(dest.name)
+def fetch_imagenet(arch: str, url: str, filename: str | None = None) -> tuple[Path, str | None]:
+    """The cached official file for `arch`, downloaded (or from EFFBENCH_WEIGHTS_MIRROR) if absent.
+
+    `filename` names the cache (and mirror) file when the URL's own name is not unique: timm's files
+    on the Hugging Face hub are all `model.safetensors` and carry no checksum in their name, so the
+    returned expected sha256 prefix is None for them (the caller records the file's own digest).
+    """
+    dest = imagenet_cache_path(url, filename)
+    prefix = None if filename else official_sha256_prefix(dest.name)
     if dest.is_file():
         return dest, prefix
     source = mirrored_url(url, MIRROR_ENV)
+    if source != url:  # the mirror serves the cache's file name
+        source = source.rsplit("/", 1)[0] + "/" + dest.name
     try:
         fetch(source, dest, option=OPTION, sha256_prefix=prefix)
     except EffbenchError as e:
@@ -68,9 +75,14 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     if not path.is_file():
         raise EffbenchError(OPTION, f"{path} is not a file; give a checkpoint file, imagenet, or none")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # e.g. "Detected pickle protocol 4": the error says more
-            obj = torch.load(path, map_location="cpu", weights_only=True)
+        if path.suffix == ".safetensors":  # timm's format: tensors only, no code by construction
+            from safetensors.torch import load_file
+
+            obj = load_file(str(path), device="cpu")
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # e.g. "Detected pickle protocol 4": the error says more
+                obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any failure to unpickle means "not a checkpoint"
         raise EffbenchError(
             OPTION,
@@ -120,13 +132,15 @@ def _shape(t: torch.Tensor) -> str:
     return str(tuple(t.shape))
 
 
-def load_into(model: StagedModel, state: dict[str, torch.Tensor], *, arch: str, path: Path) -> str:
+def load_into(model: FreezableStages, state: dict[str, torch.Tensor], *, arch: str, path: Path) -> str:
     """Copy `state` into `model`; return "loaded" or "reinitialised" for the classifier.
 
     Raises EffbenchError naming the first tensor (in model order) that the file lacks or shapes
     differently, then the first one the model lacks.
     """
     expected = model.state_dict()
+    if model.checkpoint_ignores:
+        state = {k: v for k, v in state.items() if not k.startswith(model.checkpoint_ignores)}
     head = f"{model.head_name}."
     head_fits = all(k in state and state[k].shape == v.shape for k, v in expected.items() if k.startswith(head))
     unfit = f"{path} does not fit {arch}:"
@@ -151,12 +165,15 @@ def load_into(model: StagedModel, state: dict[str, torch.Tensor], *, arch: str, 
     return "loaded" if head_fits else "reinitialised"
 
 
-def load_weights(model: StagedModel, weights: str, *, arch: str, imagenet_url: str) -> dict[str, object]:
+def load_weights(
+    model: FreezableStages, weights: str, *, arch: str, imagenet_url: str, imagenet_file: str | None = None
+) -> dict[str, object]:
     """Apply `--weights` to a freshly built model; return what to record about it."""
     if weights == "none":
         return {"weights": "none", "head": "random"}
     if weights == "imagenet":
-        path, prefix = fetch_imagenet(arch, imagenet_url)
+        path, expected = fetch_imagenet(arch, imagenet_url, imagenet_file)
+        prefix = expected or file_digest(path, "sha256")[:SHA_SHOWN]
         try:
             state = read_state_dict(path)
         except EffbenchError as e:  # a cached file is not re-verified; say how to refresh it

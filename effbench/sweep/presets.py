@@ -10,6 +10,8 @@ given on the command line replaces the preset's value (a list replaces a swept d
     batch-size   32..8192 images per device, OOM included (lab 5: 32, 128, 512, 2048, 8192 per GPU)
     scaling      1..all GPUs (or CPU processes), strong and weak scaling (lab 5, the EfficientNet project)
     models       EfficientNet b0, b3, b5 (the EfficientNet project)
+    yardstick    ResNet-50, ResNet-101, ConvNeXt-T, ViT-B/16 at 224 px: the models published throughput
+                 tables use (docs/PERFORMANCE.md lists them beside these runs)
 """
 
 from __future__ import annotations
@@ -75,6 +77,14 @@ PRESETS: dict[str, Preset] = {
             "EfficientNet b0, b3, b5",
             {"arch": ("efficientnet-b0", "efficientnet-b3", "efficientnet-b5")},
             {"dataset": "cifar100"},
+        ),
+        # NVIDIA DeepLearningExamples and MLPerf Training report ResNet-50; timm's benchmark tables
+        # ResNet, ConvNeXt and ViT. 224 px synthetic data, random init: what those tables measure.
+        Preset(
+            "yardstick",
+            "torchvision resnet50, resnet101, convnext_tiny, vit_b_16 at 224 px, as published tables",
+            {"arch": ("resnet50", "resnet101", "convnext_tiny", "vit_b_16")},
+            {"dataset": "synthetic", "image_size": 224, "weights": "none"},
         ),
     )
 }

@@ -1,0 +1,198 @@
+"""torchvision's and timm's classification models as FreezableStages, without copying them.
+
+The library builds the model; `adapt` swaps its class for a subclass that adds `stages()` and the
+freezing `train()`, so parameter names, forward and initialisation stay the library's own and its
+official files load by name. Stages, in registration order:
+  - the classifier: torchvision's `fc` / `classifier` / `heads` / `head` (the first present), or
+    timm's `get_classifier()`; inside a Sequential, its last layer with parameters (ConvNeXt's
+    `classifier.2`, VGG's `classifier.6`, ViT's `heads.head`), so `--freeze classifier` trains
+    exactly the final layer;
+  - every top-level child, a top-level Sequential / ModuleList split into its entries (the blocks
+    that `--freeze last:N` counts: ResNet's `layer3.5`, ConvNeXt's `features.5`, timm ViT's
+    `blocks.11`); a top-level child that holds exactly one such list is opened one level
+    (torchvision ViT's `encoder` -> `encoder.layers.encoder_layer_11`; an Inception block's
+    parallel branches are not a chain and stay whole);
+  - a model without such a list (GoogLeNet, Inception v3) counts every top-level child as a block;
+  - parameters a module owns directly (a ViT's class token, position embedding) belong to its
+    first stage.
+The frozen prefix runs with requires_grad off, so autograd records no graph for it (no input of
+its ops requires grad) and its BatchNorm stays in eval mode, as with effbench's own models.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from torch import nn
+
+from effbench.config import RunConfig
+from effbench.errors import EffbenchError
+from effbench.models import catalog
+from effbench.models.staged import FreezableStages, Stage
+
+HEAD_ATTRS = ("fc", "classifier", "heads", "head")
+"""Where torchvision's classification models keep their classifier (resnet/regnet/inception: fc;
+convnext/efficientnet/mobilenet/vgg/densenet: classifier; vit: heads; swin: head)."""
+AUX_CLASSIFIERS = {"googlenet": ("aux1.", "aux2."), "inception_v3": ("AuxLogits.",)}
+"""Built with aux_logits=False (training returns one tensor); their official files hold these."""
+FIXED_SIZE = ("maxvit_t",)
+"""torchvision models that run only at their native size (window partitions of 7 at every stage)."""
+
+
+def _has_params(m: nn.Module) -> bool:
+    return next(m.parameters(), None) is not None
+
+
+def _is_list(m: nn.Module) -> bool:
+    return isinstance(m, (nn.Sequential, nn.ModuleList))
+
+
+def _stages_of(module: nn.Module, prefix: str, head: str, depth: int) -> list[Stage]:
+    out: list[Stage] = []
+    for name, child in module.named_children():
+        path = prefix + name
+        if not _has_params(child):
+            continue
+        if path == head:
+            out.append(Stage(path, (child,), is_block=False))
+        elif head.startswith(path + "."):
+            out += _stages_of(child, path + ".", head, depth + 1)
+        elif _is_list(child):
+            out += [Stage(f"{path}.{n}", (c,), is_block=True) for n, c in child.named_children() if _has_params(c)]
+        elif depth == 0 and sum(_is_list(c) and len(c) > 1 for c in child.children()) == 1:
+            out += _stages_of(child, path + ".", head, depth + 1)
+        else:
+            out.append(Stage(path, (child,), is_block=False))
+    direct = tuple(module.parameters(recurse=False))
+    if direct and out:
+        out[0] = dataclasses.replace(out[0], params=out[0].params + direct)
+    return out
+
+
+class ChildStages(FreezableStages):
+    """Mixed in front of a library model's class by `adapt`; the library's forward runs unchanged."""
+
+    def stages(self) -> list[Stage]:
+        stages = _stages_of(self, "", self.head_name, 0)
+        if not any(s.is_block for s in stages):  # no block list (GoogLeNet, Inception v3): every child is one
+            stages = [dataclasses.replace(s, is_block=True) for s in stages[:-1]] + stages[-1:]
+        return stages
+
+
+_ADAPTED: dict[type, type] = {}
+
+
+def adapt(model: nn.Module, head_name: str, *, arch: str, ignores: tuple[str, ...] = ()) -> ChildStages:
+    """Give `model` stages in place (its class becomes a subclass of its class) and check them."""
+    cls = type(model)
+    if cls not in _ADAPTED:
+        _ADAPTED[cls] = type(f"Staged{cls.__name__}", (ChildStages, cls), {"__module__": __name__})
+    model.__class__ = _ADAPTED[cls]
+    assert isinstance(model, ChildStages)
+    model.head_name = head_name
+    model.checkpoint_ignores = ignores
+    stages = model.stages()
+    covered = {id(p) for s in stages for m in s.modules for p in m.parameters()} | {
+        id(p) for s in stages for p in s.params
+    }
+    if not stages or stages[-1].name != head_name or covered != {id(p) for p in model.parameters()}:
+        # A layout the rule above does not cover: refuse rather than freeze the wrong tensors.
+        raise EffbenchError("--arch", f"{arch} has a layout effbench cannot split into stages; use another --arch")
+    return model
+
+
+def last_layer(model: nn.Module, path: str) -> str:
+    """Inside Sequentials, the last entry with parameters: the final layer of a classifier block."""
+    module = model.get_submodule(path)
+    while _is_list(module):
+        name = [n for n, c in module.named_children() if _has_params(c)][-1]
+        path, module = f"{path}.{name}", module.get_submodule(name)
+    return path
+
+
+def torchvision_head(model: nn.Module) -> str:
+    for attr in HEAD_ATTRS:
+        if isinstance(getattr(model, attr, None), nn.Module) and _has_params(getattr(model, attr)):
+            return last_layer(model, attr)
+    raise EffbenchError("--arch", f"found no classifier ({', '.join(HEAD_ATTRS)}) in {type(model).__name__}")
+
+
+def timm_head(model: nn.Module) -> str:
+    head = model.get_classifier()  # timm's API for the final classifier layer
+    for name, m in model.named_modules():
+        if m is head and name:
+            return last_layer(model, name)
+    raise EffbenchError("--arch", f"timm's get_classifier() of {type(model).__name__} is not one of its modules")
+
+
+def _fixed_size_check(arch: str, cfg: RunConfig, native: int) -> None:
+    if cfg.weights != "none" and cfg.image_size != native:
+        raise EffbenchError(
+            "--image-size",
+            f"{arch} with --weights {cfg.weights} runs at {native} px only (its position embeddings are "
+            f"trained for it); use --image-size {native}, or --weights none to build it for {cfg.image_size} px",
+        )
+
+
+def build_torchvision(name: str, cfg: RunConfig, num_classes: int) -> ChildStages:
+    import torchvision.models as tvm
+
+    arch = f"torchvision:{name}"
+    assert cfg.image_size is not None  # RunConfig resolves it
+    native = catalog.native_image_size(arch)
+    kw: dict[str, Any] = {}
+    if name in catalog.TORCHVISION_SIZE_KWARG:
+        _fixed_size_check(arch, cfg, native)
+        patch = int(name.rsplit("_", 1)[-1])  # vit_b_16: 16 px patches
+        if cfg.image_size % patch:
+            size = max(patch, cfg.image_size // patch * patch)
+            raise EffbenchError(
+                "--image-size", f"{arch} cuts the image into {patch} px patches; use a multiple of {patch}, e.g. {size}"
+            )
+        kw[catalog.TORCHVISION_SIZE_KWARG[name]] = cfg.image_size
+    elif name in FIXED_SIZE and cfg.image_size != native:
+        raise EffbenchError("--image-size", f"{arch} runs at {native} px only; use --image-size {native}")
+    elif cfg.image_size < (lo := catalog.tv_min_size(name)):
+        raise EffbenchError(
+            "--image-size",
+            f"{cfg.image_size} px is below the {lo} px {arch} needs (torchvision's min_size); "
+            f"use --image-size {lo} or more",
+        )
+    if name in AUX_CLASSIFIERS:
+        # init_weights: torchvision's explicit choice (None warns); transform_input as torchvision
+        # sets it when it loads these weights itself (torchvision/models/inception.py, googlenet.py).
+        kw.update(aux_logits=False, init_weights=True, transform_input=cfg.weights != "none")
+    model = tvm.get_model(name, weights=None, num_classes=num_classes, **kw)
+    return adapt(model, torchvision_head(model), arch=arch, ignores=AUX_CLASSIFIERS.get(name, ()))
+
+
+def build_timm(name: str, cfg: RunConfig, num_classes: int) -> ChildStages:
+    import timm
+
+    arch = f"timm:{name}"
+    pretrained = catalog.timm_cfg(name)
+    kw: dict[str, Any] = {}
+    if pretrained.get("fixed_input_size"):
+        _fixed_size_check(arch, cfg, catalog.native_image_size(arch))
+        kw["img_size"] = cfg.image_size  # timm's ViT-style models take their input size
+    if cfg.weights == "imagenet" and not pretrained.get("hf_hub_id"):
+        raise EffbenchError("--weights", f"timm publishes no weights for {arch}; use --weights none or a file")
+    model = timm.create_model(name, pretrained=False, num_classes=num_classes, **kw)
+    return adapt(model, timm_head(model), arch=arch)
+
+
+def imagenet_source(arch: str) -> tuple[str, str | None]:
+    """(URL, cache file name or None for the URL's own name) of the default ImageNet weights."""
+    source, name = catalog.split(arch)
+    if source == "torchvision":
+        return catalog.torchvision_weights(name).url, None
+    hub = catalog.timm_cfg(name).get("hf_hub_id") or ""
+    return (catalog.timm_weights_url(hub), catalog.timm_weights_file(hub)) if hub else ("", None)
+
+
+def describe(arch: str, cfg: RunConfig) -> dict[str, object]:
+    return {"source": catalog.split(arch)[0], "native_image_size_px": catalog.native_image_size(arch)}
+
+
+__all__ = ["ChildStages", "adapt", "build_timm", "build_torchvision", "imagenet_source"]
