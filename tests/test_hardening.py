@@ -11,6 +11,7 @@ import ast
 import csv
 import errno
 import json
+import math
 import os
 import pickle
 import subprocess
@@ -112,7 +113,24 @@ def _newer_run(tmp: Path) -> Path:
     return run
 
 
+def _long_name(tmp: Path) -> Path:
+    return tmp / ("a" * 300)  # NAME_MAX is 255 bytes: ENAMETOOLONG from the first stat
+
+
+def _symlink_loop(tmp: Path) -> Path:
+    loop = tmp / "loop"
+    loop.symlink_to(loop)  # ELOOP: exists() is False, mkdir fails
+    return loop / "runs"
+
+
+def _under_a_file(tmp: Path) -> Path:
+    return _a_file(tmp) / "runs"  # ENOTDIR
+
+
 BUILDERS = {
+    "{long_name}": _long_name,
+    "{symlink_loop}": _symlink_loop,
+    "{under_a_file}": _under_a_file,
     "{corrupt_run}": _corrupt_run,
     "{newer_run}": _newer_run,
     "{truncated_cifar}": _truncated_cifar,
@@ -146,6 +164,21 @@ MATRIX = [
     (["run", "--smoke", "--freeze", "last:999"], "--freeze"),
     (["run", "--smoke", "--freeze", "half"], "--freeze"),
     (["run", "--smoke", "--warmup-steps", "500"], "--warmup-steps"),
+    # not finite, beyond 64 bits, beyond any memory (issue 12)
+    (["run", "--smoke", "--lr", "inf"], "--lr"),
+    (["run", "--smoke", "--lr", "nan"], "--lr"),
+    (["run", "--smoke", "--weight-decay", "nan"], "--weight-decay"),
+    (["run", "--smoke", "--momentum", "-inf"], "--momentum"),
+    (["run", "--smoke", "--pg-timeout-s", "inf"], "--pg-timeout-s"),
+    (["run", "--smoke", "--sample-interval-s", "inf"], "--sample-interval-s"),
+    (["run", "--smoke", "--val-fraction", "nan"], "--val-fraction"),
+    (["run", "--smoke", "--seed", str(2**64)], "--seed"),
+    (["run", "--smoke", "--seed", "-1"], "--seed"),
+    (["run", "--smoke", "--image-size", "100000"], "--image-size"),
+    (["run", "--smoke", "--image-size", "8192", "--batch-size", "65536"], "--image-size"),
+    (["run", "--smoke", "--workers", "10000"], "--workers"),
+    (["run", "--smoke", "--epochs", "1e9"], "--epochs"),
+    (["run", "--smoke", "--repeats", "100000"], "--repeats"),
     # data
     (["run", *TINY_RUN, "--dataset", "cifar10", "--data-dir", "{missing}"], "--data-dir"),
     (["run", *TINY_RUN, "--dataset", "cifar10", "--data-dir", "{truncated_cifar}"], "data_batch_1"),
@@ -158,6 +191,12 @@ MATRIX = [
     # output
     (["run", "--smoke", "--output", "{file}"], "--output"),
     (["run", "--smoke", "--output", "/proc/effbench-cannot-write-here"], "--output"),
+    (["run", "--smoke", "--output", "{long_name}"], "--output"),
+    (["run", "--smoke", "--output", "{symlink_loop}"], "--output"),
+    (["run", "--smoke", "--output", "{under_a_file}"], "--output"),
+    (["run", "--smoke", "--dataset", "cifar10", "--data-dir", "{long_name}"], "--data-dir"),
+    (["run", "--smoke", "--weights", "{long_name}"], "--weights"),
+    (["doctor", "--output", "{long_name}"], "--output"),
     # devices, precision, launch
     (["run", "--smoke", "--device", "cuda"], "--device"),
     (["run", "--smoke", "--precision", "fp16"], "--precision"),
@@ -177,6 +216,10 @@ MATRIX = [
     (["sweep", "--batch-size", "4,8", "--workers", "0,1,2", "--zip"], "--zip"),
     (["sweep", "--optimizer", "sgd,lamb", "--device", "cpu"], "--optimizer"),
     (["sweep", "--device", "cpu", "--batch-size", "0,4"], "--batch-size"),
+    (["sweep", "--device", "cpu", "--batch-size", "4,8", "--lr", "inf"], "--lr"),
+    (["sweep", "--device", "cpu", "--batch-size", "4,8", "--sample-interval-s", "nan"], "--sample-interval-s"),
+    (["sweep", "--device", "cpu", "--batch-size", "4,8", "--seed", str(2**64)], "--seed"),
+    (["sweep", "--device", "cpu", "--batch-size", "4,8", "--image-size", "100000"], "--image-size"),
     # report and compare
     (["report", "{corrupt_run}"], "results.json"),
     (["report", "{newer_run}"], "results.json"),
@@ -445,3 +488,246 @@ def test_cli_entry_point_has_no_traceback_for_a_python_level_crash_of_the_parser
     )
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and "--batch-size" in res.stderr
+
+
+# --- every numeric option: a stated range, and nothing outside it (issue 12) ----------------------
+
+
+def _ranged_fields():
+    import dataclasses
+
+    from effbench.config import RunConfig
+
+    return {f.name: f.metadata["range"] for f in dataclasses.fields(RunConfig) if "range" in f.metadata}
+
+
+def _bad_values(rng, integer: bool) -> list[str]:
+    """Just outside each bound, plus the non-finite ones: written from the bounds, not from the check."""
+    below = rng.lo if rng.lo_open else (rng.lo - 1 if integer else rng.lo - abs(rng.lo) * 0.5 - 0.01)
+    above = rng.hi if rng.hi_open else (rng.hi + 1 if integer else rng.hi * 2)
+    values = [str(int(below)) if integer else repr(float(below)), str(int(above)) if integer else repr(float(above))]
+    return values + ["inf", "-inf", "nan"]
+
+
+def _params(command: str) -> dict:
+    import typer
+
+    from effbench.cli.app import app
+
+    cmd = typer.main.get_command(app).commands[command]
+    return {p.name.rstrip("_"): p for p in cmd.params}
+
+
+@pytest.mark.parametrize("command", ["run", "sweep", "doctor"])
+def test_every_numeric_option_states_its_declared_range_in_help(command, capsys):
+    ranged = _ranged_fields()
+    params = _params(command)
+    numeric = [name for name in params if name in ranged]
+    assert numeric, command
+    for name in numeric:
+        assert f"[range: {ranged[name].text()}]" in params[name].help, (command, name, params[name].help)
+    # and the rendered --help shows them (wrapped text, so whitespace is normalised)
+    code, out, _ = invoke([command, "--help"], capsys)
+    assert code == 0 and " ".join(out.split()).count("[range: ") == len(numeric)
+    if command == "run":  # every numeric field of RunConfig is an option of run
+        assert set(numeric) == set(ranged)
+
+
+def _rejects(argv, option, capsys):
+    code, stdout, err = invoke(argv, capsys)
+    lines = err.strip().splitlines()
+    assert code == 2, (argv, code, err[-500:])
+    assert len(lines) == 1 and lines[0].startswith("error: ") and option in lines[0], (argv, err)
+    assert "Traceback" not in stdout + err
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_every_numeric_option_rejects_out_of_range_inf_and_nan_naming_the_option(command, tmp_path, capsys):
+    import dataclasses
+
+    from effbench.config import RunConfig
+
+    types = {f.name: f.type for f in dataclasses.fields(RunConfig)}  # "int | None", "float"...
+    ranged = _ranged_fields()
+    params = _params(command)
+    base = ["--smoke", "--output", str(tmp_path / "out")] + (["--batch-size", "4,8"] if command == "sweep" else [])
+    tried = 0
+    for name, param in params.items():
+        if name not in ranged:
+            continue
+        option = param.opts[0]
+        integer = str(types[name]).startswith("int")
+        for value in _bad_values(ranged[name], integer):
+            argv = [command, *(b for b in base if not (command == "sweep" and name == "batch_size")), option, value]
+            if command == "sweep" and name == "batch_size":
+                argv = [command, "--smoke", "--output", str(tmp_path / "out"), option, f"4,{value}"]
+            _rejects(argv, option, capsys)
+            tried += 1
+    assert tried >= 5 * 15
+    assert ok_runs(tmp_path) == []
+
+
+def test_a_seed_at_the_top_of_the_range_seeds_every_generator():
+    import torch
+
+    from effbench.config import SEED_MAX, offset_seed
+    from effbench.run.runner import seed_everything
+
+    seed_everything(SEED_MAX)
+    for k in (0, 1, 7):  # rank and epoch offsets wrap instead of overflowing manual_seed's range
+        torch.Generator().manual_seed(offset_seed(SEED_MAX, k))
+    assert offset_seed(SEED_MAX, 1) == 0 and offset_seed(5, 2) == 7
+
+
+@pytest.mark.parametrize("requested, cores, started", [(0, 2, 0), (2, 2, 2), (3, 2, 2), (1024, 4, 4), (16, 64, 16)])
+def test_workers_beyond_the_cores_are_capped_and_said_once(requested, cores, started):
+    import io
+
+    from effbench.data import capped_workers
+
+    for rank in (0, 1):
+        stream = io.StringIO()
+        assert capped_workers(requested, cores, rank, stream) == started
+        said = stream.getvalue()
+        assert (said != "") == (requested > cores and rank == 0)
+        if said:
+            assert said.count("\n") == 1 and f"--workers {requested}" in said and f"{cores} CPU cores" in said
+
+
+@pytest.mark.parametrize(
+    "batch, size, host_gib, ok",
+    [(64, 224, 1.0, True), (64, 8192, 20.0, False), (1, 4096, 0.25, True), (2, 4096, 0.1, False)],
+)
+def test_a_batch_that_cannot_fit_in_host_memory_is_refused_before_allocation(batch, size, host_gib, ok):
+    from effbench.config import RunConfig
+    from effbench.system.preflight import check_batch_memory
+
+    cfg = RunConfig(batch_size=batch, image_size=size, device="cpu", dataset="synthetic")
+    (f,) = check_batch_memory(cfg, int(host_gib * 2**30), None, processes=1)
+    need = batch * 3 * size * size * 4  # float32 NCHW, written apart from batch_bytes
+    assert (f.level == "ok") == ok == (need <= host_gib * 2**30)
+    if not ok:
+        assert f.option in ("--image-size", "--batch-size") and "host memory" in f.message
+
+
+# --- the default warm-up leaves measured steps (issue 12) ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "given, total, compile_, used",
+    [(None, 1, False, 0), (None, 2, False, 1), (None, 5, False, 2), (None, 10, False, 5), (None, 100, False, 5),
+     (None, 3, True, 1), (None, 1, True, 0), (0, 100, False, 0), (7, 5, False, 7)],
+)  # fmt: skip
+def test_the_default_warmup_shrinks_to_half_the_steps_and_an_explicit_one_is_kept(given, total, compile_, used):
+    from effbench.config import resolve_warmup
+
+    assert resolve_warmup(given, total, compile_) == used
+    if given is None and total > 1:
+        assert total - used >= 1 and used <= 5
+
+
+def test_a_short_run_without_warmup_steps_measures_and_records_the_warmup_used(tmp_path, capsys):
+    i = TINY_RUN.index("--warmup-steps")
+    args = TINY_RUN[:i] + TINY_RUN[i + 2 :]
+    code, _, err = invoke(["run", *args, "--dataset", "synthetic", "--max-steps", "3", "--output", tmp_path], capsys)
+    assert code == 0, err
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    config = json.loads((run / "config.json").read_text())
+    assert config["warmup_steps"] == 1 and read_results(run)["config"]["warmup_steps"] == 1
+    rows = list(csv.DictReader((run / "steps.csv").open()))
+    assert [r["warmup"] for r in rows] == ["True", "False", "False"]
+
+
+def test_the_optimizers_preset_with_five_steps_plans_cells_that_measure():
+    from effbench.config import resolve_warmup
+    from effbench.sweep.spec import SweepSpec, plan_cells
+
+    plan = plan_cells(SweepSpec(preset="optimizers", options={"max_steps": 5, "device": "cpu"}))
+    assert len(plan.cells) == 5
+    for cell in plan.cells:
+        total = cell.config.epochs * 5
+        assert cell.config.warmup_steps is None and resolve_warmup(None, total) < total
+
+
+# --- a loss that goes non-finite stops the run: status diverged (issue 12) -------------------------
+
+
+class _Batches:
+    """A loader stand-in: `n` batches of 4 tiny images, the one at `bad` holding an inf pixel."""
+
+    augments_on_device = False
+
+    def __init__(self, n: int, bad: int | None, value: float = float("inf")):
+        import torch
+
+        g = torch.Generator().manual_seed(0)
+        self.batches = [
+            (torch.randn(4, 3, 2, 2, generator=g), torch.randint(0, 3, (4,), generator=g)) for _ in range(n)
+        ]
+        if bad is not None:
+            self.batches[bad][0][0, 0, 0, 0] = value
+        self.steps_per_epoch = n
+        self.train, self.val = self, []
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def set_epoch(self, epoch: int) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    "steps, bad, log_interval, value",
+    [(6, 0, 1, float("inf")), (6, 3, 2, float("nan")), (6, 4, 10, float("inf")), (8, 7, 3, float("-inf"))],
+)
+def test_training_stops_at_the_first_non_finite_loss_and_names_its_step(steps, bad, log_interval, value):
+    import torch
+
+    from effbench.config import RunConfig
+    from effbench.run.runtime import Runtime
+    from effbench.run.train import Diverged, train_epochs
+
+    def fresh():
+        model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        return model, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+
+    model, opt, sched = fresh()
+    rt = Runtime(device=torch.device("cpu"), precision="fp32", autocast_dtype=None)
+    cfg = RunConfig(device="cpu", dataset="synthetic", epochs=1, warmup_steps=0, log_interval=log_interval,
+                    max_steps=steps, profile=False)  # fmt: skip
+    progress = []
+    with pytest.raises(Diverged) as info:
+        list(train_epochs(model, _Batches(steps, bad, value), opt, sched, rt, cfg,
+                          on_progress=lambda e, s, n, loss: progress.append(s)))  # fmt: skip
+    assert (info.value.epoch, info.value.step, info.value.global_step) == (0, bad, bad)
+    assert not math.isfinite(info.value.loss) and f"step {bad}" in str(info.value)
+    # found at the end of the interval holding it, never later; no progress line past it
+    assert all(s <= bad for s in progress) and len(progress) == bad // log_interval
+    # the same data with the bad pixel fixed trains to the end
+    model, opt, sched = fresh()
+    assert len(list(train_epochs(model, _Batches(steps, None), opt, sched, rt, cfg))) == 1
+
+
+def test_a_run_whose_loss_goes_nan_ends_diverged_exit_1_with_the_step_in_results_json(tmp_path, capsys, monkeypatch):
+    import torch
+
+    from effbench.run import train
+
+    real, calls = train.TrainStep.__call__, {"n": 0}
+
+    def nan_from_step_2(self, batch):  # the leaf patched: the step's loss, as a NaN-producing lr would make it
+        loss, correct, images = real(self, batch)
+        calls["n"] += 1
+        return (loss * float("nan") if calls["n"] > 2 else loss), correct, images
+
+    monkeypatch.setattr(train.TrainStep, "__call__", nan_from_step_2)
+    code, _, err = invoke(["run", *TINY_RUN, "--dataset", "synthetic", "--max-steps", "5", "--log-interval", "2",
+                           "--output", tmp_path], capsys)  # fmt: skip
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: run diverged") and "step 2" in lines[0], err
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    r = read_results(run)
+    assert r["status"] == "diverged" and r["diverged"]["global_step"] == 2 and r["diverged"]["loss"] == "nan"
+    assert torch.isnan(torch.tensor(float(r["diverged"]["loss"])))

@@ -12,6 +12,7 @@ interruption or a crash keeps what was measured and says how it ended.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -311,9 +312,9 @@ def run_benchmark(
     from effbench.models import build_model, trainable_parameters
     from effbench.run.optim import build_optimizer, build_scheduler
     from effbench.run.progress import Progress
-    from effbench.config import resolve_for_device
+    from effbench.config import resolve_for_device, resolve_warmup
     from effbench.run.runtime import apply_backend_flags, resolve_runtime
-    from effbench.run.train import compile_time_s, data_epochs, steps_per_epoch, train_epochs
+    from effbench.run.train import Diverged, compile_time_s, data_epochs, steps_per_epoch, train_epochs
 
     dist = dist or DistContext()
     # --- everything that can be the user's mistake, before a folder exists ----------------------
@@ -330,6 +331,9 @@ def run_benchmark(
     )  # fmt: skip
     bundle = None if cfg.data_only else build_model(cfg, data.num_classes)
     n_steps = steps_per_epoch(cfg, data.steps_per_epoch)
+    # the default warm-up shrinks to the steps now known; config.json records the value used
+    cfg = dataclasses.replace(cfg, warmup_steps=resolve_warmup(cfg.warmup_steps, cfg.epochs * n_steps, cfg.compile))
+    assert cfg.warmup_steps is not None
     if cfg.warmup_steps >= cfg.epochs * n_steps:
         raise EffbenchError(
             "--warmup-steps",
@@ -455,6 +459,10 @@ def run_benchmark(
         per_rank_util = [g["util"] for g in gathered]
         per_rank_mem = [g["mem"] for g in gathered]
         record["status"] = "ok"
+    except Diverged as e:  # a non-finite loss: the figures after it would measure nothing meaningful
+        record["status"] = "diverged"
+        record["diverged"] = e.to_dict()
+        record["error"] = {"type": "Diverged", "message": str(e)}
     except Interrupted as e:
         record["status"] = "interrupted"
         record["signal"] = e.signum
