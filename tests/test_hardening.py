@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -127,7 +128,28 @@ def _under_a_file(tmp: Path) -> Path:
     return _a_file(tmp) / "runs"  # ENOTDIR
 
 
+def _nan_weights(tmp: Path) -> Path:
+    import torch
+
+    path = tmp / "nan.pt"
+    torch.save({"conv1.weight": torch.full((4, 3, 3, 3), float("nan"))}, path)
+    return path
+
+
+def _cifar_text_labels(tmp: Path) -> Path:
+    from fakedata import make_cifar, py2_pickle, read_cifar_raw
+
+    root = make_cifar(tmp / "cifar", "cifar10", n_train=40, n_test=20)
+    batch = root / "cifar-10-batches-py" / "data_batch_3"
+    raw = read_cifar_raw(batch)
+    raw[b"labels"] = [str(i) for i in raw[b"labels"]]
+    batch.write_bytes(py2_pickle(raw))
+    return root
+
+
 BUILDERS = {
+    "{nan_weights}": _nan_weights,
+    "{cifar_text_labels}": _cifar_text_labels,
     "{long_name}": _long_name,
     "{symlink_loop}": _symlink_loop,
     "{under_a_file}": _under_a_file,
@@ -209,6 +231,8 @@ MATRIX = [
     (["run", *TINY_RUN, "--dataset", "synthetic", "--weights", "{missing}"], "--weights"),
     (["run", *TINY_RUN, "--dataset", "synthetic", "--weights", "{wrong_arch_weights}"], "--weights"),
     (["run", *TINY_RUN, "--dataset", "synthetic", "--weights", "{not_a_checkpoint}"], "--weights"),
+    (["run", *TINY_RUN, "--dataset", "synthetic", "--weights", "{nan_weights}"], "--weights"),
+    (["run", *TINY_RUN, "--dataset", "cifar10", "--data-dir", "{cifar_text_labels}"], "data_batch_3"),
     # sweep (TINY_RUN values go to every cell)
     (["sweep", "--preset", "fastest"], "--preset"),
     (["sweep", "--batch-size", "32,,64"], "--batch-size"),
@@ -731,3 +755,87 @@ def test_a_run_whose_loss_goes_nan_ends_diverged_exit_1_with_the_step_in_results
     r = read_results(run)
     assert r["status"] == "diverged" and r["diverged"]["global_step"] == 2 and r["diverged"]["loss"] == "nan"
     assert torch.isnan(torch.tensor(float(r["diverged"]["loss"])))
+
+
+# --- weights that load but cannot train (issue 12) ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make, needle",
+    [
+        (lambda t: {"conv1.weight": t.full((4, 3, 3, 3), float("nan"))}, "nan/inf"),
+        (lambda t: {"conv1.weight": t.zeros(4, 3), "fc.bias": t.tensor([1.0, float("inf")])}, "fc.bias"),
+        (lambda t: {"fc.bias": t.tensor([0.0, float("-inf")], dtype=t.float16)}, "nan/inf"),
+        (lambda t: {"conv1.weight": t.zeros(2, 2, dtype=t.complex64)}, "complex64"),
+        (lambda t: {"state_dict": {"conv1.weight": t.tensor([1.0, float("nan")])}}, "conv1.weight"),
+    ],
+)
+def test_weights_holding_nan_inf_or_complex_values_are_refused_at_load(tmp_path, make, needle):
+    import torch
+
+    from effbench.models.weights import read_state_dict
+
+    path = tmp_path / "w.pt"
+    torch.save(make(torch), path)
+    with pytest.raises(EffbenchError) as info:
+        read_state_dict(path)
+    assert info.value.option == "--weights" and str(path) in str(info.value) and needle in str(info.value)
+    assert "\n" not in str(info.value)
+    # the same shapes with finite real values load
+    fine = {k: torch.zeros(2) for k in ("conv1.weight", "fc.bias")}
+    torch.save(fine, path)
+    assert set(read_state_dict(path)) == set(fine)
+
+
+# --- CIFAR pickles: every field checked (issue 12) ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("labels", lambda n: [str(i % 10) for i in range(n)]),  # digits as text: numpy would parse them
+        ("labels", lambda n: ["cat"] * n),
+        ("labels", lambda n: [2**70] * n),  # overflows int64
+        ("labels", lambda n: [[1]] * n),  # nested: numpy would build a 2-D array
+        ("labels", lambda n: [3.7] * n),  # numpy would truncate
+        ("labels", lambda n: [True] * n),
+        ("labels", lambda n: [10] * n),  # one past the last class
+        ("labels", lambda n: [-1] * n),
+        ("labels", lambda n: "0123"),
+        ("labels", lambda n: np.zeros((n, 1), dtype=np.int64)),
+        ("labels", lambda n: np.zeros(n, dtype=np.float32)),
+        ("data", lambda n: np.zeros((n, 32, 32, 3), dtype=np.uint8)),  # right size, wrong shape
+        ("data", lambda n: np.zeros((n, 3072), dtype=np.float64)),
+        ("data", lambda n: [[0] * 3072] * n),
+    ],
+)
+def test_a_cifar_batch_with_a_hostile_field_is_one_error_naming_the_file(tmp_path, field, value):
+    from fakedata import make_cifar, py2_pickle, read_cifar_raw
+
+    from effbench.data import cifar
+
+    root = make_cifar(tmp_path, "cifar10", n_train=40, n_test=20) / "cifar-10-batches-py"
+    path = root / "data_batch_2"
+    raw = read_cifar_raw(path)
+    key = field.encode() if field.encode() in raw else field
+    raw[key] = value(8)
+    path.write_bytes(py2_pickle(raw))
+    with pytest.raises(EffbenchError) as info:
+        cifar.read_batch(path, "labels", 10)
+    assert info.value.option == "--data-dir" and str(path) in str(info.value) and "\n" not in str(info.value)
+    images, labels = cifar.read_batch(root / "data_batch_1", "labels", 10)  # an intact batch still reads
+    assert images.shape == (8, 32, 32, 3) and labels.dtype == np.int64 and 0 <= labels.min() <= labels.max() < 10
+
+
+def test_cifar_class_names_that_are_not_text_are_refused(tmp_path):
+    from fakedata import make_cifar, py2_pickle, read_cifar_raw
+
+    from effbench.data import cifar
+
+    path = make_cifar(tmp_path, "cifar10", n_train=10, n_test=5) / "cifar-10-batches-py" / "batches.meta"
+    raw = read_cifar_raw(path)
+    raw[b"label_names" if b"label_names" in raw else "label_names"] = [[1]] * 10
+    path.write_bytes(py2_pickle(raw))
+    with pytest.raises(EffbenchError) as info:
+        cifar.read_meta(path, "label_names", 10)
+    assert str(path) in str(info.value)
