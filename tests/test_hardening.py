@@ -142,7 +142,7 @@ def _cifar_text_labels(tmp: Path) -> Path:
     root = make_cifar(tmp / "cifar", "cifar10", n_train=40, n_test=20)
     batch = root / "cifar-10-batches-py" / "data_batch_3"
     raw = read_cifar_raw(batch)
-    raw[b"labels"] = [str(i) for i in raw[b"labels"]]
+    raw["labels"] = [str(i) for i in raw["labels"]]  # read_cifar_raw decodes keys as latin1 text
     batch.write_bytes(py2_pickle(raw))
     return root
 
