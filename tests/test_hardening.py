@@ -839,3 +839,98 @@ def test_cifar_class_names_that_are_not_text_are_refused(tmp_path):
     with pytest.raises(EffbenchError) as info:
         cifar.read_meta(path, "label_names", 10)
     assert str(path) in str(info.value)
+
+
+# --- images that declare more pixels than the loaders accept (issue 12) ---------------------------
+
+
+def _jpeg_declaring(path: Path, width: int, height: int) -> Path:
+    """A small real JPEG whose SOF0 header is patched to declare width x height: a decompression bomb
+    in a few hundred bytes. Built here; the marker layout is the JPEG standard's (ITU T.81 B.2.2)."""
+    import io as _io
+
+    from PIL import Image
+
+    buf = _io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 30, 30)).save(buf, "JPEG")  # baseline: PIL writes SOF0
+    data = bytearray(buf.getvalue())
+    sof = data.index(b"\xff\xc0")  # FF C0, length (2), precision (1), height (2), width (2)
+    data[sof + 5 : sof + 9] = height.to_bytes(2, "big") + width.to_bytes(2, "big")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_a_jpeg_declaring_30000_by_30000_is_refused_by_both_loaders_before_decoding(tmp_path):
+    from effbench.data import fast_images
+    from effbench.data.images import read_rgb, skip_reason
+    from effbench.data.loaders import SkipLog
+
+    bomb = _jpeg_declaring(tmp_path / "bomb.jpg", 30000, 30000)
+    assert bomb.stat().st_size < 1000
+    assert read_rgb(str(bomb)) is None  # the torchvision loader (PIL)
+    assert fast_images.read_square(str(bomb), 32) is None  # the fast loader, CPU decode
+    assert fast_images.read_encoded(str(bomb), 32) is None  # the fast loader, --gpu-decode (bytes for nvjpeg)
+    log = SkipLog({str(bomb)})
+    stats = log.stats()
+    assert stats["corrupt_images_skipped"] == 1 and "pixel limit" in stats["corrupt_image_reasons"][str(bomb)]
+    assert "900000000 pixels" in stats["corrupt_image_reasons"][str(bomb)]
+
+
+@pytest.mark.parametrize("side, accepted", [(8, True), (12, True), (14, True), (15, False), (40, False)])
+def test_both_loaders_agree_on_pils_pixel_limit(tmp_path, monkeypatch, side, accepted):
+    from PIL import Image
+
+    from effbench.data import fast_images
+    from effbench.data.images import read_rgb
+
+    # PIL refuses above 2 * MAX_IMAGE_PIXELS (PIL/Image.py _decompression_bomb_check): 200 here, so
+    # 14 x 14 = 196 is read and 15 x 15 = 225 is not. Real images, decodable at every size.
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)
+    path = tmp_path / f"img{side}.jpg"
+    Image.new("RGB", (side, side), (10, 120, 200)).save(path, "JPEG")
+    assert (read_rgb(str(path)) is not None) == accepted
+    assert (fast_images.read_square(str(path), 8) is not None) == accepted
+    assert (fast_images.read_encoded(str(path), 8) is not None) == accepted
+
+
+# --- unreadable datasets and symlink loops (issue 12) ---------------------------------------------
+
+
+def test_a_symlink_loop_in_an_image_folder_counts_each_file_once(tmp_path):
+    from fakedata import make_imagefolder
+
+    from effbench.data.imagefolder import class_folders, scan
+
+    root = make_imagefolder(tmp_path / "img", classes=2, per_class=12, size=16)
+    (root / "class_0" / "loop").symlink_to(".")  # loop -> .
+    (root / "class_1" / "up").symlink_to("..")  # a link to the parent: every class again
+    (root / "class_1" / "twin.jpg").symlink_to(root / "class_1" / "img_000.jpg")  # the same file twice
+    found = scan(root, class_folders(root))
+    real = sorted(str(p) for p in root.rglob("img_*") if not any(part in ("loop", "up") for part in p.parts))
+    assert len(found) == len(real) == 24
+    assert sorted(os.path.realpath(p) for p in found.paths) == sorted(os.path.realpath(p) for p in real)
+
+
+def test_a_dataset_whose_every_training_image_is_unreadable_is_one_error_exit_2(tmp_path, capsys):
+    from fakedata import corrupt_file, make_imagefolder
+
+    root = make_imagefolder(tmp_path / "img", classes=2, per_class=4, size=16, split=True, val_per_class=1)
+    for f in (root / "train").rglob("img_*"):
+        corrupt_file(f)
+    code, _, err = invoke(["run", *TINY_RUN, "--dataset", "imagefolder", "--data-dir", root, "--batch-size", "2",
+                           "--output", tmp_path / "out"], capsys)  # fmt: skip
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: --data-dir") and "8 file(s)" in lines[0]
+    assert ok_runs(tmp_path / "out") == []
+
+
+@pytest.mark.parametrize("skipped, train, val, warned", [(0, 100, 0, False), (10, 90, 10, False), (11, 90, 10, True),
+                                                         (3, 20, 5, True), (1, 0, 0, False)])  # fmt: skip
+def test_more_than_a_tenth_of_the_images_skipped_is_a_warning_in_the_report(skipped, train, val, warned):
+    from effbench.report.tables import skipped_images_warning
+
+    line = skipped_images_warning({"data": {"corrupt_images_skipped": skipped, "train_size": train, "val_size": val}})
+    assert (line is not None) == warned == (train + val > 0 and skipped / (train + val) > 0.1)
+    if line:
+        assert line.startswith("warning: ") and f"{skipped} of {train + val}" in line

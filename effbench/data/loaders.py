@@ -30,9 +30,13 @@ class SkipLog:
     paths: set[str] = field(default_factory=set)
 
     def stats(self) -> dict[str, Any]:
+        from effbench.data.images import skip_reason
+
+        examples = sorted(self.paths)[:SKIP_EXAMPLES]
         return {
             "corrupt_images_skipped": len(self.paths),
-            "corrupt_image_examples": sorted(self.paths)[:SKIP_EXAMPLES],
+            "corrupt_image_examples": examples,
+            "corrupt_image_reasons": {p: skip_reason(p) for p in examples},
         }
 
 

@@ -427,6 +427,7 @@ def run_benchmark(
     if rt.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(rt.device)
     t0 = time.perf_counter()
+    bad_input: EffbenchError | None = None
     try:
         with interrupt_on_signals(received), Progress(cfg.epochs, enabled=progress and writer) as prog, sampler:
             faults.inject_oom(batch)  # test hook EFFBENCH_FAULT_OOM_AT_BATCH (faults.py); off unless set
@@ -459,6 +460,10 @@ def run_benchmark(
         per_rank_util = [g["util"] for g in gathered]
         per_rank_mem = [g["mem"] for g in gathered]
         record["status"] = "ok"
+    except EffbenchError as e:  # bad input seen only once the data is read: recorded, then one line, exit 2
+        record["status"] = "failed"
+        record["error"] = {"type": "EffbenchError", "message": str(e)}
+        bad_input = e
     except Diverged as e:  # a non-finite loss: the figures after it would measure nothing meaningful
         record["status"] = "diverged"
         record["diverged"] = e.to_dict()
@@ -526,6 +531,8 @@ def run_benchmark(
         results.atomic_write_text(run_dir / results.REPORT_MD, report.render(record, "md"))
         render.write_run_html_safely(run_dir, record, steps, echo)  # plots + report.html; never fails the run
         echo(report.render(record, "text"))
+    if bad_input is not None:
+        raise bad_input
     return RunOutcome(run_dir=run_dir, results=record)
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from effbench.config import RunConfig
+from effbench.errors import EffbenchError
 from effbench.run.runtime import Runtime
 from effbench.run.timing import StepTimer, Tally, device_sync_fn
 
@@ -50,6 +51,17 @@ def check_finite(losses: list[float], *, epoch: int, first_step: int, first_glob
     for i, value in enumerate(losses):
         if not math.isfinite(value):
             raise Diverged(epoch, first_step + i, first_global_step + i, value)
+
+
+def no_training_images(data: Any) -> EffbenchError:
+    """An epoch without one batch: every training file was unreadable (batch sizes were checked
+    against the split's size before, so nothing else empties it). Bad input, not a measurement."""
+    skipped = data.stats().get("corrupt_images_skipped", 0) if hasattr(data, "stats") else 0
+    return EffbenchError(
+        "--data-dir",
+        f"no training image could be read ({skipped} file(s) skipped as unreadable); "
+        "check the dataset files (results.json lists examples) or restore the copy",
+    )
 
 
 @dataclass
@@ -212,6 +224,8 @@ def train_epochs(
                 if on_progress:
                     on_progress(epoch, step + 1, n_steps, window[-1])
         done = len(counts)
+        if done == 0:
+            raise no_training_images(data)
         loss_list = losses[:done].tolist()
         # the steps after the last interval (a loader shorter than n_steps), from the read made anyway
         check_finite(loss_list[checked:], epoch=epoch, first_step=checked, first_global_step=epoch_start + checked)
@@ -314,6 +328,8 @@ def data_epochs(
             global_step += 1
             if on_progress and ((step + 1) % cfg.log_interval == 0 or step + 1 == n_steps):
                 on_progress(epoch, step + 1, n_steps, float("nan"))
+        if not rows:
+            raise no_training_images(data)
         yield EpochResult(
             epoch=epoch,
             steps=len(rows),
