@@ -934,3 +934,15 @@ def test_more_than_a_tenth_of_the_images_skipped_is_a_warning_in_the_report(skip
     assert (line is not None) == warned == (train + val > 0 and skipped / (train + val) > 0.1)
     if line:
         assert line.startswith("warning: ") and f"{skipped} of {train + val}" in line
+
+
+def test_a_diverged_sweep_cell_is_named_in_the_verdicts_with_its_message():
+    from effbench.report.sweep_tables import verdicts
+
+    rows = [
+        {"key": "000_lr-0.1", "status": "ok", "lr": 0.1},
+        {"key": "001_lr-1000", "status": "diverged", "lr": 1000, "error": "loss became nan at step 3"},
+    ]
+    lines = verdicts(rows, {"lr": (0.1, 1000)})
+    assert "cell 001_lr-1000: diverged (loss became nan at step 3)" in lines
+    assert not any("000_lr-0.1" in line for line in lines)
