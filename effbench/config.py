@@ -9,9 +9,10 @@ config errors stay instant.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,53 @@ WEIGHTS_KEYWORDS = ("imagenet", "none")
 DEFAULT_RDZV_PORT = 29500  # torchrun's own default master port
 
 _FREEZE_RE = re.compile(r"^(classifier|none|last:(\d+))$")
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric option accepts, declared once on its RunConfig field and used both to
+    validate and in the CLI help (`[range: 1..100000]`). Bounds are inclusive unless marked open."""
+
+    lo: float
+    hi: float
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def text(self) -> str:
+        if self.lo_open or self.hi_open:
+            return f"{'(' if self.lo_open else '['}{_num(self.lo)}, {_num(self.hi)}{')' if self.hi_open else ']'}"
+        return f"{_num(self.lo)}..{_num(self.hi)}"
+
+    def contains(self, value: float) -> bool:
+        if isinstance(value, float) and not math.isfinite(value):  # nan compares False both ways
+            return False
+        above = value > self.lo if self.lo_open else value >= self.lo
+        below = value < self.hi if self.hi_open else value <= self.hi
+        return above and below
+
+
+def _num(x: float) -> str:
+    """A bound or value as typed: 18446744073709551615 and 1000, not 1.84467e+19 and 1000.0."""
+    if isinstance(x, int) or (math.isfinite(x) and x.is_integer() and abs(x) < 1e15):
+        return str(int(x))
+    return f"{x:g}"
+
+
+def _ranged(default: Any, lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False) -> Any:
+    return field(default=default, metadata={"range": Range(lo, hi, lo_open, hi_open)})
+
+
+# torch.manual_seed accepts [-0x8000_0000_0000_0000, 0xffff_ffff_ffff_ffff] (torch/random.py); the
+# non-negative half, so every seed means one generator state.
+SEED_MAX = 0xFFFF_FFFF_FFFF_FFFF
+# A week: datetime.timedelta (the process-group timeout) overflows on inf, and no collective waits longer.
+PG_TIMEOUT_MAX_S = 7 * 24 * 3600.0
+STEPS_MAX = 10**9
+
+
+def offset_seed(seed: int, k: int) -> int:
+    """seed + k kept inside torch.manual_seed's range (a --seed near the top would overflow it)."""
+    return (seed + k) % (SEED_MAX + 1)
 
 
 def option_name(field_name: str) -> str:
@@ -143,10 +191,10 @@ class RunConfig:
     or, for imagefolder, the class-per-folder tree itself (train/ and val/ inside, or classes)."""
     download: bool = False
     """Download a missing dataset from its official URL (or EFFBENCH_MIRROR)."""
-    val_fraction: float | None = None
+    val_fraction: float | None = _ranged(None, 0.0, 1.0, lo_open=True, hi_open=True)
     """Carve a seeded validation split of this fraction from the training set; None uses the
     official test split."""
-    image_size: int | None = None
+    image_size: int | None = _ranged(None, 16, 8192)
     """Input resolution in pixels; None resolves to the architecture's native size."""
     loader: str = "auto"
     """fast (uint8 batches, augmentation batched on the device; CIFAR held on the device),
@@ -155,25 +203,25 @@ class RunConfig:
     """Fast loader on food101/imagefolder: decode JPEGs on the GPU (nvjpeg) instead of in the workers."""
     data_only: bool = False
     """Iterate the loader (augmentation and copy to the device included) without a model: images/s delivered."""
-    workers: int = 2
+    workers: int = _ranged(2, 0, 1024)
     """DataLoader worker processes (0 loads in the training process)."""
-    batch_size: int | None = None
+    batch_size: int | None = _ranged(None, 1, 65536)
     """Images per device per step; None resolves to 64 (EfficientNet) or 128 (ResNet-18)."""
-    epochs: int = 5
+    epochs: int = _ranged(5, 1, 100_000)
     """Passes over the training split."""
-    max_steps: int | None = None
+    max_steps: int | None = _ranged(None, 1, STEPS_MAX)
     """Cap on training steps per epoch (None: the whole split)."""
-    max_val_steps: int | None = None
+    max_val_steps: int | None = _ranged(None, 1, STEPS_MAX)
     """Cap on validation batches per epoch (None: the whole validation split)."""
-    warmup_steps: int = 5
+    warmup_steps: int | None = _ranged(None, 0, STEPS_MAX)
     """Steps at the start of the first epoch excluded from throughput and reported apart."""
     optimizer: str = "sgd"
     """sgd, sgd-nesterov, adagrad, adadelta, adam, adamw."""
-    lr: float | None = None
+    lr: float | None = _ranged(None, 0.0, 1000.0, lo_open=True)
     """Peak learning rate; None resolves per optimizer (DEFAULT_LR)."""
-    momentum: float = 0.9
+    momentum: float = _ranged(0.9, 0.0, 1.0, hi_open=True)
     """Momentum for sgd and sgd-nesterov."""
-    weight_decay: float = 5e-4
+    weight_decay: float = _ranged(5e-4, 0.0, 10.0)
     """L2 weight decay (decoupled for adamw)."""
     precision: str = "auto"
     """auto (bf16 autocast on CUDA devices that support it, fp32 on CPU), fp32, bf16, fp16."""
@@ -190,7 +238,7 @@ class RunConfig:
     """torch.compile the model; compilation happens in the warm-up steps and is reported apart."""
     device: str = "auto"
     """auto (cuda when visible), cpu or cuda."""
-    seed: int = 0
+    seed: int = _ranged(0, 0, SEED_MAX)
     """Seed for weights init, data order, splits and augmentation."""
     freeze: str | None = None
     """classifier (train only the new head; the base runs without autograd, BN stats fixed),
@@ -199,35 +247,35 @@ class RunConfig:
     """imagenet, none, or a local file; None resolves to imagenet for EfficientNet, none for ResNet-18."""
     batch_norm: bool = True
     """Build resnet18 with BatchNorm (False: --no-batch-norm, the seed lab's C7)."""
-    gpus: int | None = None
+    gpus: int | None = _ranged(None, 1, 1024)
     """GPUs to use, one process each (torchrun + DDP when more than one); None: every visible GPU."""
-    nproc: int | None = None
+    nproc: int | None = _ranged(None, 1, 1024)
     """CPU processes (torchrun + gloo DDP) for --device cpu; None: one."""
     strategy: str = "ddp"
     """ddp (one process per device under torchrun) or dp (DataParallel in one process, as the seeds ran)."""
     scaling: str = "weak"
     """weak: --batch-size is per device; strong: --batch-size is global and split across devices."""
-    nnodes: int = 1
+    nnodes: int = _ranged(1, 1, 100_000)
     """Nodes in a multi-node run (Slurm fills this in)."""
-    node_rank: int | None = None
+    node_rank: int | None = _ranged(None, 0, 99_999)
     """This node's rank in a multi-node run (Slurm's SLURM_NODEID)."""
     rdzv_endpoint: str | None = None
     """HOST:PORT of the c10d rendezvous for multi-node runs (Slurm: the first host of the job)."""
     rdzv_id: str | None = None
     """Rendezvous id shared by the nodes of one run (Slurm: SLURM_JOB_ID)."""
-    pg_timeout_s: float = 300.0
+    pg_timeout_s: float = _ranged(300.0, 0.0, PG_TIMEOUT_MAX_S, lo_open=True)
     """Process-group timeout: how long a rank waits on a dead peer inside a collective."""
     output: Path = Path("results")
     """Parent folder of run folders."""
     profile: bool = True
     """Run the profiling pass (torch.profiler) after the timed training."""
-    profile_steps: int = 3
+    profile_steps: int = _ranged(3, 1, 1000)
     """Active steps recorded by the profiling pass (after 1 wait and 1 warm-up step)."""
-    sample_interval_s: float = 0.5
+    sample_interval_s: float = _ranged(0.5, 0.05, 3600.0)
     """Interval of the utilisation sampler (GPU via NVML, host via psutil)."""
-    log_interval: int = 10
+    log_interval: int = _ranged(10, 1, STEPS_MAX)
     """Steps between progress lines and device-to-host metric reads."""
-    repeats: int | None = None
+    repeats: int | None = _ranged(None, 1, 1000)
     """Throughput windows: the measured steps split into this many for a median and 95% CI
     (effbench/analysis/windows.py); None: min(5, measured steps)."""
     smoke: bool = False
@@ -271,24 +319,10 @@ class RunConfig:
         set_("strategy", _choice("--strategy", self.strategy, STRATEGIES, {}))
         set_("scaling", _choice("--scaling", self.scaling, SCALING_MODES, {}))
 
-        for name in ("epochs", "log_interval", "nnodes", "profile_steps"):
-            _positive(name, getattr(self, name))
-        for name in ("batch_size", "max_steps", "max_val_steps", "image_size", "gpus", "nproc", "repeats"):
-            if getattr(self, name) is not None:
-                _positive(name, getattr(self, name))
-        for name in ("workers", "warmup_steps"):
-            if getattr(self, name) < 0:
-                raise EffbenchError(option_name(name), f"must be 0 or more (got {getattr(self, name)})")
-        if self.image_size is not None and self.image_size < 16:
-            raise EffbenchError("--image-size", f"{self.image_size} px is too small; use 16 or more")
-        if self.val_fraction is not None and not 0.0 < self.val_fraction < 1.0:
-            raise EffbenchError("--val-fraction", f"must be between 0 and 1 exclusive (got {self.val_fraction})")
-        if self.lr is not None and not self.lr > 0:
-            raise EffbenchError("--lr", f"must be greater than 0 (got {self.lr})")
-        if not 0.0 <= self.momentum < 1.0:
-            raise EffbenchError("--momentum", f"must be in [0, 1) (got {self.momentum})")
-        if self.weight_decay < 0:
-            raise EffbenchError("--weight-decay", f"must be 0 or more (got {self.weight_decay})")
+        for f in dataclasses.fields(self):  # every numeric option: finite and inside its declared range
+            value = getattr(self, f.name)
+            if "range" in f.metadata and value is not None:
+                _check_range(f.name, value, f.metadata["range"])
         if self.gpus is not None and self.device == "cpu":
             raise EffbenchError("--gpus", "counts GPUs, but --device cpu was given; use --nproc N for CPU processes")
         if self.nproc is not None and self.device == "cuda":
@@ -305,18 +339,18 @@ class RunConfig:
             raise EffbenchError(
                 "--rdzv-endpoint", f"--nnodes {self.nnodes} needs HOST:PORT of a rendezvous (Slurm fills it in)"
             )
-        if not self.sample_interval_s >= 0.05:
-            raise EffbenchError("--sample-interval-s", f"must be at least 0.05 s (got {self.sample_interval_s})")
-        if not self.pg_timeout_s > 0:
-            raise EffbenchError("--pg-timeout-s", f"must be greater than 0 (got {self.pg_timeout_s})")
         if not self.batch_norm and self.arch != "resnet18":
             raise EffbenchError("--no-batch-norm", "only applies to --arch resnet18; EfficientNet needs its BatchNorm")
         if self.loader == "auto":
             set_("loader", "fast")
+        # A default warm-up (None) stays None here: the runner resolves it from the steps the data really
+        # has (a small dataset can have fewer than --max-steps), and config.json records the value used.
         if (
             self.repeats is not None
             and self.max_steps is not None
-            and self.repeats > self.epochs * self.max_steps - self.warmup_steps
+            and self.repeats
+            > self.epochs * self.max_steps
+            - resolve_warmup(self.warmup_steps, self.epochs * self.max_steps, self.compile)
         ):
             raise EffbenchError(
                 "--repeats",
@@ -339,11 +373,16 @@ class RunConfig:
             raise EffbenchError(
                 "--compile", "is not supported with --strategy dp (DataParallel); use --strategy ddp or drop --compile"
             )
-        if self.compile and self.warmup_steps < 1:
+        if self.compile and self.warmup_steps is not None and self.warmup_steps < 1:
             raise EffbenchError(
                 "--warmup-steps",
                 "--compile compiles in the first step; use at least 1 warm-up step so it is not measured",
             )
+
+        for name in ("data_dir", "output"):
+            _check_path(option_name(name), Path(getattr(self, name)))
+        if self.weights is not None and self.weights.strip().lower() not in WEIGHTS_KEYWORDS:
+            _check_path("--weights", Path(self.weights))
 
         # Defaults that depend on other fields, resolved once so config.json is explicit.
         if self.weights is None:
@@ -364,9 +403,63 @@ class RunConfig:
         set_("output", Path(self.output))
 
 
-def _positive(name: str, value: int) -> None:
-    if value < 1:
-        raise EffbenchError(option_name(name), f"must be 1 or more (got {value})")
+def _check_range(name: str, value: Any, rng: Range) -> None:
+    option = option_name(name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise EffbenchError(option, f"{value!r} is not a number; use a value in {rng.text()}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise EffbenchError(option, f"must be a finite number in {rng.text()} (got {value})")
+    if not rng.contains(value):
+        if rng.lo == 1 and not rng.lo_open and value < 1:  # the common case, said plainly
+            raise EffbenchError(option, f"must be 1 or more (got {value}); range {rng.text()}")
+        raise EffbenchError(option, f"{_num(value)} is outside {rng.text()}; use a value in that range")
+
+
+# Linux limits (limits.h NAME_MAX and PATH_MAX, the same on ext4, xfs, btrfs, tmpfs, overlayfs): a longer
+# name is ENAMETOOLONG from the first stat, so it is refused here with the option named.
+NAME_MAX_BYTES = 255
+PATH_MAX_BYTES = 4096
+
+
+def _check_path(option: str, path: Path) -> None:
+    raw = os.fsencode(path)
+    if len(raw) >= PATH_MAX_BYTES:
+        raise EffbenchError(option, f"the path is {len(raw)} bytes long; the OS allows {PATH_MAX_BYTES - 1}")
+    long_part = next((p for p in path.parts if len(os.fsencode(p)) > NAME_MAX_BYTES), None)
+    if long_part is not None:
+        raise EffbenchError(
+            option,
+            f"the name {long_part[:32]}... is {len(os.fsencode(long_part))} bytes; the OS allows {NAME_MAX_BYTES} "
+            "per folder or file name (ENAMETOOLONG)",
+        )
+
+
+def numeric_range(name: str) -> Range | None:
+    """The declared range of a RunConfig field, or None for a non-numeric one."""
+    f = {f.name: f for f in dataclasses.fields(RunConfig)}[name]
+    return f.metadata.get("range")
+
+
+def with_range(name: str, help: str) -> str:
+    """CLI help text with the field's declared range appended: one source for validation and --help."""
+    rng = numeric_range(name)
+    assert rng is not None, f"{name} declares no range"
+    return f"{help} [range: {rng.text()}]"
+
+
+# 5 warm-up steps unless the run is too short for them: then half the steps, so a short run still
+# measures (cudnn autotuning and the first allocations fall in the first steps).
+DEFAULT_WARMUP_STEPS = 5
+
+
+def resolve_warmup(warmup_steps: int | None, total_steps: int, compile: bool = False) -> int:
+    """The warm-up actually used. Explicit: kept as given (the runner refuses one that leaves no
+    measured step). Default (None): 5, shrunk to half the steps so at least one step is measured;
+    --compile keeps at least 1 (compilation happens in the first step)."""
+    if warmup_steps is not None:
+        return warmup_steps
+    half = total_steps // 2
+    return max(min(DEFAULT_WARMUP_STEPS, half), 1 if compile and total_steps > 1 else 0)
 
 
 def default_image_size(arch: str, dataset: str) -> int:

@@ -22,7 +22,7 @@ from typing import Any
 from effbench.errors import EffbenchError
 
 SCHEMA_VERSION = 1
-STATUSES = ("running", "ok", "failed", "interrupted", "oom")
+STATUSES = ("running", "ok", "failed", "interrupted", "oom", "diverged")
 RESULTS_FILE = "results.json"
 CONFIG_FILE = "config.json"
 ENV_FILE = "env.json"

@@ -11,12 +11,14 @@ import ast
 import csv
 import errno
 import json
+import math
 import os
 import pickle
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -112,7 +114,45 @@ def _newer_run(tmp: Path) -> Path:
     return run
 
 
+def _long_name(tmp: Path) -> Path:
+    return tmp / ("a" * 300)  # NAME_MAX is 255 bytes: ENAMETOOLONG from the first stat
+
+
+def _symlink_loop(tmp: Path) -> Path:
+    loop = tmp / "loop"
+    loop.symlink_to(loop)  # ELOOP: exists() is False, mkdir fails
+    return loop / "runs"
+
+
+def _under_a_file(tmp: Path) -> Path:
+    return _a_file(tmp) / "runs"  # ENOTDIR
+
+
+def _nan_weights(tmp: Path) -> Path:
+    import torch
+
+    path = tmp / "nan.pt"
+    torch.save({"conv1.weight": torch.full((4, 3, 3, 3), float("nan"))}, path)
+    return path
+
+
+def _cifar_text_labels(tmp: Path) -> Path:
+    from fakedata import make_cifar, py2_pickle, read_cifar_raw
+
+    root = make_cifar(tmp / "cifar", "cifar10", n_train=40, n_test=20)
+    batch = root / "cifar-10-batches-py" / "data_batch_3"
+    raw = read_cifar_raw(batch)
+    raw["labels"] = [str(i) for i in raw["labels"]]  # read_cifar_raw decodes keys as latin1 text
+    batch.write_bytes(py2_pickle(raw))
+    return root
+
+
 BUILDERS = {
+    "{nan_weights}": _nan_weights,
+    "{cifar_text_labels}": _cifar_text_labels,
+    "{long_name}": _long_name,
+    "{symlink_loop}": _symlink_loop,
+    "{under_a_file}": _under_a_file,
     "{corrupt_run}": _corrupt_run,
     "{newer_run}": _newer_run,
     "{truncated_cifar}": _truncated_cifar,
@@ -147,6 +187,21 @@ MATRIX = [
     (["run", "--smoke", "--freeze", "last:999"], "--freeze"),
     (["run", "--smoke", "--freeze", "half"], "--freeze"),
     (["run", "--smoke", "--warmup-steps", "500"], "--warmup-steps"),
+    # not finite, beyond 64 bits, beyond any memory (issue 12)
+    (["run", "--smoke", "--lr", "inf"], "--lr"),
+    (["run", "--smoke", "--lr", "nan"], "--lr"),
+    (["run", "--smoke", "--weight-decay", "nan"], "--weight-decay"),
+    (["run", "--smoke", "--momentum", "-inf"], "--momentum"),
+    (["run", "--smoke", "--pg-timeout-s", "inf"], "--pg-timeout-s"),
+    (["run", "--smoke", "--sample-interval-s", "inf"], "--sample-interval-s"),
+    (["run", "--smoke", "--val-fraction", "nan"], "--val-fraction"),
+    (["run", "--smoke", "--seed", str(2**64)], "--seed"),
+    (["run", "--smoke", "--seed", "-1"], "--seed"),
+    (["run", "--smoke", "--image-size", "100000"], "--image-size"),
+    (["run", "--smoke", "--image-size", "8192", "--batch-size", "65536"], "--image-size"),
+    (["run", "--smoke", "--workers", "10000"], "--workers"),
+    (["run", "--smoke", "--epochs", "1e9"], "--epochs"),
+    (["run", "--smoke", "--repeats", "100000"], "--repeats"),
     # data
     (["run", *TINY_RUN, "--dataset", "cifar10", "--data-dir", "{missing}"], "--data-dir"),
     (["run", *TINY_RUN, "--dataset", "cifar10", "--data-dir", "{truncated_cifar}"], "data_batch_1"),
@@ -159,6 +214,12 @@ MATRIX = [
     # output
     (["run", "--smoke", "--output", "{file}"], "--output"),
     (["run", "--smoke", "--output", "/proc/effbench-cannot-write-here"], "--output"),
+    (["run", "--smoke", "--output", "{long_name}"], "--output"),
+    (["run", "--smoke", "--output", "{symlink_loop}"], "--output"),
+    (["run", "--smoke", "--output", "{under_a_file}"], "--output"),
+    (["run", "--smoke", "--dataset", "cifar10", "--data-dir", "{long_name}"], "--data-dir"),
+    (["run", "--smoke", "--weights", "{long_name}"], "--weights"),
+    (["doctor", "--output", "{long_name}"], "--output"),
     # devices, precision, launch
     (["run", "--smoke", "--device", "cuda"], "--device"),
     (["run", "--smoke", "--precision", "fp16"], "--precision"),
@@ -171,6 +232,8 @@ MATRIX = [
     (["run", *TINY_RUN, "--dataset", "synthetic", "--weights", "{missing}"], "--weights"),
     (["run", *TINY_RUN, "--dataset", "synthetic", "--weights", "{wrong_arch_weights}"], "--weights"),
     (["run", *TINY_RUN, "--dataset", "synthetic", "--weights", "{not_a_checkpoint}"], "--weights"),
+    (["run", *TINY_RUN, "--dataset", "synthetic", "--weights", "{nan_weights}"], "--weights"),
+    (["run", *TINY_RUN, "--dataset", "cifar10", "--data-dir", "{cifar_text_labels}"], "data_batch_3"),
     # sweep (TINY_RUN values go to every cell)
     (["sweep", "--preset", "fastest"], "--preset"),
     (["sweep", "--batch-size", "32,,64"], "--batch-size"),
@@ -178,6 +241,10 @@ MATRIX = [
     (["sweep", "--batch-size", "4,8", "--workers", "0,1,2", "--zip"], "--zip"),
     (["sweep", "--optimizer", "sgd,lamb", "--device", "cpu"], "--optimizer"),
     (["sweep", "--device", "cpu", "--batch-size", "0,4"], "--batch-size"),
+    (["sweep", "--device", "cpu", "--batch-size", "4,8", "--lr", "inf"], "--lr"),
+    (["sweep", "--device", "cpu", "--batch-size", "4,8", "--sample-interval-s", "nan"], "--sample-interval-s"),
+    (["sweep", "--device", "cpu", "--batch-size", "4,8", "--seed", str(2**64)], "--seed"),
+    (["sweep", "--device", "cpu", "--batch-size", "4,8", "--image-size", "100000"], "--image-size"),
     # report and compare
     (["report", "{corrupt_run}"], "results.json"),
     (["report", "{newer_run}"], "results.json"),
@@ -446,3 +513,437 @@ def test_cli_entry_point_has_no_traceback_for_a_python_level_crash_of_the_parser
     )
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and "--batch-size" in res.stderr
+
+
+# --- every numeric option: a stated range, and nothing outside it (issue 12) ----------------------
+
+
+def _ranged_fields():
+    import dataclasses
+
+    from effbench.config import RunConfig
+
+    return {f.name: f.metadata["range"] for f in dataclasses.fields(RunConfig) if "range" in f.metadata}
+
+
+def _bad_values(rng, integer: bool) -> list[str]:
+    """Just outside each bound, plus the non-finite ones: written from the bounds, not from the check."""
+    below = rng.lo if rng.lo_open else (rng.lo - 1 if integer else rng.lo - abs(rng.lo) * 0.5 - 0.01)
+    above = rng.hi if rng.hi_open else (rng.hi + 1 if integer else rng.hi * 2)
+    values = [str(int(below)) if integer else repr(float(below)), str(int(above)) if integer else repr(float(above))]
+    return values + ["inf", "-inf", "nan"]
+
+
+def _params(command: str) -> dict:
+    import typer
+
+    from effbench.cli.app import app
+
+    cmd = typer.main.get_command(app).commands[command]
+    return {p.name.rstrip("_"): p for p in cmd.params}
+
+
+@pytest.mark.parametrize("command", ["run", "sweep", "doctor"])
+def test_every_numeric_option_states_its_declared_range_in_help(command, capsys):
+    ranged = _ranged_fields()
+    params = _params(command)
+    numeric = [name for name in params if name in ranged]
+    assert numeric, command
+    for name in numeric:
+        assert f"[range: {ranged[name].text()}]" in params[name].help, (command, name, params[name].help)
+    # and the rendered --help shows them (wrapped text, so whitespace is normalised)
+    code, out, _ = invoke([command, "--help"], capsys)
+    assert code == 0 and " ".join(out.split()).count("[range: ") == len(numeric)
+    if command == "run":  # every numeric field of RunConfig is an option of run
+        assert set(numeric) == set(ranged)
+
+
+def _rejects(argv, option, capsys):
+    code, stdout, err = invoke(argv, capsys)
+    lines = err.strip().splitlines()
+    assert code == 2, (argv, code, err[-500:])
+    assert len(lines) == 1 and lines[0].startswith("error: ") and option in lines[0], (argv, err)
+    assert "Traceback" not in stdout + err
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_every_numeric_option_rejects_out_of_range_inf_and_nan_naming_the_option(command, tmp_path, capsys):
+    import dataclasses
+
+    from effbench.config import RunConfig
+
+    types = {f.name: f.type for f in dataclasses.fields(RunConfig)}  # "int | None", "float"...
+    ranged = _ranged_fields()
+    params = _params(command)
+    base = ["--smoke", "--output", str(tmp_path / "out")] + (["--batch-size", "4,8"] if command == "sweep" else [])
+    tried = 0
+    for name, param in params.items():
+        if name not in ranged:
+            continue
+        option = param.opts[0]
+        integer = str(types[name]).startswith("int")
+        for value in _bad_values(ranged[name], integer):
+            argv = [command, *(b for b in base if not (command == "sweep" and name == "batch_size")), option, value]
+            if command == "sweep" and name == "batch_size":
+                argv = [command, "--smoke", "--output", str(tmp_path / "out"), option, f"4,{value}"]
+            _rejects(argv, option, capsys)
+            tried += 1
+    assert tried >= 5 * 15
+    assert ok_runs(tmp_path) == []
+
+
+def test_a_seed_at_the_top_of_the_range_seeds_every_generator():
+    import torch
+
+    from effbench.config import SEED_MAX, offset_seed
+    from effbench.run.runner import seed_everything
+
+    seed_everything(SEED_MAX)
+    for k in (0, 1, 7):  # rank and epoch offsets wrap instead of overflowing manual_seed's range
+        torch.Generator().manual_seed(offset_seed(SEED_MAX, k))
+    assert offset_seed(SEED_MAX, 1) == 0 and offset_seed(5, 2) == 7
+
+
+@pytest.mark.parametrize("requested, cores, started", [(0, 2, 0), (2, 2, 2), (3, 2, 2), (1024, 4, 4), (16, 64, 16)])
+def test_workers_beyond_the_cores_are_capped_and_said_once(requested, cores, started):
+    import io
+
+    from effbench.data import capped_workers
+
+    for rank in (0, 1):
+        stream = io.StringIO()
+        assert capped_workers(requested, cores, rank, stream) == started
+        said = stream.getvalue()
+        assert (said != "") == (requested > cores and rank == 0)
+        if said:
+            assert said.count("\n") == 1 and f"--workers {requested}" in said and f"{cores} CPU cores" in said
+
+
+@pytest.mark.parametrize(
+    "batch, size, host_gib, ok",
+    [(64, 224, 1.0, True), (64, 8192, 20.0, False), (1, 4096, 0.25, True), (2, 4096, 0.1, False)],
+)
+def test_a_batch_that_cannot_fit_in_host_memory_is_refused_before_allocation(batch, size, host_gib, ok):
+    from effbench.config import RunConfig
+    from effbench.system.preflight import check_batch_memory
+
+    cfg = RunConfig(batch_size=batch, image_size=size, device="cpu", dataset="synthetic")
+    (f,) = check_batch_memory(cfg, int(host_gib * 2**30), None, processes=1)
+    need = batch * 3 * size * size * 4  # float32 NCHW, written apart from batch_bytes
+    assert (f.level == "ok") == ok == (need <= host_gib * 2**30)
+    if not ok:
+        assert f.option in ("--image-size", "--batch-size") and "host memory" in f.message
+
+
+# --- the default warm-up leaves measured steps (issue 12) ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "given, total, compile_, used",
+    [(None, 1, False, 0), (None, 2, False, 1), (None, 5, False, 2), (None, 10, False, 5), (None, 100, False, 5),
+     (None, 3, True, 1), (None, 1, True, 0), (0, 100, False, 0), (7, 5, False, 7)],
+)  # fmt: skip
+def test_the_default_warmup_shrinks_to_half_the_steps_and_an_explicit_one_is_kept(given, total, compile_, used):
+    from effbench.config import resolve_warmup
+
+    assert resolve_warmup(given, total, compile_) == used
+    if given is None and total > 1:
+        assert total - used >= 1 and used <= 5
+
+
+def test_a_short_run_without_warmup_steps_measures_and_records_the_warmup_used(tmp_path, capsys):
+    i = TINY_RUN.index("--warmup-steps")
+    args = TINY_RUN[:i] + TINY_RUN[i + 2 :]
+    code, _, err = invoke(["run", *args, "--dataset", "synthetic", "--max-steps", "3", "--output", tmp_path], capsys)
+    assert code == 0, err
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    config = json.loads((run / "config.json").read_text())
+    assert config["warmup_steps"] == 1 and read_results(run)["config"]["warmup_steps"] == 1
+    rows = list(csv.DictReader((run / "steps.csv").open()))
+    assert [r["warmup"] for r in rows] == ["True", "False", "False"]
+
+
+def test_the_optimizers_preset_with_five_steps_plans_cells_that_measure():
+    from effbench.config import resolve_warmup
+    from effbench.sweep.spec import SweepSpec, plan_cells
+
+    plan = plan_cells(SweepSpec(preset="optimizers", options={"max_steps": 5, "device": "cpu"}))
+    assert len(plan.cells) == 5
+    for cell in plan.cells:
+        total = cell.config.epochs * 5
+        assert cell.config.warmup_steps is None and resolve_warmup(None, total) < total
+
+
+# --- a loss that goes non-finite stops the run: status diverged (issue 12) -------------------------
+
+
+class _Batches:
+    """A loader stand-in: `n` batches of 4 tiny images, the one at `bad` holding an inf pixel."""
+
+    augments_on_device = False
+
+    def __init__(self, n: int, bad: int | None, value: float = float("inf")):
+        import torch
+
+        g = torch.Generator().manual_seed(0)
+        self.batches = [
+            (torch.randn(4, 3, 2, 2, generator=g), torch.randint(0, 3, (4,), generator=g)) for _ in range(n)
+        ]
+        if bad is not None:
+            self.batches[bad][0][0, 0, 0, 0] = value
+        self.steps_per_epoch = n
+        self.train, self.val = self, []
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def set_epoch(self, epoch: int) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    "steps, bad, log_interval, value",
+    [(6, 0, 1, float("inf")), (6, 3, 2, float("nan")), (6, 4, 10, float("inf")), (8, 7, 3, float("-inf"))],
+)
+def test_training_stops_at_the_first_non_finite_loss_and_names_its_step(steps, bad, log_interval, value):
+    import torch
+
+    from effbench.config import RunConfig
+    from effbench.run.runtime import Runtime
+    from effbench.run.train import Diverged, train_epochs
+
+    def fresh():
+        model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        return model, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+
+    model, opt, sched = fresh()
+    rt = Runtime(device=torch.device("cpu"), precision="fp32", autocast_dtype=None)
+    cfg = RunConfig(device="cpu", dataset="synthetic", epochs=1, warmup_steps=0, log_interval=log_interval,
+                    max_steps=steps, profile=False)  # fmt: skip
+    progress = []
+    with pytest.raises(Diverged) as info:
+        list(train_epochs(model, _Batches(steps, bad, value), opt, sched, rt, cfg,
+                          on_progress=lambda e, s, n, loss: progress.append(s)))  # fmt: skip
+    assert (info.value.epoch, info.value.step, info.value.global_step) == (0, bad, bad)
+    assert not math.isfinite(info.value.loss) and f"step {bad}" in str(info.value)
+    # found at the end of the interval holding it, never later; no progress line past it
+    assert all(s <= bad for s in progress) and len(progress) == bad // log_interval
+    # the same data with the bad pixel fixed trains to the end
+    model, opt, sched = fresh()
+    assert len(list(train_epochs(model, _Batches(steps, None), opt, sched, rt, cfg))) == 1
+
+
+def test_a_run_whose_loss_goes_nan_ends_diverged_exit_1_with_the_step_in_results_json(tmp_path, capsys, monkeypatch):
+    import torch
+
+    from effbench.run import train
+
+    real, calls = train.TrainStep.__call__, {"n": 0}
+
+    def nan_from_step_2(self, batch):  # the leaf patched: the step's loss, as a NaN-producing lr would make it
+        loss, correct, images = real(self, batch)
+        calls["n"] += 1
+        return (loss * float("nan") if calls["n"] > 2 else loss), correct, images
+
+    monkeypatch.setattr(train.TrainStep, "__call__", nan_from_step_2)
+    code, _, err = invoke(["run", *TINY_RUN, "--dataset", "synthetic", "--max-steps", "5", "--log-interval", "2",
+                           "--output", tmp_path], capsys)  # fmt: skip
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: run diverged") and "step 2" in lines[0], err
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    r = read_results(run)
+    assert r["status"] == "diverged" and r["diverged"]["global_step"] == 2 and r["diverged"]["loss"] == "nan"
+    assert torch.isnan(torch.tensor(float(r["diverged"]["loss"])))
+
+
+# --- weights that load but cannot train (issue 12) ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make, needle",
+    [
+        (lambda t: {"conv1.weight": t.full((4, 3, 3, 3), float("nan"))}, "nan/inf"),
+        (lambda t: {"conv1.weight": t.zeros(4, 3), "fc.bias": t.tensor([1.0, float("inf")])}, "fc.bias"),
+        (lambda t: {"fc.bias": t.tensor([0.0, float("-inf")], dtype=t.float16)}, "nan/inf"),
+        (lambda t: {"conv1.weight": t.zeros(2, 2, dtype=t.complex64)}, "complex64"),
+        (lambda t: {"state_dict": {"conv1.weight": t.tensor([1.0, float("nan")])}}, "conv1.weight"),
+    ],
+)
+def test_weights_holding_nan_inf_or_complex_values_are_refused_at_load(tmp_path, make, needle):
+    import torch
+
+    from effbench.models.weights import read_state_dict
+
+    path = tmp_path / "w.pt"
+    torch.save(make(torch), path)
+    with pytest.raises(EffbenchError) as info:
+        read_state_dict(path)
+    assert info.value.option == "--weights" and str(path) in str(info.value) and needle in str(info.value)
+    assert "\n" not in str(info.value)
+    # the same shapes with finite real values load
+    fine = {k: torch.zeros(2) for k in ("conv1.weight", "fc.bias")}
+    torch.save(fine, path)
+    assert set(read_state_dict(path)) == set(fine)
+
+
+# --- CIFAR pickles: every field checked (issue 12) ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("labels", lambda n: [str(i % 10) for i in range(n)]),  # digits as text: numpy would parse them
+        ("labels", lambda n: ["cat"] * n),
+        ("labels", lambda n: [2**70] * n),  # overflows int64
+        ("labels", lambda n: [[1]] * n),  # nested: numpy would build a 2-D array
+        ("labels", lambda n: [3.7] * n),  # numpy would truncate
+        ("labels", lambda n: [True] * n),
+        ("labels", lambda n: [10] * n),  # one past the last class
+        ("labels", lambda n: [-1] * n),
+        ("labels", lambda n: "0123"),
+        ("labels", lambda n: np.zeros((n, 1), dtype=np.int64)),
+        ("labels", lambda n: np.zeros(n, dtype=np.float32)),
+        ("data", lambda n: np.zeros((n, 32, 32, 3), dtype=np.uint8)),  # right size, wrong shape
+        ("data", lambda n: np.zeros((n, 3072), dtype=np.float64)),
+        ("data", lambda n: [[0] * 3072] * n),
+    ],
+)
+def test_a_cifar_batch_with_a_hostile_field_is_one_error_naming_the_file(tmp_path, field, value):
+    from fakedata import make_cifar, py2_pickle, read_cifar_raw
+
+    from effbench.data import cifar
+
+    root = make_cifar(tmp_path, "cifar10", n_train=40, n_test=20) / "cifar-10-batches-py"
+    path = root / "data_batch_2"
+    raw = read_cifar_raw(path)
+    key = field.encode() if field.encode() in raw else field
+    raw[key] = value(8)
+    path.write_bytes(py2_pickle(raw))
+    with pytest.raises(EffbenchError) as info:
+        cifar.read_batch(path, "labels", 10)
+    assert info.value.option == "--data-dir" and str(path) in str(info.value) and "\n" not in str(info.value)
+    images, labels = cifar.read_batch(root / "data_batch_1", "labels", 10)  # an intact batch still reads
+    assert images.shape == (8, 32, 32, 3) and labels.dtype == np.int64 and 0 <= labels.min() <= labels.max() < 10
+
+
+def test_cifar_class_names_that_are_not_text_are_refused(tmp_path):
+    from fakedata import make_cifar, py2_pickle, read_cifar_raw
+
+    from effbench.data import cifar
+
+    path = make_cifar(tmp_path, "cifar10", n_train=10, n_test=5) / "cifar-10-batches-py" / "batches.meta"
+    raw = read_cifar_raw(path)
+    raw[b"label_names" if b"label_names" in raw else "label_names"] = [[1]] * 10
+    path.write_bytes(py2_pickle(raw))
+    with pytest.raises(EffbenchError) as info:
+        cifar.read_meta(path, "label_names", 10)
+    assert str(path) in str(info.value)
+
+
+# --- images that declare more pixels than the loaders accept (issue 12) ---------------------------
+
+
+def _jpeg_declaring(path: Path, width: int, height: int) -> Path:
+    """A small real JPEG whose SOF0 header is patched to declare width x height: a decompression bomb
+    in a few hundred bytes. Built here; the marker layout is the JPEG standard's (ITU T.81 B.2.2)."""
+    import io as _io
+
+    from PIL import Image
+
+    buf = _io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 30, 30)).save(buf, "JPEG")  # baseline: PIL writes SOF0
+    data = bytearray(buf.getvalue())
+    sof = data.index(b"\xff\xc0")  # FF C0, length (2), precision (1), height (2), width (2)
+    data[sof + 5 : sof + 9] = height.to_bytes(2, "big") + width.to_bytes(2, "big")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_a_jpeg_declaring_30000_by_30000_is_refused_by_both_loaders_before_decoding(tmp_path):
+    from effbench.data import fast_images
+    from effbench.data.images import read_rgb, skip_reason
+    from effbench.data.loaders import SkipLog
+
+    bomb = _jpeg_declaring(tmp_path / "bomb.jpg", 30000, 30000)
+    assert bomb.stat().st_size < 1000
+    assert read_rgb(str(bomb)) is None  # the torchvision loader (PIL)
+    assert fast_images.read_square(str(bomb), 32) is None  # the fast loader, CPU decode
+    assert fast_images.read_encoded(str(bomb), 32) is None  # the fast loader, --gpu-decode (bytes for nvjpeg)
+    log = SkipLog({str(bomb)})
+    stats = log.stats()
+    assert stats["corrupt_images_skipped"] == 1 and "pixel limit" in stats["corrupt_image_reasons"][str(bomb)]
+    assert "900000000 pixels" in stats["corrupt_image_reasons"][str(bomb)]
+
+
+@pytest.mark.parametrize("side, accepted", [(8, True), (12, True), (14, True), (15, False), (40, False)])
+def test_both_loaders_agree_on_pils_pixel_limit(tmp_path, monkeypatch, side, accepted):
+    from PIL import Image
+
+    from effbench.data import fast_images
+    from effbench.data.images import read_rgb
+
+    # PIL refuses above 2 * MAX_IMAGE_PIXELS (PIL/Image.py _decompression_bomb_check): 200 here, so
+    # 14 x 14 = 196 is read and 15 x 15 = 225 is not. Real images, decodable at every size.
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)
+    path = tmp_path / f"img{side}.jpg"
+    Image.new("RGB", (side, side), (10, 120, 200)).save(path, "JPEG")
+    assert (read_rgb(str(path)) is not None) == accepted
+    assert (fast_images.read_square(str(path), 8) is not None) == accepted
+    assert (fast_images.read_encoded(str(path), 8) is not None) == accepted
+
+
+# --- unreadable datasets and symlink loops (issue 12) ---------------------------------------------
+
+
+def test_a_symlink_loop_in_an_image_folder_counts_each_file_once(tmp_path):
+    from fakedata import make_imagefolder
+
+    from effbench.data.imagefolder import class_folders, scan
+
+    root = make_imagefolder(tmp_path / "img", classes=2, per_class=12, size=16)
+    (root / "class_0" / "loop").symlink_to(".")  # loop -> .
+    (root / "class_1" / "up").symlink_to("..")  # a link to the parent: every class again
+    (root / "class_1" / "twin.jpg").symlink_to(root / "class_1" / "img_000.jpg")  # the same file twice
+    found = scan(root, class_folders(root))
+    real = sorted(str(p) for p in root.rglob("img_*") if not any(part in ("loop", "up") for part in p.parts))
+    assert len(found) == len(real) == 24
+    assert sorted(os.path.realpath(p) for p in found.paths) == sorted(os.path.realpath(p) for p in real)
+
+
+def test_a_dataset_whose_every_training_image_is_unreadable_is_one_error_exit_2(tmp_path, capsys):
+    from fakedata import corrupt_file, make_imagefolder
+
+    root = make_imagefolder(tmp_path / "img", classes=2, per_class=4, size=16, split=True, val_per_class=1)
+    for f in (root / "train").rglob("img_*"):
+        corrupt_file(f)
+    code, _, err = invoke(["run", *TINY_RUN, "--dataset", "imagefolder", "--data-dir", root, "--batch-size", "2",
+                           "--output", tmp_path / "out"], capsys)  # fmt: skip
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: --data-dir") and "8 file(s)" in lines[0]
+    assert ok_runs(tmp_path / "out") == []
+
+
+@pytest.mark.parametrize("skipped, train, val, warned", [(0, 100, 0, False), (10, 90, 10, False), (11, 90, 10, True),
+                                                         (3, 20, 5, True), (1, 0, 0, False)])  # fmt: skip
+def test_more_than_a_tenth_of_the_images_skipped_is_a_warning_in_the_report(skipped, train, val, warned):
+    from effbench.report.tables import skipped_images_warning
+
+    line = skipped_images_warning({"data": {"corrupt_images_skipped": skipped, "train_size": train, "val_size": val}})
+    assert (line is not None) == warned == (train + val > 0 and skipped / (train + val) > 0.1)
+    if line:
+        assert line.startswith("warning: ") and f"{skipped} of {train + val}" in line
+
+
+def test_a_diverged_sweep_cell_is_named_in_the_verdicts_with_its_message():
+    from effbench.report.sweep_tables import verdicts
+
+    rows = [
+        {"key": "000_lr-0.1", "status": "ok", "lr": 0.1},
+        {"key": "001_lr-1000", "status": "diverged", "lr": 1000, "error": "loss became nan at step 3"},
+    ]
+    lines = verdicts(rows, {"lr": (0.1, 1000)})
+    assert "cell 001_lr-1000: diverged (loss became nan at step 3)" in lines
+    assert not any("000_lr-0.1" in line for line in lines)

@@ -22,6 +22,7 @@ from effbench.cli.common import opt as _opt
 from effbench.cli.doctor import doctor
 from effbench.cli.sweep import compare, report, sweep
 from effbench.datasets import datasets_help
+from effbench.config import with_range
 from effbench.errors import EffbenchError
 
 # click's UsageError, wherever this Typer takes click from (recent Typer vendors it privately).
@@ -83,10 +84,16 @@ def run(
         ),
     ] = None,
     val_fraction: Annotated[
-        float | None, _opt("Validate on a seeded fraction of the training set instead of the official test split.")
+        float | None,
+        _opt(
+            with_range(
+                "val_fraction", "Validate on a seeded fraction of the training set instead of the official test split."
+            )
+        ),
     ] = None,
     image_size: Annotated[
-        int | None, _opt("Input size in px. [default: the arch's native size; resnet18 32 on CIFAR]")
+        int | None,
+        _opt(with_range("image_size", "Input size in px. [default: the arch's native size; resnet18 32 on CIFAR]")),
     ] = None,
     loader: Annotated[
         str | None,
@@ -108,23 +115,36 @@ def run(
             "--data-only/--no-data-only",
         ),
     ] = None,
-    workers: Annotated[int | None, _opt("DataLoader worker processes. [default: 2]")] = None,
+    workers: Annotated[int | None, _opt(with_range("workers", "DataLoader worker processes. [default: 2]"))] = None,
     batch_size: Annotated[
-        int | None, _opt("Images per device per step. [default: 64 EfficientNet, 128 resnet18]")
+        int | None,
+        _opt(with_range("batch_size", "Images per device per step. [default: 64 EfficientNet, 128 resnet18]")),
     ] = None,
-    epochs: Annotated[int | None, _opt("Epochs. [default: 5]")] = None,
-    max_steps: Annotated[int | None, _opt("Cap on training steps per epoch.")] = None,
-    max_val_steps: Annotated[int | None, _opt("Cap on validation batches per epoch.")] = None,
+    epochs: Annotated[int | None, _opt(with_range("epochs", "Epochs. [default: 5]"))] = None,
+    max_steps: Annotated[int | None, _opt(with_range("max_steps", "Cap on training steps per epoch."))] = None,
+    max_val_steps: Annotated[
+        int | None, _opt(with_range("max_val_steps", "Cap on validation batches per epoch."))
+    ] = None,
     warmup_steps: Annotated[
-        int | None, _opt("First steps excluded from throughput and reported apart. [default: 5]")
+        int | None,
+        _opt(
+            with_range(
+                "warmup_steps",
+                "First steps excluded from throughput and reported apart. [default: 5, at most half the steps]",
+            )
+        ),
     ] = None,
     optimizer: Annotated[str | None, _opt("sgd, sgd-nesterov, adagrad, adadelta, adam, adamw. [default: sgd]")] = None,
     lr: Annotated[
         float | None,
-        _opt("Learning rate. [default: per optimizer: sgd 0.1, adagrad 0.01, adadelta 1.0, adam(w) 1e-3]"),
+        _opt(
+            with_range(
+                "lr", "Learning rate. [default: per optimizer: sgd 0.1, adagrad 0.01, adadelta 1.0, adam(w) 1e-3]"
+            )
+        ),
     ] = None,
-    momentum: Annotated[float | None, _opt("SGD momentum. [default: 0.9]")] = None,
-    weight_decay: Annotated[float | None, _opt("Weight decay. [default: 5e-4]")] = None,
+    momentum: Annotated[float | None, _opt(with_range("momentum", "SGD momentum. [default: 0.9]"))] = None,
+    weight_decay: Annotated[float | None, _opt(with_range("weight_decay", "Weight decay. [default: 5e-4]"))] = None,
     precision: Annotated[
         str | None, _opt("auto, fp32, bf16, fp16. [default: auto = bf16 on capable CUDA, fp32 on CPU]")
     ] = None,
@@ -160,7 +180,7 @@ def run(
         ),
     ] = None,
     device: Annotated[str | None, _opt("auto, cpu or cuda. [default: auto]")] = None,
-    seed: Annotated[int | None, _opt("Random seed. [default: 0]")] = None,
+    seed: Annotated[int | None, _opt(with_range("seed", "Random seed. [default: 0]"))] = None,
     freeze: Annotated[
         str | None, _opt("classifier, none or last:N. [default: classifier with pretrained weights, else none]")
     ] = None,
@@ -173,12 +193,20 @@ def run(
     gpus: Annotated[
         str | None,
         _opt(
-            "GPUs, one process each (torchrun + DDP when > 1); a list like 1,2,4 runs a scaling series. [default: all visible]"
+            with_range(
+                "gpus",
+                "GPUs, one process each (torchrun + DDP when > 1); a list like 1,2,4 runs a scaling series. [default: all visible]",
+            )
         ),
     ] = None,
     nproc: Annotated[
         str | None,
-        _opt("CPU processes (torchrun + gloo) with --device cpu; a list like 1,2 runs a scaling series. [default: 1]"),
+        _opt(
+            with_range(
+                "nproc",
+                "CPU processes (torchrun + gloo) with --device cpu; a list like 1,2 runs a scaling series. [default: 1]",
+            )
+        ),
     ] = None,
     strategy: Annotated[
         str | None, _opt("ddp (one process per device) or dp (DataParallel, as the seeds ran). [default: ddp]")
@@ -186,8 +214,12 @@ def run(
     scaling: Annotated[
         str | None, _opt("weak (--batch-size per device) or strong (--batch-size global, split). [default: weak]")
     ] = None,
-    nnodes: Annotated[int | None, _opt("Nodes in a multi-node run. [default: 1; SLURM_NNODES under srun]")] = None,
-    node_rank: Annotated[int | None, _opt("This node's rank. [default: SLURM_NODEID under srun]")] = None,
+    nnodes: Annotated[
+        int | None, _opt(with_range("nnodes", "Nodes in a multi-node run. [default: 1; SLURM_NNODES under srun]"))
+    ] = None,
+    node_rank: Annotated[
+        int | None, _opt(with_range("node_rank", "This node's rank. [default: SLURM_NODEID under srun]"))
+    ] = None,
     rdzv_endpoint: Annotated[
         str | None,
         _opt(
@@ -199,7 +231,12 @@ def run(
         str | None, _opt("Rendezvous id shared by the nodes. [default: SLURM_JOB_ID under srun]")
     ] = None,
     pg_timeout_s: Annotated[
-        float | None, _opt("Process-group timeout in seconds (a dead peer ends the job within it). [default: 300]")
+        float | None,
+        _opt(
+            with_range(
+                "pg_timeout_s", "Process-group timeout in seconds (a dead peer ends the job within it). [default: 300]"
+            )
+        ),
     ] = None,
     output: Annotated[
         Path | None,
@@ -209,13 +246,22 @@ def run(
         bool | None,
         _opt("Profiling pass (torch.profiler) after the timed training. [default: on]", "--profile/--no-profile"),
     ] = None,
-    profile_steps: Annotated[int | None, _opt("Active steps in the profiling pass. [default: 3]")] = None,
-    sample_interval_s: Annotated[float | None, _opt("Utilisation sampling interval in seconds. [default: 0.5]")] = None,
-    log_interval: Annotated[int | None, _opt("Steps between progress lines. [default: 10]")] = None,
+    profile_steps: Annotated[
+        int | None, _opt(with_range("profile_steps", "Active steps in the profiling pass. [default: 3]"))
+    ] = None,
+    sample_interval_s: Annotated[
+        float | None, _opt(with_range("sample_interval_s", "Utilisation sampling interval in seconds. [default: 0.5]"))
+    ] = None,
+    log_interval: Annotated[
+        int | None, _opt(with_range("log_interval", "Steps between progress lines. [default: 10]"))
+    ] = None,
     repeats: Annotated[
         int | None,
         _opt(
-            "Throughput windows: measured steps split into K for a median and 95% CI. [default: min(5, measured steps)]"
+            with_range(
+                "repeats",
+                "Throughput windows: measured steps split into K for a median and 95% CI. [default: min(5, measured steps)]",
+            )
         ),
     ] = None,
     smoke: Annotated[

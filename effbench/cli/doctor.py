@@ -19,7 +19,7 @@ import typer
 
 from effbench.system import preflight
 from effbench.cli.common import opt as _opt
-from effbench.config import RunConfig, smoke_overrides
+from effbench.config import RunConfig, smoke_overrides, with_range
 from effbench.datasets import datasets_help
 
 STATUS = {"ok": "ok", "warning": "WARN", "error": "FAIL"}
@@ -67,13 +67,18 @@ def doctor(
         _opt("Check that a missing dataset can be downloaded. [default: no]", "--download/--no-download"),
     ] = None,
     arch: Annotated[str | None, _opt("Architecture (sets the default image size). [default: efficientnet-b0]")] = None,
-    workers: Annotated[int | None, _opt("DataLoader worker processes. [default: 2]")] = None,
+    workers: Annotated[int | None, _opt(with_range("workers", "DataLoader worker processes. [default: 2]"))] = None,
     batch_size: Annotated[
-        int | None, _opt("Images per device per step. [default: 64 EfficientNet, 128 resnet18]")
+        int | None,
+        _opt(with_range("batch_size", "Images per device per step. [default: 64 EfficientNet, 128 resnet18]")),
     ] = None,
-    image_size: Annotated[int | None, _opt("Input size in px. [default: the arch's native size]")] = None,
+    image_size: Annotated[
+        int | None, _opt(with_range("image_size", "Input size in px. [default: the arch's native size]"))
+    ] = None,
     device: Annotated[str | None, _opt("auto, cpu or cuda. [default: auto]")] = None,
-    gpus: Annotated[str | None, _opt("GPUs the run will ask for; a list like 1,2,4 checks the largest.")] = None,
+    gpus: Annotated[
+        str | None, _opt(with_range("gpus", "GPUs the run will ask for; a list like 1,2,4 checks the largest."))
+    ] = None,
     smoke: Annotated[bool, _opt("Check the `effbench run --smoke` preset; other options still override.")] = False,
 ) -> None:
     """Check this environment for a run: output, HOME and caches, /dev/shm, GPUs, driver, dataset."""

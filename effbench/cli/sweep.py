@@ -21,6 +21,7 @@ from effbench.cli.common import invocation
 from effbench.cli.common import opt as _opt
 from effbench.datasets import datasets_help
 from effbench.sweep.presets import presets_help
+from effbench.config import with_range
 from effbench.errors import EffbenchError
 
 
@@ -42,10 +43,10 @@ def sweep(
         str | None, _list("efficientnet-b0..b7 (b0..b7), resnet18, torchvision:NAME (bare: resnet50), timm:NAME.")
     ] = None,
     dataset: Annotated[str | None, _list(datasets_help())] = None,
-    gpus: Annotated[str | None, _list("GPUs per run.")] = None,
-    nproc: Annotated[str | None, _list("CPU processes per run (--device cpu).")] = None,
-    batch_size: Annotated[str | None, _list("Images per device per step.")] = None,
-    workers: Annotated[str | None, _list("DataLoader workers.")] = None,
+    gpus: Annotated[str | None, _list(with_range("gpus", "GPUs per run."))] = None,
+    nproc: Annotated[str | None, _list(with_range("nproc", "CPU processes per run (--device cpu)."))] = None,
+    batch_size: Annotated[str | None, _list(with_range("batch_size", "Images per device per step."))] = None,
+    workers: Annotated[str | None, _list(with_range("workers", "DataLoader workers."))] = None,
     optimizer: Annotated[str | None, _list("sgd, sgd-nesterov, adagrad, adadelta, adam, adamw.")] = None,
     batch_norm: Annotated[str | None, _list("resnet18 BatchNorm: on or off.")] = None,
     device: Annotated[str | None, _list("cpu, cuda or auto.")] = None,
@@ -57,24 +58,36 @@ def sweep(
         bool, _opt("Pair the lists element-wise (i-th values together) instead of every combination.", "--zip")
     ] = False,
     repeats: Annotated[
-        str | None, _one("Throughput windows per cell for the median and 95% CI. [default: min(5, measured steps)]")
+        str | None,
+        _one(
+            with_range(
+                "repeats", "Throughput windows per cell for the median and 95% CI. [default: min(5, measured steps)]"
+            )
+        ),
     ] = None,
     data_dir: Annotated[
         Path | None,
         _one("Folder with the extracted datasets. [default: ./data; env EFFBENCH_DATA]", envvar="EFFBENCH_DATA"),
     ] = None,
     download: Annotated[bool | None, _opt("Download a missing dataset.", "--download/--no-download")] = None,
-    val_fraction: Annotated[str | None, _one("Validate on a seeded fraction of the training set.")] = None,
-    image_size: Annotated[str | None, _one("Input size in px.")] = None,
-    epochs: Annotated[str | None, _one("Epochs. [default: 5]")] = None,
-    max_steps: Annotated[str | None, _one("Cap on training steps per epoch.")] = None,
-    max_val_steps: Annotated[str | None, _one("Cap on validation batches per epoch.")] = None,
-    warmup_steps: Annotated[str | None, _one("Steps excluded from throughput. [default: 5]")] = None,
-    lr: Annotated[str | None, _one("Learning rate. [default: per optimizer]")] = None,
-    momentum: Annotated[str | None, _one("SGD momentum. [default: 0.9]")] = None,
-    weight_decay: Annotated[str | None, _one("Weight decay. [default: 5e-4]")] = None,
+    val_fraction: Annotated[
+        str | None, _one(with_range("val_fraction", "Validate on a seeded fraction of the training set."))
+    ] = None,
+    image_size: Annotated[str | None, _one(with_range("image_size", "Input size in px."))] = None,
+    epochs: Annotated[str | None, _one(with_range("epochs", "Epochs. [default: 5]"))] = None,
+    max_steps: Annotated[str | None, _one(with_range("max_steps", "Cap on training steps per epoch."))] = None,
+    max_val_steps: Annotated[
+        str | None, _one(with_range("max_val_steps", "Cap on validation batches per epoch."))
+    ] = None,
+    warmup_steps: Annotated[
+        str | None,
+        _one(with_range("warmup_steps", "Steps excluded from throughput. [default: 5, at most half the steps]")),
+    ] = None,
+    lr: Annotated[str | None, _one(with_range("lr", "Learning rate. [default: per optimizer]"))] = None,
+    momentum: Annotated[str | None, _one(with_range("momentum", "SGD momentum. [default: 0.9]"))] = None,
+    weight_decay: Annotated[str | None, _one(with_range("weight_decay", "Weight decay. [default: 5e-4]"))] = None,
     weights: Annotated[str | None, _one("imagenet, none or a local file.")] = None,
-    seed: Annotated[str | None, _one("Random seed. [default: 0]")] = None,
+    seed: Annotated[str | None, _one(with_range("seed", "Random seed. [default: 0]"))] = None,
     strategy: Annotated[str | None, _one("ddp or dp. [default: ddp]")] = None,
     channels_last: Annotated[
         bool | None, _opt("channels_last memory format.", "--channels-last/--no-channels-last")
@@ -95,13 +108,21 @@ def sweep(
     data_only: Annotated[
         bool | None, _opt("Time only the input pipeline (no model): images/s delivered.", "--data-only")
     ] = None,
-    pg_timeout_s: Annotated[str | None, _one("Process-group timeout in seconds. [default: 300]")] = None,
+    pg_timeout_s: Annotated[
+        str | None, _one(with_range("pg_timeout_s", "Process-group timeout in seconds. [default: 300]"))
+    ] = None,
     profile: Annotated[
         bool | None, _opt("Profiling pass after each cell's timed training. [default: on]", "--profile/--no-profile")
     ] = None,
-    profile_steps: Annotated[str | None, _one("Active steps in the profiling pass. [default: 3]")] = None,
-    sample_interval_s: Annotated[str | None, _one("Utilisation sampling interval in seconds. [default: 0.5]")] = None,
-    log_interval: Annotated[str | None, _one("Steps between progress lines. [default: 10]")] = None,
+    profile_steps: Annotated[
+        str | None, _one(with_range("profile_steps", "Active steps in the profiling pass. [default: 3]"))
+    ] = None,
+    sample_interval_s: Annotated[
+        str | None, _one(with_range("sample_interval_s", "Utilisation sampling interval in seconds. [default: 0.5]"))
+    ] = None,
+    log_interval: Annotated[
+        str | None, _one(with_range("log_interval", "Steps between progress lines. [default: 10]"))
+    ] = None,
     output: Annotated[
         Path | None,
         _opt("Parent folder of the sweep folder. [default: ./results; env EFFBENCH_OUTPUT]", envvar="EFFBENCH_OUTPUT"),

@@ -19,19 +19,21 @@ device (fast_cifar), image files decoded small in workers (fast_images).
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 
-from effbench.config import RunConfig
+from effbench.config import RunConfig, offset_seed
 from effbench.data import cifar, fast_cifar, fast_images, synthetic
 from effbench.data.loaders import LoaderOptions, SkipLog, train_loader, val_loader
 from effbench.data.source import Source, seeded_split
 from effbench.data.transforms import build_transforms
 from effbench.datasets import IMAGENET_MEAN, IMAGENET_STD, dataset_spec
 from effbench.errors import EffbenchError
+from effbench.system.hardware import usable_cores
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -73,6 +75,20 @@ class DataBundle:
         return self.skip_log.stats()
 
 
+def capped_workers(requested: int, cores: int, rank: int = 0, stream: TextIO | None = None) -> int:
+    """--workers capped at the cores this process may use: more loader processes than cores only
+    contend (and thousands would exhaust the process table). Said once on stderr, by rank 0; the
+    number really started is results.json's data.workers, config.json keeps what was asked."""
+    if requested <= cores:
+        return requested
+    if rank == 0:
+        print(
+            f"warning: --workers {requested} is more than the {cores} CPU cores available; starting {cores}",
+            file=stream if stream is not None else sys.stderr,
+        )
+    return cores
+
+
 def build_data(
     cfg: RunConfig,
     device: torch.device,
@@ -105,8 +121,9 @@ def build_data(
     _check_batch(batch, len(train_ex), cfg.dataset, world_size)
 
     pin = cfg.pin_memory if cfg.pin_memory is not None else device.type == "cuda"
+    workers = capped_workers(cfg.workers, usable_cores(), rank)
     opts = LoaderOptions(
-        batch_size=batch, workers=cfg.workers, seed=cfg.seed, rank=rank, world_size=world_size, pin_memory=pin,
+        batch_size=batch, workers=workers, seed=cfg.seed, rank=rank, world_size=world_size, pin_memory=pin,
     )  # fmt: skip
     common: dict[str, Any] = {
         "root": str(src.root),
@@ -120,7 +137,7 @@ def build_data(
     log = SkipLog()
     train, sampler = train_loader(train_ex.dataset(tf.train, train=True), opts, log)
     val = val_loader(val_ex.dataset(tf.val, train=False), opts, log)
-    facts = {"workers": cfg.workers, "pin_memory": pin}
+    facts = {"workers": opts.workers, "pin_memory": pin}
     return _file_bundle(src, image_size, train, val, train_ex, val_ex, opts, common, tf.mean, tf.std, tf.recipe, cfg.loader, facts,
                         hooks=[sampler.set_epoch], log=log, on_device=False)  # fmt: skip
 
@@ -168,7 +185,7 @@ def _fast(
         mean, std = IMAGENET_MEAN, IMAGENET_STD
         hooks = [set_epoch]
         facts = {
-            "workers": cfg.workers,
+            "workers": opts.workers,
             "pin_memory": opts.pin_memory and not cfg.gpu_decode,
             "gpu_decode": cfg.gpu_decode,
         }
@@ -257,7 +274,7 @@ def _synthetic(
     cfg: RunConfig, device: torch.device, batch: int, image_size: int, rank: int, world_size: int
 ) -> DataBundle:
     _check_batch(batch, synthetic.EPOCH_IMAGES, "synthetic", world_size)
-    pool = synthetic.make_pool(batch, image_size, device, cfg.seed + rank)
+    pool = synthetic.make_pool(batch, image_size, device, offset_seed(cfg.seed, rank))
     steps = synthetic.steps_per_epoch(batch, world_size)
     return DataBundle(
         name="synthetic",

@@ -104,27 +104,45 @@ def load_pickle(path: Path) -> dict[str, Any]:
 
 
 def read_batch(path: Path, label_key: str, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """(images N x 32 x 32 x 3 uint8 HWC, labels N int64) with the structure checked."""
+    """(images N x 32 x 32 x 3 uint8 HWC, labels N int64), every field checked for type, shape and range."""
     d = load_pickle(path)
     data, labels = d.get("data"), d.get(label_key)
     if not isinstance(data, np.ndarray) or data.dtype != np.uint8:
         raise _corrupt(path, "no uint8 'data' array")
-    if not isinstance(labels, (list, np.ndarray)):
-        raise _corrupt(path, f"no '{label_key}' list")
-    n = len(labels)
-    if n == 0 or data.size != PIXELS * n:
-        raise _corrupt(path, f"'data' holds {data.size} values, expected {PIXELS} x {n} labels")
-    labels_arr = np.asarray(labels, dtype=np.int64)
-    if labels_arr.min() < 0 or labels_arr.max() >= num_classes:
-        raise _corrupt(path, f"labels outside 0..{num_classes - 1}")
+    labels_arr = _labels(path, labels, label_key, num_classes)
+    n = len(labels_arr)
+    if n == 0 or data.shape != (n, PIXELS):
+        raise _corrupt(path, f"'data' has shape {data.shape}; expected {PIXELS} x {n} labels, one row of {PIXELS} values each")
     images = np.ascontiguousarray(data.reshape(n, 3, SIDE, SIDE).transpose(0, 2, 3, 1))
     return images, labels_arr
+
+
+def _labels(path: Path, labels: Any, key: str, num_classes: int) -> np.ndarray:
+    """A flat list (or 1-D integer array) of ints in 0..num_classes-1; anything else names the file.
+    Checked element by element before any conversion: numpy would parse "3", truncate 3.7, overflow
+    on 2**70 and build a 2-D array from nested lists."""
+    if isinstance(labels, np.ndarray):
+        if labels.ndim != 1 or labels.dtype.kind not in "iu":
+            raise _corrupt(path, f"'{key}' is a {labels.ndim}-D {labels.dtype} array, not a flat list of integers")
+        values = labels
+    elif isinstance(labels, list):
+        bad = next((x for x in labels if isinstance(x, bool) or not isinstance(x, (int, np.integer))), None)
+        if bad is not None:
+            raise _corrupt(path, f"'{key}' holds {type(bad).__name__} {str(bad)[:20]!r}, not an integer class index")
+        values = labels
+    else:
+        raise _corrupt(path, f"no '{key}' list (found {type(labels).__name__})")
+    if len(values) and not all(0 <= int(x) < num_classes for x in (min(values), max(values))):
+        raise _corrupt(path, f"'{key}' holds values outside 0..{num_classes - 1}")
+    return np.asarray(values, dtype=np.int64)
 
 
 def read_meta(path: Path, names_key: str, num_classes: int) -> list[str]:
     names = load_pickle(path).get(names_key)
     if not isinstance(names, list) or len(names) != num_classes:
         raise _corrupt(path, f"'{names_key}' does not list {num_classes} class names")
+    if not all(isinstance(n, (str, bytes)) for n in names):
+        raise _corrupt(path, f"'{names_key}' holds something other than names (text)")
     return [n.decode("latin1") if isinstance(n, bytes) else str(n) for n in names]
 
 

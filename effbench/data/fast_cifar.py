@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import torch
 
+from effbench.config import offset_seed
 from effbench.data import augment
 from effbench.data.augment import stream_seed
 from effbench.data.transforms import CIFAR_PAD, CIFAR_SIZE
@@ -79,7 +80,7 @@ class DeviceArrayLoader:
         n = len(self.labels)
         perm = None
         if self.train:  # the same permutation on every rank, as DistributedSampler draws it
-            perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed + self.epoch))
+            perm = torch.randperm(n, generator=torch.Generator().manual_seed(offset_seed(self.seed, self.epoch)))
         return shard_indices(n, perm, self.rank, self.world_size, self.batch_size, drop_last=self.train)
 
     def __len__(self) -> int:

@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from effbench.data import augment
 from effbench.data.augment import stream_seed
-from effbench.data.images import MAX_STAND_INS, FileExamples
+from effbench.data.images import MAX_STAND_INS, FileExamples, over_pixel_limit
 from effbench.data.loaders import LoaderOptions, ShardSampler, SkipLog, collate_samples, seeded_sampler
 from effbench.data.transforms import resize_side
 from effbench.datasets import IMAGENET_MEAN, IMAGENET_STD
@@ -64,9 +64,13 @@ def square(image: torch.Tensor, side: int) -> torch.Tensor:
 
 
 def read_square(path: str, side: int) -> torch.Tensor | None:
-    """A file decoded and squared on the CPU, or None when it cannot be read or decoded."""
+    """A file decoded and squared on the CPU, or None when it cannot be read or decoded, or its
+    header declares more pixels than the PIL loader accepts (checked before decoding)."""
     try:
-        return square(decode_cpu(read_bytes(path)), side)
+        data = read_bytes(path)
+        if over_pixel_limit(data.numpy()) is not None:
+            return None
+        return square(decode_cpu(data), side)
     except Exception:  # unreadable bytes raise RuntimeError; a vanished file OSError
         return None
 
@@ -77,6 +81,8 @@ def read_encoded(path: str, side: int) -> torch.Tensor | None:
     try:
         data = read_bytes(path)
     except OSError:
+        return None
+    if is_jpeg(data) and over_pixel_limit(data.numpy()) is not None:  # nvjpeg would allocate it all
         return None
     return data if is_jpeg(data) else read_square(path, side)
 

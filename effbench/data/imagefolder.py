@@ -29,18 +29,36 @@ def class_folders(root: Path) -> list[str]:
 
 
 def scan(root: Path, classes: list[str]) -> FileExamples:
-    """Every image file under root/<class>/, walked in sorted order so labels and order are stable."""
+    """Every image file under root/<class>/, walked in sorted order so labels and order are stable.
+    Linked folders are followed, but each real folder and each real file counts once: a link back
+    up the tree (`loop -> .`) would otherwise list its files again at every level until ELOOP."""
     paths: list[str] = []
     labels: list[int] = []
+    seen_dirs: set[tuple[int, int]] = set()
+    seen_files: set[tuple[int, int]] = set()
     for label, name in enumerate(classes):
         folder = root / name
         if not folder.is_dir():
             continue
         for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
+            st = os.stat(dirpath)
+            if (st.st_dev, st.st_ino) in seen_dirs:
+                dirnames[:] = []
+                continue
+            seen_dirs.add((st.st_dev, st.st_ino))
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
             for f in sorted(filenames):
                 if f.lower().endswith(IMG_EXTENSIONS) and not f.startswith("."):
-                    paths.append(os.path.join(dirpath, f))
+                    path = os.path.join(dirpath, f)
+                    try:
+                        fst = os.stat(path)
+                    except OSError:  # a dangling link: listed, then skipped and counted at load time
+                        fst = None
+                    if fst is not None and (fst.st_dev, fst.st_ino) in seen_files:
+                        continue
+                    if fst is not None:
+                        seen_files.add((fst.st_dev, fst.st_ino))
+                    paths.append(path)
                     labels.append(label)
     return FileExamples(tuple(paths), np.asarray(labels, dtype=np.int64))
 

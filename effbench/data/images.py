@@ -9,6 +9,8 @@ loop relies on drop_last batches of exactly --batch-size); in validation the fil
 
 from __future__ import annotations
 
+import io
+import warnings
 from dataclasses import dataclass
 from collections.abc import Callable
 
@@ -31,6 +33,39 @@ def read_rgb(path: str) -> Image.Image | None:
             return im.convert("RGB")  # convert() forces the full decode inside the try
     except Exception:  # PIL reports bad bytes as OSError, SyntaxError, ValueError, EOFError, ...
         return None
+
+
+def pixel_limit() -> int | None:
+    """The pixel count above which both loaders refuse an image: PIL's own, read at call time so a
+    user's PIL.Image.MAX_IMAGE_PIXELS applies. Image.open raises DecompressionBombError above
+    2 * MAX_IMAGE_PIXELS (PIL/Image.py, _decompression_bomb_check); None disables it, as in PIL."""
+    return None if Image.MAX_IMAGE_PIXELS is None else 2 * Image.MAX_IMAGE_PIXELS
+
+
+def over_pixel_limit(data: bytes | bytearray | memoryview) -> str | None:
+    """Why an encoded image is refused before decoding (its header declares too many pixels), or
+    None. Reads the header only (Image.open is lazy), through the same check the PIL loader meets:
+    a 633-byte JPEG declaring 30000 x 30000 would otherwise decode to 2.7 GB."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # below the refusal: decoded
+            with Image.open(io.BytesIO(data)):
+                pass
+    except Image.DecompressionBombError as e:
+        return f"over the pixel limit ({str(e).split(',')[0]})"
+    except Exception:  # a format PIL does not know or bad bytes: the decoder decides
+        return None
+    return None
+
+
+def skip_reason(path: str) -> str:
+    """Why a skipped file was skipped, for the record (re-read for the few examples kept)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        return f"unreadable ({e.strerror or type(e).__name__})"
+    return over_pixel_limit(data) or "cannot be decoded"
 
 
 @dataclass(frozen=True)

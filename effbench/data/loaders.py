@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, default_collate
 
+from effbench.config import offset_seed
+
 Batch = tuple[torch.Tensor, torch.Tensor]
 # Examples of skipped files kept for the record; the count covers all of them.
 SKIP_EXAMPLES = 5
@@ -28,9 +30,13 @@ class SkipLog:
     paths: set[str] = field(default_factory=set)
 
     def stats(self) -> dict[str, Any]:
+        from effbench.data.images import skip_reason
+
+        examples = sorted(self.paths)[:SKIP_EXAMPLES]
         return {
             "corrupt_images_skipped": len(self.paths),
-            "corrupt_image_examples": sorted(self.paths)[:SKIP_EXAMPLES],
+            "corrupt_image_examples": examples,
+            "corrupt_image_reasons": {p: skip_reason(p) for p in examples},
         }
 
 
@@ -49,7 +55,7 @@ class SeededRandomSampler(Sampler[int]):
         return self.n
 
     def __iter__(self) -> Iterator[int]:
-        g = torch.Generator().manual_seed(self.seed + self.epoch)
+        g = torch.Generator().manual_seed(offset_seed(self.seed, self.epoch))
         return iter(torch.randperm(self.n, generator=g).tolist())
 
 
@@ -108,7 +114,7 @@ class LoaderOptions:
 
 def _loader(dataset: Dataset, sampler: Sampler[int], opts: LoaderOptions, *, drop_last: bool) -> DataLoader:
     # Workers draw their augmentation seeds from this generator; rank-offset so ranks augment differently.
-    g = torch.Generator().manual_seed(opts.seed + opts.rank)
+    g = torch.Generator().manual_seed(offset_seed(opts.seed, opts.rank))
     return DataLoader(
         dataset,
         batch_size=opts.batch_size,
@@ -131,7 +137,8 @@ def seeded_sampler(n: int, opts: LoaderOptions) -> Any:
             num_replicas=opts.world_size,
             rank=opts.rank,
             shuffle=True,
-            seed=opts.seed,
+            # it seeds seed + epoch (torch/utils/data/distributed.py:111): keep that below 2**64
+            seed=opts.seed % 2**63,
             drop_last=True,  # type: ignore[arg-type]
         )
     return SeededRandomSampler(n, opts.seed)

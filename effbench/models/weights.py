@@ -89,7 +89,24 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
             f"{path} is not a PyTorch checkpoint ({_load_failure(e)}); "
             "save one with torch.save(model.state_dict(), path)",
         ) from None
-    return _unwrap(obj, path)
+    return check_values(_unwrap(obj, path), path)
+
+
+def check_values(state: dict[str, torch.Tensor], path: Path) -> dict[str, torch.Tensor]:
+    """Refuse weights that load but cannot train: complex or data-less tensors, nan or inf values
+    (they would turn every loss nan from the first step and the run would measure nothing)."""
+    for name, t in state.items():
+        if t.is_complex():
+            raise EffbenchError(OPTION, f"{path}: tensor '{name}' is {t.dtype}, not real; weights must be real numbers")
+        if t.device.type == "meta":
+            raise EffbenchError(OPTION, f"{path}: tensor '{name}' holds no data (a meta tensor)")
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise EffbenchError(
+                OPTION,
+                f"{path}: tensor '{name}' holds {bad} nan/inf value(s); use a checkpoint saved before it diverged",
+            )
+    return state
 
 
 def _load_failure(e: Exception) -> str:

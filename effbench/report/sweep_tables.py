@@ -257,7 +257,7 @@ def verdicts(rows: Sequence[Mapping[str, Any]], dims: Mapping[str, Sequence[Any]
         for group, members in groups(rows, names, dim).items():
             where = f" [{group}]" if group else ""
             lines += [f"{line}{where}" for line in _dimension_verdicts(dim, members)]
-    bad = [r for r in rows if r.get("status") in ("failed", "skipped", "interrupted", "pending", "running")]
+    bad = [r for r in rows if r.get("status") in ("failed", "diverged", "skipped", "interrupted", "pending", "running")]
     for r in bad:
         lines.append(f"cell {r['key']}: {r.get('status')}" + (f" ({r['error']})" if r.get("error") else ""))
     return lines

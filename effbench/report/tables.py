@@ -203,6 +203,28 @@ def epoch_rows(results: Mapping[str, Any]) -> list[list[str]]:
     return rows
 
 
+# Above this share of unreadable images the figures describe a different dataset: say so in the report.
+SKIPPED_WARN_SHARE = 0.10
+
+
+def skipped_images_warning(results: Mapping[str, Any]) -> str | None:
+    """A warning line when more than SKIPPED_WARN_SHARE of the dataset's images were skipped. Pure."""
+    data = results.get("data") or {}
+    skipped = data.get("corrupt_images_skipped") or 0
+    total = (data.get("train_size") or 0) + (data.get("val_size") or 0)
+    if (
+        not isinstance(skipped, int)
+        or not isinstance(total, int)
+        or total <= 0
+        or skipped <= total * SKIPPED_WARN_SHARE
+    ):
+        return None
+    return (
+        f"warning: {skipped} of {total} images ({skipped / total:.0%}) were unreadable and skipped, more than "
+        f"{SKIPPED_WARN_SHARE:.0%}: these figures are for a smaller dataset; see data.corrupt_image_reasons"
+    )
+
+
 def render(results: Mapping[str, Any], fmt: str = "text") -> str:
     """The run report as text (`fmt="text"`) or markdown (`fmt="md"`)."""
     table_fmt = "github" if fmt == "md" else "simple"
@@ -220,6 +242,7 @@ def render(results: Mapping[str, Any], fmt: str = "text") -> str:
         else ""
     )
     verdict = verdict_line(results) or ""
+    skipped = skipped_images_warning(results)
     title = f"effbench run {results.get('run_name', '')}".strip()
     notes = (
         "Throughput counts measured steps only (warm-up excluded): images / (data wait + compute), with several "
@@ -232,11 +255,12 @@ def render(results: Mapping[str, Any], fmt: str = "text") -> str:
             "measured steps (warm-up excluded): next() on the loader, the copy and a device sync."
         )
     if fmt == "md":
-        parts = [f"# {title}", f"**{verdict}**" if verdict else "", "## Summary", summary, "## Epochs", epochs]
+        parts = [f"# {title}", f"**{skipped}**" if skipped else "", f"**{verdict}**" if verdict else ""]
+        parts += ["## Summary", summary, "## Epochs", epochs]
         if phase_table:
             parts += ["## Profiling pass: phases", phase_table]
         return "\n\n".join(p for p in parts if p) + f"\n\n{notes}\n"
-    parts = [title, summary, f"Epochs\n{epochs}"]
+    parts = [title, *([skipped] if skipped else []), summary, f"Epochs\n{epochs}"]
     if phase_table:
         parts.append(f"Profiling pass: phases of the step\n{phase_table}")
     if verdict:

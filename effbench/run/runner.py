@@ -12,6 +12,7 @@ interruption or a crash keeps what was measured and says how it ended.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -331,9 +332,9 @@ def run_benchmark(
     from effbench.models import build_model, trainable_parameters
     from effbench.run.optim import build_optimizer, build_scheduler
     from effbench.run.progress import Progress
-    from effbench.config import resolve_for_device
+    from effbench.config import resolve_for_device, resolve_warmup
     from effbench.run.runtime import apply_backend_flags, resolve_runtime
-    from effbench.run.train import compile_time_s, data_epochs, steps_per_epoch, train_epochs
+    from effbench.run.train import Diverged, compile_time_s, data_epochs, steps_per_epoch, train_epochs
 
     dist = dist or DistContext()
     # --- everything that can be the user's mistake, before a folder exists ----------------------
@@ -350,6 +351,9 @@ def run_benchmark(
     )  # fmt: skip
     bundle = None if cfg.data_only else build_model(cfg, data.num_classes)
     n_steps = steps_per_epoch(cfg, data.steps_per_epoch)
+    # the default warm-up shrinks to the steps now known; config.json records the value used
+    cfg = dataclasses.replace(cfg, warmup_steps=resolve_warmup(cfg.warmup_steps, cfg.epochs * n_steps, cfg.compile))
+    assert cfg.warmup_steps is not None
     if cfg.warmup_steps >= cfg.epochs * n_steps:
         raise EffbenchError(
             "--warmup-steps",
@@ -450,6 +454,7 @@ def run_benchmark(
     final_gathered = False
     observe.reset_peak_memory(gpus)
     t0 = time.perf_counter()
+    bad_input: EffbenchError | None = None
     try:
         with (
             interrupt_on_signals(received),
@@ -498,6 +503,14 @@ def run_benchmark(
         steps_by_rank = [g["steps"] for g in sorted(gathered, key=lambda g: g["row"]["rank"])]
         final_gathered = True
         record["status"] = "ok"
+    except EffbenchError as e:  # bad input seen only once the data is read: recorded, then one line, exit 2
+        record["status"] = "failed"
+        record["error"] = {"type": "EffbenchError", "message": str(e)}
+        bad_input = e
+    except Diverged as e:  # a non-finite loss: the figures after it would measure nothing meaningful
+        record["status"] = "diverged"
+        record["diverged"] = e.to_dict()
+        record["error"] = {"type": "Diverged", "message": str(e)}
     except Interrupted as e:
         record["status"] = "interrupted"
         record["signal"] = e.signum
@@ -563,6 +576,8 @@ def run_benchmark(
         results.atomic_write_text(run_dir / results.REPORT_MD, report.render(record, "md"))
         render.write_run_html_safely(run_dir, record, steps, echo)  # plots + report.html; never fails the run
         echo(report.render(record, "text"))
+    if bad_input is not None:
+        raise bad_input
     return RunOutcome(run_dir=run_dir, results=record)
 
 

@@ -6,13 +6,15 @@ Host syncs, all of them:
 - end of each step's compute span (CUDA only): timing.py, so kernels count in the step that queued them;
 - after next() when the loader makes batches on the device (--loader fast, CUDA only): timing.py,
   so device-side augmentation counts as data time;
-- one `.item()` per --log-interval steps for the progress line, and `.tolist()` once per epoch;
+- one `.tolist()` of the interval's losses per --log-interval steps, for the progress line and the
+  divergence check (a non-finite loss stops the run: `Diverged`), and `.tolist()` once per epoch;
 - validation reads its sums once at the end.
 Profiler phase labels (record_function) are added only in the profiling pass, not in timed steps.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -21,11 +23,45 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from effbench.config import RunConfig
+from effbench.errors import EffbenchError
 from effbench.run.runtime import Runtime
 from effbench.run.timing import StepTimer, Tally, device_sync_fn
 
 # on_progress(epoch, step_in_epoch, steps_in_epoch, latest_loss)
 ProgressFn = Callable[[int, int, int, float], None]
+
+
+class Diverged(Exception):
+    """The loss went non-finite (nan/inf): training stops there, and the run's status is `diverged`."""
+
+    def __init__(self, epoch: int, step: int, global_step: int, loss: float) -> None:
+        self.epoch, self.step, self.global_step, self.loss = epoch, step, global_step, loss
+        super().__init__(
+            f"loss became {loss} at step {global_step} (epoch {epoch}, step {step} of the epoch, as in steps.csv); "
+            "lower --lr or check the data"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        # str(loss): JSON has no nan/inf
+        return {"epoch": self.epoch, "step": self.step, "global_step": self.global_step, "loss": str(self.loss)}
+
+
+def check_finite(losses: list[float], *, epoch: int, first_step: int, first_global_step: int) -> None:
+    """Raise Diverged at the first non-finite loss of `losses` (steps first_step.. of `epoch`). Pure."""
+    for i, value in enumerate(losses):
+        if not math.isfinite(value):
+            raise Diverged(epoch, first_step + i, first_global_step + i, value)
+
+
+def no_training_images(data: Any) -> EffbenchError:
+    """An epoch without one batch: every training file was unreadable (batch sizes were checked
+    against the split's size before, so nothing else empties it). Bad input, not a measurement."""
+    skipped = data.stats().get("corrupt_images_skipped", 0) if hasattr(data, "stats") else 0
+    return EffbenchError(
+        "--data-dir",
+        f"no training image could be read ({skipped} file(s) skipped as unreadable); "
+        "check the dataset files (results.json lists examples) or restore the copy",
+    )
 
 
 @dataclass
@@ -152,6 +188,7 @@ def train_epochs(
     """Train for cfg.epochs, yielding each finished epoch (train + validation)."""
     import torch
 
+    assert cfg.warmup_steps is not None, "the runner resolves the default warm-up (config.resolve_warmup)"
     step_fn = TrainStep(model, optimizer, scheduler, rt, bool(cfg.channels_last), label_phases=False)
     sync = device_sync_fn(rt.device)
     n_steps = steps_per_epoch(cfg, data.steps_per_epoch)
@@ -166,6 +203,7 @@ def train_epochs(
         correct = torch.zeros(n_steps, device=rt.device, dtype=torch.int64)
         counts: list[int] = []
         times: list[Any] = []
+        epoch_start, checked = global_step, 0
         it = timer.time_data(lambda: iter(data.train))
         for step in range(n_steps):
             try:
@@ -182,10 +220,18 @@ def train_epochs(
             counts.append(images)
             times.append(t)
             global_step += 1
-            if on_progress and ((step + 1) % cfg.log_interval == 0 or step + 1 == n_steps):
-                on_progress(epoch, step + 1, n_steps, float(losses[step].item()))  # one sync per interval
+            if (step + 1) % cfg.log_interval == 0 or step + 1 == n_steps:
+                window = losses[checked : step + 1].tolist()  # one sync per interval: progress + divergence
+                check_finite(window, epoch=epoch, first_step=checked, first_global_step=epoch_start + checked)
+                checked = step + 1
+                if on_progress:
+                    on_progress(epoch, step + 1, n_steps, window[-1])
         done = len(counts)
+        if done == 0:
+            raise no_training_images(data)
         loss_list = losses[:done].tolist()
+        # the steps after the last interval (a loader shorter than n_steps), from the read made anyway
+        check_finite(loss_list[checked:], epoch=epoch, first_step=checked, first_global_step=epoch_start + checked)
         correct_list = correct[:done].tolist()
         images = sum(counts)
         step_rows = [
@@ -258,6 +304,7 @@ def data_epochs(
     Each step is next() plus the copy to the device (a no-op for batches made there) and a device
     sync, all timed as data time: throughput is images/s delivered, warm-up excluded as in training.
     """
+    assert cfg.warmup_steps is not None, "the runner resolves the default warm-up (config.resolve_warmup)"
     sync = device_sync_fn(rt.device)
     n_steps = steps_per_epoch(cfg, data.steps_per_epoch)
     global_step = 0
@@ -286,6 +333,8 @@ def data_epochs(
             global_step += 1
             if on_progress and ((step + 1) % cfg.log_interval == 0 or step + 1 == n_steps):
                 on_progress(epoch, step + 1, n_steps, float("nan"))
+        if not rows:
+            raise no_training_images(data)
         yield EpochResult(
             epoch=epoch,
             steps=len(rows),

@@ -24,7 +24,7 @@ from effbench.errors import EffbenchError
 
 MANIFEST_FILE = "sweep.json"
 MANIFEST_SCHEMA = 1
-CELL_STATUSES = ("pending", "running", "ok", "oom", "failed", "interrupted", "skipped")
+CELL_STATUSES = ("pending", "running", "ok", "oom", "diverged", "failed", "interrupted", "skipped")
 DONE = "ok"
 
 

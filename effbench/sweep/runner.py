@@ -38,7 +38,14 @@ from effbench.sweep.spec import CELLS_DIR, SweepPlan, SweepSpec, config_identity
 
 ATTEMPTS_DIR = "attempts"
 # What a cell's run status becomes in the manifest; a run never left "running" behind a return.
-_CELL_STATUS = {"ok": "ok", "oom": "oom", "failed": "failed", "interrupted": "interrupted", "running": "failed"}
+_CELL_STATUS = {
+    "ok": "ok",
+    "oom": "oom",
+    "diverged": "diverged",
+    "failed": "failed",
+    "interrupted": "interrupted",
+    "running": "failed",
+}
 
 
 @dataclass

@@ -62,6 +62,8 @@ class GpuDevice:
     name: str
     capability: tuple[int, int]
     """Compute capability (major, minor): (8, 0) is sm_80."""
+    total_memory_bytes: int | None = None
+    """torch.cuda.get_device_properties(i).total_memory (torch/_C/__init__.pyi: _CudaDeviceProperties)."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,14 @@ def probe_gpus() -> GpuState:
         if available:
             try:
                 for i in range(torch.cuda.device_count()):
-                    devices.append(GpuDevice(torch.cuda.get_device_name(i), tuple(torch.cuda.get_device_capability(i))))
+                    props = torch.cuda.get_device_properties(i)
+                    devices.append(
+                        GpuDevice(
+                            torch.cuda.get_device_name(i),
+                            tuple(torch.cuda.get_device_capability(i)),
+                            int(props.total_memory),
+                        )
+                    )
             except Exception as e:  # CUDA error while initialising: report it as the reason
                 cuda_error = f"{type(e).__name__}: {e}"
         else:
@@ -156,10 +165,15 @@ def probe_writable(path: Path) -> str | None:
     parent does, so it can be created); otherwise the reason. Writes and removes one empty file:
     permission bits alone lie for root, read-only mounts and root-squashed NFS."""
     target = Path(path)
-    while not target.exists() and target.parent != target:
-        target = target.parent
-    if not target.is_dir():
-        return f"{target} is a file, not a folder"
+    try:
+        while not target.exists() and target.parent != target:
+            if target.is_symlink():  # exists() is False for a dangling link and for a loop (ELOOP)
+                return f"{target} is a symbolic link that leads nowhere (dangling or a loop)"
+            target = target.parent
+        if not target.is_dir():
+            return f"{target} is a file, not a folder"
+    except OSError as e:  # ENAMETOOLONG, ELOOP, EACCES on a parent...: the OS refuses the path itself
+        return f"the OS refuses this path ({os.strerror(e.errno) if e.errno else e})"
     try:
         fd, probe = tempfile.mkstemp(prefix=".effbench-write-test-", dir=target)
     except OSError as e:
@@ -181,6 +195,15 @@ def can_reach(url: str, timeout_s: float = 3.0) -> bool:
             return True
     except OSError:
         return False
+
+
+def host_memory_available() -> int | None:
+    """Bytes of host memory available to new allocations (psutil's `available`); None without psutil."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    return int(psutil.virtual_memory().available)
 
 
 def memlock_limit() -> int | None:
@@ -215,6 +238,7 @@ class Probes:
     writable: Callable[[Path], str | None] = probe_writable
     reachable: Callable[[str], bool] = can_reach
     memlock: Callable[[], int | None] = memlock_limit
+    host_memory: Callable[[], int | None] = host_memory_available
     shm_free: Callable[[Path], int | None] = shm_free_bytes
     uid: Callable[[], int] = os.getuid
     has_passwd_entry: Callable[[int], bool] = _has_passwd_entry
@@ -783,6 +807,47 @@ def check_weights(cfg: RunConfig) -> list[Finding]:
     ]
 
 
+def batch_bytes(batch_size: int, image_size: int) -> int:
+    """One float32 input batch of 3 x size x size images: the least a step must hold in memory."""
+    return batch_size * 3 * image_size * image_size * 4
+
+
+def check_batch_memory(
+    cfg: RunConfig, host_available: int | None, gpu: GpuState | None, processes: int
+) -> list[Finding]:
+    """A batch that cannot fit even once (in host memory, where it is made or decoded, or on the GPU)
+    is refused before anything is allocated, naming the options that size it."""
+    assert cfg.batch_size is not None and cfg.image_size is not None  # resolved by RunConfig
+    one = batch_bytes(cfg.batch_size, cfg.image_size)
+    what = f"one batch of {cfg.batch_size} x 3 x {cfg.image_size} x {cfg.image_size} float32 is {_fmt_bytes(one)}"
+    fix = "lower --image-size or --batch-size"
+    option = "--image-size" if cfg.image_size > default_size_for(cfg) else "--batch-size"
+    if host_available is not None and one * processes > host_available:
+        where = f" x {processes} processes" if processes > 1 else ""
+        return [
+            Finding(
+                "error",
+                "memory",
+                f"{what}{where}, more than the {_fmt_bytes(host_available)} of host memory available",
+                fix,
+                option=option,
+            )
+        ]
+    if gpu is not None and cfg.device != "cpu" and gpu.devices:
+        smallest = min((d.total_memory_bytes for d in gpu.devices if d.total_memory_bytes), default=None)
+        if smallest is not None and one > smallest:
+            return [
+                Finding("error", "memory", f"{what}, more than the GPU's {_fmt_bytes(smallest)}", fix, option=option)
+            ]
+    return [Finding("ok", "memory", f"{what}; it fits")]
+
+
+def default_size_for(cfg: RunConfig) -> int:
+    from effbench.config import default_image_size
+
+    return default_image_size(cfg.arch, cfg.dataset)
+
+
 def local_processes(cfg: RunConfig, gpus_requested: int, gpu: GpuState | None) -> int:
     """Training processes on this node: one per GPU (DDP), per --nproc on the CPU, else one."""
     if cfg.device == "cpu":
@@ -821,6 +886,7 @@ def run_checks(
         gpu = probe_gpus()
     processes = local_processes(cfg, requested, gpu)
     findings += check_shm(cfg, root, probes, processes)
+    findings += check_batch_memory(cfg, probes.host_memory(), gpu, processes)
     if gpu is not None:
         findings += check_gpus(cfg, gpu, env, requested)
         if cfg.device != "cpu" and gpu.visible:
