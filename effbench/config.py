@@ -108,6 +108,30 @@ def parse_endpoint(text: str) -> tuple[str, int]:
     return host, port
 
 
+def is_loopback(host: str) -> bool:
+    """localhost, 127.x.y.z, ::1: a name each node resolves to itself, so nodes can never meet there."""
+    h = host.strip().lower()
+    return h == "localhost" or h.endswith(".localhost") or h == "::1" or re.fullmatch(r"127(\.\d+){3}", h) is not None
+
+
+def check_rendezvous(nnodes: int, rdzv_endpoint: str | None) -> None:
+    """A multi-node launch needs an endpoint every node can reach: never none, never loopback."""
+    if nnodes > 1 and rdzv_endpoint is None:
+        raise EffbenchError(
+            "--rdzv-endpoint",
+            f"--nnodes {nnodes} needs a rendezvous host every node can reach; pass --rdzv-endpoint HOST:PORT "
+            "(under srun, Slurm names it from SLURM_JOB_NODELIST, which is not set here)",
+        )
+    if rdzv_endpoint is not None:
+        host, _ = parse_endpoint(rdzv_endpoint)
+        if nnodes > 1 and is_loopback(host):
+            raise EffbenchError(
+                "--rdzv-endpoint",
+                f"{rdzv_endpoint} is this machine's loopback; the other {nnodes - 1} node(s) cannot reach it. "
+                "Pass the first node's hostname or IP, e.g. node01:29500",
+            )
+
+
 def parse_freeze(value: str) -> tuple[str, int]:
     """`classifier` | `none` | `last:N` -> (mode, N); N is 0 unless mode is `last`."""
     m = _FREEZE_RE.match(value.strip().lower())
@@ -291,12 +315,7 @@ class RunConfig:
             raise EffbenchError(
                 "--node-rank", f"{self.node_rank} is outside 0..{self.nnodes - 1} for --nnodes {self.nnodes}"
             )
-        if self.rdzv_endpoint is not None:
-            parse_endpoint(self.rdzv_endpoint)
-        if self.nnodes > 1 and self.rdzv_endpoint is None:
-            raise EffbenchError(
-                "--rdzv-endpoint", f"--nnodes {self.nnodes} needs HOST:PORT of a rendezvous (Slurm fills it in)"
-            )
+        check_rendezvous(self.nnodes, self.rdzv_endpoint)
         if not self.sample_interval_s >= 0.05:
             raise EffbenchError("--sample-interval-s", f"must be at least 0.05 s (got {self.sample_interval_s})")
         if not self.pg_timeout_s > 0:

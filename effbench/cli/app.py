@@ -222,7 +222,8 @@ def run(
     if slurm is not None and slurm.nnodes > 1:  # srun on several nodes: rendezvous from the allocation
         explicit.setdefault("nnodes", slurm.nnodes)
         explicit.setdefault("node_rank", slurm.node_rank)
-        explicit.setdefault("rdzv_endpoint", f"{slurm.rdzv_host}:{DEFAULT_RDZV_PORT}")
+        if slurm.rdzv_host is not None:  # else plan_launch asks for --rdzv-endpoint: no host to guess
+            explicit.setdefault("rdzv_endpoint", f"{slurm.rdzv_host}:{DEFAULT_RDZV_PORT}")
         explicit.setdefault("rdzv_id", slurm.job_id)
     gpu_counts = parse_counts("--gpus", gpus) if gpus is not None else [None]
     proc_counts = parse_counts("--nproc", nproc) if nproc is not None else [None]
