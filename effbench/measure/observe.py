@@ -153,8 +153,9 @@ def summarize(
         timed_step_s = (record.get("measured") or {}).get("time_s", 0) / steps if steps else None
         out["profile"] = {
             "phases": profile_info.get("phases"),
-            "tables": {k: str(v) for k, v in (profile_info.get("tables") or {}).items()},
-            "trace": str(profile_info["trace"]) if profile_info.get("trace") else None,
+            # names inside the run folder (profiling.py writes them there): the folder may move
+            "tables": {k: Path(v).name for k, v in (profile_info.get("tables") or {}).items()},
+            "trace": Path(profile_info["trace"]).name if profile_info.get("trace") else None,
             "active_steps": profile_info.get("active_steps"),
             "profiled_step_time_s": profile_info.get("profiled_step_time_s"),
             "timed_step_time_s": timed_step_s,
