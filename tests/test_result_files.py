@@ -186,7 +186,8 @@ def test_a_full_disk_while_the_reports_are_written_is_one_error_line_exit_2(name
     assert "warning" not in out
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert not [p.name for p in run.iterdir() if p.name.endswith(".tmp")], "a temporary file was left"
-    assert results.read_results(run)["status"] == "ok"  # what was measured is kept
+    r = results.read_results(run)  # the last whole record: what was measured, never `ok` with a report missing
+    assert r["status"] == "running" and len(r["epochs"]) == 1
 
 
 def test_a_report_page_that_cannot_be_made_is_a_warning_on_stderr_only(monkeypatch, capsys, tmp_path):
@@ -202,3 +203,21 @@ def test_a_report_page_that_cannot_be_made_is_a_warning_on_stderr_only(monkeypat
     assert "warning" not in out
     (line,) = [ln for ln in err.splitlines() if ln.startswith("warning:")]
     assert "report.html not written (ValueError: a chart value it cannot draw)" in line
+
+
+@pytest.mark.parametrize("column, value", [("data_time_s", "slow"), ("images", "inf"), ("compute_time_s", "1,5")])
+def test_a_hand_edited_steps_csv_is_one_line_naming_file_line_and_column(made, column, value, capsys, tmp_path):
+    import csv
+
+    run = shutil.copytree(made[0], tmp_path / "run")
+    path = run / "steps.csv"
+    rows = list(csv.DictReader(path.open()))
+    rows[-1][column] = value
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    for args in (["report", run], ["compare", made[0], run]):
+        code, _, err = invoke(args, capsys)
+        assert code == 2 and err.count("\n") == 1, err
+        assert err.startswith(f"error: {path}: line {len(rows) + 1}, column {column}:"), err

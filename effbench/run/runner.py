@@ -514,11 +514,12 @@ def _write_final(
     sampler: Any,
 ) -> None:
     assert run_dir is not None
-    _write_progress(run_dir, record, epochs, steps)  # the record first: a full disk later keeps it
     sampler.write_csv(run_dir / UTILIZATION_FILE)
     results.atomic_write_text(run_dir / results.REPORT_TXT, report.render(record, "text"))
     results.atomic_write_text(run_dir / results.REPORT_MD, report.render(record, "md"))
     render.write_run_html_safely(run_dir, record, steps)  # plots + report.html; a warning if not, on stderr
+    # results.json last: a full disk above leaves the last epoch's record (never `ok` with a report missing)
+    _write_progress(run_dir, record, epochs, steps)
 
 
 def _open_run_folder(
