@@ -279,11 +279,19 @@ def test_a_busy_child_counts_toward_the_process_tree(monkeypatch, children_files
         if not children_files:
             mon._host._children_files = False
         child = subprocess.Popen(
-            [sys.executable, "-c", "import time\nend = time.time() + 0.8\nwhile time.time() < end: pass"]
-        )
-        child.wait()
-    busy = [r["proc_cpu_pct"] for r in mon.samples if "proc_cpu_pct" in r]
-    assert max(busy) > 20, busy  # the spinning child: ~100 (one core) on an idle host, 0 if unseen
+            [sys.executable, "-c",
+             "import time\nend = time.time() + 0.8\nwhile time.time() < end: pass\nprint(time.process_time())"],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        child_cpu_s = float(child.communicate()[0])  # its own CPU seconds: the reference, whatever the load
+    rows = mon.samples
+    sampled_cpu_s = sum(
+        b["proc_cpu_pct"] / 100 * (b["t_s"] - a["t_s"])
+        for a, b in zip(rows, rows[1:], strict=False)
+        if "proc_cpu_pct" in b
+    )
+    # ~100% of a core on an idle host, far less on a loaded one; 0 if the child were unseen
+    assert sampled_cpu_s >= 0.5 * child_cpu_s - 0.02, (sampled_cpu_s, child_cpu_s, rows)
 
 
 def test_pss_counts_pages_forked_children_share_once(monkeypatch):
