@@ -163,6 +163,20 @@ def parse_endpoint(text: str) -> tuple[str, int]:
     return host, port
 
 
+def check_rendezvous(nnodes: int, rdzv_endpoint: str | None) -> None:
+    """A multi-node launch needs an endpoint: never guessed (a partial Slurm environment names no host)."""
+    if nnodes > 1 and rdzv_endpoint is None:
+        raise EffbenchError(
+            "--rdzv-endpoint",
+            f"--nnodes {nnodes} needs a rendezvous host every node can reach; pass --rdzv-endpoint HOST:PORT "
+            "(under srun, Slurm names it from SLURM_JOB_NODELIST, which is not set here)",
+        )
+    if rdzv_endpoint is not None:
+        # A loopback endpoint stays allowed with --nnodes > 1: node agents on one machine (tests,
+        # tests/test_distributed.py::test_two_nodes_on_loopback_complete_one_run) meet there.
+        parse_endpoint(rdzv_endpoint)
+
+
 def parse_freeze(value: str) -> tuple[str, int]:
     """`classifier` | `none` | `last:N` -> (mode, N); N is 0 unless mode is `last`."""
     m = _FREEZE_RE.match(value.strip().lower())
@@ -333,12 +347,7 @@ class RunConfig:
             raise EffbenchError(
                 "--node-rank", f"{self.node_rank} is outside 0..{self.nnodes - 1} for --nnodes {self.nnodes}"
             )
-        if self.rdzv_endpoint is not None:
-            parse_endpoint(self.rdzv_endpoint)
-        if self.nnodes > 1 and self.rdzv_endpoint is None:
-            raise EffbenchError(
-                "--rdzv-endpoint", f"--nnodes {self.nnodes} needs HOST:PORT of a rendezvous (Slurm fills it in)"
-            )
+        check_rendezvous(self.nnodes, self.rdzv_endpoint)
         if not self.batch_norm and self.arch != "resnet18":
             raise EffbenchError("--no-batch-norm", "only applies to --arch resnet18; EfficientNet needs its BatchNorm")
         if self.loader == "auto":

@@ -141,6 +141,15 @@ def read_results(path: Path) -> dict[str, Any]:
         raise EffbenchError(
             str(path), f"has an unknown status {data.get('status')!r}; expected one of {', '.join(STATUSES)}"
         )
+    from effbench import schema  # pydantic: only when a file is read
+
+    schema.check(schema.Results, data, path, "rerun the benchmark, or restore the file effbench wrote")
+    profile = data.get("profile") or {}
+    for name, value in [*(profile.get("tables") or {}).items(), ("trace", profile.get("trace"))]:
+        # Relative names are resolved inside the folder; absolute ones were written by effbench into
+        # the folder it ran in (the folder may have moved since) and are never followed.
+        if value and not Path(value).is_absolute():
+            schema.inside(path.parent, value, f"profile.{'tables.' if name != 'trace' else ''}{name}", path)
     return data
 
 

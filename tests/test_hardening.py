@@ -328,7 +328,9 @@ def test_a_full_disk_is_one_clear_error_and_leaves_no_half_written_file(tmp_path
         out = tmp_path / "out"
     else:
         out = tiny_disk / "out"
-    code, stdout, err = invoke(["run", "--smoke", "--output", out, "--quiet"], capsys)
+    # tiny (not --smoke): the same writes in seconds, so a loaded machine stays inside the timeout
+    code, stdout, err = invoke(["run", *TINY_RUN, "--dataset", "synthetic", "--profile", "--profile-steps", "1",
+                                "--output", out], capsys)  # fmt: skip
     assert code == 2, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "--output" in lines[0] and "no space left" in lines[0], err

@@ -145,3 +145,45 @@ def test_parse_endpoint(text, parsed):
 def test_parse_endpoint_rejects(text):
     with pytest.raises(EffbenchError, match="--rdzv-endpoint|HOST:PORT|out of range"):
         launch.parse_endpoint(text)
+
+
+# --- a multi-node launch must name a rendezvous host every node can reach ---------------------------
+PARTIAL_SLURM = [
+    {"SLURM_JOB_ID": "7", "SLURM_NNODES": "2", "SLURM_PROCID": "0"},  # the red-team case: no node list
+    {"SLURM_JOB_ID": "7", "SLURM_NNODES": "4", "SLURM_PROCID": "0", "SLURM_NODEID": "3"},
+    {"SLURM_JOB_ID": "7", "SLURM_NNODES": "2", "SLURM_PROCID": "0", "SLURM_JOB_NODELIST": ""},
+]
+
+
+@pytest.mark.parametrize("env", PARTIAL_SLURM)
+def test_a_slurm_allocation_without_a_node_list_names_no_host(env):
+    assert launch.slurm_settings(env).rdzv_host is None
+
+
+@pytest.mark.parametrize("env", PARTIAL_SLURM)
+def test_a_partial_slurm_environment_is_one_line_error_not_a_wait(env, monkeypatch, capsys, tmp_path):
+    from clitools import invoke
+
+    for k in [k for k in __import__("os").environ if k.startswith("SLURM_")]:
+        monkeypatch.delenv(k)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    code, out, err = invoke(["run", "--smoke", "--output", tmp_path], capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("error: --rdzv-endpoint:"), err
+    assert "SLURM_JOB_NODELIST" in err
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("endpoint", ["localhost:29500", "127.0.0.1:29400", "[::1]:29500"])
+def test_node_agents_on_one_machine_may_meet_on_loopback(endpoint):
+    assert plan(visible_gpus=4, nnodes=2, node_rank=0, rdzv_endpoint=endpoint).mode == "torchrun"
+
+
+@pytest.mark.parametrize("endpoint", ["node01:29500", "10.0.0.7:29500", "127host:1", "localhost.example.org:2"])
+def test_a_reachable_multi_node_rendezvous_is_accepted(endpoint):
+    assert plan(visible_gpus=4, nnodes=2, node_rank=0, rdzv_endpoint=endpoint).mode == "torchrun"
+
+
+def test_a_single_node_run_may_use_loopback():
+    assert plan(device="cpu", nproc=2, rdzv_endpoint="127.0.0.1:29500").mode == "torchrun"

@@ -12,12 +12,14 @@ Works on the step rows the training loop yields and on rows read back from steps
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from effbench.analysis import stats
 from effbench.analysis.throughput import job_throughput, slowest
+from effbench.errors import EffbenchError
 
 DEFAULT_WINDOWS = 5
 STEPS_FILE = "steps.csv"
@@ -100,8 +102,29 @@ def read_steps(run_dir: Path) -> list[dict[str, str]]:
     path = Path(run_dir) / STEPS_FILE
     if not path.is_file():
         return []
-    with path.open(newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f))
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise EffbenchError(str(path), f"is not a readable CSV ({e}); rerun the benchmark") from None
+    for i, row in enumerate(rows, start=2):  # line 1 is the header
+        for key in _STEP_NUMBERS:
+            value = row.get(key)
+            if value in (None, ""):
+                continue
+            try:
+                ok = math.isfinite(float(value))
+            except ValueError:
+                ok = False
+            if not ok:
+                raise EffbenchError(
+                    str(path), f"line {i}, column {key}: {value!r} is not a finite number; rerun the benchmark"
+                )
+    return rows
+
+
+# The columns the windows read as numbers: a hand-edited steps.csv is input too.
+_STEP_NUMBERS = ("images", "data_time_s", "compute_time_s")  # not loss: a diverged run writes nan there
 
 
 def windows_of(record: Mapping[str, Any], step_rows: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:

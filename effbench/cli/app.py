@@ -295,7 +295,8 @@ def run(
     if slurm is not None and slurm.nnodes > 1:  # srun on several nodes: rendezvous from the allocation
         explicit.setdefault("nnodes", slurm.nnodes)
         explicit.setdefault("node_rank", slurm.node_rank)
-        explicit.setdefault("rdzv_endpoint", slurm.rdzv_endpoint)  # MASTER_PORT, else from the job id
+        if slurm.rdzv_host is not None:  # else plan_launch asks for --rdzv-endpoint: no host to guess
+            explicit.setdefault("rdzv_endpoint", slurm.rdzv_endpoint)  # MASTER_PORT, else from the job id
         explicit.setdefault("rdzv_id", slurm.job_id)
     gpu_counts = parse_counts("--gpus", gpus) if gpus is not None else [None]
     proc_counts = parse_counts("--nproc", nproc) if nproc is not None else [None]
@@ -345,6 +346,9 @@ def _exit_for(outcome: Any) -> None:
         return
     err = outcome.results.get("error") or {}
     detail = f" ({err.get('type')}: {err.get('message')})" if err else ""
+    if status == "interrupted" and outcome.results.get("signal"):
+        phase = outcome.results.get("interrupted_phase")
+        detail = f" by {_signal_name(outcome.results['signal'])}" + (f" during {phase}" if phase else "")
     where = f"; measurements so far are in {outcome.run_dir}" if outcome.run_dir else ""
     typer.echo(f"error: run {status}{detail}{where}", err=True)
     raise typer.Exit(outcome.exit_code)
@@ -375,8 +379,37 @@ app.command()(selftest)
 app.command()(export)
 
 
+def _signal_name(signum: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _interrupted(e: Any) -> None:
+    """A signal outside a run folder's life (nothing measured): one line, exit 128 + signum."""
+    where = f" during {e.phase}, before anything was measured; no run folder was written" if e.phase else ""
+    print(f"error: interrupted by {_signal_name(e.signum)}{where}", file=sys.stderr)
+    sys.exit(128 + e.signum)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: one-line errors and exit code 2 for every bad input."""
+    from effbench.run.phases import Interrupted, install, restore
+
+    # First: SIGTERM/SIGINT raise from here on (as PID 1 in a container, SIGTERM would else be ignored).
+    old_handlers = install()
+    try:
+        _main(argv)
+    except Interrupted as e:
+        _interrupted(e)
+    finally:
+        restore(old_handlers)  # in-process callers (tests) get their own handlers back
+
+
+def _main(argv: list[str] | None) -> None:
     command = typer.main.get_command(app)
     recorded = [str(a) for a in argv] if argv is not None else None  # what common.invocation records
     try:

@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from effbench.config import DEFAULT_RDZV_PORT, parse_endpoint
+from effbench.config import DEFAULT_RDZV_PORT, check_rendezvous, parse_endpoint  # noqa: F401 (parse_endpoint: re-exported, tests use it here)
 from effbench.errors import EffbenchError
 
 # Under Slurm the rendezvous port is per job, so two jobs whose first node is the same do not meet in one
@@ -35,7 +35,7 @@ class SlurmSettings:
 
     nnodes: int
     node_rank: int
-    rdzv_host: str
+    rdzv_host: str | None  # first host of the node list; None when the allocation does not name one
     job_id: str
     rdzv_port: int = DEFAULT_RDZV_PORT
     """$MASTER_PORT, else derived from the job id (slurm_rdzv_port)."""
@@ -141,10 +141,13 @@ def slurm_settings(env: Mapping[str, str]) -> SlurmSettings | None:
         node_rank = int(env.get("SLURM_NODEID", "0"))
     except ValueError:
         raise EffbenchError("SLURM_NNODES", "Slurm variables are not numbers; run under srun or unset them") from None
+    # No node list: no host can be named. Never guess localhost: the other nodes would wait on a
+    # rendezvous that is not there until killed; plan_launch refuses a multi-node run without one.
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     return SlurmSettings(
         nnodes=nnodes,
         node_rank=node_rank,
-        rdzv_host=first_host(env.get("SLURM_JOB_NODELIST", "localhost")),
+        rdzv_host=first_host(nodelist) if nodelist else None,
         job_id=env["SLURM_JOB_ID"],
         rdzv_port=slurm_rdzv_port(env),
     )
@@ -238,13 +241,7 @@ def plan_launch(
         return LaunchPlan("dp", device_type, n, 1, threads, None, child_env)
     if n == 1 and nnodes == 1:
         return LaunchPlan("inprocess", device_type, 1, 1, threads, None, child_env)
-    if nnodes > 1 and rdzv_endpoint is None:
-        raise EffbenchError(
-            "--rdzv-endpoint",
-            f"--nnodes {nnodes} needs a rendezvous; pass --rdzv-endpoint HOST:PORT (Slurm fills it in)",
-        )
-    if rdzv_endpoint is not None:
-        parse_endpoint(rdzv_endpoint)
+    check_rendezvous(nnodes, rdzv_endpoint)
     argv = torchrun_argv(
         python=python,
         nproc_per_node=n,

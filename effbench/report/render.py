@@ -1,7 +1,7 @@
 """Saved JSON -> every table, plot and report.html of a run folder or a sweep folder. No torch import.
 
     effbench report DIR           write_reports(DIR): a run folder (results.json) or a sweep (sweep.json)
-    runner (end of every run)     write_run_html_safely(...): plots + report.html, never fails the run
+    runner (end of every run)     write_run_html_safely(...): plots + report.html; a failure is a warning, a full disk an error
     sweep (end of every sweep)    write_sweep_reports(folder)
 
 Tables come from report.py / sweep_report.py, charts from plots.py (matplotlib, imported there
@@ -12,6 +12,7 @@ value) is named in the report instead; it never stops the others.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,11 @@ SWEEP_MD = "sweep.md"
 SWEEP_SUMMARY = "summary.json"
 
 Plot = tuple[Path, str]  # (png path, caption)
+
+
+def warn(message: str) -> None:
+    """Warnings go to stderr, one line, so stdout holds only what was asked for."""
+    print("warning: " + " ".join(message.split()), file=sys.stderr)
 
 
 def _draw(made: list[Plot], problems: list[str], caption: str, fn: Callable[[], Path]) -> None:
@@ -154,19 +160,24 @@ def write_run_html(run_dir: Path, record: Mapping[str, Any], steps: Sequence[Map
 
 
 def write_run_html_safely(
-    run_dir: Path | None, record: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], echo: Callable[[str], None]
+    run_dir: Path | None,
+    record: Mapping[str, Any],
+    steps: Sequence[Mapping[str, Any]],
+    warn: Callable[[str], None] = warn,
 ) -> None:
-    """The runner's call: a report that cannot be written is a warning, never a failed run."""
+    """The runner's call: a chart or page that cannot be made is a warning on stderr, the run keeps
+    its status. A full disk is not: it is the user's to fix, one error line and exit 2 (README
+    Guarantees), as for every other file of the run folder."""
     if run_dir is None:
         return
     try:
         write_run_html(run_dir, record, steps)
+    except EffbenchError:
+        raise  # results.atomic_write_bytes turned ENOSPC/EDQUOT into the one-line --output error
     except Exception as e:  # noqa: BLE001
-        echo(
-            f"warning: report.html not written ({type(e).__name__}: {e}); `effbench report {run_dir}` retries".splitlines()[
-                0
-            ]
-        )
+        if isinstance(e, OSError) and e.errno in results.NO_SPACE_ERRNOS:
+            raise results.no_space_error(Path(run_dir) / REPORT_HTML) from None
+        warn(f"report.html not written ({type(e).__name__}: {e}); `effbench report {run_dir}` retries")
 
 
 def write_run_reports(run_dir: Path) -> list[Path]:

@@ -6,14 +6,34 @@ the same handler a real CUDA OOM reaches. It lets CPU-only tests (and CI) check 
 an `oom` run folder and that a sweep records it and goes on:
 
     EFFBENCH_FAULT_OOM_AT_BATCH=8 effbench sweep --batch-size 4,8 --device cpu --dataset synthetic ...
+
+Test hook: with `EFFBENCH_FAULT_HOLD_PHASE=<phase>`, a run that enters that phase (run/phases.py)
+says so on stderr and waits there for a signal (at most HOLD_MAX_S), so a test can signal it in
+any phase without racing the machine's speed.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import sys
+import time
+from collections.abc import Callable, Mapping
 
 FAULT_OOM_ENV = "EFFBENCH_FAULT_OOM_AT_BATCH"
+FAULT_HOLD_ENV = "EFFBENCH_FAULT_HOLD_PHASE"
+HOLD_MARK = "effbench-test-hook: holding phase"
+HOLD_MAX_S = 120.0  # a test that never signals still ends
+
+
+def hold_phase(name: str, until: Callable[[], bool], env: Mapping[str, str] = os.environ) -> None:
+    """The hold hook: when it names this phase, print HOLD_MARK and wait until `until()` or a signal."""
+    if env.get(FAULT_HOLD_ENV, "").strip() != name:
+        return
+    print(f"{HOLD_MARK} {name}", file=sys.stderr, flush=True)
+    deadline = time.monotonic() + HOLD_MAX_S
+    while not until() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
 
 # What the CPU allocator says when it cannot allocate (c10/core/impl/alloc_cpu.cpp): torch raises a
 # plain RuntimeError there, not torch.OutOfMemoryError.

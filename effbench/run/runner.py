@@ -23,8 +23,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,34 +40,12 @@ from effbench.launch.distributed import DistContext
 from effbench.errors import EffbenchError
 from effbench.launch.plan import LaunchPlan
 from effbench.launch.supervise import SupervisedResult
+from effbench.run.phases import Interrupted, Phase, deferred, interrupt_on_signals
 from effbench.run.timing import Tally
 
+__all__ = ["Interrupted", "interrupt_on_signals", "run", "run_benchmark", "worker_main"]
+
 Echo = Callable[[str], None]
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM or SIGINT during a run; carries the signal so the exit code can be 128 + signum."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-@contextmanager
-def interrupt_on_signals(received: list[int]) -> Iterator[None]:
-    """Turn SIGTERM/SIGINT into `Interrupted` for the duration; remember the signal in `received`
-    (a DataLoader worker killed by the same signal can surface first as a RuntimeError)."""
-
-    def handler(signum: int, _frame: Any) -> None:
-        received.append(signum)
-        raise Interrupted(signum)
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 @dataclass
@@ -174,6 +151,9 @@ def run(
         else:
             return run_benchmark(cfg, plan=plan, command=command, echo=echo, progress=progress)
         return _run_in_child(cfg, plan, spec_path, argv, command=command, echo=echo, progress=progress)
+    except Interrupted as e:  # in the checks above (main's handler), before any run folder
+        e.phase = e.phase or "setup"
+        raise
     finally:
         shutil.rmtree(spec_dir, ignore_errors=True)
 
@@ -324,11 +304,36 @@ def run_benchmark(
     echo: Echo = print,
     progress: bool = True,
 ) -> RunOutcome:
-    """Validate, build, train and (rank 0) write one run folder."""
+    """Validate, build, train and (rank 0) write one run folder.
+
+    A signal in any phase ends the run `interrupted`: before the run folder exists (setup, dataset,
+    model) nothing was measured, so `Interrupted` carries the phase to the caller and no folder is
+    left; after, results.json names the phase (`interrupted_phase`) and the reports are written."""
+    received: list[int] = []
+    phase = Phase(received)
+    with interrupt_on_signals(received, phase):
+        phase.enter("setup")
+        return _run_benchmark(
+            cfg, plan=plan, dist=dist, run_dir=run_dir, command=command, echo=echo, progress=progress,
+            phase=phase, received=received,
+        )  # fmt: skip
+
+
+def _run_benchmark(
+    cfg: RunConfig,
+    *,
+    plan: LaunchPlan,
+    dist: DistContext | None,
+    run_dir: Path | None,
+    command: list[str] | None,
+    echo: Echo,
+    progress: bool,
+    phase: Phase,
+    received: list[int],
+) -> RunOutcome:
     import torch
 
     from effbench.data import build_data
-    from effbench.system.hardware import env_snapshot
     from effbench.models import build_model, trainable_parameters
     from effbench.run.optim import build_optimizer, build_scheduler
     from effbench.run.progress import Progress
@@ -345,10 +350,12 @@ def run_benchmark(
     backend = apply_backend_flags(cfg, rt.device)
     batch = per_device_batch(cfg, plan.devices)
     seed_everything(cfg.seed)
+    phase.enter("dataset")  # opening, or with --download fetching, the dataset
     data = build_data(
         cfg, rt.device, rank=dist.rank, world_size=dist.world_size,
         batch_size=batch * plan.nproc_per_node if plan.mode == "dp" else batch,
     )  # fmt: skip
+    phase.enter("model")
     bundle = None if cfg.data_only else build_model(cfg, data.num_classes)
     n_steps = steps_per_epoch(cfg, data.steps_per_epoch)
     # the default warm-up shrinks to the steps now known; config.json records the value used
@@ -383,6 +390,200 @@ def run_benchmark(
             model = torch.compile(model)
         optimizer = build_optimizer(cfg, trainable_parameters(model))
         scheduler = build_scheduler(optimizer, cfg.epochs * n_steps)
+
+    # From here a run folder exists: a signal is recorded while it is made and its first files
+    # written (so they are whole), then raised at the top of the try below.
+    with deferred(received):
+        record, run_dir = _open_run_folder(
+            cfg, plan, dist, rt, run_dir, command, bundle, backend, batch, data, n_steps, echo
+        )
+    writer = dist.is_main
+
+    epochs: list[dict[str, Any]] = []
+    steps: list[dict[str, Any]] = []
+    warmup, measured = Tally(), Tally()
+    # every GPU this process drives (all of them under DataParallel), so energy and memory cover the job
+    gpus = observe.job_cuda_indices(rt.device.type, plan.mode, plan.nproc_per_node, dist.local_rank)
+    sampler = observe.sampler_for(gpus, cfg.sample_interval_s)
+    prof_info: dict[str, Any] | None = None
+    rank_steps: list[dict[str, float]] = []  # this rank's measured steps (images, data, compute)
+    steps_by_rank: list[list[dict[str, float]]] = []
+    final_gathered = False
+    observe.reset_peak_memory(gpus)
+    t0 = time.perf_counter()
+    bad_input: EffbenchError | None = None
+    try:
+        if received:  # a signal arrived while the run folder was made
+            raise Interrupted(received[0], phase.name)
+        with (
+            Progress(cfg.epochs, enabled=progress and writer, images_per_step=batch * plan.devices) as prog,
+            sampler,
+        ):
+            faults.inject_oom(batch)  # test hook EFFBENCH_FAULT_OOM_AT_BATCH (faults.py); off unless set
+            epochs_iter = (
+                data_epochs(data, rt, cfg, on_progress=prog.update, on_phase=phase.enter)
+                if cfg.data_only
+                else train_epochs(
+                    model, data, optimizer, scheduler, rt, cfg, on_progress=prog.update, on_phase=phase.enter
+                )
+            )
+            for er in epochs_iter:
+                _merge(warmup, er.warmup)
+                _merge(measured, er.measured)
+                # one small collective per epoch: the epoch rows and every rank's measured totals so far, so
+                # the in-progress headline is the same all-ranks figure as the final one (analysis/throughput)
+                gathered_epoch = dist.gather({"epoch": er.to_dict(), "row": _rank_row(dist, rt, measured)})
+                merged = merge_epoch([g["epoch"] for g in gathered_epoch])
+                record["ranks"] = rank_rows([g["row"] for g in gathered_epoch])
+                epochs.append(merged)
+                steps.extend(er.step_rows)  # rank 0's steps
+                rank_steps.extend(windows.measured_steps(er.step_rows))
+                if writer:
+                    _fill(record, epochs, warmup, measured, data)
+                    _write_progress(run_dir, record, epochs, steps)
+                prog.log(
+                    f"epoch {merged['epoch']}/{cfg.epochs}: loss {_maybe(merged['train_loss'])} top-1 {_maybe(merged['train_top1'])} "
+                    f"val top-1 {_maybe(merged['val_top1'])} data {merged['data_time_s']:.2f}s compute {merged['compute_time_s']:.2f}s"
+                )
+        if cfg.compile:
+            record["compile_time_s"] = compile_time_s(warmup.step_times_s, measured.step_times_s)
+        if cfg.profile and not cfg.data_only:  # after the timed run, so the profiler never touches the timed figures
+            phase.enter("profiling")
+            prof_info = _profile_pass(model, optimizer, scheduler, rt, cfg, data, dist, run_dir, record)
+        gathered = dist.gather(
+            {
+                "row": _rank_row(dist, rt, measured),
+                "util": sampler.summary(),
+                "mem": observe.peak_memory(gpus),
+                "steps": rank_steps,  # every rank's measured steps, for windows of the same definition
+            }
+        )
+        record["ranks"] = rank_rows([g["row"] for g in gathered])
+        per_rank_util = [g["util"] for g in gathered]
+        per_rank_mem = [m for g in gathered for m in g["mem"]]
+        steps_by_rank = [g["steps"] for g in sorted(gathered, key=lambda g: g["row"]["rank"])]
+        final_gathered = True
+        record["status"] = "ok"
+    except EffbenchError as e:  # bad input seen only once the data is read: recorded, then one line, exit 2
+        record["status"] = "failed"
+        record["error"] = {"type": "EffbenchError", "message": str(e)}
+        bad_input = e
+    except Diverged as e:  # a non-finite loss: the figures after it would measure nothing meaningful
+        record["status"] = "diverged"
+        record["diverged"] = e.to_dict()
+        record["error"] = {"type": "Diverged", "message": str(e)}
+    except Interrupted as e:
+        _mark_interrupted(record, e.signum, e.phase or phase.name)
+    except KeyboardInterrupt:
+        _mark_interrupted(record, int(signal.SIGINT), phase.name)
+    except torch.OutOfMemoryError as e:
+        record["status"] = "oom"
+        record["error"] = {"type": type(e).__name__, "message": str(e).splitlines()[0] if str(e) else "out of memory"}
+    except Exception as e:  # noqa: BLE001 - a crash mid-run is recorded, then reported by the CLI
+        if received:  # the signal killed a loader worker first; the run was interrupted, not broken
+            _mark_interrupted(record, received[0], phase.name)
+        elif faults.is_out_of_memory(e):  # the CPU allocator's failure is a plain RuntimeError
+            record["status"] = "oom"
+            record["error"] = {
+                "type": type(e).__name__,
+                "message": str(e).splitlines()[0] if str(e) else "out of memory",
+            }
+        else:
+            record["status"] = "failed"
+            record["error"] = {
+                "type": type(e).__name__,
+                "message": str(e).splitlines()[0] if str(e) else type(e).__name__,
+                "traceback": traceback.format_exc(),
+            }
+    # The files that say how the run ended are written whole: a signal now is recorded, and once
+    # they are written, an `ok` run becomes `interrupted` in phase `report` and they are rewritten.
+    with deferred(received):
+        signals_before = len(received)
+        phase.enter("report")
+        if not final_gathered:  # no collective after a failure: a dead peer would hang it
+            steps_by_rank = _settle_ranks_alone(record, dist, _rank_row(dist, rt, measured), rank_steps)
+            per_rank_util, per_rank_mem = [sampler.summary()], observe.peak_memory(gpus)
+        record["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat()
+        record["wall_time_s"] = time.perf_counter() - t0
+        _fill(record, epochs, warmup, measured, data)
+        record["throughput_windows"] = windows.rank_windows(steps_by_rank, cfg.repeats)  # --repeats
+        if flops_error:
+            record["flops_error"] = flops_error
+        if cfg.compile and record["compile_time_s"] is None:
+            record["compile_time_s"] = compile_time_s(warmup.step_times_s, measured.step_times_s)
+        record.update(
+            observe.summarize(
+                record,
+                flops_image=flops.per_image if flops else None,
+                flops_forward_image=flops.forward_per_image if flops else None,
+                utilization=observe.merge_utilization(per_rank_util),
+                memory=per_rank_mem,
+                profile_info=prof_info,
+                cpu_quota_cores=_cpu_limit(),
+                workers_per_process=int(
+                    data.info["workers"]
+                ),  # what the loader really started: synthetic and fast CIFAR none
+                processes_per_node=plan.nproc_per_node if plan.mode != "dp" else 1,
+                tf32_enabled=bool(torch.backends.cudnn.allow_tf32),
+                timed_step_times_s=measured.step_times_s,
+                run_dir=run_dir,
+            )
+        )
+        if cfg.data_only:  # no model ran: a training bottleneck verdict would mislead
+            record.pop("verdict", None)
+        if writer:
+            _write_final(run_dir, record, epochs, steps, sampler)
+        if len(received) > signals_before and record["status"] == "ok":  # a failure keeps its own status
+            _mark_interrupted(record, received[signals_before], "report")
+            if writer:
+                _write_final(run_dir, record, epochs, steps, sampler)
+        if writer:
+            echo(report.render(record, "text"))
+    if bad_input is not None:
+        raise bad_input
+    return RunOutcome(run_dir=run_dir, results=record)
+
+
+def _mark_interrupted(record: dict[str, Any], signum: int, phase: str) -> None:
+    record["status"] = "interrupted"
+    record["signal"] = int(signum)
+    record["interrupted_phase"] = phase
+
+
+def _write_final(
+    run_dir: Path | None,
+    record: dict[str, Any],
+    epochs: list[dict[str, Any]],
+    steps: list[dict[str, Any]],
+    sampler: Any,
+) -> None:
+    assert run_dir is not None
+    sampler.write_csv(run_dir / UTILIZATION_FILE)
+    results.atomic_write_text(run_dir / results.REPORT_TXT, report.render(record, "text"))
+    results.atomic_write_text(run_dir / results.REPORT_MD, report.render(record, "md"))
+    render.write_run_html_safely(run_dir, record, steps)  # plots + report.html; a warning if not, on stderr
+    # results.json last: a full disk above leaves the last epoch's record (never `ok` with a report missing)
+    _write_progress(run_dir, record, epochs, steps)
+
+
+def _open_run_folder(
+    cfg: RunConfig,
+    plan: LaunchPlan,
+    dist: DistContext,
+    rt: Any,
+    run_dir: Path | None,
+    command: list[str] | None,
+    bundle: Any,
+    backend: dict[str, Any],
+    batch: int,
+    data: Any,
+    n_steps: int,
+    echo: Echo,
+) -> tuple[dict[str, Any], Path | None]:
+    """Rank 0 makes the run folder and writes config.json, env.json and a `running` results.json."""
+    import torch
+
+    from effbench.system.hardware import env_snapshot
 
     started = dt.datetime.now(dt.timezone.utc)
     writer = dist.is_main
@@ -440,145 +641,7 @@ def run_benchmark(
         results.write_json(run_dir / results.ENV_FILE, record["env"])
         results.write_json(run_dir / results.RESULTS_FILE, record)
         echo(f"run folder: {run_dir}")
-
-    epochs: list[dict[str, Any]] = []
-    steps: list[dict[str, Any]] = []
-    warmup, measured = Tally(), Tally()
-    received: list[int] = []
-    # every GPU this process drives (all of them under DataParallel), so energy and memory cover the job
-    gpus = observe.job_cuda_indices(rt.device.type, plan.mode, plan.nproc_per_node, dist.local_rank)
-    sampler = observe.sampler_for(gpus, cfg.sample_interval_s)
-    prof_info: dict[str, Any] | None = None
-    rank_steps: list[dict[str, float]] = []  # this rank's measured steps (images, data, compute)
-    steps_by_rank: list[list[dict[str, float]]] = []
-    final_gathered = False
-    observe.reset_peak_memory(gpus)
-    t0 = time.perf_counter()
-    bad_input: EffbenchError | None = None
-    try:
-        with (
-            interrupt_on_signals(received),
-            Progress(cfg.epochs, enabled=progress and writer, images_per_step=batch * plan.devices) as prog,
-            sampler,
-        ):
-            faults.inject_oom(batch)  # test hook EFFBENCH_FAULT_OOM_AT_BATCH (faults.py); off unless set
-            epochs_iter = (
-                data_epochs(data, rt, cfg, on_progress=prog.update)
-                if cfg.data_only
-                else train_epochs(model, data, optimizer, scheduler, rt, cfg, on_progress=prog.update)
-            )
-            for er in epochs_iter:
-                _merge(warmup, er.warmup)
-                _merge(measured, er.measured)
-                # one small collective per epoch: the epoch rows and every rank's measured totals so far, so
-                # the in-progress headline is the same all-ranks figure as the final one (analysis/throughput)
-                gathered_epoch = dist.gather({"epoch": er.to_dict(), "row": _rank_row(dist, rt, measured)})
-                merged = merge_epoch([g["epoch"] for g in gathered_epoch])
-                record["ranks"] = rank_rows([g["row"] for g in gathered_epoch])
-                epochs.append(merged)
-                steps.extend(er.step_rows)  # rank 0's steps
-                rank_steps.extend(windows.measured_steps(er.step_rows))
-                if writer:
-                    _fill(record, epochs, warmup, measured, data)
-                    _write_progress(run_dir, record, epochs, steps)
-                prog.log(
-                    f"epoch {merged['epoch']}/{cfg.epochs}: loss {_maybe(merged['train_loss'])} top-1 {_maybe(merged['train_top1'])} "
-                    f"val top-1 {_maybe(merged['val_top1'])} data {merged['data_time_s']:.2f}s compute {merged['compute_time_s']:.2f}s"
-                )
-        if cfg.compile:
-            record["compile_time_s"] = compile_time_s(warmup.step_times_s, measured.step_times_s)
-        if cfg.profile and not cfg.data_only:  # after the timed run, so the profiler never touches the timed figures
-            prof_info = _profile_pass(model, optimizer, scheduler, rt, cfg, data, dist, run_dir, record)
-        gathered = dist.gather(
-            {
-                "row": _rank_row(dist, rt, measured),
-                "util": sampler.summary(),
-                "mem": observe.peak_memory(gpus),
-                "steps": rank_steps,  # every rank's measured steps, for windows of the same definition
-            }
-        )
-        record["ranks"] = rank_rows([g["row"] for g in gathered])
-        per_rank_util = [g["util"] for g in gathered]
-        per_rank_mem = [m for g in gathered for m in g["mem"]]
-        steps_by_rank = [g["steps"] for g in sorted(gathered, key=lambda g: g["row"]["rank"])]
-        final_gathered = True
-        record["status"] = "ok"
-    except EffbenchError as e:  # bad input seen only once the data is read: recorded, then one line, exit 2
-        record["status"] = "failed"
-        record["error"] = {"type": "EffbenchError", "message": str(e)}
-        bad_input = e
-    except Diverged as e:  # a non-finite loss: the figures after it would measure nothing meaningful
-        record["status"] = "diverged"
-        record["diverged"] = e.to_dict()
-        record["error"] = {"type": "Diverged", "message": str(e)}
-    except Interrupted as e:
-        record["status"] = "interrupted"
-        record["signal"] = e.signum
-    except KeyboardInterrupt:
-        record["status"] = "interrupted"
-        record["signal"] = int(signal.SIGINT)
-    except torch.OutOfMemoryError as e:
-        record["status"] = "oom"
-        record["error"] = {"type": type(e).__name__, "message": str(e).splitlines()[0] if str(e) else "out of memory"}
-    except Exception as e:  # noqa: BLE001 - a crash mid-run is recorded, then reported by the CLI
-        if received:  # the signal killed a loader worker first; the run was interrupted, not broken
-            record["status"] = "interrupted"
-            record["signal"] = received[0]
-        elif faults.is_out_of_memory(e):  # the CPU allocator's failure is a plain RuntimeError
-            record["status"] = "oom"
-            record["error"] = {
-                "type": type(e).__name__,
-                "message": str(e).splitlines()[0] if str(e) else "out of memory",
-            }
-        else:
-            record["status"] = "failed"
-            record["error"] = {
-                "type": type(e).__name__,
-                "message": str(e).splitlines()[0] if str(e) else type(e).__name__,
-                "traceback": traceback.format_exc(),
-            }
-    if not final_gathered:  # no collective after a failure: a dead peer would hang it
-        steps_by_rank = _settle_ranks_alone(record, dist, _rank_row(dist, rt, measured), rank_steps)
-        per_rank_util, per_rank_mem = [sampler.summary()], observe.peak_memory(gpus)
-    record["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat()
-    record["wall_time_s"] = time.perf_counter() - t0
-    _fill(record, epochs, warmup, measured, data)
-    record["throughput_windows"] = windows.rank_windows(steps_by_rank, cfg.repeats)  # --repeats
-    if flops_error:
-        record["flops_error"] = flops_error
-    if cfg.compile and record["compile_time_s"] is None:
-        record["compile_time_s"] = compile_time_s(warmup.step_times_s, measured.step_times_s)
-    record.update(
-        observe.summarize(
-            record,
-            flops_image=flops.per_image if flops else None,
-            flops_forward_image=flops.forward_per_image if flops else None,
-            utilization=observe.merge_utilization(per_rank_util),
-            memory=per_rank_mem,
-            profile_info=prof_info,
-            cpu_quota_cores=_cpu_limit(),
-            workers_per_process=int(
-                data.info["workers"]
-            ),  # what the loader really started: synthetic and fast CIFAR none
-            processes_per_node=plan.nproc_per_node if plan.mode != "dp" else 1,
-            tf32_enabled=bool(torch.backends.cudnn.allow_tf32),
-            timed_step_times_s=measured.step_times_s,
-            run_dir=run_dir,
-        )
-    )
-    if cfg.data_only:  # no model ran: a training bottleneck verdict would mislead
-        record.pop("verdict", None)
-    if writer:
-        assert run_dir is not None
-        sampler.write_csv(run_dir / UTILIZATION_FILE)
-        _write_progress(run_dir, record, epochs, steps)
-        results.atomic_write_text(run_dir / results.REPORT_TXT, report.render(record, "text"))
-        results.atomic_write_text(run_dir / results.REPORT_MD, report.render(record, "md"))
-        render.write_run_html_safely(run_dir, record, steps, echo)  # plots + report.html; never fails the run
-        echo(report.render(record, "text"))
-    if bad_input is not None:
-        raise bad_input
-    return RunOutcome(run_dir=run_dir, results=record)
+    return record, run_dir
 
 
 UTILIZATION_FILE = "utilization.csv"

@@ -29,6 +29,8 @@ from effbench.run.timing import StepTimer, Tally, device_sync_fn
 
 # on_progress(epoch, step_in_epoch, steps_in_epoch, latest_loss)
 ProgressFn = Callable[[int, int, int, float], None]
+# on_phase(name): the run entered "warm-up", "epochs" or "validation" (run/phases.py)
+PhaseFn = Callable[[str], None]
 
 
 class Diverged(Exception):
@@ -184,6 +186,7 @@ def train_epochs(
     cfg: RunConfig,
     *,
     on_progress: ProgressFn | None = None,
+    on_phase: PhaseFn | None = None,
 ) -> Iterator[EpochResult]:
     """Train for cfg.epochs, yielding each finished epoch (train + validation)."""
     import torch
@@ -197,6 +200,7 @@ def train_epochs(
     for epoch in range(cfg.epochs):
         data.set_epoch(epoch)
         model.train()
+        _phase_of(on_phase, global_step, cfg)
         timer = StepTimer(sync, sync_after_data=data.augments_on_device)
         warmup, measured = Tally(), Tally()
         losses = torch.zeros(n_steps, device=rt.device)
@@ -220,6 +224,8 @@ def train_epochs(
             counts.append(images)
             times.append(t)
             global_step += 1
+            if global_step == cfg.warmup_steps:
+                _phase_of(on_phase, global_step, cfg)
             if (step + 1) % cfg.log_interval == 0 or step + 1 == n_steps:
                 window = losses[checked : step + 1].tolist()  # one sync per interval: progress + divergence
                 check_finite(window, epoch=epoch, first_step=checked, first_global_step=epoch_start + checked)
@@ -247,6 +253,8 @@ def train_epochs(
             }
             for i in range(done)
         ]
+        if on_phase:
+            on_phase("validation")
         val_loss, val_top1, val_images, val_time_s = evaluate(model, data.val, rt, cfg, step_fn.criterion)
         yield EpochResult(
             epoch=epoch,
@@ -266,6 +274,12 @@ def train_epochs(
             measured=measured,
             step_rows=step_rows,
         )
+
+
+def _phase_of(on_phase: PhaseFn | None, global_step: int, cfg: RunConfig) -> None:
+    """Tell the runner whether the next step is warm-up or measured (run/phases.py: for signals)."""
+    if on_phase:
+        on_phase("warm-up" if global_step < cfg.warmup_steps else "epochs")
 
 
 def evaluate(
@@ -297,7 +311,12 @@ def evaluate(
 
 
 def data_epochs(
-    data: Any, rt: Runtime, cfg: RunConfig, *, on_progress: ProgressFn | None = None
+    data: Any,
+    rt: Runtime,
+    cfg: RunConfig,
+    *,
+    on_progress: ProgressFn | None = None,
+    on_phase: PhaseFn | None = None,
 ) -> Iterator[EpochResult]:
     """--data-only: the training loader's epochs, delivered to the device, with no model.
 
@@ -316,6 +335,7 @@ def data_epochs(
 
     for epoch in range(cfg.epochs):
         data.set_epoch(epoch)
+        _phase_of(on_phase, global_step, cfg)
         timer = StepTimer(sync)
         warmup, measured = Tally(), Tally()
         rows: list[dict[str, Any]] = []
@@ -331,6 +351,8 @@ def data_epochs(
             rows.append({"epoch": epoch + 1, "step": step, "warmup": global_step < cfg.warmup_steps, "images": images,
                          "loss": None, "top1": None, "data_time_s": t.data_s, "compute_time_s": 0.0})  # fmt: skip
             global_step += 1
+            if global_step == cfg.warmup_steps:
+                _phase_of(on_phase, global_step, cfg)
             if on_progress and ((step + 1) % cfg.log_interval == 0 or step + 1 == n_steps):
                 on_progress(epoch, step + 1, n_steps, float("nan"))
         if not rows:

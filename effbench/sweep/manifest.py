@@ -86,22 +86,23 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         raise EffbenchError(
             str(path), f"is not readable JSON ({e}); delete the sweep folder and run the sweep again"
         ) from None
-    if not isinstance(data, dict) or data.get("kind") != "sweep" or not isinstance(data.get("cells"), list):
+    if not isinstance(data, dict) or data.get("kind") != "sweep":
         raise EffbenchError(str(path), "is not an effbench sweep manifest; pass a sweep folder")
     version = data.get("schema_version")
     if not isinstance(version, int) or isinstance(version, bool) or version > MANIFEST_SCHEMA:
         raise EffbenchError(
             str(path), f"has schema_version {version!r}; this effbench reads {MANIFEST_SCHEMA}: upgrade effbench"
         )
-    for cell in data["cells"]:
-        if (
-            not isinstance(cell, dict)
-            or cell.get("status") not in CELL_STATUSES
-            or not isinstance(cell.get("key"), str)
-        ):
+    from effbench import schema  # pydantic: only when a file is read
+
+    schema.check(schema.Manifest, data, path, "delete the sweep folder and run the sweep again")
+    for i, cell in enumerate(data["cells"]):
+        if cell["status"] not in CELL_STATUSES:
             raise EffbenchError(
-                str(path), "has a malformed cell entry; delete the sweep folder and run the sweep again"
+                str(path), f"field cells.{i}.status: {cell['status']!r} is not one of {', '.join(CELL_STATUSES)}"
             )
+        if cell.get("run_dir") is not None:  # report writes into each cell's folder: it must be in the sweep
+            schema.inside(path.parent, cell["run_dir"], f"cells.{i}.run_dir", path)
     return data
 
 
@@ -112,7 +113,7 @@ def write_manifest(folder: Path, manifest: Mapping[str, Any]) -> None:
 def _first_difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
     if old.get("dims") != new.get("dims"):
         return f"swept {old.get('dims')} there, {new.get('dims')} now"
-    for a, b in zip(old.get("cells", []), new.get("cells", [])):
+    for a, b in zip(old.get("cells", []), new.get("cells", []), strict=False):
         for k in sorted(set(a["config"]) | set(b["config"])):
             if a["config"].get(k) != b["config"].get(k):
                 return f"{k} was {a['config'].get(k)!r}, now {b['config'].get(k)!r}"

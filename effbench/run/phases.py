@@ -1,0 +1,92 @@
+"""Where a run is, and SIGTERM / SIGINT turned into an exception that knows it, from the first line of main.
+
+    setup -> dataset -> model -> warm-up -> epochs <-> validation -> profiling -> report
+
+`install()` is the first call of `cli.main`. In a container effbench is PID 1, and the kernel only
+delivers to PID 1 the signals it installed a handler for (signal(7): "the only signals that can be
+sent to process ID 1, the init process, are those for which init has explicitly installed signal
+handlers"), so without one `docker stop` waits its 10 s and SIGKILLs. The runner narrows the
+handler to `Interrupted(signum, phase)` for the run, and defers signals while it writes the final
+files (`deferred`), so the files always say how the run ended. No torch import.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from effbench.run import faults
+
+PHASES = ("setup", "dataset", "model", "warm-up", "epochs", "validation", "profiling", "report")
+HANDLED = (signal.SIGTERM, signal.SIGINT)
+
+
+class Interrupted(BaseException):
+    """SIGTERM or SIGINT; carries the signal (exit code 128 + signum) and the phase it arrived in.
+
+    Not a KeyboardInterrupt: Typer turns those into exit 130 whatever the signal (typer/core.py
+    `_main`: `except KeyboardInterrupt as e: raise Exit(130) from e`), and 143 must stay 143."""
+
+    def __init__(self, signum: int, phase: str | None = None) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.phase = phase
+
+
+class Phase:
+    """The run's current phase; `enter` also serves the hold hook (faults.hold_phase) for tests."""
+
+    def __init__(self, received: list[int], name: str = "setup") -> None:
+        self.received = received
+        self.name = name
+
+    def enter(self, name: str) -> None:
+        if name not in PHASES:
+            raise ValueError(f"unknown phase {name!r}; one of {', '.join(PHASES)}")
+        self.name = name
+        faults.hold_phase(name, until=lambda: bool(self.received))
+
+
+def _raise_interrupted(signum: int, _frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+def install() -> dict[int, Any]:
+    """Every SIGTERM/SIGINT raises Interrupted; returns the previous handlers for `restore`."""
+    return {s: signal.signal(s, _raise_interrupted) for s in HANDLED}
+
+
+def restore(old: dict[int, Any]) -> None:
+    for s, h in old.items():
+        signal.signal(s, h)
+
+
+@contextmanager
+def _handling(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    old = {s: signal.signal(s, handler) for s in HANDLED}
+    try:
+        yield
+    finally:
+        restore(old)
+
+
+@contextmanager
+def interrupt_on_signals(received: list[int], phase: Phase | None = None) -> Iterator[None]:
+    """Turn SIGTERM/SIGINT into `Interrupted` for the duration; remember the signal in `received`
+    (a DataLoader worker killed by the same signal can surface first as a RuntimeError)."""
+
+    def handler(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        raise Interrupted(signum, phase.name if phase is not None else None)
+
+    with _handling(handler):
+        yield
+
+
+@contextmanager
+def deferred(received: list[int]) -> Iterator[None]:
+    """Record SIGTERM/SIGINT without raising: for writing the files that say how the run ended."""
+    with _handling(lambda signum, _frame: received.append(signum)):
+        yield

@@ -1,0 +1,285 @@
+"""The one schema of the files effbench reads back: results.json (a run) and sweep.json (a sweep).
+
+Result files are input too: `effbench report` and `compare` read files a person may have edited.
+`results.read_results` and `manifest.read_manifest` validate the whole record here, strictly (no
+"5" for 5, no NaN), so a bad value is one line naming the file and the field, never a traceback
+deep in a table. Keys not listed are allowed (older or newer writers add facts); every key a
+reader uses is typed. pydantic is imported only when a file is read, so `effbench --help` stays
+instant.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from effbench.errors import EffbenchError
+
+Num = float | None  # strict float also takes an int (pydantic's strict mode: int -> float is allowed)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
+
+
+class Config(_Model):
+    arch: str | None = None
+    dataset: str | None = None
+    data_dir: str | None = None
+    download: bool | None = None
+    val_fraction: Num = None
+    image_size: int | None = None
+    loader: str | None = None
+    gpu_decode: bool | None = None
+    data_only: bool | None = None
+    workers: int | None = None
+    batch_size: int | None = None
+    epochs: int | None = None
+    max_steps: int | None = None
+    max_val_steps: int | None = None
+    warmup_steps: int | None = None
+    optimizer: str | None = None
+    lr: Num = None
+    momentum: Num = None
+    weight_decay: Num = None
+    precision: str | None = None
+    channels_last: bool | None = None
+    cudnn_benchmark: bool | None = None
+    pin_memory: bool | None = None
+    optimizer_impl: str | None = None
+    compile: bool | None = None
+    device: str | None = None
+    seed: int | None = None
+    freeze: str | None = None
+    weights: str | None = None
+    batch_norm: bool | None = None
+    gpus: int | None = None
+    nproc: int | None = None
+    strategy: str | None = None
+    scaling: str | None = None
+    nnodes: int | None = None
+    node_rank: int | None = None
+    rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+    pg_timeout_s: Num = None
+    output: str | None = None
+    profile: bool | None = None
+    profile_steps: int | None = None
+    sample_interval_s: Num = None
+    log_interval: int | None = None
+    repeats: int | None = None
+    smoke: bool | None = None
+
+
+class Epoch(_Model):
+    epoch: int
+    steps: int | None = None
+    images: int | None = None
+    data_time_s: Num = None
+    compute_time_s: Num = None
+    total_time_s: Num = None
+    train_loss: Num = None
+    train_top1: Num = None
+    val_loss: Num = None
+    val_top1: Num = None
+    val_time_s: Num = None
+    val_images: int | None = None
+    throughput_img_s: Num = None
+    warmup_steps: int | None = None
+
+
+class Tally(_Model):
+    steps: int
+    images: int
+    data_time_s: float
+    compute_time_s: float
+    time_s: float
+    throughput_img_s: Num = None
+
+
+class Final(_Model):
+    train_loss: Num = None
+    train_top1: Num = None
+    val_loss: Num = None
+    val_top1: Num = None
+
+
+class Rank(_Model):
+    rank: int
+    local_rank: int | None = None
+    host: str | None = None
+    device: str | None = None
+    images: int | None = None
+    steps: int | None = None
+    data_time_s: Num = None
+    compute_time_s: Num = None
+    time_s: Num = None
+    throughput_img_s: Num = None
+
+
+class Stat(_Model):
+    n: int | None = None
+    median: Num = None
+    mean: Num = None
+    ci_low: Num = None
+    ci_high: Num = None
+
+
+class Windows(_Model):
+    requested: int | None = None
+    windows: int | None = None
+    steps: int | None = None
+    throughput_img_s: list[Num] | None = None
+    step_time_ms: list[Num] | None = None
+    data_time_share: list[Num] | None = None
+    summary: dict[str, Stat | None] | None = None
+
+
+class ProfilePhase(_Model):
+    phase: str
+    calls: int | None = None
+    cpu_time_s: Num = None
+
+
+class Profile(_Model):
+    phases: list[ProfilePhase] | None = None
+    tables: dict[str, str] | None = None
+    trace: str | None = None
+    active_steps: int | None = None
+    profiled_step_time_s: Num = None
+    timed_step_time_s: Num = None
+    profiler_overhead: Num = None
+
+
+class Verdict(_Model):
+    bottleneck: str
+    evidence: str | None = None
+    advice: str | None = None
+
+
+class Error(_Model):
+    type: str | None = None
+    message: str | None = None
+    traceback: str | None = None
+
+
+class Data(_Model):
+    name: str | None = None
+    num_classes: int | None = None
+    image_size: int | None = None
+    train_size: int | None = None
+    val_size: int | None = None
+    steps_per_epoch: int | None = None
+    batches_on_device: bool | None = None
+    workers: int | None = None
+    corrupt_images_skipped: int | None = None
+
+
+class Results(_Model):
+    schema_version: int
+    status: str  # checked against results.STATUSES by the reader (one list of statuses, there)
+    run_name: str | None = None
+    command: list[str] | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    config: Config = Config()  # absent: tolerated (readers default it); null or not an object: refused
+    env: dict[str, Any] | None = None
+    device: str | None = None
+    world_size: int | None = None
+    devices: int | None = None
+    strategy: str | None = None
+    launch: dict[str, Any] | None = None
+    precision: str | None = None
+    batch_size_per_device: int | None = None
+    global_batch_size: int | None = None
+    model: dict[str, Any] | None = None
+    data_only: bool | None = None
+    backend: dict[str, Any] | None = None
+    data: Data | None = None
+    throughput_img_s: Num = None
+    compile_time_s: Num = None
+    epochs: list[Epoch] = []
+    warmup: Tally | None = None
+    measured: Tally | None = None
+    data_time_share: Num = None
+    final: Final | None = None
+    ranks: list[Rank] | None = None
+    stragglers: dict[str, Any] | None = None
+    wall_time_s: Num = None
+    throughput_windows: Windows | None = None
+    utilization: dict[str, Any] | None = None
+    peak_mem_gib: Num = None
+    peak_mem_reserved_gib: Num = None
+    flops_per_image: Num = None
+    flops_error: str | None = None
+    achieved_tflops: Num = None
+    mfu: Num = None
+    mfu_peak_tflops_per_device: Num = None
+    energy_j: Num = None
+    images_per_j: Num = None
+    profile: Profile | None = None
+    profile_error: str | None = None
+    verdict: Verdict | None = None
+    error: Error | None = None
+    signal: int | None = None
+    interrupted_phase: str | None = None
+
+
+class Cell(_Model):
+    index: int
+    key: str
+    params: dict[str, Any]
+    config: dict[str, Any]
+    status: str  # checked against manifest.CELL_STATUSES by the reader
+    run_dir: str | None = None
+    attempts: int = 0
+    error: dict[str, Any] | None = None
+    summary: dict[str, Any] | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+
+
+class Manifest(_Model):
+    schema_version: int
+    kind: Literal["sweep"]
+    name: str
+    preset: str | None = None
+    dims: dict[str, list[Any]]
+    zip: bool = False
+    fingerprint: str
+    command: list[str] | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+    cells: list[Cell]
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def check(model: type[BaseModel], data: Any, path: Path, fix: str) -> None:
+    """Validate `data` against `model`; the first problem is one EffbenchError naming file and field."""
+    try:
+        model.model_validate(data)
+    except ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        got = repr(first.get("input"))
+        got = got if len(got) <= 60 else got[:57] + "..."
+        more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        raise EffbenchError(
+            str(path), f"field {_where(first['loc'])}: {first['msg'].lower()}, got {got}{more}; {fix}"
+        ) from None
+
+
+def inside(folder: Path, value: str, field: str, path: Path) -> Path:
+    """`folder / value`, resolved, refused unless it stays inside `folder` (a result file is input)."""
+    base = Path(folder).resolve()
+    target = (base / value).resolve()
+    if not target.is_relative_to(base):
+        raise EffbenchError(
+            str(path),
+            f"field {field}: {value!r} points outside {folder}; a result file may only name paths inside its folder",
+        )
+    return target
