@@ -22,6 +22,7 @@ from tabulate import tabulate
 from effbench.analysis import stats
 from effbench.analysis import windows
 from effbench.errors import EffbenchError
+from effbench.fmt import num
 
 # (key in windows, label, higher is better)
 WINDOW_METRICS = (
@@ -53,10 +54,6 @@ class MetricDelta:
     """True: outside noise; False: within noise; None: no interval (one value on a side)."""
 
 
-def _fmt(v: float | None, digits: int = 2) -> str:
-    return "-" if v is None else f"{v:,.{digits}f}"
-
-
 def _digits(metric: str) -> int:
     return 4 if "top-1" in metric or "loss" in metric or "share" in metric else 2
 
@@ -86,8 +83,8 @@ def window_delta(
     k = _digits(label)
 
     def side(p: float, s: stats.Summary) -> str:
-        ci = f" [{_fmt(s.ci_low, k)}, {_fmt(s.ci_high, k)}]" if s.ci_low is not None else ""
-        return f"{_fmt(p, k)}{ci}"
+        ci = f" [{num(s.ci_low, k)}, {num(s.ci_high, k)}]" if s.ci_low is not None else ""
+        return f"{num(p, k)}{ci}"
 
     delta = pb - pa
     pct = f"{100 * delta / pa:+.1f}%" if pa else "-"
@@ -117,11 +114,11 @@ def no_measurement(record: Mapping[str, Any]) -> str | None:
 def single_delta(label: str, a: float | None, b: float | None) -> MetricDelta:
     k = _digits(label)
     if a is None or b is None:
-        return MetricDelta(label, _fmt(a, k), _fmt(b, k), "-", "-", "-", "not measured on both", None)
+        return MetricDelta(label, num(a, k), num(b, k), "-", "-", "-", "not measured on both", None)
     delta = b - a
     pct = f"{100 * delta / a:+.1f}%" if a else "-"
     verdict = "equal" if delta == 0 else "one value each: no CI, cannot tell noise from change"
-    return MetricDelta(label, _fmt(a, k), _fmt(b, k), f"{delta:+,.{k}f}", pct, "-", verdict, None if delta else False)
+    return MetricDelta(label, num(a, k), num(b, k), f"{delta:+,.{k}f}", pct, "-", verdict, None if delta else False)
 
 
 def _single(record: Mapping[str, Any], key: str) -> float | None:
@@ -151,8 +148,8 @@ def compare_runs(
             rows.append(
                 MetricDelta(
                     label,
-                    "-" if not xa else f"{stats.mean(xa):,.2f}",
-                    "-" if not xb else f"{stats.mean(xb):,.2f}",
+                    "-" if not xa else num(stats.mean(xa)),
+                    "-" if not xb else num(stats.mean(xb)),
                     "-",
                     "-",
                     "-",

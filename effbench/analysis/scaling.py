@@ -12,6 +12,8 @@ from typing import Any
 
 from tabulate import tabulate
 
+from effbench.fmt import fmt_value
+
 HEADERS = (
     "devices",
     "global batch",
@@ -64,23 +66,20 @@ def scaling_rows(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def render(rows: Sequence[Mapping[str, Any]], *, scaling: str, fmt: str = "text") -> str:
-    def f(v: Any, digits: int = 2) -> str:
-        return "-" if v is None else f"{v:,.{digits}f}" if isinstance(v, float) else str(v)
-
     table = tabulate(
         [
             [
-                f(r["devices"]),
-                f(r["global_batch_size"]),
-                f(r["status"]),
-                f(r["throughput_img_s"], 1),
-                f(r["speedup"]),
-                f(r["ideal_speedup"]),
-                f(r["efficiency"]),
-                f(r["data_time_per_epoch_s"]),
-                f(r["compute_time_per_epoch_s"]),
-                f(r["total_time_per_epoch_s"]),
-                f(r["straggler_spread_pct"], 1),
+                fmt_value(r["devices"]),
+                fmt_value(r["global_batch_size"]),
+                fmt_value(r["status"]),
+                fmt_value(r["throughput_img_s"], 1),
+                fmt_value(r["speedup"]),
+                fmt_value(r["ideal_speedup"]),
+                fmt_value(r["efficiency"]),
+                fmt_value(r["data_time_per_epoch_s"]),
+                fmt_value(r["compute_time_per_epoch_s"]),
+                fmt_value(r["total_time_per_epoch_s"]),
+                fmt_value(r["straggler_spread_pct"], 1),
             ]
             for r in rows
         ],  # fmt: skip

@@ -23,6 +23,7 @@ from effbench.report import tables as report
 from effbench.report import sweep_tables as sweep_report
 from effbench.analysis import windows
 from effbench.errors import EffbenchError
+from effbench.fmt import fmt_value
 from effbench.sweep.spec import dim_option, show, varied
 
 REPORT_HTML = "report.html"
@@ -339,7 +340,7 @@ def sweep_html(
                 if srows:
                     from effbench.analysis.scaling import HEADERS
 
-                    body_s = [[_fmt(s.get(k)) for k in ("devices", "global_batch_size", "status", "throughput_img_s", "speedup", "ideal_speedup", "efficiency",
+                    body_s = [[fmt_value(s.get(k)) for k in ("devices", "global_batch_size", "status", "throughput_img_s", "speedup", "ideal_speedup", "efficiency",
                                "data_time_per_epoch_s", "compute_time_per_epoch_s", "total_time_per_epoch_s", "straggler_spread_pct")] for s in srows]  # fmt: skip
                     sections.append(H.Section(f"Scaling [{g}]" if g else "Scaling", [H.table(HEADERS, body_s)]))
     first = next((r["record"] for r in rows if r.get("record")), None)
@@ -365,12 +366,6 @@ def sweep_html(
         f"{len(rows)} cells · {', '.join(f'{k} {v}' for k, v in M.counts(m).items())}",
         sections,
     )
-
-
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "-"
-    return f"{v:,.2f}" if isinstance(v, float) else str(v)
 
 
 def write_sweep_reports(folder: Path, *, cells: bool = False) -> list[Path]:
