@@ -31,3 +31,12 @@ def fmt_value(value: Any, digits: int = 2) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return str(value)
+
+
+def interval(low: float | None, high: float | None, digits: int = 1, *, signed: bool = False) -> str:
+    """A 95% CI as every report prints it, `[low, high]`; `signed` for a difference (`[-2.5, +0.9]`);
+    "-" when there is no interval."""
+    if low is None or high is None:
+        return "-"
+    sign = "+" if signed else ""
+    return f"[{low:{sign},.{digits}f}, {high:{sign},.{digits}f}]"

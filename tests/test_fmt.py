@@ -20,6 +20,8 @@ def test_values_print_one_way():
     assert fmt.fmt_value(1234.5678) == "1,234.57" and fmt.fmt_value(1234.5678, 3) == "1,234.568"
     assert fmt.num(0.5, 1) == "0.5" and fmt.num(3, 2) == "3.00"  # a figure is a figure even when an int
     assert fmt.fmt_value("resnet18") == "resnet18"
+    assert fmt.interval(1398.14, 1421.06) == "[1,398.1, 1,421.1]" and fmt.interval(None, 2.0) == "-"
+    assert fmt.interval(-2.54, 0.91, signed=True) == "[-2.5, +0.9]" and fmt.interval(0.1234, 0.5, 3) == "[0.123, 0.500]"
 
 
 def test_one_gib_and_one_steps_file():

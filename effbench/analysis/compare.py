@@ -22,7 +22,7 @@ from tabulate import tabulate
 from effbench.analysis import stats
 from effbench.analysis import windows
 from effbench.errors import EffbenchError
-from effbench.fmt import num
+from effbench.fmt import interval, num
 
 # (key in windows, label, higher is better)
 WINDOW_METRICS = (
@@ -83,12 +83,12 @@ def window_delta(
     k = _digits(label)
 
     def side(p: float, s: stats.Summary) -> str:
-        ci = f" [{num(s.ci_low, k)}, {num(s.ci_high, k)}]" if s.ci_low is not None else ""
+        ci = f" {interval(s.ci_low, s.ci_high, k)}" if s.ci_low is not None else ""
         return f"{num(p, k)}{ci}"
 
     delta = pb - pa
     pct = f"{100 * delta / pa:+.1f}%" if pa else "-"
-    ci = "-" if d.ci_low is None else f"[{d.ci_low:+,.{k}f}, {d.ci_high:+,.{k}f}]"
+    ci = "-" if d.ci_low is None else interval(d.ci_low, d.ci_high, k, signed=True)
     significant = d.significant
     if d.significant is None:
         verdict = "cannot tell: fewer than 2 windows on a side"
@@ -295,7 +295,7 @@ def slower_gate(a: Mapping[str, Any], a_windows: Sequence[float], b: Mapping[str
         return GateOutcome(
             False, f"PASS {opt}: cannot tell ({figures}): fewer than 2 throughput windows on a side; raise --repeats"
         )
-    ci = f"windows' 95% CI of B - A [{d.ci_low:+,.1f}, {d.ci_high:+,.1f}] img/s"
+    ci = f"windows' 95% CI of B - A {interval(d.ci_low, d.ci_high, signed=True)} img/s"
     if rel >= 0:
         return GateOutcome(False, f"PASS {opt}: B is not slower than A ({rel:+.1f}%; {figures})")
     if -rel <= pct:

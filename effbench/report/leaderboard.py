@@ -12,7 +12,7 @@ from tabulate import tabulate
 from effbench import results
 from effbench.analysis import export
 from effbench.analysis import leaderboard as lb
-from effbench.fmt import num
+from effbench.fmt import interval, num
 from effbench.report import html as H
 from effbench.sweep import manifest as M
 
@@ -38,7 +38,7 @@ def _short(text: str, n: int = 32) -> str:
 def rows(group: lb.Group) -> list[list[str]]:
     out = []
     for e in group.entries:
-        ci = f"[{num(e.ci_low, 1)}, {num(e.ci_high, 1)}]" if e.ci_low is not None else "-"
+        ci = interval(e.ci_low, e.ci_high, 1) if e.ci_low is not None else "-"
         rel = "-" if e.relative is None else f"{100 * e.relative:.1f}%"
         out.append([e.machine, e.status, num(e.median, 1), ci, rel, e.gap, "; ".join(e.differences) or "-"])
     return out

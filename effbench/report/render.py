@@ -23,7 +23,7 @@ from effbench.report import tables as report
 from effbench.report import sweep_tables as sweep_report
 from effbench.analysis import windows
 from effbench.errors import EffbenchError
-from effbench.fmt import fmt_value
+from effbench.fmt import fmt_value, interval
 from effbench.sweep.spec import dim_option, show, varied
 
 REPORT_HTML = "report.html"
@@ -82,7 +82,7 @@ def window_line(w: Mapping[str, Any]) -> str:
     if not s:
         return "no measured steps: no throughput windows"
     ci = (
-        f", 95% CI of the mean [{s['ci_low']:,.1f}, {s['ci_high']:,.1f}]"
+        f", 95% CI of the mean {interval(s['ci_low'], s['ci_high'])}"
         if s.get("ci_low") is not None
         else f" ({s.get('note') or 'no CI'})"
     )

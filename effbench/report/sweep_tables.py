@@ -18,7 +18,7 @@ from tabulate import tabulate
 from effbench.analysis import scaling as scaling_table
 from effbench.analysis import stats
 from effbench.analysis import windows
-from effbench.fmt import fmt_value
+from effbench.fmt import fmt_value, interval
 from effbench.sweep.spec import dim_option, show, varied
 
 
@@ -89,7 +89,7 @@ def throughput_cell(row: Mapping[str, Any]) -> str:
         return "-"
     if row.get("thr_ci_low") is None:
         return f"{med:,.1f}"
-    return f"{med:,.1f} [{row['thr_ci_low']:,.1f}, {row['thr_ci_high']:,.1f}]"
+    return f"{med:,.1f} {interval(row['thr_ci_low'], row['thr_ci_high'])}"
 
 
 def label(row: Mapping[str, Any], dims: Sequence[str]) -> str:

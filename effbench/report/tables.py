@@ -7,7 +7,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from effbench.fmt import fmt_value
+from effbench.fmt import fmt_value, interval
 
 
 def _pct(part: float | None, whole: float | None) -> str:
@@ -72,7 +72,7 @@ def _windows(results: Mapping[str, Any]) -> str:
     s = (w.get("summary") or {}).get("throughput_img_s")
     if not s:
         return "-"
-    ci = f" [{s['ci_low']:,.1f}, {s['ci_high']:,.1f}]" if s.get("ci_low") is not None else f" ({_no_ci(s)})"
+    ci = f" {interval(s['ci_low'], s['ci_high'])}" if s.get("ci_low") is not None else f" ({_no_ci(s)})"
     return f"{s['median']:,.1f}{ci} over {w.get('windows')} windows"
 
 
