@@ -65,24 +65,30 @@ def scaling_rows(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+# (row key, decimals) of each HEADERS column, in order
+COLUMNS = (
+    ("devices", 2),
+    ("global_batch_size", 2),
+    ("status", 2),
+    ("throughput_img_s", 1),
+    ("speedup", 2),
+    ("ideal_speedup", 2),
+    ("efficiency", 2),
+    ("data_time_per_epoch_s", 2),
+    ("compute_time_per_epoch_s", 2),
+    ("total_time_per_epoch_s", 2),
+    ("straggler_spread_pct", 1),
+)
+
+
+def table_rows(rows: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    """The scaling table's cells, one list per row under HEADERS (the text, markdown and HTML tables)."""
+    return [[fmt_value(r[key], digits) for key, digits in COLUMNS] for r in rows]
+
+
 def render(rows: Sequence[Mapping[str, Any]], *, scaling: str, fmt: str = "text") -> str:
     table = tabulate(
-        [
-            [
-                fmt_value(r["devices"]),
-                fmt_value(r["global_batch_size"]),
-                fmt_value(r["status"]),
-                fmt_value(r["throughput_img_s"], 1),
-                fmt_value(r["speedup"]),
-                fmt_value(r["ideal_speedup"]),
-                fmt_value(r["efficiency"]),
-                fmt_value(r["data_time_per_epoch_s"]),
-                fmt_value(r["compute_time_per_epoch_s"]),
-                fmt_value(r["total_time_per_epoch_s"]),
-                fmt_value(r["straggler_spread_pct"], 1),
-            ]
-            for r in rows
-        ],  # fmt: skip
+        table_rows(rows),
         headers=HEADERS,
         tablefmt="github" if fmt == "md" else "simple",
         disable_numparse=True,

@@ -21,9 +21,9 @@ from effbench.sweep import manifest as M
 from effbench import results
 from effbench.report import tables as report
 from effbench.report import sweep_tables as sweep_report
-from effbench.analysis import windows
+from effbench.analysis import scaling, windows
 from effbench.errors import EffbenchError
-from effbench.fmt import fmt_value, interval
+from effbench.fmt import interval
 from effbench.sweep.spec import dim_option, show, varied
 
 REPORT_HTML = "report.html"
@@ -338,11 +338,8 @@ def sweep_html(
             for g, members in sweep_report.groups(rows, names, dim).items():
                 srows = sweep_report.scaling_rows(members)
                 if srows:
-                    from effbench.analysis.scaling import HEADERS
-
-                    body_s = [[fmt_value(s.get(k)) for k in ("devices", "global_batch_size", "status", "throughput_img_s", "speedup", "ideal_speedup", "efficiency",
-                               "data_time_per_epoch_s", "compute_time_per_epoch_s", "total_time_per_epoch_s", "straggler_spread_pct")] for s in srows]  # fmt: skip
-                    sections.append(H.Section(f"Scaling [{g}]" if g else "Scaling", [H.table(HEADERS, body_s)]))
+                    table = H.table(scaling.HEADERS, scaling.table_rows(srows))
+                    sections.append(H.Section(f"Scaling [{g}]" if g else "Scaling", [table]))
     first = next((r["record"] for r in rows if r.get("record")), None)
     if first is not None:
         sections.append(
