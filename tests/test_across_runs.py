@@ -53,8 +53,11 @@ def make_run(
     top1: float = 0.50,
     status: str = "ok",
     config: dict[str, Any] | None = None,
+    headline: float | None = None,
 ) -> Path:
-    """A run folder as `effbench run` writes it today: results.json, env.json, steps.csv (1 s per step)."""
+    """A run folder as `effbench run` writes it today: results.json, env.json, steps.csv (1 s per step).
+    `headline`: the run's own throughput_img_s when it is to differ from the window mean (a run whose
+    steps took unequal times has images/time over all steps != the mean of its windows' rates)."""
     folder.mkdir(parents=True)
     env = {"hostname": host, "torch": "2.14.1+cu130", "cuda_build": "13.0", "cpu_model": "AMD EPYC",
            "cpu_cores_usable": 16, "gpu_count": 1, "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3"}],
@@ -105,7 +108,7 @@ def make_run(
         "ranks": [
             {"rank": 0, "local_rank": 0, "host": host, "device": "cuda:0", "images": sum(thr), "steps": len(thr)}
         ],
-        "throughput_img_s": sum(thr) / len(thr) if thr else None,
+        "throughput_img_s": headline if headline is not None else (sum(thr) / len(thr) if thr else None),
         "data_time_share": 0.1,
         "mfu": 0.25,
         "images_per_j": 4.0,
@@ -136,9 +139,11 @@ def welch_equal(a: list[float], b: list[float]) -> tuple[float, float]:
 # --------------------------------------------------------------------------------------------------
 # compare --fail-if-slower / --fail-if-less-accurate
 # --------------------------------------------------------------------------------------------------
-def _gate(tmp_path: Path, b_thr: list[float], capsys, *extra: Any, b_top1: float = 0.5) -> tuple[int, str, str]:
+def _gate(
+    tmp_path: Path, b_thr: list[float], capsys, *extra: Any, b_top1: float = 0.5, b_headline: float | None = None
+) -> tuple[int, str, str]:
     a = make_run(tmp_path / "A", BASE)
-    b = make_run(tmp_path / "B", b_thr, top1=b_top1)
+    b = make_run(tmp_path / "B", b_thr, top1=b_top1, headline=b_headline)
     return invoke(["compare", a, b, *extra], capsys)
 
 
@@ -169,6 +174,31 @@ def test_equal_passes_and_a_small_significant_slowdown_under_the_threshold_passe
     assert code == 0 and out.strip().splitlines()[-1].startswith("PASS --fail-if-slower 0: B is not slower than A")
     code, out, _ = _gate(tmp_path / "2", [x - 20 for x in BASE], capsys, "--fail-if-slower", "25")
     assert code == 0 and "20.0% slower than A, not more than 25%" in out.strip().splitlines()[-1]
+
+
+def test_the_gate_judges_the_runs_figures_and_the_windows_decide_noise(tmp_path, capsys):
+    """B's own throughput (85 img/s, what `report` prints) is 15% below A's (100), its windows' mean (80) 20%:
+    the gate states and thresholds the 15%, and takes only the interval from the windows."""
+    b = [x - 20 for x in BASE]
+    lo, hi = welch_equal(BASE, b)
+    slowdown = 100 * (100.0 - 85.0) / 100.0  # from the two results.json figures, not from effbench
+    code, out, _ = _gate(tmp_path, b, capsys, "--fail-if-slower", "5", b_headline=85.0)
+    line = out.strip().splitlines()[-1]
+    assert code == 1 and line.startswith(f"FAIL --fail-if-slower 5: B is {slowdown:.1f}% slower than A")
+    assert "A 100.0 img/s, B 85.0 img/s" in line and f"[{lo:+,.1f}, {hi:+,.1f}]" in line
+    # 17%: above the run's 15% slowdown, below the windows' 20% -> the run's figure decides, so it passes
+    code, out, _ = _gate(tmp_path / "2", b, capsys, "--fail-if-slower", "17", b_headline=85.0)
+    assert code == 0 and f"{slowdown:.1f}% slower than A, not more than 17%" in out.strip().splitlines()[-1]
+
+
+def test_a_run_figure_slower_while_the_windows_are_faster_passes(tmp_path, capsys):
+    b = [x + 20 for x in BASE]
+    lo, hi = welch_equal(BASE, b)
+    assert lo > 0  # the windows say B is faster, outside noise
+    code, out, _ = _gate(tmp_path, b, capsys, "--fail-if-slower", "5", b_headline=90.0)
+    line = out.strip().splitlines()[-1]
+    assert code == 0 and line.startswith("PASS --fail-if-slower 5: B is 10.0% slower than A by the runs' figures")
+    assert f"[{lo:+,.1f}, {hi:+,.1f}] img/s lies above 0" in line
 
 
 def test_accuracy_gate_on_final_top1_in_points(tmp_path, capsys):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,9 @@ def test_scaling_sweep_report_has_speedup_efficiency_and_chart(tmp_path):
     assert folder / "plots" / "scaling.png" in files and (folder / "plots" / "scaling.png").stat().st_size > 10_000
     html = (folder / "report.html").read_text()
     assert html.count("<img") == len(list((folder / "plots").glob("*.png"))) and "Scaling [scaling=weak]" in html
+    # one scaling table: the page prints each row's cells as sweep.txt does (img/s to 0.1, speedup to 0.01)
+    assert "<td>2</td><td>128</td><td>ok</td><td>180.0</td><td>1.80</td><td>2.00</td><td>0.90</td>" in html
+    assert re.search(r"^2 +128 +ok +180\.0 +1\.80 +2\.00 +0\.90 ", text, re.M)
 
 
 def test_batch_size_sweep_marks_oom_and_names_the_largest_fit(tmp_path):

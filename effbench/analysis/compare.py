@@ -22,6 +22,7 @@ from tabulate import tabulate
 from effbench.analysis import stats
 from effbench.analysis import windows
 from effbench.errors import EffbenchError
+from effbench.fmt import interval, num
 
 # (key in windows, label, higher is better)
 WINDOW_METRICS = (
@@ -53,10 +54,6 @@ class MetricDelta:
     """True: outside noise; False: within noise; None: no interval (one value on a side)."""
 
 
-def _fmt(v: float | None, digits: int = 2) -> str:
-    return "-" if v is None else f"{v:,.{digits}f}"
-
-
 def _digits(metric: str) -> int:
     return 4 if "top-1" in metric or "loss" in metric or "share" in metric else 2
 
@@ -86,12 +83,12 @@ def window_delta(
     k = _digits(label)
 
     def side(p: float, s: stats.Summary) -> str:
-        ci = f" [{_fmt(s.ci_low, k)}, {_fmt(s.ci_high, k)}]" if s.ci_low is not None else ""
-        return f"{_fmt(p, k)}{ci}"
+        ci = f" {interval(s.ci_low, s.ci_high, k)}" if s.ci_low is not None else ""
+        return f"{num(p, k)}{ci}"
 
     delta = pb - pa
     pct = f"{100 * delta / pa:+.1f}%" if pa else "-"
-    ci = "-" if d.ci_low is None else f"[{d.ci_low:+,.{k}f}, {d.ci_high:+,.{k}f}]"
+    ci = "-" if d.ci_low is None else interval(d.ci_low, d.ci_high, k, signed=True)
     significant = d.significant
     if d.significant is None:
         verdict = "cannot tell: fewer than 2 windows on a side"
@@ -117,11 +114,11 @@ def no_measurement(record: Mapping[str, Any]) -> str | None:
 def single_delta(label: str, a: float | None, b: float | None) -> MetricDelta:
     k = _digits(label)
     if a is None or b is None:
-        return MetricDelta(label, _fmt(a, k), _fmt(b, k), "-", "-", "-", "not measured on both", None)
+        return MetricDelta(label, num(a, k), num(b, k), "-", "-", "-", "not measured on both", None)
     delta = b - a
     pct = f"{100 * delta / a:+.1f}%" if a else "-"
     verdict = "equal" if delta == 0 else "one value each: no CI, cannot tell noise from change"
-    return MetricDelta(label, _fmt(a, k), _fmt(b, k), f"{delta:+,.{k}f}", pct, "-", verdict, None if delta else False)
+    return MetricDelta(label, num(a, k), num(b, k), f"{delta:+,.{k}f}", pct, "-", verdict, None if delta else False)
 
 
 def _single(record: Mapping[str, Any], key: str) -> float | None:
@@ -151,8 +148,8 @@ def compare_runs(
             rows.append(
                 MetricDelta(
                     label,
-                    "-" if not xa else f"{stats.mean(xa):,.2f}",
-                    "-" if not xb else f"{stats.mean(xb):,.2f}",
+                    "-" if not xa else num(stats.mean(xa)),
+                    "-" if not xb else num(stats.mean(xb)),
                     "-",
                     "-",
                     "-",
@@ -266,35 +263,54 @@ class GateOutcome:
 
 
 def slower_gate(a: Mapping[str, Any], a_windows: Sequence[float], b: Mapping[str, Any], b_windows: Sequence[float], pct: float) -> GateOutcome:  # fmt: skip
-    """Fail when mean(B) is below mean(A) by more than `pct` percent and Welch's 95% interval of
-    mean(B) - mean(A) excludes 0 (stats.difference, the interval `compare` prints)."""
+    """Fail when B's throughput is below A's by more than `pct` percent and Welch's 95% interval of
+    mean(B) - mean(A) over the throughput windows lies below 0.
+
+    The slowdown is computed from the runs' own figures (results.json `throughput_img_s`, the one
+    definition in analysis/throughput that `report` and `compare` print), not from the window means,
+    so the gate judges the number the user reads. The windows only decide noise (stats.difference, the
+    interval `compare` prints): a run figure that says slower while the interval says faster passes.
+    """
     opt = f"--fail-if-slower {pct:g}"
-    if b.get("status") != "ok" or not b_windows:
+    tb = b.get("throughput_img_s")
+    if b.get("status") != "ok" or not b_windows or not tb:
         return GateOutcome(True, f"FAIL {opt}: B measured no throughput (status {b.get('status')})")
+    ta = a.get("throughput_img_s")
     if not a_windows:  # a bad baseline is bad input (exit 2), not a regression of B
         raise EffbenchError(
             "--fail-if-slower",
             "the baseline A has no throughput windows (no throughput_windows in its results.json and no steps.csv "
             "beside it); use a results.json written by `effbench run` with measured steps",
         )
+    if not ta:
+        raise EffbenchError(
+            "--fail-if-slower",
+            "the baseline A has no throughput_img_s in its results.json; use a results.json written by "
+            "`effbench run` with measured steps",
+        )
+    rel = 100.0 * (tb - ta) / ta
+    figures = f"A {ta:,.1f} img/s, B {tb:,.1f} img/s"
     d = stats.difference(a_windows, b_windows)
-    ma, mb = stats.mean(a_windows), stats.mean(b_windows)
-    rel = 100.0 * d.relative if d.relative is not None else 0.0
-    means = f"A {ma:,.1f} img/s, B {mb:,.1f} img/s"
     if d.significant is None:
         return GateOutcome(
-            False, f"PASS {opt}: cannot tell ({means}): fewer than 2 throughput windows on a side; raise --repeats"
+            False, f"PASS {opt}: cannot tell ({figures}): fewer than 2 throughput windows on a side; raise --repeats"
         )
-    ci = f"95% CI of B - A [{d.ci_low:+,.1f}, {d.ci_high:+,.1f}] img/s"
+    ci = f"windows' 95% CI of B - A {interval(d.ci_low, d.ci_high, signed=True)} img/s"
     if rel >= 0:
-        return GateOutcome(False, f"PASS {opt}: B is not slower than A ({rel:+.1f}%; {means})")
+        return GateOutcome(False, f"PASS {opt}: B is not slower than A ({rel:+.1f}%; {figures})")
     if -rel <= pct:
-        return GateOutcome(False, f"PASS {opt}: B is {-rel:.1f}% slower than A, not more than {pct:g}% ({means})")
+        return GateOutcome(False, f"PASS {opt}: B is {-rel:.1f}% slower than A, not more than {pct:g}% ({figures})")
     if not d.significant:
         return GateOutcome(
-            False, f"PASS {opt}: B is {-rel:.1f}% slower than A but within noise ({means}; {ci} includes 0)"
+            False, f"PASS {opt}: B is {-rel:.1f}% slower than A but within noise ({figures}; {ci} includes 0)"
         )
-    return GateOutcome(True, f"FAIL {opt}: B is {-rel:.1f}% slower than A ({means}; {ci} excludes 0)")
+    if d.ci_low is not None and d.ci_low > 0:
+        return GateOutcome(
+            False,
+            f"PASS {opt}: B is {-rel:.1f}% slower than A by the runs' figures but faster by its windows "
+            f"({figures}; {ci} lies above 0)",
+        )
+    return GateOutcome(True, f"FAIL {opt}: B is {-rel:.1f}% slower than A ({figures}; {ci} excludes 0)")
 
 
 def top1_of(record: Mapping[str, Any], key: str) -> float | None:

@@ -12,6 +12,8 @@ from typing import Any
 
 from tabulate import tabulate
 
+from effbench.fmt import fmt_value
+
 HEADERS = (
     "devices",
     "global batch",
@@ -63,27 +65,30 @@ def scaling_rows(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def render(rows: Sequence[Mapping[str, Any]], *, scaling: str, fmt: str = "text") -> str:
-    def f(v: Any, digits: int = 2) -> str:
-        return "-" if v is None else f"{v:,.{digits}f}" if isinstance(v, float) else str(v)
+# (row key, decimals) of each HEADERS column, in order
+COLUMNS = (
+    ("devices", 2),
+    ("global_batch_size", 2),
+    ("status", 2),
+    ("throughput_img_s", 1),
+    ("speedup", 2),
+    ("ideal_speedup", 2),
+    ("efficiency", 2),
+    ("data_time_per_epoch_s", 2),
+    ("compute_time_per_epoch_s", 2),
+    ("total_time_per_epoch_s", 2),
+    ("straggler_spread_pct", 1),
+)
 
+
+def table_rows(rows: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    """The scaling table's cells, one list per row under HEADERS (the text, markdown and HTML tables)."""
+    return [[fmt_value(r[key], digits) for key, digits in COLUMNS] for r in rows]
+
+
+def render(rows: Sequence[Mapping[str, Any]], *, scaling: str, fmt: str = "text") -> str:
     table = tabulate(
-        [
-            [
-                f(r["devices"]),
-                f(r["global_batch_size"]),
-                f(r["status"]),
-                f(r["throughput_img_s"], 1),
-                f(r["speedup"]),
-                f(r["ideal_speedup"]),
-                f(r["efficiency"]),
-                f(r["data_time_per_epoch_s"]),
-                f(r["compute_time_per_epoch_s"]),
-                f(r["total_time_per_epoch_s"]),
-                f(r["straggler_spread_pct"], 1),
-            ]
-            for r in rows
-        ],  # fmt: skip
+        table_rows(rows),
         headers=HEADERS,
         tablefmt="github" if fmt == "md" else "simple",
         disable_numparse=True,

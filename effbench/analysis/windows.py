@@ -20,9 +20,9 @@ from typing import Any
 from effbench.analysis import stats
 from effbench.analysis.throughput import job_throughput, slowest
 from effbench.errors import EffbenchError
+from effbench.results import STEPS_FILE
 
 DEFAULT_WINDOWS = 5
-STEPS_FILE = "steps.csv"
 
 
 def _bool(v: Any) -> bool:

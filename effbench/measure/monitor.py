@@ -49,9 +49,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from effbench.fmt import GIB
 from effbench.results import write_csv
 
-GIB = 2**30
 HOST_COLUMNS = (
     "cpu_pct",
     "proc_cpu_pct",

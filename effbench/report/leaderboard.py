@@ -12,6 +12,7 @@ from tabulate import tabulate
 from effbench import results
 from effbench.analysis import export
 from effbench.analysis import leaderboard as lb
+from effbench.fmt import interval, num
 from effbench.report import html as H
 from effbench.sweep import manifest as M
 
@@ -30,10 +31,6 @@ def is_collection(path: Path) -> bool:
     return next(path.rglob(results.RESULTS_FILE), None) is not None
 
 
-def _num(v: float | None, digits: int = 1) -> str:
-    return "-" if v is None else f"{v:,.{digits}f}"
-
-
 def _short(text: str, n: int = 32) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
@@ -41,9 +38,9 @@ def _short(text: str, n: int = 32) -> str:
 def rows(group: lb.Group) -> list[list[str]]:
     out = []
     for e in group.entries:
-        ci = f"[{_num(e.ci_low)}, {_num(e.ci_high)}]" if e.ci_low is not None else "-"
+        ci = interval(e.ci_low, e.ci_high, 1) if e.ci_low is not None else "-"
         rel = "-" if e.relative is None else f"{100 * e.relative:.1f}%"
-        out.append([e.machine, e.status, _num(e.median), ci, rel, e.gap, "; ".join(e.differences) or "-"])
+        out.append([e.machine, e.status, num(e.median, 1), ci, rel, e.gap, "; ".join(e.differences) or "-"])
     return out
 
 

@@ -22,8 +22,9 @@ from effbench.sweep import manifest as M
 from effbench import results
 from effbench.report import tables as report
 from effbench.report import sweep_tables as sweep_report
-from effbench.analysis import windows
+from effbench.analysis import scaling, windows
 from effbench.errors import EffbenchError
+from effbench.fmt import interval
 from effbench.sweep.spec import dim_option, show, varied
 
 REPORT_HTML = "report.html"
@@ -87,7 +88,7 @@ def window_line(w: Mapping[str, Any]) -> str:
     if not s:
         return "no measured steps: no throughput windows"
     ci = (
-        f", 95% CI of the mean [{s['ci_low']:,.1f}, {s['ci_high']:,.1f}]"
+        f", 95% CI of the mean {interval(s['ci_low'], s['ci_high'])}"
         if s.get("ci_low") is not None
         else f" ({s.get('note') or 'no CI'})"
     )
@@ -348,11 +349,8 @@ def sweep_html(
             for g, members in sweep_report.groups(rows, names, dim).items():
                 srows = sweep_report.scaling_rows(members)
                 if srows:
-                    from effbench.analysis.scaling import HEADERS
-
-                    body_s = [[_fmt(s.get(k)) for k in ("devices", "global_batch_size", "status", "throughput_img_s", "speedup", "ideal_speedup", "efficiency",
-                               "data_time_per_epoch_s", "compute_time_per_epoch_s", "total_time_per_epoch_s", "straggler_spread_pct")] for s in srows]  # fmt: skip
-                    sections.append(H.Section(f"Scaling [{g}]" if g else "Scaling", [H.table(HEADERS, body_s)]))
+                    table = H.table(scaling.HEADERS, scaling.table_rows(srows))
+                    sections.append(H.Section(f"Scaling [{g}]" if g else "Scaling", [table]))
     first = next((r["record"] for r in rows if r.get("record")), None)
     if first is not None:
         sections.append(
@@ -376,12 +374,6 @@ def sweep_html(
         f"{len(rows)} cells · {', '.join(f'{k} {v}' for k, v in M.counts(m).items())}",
         sections,
     )
-
-
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "-"
-    return f"{v:,.2f}" if isinstance(v, float) else str(v)
 
 
 def write_sweep_reports(folder: Path, *, cells: bool = False) -> list[Path]:

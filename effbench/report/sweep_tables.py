@@ -18,6 +18,7 @@ from tabulate import tabulate
 from effbench.analysis import scaling as scaling_table
 from effbench.analysis import stats
 from effbench.analysis import windows
+from effbench.fmt import fmt_value, interval
 from effbench.sweep.spec import dim_option, show, varied
 
 
@@ -78,16 +79,6 @@ def cell_row(
     return row
 
 
-def _f(v: Any, digits: int = 2) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return "on" if v else "off"
-    if isinstance(v, float):
-        return f"{v:,.{digits}f}"
-    return str(v)
-
-
 def throughput_cell(row: Mapping[str, Any]) -> str:
     """`412.3 [398.1, 421.0]`: the run's throughput (the headline, as `report` and `compare` print it) and
     the 95% CI of its windows' mean; the status instead when the cell has no figure."""
@@ -98,7 +89,7 @@ def throughput_cell(row: Mapping[str, Any]) -> str:
         return "-"
     if row.get("thr_ci_low") is None:
         return f"{med:,.1f}"
-    return f"{med:,.1f} [{row['thr_ci_low']:,.1f}, {row['thr_ci_high']:,.1f}]"
+    return f"{med:,.1f} {interval(row['thr_ci_low'], row['thr_ci_high'])}"
 
 
 def label(row: Mapping[str, Any], dims: Sequence[str]) -> str:
@@ -134,19 +125,19 @@ def _metrics(row: Mapping[str, Any]) -> list[str]:
     share = row.get("data_time_share")
     mem = row.get("peak_mem_gib")
     mem_text = (
-        _f(mem)
+        fmt_value(mem)
         if mem is not None
         else (f"{row['peak_host_gib']:.2f} host" if row.get("peak_host_gib") is not None else "-")
     )
     return [
         str(row.get("status") or "-"),
         throughput_cell(row),
-        _f(row.get("data_time_per_epoch_s"), 3),
-        _f(row.get("compute_time_per_epoch_s"), 3),
+        fmt_value(row.get("data_time_per_epoch_s"), 3),
+        fmt_value(row.get("compute_time_per_epoch_s"), 3),
         "-" if share is None else f"{100 * share:.1f}%",
-        _f(row.get("train_loss"), 4),
-        _f(row.get("train_top1"), 4),
-        _f(row.get("val_top1"), 4),
+        fmt_value(row.get("train_loss"), 4),
+        fmt_value(row.get("train_top1"), 4),
+        fmt_value(row.get("val_top1"), 4),
         mem_text,
     ]
 

@@ -7,17 +7,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return str(value)
+from effbench.fmt import fmt_value, interval
 
 
 def _pct(part: float | None, whole: float | None) -> str:
@@ -38,38 +28,41 @@ def summary_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
     epochs = results.get("epochs") or []
     val_used = epochs[-1].get("val_images") if epochs else None
     rows = [
-        ("status", _fmt(results.get("status"))),
-        ("arch", _fmt(cfg.get("arch"))),
+        ("status", fmt_value(results.get("status"))),
+        ("arch", fmt_value(cfg.get("arch"))),
         (
             "dataset",
-            f"{_fmt(cfg.get('dataset'))} ({_fmt(data.get('train_size'))} train / {_fmt(data.get('val_size'))} val)",
+            f"{fmt_value(cfg.get('dataset'))} ({fmt_value(data.get('train_size'))} train / {fmt_value(data.get('val_size'))} val)",
         ),
-        ("validation images per epoch (used)", _fmt(val_used)),
-        ("device", _fmt(results.get("device"))),
-        ("world size", _fmt(results.get("world_size"))),
-        ("precision", _fmt(results.get("precision"))),
-        ("batch size per device", _fmt(cfg.get("batch_size"))),
-        ("image size (px)", _fmt(cfg.get("image_size"))),
-        ("optimizer / lr", f"{_fmt(cfg.get('optimizer'))} / {_fmt(cfg.get('lr'), 4)}"),
-        ("freeze / weights", f"{_fmt(cfg.get('freeze'))} / {_fmt(cfg.get('weights'))}"),
-        ("params trainable / total", f"{_fmt(model.get('trainable_params'))} / {_fmt(model.get('total_params'))}"),
-        ("loader / workers", f"{_fmt(loader)} / {_fmt(workers)}"),
-        ("throughput (img/s)", _fmt(results.get("throughput_img_s"), 1)),
+        ("validation images per epoch (used)", fmt_value(val_used)),
+        ("device", fmt_value(results.get("device"))),
+        ("world size", fmt_value(results.get("world_size"))),
+        ("precision", fmt_value(results.get("precision"))),
+        ("batch size per device", fmt_value(cfg.get("batch_size"))),
+        ("image size (px)", fmt_value(cfg.get("image_size"))),
+        ("optimizer / lr", f"{fmt_value(cfg.get('optimizer'))} / {fmt_value(cfg.get('lr'), 4)}"),
+        ("freeze / weights", f"{fmt_value(cfg.get('freeze'))} / {fmt_value(cfg.get('weights'))}"),
+        (
+            "params trainable / total",
+            f"{fmt_value(model.get('trainable_params'))} / {fmt_value(model.get('total_params'))}",
+        ),
+        ("loader / workers", f"{fmt_value(loader)} / {fmt_value(workers)}"),
+        ("throughput (img/s)", fmt_value(results.get("throughput_img_s"), 1)),
         ("throughput windows: median [95% CI]", _windows(results)),
-        ("measured steps / images", f"{_fmt(measured.get('steps'))} / {_fmt(measured.get('images'))}"),
+        ("measured steps / images", f"{fmt_value(measured.get('steps'))} / {fmt_value(measured.get('images'), 3)}"),
         ("data wait share", _pct(measured.get("data_time_s"), measured.get("time_s"))),
-        ("warm-up steps (excluded)", f"{_fmt(warmup.get('steps'))} in {_fmt(warmup.get('time_s'))} s"),
-        ("final val top-1", _fmt(results.get("final", {}).get("val_top1"), 4)),
+        ("warm-up steps (excluded)", f"{fmt_value(warmup.get('steps'))} in {fmt_value(warmup.get('time_s'), 3)} s"),
+        ("final val top-1", fmt_value(results.get("final", {}).get("val_top1"), 4)),
     ]
     if results.get("data_only"):
         rows.insert(1, ("mode", "data-only: loader, augmentation and copy to the device; no model, img/s delivered"))
     if results.get("compile_time_s") is not None:
-        rows.append(("torch.compile time (s, excluded)", _fmt(results["compile_time_s"], 1)))
+        rows.append(("torch.compile time (s, excluded)", fmt_value(results["compile_time_s"], 1)))
     rows += observability_rows(results)
     for option, why in (cfg.get("no_effect") or {}).items():
         rows.append((f"--{option.replace('_', '-')}: no effect", str(why)))
     if results.get("error"):
-        rows.append(("error", _fmt(results["error"].get("message"))))
+        rows.append(("error", fmt_value(results["error"].get("message"))))
     return rows
 
 
@@ -79,7 +72,7 @@ def _windows(results: Mapping[str, Any]) -> str:
     s = (w.get("summary") or {}).get("throughput_img_s")
     if not s:
         return "-"
-    ci = f" [{s['ci_low']:,.1f}, {s['ci_high']:,.1f}]" if s.get("ci_low") is not None else f" ({_no_ci(s)})"
+    ci = f" {interval(s['ci_low'], s['ci_high'])}" if s.get("ci_low") is not None else f" ({_no_ci(s)})"
     return f"{s['median']:,.1f}{ci} over {w.get('windows')} windows"
 
 
@@ -97,16 +90,16 @@ def observability_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Efficiency, utilisation, memory, energy and the profiler's own cost; absent stays '-'."""
     rows: list[tuple[str, str]] = []
     if results.get("flops_per_image") is not None:
-        rows.append(("GFLOP per training image", _fmt(results["flops_per_image"] / 1e9, 3)))
+        rows.append(("GFLOP per training image", fmt_value(results["flops_per_image"] / 1e9, 3)))
     if results.get("flops_forward_per_image") is not None:
-        rows.append(("GFLOP per image, forward only", _fmt(results["flops_forward_per_image"] / 1e9, 3)))
+        rows.append(("GFLOP per image, forward only", fmt_value(results["flops_forward_per_image"] / 1e9, 3)))
     if results.get("achieved_tflops") is not None:
-        rows.append(("achieved TFLOP/s", _fmt(results["achieved_tflops"], 3)))
+        rows.append(("achieved TFLOP/s", fmt_value(results["achieved_tflops"], 3)))
     if results.get("mfu") is not None:
         rows.append(
             (
                 "MFU",
-                f"{100 * results['mfu']:.1f}% of {_fmt(results.get('mfu_peak_tflops_per_device'), 1)} TFLOP/s per device",
+                f"{100 * results['mfu']:.1f}% of {fmt_value(results.get('mfu_peak_tflops_per_device'), 1)} TFLOP/s per device",
             )
         )
     util = results.get("utilization") or {}
@@ -128,9 +121,9 @@ def observability_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
             )
         )
     if results.get("energy_j") is not None:
-        rows.append(("GPU energy (J)", _fmt(results["energy_j"], 0)))
+        rows.append(("GPU energy (J)", fmt_value(results["energy_j"], 0)))
     if results.get("images_per_j") is not None:
-        rows.append(("images per joule", _fmt(results["images_per_j"], 2)))
+        rows.append(("images per joule", fmt_value(results["images_per_j"], 2)))
     prof = results.get("profile") or {}
     if prof.get("profiler_overhead") is not None:
         rows.append(("profiler overhead", f"+{100 * prof['profiler_overhead']:.0f}% step time under the profiler"))
@@ -148,10 +141,10 @@ def phase_rows(results: Mapping[str, Any]) -> list[list[str]]:
         rows.append(
             [
                 p.get("phase"),
-                _fmt(p.get("calls")),
-                _fmt(p.get("cpu_time_s"), 4),
+                fmt_value(p.get("calls")),
+                fmt_value(p.get("cpu_time_s"), 4),
                 _pct(p.get("cpu_share_of_step"), 1.0) if p.get("cpu_share_of_step") is not None else "-",
-                _fmt(p.get("device_time_s"), 4),
+                fmt_value(p.get("device_time_s"), 4),
                 _pct(p.get("device_share_of_step"), 1.0) if p.get("device_share_of_step") is not None else "-",
             ]
         )
@@ -186,18 +179,18 @@ def epoch_rows(results: Mapping[str, Any]) -> list[list[str]]:
     for e in results.get("epochs", []):
         rows.append(
             [
-                _fmt(e.get("epoch")),
-                _fmt(e.get("images")),
-                _fmt(e.get("data_time_s")),
-                _fmt(e.get("compute_time_s")),
-                _fmt(e.get("total_time_s")),
+                fmt_value(e.get("epoch")),
+                fmt_value(e.get("images"), 3),
+                fmt_value(e.get("data_time_s"), 3),
+                fmt_value(e.get("compute_time_s"), 3),
+                fmt_value(e.get("total_time_s"), 3),
                 _pct(e.get("data_time_s"), e.get("total_time_s")),
-                _fmt(e.get("warmup_steps")),
-                _fmt(e.get("throughput_img_s"), 1),  # warm-up excluded, like the headline
-                _fmt(e.get("train_loss"), 4),
-                _fmt(e.get("train_top1"), 4),
-                _fmt(e.get("val_top1"), 4),
-                _fmt(e.get("val_time_s")),
+                fmt_value(e.get("warmup_steps")),
+                fmt_value(e.get("throughput_img_s"), 1),  # warm-up excluded, like the headline
+                fmt_value(e.get("train_loss"), 4),
+                fmt_value(e.get("train_top1"), 4),
+                fmt_value(e.get("val_top1"), 4),
+                fmt_value(e.get("val_time_s"), 3),
             ]
         )
     return rows

@@ -21,7 +21,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-GIB = 2**30
+from effbench.fmt import GIB
+
 # cgroup v1 writes "no limit" as a huge page-rounded number (9223372036854771712 on 4 KiB pages,
 # PAGE_COUNTER_MAX * PAGE_SIZE in the kernel's mm/page_counter.c); anything past 2**60 bytes is
 # treated as that sentinel, since no machine has an exbibyte of memory.

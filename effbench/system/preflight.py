@@ -36,12 +36,11 @@ from typing import Any, Literal, TextIO
 from effbench.config import RunConfig
 from effbench.datasets import dataset_spec
 from effbench.errors import EffbenchError
+from effbench.fmt import GIB, MIB
 from effbench.system.hardware import container_runtime
 from effbench.system.mounts import lost_with_container, read_mountinfo
 
 Level = Literal["error", "warning", "ok"]
-MIB = 2**20
-GIB = 2**30
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,45 @@
+"""The one number formatter (effbench/fmt.py) and the one GIB / STEPS_FILE: expected strings written out by hand."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from effbench import fmt, results
+from effbench.analysis import windows
+from effbench.measure import monitor
+from effbench.system import hardware, preflight
+
+PACKAGE = Path(__file__).resolve().parents[1] / "effbench"
+
+
+def test_values_print_one_way():
+    assert fmt.fmt_value(None) == "-" and fmt.num(None) == "-"
+    assert fmt.fmt_value(True) == "on" and fmt.fmt_value(False) == "off"  # not 1/0: bool is an int
+    assert fmt.fmt_value(1234567) == "1,234,567"
+    assert fmt.fmt_value(1234.5678) == "1,234.57" and fmt.fmt_value(1234.5678, 3) == "1,234.568"
+    assert fmt.num(0.5, 1) == "0.5" and fmt.num(3, 2) == "3.00"  # a figure is a figure even when an int
+    assert fmt.fmt_value("resnet18") == "resnet18"
+    assert fmt.interval(1398.14, 1421.06) == "[1,398.1, 1,421.1]" and fmt.interval(None, 2.0) == "-"
+    assert fmt.interval(-2.54, 0.91, signed=True) == "[-2.5, +0.9]" and fmt.interval(0.1234, 0.5, 3) == "[0.123, 0.500]"
+
+
+def test_one_gib_and_one_steps_file():
+    assert fmt.GIB == 1024 * 1024 * 1024 and fmt.MIB == 1024 * 1024
+    assert hardware.GIB is fmt.GIB and preflight.GIB is fmt.GIB and monitor.GIB is fmt.GIB
+    assert windows.STEPS_FILE is results.STEPS_FILE == "steps.csv"
+
+
+def test_no_module_defines_its_own_formatter_or_constant():
+    """A second copy would drift (yes/no in one table, on/off in another): the copies folded into fmt.py.
+    Report cells are made in report/ and analysis/; byte units and the steps file are package-wide."""
+    formatter = re.compile(r"^def (_fmt|_f|_num)\(", re.M)
+    constant = re.compile(r"^(GIB|MIB|STEPS_FILE) = ", re.M)
+    found = [
+        f"{p.relative_to(PACKAGE)}: {m.group(0)}"
+        for p in PACKAGE.rglob("*.py")
+        if p.name not in ("fmt.py", "results.py")
+        for pattern in ((formatter, constant) if p.parent.name in ("report", "analysis") else (constant,))
+        for m in pattern.finditer(p.read_text())
+    ]
+    assert found == []
