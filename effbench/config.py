@@ -321,7 +321,7 @@ class RunConfig:
         return cls(**kw)
 
     # --- validation and defaults --------------------------------------------------------------
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # noqa: C901 - validation where declared; to split (issue 14)
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
         set_("arch", canonical_arch(self.arch))
         set_("dataset", canonical_dataset(self.dataset))
@@ -400,6 +400,7 @@ class RunConfig:
             set_("weights", self.weights.strip().lower())
         if self.freeze is None:
             set_("freeze", "classifier" if self.weights != "none" else "none")
+        assert self.freeze is not None  # set just above
         mode, n = parse_freeze(self.freeze)
         set_("freeze", f"last:{n}" if mode == "last" else mode)
         if self.batch_size is None:

@@ -135,7 +135,12 @@ def test_srun_on_two_nodes_fills_the_rendezvous(captured, capsys, monkeypatch):
         monkeypatch.setenv(k, v)
     assert invoke(["run", "--smoke"], capsys)[0] == 0
     cfg = captured["cfg"]
-    assert (cfg.nnodes, cfg.node_rank, cfg.rdzv_endpoint, cfg.rdzv_id) == (2, 1, "n3:20099", "99")  # port from the job id
+    assert (cfg.nnodes, cfg.node_rank, cfg.rdzv_endpoint, cfg.rdzv_id) == (
+        2,
+        1,
+        "n3:20099",
+        "99",
+    )  # port from the job id
 
 
 @pytest.mark.parametrize(

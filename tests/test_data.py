@@ -44,7 +44,7 @@ def build(data_dir: Path, dataset: str, *, rank: int = 0, world_size: int = 1, d
 
 
 def all_batches(loader) -> tuple[torch.Tensor, torch.Tensor]:
-    xs, ys = zip(*list(loader))
+    xs, ys = zip(*list(loader), strict=True)
     return torch.cat(xs), torch.cat(ys)
 
 
@@ -127,7 +127,7 @@ def test_imagefolder_train_and_val_folders(imagefolder_split_dir, val_name):
 def test_synthetic_batches_live_on_the_device_and_are_not_copied():
     data = build(Path("unused"), "synthetic", batch_size=16, image_size=24)
     assert data.batches_on_device and data.num_classes == 100 and data.steps_per_epoch == 50_000 // 16
-    first = list(zip(range(6), data.train))
+    first = list(zip(range(6), data.train, strict=False))  # the first 6 batches
     ptrs = [x.data_ptr() for _, (x, _) in first]
     assert len(set(ptrs)) == 4 and ptrs[4] == ptrs[0] and ptrs[5] == ptrs[1]  # a pool of 4, cycled
     x, y = first[0][1]

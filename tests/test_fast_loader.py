@@ -44,7 +44,7 @@ def cifar_like(root: Path, n_train: int = 512, n_test: int = 256) -> Path:
     for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
         d = fakedata.read_cifar_raw(folder / name)
         n = len(d["labels"])
-        planes = [rng.normal(m * 255, s * 255, size=(n, 1024)) for m, s in zip(CIFAR_MEAN, CIFAR_STD)]
+        planes = [rng.normal(m * 255, s * 255, size=(n, 1024)) for m, s in zip(CIFAR_MEAN, CIFAR_STD, strict=True)]
         d["data"] = np.clip(np.concatenate(planes, axis=1), 0, 255).round().astype(np.uint8)
         (folder / name).write_bytes(fakedata.py2_pickle({k.encode(): v for k, v in d.items()}))
     return root
@@ -52,7 +52,7 @@ def cifar_like(root: Path, n_train: int = 512, n_test: int = 256) -> Path:
 
 def epoch_batches(data: DataBundle, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
     data.set_epoch(epoch)
-    xs, ys = zip(*list(data.train))
+    xs, ys = zip(*list(data.train), strict=True)
     return torch.cat(xs), torch.cat(ys)
 
 

@@ -374,7 +374,7 @@ def test_same_seed_and_config_give_bit_identical_losses_and_record_the_command(t
         r = read_results(run)
         assert r["command"][-len(args) - 2 :] == [str(a) for a in args] + ["--output", str(tmp_path / name)]
         assert r["config"]["seed"] == 7
-    assert losses[0] == losses[1] and len(losses[0]) == 5 and all(l for l in losses[0])
+    assert losses[0] == losses[1] and len(losses[0]) == 5 and all(loss for loss in losses[0])
 
 
 # --- nothing executed that should not be --------------------------------------------------------
@@ -866,7 +866,7 @@ def _jpeg_declaring(path: Path, width: int, height: int) -> Path:
 
 def test_a_jpeg_declaring_30000_by_30000_is_refused_by_both_loaders_before_decoding(tmp_path):
     from effbench.data import fast_images
-    from effbench.data.images import read_rgb, skip_reason
+    from effbench.data.images import read_rgb
     from effbench.data.loaders import SkipLog
 
     bomb = _jpeg_declaring(tmp_path / "bomb.jpg", 30000, 30000)

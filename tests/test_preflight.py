@@ -536,7 +536,9 @@ def test_probe_reports_torch_s_warning_when_cuda_is_unusable(monkeypatch):
     import torch
 
     def unusable() -> bool:
-        warnings.warn("CUDA initialization: The NVIDIA driver on your system is too old (found version 11040).")
+        warnings.warn(
+            "CUDA initialization: The NVIDIA driver on your system is too old (found version 11040).", stacklevel=1
+        )
         return False
 
     monkeypatch.setattr(torch.version, "cuda", "13.0")

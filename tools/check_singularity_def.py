@@ -97,7 +97,7 @@ def not_portable(text: str, parsed: Parsed) -> list[tuple[int, str]]:
     return problems
 
 
-def check(text: str, portable: bool = False) -> list[tuple[int, str]]:
+def check(text: str, portable: bool = False) -> list[tuple[int, str]]:  # noqa: C901 - one branch per definition-file section
     """Every problem in a definition file, as (line, message), in line order. `portable`: also
     reject what only Apptainer >= 1.2 understands (%arguments, `{{ }}` templating)."""
     parsed, problems = parse(text)

@@ -73,7 +73,7 @@ PEAK_TFLOPS: dict[str, dict[str, float]] = {
 }
 
 
-def gpu_model(gpu_name: str | None) -> str | None:
+def gpu_model(gpu_name: str | None) -> str | None:  # noqa: C901 - one rule per GPU family, flat on purpose
     """The `PEAK_TFLOPS` key for an NVML / torch device name, or None when it is not in the table.
 
     Names are matched by tokens, so "NVIDIA H100 80GB HBM3" (SXM), "NVIDIA H100 PCIe", "NVIDIA H200",

@@ -26,7 +26,7 @@ from effbench.config import with_range
 from effbench.errors import EffbenchError
 
 # click's UsageError, wherever this Typer takes click from (recent Typer vendors it privately).
-UsageError = typer.BadParameter.__mro__[1]
+UsageError: Any = typer.BadParameter.__mro__[1]
 
 app = typer.Typer(
     name="effbench",

@@ -16,7 +16,7 @@ import tempfile
 import time
 import zlib
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from effbench.datasets import CATALOG, Archive
@@ -131,10 +131,8 @@ def _folder_lock(folder: Path) -> Iterator[None]:
     download from ever exposing a partial folder; it only costs a second download."""
     fd = os.open(folder, os.O_RDONLY)
     try:
-        try:
+        with suppress(OSError):
             fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError:
-            pass
         yield
     finally:
         os.close(fd)  # closing releases the lock

@@ -112,7 +112,9 @@ def read_batch(path: Path, label_key: str, num_classes: int) -> tuple[np.ndarray
     labels_arr = _labels(path, labels, label_key, num_classes)
     n = len(labels_arr)
     if n == 0 or data.shape != (n, PIXELS):
-        raise _corrupt(path, f"'data' has shape {data.shape}; expected {PIXELS} x {n} labels, one row of {PIXELS} values each")
+        raise _corrupt(
+            path, f"'data' has shape {data.shape}; expected {PIXELS} x {n} labels, one row of {PIXELS} values each"
+        )
     images = np.ascontiguousarray(data.reshape(n, 3, SIDE, SIDE).transpose(0, 2, 3, 1))
     return images, labels_arr
 

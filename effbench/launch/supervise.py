@@ -17,6 +17,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
+import contextlib
 
 GRACE_S = 20.0  # after a forwarded signal: time for ranks to write what they measured
 
@@ -30,10 +31,8 @@ class ChildFailure:
     def describe(self) -> str:
         how = f"exit code {self.exitcode}"
         if self.exitcode < 0:
-            try:
+            with contextlib.suppress(ValueError):
                 how = f"killed by {signal.Signals(-self.exitcode).name}"
-            except ValueError:
-                pass
         return f"rank {self.rank} failed ({how}){': ' + self.detail if self.detail else ''}"
 
 
@@ -51,9 +50,9 @@ _TRACE_RE = re.compile(r"^\s*traceback\s*:\s*(.+)$")
 
 def parse_failure(lines: Sequence[str]) -> ChildFailure | None:
     """The root-cause rank from torchrun's ChildFailedError summary, if the output has one."""
-    start = next((i for i, l in enumerate(lines) if "Root Cause" in l), None)
+    start = next((i for i, line in enumerate(lines) if "Root Cause" in line), None)
     if start is None:
-        start = next((i for i, l in enumerate(lines) if "Failures:" in l), None)
+        start = next((i for i, line in enumerate(lines) if "Failures:" in line), None)
     if start is None:
         return None
     rank = code = None
@@ -141,7 +140,5 @@ def die_with_parent(signum: int = signal.SIGTERM, parent: int | None = None) -> 
 
 
 def _killpg(pgid: int, signum: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -51,6 +51,7 @@ from typing import Any
 
 from effbench.fmt import GIB
 from effbench.results import write_csv
+import contextlib
 
 HOST_COLUMNS = (
     "cpu_pct",
@@ -136,10 +137,8 @@ class _GpuProbe:
         }
         row: dict[str, float] = {}
         for metric, fn in reads.items():
-            try:
+            with contextlib.suppress(Exception):  # one failed NVML call drops one value, nothing else
                 row[gpu_column(self.index, metric)] = fn()
-            except Exception:  # one failed NVML call drops one value, nothing else
-                pass
         energy = self._energy_mj()
         if energy is not None:
             if self._energy0_mj is None:  # the counter answered late: count from its first answer
@@ -433,10 +432,8 @@ class UtilizationSampler:
 
     def _stop_nvml(self) -> None:
         if self._nvml is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self._nvml.nvmlShutdown()
-            except Exception:
-                pass
             self._nvml = None
 
     def _run(self) -> None:

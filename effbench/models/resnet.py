@@ -73,7 +73,7 @@ class ResNet18(StagedModel):
         self.bn1 = _norm(WIDTHS[0], batch_norm)
         self.relu = nn.ReLU(inplace=True)
         cin = WIDTHS[0]
-        for i, (cout, depth) in enumerate(zip(WIDTHS, DEPTHS), start=1):
+        for i, (cout, depth) in enumerate(zip(WIDTHS, DEPTHS, strict=True), start=1):
             stride = 1 if i == 1 else 2  # each later stage halves the map (Table 1)
             blocks = [BasicBlock(cin, cout, stride, batch_norm)]
             blocks += [BasicBlock(cout, cout, 1, batch_norm) for _ in range(depth - 1)]

@@ -11,6 +11,7 @@ value) is named in the report instead; it never stops the others.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -309,14 +310,10 @@ def sweep_plots(
                     (r["devices"], r["throughput_img_s"], r["efficiency"]) for r in sweep_report.scaling_rows(members)
                 ]
             xlabel = "GPUs" if dim == "gpus" else "CPU processes"
-            _draw(
-                made,
-                problems,
-                f"Throughput and efficiency vs {xlabel} (dotted: ideal)",
-                lambda series_s=series_s, xlabel=xlabel: plots.scaling(
-                    series_s, out_dir / "scaling.png", title="Scaling", xlabel=xlabel
-                ),
-            )
+            draw = functools.partial(
+                plots.scaling, series_s, out_dir / "scaling.png", title="Scaling", xlabel=xlabel
+            )  # bound now, not a closure over the loop's names
+            _draw(made, problems, f"Throughput and efficiency vs {xlabel} (dotted: ideal)", draw)
     return made, problems
 
 

@@ -319,7 +319,7 @@ def run_benchmark(
         )  # fmt: skip
 
 
-def _run_benchmark(
+def _run_benchmark(  # noqa: C901 - prepare -> measure -> finish split pending (issue 14 item 2)
     cfg: RunConfig,
     *,
     plan: LaunchPlan,

@@ -181,7 +181,7 @@ def default_name(spec: SweepSpec, dims: Mapping[str, Any]) -> str:
 def _combinations(dims: Mapping[str, tuple[Any, ...]], zipped: bool) -> list[dict[str, Any]]:
     keys = list(dims)
     if not zipped:
-        return [dict(zip(keys, combo)) for combo in itertools.product(*(dims[k] for k in keys))]
+        return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(dims[k] for k in keys))]
     lengths = {k: len(v) for k, v in dims.items() if len(v) > 1}
     if len(set(lengths.values())) > 1:
         detail = ", ".join(f"{dim_option(k)} has {n}" for k, n in lengths.items())

@@ -80,10 +80,8 @@ def nvml_session() -> Iterator[Any]:
     try:
         yield pynvml
     finally:
-        try:
+        with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
-        except Exception:
-            pass
 
 
 def _decode(value: Any) -> str:

@@ -557,7 +557,7 @@ def _parse_cuda(version: str | None) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def check_gpus(cfg: RunConfig, gpu: GpuState, env: Mapping[str, str], requested: int) -> list[Finding]:
+def check_gpus(cfg: RunConfig, gpu: GpuState, env: Mapping[str, str], requested: int) -> list[Finding]:  # noqa: C901 - one finding per GPU condition
     """GPUs: visible at all, as many as asked, a driver new enough, an architecture torch can run.
 
     With --device cuda or --gpus N the problems are errors. With --device auto they are warnings:
