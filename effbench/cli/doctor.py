@@ -31,8 +31,15 @@ def findings_table(findings: list[preflight.Finding]) -> str:
     """check | status | message | fix, one row per finding (pure: findings in, text out)."""
     from tabulate import tabulate
 
-    rows = [(f.check, STATUS[f.level], f.message, f.fix if f.level != "ok" else "") for f in findings]
+    rows = [(f.check, STATUS[f.level], f.message, _fix(f)) for f in findings]
     return tabulate(rows, headers=["check", "status", "message", "fix"], tablefmt="simple", maxcolwidths=COLUMN_WIDTHS)
+
+
+def _fix(f: preflight.Finding) -> str:
+    """The fix, led by the option to change when the finding blames one (as `run`'s error line does)."""
+    if f.level == "ok":
+        return ""
+    return f"{f.option}: {f.fix}" if f.option and f.fix else f.fix
 
 
 def environment_summary(gpu: preflight.GpuState) -> list[tuple[str, str]]:
