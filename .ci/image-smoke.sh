@@ -37,8 +37,8 @@ IMAGE=${IMAGE:-localhost/effbench:ci-smoke}
 BASE=${BASE:-localhost/effbench-ci-base:bookworm}
 SUITE=${SUITE:-bookworm}
 RUN_UID=${RUN_UID:-23456}          # neither root nor the image's 10001; no passwd entry in the image
-BUILD_TIMEOUT=${BUILD_TIMEOUT:-720}
-RUN_TIMEOUT=${RUN_TIMEOUT:-300}
+BUILD_TIMEOUT=${BUILD_TIMEOUT:-1500}
+RUN_TIMEOUT=${RUN_TIMEOUT:-600}
 FAIL_FAST_TIMEOUT=${FAIL_FAST_TIMEOUT:-120}
 # The effbench layers (wheel copy + install) hold the package (~0.7 MiB of source): a bound far
 # below the venv's gigabytes that still fails if the venv or torch slipped into them.
