@@ -59,6 +59,8 @@ def make_run(
     `headline`: the run's own throughput_img_s when it is to differ from the window mean (a run whose
     steps took unequal times has images/time over all steps != the mean of its windows' rates)."""
     folder.mkdir(parents=True)
+    assert all(float(x).is_integer() for x in thr), "images per 1 s step: whole numbers, as a run writes them"
+    images = [int(x) for x in thr]
     env = {"hostname": host, "torch": "2.14.1+cu130", "cuda_build": "13.0", "cpu_model": "AMD EPYC",
            "cpu_cores_usable": 16, "gpu_count": 1, "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3"}],
            "driver_version": driver, "container_runtime": "docker", "cgroup_cpu_quota_cores": None,
@@ -85,7 +87,7 @@ def make_run(
             {
                 "epoch": 0,
                 "steps": len(thr),
-                "images": sum(thr),
+                "images": sum(images),
                 "data_time_s": 0.1 * len(thr),
                 "compute_time_s": 0.9 * len(thr),
                 "total_time_s": 1.0 * len(thr),
@@ -100,13 +102,13 @@ def make_run(
         "warmup": {"steps": 1, "images": 1, "data_time_s": 0.5, "compute_time_s": 0.5, "time_s": 1.0},
         "measured": {
             "steps": len(thr),
-            "images": sum(thr),
+            "images": sum(images),
             "data_time_s": 0.1 * len(thr),
             "compute_time_s": 0.9 * len(thr),
             "time_s": 1.0 * len(thr),
         },
         "ranks": [
-            {"rank": 0, "local_rank": 0, "host": host, "device": "cuda:0", "images": sum(thr), "steps": len(thr)}
+            {"rank": 0, "local_rank": 0, "host": host, "device": "cuda:0", "images": sum(images), "steps": len(thr)}
         ],
         "throughput_img_s": headline if headline is not None else (sum(thr) / len(thr) if thr else None),
         "data_time_share": 0.1,
@@ -121,7 +123,7 @@ def make_run(
     rows = [{"epoch": 0, "step": 0, "warmup": True, "images": 1, "loss": 1.0, "top1": 0.0, "data_time_s": 0.5,
              "compute_time_s": 0.5}]  # fmt: skip
     rows += [{"epoch": 0, "step": i + 1, "warmup": False, "images": t, "loss": 1.0, "top1": 0.5, "data_time_s": 0.1,
-              "compute_time_s": 0.9} for i, t in enumerate(thr)]  # fmt: skip
+              "compute_time_s": 0.9} for i, t in enumerate(images)]  # fmt: skip
     results.write_csv(folder / results.STEPS_FILE, results.STEP_FIELDS, rows)
     return folder
 
