@@ -137,3 +137,13 @@ def test_gpu_checks_pass(tmp_path, capsys):
     doc = json.loads((only_run(tmp_path) / "selftest.json").read_text())
     assert code == 0, out + err
     assert {c["name"]: c["status"] for c in doc["checks"]}["timing vs CUDA events"] == "PASS"
+
+
+def test_allreduce_meets_under_a_relative_output_folder(tmp_path, monkeypatch):
+    """CI runs `effbench selftest --output results`: the ranks' file:// rendezvous must not read "results" as a host."""
+    from effbench.selftest.reference import allreduce_busbw_gb_s
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results").mkdir()
+    res = allreduce_busbw_gb_s("results", backend="gloo", numel=16, iters=2)
+    assert res["correct"] and res["busbw_gb_s"] > 0

@@ -129,7 +129,8 @@ def allreduce_busbw_gb_s(
 
     ctx = mp.get_context("spawn")
     out = ctx.SimpleQueue()
-    init_file = os.path.join(folder, "allreduce-init")
+    # absolute: file://results/x would name host "results" (an --output given as a relative path hung here)
+    init_file = os.path.join(os.path.abspath(folder), "allreduce-init")
     procs = [
         ctx.Process(target=_allreduce_rank, args=(r, world, init_file, numel, iters, backend, out))
         for r in range(world)
