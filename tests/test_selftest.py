@@ -11,7 +11,7 @@ from clitools import invoke, only_run
 
 from effbench.selftest import checks as st
 from effbench.selftest.probe import Probe
-from effbench.selftest.reference import bare_loop_img_s, depthwise_net, layer_flops
+from effbench.selftest.reference import bare_loop_step_img_s, depthwise_net, layer_flops
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -57,7 +57,7 @@ def test_only_runs_the_named_checks(tmp_path, capsys, monkeypatch):
 
 @pytest.mark.parametrize(
     ("args", "option"),
-    [(["--device", "tpu"], "--device"), (["--rounds", "0"], "--rounds")]
+    [(["--device", "tpu"], "--device"), (["--rounds", "0"], "--rounds"), (["--rounds", "1"], "--rounds")]
     + ([] if torch.cuda.is_available() else [(["--device", "cuda"], "--device")]),
 )
 def test_bad_options_are_one_line_exit_2(args, option, tmp_path, capsys, monkeypatch):
@@ -111,11 +111,49 @@ def test_probe_sees_the_autocast_dtype_and_one_interval_per_step():
     assert st.precision_row("p", "bf16", [probe.dtypes, {}]).status == st.FAIL  # a rank that saw nothing
 
 
-def test_bare_loop_counts_images_per_second():
+def test_bare_loop_times_every_measured_step():
     model = depthwise_net()
-    got = bare_loop_img_s(model, batch=4, image_size=16, classes=10, device=torch.device("cpu"), steps=2, warmup=1,
-                          threads=torch.get_num_threads())  # fmt: skip
-    assert got > 0
+    got = bare_loop_step_img_s(model, batch=4, image_size=16, classes=10, device=torch.device("cpu"), steps=3,
+                               warmup=1, threads=torch.get_num_threads())  # fmt: skip
+    assert len(got) == 3 and all(v > 0 for v in got)
+
+
+@pytest.mark.parametrize(
+    ("measured", "reference", "status", "ratio"),
+    [
+        # a harness as fast as the loop, with contention slowing some steps of both: PASS on the best steps
+        ([[100, 60, 99.5], [70, 99.9]], [[80, 100.0], [99.8, 50]], st.PASS, 1.0),
+        # a harness 10% slower in every step, reproduced: FAIL, whatever the noise on the slow steps
+        ([[90, 40], [89.5, 60]], [[100, 30], [99.5, 70]], st.FAIL, 0.9),
+        # exactly at the tolerance: PASS
+        ([[97, 50], [96.9]], [[100], [99.9, 20]], st.PASS, 0.97),
+        # the best step was a one-off (no other round within 2%): too noisy to judge either way
+        ([[120, 60], [90]], [[100], [99]], st.SKIP, 1.2),
+        ([[100], [99]], [[100], [80, 70]], st.SKIP, 1.0),
+        # one round only: nothing reproduced
+        ([[100, 99]], [[100], [99]], st.SKIP, None),
+    ],
+)
+def test_fastest_steps_are_compared_only_when_a_second_round_reproduces_them(measured, reference, status, ratio):
+    got, r, best_m, best_r, why = st.compare_fastest_steps(measured, reference, min_ratio=0.97, agree=0.02)
+    assert got == status, why
+    if ratio is not None:
+        # the ratio of the fastest steps, computed here by hand from the inputs
+        assert r == pytest.approx(max(map(max, measured)) / max(map(max, reference)))
+        assert r == pytest.approx(ratio, abs=0.005)
+    if status == st.SKIP:
+        assert "rerun" in why or "fewer than 2 rounds" in why
+
+
+def test_step_img_s_reads_measured_steps_only(tmp_path):
+    path = tmp_path / "steps.csv"
+    path.write_text(
+        "epoch,step,warmup,images,loss,top1,data_time_s,compute_time_s\n"
+        "1,1,True,16,2.3,0.1,0.5,0.5\n"
+        "1,2,False,16,2.2,0.1,0.1,0.3\n"
+        "1,3,False,8,2.1,0.1,0.0,0.1\n"
+    )
+    assert st.step_img_s(path) == pytest.approx([16 / 0.4, 8 / 0.1])
 
 
 @pytest.mark.slow

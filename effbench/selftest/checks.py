@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import os
-import statistics
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -44,7 +43,7 @@ class SelftestConfig:
     output: Path = Path("results")
     """Parent folder of the selftest folder (selftest.json and the runs it made)."""
     rounds: int = 5
-    """Alternating harness / bare-loop rounds of the throughput check (the median ratio is judged)."""
+    """Alternating harness / bare-loop rounds of the throughput check (each side's fastest step is judged)."""
     steps: int = 20
     """Measured steps per run of the throughput check (after `warmup_steps`)."""
     warmup_steps: int = 2
@@ -55,7 +54,9 @@ class SelftestConfig:
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
             raise EffbenchError("--device", f"{self.device!r} is not one of {', '.join(DEVICES)}")
-        for name in ("rounds", "steps", "warmup_steps"):
+        if int(self.rounds) < 2:  # a fastest step counts only when a second round reproduces it
+            raise EffbenchError("--rounds", f"must be at least 2, got {self.rounds}")
+        for name in ("steps", "warmup_steps"):
             if int(getattr(self, name)) < 1:
                 raise EffbenchError(f"--{name.replace('_', '-')}", f"must be at least 1, got {getattr(self, name)}")
         self.output = Path(self.output)
@@ -101,6 +102,7 @@ HARNESS_MODEL: dict[str, Any] = {
 # The precision and DDP runs only need a few real steps: CPU bf16 convolutions are emulated (~10x fp32)
 # On CUDA, steps long enough (~10 ms) that host overhead outside the forward..step span stays far below 3%
 CUDA_RUN: dict[str, Any] = {"image_size": 64, "batch_size": 128}
+DATA_ROUNDS = 4  # alternating rounds per loader of the data-path check: a best reproduced by a second round
 TINY_RUN: dict[str, Any] = {"image_size": 16, "batch_size": 2, "max_steps": 3, "warmup_steps": 1}
 
 
@@ -165,13 +167,40 @@ def precision_row(name: str, recorded: str | None, dtypes_seen: list[dict[str, i
     )  # fmt: skip
 
 
-def fastest_step_img_s(steps_csv: Path) -> float:
-    """Images/s of the harness's fastest measured step (data wait + compute), from the run's steps.csv: the
-    same statistic as the bare loop's (reference.bare_loop_img_s says why)."""
+def step_img_s(steps_csv: Path) -> list[float]:
+    """Images/s of each measured step (data wait + compute) of a run, from its steps.csv (warm-up excluded)."""
     with open(steps_csv) as f:
         rows = [r for r in csv.DictReader(f) if r["warmup"] != "True"]
-    times = [float(r["data_time_s"]) + float(r["compute_time_s"]) for r in rows]
-    return int(rows[0]["images"]) / min(times)
+    return [int(r["images"]) / (float(r["data_time_s"]) + float(r["compute_time_s"])) for r in rows]
+
+
+def compare_fastest_steps(
+    measured_rounds: list[list[float]], reference_rounds: list[list[float]], *, min_ratio: float, agree: float
+) -> tuple[str, float, float, float, str]:
+    """(status, ratio, measured best, reference best, why) from per-step img/s of alternating rounds.
+
+    Each side is judged by its fastest step over all rounds: on a shared machine the OS only ever adds time
+    to a step, while a cost of the code itself is in every step. That best must be *reproduced*: another
+    round's fastest step within `agree` of it, on both sides. Where it is not, the machine was too noisy
+    (another process, a frequency change) to resolve the tolerance, and the check says so (SKIP) instead
+    of passing or failing on noise. Pure: numbers in, verdict out.
+    """
+    bests = []
+    scatter = 0.0
+    for rounds in (measured_rounds, reference_rounds):
+        per_round = sorted((max(r) for r in rounds if r), reverse=True)
+        if len(per_round) < 2:
+            return SKIP, float("nan"), float("nan"), float("nan"), "fewer than 2 rounds with a measured step"
+        bests.append(per_round[0])
+        scatter = max(scatter, 1 - per_round[1] / per_round[0])
+    ratio = bests[0] / bests[1]
+    if scatter > agree:
+        why = (
+            f"inconclusive: a round's fastest step was {scatter:.1%} off the best (needs <= {agree:.0%} to resolve "
+            f"{1 - min_ratio:.0%}); this machine is too noisy now, rerun it idle"
+        )
+        return SKIP, ratio, bests[0], bests[1], why
+    return (PASS if ratio >= min_ratio else FAIL), ratio, bests[0], bests[1], f"best rounds agree within {scatter:.1%}"
 
 
 def _rel(a: float, b: float) -> float:
@@ -186,13 +215,13 @@ def check_harness_vs_bare(ctx: Context) -> list[Check]:
 
     from effbench.config import RunConfig
     from effbench.models import build_model
-    from effbench.selftest.reference import bare_loop_img_s
+    from effbench.selftest.reference import bare_loop_step_img_s
 
     cfg = ctx.cfg
-    ratios, threads = [], None
+    rounds: dict[str, list[list[float]]] = {"harness": [], "bare": []}
+    threads = None
     for r in range(cfg.rounds):
         order = ("harness", "bare") if r % 2 == 0 else ("bare", "harness")  # alternate: drift hits both sides
-        got: dict[str, float] = {}
         for side in order:
             if side == "harness" or threads is None:
                 # the bare loop's optimizer kernel (foreach on CUDA, the per-parameter loop on the CPU): same math
@@ -200,27 +229,27 @@ def check_harness_vs_bare(ctx: Context) -> list[Check]:
                 res = harness(ctx, precision="fp32", optimizer_impl=impl)
                 threads = int(res["launch"]["threads_per_proc"])
                 if side == "harness":
-                    got["harness"] = fastest_step_img_s(Path(res["_run_dir"]) / "steps.csv")
+                    rounds["harness"].append(step_img_s(Path(res["_run_dir"]) / "steps.csv"))
                     continue
             rc = RunConfig(dataset="synthetic", weights="none", freeze="none", **HARNESS_MODEL)
             model = build_model(rc, 10).model  # the same model the harness trains; the loop is the selftest's
-            got["bare"] = bare_loop_img_s(
+            rounds["bare"].append(bare_loop_step_img_s(
                 model, batch=HARNESS_MODEL["batch_size"], image_size=HARNESS_MODEL["image_size"], classes=10,
                 device=ctx.device, steps=cfg.steps, warmup=cfg.warmup_steps, threads=threads,
-            )  # fmt: skip
-        ratios.append(got["harness"] / got["bare"])
-    ratio = statistics.median(ratios)
+            ))  # fmt: skip
     torch.set_num_threads(threads or torch.get_num_threads())
+    status, ratio, best_h, best_b, why = compare_fastest_steps(
+        rounds["harness"], rounds["bare"], min_ratio=0.97, agree=0.02
+    )
     return [
         Check(
             "harness vs bare loop",
-            PASS if ratio >= 0.97 else FAIL,
-            round(ratio, 3),
-            1.0,
-            ">= 0.97",
-            f"fastest-step img/s ratio, median of {cfg.rounds} alternating rounds ({', '.join(f'{x:.3f}' for x in ratios)}); "
-            f"resnet18 {HARNESS_MODEL['image_size']} px batch {HARNESS_MODEL['batch_size']} fp32, "
-            f"{cfg.steps} steps after {cfg.warmup_steps}, {threads} thread(s)",
+            status,
+            f"{best_h:.1f} img/s ({ratio:.3f}x)",
+            f"{best_b:.1f} img/s",
+            "ratio >= 0.97",
+            f"fastest step of {cfg.rounds} alternating rounds each, {why}; resnet18 {HARNESS_MODEL['image_size']} px "
+            f"batch {HARNESS_MODEL['batch_size']} fp32, {cfg.steps} steps after {cfg.warmup_steps}, {threads} thread(s)",
         )  # fmt: skip
     ]
 
@@ -389,24 +418,29 @@ def check_ddp(ctx: Context) -> list[Check]:
 def check_data_path(ctx: Context) -> list[Check]:
     from effbench.selftest.reference import write_image_folder
 
-    root = write_image_folder(ctx.folder / "images", classes=4, per_class=24, size=40)
-    got = {}
-    for loader in ("fast", "torchvision"):
-        res = harness(ctx, dataset="imagefolder", data_dir=root, data_only=True, loader=loader, image_size=32,
-                      batch_size=16, max_steps=None, warmup_steps=1, val_fraction=0.25)  # fmt: skip
-        got[loader] = res
-    fast, tv = (float(got[k]["throughput_img_s"]) for k in ("fast", "torchvision"))
-    same = got["fast"]["measured"]["images"] == got["torchvision"]["measured"]["images"]
-    ok = same and fast >= 0.9 * tv
+    root = write_image_folder(ctx.folder / "images", classes=4, per_class=48, size=40)
+    rounds: dict[str, list[list[float]]] = {"fast": [], "torchvision": []}
+    images: dict[str, set[int]] = {"fast": set(), "torchvision": set()}
+    for r in range(DATA_ROUNDS):
+        for loader in ("fast", "torchvision") if r % 2 == 0 else ("torchvision", "fast"):
+            res = harness(ctx, dataset="imagefolder", data_dir=root, data_only=True, loader=loader, image_size=32,
+                          batch_size=16, max_steps=None, warmup_steps=1, val_fraction=0.25)  # fmt: skip
+            rounds[loader].append(step_img_s(Path(res["_run_dir"]) / "steps.csv"))
+            images[loader].add(int(res["measured"]["images"]))
+    same = len(images["fast"] | images["torchvision"]) == 1
+    status, ratio, best_fast, best_tv, why = compare_fastest_steps(
+        rounds["fast"], rounds["torchvision"], min_ratio=0.9, agree=0.05
+    )
     return [
         Check(
             "data path: fast vs torchvision loader",
-            PASS if ok else FAIL,
-            f"{fast:.1f} img/s",
-            f"{tv:.1f} img/s",
-            "fast >= 0.9 x torchvision, same images",
-            f"--data-only on {root.name}/: 96 generated JPEGs 40 px (72 train), 32 px crops, batch 16, 0 workers"
-            + ("" if same else "; the loaders delivered different image counts"),
+            status if same else FAIL,
+            f"{best_fast:.1f} img/s ({ratio:.3f}x)",
+            f"{best_tv:.1f} img/s",
+            "ratio >= 0.9, same images",
+            f"fastest batch of {DATA_ROUNDS} alternating --data-only rounds each, {why}; {root.name}/: 192 generated "
+            "JPEGs 40 px (144 train), 32 px crops, batch 16, 0 workers"
+            + ("" if same else f"; the loaders delivered different image counts {images}"),
         )  # fmt: skip
     ]
 

@@ -11,11 +11,11 @@ from math import prod
 from typing import Any
 
 
-def bare_loop_img_s(
+def bare_loop_step_img_s(
     model: Any, *, batch: int, image_size: int, classes: int, device: Any, steps: int, warmup: int, threads: int,
     autocast_dtype: Any = None,
-) -> float:  # fmt: skip
-    """Images/s of the fastest of `steps` plain SGD steps on one fixed random batch, after `warmup` untimed steps.
+) -> list[float]:  # fmt: skip
+    """Images/s of each of `steps` plain SGD steps on one fixed random batch, after `warmup` untimed steps.
 
     The optimizer is torch's SGD with effbench's defaults (lr 0.1, momentum 0.9, weight decay 5e-4);
     one device sync per step on CUDA, as any honest timer needs.
@@ -45,9 +45,7 @@ def bare_loop_img_s(
         t0 = time.perf_counter()
         step()
         times.append(time.perf_counter() - t0)
-    # the fastest step: on a shared CPU the OS only ever adds time to a step (measured here: single rounds of
-    # median steps scattered 0.73..1.35 on an idle 2-core VM), while a cost of the loop itself is in every step
-    return batch / min(times)
+    return [batch / t for t in times]
 
 
 def layer_flops(model: Any, images: Any, labels: Any) -> tuple[float, float]:
