@@ -347,6 +347,9 @@ def check_output_persists(output: Path, runtime: str, probes: Probes) -> list[Fi
     `docker commit` can still save it, but said before and after the run (cli/app.py)."""
     if runtime not in ("docker", "podman"):
         return []
+    # docker refuses a relative container side in -v ("results" from `--output results`): name the
+    # folder as this process sees it, resolved against the cwd, which is where the run writes.
+    output = Path(os.path.abspath(output))
     mountinfo = probes.mountinfo()
     why = lost_with_container(output, mountinfo) if mountinfo else None
     if why is None:
