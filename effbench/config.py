@@ -12,6 +12,7 @@ import dataclasses
 import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -321,96 +322,123 @@ class RunConfig:
         return cls(**kw)
 
     # --- validation and defaults --------------------------------------------------------------
-    def __post_init__(self) -> None:  # noqa: C901 - validation where declared; to split (issue 14)
-        set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
-        set_("arch", canonical_arch(self.arch))
-        set_("dataset", canonical_dataset(self.dataset))
-        set_("optimizer", _choice("--optimizer", self.optimizer, OPTIMIZERS, {}))
-        set_("precision", _choice("--precision", self.precision, PRECISIONS, {}))
-        set_("device", _choice("--device", self.device, DEVICES, {}))
-        set_("loader", _choice("--loader", self.loader, LOADERS, {}))
-        set_("optimizer_impl", _choice("--optimizer-impl", self.optimizer_impl, OPTIMIZER_IMPLS, {}))
-        set_("strategy", _choice("--strategy", self.strategy, STRATEGIES, {}))
-        set_("scaling", _choice("--scaling", self.scaling, SCALING_MODES, {}))
-
+    def __post_init__(self) -> None:
+        # In this order, so the first error a user sees is the same as it always was: names, ranges,
+        # combinations, paths; then the defaults that depend on other fields.
+        self._canonicalize()
         for f in dataclasses.fields(self):  # every numeric option: finite and inside its declared range
             value = getattr(self, f.name)
             if "range" in f.metadata and value is not None:
                 _check_range(f.name, value, f.metadata["range"])
-        if self.gpus is not None and self.device == "cpu":
-            raise EffbenchError("--gpus", "counts GPUs, but --device cpu was given; use --nproc N for CPU processes")
-        if self.nproc is not None and self.device == "cuda":
-            raise EffbenchError("--nproc", "counts CPU processes, but --device cuda was given; use --gpus N on GPUs")
-        if self.strategy == "dp" and self.device == "cpu":
-            raise EffbenchError("--strategy", "dp (DataParallel) needs CUDA GPUs; use --strategy ddp with --device cpu")
-        if self.node_rank is not None and not 0 <= self.node_rank < self.nnodes:
-            raise EffbenchError(
-                "--node-rank", f"{self.node_rank} is outside 0..{self.nnodes - 1} for --nnodes {self.nnodes}"
-            )
+        _check_rules(self, _LAUNCH_RULES)
         check_rendezvous(self.nnodes, self.rdzv_endpoint)
-        if not self.batch_norm and self.arch != "resnet18":
-            raise EffbenchError("--no-batch-norm", "only applies to --arch resnet18; EfficientNet needs its BatchNorm")
-        if self.loader == "auto":
-            set_("loader", "fast")
-        # A default warm-up (None) stays None here: the runner resolves it from the steps the data really
-        # has (a small dataset can have fewer than --max-steps), and config.json records the value used.
-        if (
-            self.repeats is not None
-            and self.max_steps is not None
-            and self.repeats
-            > self.epochs * self.max_steps
-            - resolve_warmup(self.warmup_steps, self.epochs * self.max_steps, self.compile)
-        ):
-            raise EffbenchError(
-                "--repeats",
-                f"{self.repeats} windows need as many measured steps; raise --max-steps or --epochs, or lower --repeats",
-            )
-        if self.gpu_decode and (self.loader != "fast" or not dataset_spec(self.dataset).image_files):
-            raise EffbenchError(
-                "--gpu-decode",
-                "decodes image files in the fast loader; use it with --loader fast and --dataset "
-                + " or ".join(with_image_files()),
-            )
-        if self.compile and self.data_only:
-            raise EffbenchError(
-                "--compile", "--data-only runs no model, so there is nothing to compile; drop one of them"
-            )
-        if self.compile and self.strategy == "dp":
-            # torch.compile(DataParallel(m)) would trace the wrapper, while DataParallel runs its replicas in
-            # threads (torch/nn/parallel/parallel_apply.py) that nothing shows to be compiled; refuse rather
-            # than record "compiled" for an uncompiled run.
-            raise EffbenchError(
-                "--compile", "is not supported with --strategy dp (DataParallel); use --strategy ddp or drop --compile"
-            )
-        if self.compile and self.warmup_steps is not None and self.warmup_steps < 1:
-            raise EffbenchError(
-                "--warmup-steps",
-                "--compile compiles in the first step; use at least 1 warm-up step so it is not measured",
-            )
-
+        _check_rules(self, _FEATURE_RULES)
         for name in ("data_dir", "output"):
             _check_path(option_name(name), Path(getattr(self, name)))
         if self.weights is not None and self.weights.strip().lower() not in WEIGHTS_KEYWORDS:
             _check_path("--weights", Path(self.weights))
+        self._resolve_defaults()
 
-        # Defaults that depend on other fields, resolved once so config.json is explicit.
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)  # frozen
+
+    def _canonicalize(self) -> None:
+        """Every name-valued option to its canonical spelling (aliases, case), or one error naming it."""
+        self._set("arch", canonical_arch(self.arch))
+        self._set("dataset", canonical_dataset(self.dataset))
+        for name, choices in _CHOICES.items():
+            self._set(name, _choice(option_name(name), getattr(self, name), choices, {}))
+        if self.loader == "auto":
+            self._set("loader", "fast")
+
+    def _resolve_defaults(self) -> None:
+        """Defaults that depend on other fields, resolved once so config.json is explicit. A default
+        warm-up (None) stays None: the runner resolves it from the steps the data really has (a small
+        dataset can have fewer than --max-steps), and config.json records the value used."""
         if self.weights is None:
-            set_("weights", "imagenet" if self.is_efficientnet else "none")
+            self._set("weights", "imagenet" if self.is_efficientnet else "none")
         elif self.weights.strip().lower() in WEIGHTS_KEYWORDS:
-            set_("weights", self.weights.strip().lower())
+            self._set("weights", self.weights.strip().lower())
         if self.freeze is None:
-            set_("freeze", "classifier" if self.weights != "none" else "none")
+            self._set("freeze", "classifier" if self.weights != "none" else "none")
         assert self.freeze is not None  # set just above
         mode, n = parse_freeze(self.freeze)
-        set_("freeze", f"last:{n}" if mode == "last" else mode)
+        self._set("freeze", f"last:{n}" if mode == "last" else mode)
         if self.batch_size is None:
-            set_("batch_size", 64 if self.is_efficientnet else 128)
+            self._set("batch_size", 64 if self.is_efficientnet else 128)
         if self.lr is None:
-            set_("lr", DEFAULT_LR[self.optimizer])
+            self._set("lr", DEFAULT_LR[self.optimizer])
         if self.image_size is None:
-            set_("image_size", default_image_size(self.arch, self.dataset))
-        set_("data_dir", Path(self.data_dir))
-        set_("output", Path(self.output))
+            self._set("image_size", default_image_size(self.arch, self.dataset))
+        self._set("data_dir", Path(self.data_dir))
+        self._set("output", Path(self.output))
+
+
+# The options whose value is one of a fixed list (arch and dataset have aliases and catalogs of their own).
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "optimizer": OPTIMIZERS,
+    "precision": PRECISIONS,
+    "device": DEVICES,
+    "loader": LOADERS,
+    "optimizer_impl": OPTIMIZER_IMPLS,
+    "strategy": STRATEGIES,
+    "scaling": SCALING_MODES,
+}
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """Options that cannot go together: when `broken(cfg)`, one error naming `option`, saying `message(cfg)`."""
+
+    option: str
+    broken: Callable[[RunConfig], bool]
+    message: Callable[[RunConfig], str]
+
+
+def _check_rules(cfg: RunConfig, rules: tuple[_Rule, ...]) -> None:
+    for rule in rules:
+        if rule.broken(cfg):
+            raise EffbenchError(rule.option, rule.message(cfg))
+
+
+def _too_many_repeats(c: RunConfig) -> bool:
+    if c.repeats is None or c.max_steps is None:
+        return False
+    total = c.epochs * c.max_steps
+    return c.repeats > total - resolve_warmup(c.warmup_steps, total, c.compile)
+
+
+# Devices and processes (checked before the rendezvous endpoint).
+_LAUNCH_RULES = (
+    _Rule("--gpus", lambda c: c.gpus is not None and c.device == "cpu",
+          lambda c: "counts GPUs, but --device cpu was given; use --nproc N for CPU processes"),
+    _Rule("--nproc", lambda c: c.nproc is not None and c.device == "cuda",
+          lambda c: "counts CPU processes, but --device cuda was given; use --gpus N on GPUs"),
+    _Rule("--strategy", lambda c: c.strategy == "dp" and c.device == "cpu",
+          lambda c: "dp (DataParallel) needs CUDA GPUs; use --strategy ddp with --device cpu"),
+    _Rule("--node-rank", lambda c: c.node_rank is not None and not 0 <= c.node_rank < c.nnodes,
+          lambda c: f"{c.node_rank} is outside 0..{c.nnodes - 1} for --nnodes {c.nnodes}"),
+)  # fmt: skip
+
+# What the model, the measurement and the loader can do together (checked after it).
+_FEATURE_RULES = (
+    _Rule("--no-batch-norm", lambda c: not c.batch_norm and c.arch != "resnet18",
+          lambda c: "only applies to --arch resnet18; EfficientNet needs its BatchNorm"),
+    _Rule("--repeats", _too_many_repeats,
+          lambda c: f"{c.repeats} windows need as many measured steps; raise --max-steps or --epochs, or lower --repeats"),
+    _Rule("--gpu-decode", lambda c: c.gpu_decode and (c.loader != "fast" or not dataset_spec(c.dataset).image_files),
+          lambda c: "decodes image files in the fast loader; use it with --loader fast and --dataset "
+          + " or ".join(with_image_files())),
+    _Rule("--compile", lambda c: c.compile and c.data_only,
+          lambda c: "--data-only runs no model, so there is nothing to compile; drop one of them"),
+    # torch.compile(DataParallel(m)) would trace the wrapper, while DataParallel runs its replicas in threads
+    # (torch/nn/parallel/parallel_apply.py) that nothing shows to be compiled; refuse rather than record
+    # "compiled" for an uncompiled run.
+    _Rule("--compile", lambda c: c.compile and c.strategy == "dp",
+          lambda c: "is not supported with --strategy dp (DataParallel); use --strategy ddp or drop --compile"),
+    _Rule("--warmup-steps", lambda c: c.compile and c.warmup_steps is not None and c.warmup_steps < 1,
+          lambda c: "--compile compiles in the first step; use at least 1 warm-up step so it is not measured"),
+)  # fmt: skip
 
 
 def _check_range(name: str, value: Any, rng: Range) -> None:

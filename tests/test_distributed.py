@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -94,6 +95,64 @@ def test_two_gloo_processes_share_a_cifar_epoch(tmp_path, cifar10_dir):
     assert loss == loss and loss < 100  # finite
     assert r["launch"]["threads_per_proc"] >= 1 and r["launch"]["env"]["OMP_NUM_THREADS"]
     assert r["throughput_img_s"] > 0
+
+
+def test_a_nan_loss_seen_by_one_rank_stops_every_rank_at_that_step_as_diverged(tmp_path):
+    # Only rank 1's recorded loss goes NaN (faults.py hook; the gradients stay finite, so rank 0, the one
+    # that writes results.json, never sees one). Before the ranks agreed, rank 1 stopped alone and rank 0
+    # waited in DDP's next all-reduce: the job ended `failed`. A short --pg-timeout-s makes such a
+    # regression fail fast. (Which rank sees it first is covered without processes in test_hardening.py.)
+    nan_on = "1:3"
+    out = tmp_path / "out"
+    res = subprocess.run(
+        [*EFFBENCH, "run", "--arch", "resnet18", "--image-size", "16", "--weights", "none", "--device", "cpu",
+         "--quiet", "--workers", "0", "--dataset", "synthetic", "--batch-size", "2", "--max-steps", "8",
+         "--epochs", "1", "--warmup-steps", "1", "--log-interval", "2", "--nproc", "2", "--pg-timeout-s", "20",
+         "--output", str(out)],
+        capture_output=True, text=True, timeout=180, env={**os.environ, "EFFBENCH_FAULT_NAN_LOSS": nan_on},
+    )  # fmt: skip
+    rank = int(nan_on.split(":")[0])
+    assert res.returncode == 1, res.stderr[-3000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: run diverged") and f"nan on rank {rank} at step 3 " in last, res.stderr[-3000:]
+    (run,) = run_dirs(out)
+    r = json.loads((run / "results.json").read_text())
+    assert r["status"] == "diverged"
+    # step 3 is in the interval of steps 2-3, checked after step 3 by both ranks
+    assert r["diverged"] == {"epoch": 0, "step": 3, "global_step": 3, "loss": "nan", "rank": rank}
+    assert r["epochs"] == []  # stopped inside the first epoch, on every rank
+
+
+def _agree_on_two_gloo_ranks(rank: int, init: str, offers: list, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from effbench.launch.distributed import nonfinite_agreement
+
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+    try:
+        agree = nonfinite_agreement(torch.device("cpu"))
+        answers = [agree(offer[rank]) for offer in offers]  # one collective per check, as train.py calls it
+    finally:
+        dist.destroy_process_group()
+    Path(out, f"rank{rank}.json").write_text(json.dumps(answers))
+
+
+def test_two_gloo_ranks_agree_on_the_earliest_non_finite_loss_either_saw(tmp_path):
+    import torch.multiprocessing as mp
+
+    inf = float("inf")
+    offers = [  # per check: (rank 0's finding, rank 1's finding)
+        (None, None),
+        ((3, inf), None),  # only rank 0 saw one: rank 1 stops too
+        (None, (5, -inf)),
+        ((9, inf), (8, -inf)),  # the earlier step wins, whoever saw it
+        ((4, inf), (4, -inf)),  # a tie: the lower rank
+    ]
+    mp.spawn(_agree_on_two_gloo_ranks, args=(f"file://{tmp_path}/rdzv", offers, str(tmp_path)), nprocs=2)
+    expected = [None, [3, inf, 0], [5, -inf, 1], [8, -inf, 1], [4, inf, 0]]  # json: tuples as lists
+    for rank in (0, 1):
+        assert json.loads((tmp_path / f"rank{rank}.json").read_text()) == expected
 
 
 def test_two_nodes_on_loopback_complete_one_run(tmp_path):
@@ -247,6 +306,19 @@ def test_rank0_stopped_by_torchrun_is_failed_with_the_root_cause():
     assert (
         r["status"] == "failed" and "signal" not in r and r["error"]["message"] == "rank 1 failed (killed by SIGKILL)"
     )
+
+
+def test_a_diverged_rank0_stays_diverged_whichever_rank_torchrun_names():
+    from effbench.launch.supervise import ChildFailure
+    from effbench.run.runner import settle_with_torchrun
+
+    # every rank agreed on the divergence and exits 1: torchrun names whichever it saw first
+    diverged = {"status": "diverged", "diverged": {"global_step": 3, "rank": 1}, "error": {"type": "Diverged"}}
+    for rank in (0, 1):
+        assert settle_with_torchrun(diverged, _outcome(1, ChildFailure(rank=rank, exitcode=1))) == diverged
+    assert settle_with_torchrun(diverged, _outcome(1)) == diverged  # no summary read
+    # a user's signal is still recorded beside it
+    assert settle_with_torchrun(diverged, _outcome(143, sig=15)) == {**diverged, "signal": 15}
 
 
 def test_rank0s_own_failure_stays_its_own_and_a_signal_marks_interrupted():

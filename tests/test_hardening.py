@@ -736,6 +736,60 @@ def test_training_stops_at_the_first_non_finite_loss_and_names_its_step(steps, b
     assert len(list(train_epochs(model, _Batches(steps, None), opt, sched, rt, cfg))) == 1
 
 
+def test_the_ranks_stop_at_the_earliest_non_finite_loss_any_of_them_saw():
+    from effbench.run.train import Diverged, check_finite
+
+    offered = []
+
+    def agreement(result):  # a stand-in for the ranks' all_gather (launch/distributed.nonfinite_agreement)
+        def agree(mine):
+            offered.append(mine)
+            return result
+
+        return agree
+
+    # this rank's steps 4..7 (global 14..17) are finite; another rank's inf at global step 15 stops it there
+    with pytest.raises(Diverged) as info:
+        check_finite([1.0, 2.0, 3.0, 4.0], epoch=1, first_step=4, first_global_step=14,
+                     agree=agreement((15, float("inf"), 1)))  # fmt: skip
+    e = info.value
+    assert offered == [None] and (e.epoch, e.step, e.global_step, e.loss, e.rank) == (1, 5, 15, float("inf"), 1)
+    assert "inf on rank 1 at step 15 (epoch 1, step 5 of the epoch" in str(e) and e.to_dict()["rank"] == 1
+    # what this rank offers is its own first non-finite (global step, loss); nothing when all is finite
+    offered.clear()
+    with pytest.raises(Diverged):
+        check_finite([1.0, float("nan"), float("inf")], epoch=0, first_step=0, first_global_step=7,
+                     agree=agreement((8, float("nan"), 0)))  # fmt: skip
+    check_finite([1.0, 2.0], epoch=0, first_step=2, first_global_step=9, agree=agreement(None))
+    assert offered[0][0] == 8 and math.isnan(offered[0][1]) and offered[1:] == [None]
+    # alone (no process group), the message and results.json name no rank
+    with pytest.raises(Diverged) as info:
+        check_finite([float("nan")], epoch=0, first_step=0, first_global_step=0)
+    assert info.value.rank is None and "rank" not in str(info.value) and "rank" not in info.value.to_dict()
+
+
+@pytest.mark.parametrize(
+    "value, rank, expected",
+    [("1:3", "1", 3), ("1:3", "0", None), ("0:0", None, 0), ("", "0", None), ("x:3", "0", None),
+     ("1:-3", "1", None), ("3", "0", None), (" 0:5 ", "0", 5)],
+)  # fmt: skip
+def test_the_nan_loss_hook_names_one_rank_and_a_step(value, rank, expected):
+    from effbench.run.faults import FAULT_NAN_ENV, nan_loss_from
+
+    env = {FAULT_NAN_ENV: value, **({"RANK": rank} if rank is not None else {})}
+    assert nan_loss_from(env) == expected
+    assert nan_loss_from({}) is None
+
+
+def test_outside_a_process_group_the_ranks_agreement_is_this_process_alone():
+    import torch
+
+    from effbench.launch.distributed import agree_alone, nonfinite_agreement
+
+    assert nonfinite_agreement(torch.device("cpu")) is agree_alone
+    assert agree_alone(None) is None and agree_alone((4, float("inf"))) == (4, float("inf"), None)
+
+
 def test_a_run_whose_loss_goes_nan_ends_diverged_exit_1_with_the_step_in_results_json(tmp_path, capsys, monkeypatch):
     import torch
 

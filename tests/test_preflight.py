@@ -606,6 +606,24 @@ def test_output_not_on_a_host_mount_warns_with_the_v_to_add(tmp_path, runtime):
     assert ok.level == "ok"
 
 
+@pytest.mark.parametrize("given", ["results", "./results/../results", "ABS"])
+def test_the_output_mount_fix_names_the_container_side_as_an_absolute_path(tmp_path, monkeypatch, given):
+    # docker run -v refuses a relative container side ("invalid volume specification"): `--output results`
+    # must give -v "$PWD/results:<cwd>/results", the folder the run writes to.
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    output = work / "results" if given == "ABS" else Path(given)
+    findings = preflight.run_checks(
+        cfg(tmp_path, output=output), env=ENV, root=fake_root(tmp_path, "docker"),
+        probes=probes(mountinfo=MOUNTINFO["none"]),
+    )  # fmt: skip
+    (w,) = by_check(findings, "output-mount")
+    expected = f"{work}/results"  # written apart from the code: the cwd joined by hand
+    assert w.level == "warning" and f'-v "$PWD/results:{expected}" ' in w.fix
+    assert w.message.startswith(f"{expected} is the container's own filesystem")
+
+
 def test_no_output_mount_check_outside_docker_and_podman(tmp_path):
     for runtime in ("none", "apptainer"):
         findings = preflight.run_checks(

@@ -97,13 +97,24 @@ def not_portable(text: str, parsed: Parsed) -> list[tuple[int, str]]:
     return problems
 
 
-def check(text: str, portable: bool = False) -> list[tuple[int, str]]:  # noqa: C901 - one branch per definition-file section
+def check(text: str, portable: bool = False) -> list[tuple[int, str]]:
     """Every problem in a definition file, as (line, message), in line order. `portable`: also
     reject what only Apptainer >= 1.2 understands (%arguments, `{{ }}` templating)."""
     parsed, problems = parse(text)
     if portable:
         problems += not_portable(text, parsed)
+    by_name = {s.name: s for s in parsed.sections}
+    problems += check_header(parsed)
+    problems += check_sections(parsed, by_name)
+    declared, argument_problems = declared_arguments(by_name.get("arguments"))
+    problems += argument_problems + check_templates(text, declared)
+    problems += check_labels(by_name.get("labels"))
+    return sorted(problems)
 
+
+def check_header(parsed: Parsed) -> list[tuple[int, str]]:
+    """`Bootstrap:` from the Dockerfile's image (BOOTSTRAPS) and a `From:`."""
+    problems = []
     bootstrap = parsed.header.get("bootstrap")
     if bootstrap is None:
         problems.append((1, "no `Bootstrap:` header"))
@@ -112,7 +123,12 @@ def check(text: str, portable: bool = False) -> list[tuple[int, str]]:  # noqa: 
                                        "(build from the image the Dockerfile makes)"))  # fmt: skip
     if "from" not in parsed.header:
         problems.append((1, "no `From:` header"))
+    return problems
 
+
+def check_sections(parsed: Parsed, by_name: dict[str, Section]) -> list[tuple[int, str]]:
+    """Known sections, none repeated, the REQUIRED ones present and not empty."""
+    problems = []
     seen: dict[str, int] = {}
     for s in parsed.sections:
         if s.name in APP_SECTIONS:
@@ -123,25 +139,33 @@ def check(text: str, portable: bool = False) -> list[tuple[int, str]]:  # noqa: 
         if s.name in seen:
             problems.append((s.line, f"section %{s.name} repeated (first on line {seen[s.name]})"))
         seen.setdefault(s.name, s.line)
-    by_name = {s.name: s for s in parsed.sections}
     for name in REQUIRED:
         if name not in by_name:
             problems.append((1, f"required section %{name} is missing"))
         elif not by_name[name].has_content():
             problems.append((by_name[name].line, f"required section %{name} is empty"))
+    return problems
 
+
+def declared_arguments(arguments: Section | None) -> tuple[dict[str, int], list[tuple[int, str]]]:
+    """%arguments' NAME=default lines as {NAME: line}, and a problem per malformed line."""
     declared: dict[str, int] = {}
-    if "arguments" in by_name:
-        for lineno, line in by_name["arguments"].body:
-            stripped = line.strip()
-            if not stripped or stripped.startswith("#"):
-                continue
-            m = _ARGUMENT_RE.match(stripped)
-            if not m:
-                problems.append((lineno, f"%arguments line is not NAME=default: {stripped!r}"))
-                continue
-            declared[m.group(1)] = lineno
+    problems = []
+    for lineno, line in arguments.body if arguments else []:
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        m = _ARGUMENT_RE.match(stripped)
+        if not m:
+            problems.append((lineno, f"%arguments line is not NAME=default: {stripped!r}"))
+            continue
+        declared[m.group(1)] = lineno
+    return declared, problems
 
+
+def check_templates(text: str, declared: dict[str, int]) -> list[tuple[int, str]]:
+    """Every `{{ NAME }}` a valid name declared in %arguments, and every declared argument used."""
+    problems = []
     used: set[str] = set()
     for lineno, line in enumerate(text.splitlines(), start=1):
         for m in _TEMPLATE_RE.finditer(line):
@@ -155,13 +179,17 @@ def check(text: str, portable: bool = False) -> list[tuple[int, str]]:  # noqa: 
     for name, lineno in declared.items():
         if name not in used:
             problems.append((lineno, f"argument {name} is declared but never used as {{{{ {name} }}}}"))
+    return problems
 
-    if "labels" in by_name:
-        for lineno, line in by_name["labels"].body:
-            stripped = line.strip()
-            if stripped and not stripped.startswith("#") and len(stripped.split(None, 1)) < 2:
-                problems.append((lineno, f"%labels line needs a key and a value: {stripped!r}"))
-    return sorted(problems)
+
+def check_labels(labels: Section | None) -> list[tuple[int, str]]:
+    """%labels lines are `KEY VALUE`."""
+    problems = []
+    for lineno, line in labels.body if labels else []:
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#") and len(stripped.split(None, 1)) < 2:
+            problems.append((lineno, f"%labels line needs a key and a value: {stripped!r}"))
+    return problems
 
 
 def section_text(text: str, name: str) -> str | None:

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,7 +73,37 @@ PEAK_TFLOPS: dict[str, dict[str, float]] = {
 }
 
 
-def gpu_model(gpu_name: str | None) -> str | None:  # noqa: C901 - one rule per GPU family, flat on purpose
+def _sxm(t: set[str]) -> bool:
+    # NVML names the SXM part "NVIDIA H100 80GB HBM3"; some tools write "H100 SXM5".
+    return "hbm3" in t or any(x.startswith("sxm") for x in t)
+
+
+# One rule per name pattern, the first that applies decides, so a family's specific rules come before its
+# catch-all: a family whose form factor the name does not say (a plain "NVIDIA H100", a V100 SXM3 at other
+# clocks) maps to None, never to a sibling's peak.
+_GPU_RULES: tuple[tuple[Callable[[set[str]], bool], str | None], ...] = (
+    (lambda t: "gh200" in t, "GH200"),
+    (lambda t: {"h200", "nvl"} <= t, "H200 NVL"),
+    (lambda t: "h200" in t, "H200 SXM"),
+    (lambda t: {"h100", "pcie"} <= t, "H100 PCIe"),
+    (lambda t: {"h100", "nvl"} <= t, "H100 NVL"),
+    (lambda t: "h100" in t and _sxm(t), "H100 SXM"),
+    (lambda t: "h100" in t, None),
+    (lambda t: "a100" in t, "A100"),
+    (lambda t: "v100s" in t, "V100S PCIe"),
+    (lambda t: {"v100", "sxm2"} <= t, "V100 SXM2"),
+    (lambda t: {"v100", "pcie"} <= t, "V100 PCIe"),
+    (lambda t: "v100" in t, None),  # SXM3 (DGX-2) and others run at other clocks
+    (lambda t: "l40s" in t, "L40S"),
+    (lambda t: "l4" in t, "L4"),
+    (lambda t: "a10" in t, "A10"),
+    (lambda t: "t4" in t, "T4"),
+    (lambda t: {"rtx", "4090"} <= t and not t & {"ti", "d", "laptop"}, "RTX 4090"),
+    (lambda t: {"rtx", "3090"} <= t and not t & {"ti", "laptop"}, "RTX 3090"),
+)
+
+
+def gpu_model(gpu_name: str | None) -> str | None:
     """The `PEAK_TFLOPS` key for an NVML / torch device name, or None when it is not in the table.
 
     Names are matched by tokens, so "NVIDIA H100 80GB HBM3" (SXM), "NVIDIA H100 PCIe", "NVIDIA H200",
@@ -82,44 +112,8 @@ def gpu_model(gpu_name: str | None) -> str | None:  # noqa: C901 - one rule per 
     """
     if not gpu_name:
         return None
-    tokens = re.split(r"[\s\-_/]+", gpu_name.strip().lower())
-    t = set(tokens)
-    if "gh200" in t:
-        return "GH200"
-    if "h200" in t:
-        return "H200 NVL" if "nvl" in t else "H200 SXM"
-    if "h100" in t:
-        if "pcie" in t:
-            return "H100 PCIe"
-        if "nvl" in t:
-            return "H100 NVL"
-        # NVML names the SXM part "NVIDIA H100 80GB HBM3"; some tools write "H100 SXM5".
-        if "hbm3" in t or any(x.startswith("sxm") for x in t):
-            return "H100 SXM"
-        return None
-    if "a100" in t:
-        return "A100"
-    if "v100s" in t:
-        return "V100S PCIe"
-    if "v100" in t:
-        if "sxm2" in t:
-            return "V100 SXM2"
-        if "pcie" in t:
-            return "V100 PCIe"
-        return None  # SXM3 (DGX-2) and others run at other clocks
-    if "l40s" in t:
-        return "L40S"
-    if "l4" in t:
-        return "L4"
-    if "a10" in t:
-        return "A10"
-    if "t4" in t:
-        return "T4"
-    if "rtx" in t and "4090" in t and not t & {"ti", "d", "laptop"}:
-        return "RTX 4090"
-    if "rtx" in t and "3090" in t and not t & {"ti", "laptop"}:
-        return "RTX 3090"
-    return None
+    tokens = set(re.split(r"[\s\-_/]+", gpu_name.strip().lower()))
+    return next((model for applies, model in _GPU_RULES if applies(tokens)), None)
 
 
 def peak_tflops(gpu_name: str | None, precision: str) -> float | None:

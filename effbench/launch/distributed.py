@@ -8,8 +8,9 @@ a dead one inside a collective.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -78,3 +79,47 @@ def process_group(device_type: str, timeout_s: float) -> Iterator[DistContext]:
         yield DistContext(backend=backend, **env)
     finally:
         dist.destroy_process_group()
+
+
+# (global step, loss) of a rank's first non-finite loss in a window; with the rank that saw it once agreed
+NonFinite = tuple[int, float]
+AgreeFn = Callable[[NonFinite | None], tuple[int, float, int | None] | None]
+
+
+def agree_alone(local: NonFinite | None) -> tuple[int, float, int | None] | None:
+    return None if local is None else (local[0], local[1], None)
+
+
+def nonfinite_agreement(device: Any) -> AgreeFn:
+    """How the ranks agree that the loss went non-finite (train.py calls it at each log-interval check).
+
+    Outside a process group: this process's own finding. Under DDP, a rank that stopped alone would leave
+    the others waiting in the next all-reduce until the process-group timeout, and the job would end
+    `failed`: so every rank, at the same check, gathers every rank's first non-finite (step, loss), and all
+    stop at the earliest one (the lowest rank on a tie), naming it and the rank that saw it. One tiny
+    all_gather (2 float64 per rank) and its read-back per log interval, never per step. `device` is the rank's device: NCCL gathers CUDA tensors only ("Tensors must be CUDA
+    and dense", ProcessGroupNCCL in the pinned libtorch_cuda.so), gloo CPU ones; process_group above picks
+    the backend from the same device type.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return agree_alone
+
+    import torch
+
+    world = dist.get_world_size()
+
+    def agree(local: NonFinite | None) -> tuple[int, float, int | None] | None:
+        # float64 holds every step count exactly (< 2**53) and the loss as it was (nan, inf, -inf)
+        mine = torch.tensor(
+            [math.inf, 0.0] if local is None else [float(local[0]), local[1]], dtype=torch.float64, device=device
+        )
+        parts = [torch.empty_like(mine) for _ in range(world)]
+        dist.all_gather(parts, mine)
+        found = [
+            (int(step), loss, rank) for rank, (step, loss) in enumerate(torch.stack(parts).tolist()) if step < math.inf
+        ]
+        return min(found, key=lambda f: (f[0], f[2])) if found else None  # the earliest step, then the lowest rank
+
+    return agree

@@ -10,6 +10,13 @@ an `oom` run folder and that a sweep records it and goes on:
 Test hook: with `EFFBENCH_FAULT_HOLD_PHASE=<phase>`, a run that enters that phase (run/phases.py)
 says so on stderr and waits there for a signal (at most HOLD_MAX_S), so a test can signal it in
 any phase without racing the machine's speed.
+
+Test hook: with `EFFBENCH_FAULT_NAN_LOSS=RANK:STEP`, the rank whose RANK (torchrun's variable; 0 outside
+torchrun) matches records a NaN loss from global step STEP on, as a NaN-producing batch would. Only the
+recorded loss is poisoned, not the gradients, so the other ranks never see one: the case where only one
+rank can tell the run diverged (train.py makes every rank agree):
+
+    EFFBENCH_FAULT_NAN_LOSS=1:3 effbench run --nproc 2 --device cpu --dataset synthetic ...
 """
 
 from __future__ import annotations
@@ -23,6 +30,15 @@ FAULT_OOM_ENV = "EFFBENCH_FAULT_OOM_AT_BATCH"
 FAULT_HOLD_ENV = "EFFBENCH_FAULT_HOLD_PHASE"
 HOLD_MARK = "effbench-test-hook: holding phase"
 HOLD_MAX_S = 120.0  # a test that never signals still ends
+FAULT_NAN_ENV = "EFFBENCH_FAULT_NAN_LOSS"
+
+
+def nan_loss_from(env: Mapping[str, str] = os.environ) -> int | None:
+    """The global step from which this rank's loss is made NaN, or None (hook unset, malformed, another rank)."""
+    rank_text, sep, step_text = env.get(FAULT_NAN_ENV, "").strip().partition(":")
+    if not (sep and rank_text.isdigit() and step_text.isdigit()):
+        return None
+    return int(step_text) if int(rank_text) == int(env.get("RANK", "0") or 0) else None
 
 
 def hold_phase(name: str, until: Callable[[], bool], env: Mapping[str, str] = os.environ) -> None:

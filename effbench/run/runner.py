@@ -212,6 +212,8 @@ def _run_in_child(
 def settle_with_torchrun(record: dict[str, Any], outcome: SupervisedResult) -> dict[str, Any]:
     """Rank 0's results record, corrected by how torchrun ended. Pure."""
     record = dict(record)
+    if record["status"] == "diverged" and not outcome.signal:
+        return record  # every rank agreed on it and exits 1 (train.py): the rank torchrun names is no root cause
     if outcome.signal:
         if record["status"] in ("running", "ok"):
             record["status"] = "interrupted"
@@ -284,6 +286,10 @@ def worker_main(spec_path: Path) -> int:
                 cfg, plan=plan, dist=dist, run_dir=Path(spec["run_dir"]), command=spec["command"],
                 echo=print if rank == 0 else (lambda _m: None), progress=spec.get("progress", True) and rank == 0,
             )  # fmt: skip
+            if outcome.results.get("status") == "diverged":
+                # The ranks agreed on it in a collective (train.py), so all are alive: wait for rank 0's record,
+                # as torchrun stops the whole group at the first non-zero exit.
+                dist.barrier()
     except EffbenchError as e:
         (Path(spec_path).parent / f"error-rank{rank}.txt").write_text(f"{e.option or ''}\t{e.message}")
         print(f"error: rank {rank}: {e}", file=sys.stderr)

@@ -8,6 +8,8 @@ Host syncs, all of them:
   so device-side augmentation counts as data time;
 - one `.tolist()` of the interval's losses per --log-interval steps, for the progress line and the
   divergence check (a non-finite loss stops the run: `Diverged`), and `.tolist()` once per epoch;
+  under DDP the check adds one tiny all_gather per interval so every rank stops at the same step
+  (launch/distributed.nonfinite_agreement);
 - validation reads its sums once at the end.
 Profiler phase labels (record_function) are added only in the profiling pass, not in timed steps.
 """
@@ -24,6 +26,8 @@ from typing import Any
 
 from effbench.config import RunConfig
 from effbench.errors import EffbenchError
+from effbench.launch.distributed import AgreeFn, agree_alone, nonfinite_agreement
+from effbench.run import faults
 from effbench.run.runtime import Runtime
 from effbench.run.timing import StepTimer, Tally, device_sync_fn
 
@@ -36,23 +40,30 @@ PhaseFn = Callable[[str], None]
 class Diverged(Exception):
     """The loss went non-finite (nan/inf): training stops there, and the run's status is `diverged`."""
 
-    def __init__(self, epoch: int, step: int, global_step: int, loss: float) -> None:
-        self.epoch, self.step, self.global_step, self.loss = epoch, step, global_step, loss
+    def __init__(self, epoch: int, step: int, global_step: int, loss: float, rank: int | None = None) -> None:
+        self.epoch, self.step, self.global_step, self.loss, self.rank = epoch, step, global_step, loss, rank
+        on_rank = "" if rank is None else f" on rank {rank}"
         super().__init__(
-            f"loss became {loss} at step {global_step} (epoch {epoch}, step {step} of the epoch, as in steps.csv); "
-            "lower --lr or check the data"
+            f"loss became {loss}{on_rank} at step {global_step} (epoch {epoch}, step {step} of the epoch, as in "
+            "steps.csv); lower --lr or check the data"
         )
 
     def to_dict(self) -> dict[str, Any]:
         # str(loss): JSON has no nan/inf
-        return {"epoch": self.epoch, "step": self.step, "global_step": self.global_step, "loss": str(self.loss)}
+        d = {"epoch": self.epoch, "step": self.step, "global_step": self.global_step, "loss": str(self.loss)}
+        return d if self.rank is None else {**d, "rank": self.rank}
 
 
-def check_finite(losses: list[float], *, epoch: int, first_step: int, first_global_step: int) -> None:
-    """Raise Diverged at the first non-finite loss of `losses` (steps first_step.. of `epoch`). Pure."""
-    for i, value in enumerate(losses):
-        if not math.isfinite(value):
-            raise Diverged(epoch, first_step + i, first_global_step + i, value)
+def check_finite(
+    losses: list[float], *, epoch: int, first_step: int, first_global_step: int, agree: AgreeFn = agree_alone
+) -> None:
+    """Raise Diverged at the first non-finite loss of `losses` (steps first_step.. of `epoch`), or at the one
+    another rank found in the same window (`agree`: every rank calls it at the same check)."""
+    mine = next(((first_global_step + i, v) for i, v in enumerate(losses) if not math.isfinite(v)), None)
+    found = agree(mine)
+    if found is not None:
+        global_step, loss, rank = found
+        raise Diverged(epoch, first_step + global_step - first_global_step, global_step, loss, rank)
 
 
 def no_training_images(data: Any) -> EffbenchError:
@@ -196,6 +207,8 @@ def train_epochs(
     sync = device_sync_fn(rt.device)
     n_steps = steps_per_epoch(cfg, data.steps_per_epoch)
     global_step = 0
+    agree = nonfinite_agreement(rt.device)  # under DDP: one all_gather per check, so the ranks stop together
+    nan_from = faults.nan_loss_from()  # test hook EFFBENCH_FAULT_NAN_LOSS (faults.py); None unless set
 
     for epoch in range(cfg.epochs):
         data.set_epoch(epoch)
@@ -217,6 +230,8 @@ def train_epochs(
                 break
             with timer.compute():
                 loss, n_correct, images = step_fn(batch)
+                if nan_from is not None and global_step >= nan_from:
+                    loss = loss * float("nan")
                 losses[step] = loss
                 correct[step] = n_correct
             t = timer.lap()
@@ -228,7 +243,9 @@ def train_epochs(
                 _phase_of(on_phase, global_step, cfg)
             if (step + 1) % cfg.log_interval == 0 or step + 1 == n_steps:
                 window = losses[checked : step + 1].tolist()  # one sync per interval: progress + divergence
-                check_finite(window, epoch=epoch, first_step=checked, first_global_step=epoch_start + checked)
+                check_finite(
+                    window, epoch=epoch, first_step=checked, first_global_step=epoch_start + checked, agree=agree
+                )
                 checked = step + 1
                 if on_progress:
                     on_progress(epoch, step + 1, n_steps, window[-1])
@@ -236,8 +253,11 @@ def train_epochs(
         if done == 0:
             raise no_training_images(data)
         loss_list = losses[:done].tolist()
-        # the steps after the last interval (a loader shorter than n_steps), from the read made anyway
-        check_finite(loss_list[checked:], epoch=epoch, first_step=checked, first_global_step=epoch_start + checked)
+        # the steps after the last interval (a loader shorter than n_steps), from the read made anyway; every
+        # rank has the same `done` (DistributedSampler's equal shards), so all call agree() here or none
+        if checked < done:
+            tail = loss_list[checked:]
+            check_finite(tail, epoch=epoch, first_step=checked, first_global_step=epoch_start + checked, agree=agree)
         correct_list = correct[:done].tolist()
         images = sum(counts)
         step_rows = [

@@ -347,6 +347,9 @@ def check_output_persists(output: Path, runtime: str, probes: Probes) -> list[Fi
     `docker commit` can still save it, but said before and after the run (cli/app.py)."""
     if runtime not in ("docker", "podman"):
         return []
+    # docker refuses a relative container side in -v ("results" from `--output results`): name the
+    # folder as this process sees it, resolved against the cwd, which is where the run writes.
+    output = Path(os.path.abspath(output))
     mountinfo = probes.mountinfo()
     why = lost_with_container(output, mountinfo) if mountinfo else None
     if why is None:
@@ -557,7 +560,7 @@ def _parse_cuda(version: str | None) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def check_gpus(cfg: RunConfig, gpu: GpuState, env: Mapping[str, str], requested: int) -> list[Finding]:  # noqa: C901 - one finding per GPU condition
+def check_gpus(cfg: RunConfig, gpu: GpuState, env: Mapping[str, str], requested: int) -> list[Finding]:
     """GPUs: visible at all, as many as asked, a driver new enough, an architecture torch can run.
 
     With --device cuda or --gpus N the problems are errors. With --device auto they are warnings:
@@ -574,74 +577,82 @@ def check_gpus(cfg: RunConfig, gpu: GpuState, env: Mapping[str, str], requested:
     bad: Level = "error" if wanted else "warning"
     option = "--gpus" if requested > 0 and cfg.device != "cuda" else "--device"
 
-    build = _parse_cuda(gpu.cuda_build)
-    driver_too_old = False
-    if build and gpu.driver_cuda:
-        need = f"{build[0]}.{build[1]}"
-        have = f"{gpu.driver_cuda[0]}.{gpu.driver_cuda[1]}"
-        if gpu.driver_cuda[0] < build[0]:
-            driver_too_old = True
-            findings.append(
-                Finding(
-                    bad,
-                    "driver",
-                    f"the driver ({gpu.driver_version}) supports CUDA up to {have}, "
-                    f"but this torch was built for CUDA {need}",
-                    _fix_build(need),
-                    option=option,
-                )  # fmt: skip
-            )
-        elif gpu.driver_cuda < build:
-            # Same major: CUDA minor-version compatibility runs it, except kernels that need PTX JIT.
-            findings.append(
-                Finding(
-                    "warning",
-                    "driver",
-                    f"the driver ({gpu.driver_version}) supports CUDA {have}, older than the "
-                    f"build's {need}: runs under minor-version compatibility, PTX-only kernels may fail",
-                    _fix_build(need),
-                )  # fmt: skip
-            )
-        else:
-            findings.append(
-                Finding("ok", "driver", f"driver {gpu.driver_version} supports CUDA {have} >= build {need}")
-            )
-
+    driver, driver_too_old = _check_driver(gpu, bad, option)
+    findings += driver
     if gpu.visible == 0:
         if not wanted and not gpu.nvml_gpus:
             return findings + [Finding("ok", "gpu", "no GPU visible; --device auto runs on the CPU")]
-        if driver_too_old:
+        if driver_too_old:  # the driver is why no GPU is visible: said once, above
             return findings
-        caps = env.get("NVIDIA_DRIVER_CAPABILITIES")
-        cvd = env.get("CUDA_VISIBLE_DEVICES")
-        if not gpu.cuda_build:
-            msg = f"torch {gpu.torch_version} is a CPU-only build"
-            fix = (
-                "Docker/compose: build the Dockerfile with its default TORCH_INDEX_URL (a CUDA build); "
-                "Apptainer: rebuild the SIF from that image; or --device cpu"
-            )
-        elif caps is not None and not ({"compute", "all"} & {c.strip() for c in caps.split(",")}):
-            msg, fix = (
-                f"no GPU visible: NVIDIA_DRIVER_CAPABILITIES={caps} lacks compute, so the CUDA driver was not mounted",
-                FIX_CAPS,
-            )
-        elif cvd is not None and cvd.strip() in ("", "-1", "none", "NoDevFiles"):
-            msg = f"no GPU visible: CUDA_VISIBLE_DEVICES={cvd!r} hides them"
-            fix = (
-                "unset CUDA_VISIBLE_DEVICES: Docker: drop -e CUDA_VISIBLE_DEVICES and pass --gpus; compose: set GPU_COUNT "
-                "instead; Apptainer/Slurm: --nv with --gres=gpu:N sets it; or --device cpu"
-            )
-        elif gpu.nvml_gpus:
-            msg = f"NVML sees {gpu.nvml_gpus} GPU(s) but CUDA none" + (f": {gpu.cuda_error}" if gpu.cuda_error else "")
-            fix = "check CUDA_VISIBLE_DEVICES and the driver (nvidia-smi on the host); " + FIX_NO_GPU
-        else:
-            msg = "no GPU visible in this environment" + (f" ({gpu.cuda_error})" if gpu.cuda_error else "")
-            fix = FIX_NO_GPU
-        findings.append(Finding(bad, "gpu", msg, fix, option=option))
-        return findings
+        msg, fix = _why_no_gpu(gpu, env)
+        return findings + [Finding(bad, "gpu", msg, fix, option=option)]
+    return findings + _check_count(gpu, requested) + _check_arch(gpu, bad, option)
 
+
+def _check_driver(gpu: GpuState, bad: Level, option: str) -> tuple[list[Finding], bool]:
+    """The driver's CUDA against the build's: too old a major is `bad` (and True), an older minor a warning."""
+    build = _parse_cuda(gpu.cuda_build)
+    if not (build and gpu.driver_cuda):
+        return [], False
+    need = f"{build[0]}.{build[1]}"
+    have = f"{gpu.driver_cuda[0]}.{gpu.driver_cuda[1]}"
+    if gpu.driver_cuda[0] < build[0]:
+        return [
+            Finding(
+                bad,
+                "driver",
+                f"the driver ({gpu.driver_version}) supports CUDA up to {have}, "
+                f"but this torch was built for CUDA {need}",
+                _fix_build(need),
+                option=option,
+            )  # fmt: skip
+        ], True
+    if gpu.driver_cuda < build:
+        # Same major: CUDA minor-version compatibility runs it, except kernels that need PTX JIT.
+        return [
+            Finding(
+                "warning",
+                "driver",
+                f"the driver ({gpu.driver_version}) supports CUDA {have}, older than the "
+                f"build's {need}: runs under minor-version compatibility, PTX-only kernels may fail",
+                _fix_build(need),
+            )  # fmt: skip
+        ], False
+    return [Finding("ok", "driver", f"driver {gpu.driver_version} supports CUDA {have} >= build {need}")], False
+
+
+def _why_no_gpu(gpu: GpuState, env: Mapping[str, str]) -> tuple[str, str]:
+    """Why CUDA sees no GPU, most specific cause first, and its fix."""
+    caps = env.get("NVIDIA_DRIVER_CAPABILITIES")
+    cvd = env.get("CUDA_VISIBLE_DEVICES")
+    if not gpu.cuda_build:
+        return (
+            f"torch {gpu.torch_version} is a CPU-only build",
+            "Docker/compose: build the Dockerfile with its default TORCH_INDEX_URL (a CUDA build); "
+            "Apptainer: rebuild the SIF from that image; or --device cpu",
+        )
+    if caps is not None and not ({"compute", "all"} & {c.strip() for c in caps.split(",")}):
+        return (
+            f"no GPU visible: NVIDIA_DRIVER_CAPABILITIES={caps} lacks compute, so the CUDA driver was not mounted",
+            FIX_CAPS,
+        )
+    if cvd is not None and cvd.strip() in ("", "-1", "none", "NoDevFiles"):
+        return (
+            f"no GPU visible: CUDA_VISIBLE_DEVICES={cvd!r} hides them",
+            "unset CUDA_VISIBLE_DEVICES: Docker: drop -e CUDA_VISIBLE_DEVICES and pass --gpus; compose: set GPU_COUNT "
+            "instead; Apptainer/Slurm: --nv with --gres=gpu:N sets it; or --device cpu",
+        )
+    if gpu.nvml_gpus:
+        return (
+            f"NVML sees {gpu.nvml_gpus} GPU(s) but CUDA none" + (f": {gpu.cuda_error}" if gpu.cuda_error else ""),
+            "check CUDA_VISIBLE_DEVICES and the driver (nvidia-smi on the host); " + FIX_NO_GPU,
+        )
+    return "no GPU visible in this environment" + (f" ({gpu.cuda_error})" if gpu.cuda_error else ""), FIX_NO_GPU
+
+
+def _check_count(gpu: GpuState, requested: int) -> list[Finding]:
     if requested > gpu.visible:
-        findings.append(
+        return [
             Finding(
                 "error",
                 "gpu",
@@ -649,31 +660,31 @@ def check_gpus(cfg: RunConfig, gpu: GpuState, env: Mapping[str, str], requested:
                 FIX_FEWER_GPUS,
                 option="--gpus",
             )  # fmt: skip
-        )
-    else:
-        names = ", ".join(sorted({d.name for d in gpu.devices}))
-        findings.append(Finding("ok", "gpu", f"{gpu.visible} GPU(s) visible: {names}"))
+        ]
+    names = ", ".join(sorted({d.name for d in gpu.devices}))
+    return [Finding("ok", "gpu", f"{gpu.visible} GPU(s) visible: {names}")]
 
-    if gpu.arch_list:
-        for i, d in enumerate(gpu.devices):
+
+def _check_arch(gpu: GpuState, bad: Level, option: str) -> list[Finding]:
+    """The first visible GPU whose architecture this torch build has no kernels for, if any."""
+    if not gpu.arch_list:
+        return []
+    for i, d in enumerate(gpu.devices):
+        if not arch_supported(d.capability, gpu.arch_list):
             sm = f"sm_{d.capability[0]}{d.capability[1]}"
-            if not arch_supported(d.capability, gpu.arch_list):
-                findings.append(
-                    Finding(
-                        bad,
-                        "arch",
-                        f"GPU {i} ({d.name}, {sm}) is not in this torch build's arch list ({' '.join(gpu.arch_list)})",
-                        "build the image with a torch that has kernels for it: docker build --build-arg "
-                        "TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 --build-arg TORCH_VERSION=<a version that "
-                        "index has> -t effbench:cu126 . (older GPUs need an older CUDA build; compose: "
-                        "EFFBENCH_IMAGE=effbench:cu126; Apptainer: rebuild the SIF from that image); or --device cpu",
-                        option=option,
-                    )
+            return [
+                Finding(
+                    bad,
+                    "arch",
+                    f"GPU {i} ({d.name}, {sm}) is not in this torch build's arch list ({' '.join(gpu.arch_list)})",
+                    "build the image with a torch that has kernels for it: docker build --build-arg "
+                    "TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 --build-arg TORCH_VERSION=<a version that "
+                    "index has> -t effbench:cu126 . (older GPUs need an older CUDA build; compose: "
+                    "EFFBENCH_IMAGE=effbench:cu126; Apptainer: rebuild the SIF from that image); or --device cpu",
+                    option=option,
                 )
-                break
-        else:
-            findings.append(Finding("ok", "arch", f"every visible GPU is in the arch list ({' '.join(gpu.arch_list)})"))
-    return findings
+            ]
+    return [Finding("ok", "arch", f"every visible GPU is in the arch list ({' '.join(gpu.arch_list)})")]
 
 
 def check_memlock(limit: int | None, processes: int, nnodes: int) -> list[Finding]:
