@@ -115,19 +115,27 @@ def write_csv(path: Path, fields: Sequence[str], rows: Iterable[Mapping[str, Any
     atomic_write_text(path, buf.getvalue())
 
 
+def read_json_file(path: Path, *, missing: str, fix: str) -> Any:
+    """The JSON in a file effbench wrote (results.json, sweep.json); the shape is the caller's to check.
+
+    A missing file is one EffbenchError naming it and `missing` (what to pass instead); an unreadable one
+    (permissions, bad UTF-8, broken JSON) names it, the reason and `fix`."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise EffbenchError(str(path), f"not found; {missing}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise EffbenchError(str(path), f"is not readable JSON ({e}); {fix}") from None
+
+
 def read_results(path: Path) -> dict[str, Any]:
     """Read and check a results.json; any problem is an EffbenchError naming the file."""
     path = Path(path)
     if path.is_dir():
         path = path / RESULTS_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise EffbenchError(str(path), "not found; pass a run folder that holds results.json") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise EffbenchError(
-            str(path), f"is not readable JSON ({e}); rerun the benchmark or delete the folder"
-        ) from None
+    data = read_json_file(
+        path, missing="pass a run folder that holds results.json", fix="rerun the benchmark or delete the folder"
+    )
     if not isinstance(data, dict):
         raise EffbenchError(str(path), "is not a results object; rerun the benchmark or delete the folder")
     version = data.get("schema_version")

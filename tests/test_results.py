@@ -138,3 +138,34 @@ def test_report_renders_summary_and_epoch_tables():
     md = report.render(_record(), "md")
     assert "123.5" in text and "25.0%" in text and "resnet18" in text
     assert md.startswith("# effbench run r1") and "| epoch" in md and "| throughput (img/s)" in md
+
+
+@pytest.mark.parametrize(
+    "setup, needle",
+    [
+        (lambda p: None, "not found; pass X"),  # no file
+        (lambda p: p.write_text("{not json"), "is not readable JSON (Expecting property name"),
+        (lambda p: p.write_bytes(b'{"a": "\xff"}'), "is not readable JSON ('utf-8' codec"),
+        (lambda p: p.mkdir(), "is not readable JSON ([Errno 21]"),  # a folder where the file should be
+    ],
+)
+def test_read_json_file_gives_one_error_naming_the_file_and_the_callers_fix(tmp_path, setup, needle):
+    path = tmp_path / "some.json"
+    setup(path)
+    with pytest.raises(EffbenchError) as info:
+        results.read_json_file(path, missing="pass X", fix="do Y")
+    assert info.value.option == str(path) and needle in info.value.message
+    assert info.value.message.endswith("pass X" if "not found" in needle else "; do Y")
+    assert "\n" not in str(info.value)
+    (tmp_path / "ok.json").write_text('[1, {"b": null}]')  # any JSON value: the shape is the caller's
+    assert results.read_json_file(tmp_path / "ok.json", missing="", fix="") == [1, {"b": None}]
+
+
+def test_results_and_manifest_readers_name_their_own_fix(tmp_path):
+    from effbench.sweep import manifest
+
+    with pytest.raises(EffbenchError, match="pass a run folder that holds results.json"):
+        results.read_results(tmp_path)
+    (tmp_path / manifest.MANIFEST_FILE).write_text("{")
+    with pytest.raises(EffbenchError, match="delete the sweep folder and run the sweep again"):
+        manifest.read_manifest(tmp_path)

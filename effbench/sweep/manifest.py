@@ -78,14 +78,9 @@ def new_manifest(
 def read_manifest(folder: Path) -> dict[str, Any]:
     """Read and check sweep.json; any problem is an EffbenchError naming the file."""
     path = Path(folder) / MANIFEST_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise EffbenchError(str(path), "not found; pass a sweep folder (it holds sweep.json)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise EffbenchError(
-            str(path), f"is not readable JSON ({e}); delete the sweep folder and run the sweep again"
-        ) from None
+    data = results.read_json_file(
+        path, missing="pass a sweep folder (it holds sweep.json)", fix="delete the sweep folder and run the sweep again"
+    )
     if not isinstance(data, dict) or data.get("kind") != "sweep":
         raise EffbenchError(str(path), "is not an effbench sweep manifest; pass a sweep folder")
     version = data.get("schema_version")
