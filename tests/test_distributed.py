@@ -14,7 +14,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from effbench.run.runner import merge_epoch, straggler_spread
 
 EFFBENCH = [sys.executable, "-m", "effbench"]
 TINY = ["--arch", "resnet18", "--image-size", "32", "--weights", "none", "--device", "cpu", "--quiet", "--workers", "0"]
@@ -248,85 +247,3 @@ def test_cpu_scaling_series_writes_the_table(tmp_path):
     # every member ran in a child of the CLI, the 1-process member too (none inherits another's memory)
     pids = [json.loads((r / "results.json").read_text())["launch"]["pid"] for r in run_dirs(series)]
     assert proc.pid not in pids and len(set(pids)) == 2
-
-
-def test_merge_epoch_sums_images_and_keeps_the_slowest_rank():
-    a = {"epoch": 1, "images": 32, "total_time_s": 1.0, "data_time_s": 0.2, "compute_time_s": 0.8, "train_loss": 2.0,
-         "train_top1": 0.5, "val_loss": 1.0, "val_top1": 0.25, "val_images": 10, "val_time_s": 0.1,
-         "measured_images": 24, "measured_time_s": 0.75}  # fmt: skip
-    b = dict(
-        a,
-        total_time_s=2.0,
-        measured_time_s=1.5,
-        data_time_s=1.5,
-        compute_time_s=0.5,
-        train_loss=4.0,
-        train_top1=0.0,
-        val_top1=0.75,
-        val_images=30,
-    )
-    m = merge_epoch([a, b])
-    assert m["images"] == 64 and m["data_time_s"] == 1.5 and m["total_time_s"] == 2.0
-    assert m["train_loss"] == pytest.approx(3.0) and m["val_top1"] == pytest.approx((0.25 * 10 + 0.75 * 30) / 40)
-    assert m["throughput_img_s"] == pytest.approx((24 + 24) / 1.5)  # measured steps only, slowest rank's time
-
-
-def test_straggler_spread():
-    s = straggler_spread([{"rank": 0, "time_s": 2.0}, {"rank": 1, "time_s": 2.5}])
-    assert s == {"slowest_rank": 1, "fastest_rank": 0, "spread_s": 0.5, "spread_pct": 25.0}
-    assert straggler_spread([{"rank": 0, "time_s": 1.0}]) is None
-
-
-# --- how rank 0's record is settled with torchrun's outcome (pure; both orders of the kill race) ---
-
-
-def _outcome(returncode, failure=None, sig=None):
-    from effbench.launch.supervise import SupervisedResult
-
-    return SupervisedResult(returncode=returncode, signal=sig, failure=failure)
-
-
-def test_root_cause_on_another_rank_replaces_rank0s_broken_collective_error():
-    from effbench.run.runner import settle_with_torchrun
-    from effbench.launch.supervise import ChildFailure
-
-    rank0 = {"status": "failed", "error": {"type": "RuntimeError", "message": "Connection closed by peer"}}
-    r = settle_with_torchrun(rank0, _outcome(1, ChildFailure(rank=1, exitcode=-9)))
-    assert r["status"] == "failed"
-    assert r["error"]["message"].startswith("rank 1 failed (killed by SIGKILL)")
-    assert "rank 0 then stopped with RuntimeError: Connection closed by peer" in r["error"]["message"]
-    assert r["error"]["rank0_error"] == rank0["error"] and rank0["status"] == "failed"  # input untouched
-
-
-def test_rank0_stopped_by_torchrun_is_failed_with_the_root_cause():
-    from effbench.run.runner import settle_with_torchrun
-    from effbench.launch.supervise import ChildFailure
-
-    r = settle_with_torchrun({"status": "interrupted", "signal": 15}, _outcome(1, ChildFailure(rank=1, exitcode=-9)))
-    assert (
-        r["status"] == "failed" and "signal" not in r and r["error"]["message"] == "rank 1 failed (killed by SIGKILL)"
-    )
-
-
-def test_a_diverged_rank0_stays_diverged_whichever_rank_torchrun_names():
-    from effbench.launch.supervise import ChildFailure
-    from effbench.run.runner import settle_with_torchrun
-
-    # every rank agreed on the divergence and exits 1: torchrun names whichever it saw first
-    diverged = {"status": "diverged", "diverged": {"global_step": 3, "rank": 1}, "error": {"type": "Diverged"}}
-    for rank in (0, 1):
-        assert settle_with_torchrun(diverged, _outcome(1, ChildFailure(rank=rank, exitcode=1))) == diverged
-    assert settle_with_torchrun(diverged, _outcome(1)) == diverged  # no summary read
-    # a user's signal is still recorded beside it
-    assert settle_with_torchrun(diverged, _outcome(143, sig=15)) == {**diverged, "signal": 15}
-
-
-def test_rank0s_own_failure_stays_its_own_and_a_signal_marks_interrupted():
-    from effbench.run.runner import settle_with_torchrun
-    from effbench.launch.supervise import ChildFailure
-
-    own = {"status": "failed", "error": {"type": "ValueError", "message": "bad"}}
-    assert settle_with_torchrun(own, _outcome(1, ChildFailure(rank=0, exitcode=1))) == own
-    assert settle_with_torchrun({"status": "ok"}, _outcome(0)) == {"status": "ok"}
-    r = settle_with_torchrun({"status": "running"}, _outcome(143, sig=15))
-    assert r == {"status": "interrupted", "signal": 15}

@@ -18,14 +18,9 @@ from effbench.analysis import compare, stats, windows
 from effbench.analysis.throughput import job_throughput
 from effbench.config import RunConfig
 from effbench.report import tables
-from effbench.run import runner
+from effbench.run import record
 from effbench.run.timing import StepTime, Tally
 from effbench.run.train import EpochResult
-
-
-class _Data:
-    def stats(self) -> dict:
-        return {}
 
 
 def _steps(times: list[tuple[float, float]], images: int) -> list[dict]:
@@ -52,10 +47,10 @@ def test_in_progress_final_epoch_and_window_throughput_agree_on_the_same_rank_ro
     for s in RANK0:
         tally.add(StepTime(s["data_time_s"], s["compute_time_s"]), 8)
     in_progress = {"world_size": 2, "data": {}, "ranks": rows}
-    runner._fill(in_progress, [], Tally(), tally, _Data())
+    in_progress.update(record.headline(in_progress, [], Tally(), tally, {}))
     # at the end: the same rows gathered once more; the old code gave rank 0 x world size here
-    final = {"world_size": 2, "data": {}, "ranks": runner.rank_rows(list(reversed(rows)))}
-    runner._fill(final, [], Tally(), tally, _Data())
+    final = {"world_size": 2, "data": {}, "ranks": record.rank_rows(list(reversed(rows)))}
+    final.update(record.headline(final, [], Tally(), tally, {}))
     rank0_times_two = 2 * 24 / sum(s["data_time_s"] + s["compute_time_s"] for s in RANK0)
     assert in_progress["throughput_img_s"] == pytest.approx(by_hand) == final["throughput_img_s"]
     assert by_hand != pytest.approx(rank0_times_two, rel=0.05)  # the two old definitions really differed
@@ -65,7 +60,7 @@ def test_in_progress_final_epoch_and_window_throughput_agree_on_the_same_rank_ro
     assert one["throughput_img_s"] == [pytest.approx(by_hand)]
     epoch_rows = [{"measured_images": r["images"], "measured_time_s": r["time_s"], "images": r["images"],
                    "total_time_s": r["time_s"], "val_images": 0, "val_time_s": 0.0} for r in rows]  # fmt: skip
-    assert runner.merge_epoch(epoch_rows)["throughput_img_s"] == pytest.approx(by_hand)
+    assert record.merge_epoch(epoch_rows)["throughput_img_s"] == pytest.approx(by_hand)
     # three windows: each window's steps of both ranks, by hand
     three = windows.rank_windows([RANK0, RANK1], repeats=3)
     for i, got in enumerate(three["throughput_img_s"]):

@@ -5,7 +5,7 @@
 A part is one rank's measured steps (warm-up excluded): its images and its time. With one rank this is
 images / time; with several, the job ends when its slowest rank ends, so the job's rate is all images over
 that rank's time. The step timer (run/timing.Tally), the epoch rows (run/train.EpochResult and
-run/runner.merge_epoch), the headline (run/runner._fill, in progress and at the end) and the --repeats
+run/record.merge_epoch), the headline (run/record.headline, in progress and at the end) and the --repeats
 windows (analysis/windows) all call this function, so they cannot disagree on the same rank rows.
 """
 

@@ -22,11 +22,10 @@ import signal
 import sys
 import tempfile
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from effbench import results
 from effbench.run import faults
@@ -34,14 +33,20 @@ from effbench.measure import observe
 from effbench.report import render
 from effbench.report import tables as report
 from effbench.analysis import windows
-from effbench.analysis.throughput import job_throughput, slowest
 from effbench.config import RunConfig
 from effbench.launch.distributed import DistContext
 from effbench.errors import EffbenchError
 from effbench.launch.plan import LaunchPlan
-from effbench.launch.supervise import SupervisedResult
+from effbench.run import record as rec
 from effbench.run.phases import Interrupted, Phase, deferred, interrupt_on_signals
 from effbench.run.timing import Tally
+
+if TYPE_CHECKING:
+    from effbench.data import DataBundle
+    from effbench.measure.flops import StepFlops
+    from effbench.measure.monitor import UtilizationSampler
+    from effbench.models import ModelBundle
+    from effbench.run.runtime import Runtime
 
 __all__ = ["Interrupted", "interrupt_on_signals", "run", "run_benchmark", "worker_main"]
 
@@ -204,38 +209,9 @@ def _run_in_child(
             "message": outcome.failure.describe() if outcome.failure else f"{child} exited with {outcome.returncode}",
         }
         return RunOutcome(None, record)
-    record = settle_with_torchrun(results.read_results(run_dir), outcome)
-    results.write_json(run_dir / results.RESULTS_FILE, record)
-    return RunOutcome(run_dir, record)
-
-
-def settle_with_torchrun(record: dict[str, Any], outcome: SupervisedResult) -> dict[str, Any]:
-    """Rank 0's results record, corrected by how torchrun ended. Pure."""
-    record = dict(record)
-    if record["status"] == "diverged" and not outcome.signal:
-        return record  # every rank agreed on it and exits 1 (train.py): the rank torchrun names is no root cause
-    if outcome.signal:
-        if record["status"] in ("running", "ok"):
-            record["status"] = "interrupted"
-        record["signal"] = outcome.signal
-    elif outcome.returncode != 0 and (
-        record["status"] in ("running", "ok", "interrupted")
-        or (outcome.failure is not None and outcome.failure.rank != 0)
-    ):
-        # Another rank died first (torchrun's root cause): rank 0 was stopped by torchrun, or failed
-        # on its own when the collective broke; the root cause is what the user needs to read.
-        rank0_error = record.get("error") if record["status"] == "failed" else None
-        record["status"] = "failed"
-        record.pop("signal", None)
-        message = outcome.failure.describe() if outcome.failure else f"torchrun exited with code {outcome.returncode}"
-        if rank0_error:
-            message += f"; rank 0 then stopped with {rank0_error.get('type')}: {rank0_error.get('message', '')}"
-        record["error"] = {
-            "type": "ChildFailedError",
-            "message": message,
-            **({"rank0_error": rank0_error} if rank0_error else {}),
-        }
-    return record
+    settled = rec.settle_with_torchrun(results.read_results(run_dir), outcome)
+    results.write_json(run_dir / results.RESULTS_FILE, settled)
+    return RunOutcome(run_dir, settled)
 
 
 def _fresh_path(output: Path, name: str) -> Path:
@@ -325,7 +301,44 @@ def run_benchmark(
         )  # fmt: skip
 
 
-def _run_benchmark(  # noqa: C901 - prepare -> measure -> finish split pending (issue 14 item 2)
+@dataclass
+class Prepared:
+    """What a run trains with, built before its folder exists (every user error is raised here)."""
+
+    cfg: RunConfig  # resolved for the device, warm-up shrunk to the steps known
+    rt: Runtime
+    backend: dict[str, Any]
+    batch: int  # per device
+    data: DataBundle
+    n_steps: int  # per epoch
+    bundle: ModelBundle | None  # None under --data-only
+    model: Any  # the model as trained (DDP / DataParallel / compiled wrapper); None under --data-only
+    optimizer: Any
+    scheduler: Any
+    flops: StepFlops | None
+    flops_error: str | None
+
+
+@dataclass
+class Measurement:
+    """The timed run as it went: rank 0's rows, the tallies, the gathered rank data, and how it ended."""
+
+    sampler: UtilizationSampler
+    gpus: list[int]  # every GPU this process drives (all of them under DataParallel)
+    t0: float
+    epochs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    steps: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # rank 0's
+    warmup: Tally = dataclasses.field(default_factory=Tally)
+    measured: Tally = dataclasses.field(default_factory=Tally)
+    rank_steps: list[dict[str, float]] = dataclasses.field(default_factory=list)  # this rank's measured steps
+    epoch_ranks: list[dict[str, Any]] | None = None  # the rank rows gathered with the last epoch
+    gathered: list[dict[str, Any]] | None = None  # the final gather, when the run got that far
+    profile_info: dict[str, Any] | None = None
+    profile_error: str | None = None
+    failure: BaseException | None = None
+
+
+def _run_benchmark(
     cfg: RunConfig,
     *,
     plan: LaunchPlan,
@@ -337,20 +350,49 @@ def _run_benchmark(  # noqa: C901 - prepare -> measure -> finish split pending (
     phase: Phase,
     received: list[int],
 ) -> RunOutcome:
+    """prepare -> (run folder) -> measure -> finish -> write."""
+    dist = dist or DistContext()
+    prep = _prepare(cfg, plan, dist, phase)
+    # From here a run folder exists: a signal is recorded while it is made and its first files
+    # written (so they are whole), then raised at the start of the measurement.
+    with deferred(received):
+        opened, run_dir = _open_run_folder(
+            prep.cfg, plan, dist, prep.rt, run_dir, command, prep.bundle, prep.backend, prep.batch, prep.data,
+            prep.n_steps, echo,
+        )  # fmt: skip
+    m = _measure(prep, plan, dist, opened, run_dir, progress=progress, phase=phase, received=received)
+    # The files that say how the run ended are written whole: a signal now is recorded, and once
+    # they are written, an `ok` run becomes `interrupted` in phase `report` and they are rewritten.
+    writer = dist.is_main
+    with deferred(received):
+        signals_before = len(received)
+        phase.enter("report")
+        final = rec.finish(opened, _measured(prep, dist, m, received, phase.name), _conditions(prep, plan, run_dir))
+        if writer:
+            _write_final(run_dir, final, m.epochs, m.steps, m.sampler)
+        if len(received) > signals_before and final["status"] == "ok":  # a failure keeps its own status
+            final = {**final, **rec.interrupted(received[signals_before], "report")}
+            if writer:
+                _write_final(run_dir, final, m.epochs, m.steps, m.sampler)
+        if writer:
+            echo(report.render(final, "text"))
+    if isinstance(m.failure, EffbenchError):  # bad input seen only once the data is read: recorded, then exit 2
+        raise m.failure
+    return RunOutcome(run_dir=run_dir, results=final)
+
+
+def _prepare(cfg: RunConfig, plan: LaunchPlan, dist: DistContext, phase: Phase) -> Prepared:
+    """Runtime, data, model, optimizer, FLOPs: everything that can be the user's mistake, before a folder exists."""
     import torch
 
     from effbench.data import build_data
-    from effbench.models import build_model, trainable_parameters
-    from effbench.run.optim import build_optimizer, build_scheduler
-    from effbench.run.progress import Progress
+    from effbench.models import build_model
     from effbench.config import resolve_for_device, resolve_warmup
     from effbench.run.runtime import apply_backend_flags, resolve_runtime
-    from effbench.run.train import Diverged, compile_time_s, data_epochs, steps_per_epoch, train_epochs
+    from effbench.run.train import steps_per_epoch
 
-    dist = dist or DistContext()
-    # --- everything that can be the user's mistake, before a folder exists ----------------------
     results.check_output_writable(cfg.output)
-    torch.set_num_threads(plan.threads_per_proc)  # explicit, and recorded below
+    torch.set_num_threads(plan.threads_per_proc)  # explicit, and recorded in the run folder
     rt = resolve_runtime(cfg, local_rank=dist.local_rank)
     cfg = resolve_for_device(cfg, rt.device.type)  # channels_last, pinning, optimizer kernels: explicit in config.json
     backend = apply_backend_flags(cfg, rt.device)
@@ -373,187 +415,178 @@ def _run_benchmark(  # noqa: C901 - prepare -> measure -> finish split pending (
             f"{cfg.warmup_steps} warm-up steps leave no measured step in {cfg.epochs} epoch(s) of {n_steps} steps; "
             "lower --warmup-steps or raise --max-steps / --epochs",
         )
+    prep = Prepared(cfg, rt, backend, batch, data, n_steps, bundle, None, None, None, None, None)
+    return _with_model(prep, plan, dist) if bundle is not None else prep  # --data-only builds no model
 
-    model = optimizer = scheduler = None
+
+def _with_model(prep: Prepared, plan: LaunchPlan, dist: DistContext) -> Prepared:
+    """The model on its device and wrapped for the launch, its FLOPs counted, its optimizer and schedule."""
+    import torch
+
+    from effbench.models import trainable_parameters
+    from effbench.run.optim import build_optimizer, build_scheduler
+
+    cfg, rt = prep.cfg, prep.rt
+    assert prep.bundle is not None
+    model = prep.bundle.model.to(rt.device)
+    if cfg.channels_last:
+        model = model.to(memory_format=torch.channels_last)
     flops, flops_error = None, None
-    if bundle is not None:  # --data-only builds no model
-        model = bundle.model.to(rt.device)
-        if cfg.channels_last:
-            model = model.to(memory_format=torch.channels_last)
-        try:  # on the bare model: a DDP wrapper would add an all-reduce to the counted step
-            flops = observe.count_flops(model, rt, data.image_size, data.num_classes)
-        except Exception as e:  # noqa: BLE001 - an op FlopCounterMode cannot count must not stop the run
-            flops_error = f"{type(e).__name__}: {e}".splitlines()[0]
-        if plan.mode == "dp":
-            from effbench.run.data_parallel import data_parallel
+    try:  # on the bare model: a DDP wrapper would add an all-reduce to the counted step
+        flops = observe.count_flops(model, rt, prep.data.image_size, prep.data.num_classes)
+    except Exception as e:  # noqa: BLE001 - an op FlopCounterMode cannot count must not stop the run
+        flops_error = f"{type(e).__name__}: {e}".splitlines()[0]
+    if plan.mode == "dp":
+        from effbench.run.data_parallel import data_parallel
 
-            model = data_parallel(model, rt, device_ids=list(range(plan.nproc_per_node)))
-        elif dist.enabled:
-            from torch.nn.parallel import DistributedDataParallel
+        model = data_parallel(model, rt, device_ids=list(range(plan.nproc_per_node)))
+    elif dist.enabled:
+        from torch.nn.parallel import DistributedDataParallel
 
-            model = DistributedDataParallel(model, device_ids=[dist.local_rank] if rt.device.type == "cuda" else None)
-        if cfg.compile:  # lazy: compiles in the first (warm-up) step, timed apart as compile_time_s
-            model = torch.compile(model)
-        optimizer = build_optimizer(cfg, trainable_parameters(model))
-        scheduler = build_scheduler(optimizer, cfg.epochs * n_steps)
+        model = DistributedDataParallel(model, device_ids=[dist.local_rank] if rt.device.type == "cuda" else None)
+    if cfg.compile:  # lazy: compiles in the first (warm-up) step, timed apart as compile_time_s
+        model = torch.compile(model)
+    optimizer = build_optimizer(cfg, trainable_parameters(model))
+    scheduler = build_scheduler(optimizer, cfg.epochs * prep.n_steps)
+    return dataclasses.replace(
+        prep, model=model, optimizer=optimizer, scheduler=scheduler, flops=flops, flops_error=flops_error
+    )
 
-    # From here a run folder exists: a signal is recorded while it is made and its first files
-    # written (so they are whole), then raised at the top of the try below.
-    with deferred(received):
-        record, run_dir = _open_run_folder(
-            cfg, plan, dist, rt, run_dir, command, bundle, backend, batch, data, n_steps, echo
-        )
-    writer = dist.is_main
 
-    epochs: list[dict[str, Any]] = []
-    steps: list[dict[str, Any]] = []
-    warmup, measured = Tally(), Tally()
-    # every GPU this process drives (all of them under DataParallel), so energy and memory cover the job
-    gpus = observe.job_cuda_indices(rt.device.type, plan.mode, plan.nproc_per_node, dist.local_rank)
-    sampler = observe.sampler_for(gpus, cfg.sample_interval_s)
-    prof_info: dict[str, Any] | None = None
-    rank_steps: list[dict[str, float]] = []  # this rank's measured steps (images, data, compute)
-    steps_by_rank: list[list[dict[str, float]]] = []
-    final_gathered = False
+def _measure(
+    prep: Prepared,
+    plan: LaunchPlan,
+    dist: DistContext,
+    opened: dict[str, Any],
+    run_dir: Path | None,
+    *,
+    progress: bool,
+    phase: Phase,
+    received: list[int],
+) -> Measurement:
+    """The timed epochs (or data-only passes), the profiling pass, the final gather; a failure is kept
+    in `failure` (classified by rec.outcome_of), never raised."""
+    gpus = observe.job_cuda_indices(prep.rt.device.type, plan.mode, plan.nproc_per_node, dist.local_rank)
+    m = Measurement(sampler=observe.sampler_for(gpus, prep.cfg.sample_interval_s), gpus=gpus, t0=0.0)
     observe.reset_peak_memory(gpus)
-    t0 = time.perf_counter()
-    bad_input: EffbenchError | None = None
+    m.t0 = time.perf_counter()
     try:
         if received:  # a signal arrived while the run folder was made
             raise Interrupted(received[0], phase.name)
-        with (
-            Progress(cfg.epochs, enabled=progress and writer, images_per_step=batch * plan.devices) as prog,
-            sampler,
-        ):
-            faults.inject_oom(batch)  # test hook EFFBENCH_FAULT_OOM_AT_BATCH (faults.py); off unless set
-            epochs_iter = (
-                data_epochs(data, rt, cfg, on_progress=prog.update, on_phase=phase.enter)
-                if cfg.data_only
-                else train_epochs(
-                    model, data, optimizer, scheduler, rt, cfg, on_progress=prog.update, on_phase=phase.enter
-                )
-            )
-            for er in epochs_iter:
-                _merge(warmup, er.warmup)
-                _merge(measured, er.measured)
-                # one small collective per epoch: the epoch rows and every rank's measured totals so far, so
-                # the in-progress headline is the same all-ranks figure as the final one (analysis/throughput)
-                gathered_epoch = dist.gather({"epoch": er.to_dict(), "row": _rank_row(dist, rt, measured)})
-                merged = merge_epoch([g["epoch"] for g in gathered_epoch])
-                record["ranks"] = rank_rows([g["row"] for g in gathered_epoch])
-                epochs.append(merged)
-                steps.extend(er.step_rows)  # rank 0's steps
-                rank_steps.extend(windows.measured_steps(er.step_rows))
-                if writer:
-                    _fill(record, epochs, warmup, measured, data)
-                    _write_progress(run_dir, record, epochs, steps)
-                prog.log(
-                    f"epoch {merged['epoch']}/{cfg.epochs}: loss {_maybe(merged['train_loss'])} top-1 {_maybe(merged['train_top1'])} "
-                    f"val top-1 {_maybe(merged['val_top1'])} data {merged['data_time_s']:.2f}s compute {merged['compute_time_s']:.2f}s"
-                )
-        if cfg.compile:
-            record["compile_time_s"] = compile_time_s(warmup.step_times_s, measured.step_times_s)
-        if cfg.profile and not cfg.data_only:  # after the timed run, so the profiler never touches the timed figures
+        _epochs(prep, plan, dist, opened, run_dir, m, progress=progress, phase=phase)
+        if prep.cfg.profile and not prep.cfg.data_only:  # after the timed run: the profiler never touches it
             phase.enter("profiling")
-            prof_info = _profile_pass(model, optimizer, scheduler, rt, cfg, data, dist, run_dir, record)
-        gathered = dist.gather(
+            m.profile_info, m.profile_error = _profile_pass(prep, dist, run_dir)
+        m.gathered = dist.gather(
             {
-                "row": _rank_row(dist, rt, measured),
-                "util": sampler.summary(),
+                "row": _rank_row(dist, prep.rt, m.measured),
+                "util": m.sampler.summary(),
                 "mem": observe.peak_memory(gpus),
-                "steps": rank_steps,  # every rank's measured steps, for windows of the same definition
+                "steps": m.rank_steps,  # every rank's measured steps, for windows of the same definition
             }
         )
-        record["ranks"] = rank_rows([g["row"] for g in gathered])
-        per_rank_util = [g["util"] for g in gathered]
-        per_rank_mem = [m for g in gathered for m in g["mem"]]
-        steps_by_rank = [g["steps"] for g in sorted(gathered, key=lambda g: g["row"]["rank"])]
-        final_gathered = True
-        record["status"] = "ok"
-    except EffbenchError as e:  # bad input seen only once the data is read: recorded, then one line, exit 2
-        record["status"] = "failed"
-        record["error"] = {"type": "EffbenchError", "message": str(e)}
-        bad_input = e
-    except Diverged as e:  # a non-finite loss: the figures after it would measure nothing meaningful
-        record["status"] = "diverged"
-        record["diverged"] = e.to_dict()
-        record["error"] = {"type": "Diverged", "message": str(e)}
-    except Interrupted as e:
-        _mark_interrupted(record, e.signum, e.phase or phase.name)
-    except KeyboardInterrupt:
-        _mark_interrupted(record, int(signal.SIGINT), phase.name)
-    except torch.OutOfMemoryError as e:
-        record["status"] = "oom"
-        record["error"] = {"type": type(e).__name__, "message": str(e).splitlines()[0] if str(e) else "out of memory"}
-    except Exception as e:  # noqa: BLE001 - a crash mid-run is recorded, then reported by the CLI
-        if received:  # the signal killed a loader worker first; the run was interrupted, not broken
-            _mark_interrupted(record, received[0], phase.name)
-        elif faults.is_out_of_memory(e):  # the CPU allocator's failure is a plain RuntimeError
-            record["status"] = "oom"
-            record["error"] = {
-                "type": type(e).__name__,
-                "message": str(e).splitlines()[0] if str(e) else "out of memory",
-            }
-        else:
-            record["status"] = "failed"
-            record["error"] = {
-                "type": type(e).__name__,
-                "message": str(e).splitlines()[0] if str(e) else type(e).__name__,
-                "traceback": traceback.format_exc(),
-            }
-    # The files that say how the run ended are written whole: a signal now is recorded, and once
-    # they are written, an `ok` run becomes `interrupted` in phase `report` and they are rewritten.
-    with deferred(received):
-        signals_before = len(received)
-        phase.enter("report")
-        if not final_gathered:  # no collective after a failure: a dead peer would hang it
-            steps_by_rank = _settle_ranks_alone(record, dist, _rank_row(dist, rt, measured), rank_steps)
-            per_rank_util, per_rank_mem = [sampler.summary()], observe.peak_memory(gpus)
-        record["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat()
-        record["wall_time_s"] = time.perf_counter() - t0
-        _fill(record, epochs, warmup, measured, data)
-        record["throughput_windows"] = windows.rank_windows(steps_by_rank, cfg.repeats)  # --repeats
-        if flops_error:
-            record["flops_error"] = flops_error
-        if cfg.compile and record["compile_time_s"] is None:
-            record["compile_time_s"] = compile_time_s(warmup.step_times_s, measured.step_times_s)
-        record.update(
-            observe.summarize(
-                record,
-                flops_image=flops.per_image if flops else None,
-                flops_forward_image=flops.forward_per_image if flops else None,
-                utilization=observe.merge_utilization(per_rank_util),
-                memory=per_rank_mem,
-                profile_info=prof_info,
-                cpu_quota_cores=_cpu_limit(),
-                workers_per_process=int(
-                    data.info["workers"]
-                ),  # what the loader really started: synthetic and fast CIFAR none
-                processes_per_node=plan.nproc_per_node if plan.mode != "dp" else 1,
-                tf32_enabled=bool(torch.backends.cudnn.allow_tf32),
-                timed_step_times_s=measured.step_times_s,
-                run_dir=run_dir,
+    except (Exception, Interrupted, KeyboardInterrupt) as e:  # noqa: BLE001 - recorded, then reported by the CLI
+        m.failure = e
+    return m
+
+
+def _epochs(
+    prep: Prepared,
+    plan: LaunchPlan,
+    dist: DistContext,
+    opened: dict[str, Any],
+    run_dir: Path | None,
+    m: Measurement,
+    *,
+    progress: bool,
+    phase: Phase,
+) -> None:
+    """Train (or only load) epoch by epoch; rank 0 rewrites results.json after each one."""
+    from effbench.run.progress import Progress
+    from effbench.run.train import data_epochs, train_epochs
+
+    cfg, data, rt = prep.cfg, prep.data, prep.rt
+    writer = dist.is_main
+    with (
+        Progress(cfg.epochs, enabled=progress and writer, images_per_step=prep.batch * plan.devices) as prog,
+        m.sampler,
+    ):
+        faults.inject_oom(prep.batch)  # test hook EFFBENCH_FAULT_OOM_AT_BATCH (faults.py); off unless set
+        epochs_iter = (
+            data_epochs(data, rt, cfg, on_progress=prog.update, on_phase=phase.enter)
+            if cfg.data_only
+            else train_epochs(
+                prep.model, data, prep.optimizer, prep.scheduler, rt, cfg, on_progress=prog.update,
+                on_phase=phase.enter,
             )
-        )
-        if cfg.data_only:  # no model ran: a training bottleneck verdict would mislead
-            record.pop("verdict", None)
-        if writer:
-            _write_final(run_dir, record, epochs, steps, sampler)
-        if len(received) > signals_before and record["status"] == "ok":  # a failure keeps its own status
-            _mark_interrupted(record, received[signals_before], "report")
+        )  # fmt: skip
+        for er in epochs_iter:
+            m.warmup = rec.added(m.warmup, er.warmup)
+            m.measured = rec.added(m.measured, er.measured)
+            # one small collective per epoch: the epoch rows and every rank's measured totals so far, so
+            # the in-progress headline is the same all-ranks figure as the final one (analysis/throughput)
+            gathered = dist.gather({"epoch": er.to_dict(), "row": _rank_row(dist, rt, m.measured)})
+            merged = rec.merge_epoch([g["epoch"] for g in gathered])
+            m.epoch_ranks = rec.rank_rows([g["row"] for g in gathered])
+            m.epochs.append(merged)
+            m.steps.extend(er.step_rows)  # rank 0's steps
+            m.rank_steps.extend(windows.measured_steps(er.step_rows))
             if writer:
-                _write_final(run_dir, record, epochs, steps, sampler)
-        if writer:
-            echo(report.render(record, "text"))
-    if bad_input is not None:
-        raise bad_input
-    return RunOutcome(run_dir=run_dir, results=record)
+                now = {**opened, "ranks": m.epoch_ranks}
+                now.update(rec.headline(now, m.epochs, m.warmup, m.measured, data.stats()))
+                _write_progress(run_dir, now, m.epochs, m.steps)
+            prog.log(
+                f"epoch {merged['epoch']}/{cfg.epochs}: loss {_maybe(merged['train_loss'])} top-1 {_maybe(merged['train_top1'])} "
+                f"val top-1 {_maybe(merged['val_top1'])} data {merged['data_time_s']:.2f}s compute {merged['compute_time_s']:.2f}s"
+            )
 
 
-def _mark_interrupted(record: dict[str, Any], signum: int, phase: str) -> None:
-    record["status"] = "interrupted"
-    record["signal"] = int(signum)
-    record["interrupted_phase"] = phase
+def _measured(prep: Prepared, dist: DistContext, m: Measurement, received: list[int], phase: str) -> rec.Measured:
+    """The measurement as plain values for rec.finish; after a failure, without asking the peers
+    (no collective after a failure: a dead peer would hang it)."""
+    outcome = {"status": "ok"} if m.failure is None else rec.outcome_of(m.failure, received=received, phase=phase)
+    if m.gathered is not None and m.failure is None:
+        ranks = rec.rank_rows([g["row"] for g in m.gathered])
+        utilization = [g["util"] for g in m.gathered]
+        memory = [mem for g in m.gathered for mem in g["mem"]]
+        steps_by_rank = [g["steps"] for g in sorted(m.gathered, key=lambda g: g["row"]["rank"])]
+    else:  # windows only when this rank is the whole job (its steps alone are not the job's)
+        ranks = rec.ranks_after_failure(m.epoch_ranks, _rank_row(dist, prep.rt, m.measured), dist.world_size)
+        utilization, memory = [m.sampler.summary()], observe.peak_memory(m.gpus)
+        steps_by_rank = [m.rank_steps] if dist.world_size == 1 else []
+    return rec.Measured(
+        outcome=outcome,
+        epochs=m.epochs,
+        warmup=m.warmup,
+        measured=m.measured,
+        ranks=ranks,
+        steps_by_rank=steps_by_rank,
+        utilization=utilization,
+        memory=memory,
+        data_stats=prep.data.stats(),
+        profile_info=m.profile_info,
+        profile_error=m.profile_error,
+        finished_at=dt.datetime.now(dt.timezone.utc).isoformat(),
+        wall_time_s=time.perf_counter() - m.t0,
+    )
+
+
+def _conditions(prep: Prepared, plan: LaunchPlan, run_dir: Path | None) -> rec.Conditions:
+    import torch
+
+    return rec.Conditions(
+        repeats=prep.cfg.repeats,
+        compile=prep.cfg.compile,
+        data_only=prep.cfg.data_only,
+        flops_per_image=prep.flops.per_image if prep.flops else None,
+        flops_forward_per_image=prep.flops.forward_per_image if prep.flops else None,
+        flops_error=prep.flops_error,
+        workers_per_process=int(prep.data.info["workers"]),
+        processes_per_node=plan.nproc_per_node if plan.mode != "dp" else 1,
+        tf32_enabled=bool(torch.backends.cudnn.allow_tf32),
+        cpu_quota_cores=_cpu_limit(),
+        run_dir=run_dir,
+    )
 
 
 def _write_final(
@@ -665,16 +698,6 @@ def _config_json(cfg: RunConfig, rt: Any, data_info: dict[str, Any], n_steps: in
     return out
 
 
-def _settle_ranks_alone(
-    record: dict[str, Any], dist: DistContext, own_row: dict[str, Any], own_steps: list[dict[str, float]]
-) -> list[list[dict[str, float]]]:
-    """After a failure, without asking the peers: the rank rows of the last finished epoch stay (they were
-    gathered then); windows only when this rank is the whole job (its steps alone are not the job's)."""
-    if "ranks" not in record or dist.world_size == 1:
-        record["ranks"] = rank_rows([own_row])
-    return [own_steps] if dist.world_size == 1 else []
-
-
 def _cpu_limit() -> float | None:
     """Cores this job may use: the tighter of the cgroup quota and the CPU affinity."""
     from effbench.system.hardware import cpu_quota_cores, usable_cores
@@ -683,138 +706,32 @@ def _cpu_limit() -> float | None:
     return min(quota, float(usable_cores())) if quota is not None else float(usable_cores())
 
 
-def _profile_pass(
-    model: Any,
-    optimizer: Any,
-    scheduler: Any,
-    rt: Any,
-    cfg: RunConfig,
-    data: Any,
-    dist: DistContext,
-    run_dir: Path | None,
-    record: dict[str, Any],
-) -> dict[str, Any] | None:
-    """A few more steps under torch.profiler; a profiler failure is recorded, never fatal."""
+def _profile_pass(prep: Prepared, dist: DistContext, run_dir: Path | None) -> tuple[dict[str, Any] | None, str | None]:
+    """A few more steps under torch.profiler: (its info, None), or (None, the error): never fatal."""
     from effbench.run.train import TrainStep
 
     out_dir = run_dir if run_dir is not None and run_dir.exists() else None  # other ranks: shared folder only
     try:
-        step = TrainStep(model, optimizer, scheduler, rt, cfg.channels_last)
-        return observe.profile(
-            step, data.train, device_type=rt.device.type, out_dir=out_dir, rank=dist.rank, active=cfg.profile_steps
-        )
+        step = TrainStep(prep.model, prep.optimizer, prep.scheduler, prep.rt, prep.cfg.channels_last)
+        info = observe.profile(
+            step, prep.data.train, device_type=prep.rt.device.type, out_dir=out_dir, rank=dist.rank,
+            active=prep.cfg.profile_steps,
+        )  # fmt: skip
+        return info, None
     except Exception as e:  # noqa: BLE001
-        record["profile_error"] = f"{type(e).__name__}: {e}".splitlines()[0]
-        return None
+        return None, f"{type(e).__name__}: {e}".splitlines()[0]
 
 
-def merge_epoch(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
-    """One epoch row from every rank's: images summed, the slowest rank's times, weighted accuracies.
-
-    img/s is the epoch's measured steps only (warm-up excluded, like the headline), by `job_throughput`
-    over the ranks' measured images and time.
-    """
-    thr = job_throughput([{"images": r.get("measured_images"), "time_s": r.get("measured_time_s")} for r in per_rank])
-    if len(per_rank) == 1:
-        return {**per_rank[0], "throughput_img_s": thr}
-    slowest = max(per_rank, key=lambda r: r["total_time_s"])
-    images = sum(r["images"] for r in per_rank)
-    val_images = sum(r.get("val_images") or 0 for r in per_rank)
-
-    def weighted(key: str, weight: str) -> float | None:
-        total = sum(r.get(weight) or 0 for r in per_rank)
-        if not total or any(r.get(key) is None for r in per_rank):
-            return None
-        return sum(r[key] * (r.get(weight) or 0) for r in per_rank) / total
-
-    merged = dict(slowest)
-    merged.update(
-        images=images,
-        val_images=val_images,
-        train_loss=weighted("train_loss", "images"),
-        train_top1=weighted("train_top1", "images"),
-        val_loss=weighted("val_loss", "val_images"),
-        val_top1=weighted("val_top1", "val_images"),
-        val_time_s=max(r["val_time_s"] for r in per_rank),
-        measured_images=sum(r.get("measured_images") or 0 for r in per_rank),
-        measured_time_s=max(r.get("measured_time_s") or 0.0 for r in per_rank),
-        throughput_img_s=thr,
-    )
-    return merged
-
-
-def _rank_row(dist: DistContext, rt: Any, measured: Tally) -> dict[str, Any]:
+def _rank_row(dist: DistContext, rt: Runtime, measured: Tally) -> dict[str, Any]:
     import socket
 
-    return {
-        "rank": dist.rank,
-        "local_rank": dist.local_rank,
-        "host": socket.gethostname(),
-        "device": str(rt.device),
-        "images": measured.images,
-        "steps": measured.steps,
-        "data_time_s": measured.data_time_s,
-        "compute_time_s": measured.compute_time_s,
-        "time_s": measured.time_s,
-        "throughput_img_s": measured.throughput_img_s,
-    }
-
-
-def rank_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted(rows, key=lambda r: r["rank"])
-
-
-def straggler_spread(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """How far the slowest rank lags the fastest over the measured steps."""
-    timed = [r for r in ranks if r.get("time_s")]
-    if len(timed) < 2:
-        return None
-    slow = max(timed, key=lambda r: r["time_s"])
-    fast = min(timed, key=lambda r: r["time_s"])
-    return {
-        "slowest_rank": slow["rank"],
-        "fastest_rank": fast["rank"],
-        "spread_s": slow["time_s"] - fast["time_s"],
-        "spread_pct": 100.0 * (slow["time_s"] - fast["time_s"]) / fast["time_s"],
-    }
+    return rec.rank_row(
+        rank=dist.rank, local_rank=dist.local_rank, host=socket.gethostname(), device=str(rt.device), measured=measured
+    )
 
 
 def _maybe(v: float | None) -> str:
     return "-" if v is None else f"{v:.4f}"
-
-
-def _merge(total: Tally, part: Tally) -> None:
-    total.steps += part.steps
-    total.images += part.images
-    total.data_time_s += part.data_time_s
-    total.compute_time_s += part.compute_time_s
-    total.step_times_s.extend(part.step_times_s)
-
-
-def _fill(record: dict[str, Any], epochs: list[dict[str, Any]], warmup: Tally, measured: Tally, data: Any) -> None:
-    """The headline from the rank rows, the same way in progress and at the end (analysis/throughput)."""
-    record["epochs"] = epochs
-    record["warmup"] = warmup.to_dict()
-    record["measured"] = measured.to_dict()
-    ranks = record.get("ranks") or []
-    if len(ranks) > 1:
-        # the job's measured time is its slowest rank's; the images are every rank's
-        slow = slowest(ranks) or ranks[0]
-        record["measured"].update(
-            images=sum(r["images"] for r in ranks),
-            data_time_s=slow["data_time_s"],
-            compute_time_s=slow["compute_time_s"],
-            time_s=slow["time_s"],
-        )
-        record["stragglers"] = straggler_spread(ranks)
-    record["throughput_img_s"] = job_throughput(ranks) if ranks else measured.throughput_img_s
-    record["measured"]["throughput_img_s"] = record["throughput_img_s"]
-    m = record["measured"]
-    record["data_time_share"] = m["data_time_s"] / m["time_s"] if m["time_s"] > 0 else None
-    record["data"].update(data.stats())
-    if epochs:
-        last = epochs[-1]
-        record["final"] = {k: last.get(k) for k in ("train_loss", "train_top1", "val_loss", "val_top1")}
 
 
 def _write_progress(

@@ -1,0 +1,299 @@
+"""A run's record (results.json) from what it measured. Pure: no torch, no I/O, no clock.
+
+    merge_epoch(rows)            one epoch row from every rank's
+    rank_row / rank_rows         each rank's measured totals, in rank order; straggler_spread over them
+    headline(...)                the throughput and totals from the rank rows (in progress and at the end)
+    outcome_of(exc, ...)         which exception ends a run how: status ok/oom/diverged/failed/interrupted
+    finish(opened, measured, c)  the final record from the record opened with the run folder
+    settle_with_torchrun(...)    rank 0's record corrected by how torchrun ended
+
+run/runner.py gathers the values (clock, devices, collectives) and writes the files.
+"""
+
+from __future__ import annotations
+
+import signal
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from effbench.analysis import windows
+from effbench.analysis.throughput import job_throughput, slowest
+from effbench.errors import EffbenchError
+from effbench.measure import observe
+from effbench.run import faults
+from effbench.run.phases import Interrupted
+from effbench.run.timing import Tally
+from effbench.run.train import Diverged, compile_time_s
+
+if TYPE_CHECKING:
+    from effbench.launch.supervise import SupervisedResult
+
+Row = dict[str, Any]
+
+
+# --------------------------------------------------------------------------------------------------
+# Ranks and epochs
+# --------------------------------------------------------------------------------------------------
+def merge_epoch(per_rank: Sequence[Row]) -> Row:
+    """One epoch row from every rank's: images summed, the slowest rank's times, weighted accuracies.
+
+    img/s is the epoch's measured steps only (warm-up excluded, like the headline), by `job_throughput`
+    over the ranks' measured images and time.
+    """
+    thr = job_throughput([{"images": r.get("measured_images"), "time_s": r.get("measured_time_s")} for r in per_rank])
+    if len(per_rank) == 1:
+        return {**per_rank[0], "throughput_img_s": thr}
+    slowest_row = max(per_rank, key=lambda r: r["total_time_s"])
+
+    def weighted(key: str, weight: str) -> float | None:
+        total = sum(r.get(weight) or 0 for r in per_rank)
+        if not total or any(r.get(key) is None for r in per_rank):
+            return None
+        return sum(r[key] * (r.get(weight) or 0) for r in per_rank) / total
+
+    return {
+        **slowest_row,
+        "images": sum(r["images"] for r in per_rank),
+        "val_images": sum(r.get("val_images") or 0 for r in per_rank),
+        "train_loss": weighted("train_loss", "images"),
+        "train_top1": weighted("train_top1", "images"),
+        "val_loss": weighted("val_loss", "val_images"),
+        "val_top1": weighted("val_top1", "val_images"),
+        "val_time_s": max(r["val_time_s"] for r in per_rank),
+        "measured_images": sum(r.get("measured_images") or 0 for r in per_rank),
+        "measured_time_s": max(r.get("measured_time_s") or 0.0 for r in per_rank),
+        "throughput_img_s": thr,
+    }
+
+
+def rank_row(*, rank: int, local_rank: int, host: str, device: str, measured: Tally) -> Row:
+    """One rank's measured totals, as gathered after every epoch and at the end."""
+    return {
+        "rank": rank,
+        "local_rank": local_rank,
+        "host": host,
+        "device": device,
+        "images": measured.images,
+        "steps": measured.steps,
+        "data_time_s": measured.data_time_s,
+        "compute_time_s": measured.compute_time_s,
+        "time_s": measured.time_s,
+        "throughput_img_s": measured.throughput_img_s,
+    }
+
+
+def rank_rows(rows: Sequence[Row]) -> list[Row]:
+    return sorted(rows, key=lambda r: r["rank"])
+
+
+def straggler_spread(ranks: Sequence[Row]) -> dict[str, Any] | None:
+    """How far the slowest rank lags the fastest over the measured steps."""
+    timed = [r for r in ranks if r.get("time_s")]
+    if len(timed) < 2:
+        return None
+    slow = max(timed, key=lambda r: r["time_s"])
+    fast = min(timed, key=lambda r: r["time_s"])
+    return {
+        "slowest_rank": slow["rank"],
+        "fastest_rank": fast["rank"],
+        "spread_s": slow["time_s"] - fast["time_s"],
+        "spread_pct": 100.0 * (slow["time_s"] - fast["time_s"]) / fast["time_s"],
+    }
+
+
+def added(total: Tally, part: Tally) -> Tally:
+    """`total` and `part` summed, as a new Tally (step times concatenated in order)."""
+    return Tally(
+        steps=total.steps + part.steps,
+        images=total.images + part.images,
+        data_time_s=total.data_time_s + part.data_time_s,
+        compute_time_s=total.compute_time_s + part.compute_time_s,
+        step_times_s=[*total.step_times_s, *part.step_times_s],
+    )
+
+
+def ranks_after_failure(gathered: list[Row] | None, own_row: Row, world_size: int) -> list[Row]:
+    """After a failure no collective runs (a dead peer would hang it): the rank rows of the last epoch
+    stay (they were gathered then); with none, or alone, this rank's own row."""
+    return gathered if gathered is not None and world_size > 1 else rank_rows([own_row])
+
+
+def headline(record: Mapping[str, Any], epochs: list[Row], warmup: Tally, measured: Tally, data_stats: Row) -> Row:
+    """The keys the headline sets, from the rank rows, the same way in progress and at the end
+    (analysis/throughput). `record` needs `ranks` (may be absent) and `data`."""
+    out: Row = {"epochs": epochs, "warmup": warmup.to_dict(), "measured": measured.to_dict()}
+    ranks = record.get("ranks") or []
+    if len(ranks) > 1:
+        # the job's measured time is its slowest rank's; the images are every rank's
+        slow = slowest(ranks) or ranks[0]
+        out["measured"].update(
+            images=sum(r["images"] for r in ranks),
+            data_time_s=slow["data_time_s"],
+            compute_time_s=slow["compute_time_s"],
+            time_s=slow["time_s"],
+        )
+        out["stragglers"] = straggler_spread(ranks)
+    out["throughput_img_s"] = job_throughput(ranks) if ranks else measured.throughput_img_s
+    out["measured"]["throughput_img_s"] = out["throughput_img_s"]
+    m = out["measured"]
+    out["data_time_share"] = m["data_time_s"] / m["time_s"] if m["time_s"] > 0 else None
+    out["data"] = {**record["data"], **data_stats}
+    if epochs:
+        last = epochs[-1]
+        out["final"] = {k: last.get(k) for k in ("train_loss", "train_top1", "val_loss", "val_top1")}
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# How a run ended
+# --------------------------------------------------------------------------------------------------
+def interrupted(signum: int, phase: str) -> Row:
+    return {"status": "interrupted", "signal": int(signum), "interrupted_phase": phase}
+
+
+def _first_line(e: BaseException, default: str) -> str:
+    return str(e).splitlines()[0] if str(e) else default
+
+
+def _is_torch_oom(e: BaseException) -> bool:
+    # torch.OutOfMemoryError is torch._C's `class OutOfMemoryError(RuntimeError)` (torch/_C/__init__.pyi;
+    # torch/cuda/__init__.py: `OutOfMemoryError = torch._C.OutOfMemoryError`), matched by name so this
+    # module needs no torch; faults.inject_oom raises the same class.
+    return any(c.__name__ == "OutOfMemoryError" for c in type(e).__mro__)
+
+
+def outcome_of(e: BaseException, *, received: Sequence[int], phase: str) -> Row:
+    """The record keys for a run ended by `e` in `phase`; `received`: the signals seen so far.
+
+    EffbenchError (bad input seen once the data is read) is `failed` with its one line; a non-finite loss
+    `diverged`; a signal `interrupted` with its phase; torch's OOM `oom`. Any other exception after a signal
+    is `interrupted` (the signal killed a loader worker first), an allocation failure `oom` (the CPU
+    allocator's is a plain RuntimeError, faults.is_out_of_memory), the rest `failed` with its traceback."""
+    if isinstance(e, EffbenchError):
+        return {"status": "failed", "error": {"type": "EffbenchError", "message": str(e)}}
+    if isinstance(e, Diverged):  # the figures after it would measure nothing meaningful
+        return {"status": "diverged", "diverged": e.to_dict(), "error": {"type": "Diverged", "message": str(e)}}
+    if isinstance(e, Interrupted):
+        return interrupted(e.signum, e.phase or phase)
+    if isinstance(e, KeyboardInterrupt):
+        return interrupted(int(signal.SIGINT), phase)
+    if _is_torch_oom(e):
+        return {"status": "oom", "error": {"type": type(e).__name__, "message": _first_line(e, "out of memory")}}
+    if received:
+        return interrupted(received[0], phase)
+    if faults.is_out_of_memory(e):
+        return {"status": "oom", "error": {"type": type(e).__name__, "message": _first_line(e, "out of memory")}}
+    return {
+        "status": "failed",
+        "error": {
+            "type": type(e).__name__,
+            "message": _first_line(e, type(e).__name__),
+            "traceback": "".join(traceback.format_exception(e)),
+        },
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# The final record
+# --------------------------------------------------------------------------------------------------
+@dataclass
+class Measured:
+    """What one run measured and how it ended, as plain values gathered by the runner."""
+
+    outcome: Row  # {"status": "ok"} or outcome_of(...)
+    epochs: list[Row]
+    warmup: Tally
+    measured: Tally
+    ranks: list[Row]  # every rank's row (gathered), or what ranks_after_failure keeps
+    steps_by_rank: list[list[Row]]  # every rank's measured steps, for --repeats windows; [] when not the job's
+    utilization: list[Row | None]  # every rank's sampler summary (or this rank's alone after a failure)
+    memory: list[Row]  # one entry per GPU the job used
+    data_stats: Row  # data.stats(): skipped images and the like
+    profile_info: Row | None
+    profile_error: str | None
+    finished_at: str  # ISO 8601, UTC
+    wall_time_s: float
+
+
+@dataclass
+class Conditions:
+    """What the run was set up with, read by `finish`."""
+
+    repeats: int | None  # --repeats
+    compile: bool
+    data_only: bool
+    flops_per_image: float | None
+    flops_forward_per_image: float | None
+    flops_error: str | None
+    workers_per_process: int  # what the loader really started: synthetic and fast CIFAR none
+    processes_per_node: int
+    tf32_enabled: bool
+    cpu_quota_cores: float | None
+    run_dir: Path | None  # profile files are recorded relative to it
+
+
+def finish(opened: Mapping[str, Any], m: Measured, c: Conditions) -> Row:
+    """The final results record: the one written with the run folder, plus what was measured."""
+    record: Row = {**opened, "ranks": m.ranks}  # keys in the order the in-progress record had them
+    record.update(headline(record, m.epochs, m.warmup, m.measured, m.data_stats))
+    if m.profile_error:
+        record["profile_error"] = m.profile_error
+    record.update(m.outcome)
+    record["finished_at"] = m.finished_at
+    record["wall_time_s"] = m.wall_time_s
+    record["throughput_windows"] = windows.rank_windows(m.steps_by_rank, c.repeats)  # --repeats
+    if c.flops_error:
+        record["flops_error"] = c.flops_error
+    if c.compile:
+        record["compile_time_s"] = compile_time_s(m.warmup.step_times_s, m.measured.step_times_s)
+    record.update(
+        observe.summarize(
+            record,
+            flops_image=c.flops_per_image,
+            flops_forward_image=c.flops_forward_per_image,
+            utilization=observe.merge_utilization(m.utilization),
+            memory=m.memory,
+            profile_info=m.profile_info,
+            cpu_quota_cores=c.cpu_quota_cores,
+            workers_per_process=c.workers_per_process,
+            processes_per_node=c.processes_per_node,
+            tf32_enabled=c.tf32_enabled,
+            timed_step_times_s=m.measured.step_times_s,
+            run_dir=c.run_dir,
+        )
+    )
+    if c.data_only:  # no model ran: a training bottleneck verdict would mislead
+        record.pop("verdict", None)
+    return record
+
+
+def settle_with_torchrun(record: Mapping[str, Any], outcome: SupervisedResult) -> Row:
+    """Rank 0's results record, corrected by how torchrun ended."""
+    record = dict(record)
+    if record["status"] == "diverged" and not outcome.signal:
+        return record  # every rank agreed on it and exits 1 (train.py): the rank torchrun names is no root cause
+    if outcome.signal:
+        if record["status"] in ("running", "ok"):
+            record["status"] = "interrupted"
+        record["signal"] = outcome.signal
+    elif outcome.returncode != 0 and (
+        record["status"] in ("running", "ok", "interrupted")
+        or (outcome.failure is not None and outcome.failure.rank != 0)
+    ):
+        # Another rank died first (torchrun's root cause): rank 0 was stopped by torchrun, or failed
+        # on its own when the collective broke; the root cause is what the user needs to read.
+        rank0_error = record.get("error") if record["status"] == "failed" else None
+        record["status"] = "failed"
+        record.pop("signal", None)
+        message = outcome.failure.describe() if outcome.failure else f"torchrun exited with code {outcome.returncode}"
+        if rank0_error:
+            message += f"; rank 0 then stopped with {rank0_error.get('type')}: {rank0_error.get('message', '')}"
+        record["error"] = {
+            "type": "ChildFailedError",
+            "message": message,
+            **({"rank0_error": rank0_error} if rank0_error else {}),
+        }
+    return record
