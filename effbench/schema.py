@@ -225,6 +225,7 @@ class Results(_Model):
     error: Error | None = None
     signal: int | None = None
     interrupted_phase: str | None = None
+    phase: str | None = None  # while the run is built (setup, dataset, model): where it is
 
 
 class Cell(_Model):

@@ -29,13 +29,13 @@ pytestmark = pytest.mark.timeout(900)
 TINY = ["--dataset", "synthetic", "--arch", "resnet18", "--image-size", "16", "--weights", "none", "--device", "cpu",
         "--workers", "0", "--max-steps", "3", "--max-val-steps", "1", "--warmup-steps", "1", "--epochs", "1",
         "--batch-size", "4", "--profile-steps", "1", "--quiet"]  # fmt: skip
-BEFORE_FOLDER = ("setup", "dataset", "model")  # nothing measured yet: no run folder, the phase in the error line
+BEFORE_TRAINING = ("setup", "dataset", "model")  # the run folder exists, nothing measured: results.json only
 AFTER_FOLDER = ("warm-up", "epochs", "validation", "profiling", "report")
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_every_phase_is_covered_here():
-    assert set(BEFORE_FOLDER + AFTER_FOLDER) == set(PHASES)
+    assert set(BEFORE_TRAINING + AFTER_FOLDER) == set(PHASES)
 
 
 def _signal_on_entering(monkeypatch, target: str, signum: int) -> None:
@@ -78,17 +78,64 @@ def test_a_signal_after_the_folder_exists_marks_the_run_interrupted_in_that_phas
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("phase, signum", [(p, signal.SIGTERM) for p in BEFORE_FOLDER] + [("setup", signal.SIGINT)])
-def test_a_signal_before_the_folder_exists_names_the_phase_and_leaves_no_folder(
-    phase, signum, monkeypatch, capsys, tmp_path
-):
+def _check_interrupted_before_training(run: Path, signum: int, phase: str) -> None:
+    from effbench import results
+
+    r = results.read_results(run)  # the schema reader of report / compare accepts it
+    assert r["status"] == "interrupted" and r["signal"] == signum and r["interrupted_phase"] == phase
+    assert r["epochs"] == [] and r["finished_at"] and "phase" not in r
+    assert r["run_name"] == run.name and r["config"]["arch"] == "resnet18"
+    assert sorted(f.name for f in run.iterdir()) == ["results.json"]  # nothing measured: no report
+
+
+@pytest.mark.parametrize("phase, signum", [(p, signal.SIGTERM) for p in BEFORE_TRAINING] + [("setup", signal.SIGINT)])
+def test_a_signal_before_training_marks_the_run_interrupted_in_that_phase(phase, signum, monkeypatch, capsys, tmp_path):
     _signal_on_entering(monkeypatch, phase, signum)
     code, out, err = invoke(["run", *TINY, "--output", tmp_path], capsys)
     assert code == 128 + signum
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    _check_interrupted_before_training(run, signum, phase)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
-        f"error: interrupted by {signal.Signals(signum).name} during {phase}"
+        f"error: run interrupted by {signal.Signals(signum).name} during {phase}"
     )
+    assert f"nothing was measured; results.json is in {run}" in lines[0] and "Traceback" not in out + err
+
+
+def test_the_folder_records_the_phase_while_the_run_is_built(monkeypatch, capsys, tmp_path):
+    seen = {}
+    real = faults.hold_phase
+
+    def spy(name, until, env=os.environ):
+        if name in BEFORE_TRAINING:  # the hook runs as the phase starts: results.json already names it
+            (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+            r = json.loads((run / "results.json").read_text())
+            seen[name] = (r["status"], r.get("phase"))
+        real(name, until, env)
+
+    monkeypatch.setattr(faults, "hold_phase", spy)
+    code, _, err = invoke(["run", *TINY, "--output", tmp_path], capsys)
+    assert code == 0, err
+    assert seen == {p: ("running", p) for p in BEFORE_TRAINING}
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert "phase" not in json.loads((run / "results.json").read_text())  # only while it is built
+
+
+def test_a_signal_during_the_first_checks_names_setup_and_leaves_no_folder(monkeypatch, capsys, tmp_path):
+    from effbench.run import runtime
+
+    real = runtime.resolve_runtime
+
+    def spy(*a, **kw):  # the device and precision check, before the run folder is made
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(runtime, "resolve_runtime", spy)
+    code, _, err = invoke(["run", *TINY, "--output", tmp_path], capsys)
+    assert code == 128 + signal.SIGTERM
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: interrupted by SIGTERM during setup")
+    assert "no run folder was written" in lines[0]
     assert not [p for p in tmp_path.iterdir() if p.is_dir()]
 
 
@@ -119,7 +166,7 @@ def _wait_for_hold(proc: subprocess.Popen, phase: str) -> None:
     raise AssertionError(f"the run ended before phase {phase}: {proc.communicate()}")
 
 
-@pytest.mark.parametrize("phase", ["setup", "profiling"])
+@pytest.mark.parametrize("phase", [*BEFORE_TRAINING, "profiling"])
 def test_sigterm_to_a_pid1_like_effbench_ends_it_at_once_in_any_phase(phase, tmp_path):
     out = tmp_path / "out"
     proc = _spawn(out, phase, ignore_sigterm=True)
@@ -133,11 +180,10 @@ def test_sigterm_to_a_pid1_like_effbench_ends_it_at_once_in_any_phase(phase, tmp
             proc.kill()
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert f"by SIGTERM during {phase}" in err
-    runs = [p for p in out.iterdir() if p.is_dir()] if out.exists() else []
-    if phase == "setup":
-        assert not runs
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    if phase in BEFORE_TRAINING:
+        _check_interrupted_before_training(run, signal.SIGTERM, phase)
     else:
-        (run,) = runs
         r = _check_whole(run)
         assert r["status"] == "interrupted" and r["interrupted_phase"] == "profiling"
         assert (run / "report.txt").is_file()

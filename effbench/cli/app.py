@@ -349,7 +349,8 @@ def _exit_for(outcome: Any) -> None:
     if status == "interrupted" and outcome.results.get("signal"):
         phase = outcome.results.get("interrupted_phase")
         detail = f" by {_signal_name(outcome.results['signal'])}" + (f" during {phase}" if phase else "")
-    where = f"; measurements so far are in {outcome.run_dir}" if outcome.run_dir else ""
+    what = "measurements so far are" if outcome.results.get("epochs") else "nothing was measured; results.json is"
+    where = f"; {what} in {outcome.run_dir}" if outcome.run_dir else ""
     typer.echo(f"error: run {status}{detail}{where}", err=True)
     raise typer.Exit(outcome.exit_code)
 

@@ -4,10 +4,13 @@
                          DataParallel) or re-runs itself under torchrun (`effbench worker`)
     run_benchmark(...)   the body every rank runs; rank 0 alone writes the run folder
 
-Order matters for honesty: everything that can be a user error (config, launch, device, precision,
-output folder, dataset, weights) is checked before the run folder exists, so a bad input never
-leaves a folder behind. Once training starts, results.json is rewritten after every epoch, so an
-interruption or a crash keeps what was measured and says how it ended.
+Order matters for honesty: the inputs that need no data (config, launch, device, precision, output
+folder, batch split) are checked before the run folder exists; it is made then, with a `running`
+results.json naming the phase, so a signal while the dataset or model is built (or downloaded) is
+recorded `interrupted` there. A bad input found while building them (dataset, weights, warm-up) removes
+the folder before its one-line error: a bad input never leaves a folder behind. Once training starts,
+results.json is rewritten after every epoch, so an interruption or a crash keeps what was measured and
+says how it ended.
 """
 
 from __future__ import annotations
@@ -195,6 +198,7 @@ def _run_in_child(
     outcome = run_supervised(argv, env)
     user_errors = sorted(spec_path.parent.glob("error-rank*.txt"))
     if user_errors:  # a rank hit a bad input (missing dataset, weights...): report it like in-process
+        _discard_unmeasured(run_dir)
         option, _, message = user_errors[0].read_text().partition("\t")
         raise EffbenchError(option or None, message)
     if not (run_dir / results.RESULTS_FILE).exists():
@@ -212,6 +216,18 @@ def _run_in_child(
     settled = rec.settle_with_torchrun(results.read_results(run_dir), outcome)
     results.write_json(run_dir / results.RESULTS_FILE, settled)
     return RunOutcome(run_dir, settled)
+
+
+def _discard_unmeasured(run_dir: Path) -> None:
+    """After a bad input on some rank: rank 0's folder goes too when it holds no measurement (rank 0 was
+    stopped while it built the run), so the input error leaves no folder, as in one process. A run that
+    recorded the bad input itself (`failed`, data read) keeps its folder, as in one process."""
+    try:
+        record = results.read_results(run_dir)
+    except EffbenchError:  # no folder, or nothing effbench wrote in it
+        return
+    if record["status"] in ("running", "interrupted") and not record.get("epochs"):
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _fresh_path(output: Path, name: str) -> Path:
@@ -288,13 +304,14 @@ def run_benchmark(
 ) -> RunOutcome:
     """Validate, build, train and (rank 0) write one run folder.
 
-    A signal in any phase ends the run `interrupted`: before the run folder exists (setup, dataset,
-    model) nothing was measured, so `Interrupted` carries the phase to the caller and no folder is
-    left; after, results.json names the phase (`interrupted_phase`) and the reports are written."""
+    A signal in any phase ends the run `interrupted`, with the phase in results.json (`interrupted_phase`):
+    the run folder is made once the inputs that need no data are checked (output, device, precision, batch
+    split), so a signal in setup, dataset (and its download) or model finds it; the reports are written
+    once the run has measured something. Only a signal during those first checks, or the launcher's
+    preflight, reaches the caller as `Interrupted` with no folder (nothing to record)."""
     received: list[int] = []
     phase = Phase(received)
     with interrupt_on_signals(received, phase):
-        phase.enter("setup")
         return _run_benchmark(
             cfg, plan=plan, dist=dist, run_dir=run_dir, command=command, echo=echo, progress=progress,
             phase=phase, received=received,
@@ -350,16 +367,37 @@ def _run_benchmark(
     phase: Phase,
     received: list[int],
 ) -> RunOutcome:
-    """prepare -> (run folder) -> measure -> finish -> write."""
+    """check -> (run folder) -> prepare -> measure -> finish -> write."""
+    import torch
+
+    from effbench.config import resolve_for_device
+    from effbench.run.runtime import resolve_runtime
+
     dist = dist or DistContext()
-    prep = _prepare(cfg, plan, dist, phase)
-    # From here a run folder exists: a signal is recorded while it is made and its first files
+    # --- the inputs that need no data, before a folder exists -----------------------------------------
+    results.check_output_writable(cfg.output)
+    torch.set_num_threads(plan.threads_per_proc)  # explicit, and recorded in the run folder
+    rt = resolve_runtime(cfg, local_rank=dist.local_rank)
+    cfg = resolve_for_device(cfg, rt.device.type)  # channels_last, pinning, optimizer kernels: explicit in config.json
+    batch = per_device_batch(cfg, plan.devices)
+    # A signal while the folder is made is recorded, then raised once it is whole.
+    with deferred(received):
+        start = _start_run_folder(cfg, plan, dist, rt, batch, run_dir, command)
+    try:
+        if received:
+            raise Interrupted(received[0], phase.name)
+        phase.enter("setup")
+        prep = _prepare(cfg, plan, dist, rt, batch, lambda name: _enter(phase, name, start, received))
+    except Interrupted as e:  # nothing measured yet: results.json says so and names the phase
+        return _interrupted_before_measuring(start, e.signum, e.phase or phase.name, received)
+    except BaseException:  # a bad input (one line, exit 2) or a crash before anything ran leaves no folder
+        _discard(start)
+        raise
+    run_dir = start.run_dir
+    # The full record replaces the first one: a signal is recorded while it and the first files are
     # written (so they are whole), then raised at the start of the measurement.
     with deferred(received):
-        opened, run_dir = _open_run_folder(
-            prep.cfg, plan, dist, prep.rt, run_dir, command, prep.bundle, prep.backend, prep.batch, prep.data,
-            prep.n_steps, echo,
-        )  # fmt: skip
+        opened = _open_run_folder(prep, plan, dist, start, echo)
     m = _measure(prep, plan, dist, opened, run_dir, progress=progress, phase=phase, received=received)
     # The files that say how the run ended are written whole: a signal now is recorded, and once
     # they are written, an `ok` run becomes `interrupted` in phase `report` and they are rewritten.
@@ -381,29 +419,30 @@ def _run_benchmark(
     return RunOutcome(run_dir=run_dir, results=final)
 
 
-def _prepare(cfg: RunConfig, plan: LaunchPlan, dist: DistContext, phase: Phase) -> Prepared:
-    """Runtime, data, model, optimizer, FLOPs: everything that can be the user's mistake, before a folder exists."""
-    import torch
-
+def _prepare(
+    cfg: RunConfig,
+    plan: LaunchPlan,
+    dist: DistContext,
+    rt: Runtime,
+    batch: int,
+    enter: Callable[[str], None],
+) -> Prepared:
+    """Backend flags, data, model, optimizer, FLOPs. A bad input here (dataset, weights, warm-up) is an
+    EffbenchError; the caller removes the run folder. `enter(phase)`: the phase changes (recorded)."""
     from effbench.data import build_data
     from effbench.models import build_model
-    from effbench.config import resolve_for_device, resolve_warmup
-    from effbench.run.runtime import apply_backend_flags, resolve_runtime
+    from effbench.config import resolve_warmup
+    from effbench.run.runtime import apply_backend_flags
     from effbench.run.train import steps_per_epoch
 
-    results.check_output_writable(cfg.output)
-    torch.set_num_threads(plan.threads_per_proc)  # explicit, and recorded in the run folder
-    rt = resolve_runtime(cfg, local_rank=dist.local_rank)
-    cfg = resolve_for_device(cfg, rt.device.type)  # channels_last, pinning, optimizer kernels: explicit in config.json
     backend = apply_backend_flags(cfg, rt.device)
-    batch = per_device_batch(cfg, plan.devices)
     seed_everything(cfg.seed)
-    phase.enter("dataset")  # opening, or with --download fetching, the dataset
+    enter("dataset")  # opening, or with --download fetching, the dataset
     data = build_data(
         cfg, rt.device, rank=dist.rank, world_size=dist.world_size,
         batch_size=batch * plan.nproc_per_node if plan.mode == "dp" else batch,
     )  # fmt: skip
-    phase.enter("model")
+    enter("model")
     bundle = None if cfg.data_only else build_model(cfg, data.num_classes)
     n_steps = steps_per_epoch(cfg, data.steps_per_epoch)
     # the default warm-up shrinks to the steps now known; config.json records the value used
@@ -605,43 +644,21 @@ def _write_final(
     _write_progress(run_dir, record, epochs, steps)
 
 
-def _open_run_folder(
-    cfg: RunConfig,
-    plan: LaunchPlan,
-    dist: DistContext,
-    rt: Any,
-    run_dir: Path | None,
-    command: list[str] | None,
-    bundle: Any,
-    backend: dict[str, Any],
-    batch: int,
-    data: Any,
-    n_steps: int,
-    echo: Echo,
-) -> tuple[dict[str, Any], Path | None]:
-    """Rank 0 makes the run folder and writes config.json, env.json and a `running` results.json."""
+@dataclass
+class Started:
+    """The run folder as made at the start of setup: where (rank 0 only), when, and its first record."""
+
+    run_dir: Path | None  # on the other ranks: the launcher's name for it, or None
+    writer: bool
+    started: dt.datetime  # UTC; the folder's name and `started_at`
+    record: dict[str, Any]  # the `running` record it holds, `phase` kept current until training starts
+
+
+def _launch_facts(plan: LaunchPlan, dist: DistContext, rt: Runtime, batch: int) -> dict[str, Any]:
+    """The record's device and launch keys, known before anything is built."""
     import torch
 
-    from effbench.system.hardware import env_snapshot
-
-    started = dt.datetime.now(dt.timezone.utc)
-    writer = dist.is_main
-    config_json = _config_json(cfg, rt, data.info, n_steps, warn=writer)
-    if writer:
-        if run_dir is None:
-            run_dir = results.create_run_dir(
-                cfg.output, run_name(cfg, device_label(plan), rt.precision, started.astimezone())
-            )
-        else:
-            run_dir.mkdir(mode=0o755)
-    record: dict[str, Any] = {
-        "schema_version": results.SCHEMA_VERSION,
-        "status": "running",
-        "run_name": run_dir.name if run_dir else None,
-        "command": list(command if command is not None else sys.argv),
-        "started_at": started.isoformat(),
-        "config": config_json,
-        "env": env_snapshot(),
+    return {
         "device": rt.device_name if plan.mode != "dp" else f"{plan.nproc_per_node} x {rt.device_name} (DataParallel)",
         "world_size": dist.world_size,
         "devices": plan.devices,
@@ -650,6 +667,91 @@ def _open_run_folder(
         "precision": rt.precision,
         "batch_size_per_device": batch,
         "global_batch_size": batch * plan.devices,
+    }
+
+
+def _start_run_folder(
+    cfg: RunConfig,
+    plan: LaunchPlan,
+    dist: DistContext,
+    rt: Runtime,
+    batch: int,
+    run_dir: Path | None,
+    command: list[str] | None,
+) -> Started:
+    """Rank 0 makes the run folder (named from the config, device and precision: all known here) with a
+    `running` results.json in phase `setup`, so a signal from here on is recorded in it."""
+    started = dt.datetime.now(dt.timezone.utc)
+    writer = dist.is_main
+    if writer:
+        if run_dir is None:
+            run_dir = results.create_run_dir(
+                cfg.output, run_name(cfg, device_label(plan), rt.precision, started.astimezone())
+            )
+        else:  # named by the launcher (torchrun, an isolated worker)
+            run_dir.mkdir(mode=0o755)
+    record: dict[str, Any] = {
+        "schema_version": results.SCHEMA_VERSION,
+        "status": "running",
+        "phase": "setup",
+        "run_name": run_dir.name if run_dir else None,
+        "command": list(command if command is not None else sys.argv),
+        "started_at": started.isoformat(),
+        "config": cfg.to_dict(),  # as given; config.json holds the resolved values once the data is open
+        **_launch_facts(plan, dist, rt, batch),
+        "data_only": cfg.data_only,
+        "epochs": [],
+    }
+    if writer:
+        assert run_dir is not None
+        results.write_json(run_dir / results.RESULTS_FILE, record)
+    return Started(run_dir, writer, started, record)
+
+
+def _enter(phase: Phase, name: str, start: Started, received: list[int]) -> None:
+    """Enter a phase before training, and say so in results.json (written whole: signals wait)."""
+    with deferred(received):
+        start.record["phase"] = name
+        if start.writer:
+            assert start.run_dir is not None
+            results.write_json(start.run_dir / results.RESULTS_FILE, start.record)
+    if received:
+        raise Interrupted(received[0], phase.name)
+    phase.enter(name)
+
+
+def _interrupted_before_measuring(start: Started, signum: int, phase: str, received: list[int]) -> RunOutcome:
+    """A signal in setup, dataset or model: results.json `interrupted`, the phase named; no report (nothing
+    was measured to report on)."""
+    with deferred(received):
+        record = {k: v for k, v in start.record.items() if k != "phase"}
+        record.update(rec.interrupted(signum, phase), finished_at=dt.datetime.now(dt.timezone.utc).isoformat())
+        if start.writer:
+            assert start.run_dir is not None
+            results.write_json(start.run_dir / results.RESULTS_FILE, record)
+    return RunOutcome(run_dir=start.run_dir, results=record)
+
+
+def _discard(start: Started) -> None:
+    """Remove the folder made at the start of setup: a bad input never leaves a folder that looks like a run."""
+    if start.writer and start.run_dir is not None:
+        shutil.rmtree(start.run_dir, ignore_errors=True)
+
+
+def _open_run_folder(prep: Prepared, plan: LaunchPlan, dist: DistContext, start: Started, echo: Echo) -> dict[str, Any]:
+    """Rank 0 writes config.json, env.json and the full `running` results.json into the run folder."""
+    from effbench.system.hardware import env_snapshot
+
+    cfg, rt, data, bundle = prep.cfg, prep.rt, prep.data, prep.bundle
+    record: dict[str, Any] = {
+        "schema_version": results.SCHEMA_VERSION,
+        "status": "running",
+        "run_name": start.record["run_name"],
+        "command": start.record["command"],
+        "started_at": start.record["started_at"],
+        "config": _config_json(cfg, rt, data.info, prep.n_steps, warn=start.writer),
+        "env": env_snapshot(),
+        **_launch_facts(plan, dist, rt, prep.batch),
         "model": {
             "arch": bundle.arch,
             "total_params": bundle.total_params,
@@ -659,14 +761,14 @@ def _open_run_folder(
         if bundle is not None
         else {"arch": None, "note": "--data-only: no model"},
         "data_only": cfg.data_only,
-        "backend": backend,
+        "backend": prep.backend,
         "data": {
             "name": data.name,
             "num_classes": data.num_classes,
             "image_size": data.image_size,
             "train_size": data.train_size,
             "val_size": data.val_size,
-            "steps_per_epoch": n_steps,
+            "steps_per_epoch": prep.n_steps,
             "batches_on_device": data.batches_on_device,
             **data.info,
         },
@@ -674,13 +776,13 @@ def _open_run_folder(
         "compile_time_s": None,
         "epochs": [],
     }
-    if writer:
-        assert run_dir is not None
-        results.write_json(run_dir / results.CONFIG_FILE, record["config"])
-        results.write_json(run_dir / results.ENV_FILE, record["env"])
-        results.write_json(run_dir / results.RESULTS_FILE, record)
-        echo(f"run folder: {run_dir}")
-    return record, run_dir
+    if start.writer:
+        assert start.run_dir is not None
+        results.write_json(start.run_dir / results.CONFIG_FILE, record["config"])
+        results.write_json(start.run_dir / results.ENV_FILE, record["env"])
+        results.write_json(start.run_dir / results.RESULTS_FILE, record)
+        echo(f"run folder: {start.run_dir}")
+    return record
 
 
 UTILIZATION_FILE = "utilization.csv"
