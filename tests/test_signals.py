@@ -187,3 +187,28 @@ def test_sigterm_to_a_pid1_like_effbench_ends_it_at_once_in_any_phase(phase, tmp
         r = _check_whole(run)
         assert r["status"] == "interrupted" and r["interrupted_phase"] == "profiling"
         assert (run / "report.txt").is_file()
+
+
+def test_a_loader_worker_killed_by_the_signal_is_interrupted_in_the_phase_it_happened(monkeypatch, capsys, tmp_path):
+    """The signal reaches a DataLoader worker too; its death can surface first as a RuntimeError
+    (torch/utils/data/_utils/signal_handling.py: "DataLoader worker (pid(s) ...) exited unexpectedly"),
+    after the handler has recorded the signal: the run is `interrupted` in that phase, not `report`."""
+    from effbench.run import train
+    from effbench.run.phases import Interrupted
+
+    def epochs(*_a, on_phase, **_kw):
+        on_phase("warm-up")
+        on_phase("epochs")
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises Interrupted here
+        except Interrupted:
+            raise RuntimeError("DataLoader worker (pid(s) 123) exited unexpectedly") from None
+        yield  # a generator, like the real one
+
+    monkeypatch.setattr(train, "train_epochs", epochs)
+    code, _, err = invoke(["run", *TINY, "--output", tmp_path], capsys)
+    assert code == 128 + signal.SIGTERM, err
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    r = _check_whole(run)
+    assert (r["status"], r["signal"], r["interrupted_phase"]) == ("interrupted", 15, "epochs")

@@ -353,6 +353,7 @@ class Measurement:
     profile_info: dict[str, Any] | None = None
     profile_error: str | None = None
     failure: BaseException | None = None
+    outcome: dict[str, Any] = dataclasses.field(default_factory=lambda: {"status": "ok"})  # rec.outcome_of(failure)
 
 
 def _run_benchmark(
@@ -405,7 +406,7 @@ def _run_benchmark(
     with deferred(received):
         signals_before = len(received)
         phase.enter("report")
-        final = rec.finish(opened, _measured(prep, dist, m, received, phase.name), _conditions(prep, plan, run_dir))
+        final = rec.finish(opened, _measured(prep, dist, m), _conditions(prep, plan, run_dir))
         if writer:
             _write_final(run_dir, final, m.epochs, m.steps, m.sampler)
         if len(received) > signals_before and final["status"] == "ok":  # a failure keeps its own status
@@ -526,6 +527,7 @@ def _measure(
         )
     except (Exception, Interrupted, KeyboardInterrupt) as e:  # noqa: BLE001 - recorded, then reported by the CLI
         m.failure = e
+        m.outcome = rec.outcome_of(e, received=received, phase=phase.name)  # the phase it failed in
     return m
 
 
@@ -580,10 +582,9 @@ def _epochs(
             )
 
 
-def _measured(prep: Prepared, dist: DistContext, m: Measurement, received: list[int], phase: str) -> rec.Measured:
+def _measured(prep: Prepared, dist: DistContext, m: Measurement) -> rec.Measured:
     """The measurement as plain values for rec.finish; after a failure, without asking the peers
     (no collective after a failure: a dead peer would hang it)."""
-    outcome = {"status": "ok"} if m.failure is None else rec.outcome_of(m.failure, received=received, phase=phase)
     if m.gathered is not None and m.failure is None:
         ranks = rec.rank_rows([g["row"] for g in m.gathered])
         utilization = [g["util"] for g in m.gathered]
@@ -594,7 +595,7 @@ def _measured(prep: Prepared, dist: DistContext, m: Measurement, received: list[
         utilization, memory = [m.sampler.summary()], observe.peak_memory(m.gpus)
         steps_by_rank = [m.rank_steps] if dist.world_size == 1 else []
     return rec.Measured(
-        outcome=outcome,
+        outcome=m.outcome,
         epochs=m.epochs,
         warmup=m.warmup,
         measured=m.measured,
