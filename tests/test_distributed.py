@@ -17,7 +17,7 @@ import pytest
 from effbench.run.runner import merge_epoch, straggler_spread
 
 EFFBENCH = [sys.executable, "-m", "effbench"]
-TINY = ["--arch", "resnet18", "--image-size", "32", "--weights", "none", "--device", "cpu", "--quiet", "--workers", "0"]
+TINY = ["--arch", "resnet18", "--image-size", "16", "--weights", "none", "--device", "cpu", "--quiet", "--workers", "0"]
 
 
 def free_port() -> int:
