@@ -1,7 +1,7 @@
 """effbench's training loop against a bare PyTorch loop: same model, batch, threads and steps.
 
     .venv/bin/python benchmarks/harness_overhead.py            # b0 at 32 px, batch 32, 20 measured steps, 3 A/B rounds
-    .venv/bin/python benchmarks/harness_overhead.py --tiny     # seconds: resnet18, batch 4, 3 steps, 1 round (CI)
+    .venv/bin/python benchmarks/harness_overhead.py --tiny     # seconds: resnet18 at 16 px, batch 4, 3 steps, 1 round (CI)
     .venv/bin/python benchmarks/harness_overhead.py --device cuda --arch b0 --image-size 224 --batch-size 128
 
 effbench side: `effbench run` in this process (runner.run, synthetic data, no profiling pass) and
@@ -115,7 +115,7 @@ def main() -> None:
     p.add_argument("--device", default="cpu")
     a = p.parse_args()
     quiet_torch_warnings()
-    tiny = dict(arch="resnet18", image_size=32, batch_size=4, steps=3, warmup=1, rounds=1)
+    tiny = dict(arch="resnet18", image_size=16, batch_size=4, steps=3, warmup=1, rounds=1)
     real = dict(arch="b0", image_size=32, batch_size=32, steps=20, warmup=5, rounds=3)
     s = {**(tiny if a.tiny else real)}
     for k in ("arch", "image_size", "batch_size", "steps", "rounds"):

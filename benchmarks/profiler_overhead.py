@@ -1,7 +1,7 @@
 """What the profiling pass costs: its share of a run's wall time, and its per-step slowdown.
 
     .venv/bin/python benchmarks/profiler_overhead.py           # smoke preset at 60 steps, 3 A/B rounds
-    .venv/bin/python benchmarks/profiler_overhead.py --tiny    # seconds: resnet18, batch 2, 3 steps, 1 profiled step, 1 round (CI)
+    .venv/bin/python benchmarks/profiler_overhead.py --tiny    # seconds: resnet18 at 16 px, batch 2, 3 steps, 1 profiled step, 1 round (CI)
 
 Each round runs the same `effbench run` in this process twice, with --profile and with --no-profile.
 Reported: the wall time of each (results.json `wall_time_s`: training + profiling pass), the pass's
@@ -39,7 +39,7 @@ def main() -> None:
     steps, rounds = a.steps or steps, a.rounds or rounds
     base = {**smoke_overrides(), "max_steps": steps, "log_interval": 10_000}
     if a.tiny:
-        base.update(arch="resnet18", batch_size=2, warmup_steps=1, profile_steps=1)
+        base.update(arch="resnet18", image_size=16, batch_size=2, warmup_steps=1, profile_steps=1)
     per_step: list[float] = []
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="effbench-bench-") as tmp:

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/smoke_e2e.py             # the smoke preset, 1 run
     .venv/bin/python benchmarks/smoke_e2e.py --runs 3    # median of 3
-    .venv/bin/python benchmarks/smoke_e2e.py --tiny      # seconds: resnet18, 3 steps, no profiling pass (CI)
+    .venv/bin/python benchmarks/smoke_e2e.py --tiny      # seconds: resnet18 at 16 px, 3 steps, no profiling pass (CI)
 
 The reference is the budget: 60 s on a 2-core CPU. Ratio = budget / wall time (>= 1 meets it).
 """
@@ -39,11 +39,8 @@ def main() -> None:
     p.add_argument("--tiny", action="store_true", help="a few seconds (CI)")
     p.add_argument("--runs", type=int, default=1)
     a = p.parse_args()
-    extra = (
-        ["--arch", "resnet18", "--batch-size", "4", "--max-steps", "3", "--warmup-steps", "1", "--no-profile"]
-        if a.tiny
-        else []
-    )
+    tiny = "--arch resnet18 --image-size 16 --batch-size 4 --max-steps 3 --warmup-steps 1 --no-profile"
+    extra = tiny.split() if a.tiny else []
     walls = [wall_s(extra) for _ in range(a.runs)]
     wall = statistics.median(walls)
     what = "effbench run --smoke" + (" " + " ".join(extra) if extra else "")

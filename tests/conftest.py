@@ -29,6 +29,15 @@ import fakedata  # noqa: E402
 # Tests of that warning inject their own tables.
 os.environ["EFFBENCH_MOUNTINFO"] = os.devnull
 
+# torch's CPU ops run on libgomp (torch/lib/libgomp.so.1; `torch.__config__.parallel_info()` says "ATen
+# parallel backend: OpenMP"), whose idle threads spin by default. On a shared 2-core machine the spinning
+# thread takes the core its partner needs: 5 steps of resnet18 at 16 px took 19-28 s wall and 9-14 s CPU
+# with 2 threads, 3.2-3.7 s and 1.3-1.5 s with OMP_WAIT_POLICY=PASSIVE (load average 7).
+# PASSIVE only changes how a thread waits (OpenMP spec, OMP_WAIT_POLICY), not the thread count the runs
+# plan and record. libgomp reads it when it loads: set before any test imports torch, inherited by the
+# runs tests start. A value the user exported wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 @pytest.fixture
 def cifar100_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -16,7 +16,7 @@ import pytest
 
 
 EFFBENCH = [sys.executable, "-m", "effbench"]
-TINY = ["--arch", "resnet18", "--image-size", "32", "--weights", "none", "--device", "cpu", "--quiet", "--workers", "0"]
+TINY = ["--arch", "resnet18", "--image-size", "16", "--weights", "none", "--device", "cpu", "--quiet", "--workers", "0"]
 
 
 def free_port() -> int:

@@ -115,7 +115,8 @@ def test_imagefolder_with_frozen_classifier(tmp_path, capsys, imagefolder_dir):
 def test_every_optimizer_trains(tmp_path, capsys, optimizer):
     code, _, err = invoke(
         ["run", "--smoke", "--arch", "resnet18", "--optimizer", optimizer, "--max-steps", "3", "--warmup-steps", "1",
-         "--batch-size", "4", "--output", tmp_path, "--quiet"],
+         "--batch-size", "4", "--image-size", "16", "--max-val-steps", "1", "--no-profile", "--output", tmp_path,
+         "--quiet"],
         capsys,
     )  # fmt: skip
     assert code == 0, err
@@ -167,8 +168,9 @@ def test_corrupt_cifar_pickle_is_one_line(tmp_path, capsys, cifar10_dir):
 def test_sigterm_mid_epoch_keeps_finished_epochs(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "effbench", "run", "--smoke", "--arch", "resnet18", "--batch-size", "4", "--epochs", "50",
-         "--max-steps", "20", "--warmup-steps", "1", "--output", str(out), "--quiet"],
+        [sys.executable, "-m", "effbench", "run", "--smoke", "--arch", "resnet18", "--image-size", "16", "--batch-size", "4",
+         "--epochs", "1000", "--max-steps", "3", "--max-val-steps", "1", "--warmup-steps", "1", "--output", str(out),
+         "--quiet"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

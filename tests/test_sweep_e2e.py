@@ -24,7 +24,7 @@ from PIL import Image
 from effbench.cli import app as cli
 from clitools import invoke
 
-TINY = ["--arch", "resnet18", "--image-size", "32", "--weights", "none", "--device", "cpu", "--dataset", "synthetic",
+TINY = ["--arch", "resnet18", "--image-size", "16", "--weights", "none", "--device", "cpu", "--dataset", "synthetic",
         "--max-steps", "4", "--warmup-steps", "1", "--epochs", "1", "--no-profile", "--quiet"]  # fmt: skip
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
