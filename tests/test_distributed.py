@@ -30,12 +30,13 @@ def run_dirs(output: Path) -> list[Path]:
 
 
 def wait_for_running(output: Path, proc: subprocess.Popen, timeout_s: float = 90) -> Path:
-    """Wait until rank 0 has written a results.json with at least one step timed."""
+    """Wait until rank 0 has built everything and is about to train: config.json is written then (results.json
+    says `running` from setup on, before the process group has any work)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
         for d in run_dirs(output):
-            if (d / "results.json").exists() and json.loads((d / "results.json").read_text())["status"] == "running":
+            if (d / "config.json").exists() and json.loads((d / "results.json").read_text())["status"] == "running":
                 return d
         time.sleep(0.2)
     raise AssertionError("the run never started")
