@@ -126,3 +126,27 @@ def test_two_samples_say_they_are_too_few_for_an_interval():
     s = stats.summarize([0.9, 2.2])  # the issue's --repeats 2 case: 0.9 [-0.5, 2.2]
     assert s.ci_low is None and s.ci_high is None and "too few" in s.note and s.median == pytest.approx(1.55)
     assert stats.summarize([1.0, 2.0, 3.0]).note is None
+
+
+@pytest.mark.parametrize(
+    ("n", "ranks"),
+    # the textbook ranks of the 95% sign-test interval of a median (1-based; e.g. Conover, Practical
+    # Nonparametric Statistics, table A3): n=10 -> 2nd..9th, n=20 -> 6th..15th, n=100 -> 40th..61st
+    [(5, None), (6, (1, 6)), (10, (2, 9)), (20, (6, 15)), (100, (40, 61))],
+)
+def test_median_interval_takes_the_textbook_order_statistics(n, ranks):
+    xs = [float(i) for i in range(n, 0, -1)]  # unsorted on purpose; value i is the i-th smallest
+    got = stats.median_interval(xs)
+    assert got == (None if ranks is None else (float(ranks[0]), float(ranks[1])))
+
+
+@pytest.mark.parametrize("n", range(6, 61))
+def test_median_interval_is_the_narrowest_with_95_percent_coverage(n):
+    lo, hi = stats.median_interval([float(i) for i in range(1, n + 1)])
+    k = int(lo)
+
+    def coverage(k):  # written apart: the central mass between the k-th and (n+1-k)-th order statistics
+        return sum(math.comb(n, j) for j in range(k, n - k + 1)) / 2**n
+
+    assert hi == n + 1 - k
+    assert coverage(k) >= 0.95 and coverage(k + 1) < 0.95

@@ -219,6 +219,21 @@ def difference(a: Sequence[float], b: Sequence[float], confidence: float = CONFI
     return Difference(delta, rel, lo, hi, df, not (lo <= 0.0 <= hi))
 
 
+def median_interval(xs: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float] | None:
+    """Distribution-free interval of the median: the k-th smallest and k-th largest sample, with k the
+    largest rank whose sign-test tails hold at most 1 - confidence (each sample above the median with
+    probability 1/2, so the count below it is Binomial(n, 1/2)). Assumes only independent samples; a
+    few wild ones (a page fault, a noisy neighbour) cannot widen it. None when n is too small (< 6 at 95%)."""
+    s = sorted(float(x) for x in xs)
+    n = len(s)
+    alpha = 1 - confidence
+    k, below = 0, 0.0  # below = P(Binomial(n, 1/2) <= k - 1)
+    while k < n // 2 and 2 * (below + math.comb(n, k) / 2**n) <= alpha:
+        below += math.comb(n, k) / 2**n
+        k += 1
+    return (s[k - 1], s[n - k]) if k else None
+
+
 def window_bounds(n: int, k: int) -> list[tuple[int, int]]:
     """Split n items into k contiguous windows as equal as possible (the first n % k get one more).
     Fewer items than windows: one window per item."""
