@@ -329,3 +329,30 @@ def test_pss_counts_pages_forked_children_share_once(monkeypatch):
     assert peak_rss > 0.75, peak_rss  # 4 x 200 MiB counted
     assert peak_pss < 0.45 * peak_rss, (peak_pss, peak_rss)  # ~200 MiB + interpreters
     assert mon.summary()["host"]["pss_gib"]["max"] == peak_pss
+
+
+def test_pss_reads_that_cost_more_come_less_often(monkeypatch):
+    """A smaps_rollup read that takes 20 ms of CPU, with a budget of 1% of a core: the next read is due
+    no sooner than 2 s later (PSS_EVERY_S alone would allow one every 10 ms); the final row has it anyway."""
+    import os
+
+    import psutil
+
+    def costly_pss(pid):
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < 0.02:  # CPU time, as the sampler counts it
+            pass
+        return 4096
+
+    monkeypatch.setattr(monitor._HostProbe, "_pss_bytes", staticmethod(costly_pss))
+    monkeypatch.setattr(monitor, "PSS_EVERY_S", 0.01)
+    monkeypatch.setattr(monitor, "PSS_CPU_SHARE", 0.01)
+    probe = monitor._HostProbe(psutil, os.getpid(), min_window_s=0.0)
+    start = time.monotonic()
+    rows = []
+    while time.monotonic() - start < 0.5:
+        rows.append(probe.read())
+        time.sleep(0.02)
+    assert "pss_gib" in rows[0] and len(rows) > 5
+    assert not any("pss_gib" in r for r in rows[1:]), "read again within 2 s"
+    assert "pss_gib" in probe.read(final=True)

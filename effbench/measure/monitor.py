@@ -22,7 +22,8 @@ no per-process network counters). `proc_cpu_pct` and `rss_gib` cover `pid` and a
 (DataLoader workers included); 100 means one core busy; RSS counts pages shared between processes
 once per process (forked workers share most of the parent's), so `pss_gib`, the tree's proportional
 set size (each shared page split among its sharers; Linux smaps_rollup), is the memory the tree
-really holds. It is read every PSS_EVERY_S and in the first and final sample, and absent elsewhere.
+really holds. It is read in the first and final sample and at most every PSS_EVERY_S between them,
+less often where a read costs more than PSS_CPU_SHARE of a core; absent elsewhere.
 
 Which GPUs: `gpu_uuids` maps torch's CUDA indices to their UUIDs (system.hardware.cuda_device_uuid),
 and each is found in NVML by UUID (system.hardware.nvml_handle_for_uuid, the one CUDA -> NVML mapping):
@@ -68,10 +69,13 @@ GPU_METRICS = ("util_pct", "mem_used_gib", "power_w", "temp_c", "sm_clock_mhz", 
 # between scans it is followed through children files. Ten seconds: long against a 0.5 s interval,
 # short against a training run.
 TREE_RESCAN_S = 10.0
-# How often the tree's proportional set size is read. /proc/<pid>/smaps_rollup walks every mapping:
-# 2.4 ms for one torch process here, so reading it for 9 processes every 0.5 s would cost ~4% of a
-# core; every 5 s it costs ~0.4%. The first and the final sample always have it.
+# How often the tree's proportional set size is read. /proc/<pid>/smaps_rollup walks every mapping and
+# page table: 26 ms of CPU for one process of the CUDA torch build after a resnet18 step here (2.4 ms
+# for a CPU build), so every 5 s it took 0.5% of a core, half of all the sampler's cost. So it is read
+# at most every PSS_EVERY_S and no more often than keeps it under PSS_CPU_SHARE of a core (the cost of
+# the last read decides when the next is due). The first and the final sample always have it.
 PSS_EVERY_S = 5.0
+PSS_CPU_SHARE = 0.001
 _HOST_STATS = ("cpu_pct", "proc_cpu_pct", "rss_gib", "pss_gib")
 _HOST_TOTALS = ("net_sent_bytes", "net_recv_bytes", "disk_read_bytes", "disk_write_bytes")
 _GPU_STATS = ("util_pct", "mem_used_gib", "power_w", "temp_c", "sm_clock_mhz")
@@ -164,7 +168,7 @@ class _HostProbe:
         # /proc/<pid>/task/<tid>/children needs CONFIG_PROC_CHILDREN (Linux >= 3.5; most distros)
         self._children_files = os.path.exists(f"/proc/{me}/task/{me}/children")
         self._cpu_last = self._cpu_busy_total()
-        self._last_pss = -math.inf
+        self._next_pss = -math.inf
         self._net0 = self._net()
         self._disk0 = self._disk()
 
@@ -274,7 +278,8 @@ class _HostProbe:
         except ps.Error:  # the watched process itself is gone
             procs = []
         rss = 0
-        pss: int | None = 0 if (final or now - self._last_pss >= PSS_EVERY_S) else None
+        pss: int | None = 0 if (final or now >= self._next_pss) else None
+        pss_cpu_s = 0.0  # what the smaps_rollup reads cost this thread
         delta_cpu_s = 0.0
         seen: dict[tuple[int, float], float] = {}
         root_read = False
@@ -289,7 +294,9 @@ class _HostProbe:
                 self._procs.pop(p.pid, None)
                 continue
             if pss is not None:
+                cpu0 = time.thread_time()
                 one = self._pss_bytes(p.pid)
+                pss_cpu_s += time.thread_time() - cpu0
                 pss = None if one is None else pss + one  # a partial sum would understate: all or nothing
             root_read = root_read or p.pid == self.pid
             seen[key] = cpu_s
@@ -302,7 +309,7 @@ class _HostProbe:
             row["rss_gib"] = rss / GIB
             if pss is not None:
                 row["pss_gib"] = pss / GIB
-                self._last_pss = now
+                self._next_pss = now + max(PSS_EVERY_S, pss_cpu_s / PSS_CPU_SHARE)
             if rate_ok:
                 row["proc_cpu_pct"] = 100.0 * delta_cpu_s / dt  # 100 = one core busy
         net = self._net()
