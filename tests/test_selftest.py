@@ -4,6 +4,9 @@ references it trusts checked by hand, and the whole CPU selftest once (slow)."""
 from __future__ import annotations
 
 import json
+import math
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,7 +14,7 @@ from clitools import invoke, only_run
 
 from effbench.selftest import checks as st
 from effbench.selftest.probe import Probe
-from effbench.selftest.reference import bare_loop_step_img_s, depthwise_net, layer_flops
+from effbench.selftest.reference import BareLoop, depthwise_net, layer_flops
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -57,7 +60,7 @@ def test_only_runs_the_named_checks(tmp_path, capsys, monkeypatch):
 
 @pytest.mark.parametrize(
     ("args", "option"),
-    [(["--device", "tpu"], "--device"), (["--rounds", "0"], "--rounds"), (["--rounds", "1"], "--rounds")]
+    [(["--device", "tpu"], "--device"), (["--pairs", "0"], "--pairs"), (["--pairs", "5"], "--pairs")]
     + ([] if torch.cuda.is_available() else [(["--device", "cuda"], "--device")]),
 )
 def test_bad_options_are_one_line_exit_2(args, option, tmp_path, capsys, monkeypatch):
@@ -111,11 +114,99 @@ def test_probe_sees_the_autocast_dtype_and_one_interval_per_step():
     assert st.precision_row("p", "bf16", [probe.dtypes, {}]).status == st.FAIL  # a rank that saw nothing
 
 
-def test_bare_loop_times_every_measured_step():
-    model = depthwise_net()
-    got = bare_loop_step_img_s(model, batch=4, image_size=16, classes=10, device=torch.device("cpu"), steps=3,
-                               warmup=1, threads=torch.get_num_threads())  # fmt: skip
-    assert len(got) == 3 and all(v > 0 for v in got)
+def test_bare_loop_times_one_step_by_the_wall_clock(monkeypatch):
+    loop = BareLoop(depthwise_net(), batch=4, image_size=16, classes=10, device=torch.device("cpu"))
+    params = [p.detach().clone() for p in loop.model.parameters()]
+    clock = iter([10.0, 10.5])  # the step took 0.5 s by the clock around it: 4 images / 0.5 s
+    monkeypatch.setattr("effbench.selftest.reference.time.perf_counter", lambda: next(clock))
+    assert loop.timed_step_img_s() == 8.0
+    assert any(not torch.equal(a, b) for a, b in zip(params, loop.model.parameters(), strict=True))  # it trained
+
+
+class _FakeLoop:
+    def __init__(self, order):
+        self.order = order
+
+    def step(self):
+        self.order.append("b-warm")
+
+    def timed_step_img_s(self):
+        self.order.append("B")
+        return float(len(self.order))
+
+
+def test_interleave_runs_h_b_b_h_over_the_measured_steps():
+    order = []
+    gap = st.Interleave(_FakeLoop(order), warmup=2)
+    for _ in range(2 + 6):  # the harness's 2 warm-up and 6 measured steps, each followed by its call
+        order.append("H")
+        gap()
+    assert "".join(o[0] for o in order) == "HbHb" + "HBBH" + "HBBH" + "HBBH"
+    assert len(gap.bare_img_s) == 6 and len(gap.calls) == 8
+
+
+def test_interleave_charges_the_gaps_and_side_threads_to_the_harness():
+    gap = st.Interleave(_FakeLoop([]), warmup=1)
+    # call after warm-up step 0, then after measured steps 1 and 2: harness periods 1.0 s and 2.0 s
+    # between calls; from the first call to the last, process CPU grew 3.06 s, this thread's 3.0 s, in 3.3 s
+    gap.calls = [st._Call(0.0, 0.2, 0.1, 0.1), st._Call(1.2, 1.3, 1.1, 1.08), st._Call(3.3, 3.4, 3.16, 3.1)]
+    assert gap.untimed_share([0.99, 1.97]) == pytest.approx(1 - 2.96 / 3.0)
+    assert gap.side_threads_cores() == pytest.approx((3.06 - 3.0) / 3.3)
+    with pytest.raises(RuntimeError, match="2 harness steps between calls, 3 in steps.csv"):
+        gap.untimed_share([1.0, 1.0, 1.0])
+
+
+@pytest.mark.parametrize(
+    ("ratios", "extra", "status"),
+    [
+        # 20 pairs scattered 0.98..1.02: the interval is about 0.99..1.01, all >= 0.97: PASS
+        ([0.98 + 0.04 * i / 19 for i in range(20)], 0.0, st.PASS),
+        # the same, but the harness's side costs take 3%: 0.99..1.01 x 0.97 straddles 0.97
+        ([0.98 + 0.04 * i / 19 for i in range(20)], 0.03, st.SKIP),
+        # 10% slower in every pair, within 1%: FAIL
+        ([0.89 + 0.02 * i / 19 for i in range(20)], 0.0, st.FAIL),
+        # scattered 0.8..1.2: the interval straddles 0.97, no verdict
+        ([0.8 + 0.4 * i / 19 for i in range(20)], 0.0, st.SKIP),
+        # 5 pairs: no 95% signed-rank interval exists
+        ([1.0] * 5, 0.0, st.SKIP),
+    ],
+)
+def test_interleaved_pairs_are_judged_by_the_interval_of_their_ratio(ratios, extra, status):
+    bare = [100.0 + 7 * i for i in range(len(ratios))]  # the machine drifts; each pair shares its moment
+    harness = [r * b for r, b in zip(ratios, bare, strict=True)]
+    got, ratio, low, high, why = st.compare_interleaved_steps(harness, bare, min_ratio=0.97, extra_cost_share=extra)
+    assert got == status, why
+    if len(ratios) >= 6:
+        # written apart: Walsh averages of the log ratios; for 20 pairs the two-sided 5% signed-rank critical
+        # value is 52 (printed tables), so the interval drops the 52 smallest and 52 largest of the 210
+        logs = [math.log(r) for r in ratios]
+        walsh = sorted((a + b) / 2 for i, a in enumerate(logs) for b in logs[i:])
+        keep = 1 - extra
+        assert (low, high) == (pytest.approx(math.exp(walsh[52]) * keep), pytest.approx(math.exp(walsh[-53]) * keep))
+        assert ratio == pytest.approx(math.exp((walsh[104] + walsh[105]) / 2) * keep)
+    if got == st.SKIP:
+        assert "rerun" in why or "too few" in why
+
+
+def test_the_harness_calls_between_steps_after_each_step_and_outside_its_timers(tmp_path):
+    """A call that sleeps 1.5 s after each step: called once per step (warm-up included), and no timed step
+    holds it (a tiny 16 px step takes milliseconds; one holding the sleep would take >= 1.5 s)."""
+    from effbench.run.train import between_steps
+
+    ctx = st.Context(st.SelftestConfig(device="cpu", output=tmp_path), torch.device("cpu"), tmp_path, print)
+    calls = []
+
+    def slow_gap():
+        calls.append(1)
+        time.sleep(1.5)
+
+    with between_steps(slow_gap):
+        res = st.harness(ctx, **st.TINY_RUN)
+    steps = st.measured_steps(Path(res["_run_dir"]) / "steps.csv")
+    assert len(calls) == st.TINY_RUN["max_steps"] and len(steps) == st.TINY_RUN["max_steps"] - 1
+    assert all(d + c < 1.5 for _, d, c in steps), steps
+    st.harness(ctx, **st.TINY_RUN)  # outside the block: no more calls
+    assert len(calls) == st.TINY_RUN["max_steps"]
 
 
 @pytest.mark.parametrize(

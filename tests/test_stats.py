@@ -129,24 +129,28 @@ def test_two_samples_say_they_are_too_few_for_an_interval():
 
 
 @pytest.mark.parametrize(
-    ("n", "ranks"),
-    # the textbook ranks of the 95% sign-test interval of a median (1-based; e.g. Conover, Practical
-    # Nonparametric Statistics, table A3): n=10 -> 2nd..9th, n=20 -> 6th..15th, n=100 -> 40th..61st
-    [(5, None), (6, (1, 6)), (10, (2, 9)), (20, (6, 15)), (100, (40, 61))],
+    ("n", "critical"),
+    # two-sided 5% critical values of Wilcoxon's signed-rank statistic, from the printed tables (e.g.
+    # Conover, Practical Nonparametric Statistics, table A12): the interval drops that many Walsh averages
+    # at each end
+    [(5, None), (6, 0), (7, 2), (8, 3), (9, 5), (10, 8), (12, 13), (15, 25), (20, 52), (25, 89), (30, 137)],
 )
-def test_median_interval_takes_the_textbook_order_statistics(n, ranks):
-    xs = [float(i) for i in range(n, 0, -1)]  # unsorted on purpose; value i is the i-th smallest
-    got = stats.median_interval(xs)
-    assert got == (None if ranks is None else (float(ranks[0]), float(ranks[1])))
+def test_signed_rank_interval_drops_the_tabled_count_of_walsh_averages(n, critical):
+    xs = [2.0**i for i in range(n)][::-1]  # all Walsh averages distinct; unsorted on purpose
+    got = stats.signed_rank_interval(xs)
+    if critical is None:
+        assert got is None
+        return
+    walsh = sorted((a + b) / 2 for i, a in enumerate(xs) for b in xs[i:])  # written apart
+    assert len(walsh) == n * (n + 1) // 2
+    estimate, low, high = got
+    assert (low, high) == (walsh[critical], walsh[len(walsh) - 1 - critical])
+    mid = len(walsh) // 2
+    assert estimate == (walsh[mid] if len(walsh) % 2 else (walsh[mid - 1] + walsh[mid]) / 2)
 
 
-@pytest.mark.parametrize("n", range(6, 61))
-def test_median_interval_is_the_narrowest_with_95_percent_coverage(n):
-    lo, hi = stats.median_interval([float(i) for i in range(1, n + 1)])
-    k = int(lo)
-
-    def coverage(k):  # written apart: the central mass between the k-th and (n+1-k)-th order statistics
-        return sum(math.comb(n, j) for j in range(k, n - k + 1)) / 2**n
-
-    assert hi == n + 1 - k
-    assert coverage(k) >= 0.95 and coverage(k + 1) < 0.95
+def test_signed_rank_interval_shrugs_off_a_wild_sample():
+    xs = [1.0 + 0.01 * ((7 * i) % 11 - 5) for i in range(30)]
+    _, low, high = stats.signed_rank_interval(xs)
+    _, low2, high2 = stats.signed_rank_interval(xs[:-1] + [50.0])  # one step hit by a hiccup
+    assert high2 - low2 < 1.5 * (high - low) and low2 >= low - 0.01

@@ -219,19 +219,33 @@ def difference(a: Sequence[float], b: Sequence[float], confidence: float = CONFI
     return Difference(delta, rel, lo, hi, df, not (lo <= 0.0 <= hi))
 
 
-def median_interval(xs: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float] | None:
-    """Distribution-free interval of the median: the k-th smallest and k-th largest sample, with k the
-    largest rank whose sign-test tails hold at most 1 - confidence (each sample above the median with
-    probability 1/2, so the count below it is Binomial(n, 1/2)). Assumes only independent samples; a
-    few wild ones (a page fault, a noisy neighbour) cannot widen it. None when n is too small (< 6 at 95%)."""
-    s = sorted(float(x) for x in xs)
+def signed_rank_interval(xs: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float] | None:
+    """(Hodges-Lehmann estimate, low, high): the centre of a symmetric distribution from its samples, and
+    the Wilcoxon signed-rank interval around it.
+
+    The estimate is the median of the n(n+1)/2 Walsh averages (x_i + x_j) / 2, i <= j; the interval runs
+    from the (k+1)-th smallest to the (k+1)-th largest of them, with k the largest count whose lower tail
+    under the exact signed-rank distribution holds at most (1 - confidence) / 2. It assumes independent
+    samples symmetric about the centre (paired differences are), is as tight as Student's t on normal
+    data (95% efficiency) and, unlike it, barely moves for a few wild samples. None for n < 6 at 95%.
+    """
+    s = [float(x) for x in xs]
     n = len(s)
-    alpha = 1 - confidence
-    k, below = 0, 0.0  # below = P(Binomial(n, 1/2) <= k - 1)
-    while k < n // 2 and 2 * (below + math.comb(n, k) / 2**n) <= alpha:
-        below += math.comb(n, k) / 2**n
+    # counts[w]: how many of the 2^n sign patterns give signed-rank statistic w (subset sums of 1..n)
+    counts = [1] + [0] * (n * (n + 1) // 2)
+    for r in range(1, n + 1):
+        for w in range(len(counts) - 1, r - 1, -1):
+            counts[w] += counts[w - r]
+    alpha, total = 1 - confidence, 2**n
+    k, tail = 0, counts[0]
+    if 2 * tail > alpha * total:
+        return None
+    while 2 * (tail + counts[k + 1]) <= alpha * total:
         k += 1
-    return (s[k - 1], s[n - k]) if k else None
+        tail += counts[k]
+    # k: the critical value; the k smallest and k largest Walsh averages lie outside the interval
+    walsh = sorted((s[i] + s[j]) / 2 for i in range(n) for j in range(i, n))
+    return median(walsh), walsh[k], walsh[-k - 1]
 
 
 def window_bounds(n: int, k: int) -> list[tuple[int, int]]:

@@ -27,7 +27,9 @@ def selftest(
             "Parent folder of the selftest folder. [default: ./results; env EFFBENCH_OUTPUT]", envvar="EFFBENCH_OUTPUT"
         ),
     ] = None,
-    rounds: Annotated[int, _opt("Alternating harness / bare-loop rounds of the throughput check. [default: 5]")] = 5,
+    pairs: Annotated[
+        int, _opt("Steps a side of the harness / bare-loop check, interleaved one by one (>= 6). [default: 120]")
+    ] = 120,
     only: Annotated[
         str | None,
         _opt("Comma-separated checks to run: flops, harness, precision, dp, nvml, ddp, data. [default: all]"),
@@ -39,7 +41,7 @@ def selftest(
     cfg = SelftestConfig(
         device=device,
         output=output if output is not None else Path("results"),
-        rounds=rounds,
+        pairs=pairs,
         only=tuple(s.strip() for s in only.split(",") if s.strip()) if only else (),
     )
     outcome = run_selftest(cfg, echo=typer.echo)

@@ -20,7 +20,8 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,21 @@ from effbench.run.timing import StepTimer, Tally, device_sync_fn
 ProgressFn = Callable[[int, int, int, float], None]
 # on_phase(name): the run entered "warm-up", "epochs" or "validation" (run/phases.py)
 PhaseFn = Callable[[str], None]
+
+# The selftest's interleave point (selftest/checks.py, harness vs bare loop): a function called after each
+# training step, in the gap between the step's timer and the next one, so a reference loop's steps can
+# alternate with the harness's one by one and both meet the same moment of a noisy machine. Unset in runs.
+_BETWEEN_STEPS: ContextVar[Callable[[], None] | None] = ContextVar("between_steps", default=None)
+
+
+@contextmanager
+def between_steps(fn: Callable[[], None]) -> Iterator[None]:
+    """Call `fn` after every training step of the in-process runs made inside this block, untimed."""
+    token = _BETWEEN_STEPS.set(fn)
+    try:
+        yield
+    finally:
+        _BETWEEN_STEPS.reset(token)
 
 
 class Diverged(Exception):
@@ -209,6 +225,7 @@ def train_epochs(
     global_step = 0
     agree = nonfinite_agreement(rt.device)  # under DDP: one all_gather per check, so the ranks stop together
     nan_from = faults.nan_loss_from()  # test hook EFFBENCH_FAULT_NAN_LOSS (faults.py); None unless set
+    between = _BETWEEN_STEPS.get()
 
     for epoch in range(cfg.epochs):
         data.set_epoch(epoch)
@@ -249,6 +266,8 @@ def train_epochs(
                 checked = step + 1
                 if on_progress:
                     on_progress(epoch, step + 1, n_steps, window[-1])
+            if between is not None:
+                between()
         done = len(counts)
         if done == 0:
             raise no_training_images(data)

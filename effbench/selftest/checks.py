@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import math
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from effbench.analysis import stats
 from effbench.errors import EffbenchError
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 DEVICES = ("auto", "cpu", "cuda")
+MIN_PAIRS = 6
 DTYPE_OF_PRECISION = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 SELFTEST_FILE = "selftest.json"
 
@@ -42,10 +46,10 @@ class SelftestConfig:
     """auto, cpu or cuda: where the training checks run (auto = cuda when visible)."""
     output: Path = Path("results")
     """Parent folder of the selftest folder (selftest.json and the runs it made)."""
-    rounds: int = 5
-    """Alternating harness / bare-loop rounds of the throughput check (each side's fastest step is judged)."""
+    pairs: int = 120
+    """Measured steps a side of the harness / bare-loop check, interleaved step by step (H B B H ...)."""
     steps: int = 20
-    """Measured steps per run of the throughput check (after `warmup_steps`)."""
+    """Measured steps of the other checks' runs on CUDA (after `warmup_steps`)."""
     warmup_steps: int = 2
     """Steps excluded from every timed figure."""
     only: tuple[str, ...] = ()
@@ -54,8 +58,8 @@ class SelftestConfig:
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
             raise EffbenchError("--device", f"{self.device!r} is not one of {', '.join(DEVICES)}")
-        if int(self.rounds) < 2:  # a fastest step counts only when a second round reproduces it
-            raise EffbenchError("--rounds", f"must be at least 2, got {self.rounds}")
+        if int(self.pairs) < MIN_PAIRS:  # fewer step pairs have no 95% interval of their median ratio
+            raise EffbenchError("--pairs", f"must be at least {MIN_PAIRS}, got {self.pairs}")
         for name in ("steps", "warmup_steps"):
             if int(getattr(self, name)) < 1:
                 raise EffbenchError(f"--{name.replace('_', '-')}", f"must be at least 1, got {getattr(self, name)}")
@@ -102,6 +106,10 @@ HARNESS_MODEL: dict[str, Any] = {
 # The precision and DDP runs only need a few real steps: CPU bf16 convolutions are emulated (~10x fp32)
 # On CUDA, steps long enough (~10 ms) that host overhead outside the forward..step span stays far below 3%
 CUDA_RUN: dict[str, Any] = {"image_size": 64, "batch_size": 128}
+# The CPU harness / bare-loop pairs: ~0.37 s a step on one core (resnet18 at 64 px has ImageNet's strided
+# stem; at 32 px it keeps CIFAR's full-size maps and takes ~1 s): long against any per-step cost, short
+# enough for 120 pairs in ~1.5 min
+PAIRED_CPU_RUN: dict[str, Any] = {"image_size": 64, "batch_size": 16}
 DATA_ROUNDS = 4  # alternating rounds per loader of the data-path check: a best reproduced by a second round
 TINY_RUN: dict[str, Any] = {"image_size": 16, "batch_size": 2, "max_steps": 3, "warmup_steps": 1}
 
@@ -174,6 +182,119 @@ def step_img_s(steps_csv: Path) -> list[float]:
     return [int(r["images"]) / (float(r["data_time_s"]) + float(r["compute_time_s"])) for r in rows]
 
 
+def measured_steps(steps_csv: Path) -> list[tuple[int, float, float]]:
+    """(images, data wait s, compute s) of each measured step of a run, from its steps.csv (warm-up excluded)."""
+    with open(steps_csv) as f:
+        rows = [r for r in csv.DictReader(f) if r["warmup"] != "True"]
+    return [(int(r["images"]), float(r["data_time_s"]), float(r["compute_time_s"])) for r in rows]
+
+
+@contextmanager
+def one_core(*, enabled: bool = True) -> Iterator[int | None]:
+    """This thread, and the threads it starts, on one core with one OpenMP thread (the harness reads both:
+    launch/plan.py), restored after; yields the core. On a 2-vCPU VM two threads add the other core's
+    neighbours to every step (step-to-step spread 18% against 9% on one core); the harness's side threads
+    share the core, so their cost still lands on the steps. No-op where the OS has no affinity call."""
+    if not enabled or not hasattr(os, "sched_setaffinity"):
+        yield None
+        return
+    cores, omp = os.sched_getaffinity(0), os.environ.get("OMP_NUM_THREADS")
+    core = min(cores)
+    os.sched_setaffinity(0, {core})
+    os.environ["OMP_NUM_THREADS"] = "1"
+    try:
+        yield core
+    finally:
+        os.sched_setaffinity(0, cores)
+        if omp is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = omp
+
+
+@dataclass
+class _Call:
+    wall_in: float
+    wall_out: float
+    cpu_in: float  # the process's CPU time, all threads
+    main_cpu_in: float  # this thread's
+
+
+class Interleave:
+    """Called by the harness after each of its steps (run/train.py `between_steps`), in its untimed gap.
+
+    After each warm-up step of the harness: one untimed step of the bare loop (its warm-up). Then, over
+    the measured steps, two timed bare steps after every even one and none after the odd ones, so the
+    order runs H B B H | H B B H: harness step i and bare step i are neighbours, and within each block
+    the harness goes first once and second once, which cancels a steady drift of the machine's speed.
+    The clocks read at each call give the harness's own wall time between steps and its side threads' CPU.
+    """
+
+    def __init__(self, loop: Any, *, warmup: int) -> None:
+        self.loop, self.warmup = loop, warmup
+        self.bare_img_s: list[float] = []
+        self.calls: list[_Call] = []
+
+    def __call__(self) -> None:
+        import time
+
+        wall_in, cpu_in, main_cpu_in = time.perf_counter(), time.process_time(), time.thread_time()
+        measured_index = len(self.calls) - self.warmup  # of the harness step that just ended
+        if measured_index < 0:
+            self.loop.step()
+        elif measured_index % 2 == 0:
+            self.bare_img_s += [self.loop.timed_step_img_s(), self.loop.timed_step_img_s()]
+        self.calls.append(_Call(wall_in, time.perf_counter(), cpu_in, main_cpu_in))
+
+    def _measured_span(self) -> tuple[_Call, _Call]:
+        """The calls after the last warm-up step and after the last measured step (clocks read as each began)."""
+        if len(self.calls) <= self.warmup:
+            raise RuntimeError(f"the harness ran {len(self.calls)} step(s), no measured one")
+        return self.calls[self.warmup - 1], self.calls[-1]
+
+    def untimed_share(self, timed_step_s: list[float]) -> float:
+        """1 - (the harness's timed measured steps) / (its wall time between the calls around them)."""
+        measured = self.calls[self.warmup - 1 :]
+        if len(measured) - 1 != len(timed_step_s):
+            raise RuntimeError(f"{len(measured) - 1} harness steps between calls, {len(timed_step_s)} in steps.csv")
+        wall = sum(b.wall_in - a.wall_out for a, b in pairwise(measured))
+        return 1 - sum(timed_step_s) / wall
+
+    def side_threads_cores(self) -> float:
+        """CPU seconds of every thread but this one, per wall second, over the measured span."""
+        first, last = self._measured_span()
+        other_cpu = (last.cpu_in - first.cpu_in) - (last.main_cpu_in - first.main_cpu_in)
+        return other_cpu / (last.wall_in - first.wall_in)
+
+
+def compare_interleaved_steps(
+    measured_img_s: list[float], reference_img_s: list[float], *, min_ratio: float, extra_cost_share: float = 0.0
+) -> tuple[str, float, float, float, str]:
+    """(status, ratio, its 95% low, high, why) from per-step img/s taken in interleaved pairs.
+
+    Step i of each side ran next to the other's step i, so the machine's drift is common to a pair and cancels
+    in its ratio; what is left is each step's own scatter. The ratio is the Hodges-Lehmann centre of the log
+    ratios with its Wilcoxon signed-rank 95% interval (analysis/stats.signed_rank_interval): a pair's log
+    ratio is symmetric about the true one, as its two steps swap roles from pair to pair (H B B H), and a
+    step hit by a hiccup barely moves it. The measured side's costs that the pairs cannot see
+    (`extra_cost_share` of its time) scale the ratio and its interval by (1 - extra_cost_share). PASS when
+    the whole interval is >= min_ratio, FAIL when all of it is below, else SKIP (this machine cannot resolve
+    the tolerance now): never a verdict on noise.
+    """
+    n = min(len(measured_img_s), len(reference_img_s))
+    logs = [math.log(m / r) for m, r in zip(measured_img_s[:n], reference_img_s[:n], strict=True)]
+    centre = stats.signed_rank_interval(logs)
+    if centre is None:
+        return SKIP, float("nan"), float("nan"), float("nan"), f"{n} step pairs: too few for a 95% interval"
+    keep = 1 - extra_cost_share
+    ratio, low, high = (math.exp(v) * keep for v in centre)
+    status = PASS if low >= min_ratio else FAIL if high < min_ratio else SKIP
+    why = f"95% interval {low:.3f}..{high:.3f} over {n} pairs"
+    if status == SKIP:
+        why = f"inconclusive: {why} straddles {min_ratio}; this machine is too noisy now, rerun it idle or with more --pairs"
+    return status, ratio, low, high, why
+
+
 def compare_fastest_steps(
     measured_rounds: list[list[float]], reference_rounds: list[list[float]], *, min_ratio: float
 ) -> tuple[str, float, float, float, str]:
@@ -218,41 +339,52 @@ def check_harness_vs_bare(ctx: Context) -> list[Check]:
 
     from effbench.config import RunConfig
     from effbench.models import build_model
-    from effbench.selftest.reference import bare_loop_step_img_s
+    from effbench.run.train import between_steps
+    from effbench.selftest.reference import BareLoop
 
     cfg = ctx.cfg
-    rounds: dict[str, list[list[float]]] = {"harness": [], "bare": []}
-    threads = None
-    for r in range(cfg.rounds):
-        order = ("harness", "bare") if r % 2 == 0 else ("bare", "harness")  # alternate: drift hits both sides
-        for side in order:
-            if side == "harness" or threads is None:
+    shape = dict(CUDA_RUN if ctx.cuda else PAIRED_CPU_RUN)
+    threads_before = torch.get_num_threads()
+    with one_core(enabled=not ctx.cuda) as core:
+        rc = RunConfig(dataset="synthetic", weights="none", freeze="none", arch="resnet18", **shape)
+        loop = BareLoop(  # the same model the harness trains, in a loop of the selftest's own
+            build_model(rc, 10).model, batch=shape["batch_size"], image_size=shape["image_size"], classes=10,
+            device=ctx.device,
+        )  # fmt: skip
+        gap = Interleave(loop, warmup=cfg.warmup_steps)
+        with between_steps(gap):
+            res = harness(
+                ctx, precision="fp32", arch="resnet18", **shape, channels_last=False,
+                max_steps=cfg.warmup_steps + cfg.pairs, warmup_steps=cfg.warmup_steps,
                 # the bare loop's optimizer kernel (foreach on CUDA, the per-parameter loop on the CPU): same math
-                impl = "foreach" if ctx.device.type == "cuda" else "for-loop"
-                res = harness(ctx, precision="fp32", optimizer_impl=impl)
-                threads = int(res["launch"]["threads_per_proc"])
-                if side == "harness":
-                    rounds["harness"].append(step_img_s(Path(res["_run_dir"]) / "steps.csv"))
-                    continue
-            rc = RunConfig(dataset="synthetic", weights="none", freeze="none", **HARNESS_MODEL)
-            model = build_model(rc, 10).model  # the same model the harness trains; the loop is the selftest's
-            rounds["bare"].append(bare_loop_step_img_s(
-                model, batch=HARNESS_MODEL["batch_size"], image_size=HARNESS_MODEL["image_size"], classes=10,
-                device=ctx.device, steps=cfg.steps, warmup=cfg.warmup_steps, threads=threads,
-            ))  # fmt: skip
-    torch.set_num_threads(threads or torch.get_num_threads())
-    status, ratio, best_h, best_b, why = compare_fastest_steps(rounds["harness"], rounds["bare"], min_ratio=0.97)
+                optimizer_impl="foreach" if ctx.cuda else "for-loop",
+            )  # fmt: skip
+        threads = int(res["launch"]["threads_per_proc"])
+    torch.set_num_threads(threads_before)
+    steps = measured_steps(Path(res["_run_dir"]) / "steps.csv")
+    harness_img_s = [images / (data_s + compute_s) for images, data_s, compute_s in steps]
+    # what interleaving hides from the step ratio, measured apart and charged to the harness: its wall time
+    # outside the step timers, and its side threads' CPU (on the shared core, both sides' steps paid it)
+    untimed = gap.untimed_share([d + c for _, d, c in steps])
+    side_cores = gap.side_threads_cores()
+    extra = 1 - (1 - untimed) * (1 - side_cores / threads)
+    status, ratio, low, high, why = compare_interleaved_steps(
+        harness_img_s, gap.bare_img_s, min_ratio=0.97, extra_cost_share=extra
+    )
+    where = (
+        f"resnet18 {shape['image_size']} px batch {shape['batch_size']} fp32, {cfg.pairs} steps a side after "
+        f"{cfg.warmup_steps}, {threads} thread(s)" + (f" on core {core}" if core is not None else "")
+    )
     return [
         Check(
-            "harness vs bare loop",
-            status,
-            f"{best_h:.1f} img/s ({ratio:.3f}x)",
-            f"{best_b:.1f} img/s",
+            "harness vs bare loop", status, f"{ratio:.3f}x (95% {low:.3f}..{high:.3f})",
+            f"{stats.median(gap.bare_img_s):.1f} img/s bare, {stats.median(harness_img_s):.1f} harness",
             "ratio >= 0.97",
-            f"fastest step of {cfg.rounds} alternating rounds each, {why}; resnet18 {HARNESS_MODEL['image_size']} px "
-            f"batch {HARNESS_MODEL['batch_size']} fp32, {cfg.steps} steps after {cfg.warmup_steps}, {threads} thread(s)",
-        )  # fmt: skip
-    ]
+            f"step-by-step ratios, each harness step beside a bare one (H B B H), their Hodges-Lehmann centre times 1 - the "
+            f"harness's costs outside its steps ({untimed:.3%} of its wall time untimed, side threads "
+            f"{side_cores:.4f} cores: the utilisation sampler); {why}; {where}",
+        ),
+    ]  # fmt: skip
 
 
 def check_flops(ctx: Context) -> list[Check]:

@@ -11,41 +11,46 @@ from math import prod
 from typing import Any
 
 
-def bare_loop_step_img_s(
-    model: Any, *, batch: int, image_size: int, classes: int, device: Any, steps: int, warmup: int, threads: int,
-    autocast_dtype: Any = None,
-) -> list[float]:  # fmt: skip
-    """Images/s of each of `steps` plain SGD steps on one fixed random batch, after `warmup` untimed steps.
+class BareLoop:
+    """Plain SGD steps on one fixed random batch: the selftest's reference for the harness's step.
 
-    The optimizer is torch's SGD with effbench's defaults (lr 0.1, momentum 0.9, weight decay 5e-4);
-    one device sync per step on CUDA, as any honest timer needs.
+    The optimizer is torch's SGD with effbench's defaults (lr 0.1, momentum 0.9, weight decay 5e-4); one
+    device sync per step on CUDA, as any honest timer needs. It uses the process's torch threads as they
+    are: run beside the harness, it gets the harness's.
     """
-    import torch
 
-    torch.set_num_threads(threads)
-    model = model.to(device).train()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4, foreach=device.type == "cuda")
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(batch, 3, image_size, image_size, generator=g).to(device)
-    y = torch.randint(0, classes, (batch,), generator=g).to(device)
+    def __init__(
+        self, model: Any, *, batch: int, image_size: int, classes: int, device: Any, autocast_dtype: Any = None
+    ) -> None:
+        import torch
 
-    def step() -> None:
-        with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad(set_to_none=True)
+        self.model = model.to(device).train()
+        self.device = device
+        self.batch = batch
+        self.autocast_dtype = autocast_dtype
+        self.opt = torch.optim.SGD(
+            self.model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4, foreach=device.type == "cuda"
+        )
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(batch, 3, image_size, image_size, generator=g).to(device)
+        self.y = torch.randint(0, classes, (batch,), generator=g).to(device)
+
+    def step(self) -> None:
+        import torch
+
+        with torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
+            loss = torch.nn.functional.cross_entropy(self.model(self.x), self.y)
+        self.opt.zero_grad(set_to_none=True)
         loss.backward()
-        opt.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        self.opt.step()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
+    def timed_step_img_s(self) -> float:
+        """One step, timed by the wall clock around it: images/s."""
         t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    return [batch / t for t in times]
+        self.step()
+        return self.batch / (time.perf_counter() - t0)
 
 
 def layer_flops(model: Any, images: Any, labels: Any) -> tuple[float, float]:
