@@ -331,6 +331,33 @@ def test_a_rank_leaves_an_oom_marker_beside_the_spec_only_when_it_ran_out_of_mem
         assert json.loads((tmp_path / "oom-rank1.json").read_text()) == marker
 
 
+def test_a_child_that_left_only_an_oom_marker_is_oom_not_failed(monkeypatch, tmp_path):
+    # The branch with no results.json on this node (rank 0 on another node, or rank 0 removed its folder after
+    # crashing while it built the run): the launcher still reads the markers the child left beside the spec.
+    from effbench.config import RunConfig
+    from effbench.launch import supervise
+    from effbench.launch.supervise import SupervisedResult
+    from effbench.run import runner
+
+    def in_this_process(*_a, **_k):
+        raise AssertionError("an isolated run must not train in the parent")
+
+    def child_ran_out(argv, env, **_k):  # the side-effecting leaf: a child that ran out while building its model
+        spec = Path(argv[argv.index("--spec") + 1])
+        message = "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
+        (spec.parent / "oom-rank0.json").write_text(json.dumps({"rank": 0, "type": "RuntimeError", "message": message}))
+        return SupervisedResult(returncode=1, signal=None, failure=None)
+
+    monkeypatch.setattr(runner, "run_benchmark", in_this_process)
+    monkeypatch.setattr(supervise, "run_supervised", child_ran_out)
+    cfg = RunConfig(arch="resnet18", dataset="synthetic", device="cpu", weights="none", output=tmp_path)
+    outcome = runner.run(cfg, command=["t"], echo=lambda _s: None, progress=False, isolate=True)
+    assert outcome.run_dir is None and outcome.exit_code == 1
+    assert outcome.results == {"status": "oom", "error": {
+        "type": "RuntimeError", "oom_ranks": [0],
+        "message": "rank 0: RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"}}  # fmt: skip
+
+
 @pytest.mark.slow  # two torchrun launches: ~45 s on 2 cores
 def test_a_batch_size_sweep_on_two_ranks_says_oom_for_the_cell_one_rank_could_not_fit(tmp_path):
     # What the sweep and its tables key on (sweep/runner.py, report/sweep_tables.py) is the cell's status, from
