@@ -248,3 +248,129 @@ def test_cpu_scaling_series_writes_the_table(tmp_path):
     # every member ran in a child of the CLI, the 1-process member too (none inherits another's memory)
     pids = [json.loads((r / "results.json").read_text())["launch"]["pid"] for r in run_dirs(series)]
     assert proc.pid not in pids and len(set(pids)) == 2
+
+
+def test_one_rank_out_of_memory_makes_the_job_oom_naming_that_rank(tmp_path):
+    # Only rank 1 runs out of memory (faults.py hook, RANK:N) at the start of training; rank 0 is then stopped
+    # in DDP's first collective (broken by the dead peer, or torchrun's SIGTERM) and records `failed` or
+    # `interrupted`. Before the OOM markers the job was settled `failed (rank 1 failed ...)`, so a batch-size
+    # sweep cell on 2+ devices never said `oom`. A short --pg-timeout-s makes a regression fail fast.
+    out = tmp_path / "out"
+    res = subprocess.run(
+        [*EFFBENCH, "run", *TINY, "--dataset", "synthetic", "--batch-size", "4", "--max-steps", "4", "--epochs", "1",
+         "--warmup-steps", "1", "--nproc", "2", "--pg-timeout-s", "20", "--output", str(out)],
+        capture_output=True, text=True, timeout=180, env={**os.environ, "EFFBENCH_FAULT_OOM_AT_BATCH": "1:4"},
+    )  # fmt: skip
+    # as an OOM in one process (test_sweep_e2e.py): exit 1, last line `error: run oom (OutOfMemoryError: ...`
+    assert res.returncode == 1, res.stderr[-3000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: run oom (OutOfMemoryError: rank 1: OutOfMemoryError: injected by"), last
+    (run,) = run_dirs(out)
+    r = json.loads((run / "results.json").read_text())
+    assert r["status"] == "oom" and r["world_size"] == 2 and "signal" not in r
+    assert r["error"]["oom_ranks"] == [1] and r["error"]["type"] == "OutOfMemoryError"
+    assert r["error"]["message"].startswith(
+        "rank 1: OutOfMemoryError: injected by EFFBENCH_FAULT_OOM_AT_BATCH=1:4: batch size per device 4 >= 4"
+    )
+    # rank 0 wrote its reports as `failed` / `interrupted`: they are rewritten with the settled record
+    status_rows = [line.split() for line in (run / "report.txt").read_text().splitlines() if line.startswith("status ")]
+    assert status_rows == [["status", "oom"]]
+
+
+def _torch_oom(message: str) -> BaseException:
+    import torch
+
+    return torch.OutOfMemoryError(message)
+
+
+WORKER_ENDS = [
+    # (what run_benchmark does, the marker rank 1 leaves beside the spec, or None)
+    ("returns", _torch_oom("CUDA out of memory. Tried to allocate 2 GiB\nmore"),
+     {"rank": 1, "type": "OutOfMemoryError", "message": "CUDA out of memory. Tried to allocate 2 GiB"}),
+    ("raises", RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"),  # while building: DDP's broadcast, .to(device)
+     {"rank": 1, "type": "RuntimeError", "message": "cuDNN error: CUDNN_STATUS_ALLOC_FAILED"}),
+    ("returns", RuntimeError("Connection closed by peer"), None),
+    ("raises", ValueError("a bug"), None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("how, exc, marker", WORKER_ENDS)
+def test_a_rank_leaves_an_oom_marker_beside_the_spec_only_when_it_ran_out_of_memory(
+    how, exc, marker, tmp_path, monkeypatch
+):
+    from effbench.config import RunConfig
+    from effbench.launch import supervise
+    from effbench.launch.plan import LaunchPlan
+    from effbench.run import record, runner
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({
+        "config": RunConfig(arch="resnet18", dataset="synthetic", device="cpu").to_dict(), "run_dir": str(tmp_path / "run"),
+        "command": ["effbench"], "plan": runner._plan_dict(LaunchPlan("torchrun", "cpu", 2, 1, 1)), "progress": False,
+    }))  # fmt: skip
+    monkeypatch.setenv("RANK", "1")  # with WORLD_SIZE 1 process_group joins no group (distributed.torchrun_env)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setattr(supervise, "die_with_parent", lambda *_a: None)  # it would set PDEATHSIG on pytest itself
+
+    def run_benchmark(*_a, **_k):
+        if how == "raises":
+            raise exc
+        return runner.RunOutcome(None, record.outcome_of(exc, received=[], phase="epochs"))
+
+    monkeypatch.setattr(runner, "run_benchmark", run_benchmark)
+    if how == "raises":
+        with pytest.raises(type(exc)):
+            runner.worker_main(spec)
+    else:
+        assert runner.worker_main(spec) == 1
+    left = sorted(p.name for p in tmp_path.iterdir())
+    if marker is None:
+        assert left == ["spec.json"]
+    else:
+        assert left == ["oom-rank1.json", "spec.json"]
+        assert json.loads((tmp_path / "oom-rank1.json").read_text()) == marker
+
+
+def test_a_child_that_left_only_an_oom_marker_is_oom_not_failed(monkeypatch, tmp_path):
+    # The branch with no results.json on this node (rank 0 on another node, or rank 0 removed its folder after
+    # crashing while it built the run): the launcher still reads the markers the child left beside the spec.
+    from effbench.config import RunConfig
+    from effbench.launch import supervise
+    from effbench.launch.supervise import SupervisedResult
+    from effbench.run import runner
+
+    def in_this_process(*_a, **_k):
+        raise AssertionError("an isolated run must not train in the parent")
+
+    def child_ran_out(argv, env, **_k):  # the side-effecting leaf: a child that ran out while building its model
+        spec = Path(argv[argv.index("--spec") + 1])
+        message = "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
+        (spec.parent / "oom-rank0.json").write_text(json.dumps({"rank": 0, "type": "RuntimeError", "message": message}))
+        return SupervisedResult(returncode=1, signal=None, failure=None)
+
+    monkeypatch.setattr(runner, "run_benchmark", in_this_process)
+    monkeypatch.setattr(supervise, "run_supervised", child_ran_out)
+    cfg = RunConfig(arch="resnet18", dataset="synthetic", device="cpu", weights="none", output=tmp_path)
+    outcome = runner.run(cfg, command=["t"], echo=lambda _s: None, progress=False, isolate=True)
+    assert outcome.run_dir is None and outcome.exit_code == 1
+    assert outcome.results == {"status": "oom", "error": {
+        "type": "RuntimeError", "oom_ranks": [0],
+        "message": "rank 0: RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"}}  # fmt: skip
+
+
+@pytest.mark.slow  # two torchrun launches: ~45 s on 2 cores
+def test_a_batch_size_sweep_on_two_ranks_says_oom_for_the_cell_one_rank_could_not_fit(tmp_path):
+    # What the sweep and its tables key on (sweep/runner.py, report/sweep_tables.py) is the cell's status, from
+    # the settled results.json.
+    out = tmp_path / "out"
+    res = subprocess.run(
+        [*EFFBENCH, "sweep", *TINY, "--dataset", "synthetic", "--batch-size", "8,4", "--max-steps", "3", "--epochs", "1",
+         "--warmup-steps", "1", "--nproc", "2", "--pg-timeout-s", "20", "--no-profile", "--output", str(out)],
+        capture_output=True, text=True, timeout=240, env={**os.environ, "EFFBENCH_FAULT_OOM_AT_BATCH": "1:8"},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]  # OOM is data, not a failure
+    (sweep_json,) = out.rglob("sweep.json")
+    cells = json.loads(sweep_json.read_text())["cells"]
+    assert [(c["params"]["batch_size"], c["status"]) for c in cells] == [(8, "oom"), (4, "ok")]
+    assert cells[0]["error"]["oom_ranks"] == [1] and cells[0]["error"]["message"].startswith("rank 1: OutOfMemoryError")
+    assert "out of memory from 8" in (sweep_json.parent / "sweep.txt").read_text()

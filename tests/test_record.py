@@ -255,3 +255,110 @@ def test_rank0s_own_failure_stays_its_own_and_a_signal_marks_interrupted():
     assert settle_with_torchrun({"status": "ok"}, _outcome(0)) == {"status": "ok"}
     r = settle_with_torchrun({"status": "running"}, _outcome(143, sig=int(signal.SIGTERM)))
     assert r == {"status": "interrupted", "signal": 15}
+
+
+# --- one rank out of memory: the job is `oom`, whichever rank torchrun names (the ranks' markers) ---
+
+OOM1 = {"rank": 1, "type": "OutOfMemoryError", "message": "CUDA out of memory. Tried to allocate 2 GiB"}
+CUDNN0 = {"rank": 0, "type": "RuntimeError", "message": "cuDNN error: CUDNN_STATUS_ALLOC_FAILED"}
+BROKEN = {"type": "RuntimeError", "message": "Connection closed by peer"}
+OOM1_TEXT = "rank 1: OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB"
+SETTLED_OOM = [
+    # (rank 0's record, torchrun's outcome, markers, expected record)
+    (  # rank 0 failed in the broken all-reduce; torchrun names rank 1 (first to exit) or rank 0
+        {"status": "failed", "world_size": 2, "error": BROKEN},
+        _outcome(1, ChildFailure(rank=1, exitcode=1)),
+        [OOM1],
+        {"status": "oom", "world_size": 2, "error": {
+            "type": "OutOfMemoryError", "oom_ranks": [1], "rank0_error": BROKEN,
+            "message": OOM1_TEXT + "; rank 0 then stopped with RuntimeError: Connection closed by peer"}},
+    ),
+    (
+        {"status": "failed", "world_size": 2, "error": BROKEN},
+        _outcome(1, ChildFailure(rank=0, exitcode=1)),
+        [OOM1],
+        {"status": "oom", "world_size": 2, "error": {
+            "type": "OutOfMemoryError", "oom_ranks": [1], "rank0_error": BROKEN,
+            "message": OOM1_TEXT + "; rank 0 then stopped with RuntimeError: Connection closed by peer"}},
+    ),
+    (  # rank 0 stopped by torchrun's SIGTERM: not the user's signal, not kept
+        {"status": "interrupted", "world_size": 2, "signal": 15, "interrupted_phase": "epochs"},
+        _outcome(1, ChildFailure(rank=1, exitcode=1)),
+        [OOM1],
+        {"status": "oom", "world_size": 2, "error": {"type": "OutOfMemoryError", "oom_ranks": [1], "message": OOM1_TEXT}},
+    ),
+    (  # rank 0 killed before it wrote how it ended; torchrun's summary not read
+        {"status": "running", "world_size": 2},
+        _outcome(1),
+        [OOM1],
+        {"status": "oom", "world_size": 2, "error": {"type": "OutOfMemoryError", "oom_ranks": [1], "message": OOM1_TEXT}},
+    ),
+    (  # rank 0 itself ran out of memory (a library's allocation): named, no second copy of its own error
+        {"status": "oom", "world_size": 2, "error": {"type": "RuntimeError", "message": CUDNN0["message"]}},
+        _outcome(1, ChildFailure(rank=0, exitcode=1)),
+        [CUDNN0],
+        {"status": "oom", "world_size": 2, "error": {
+            "type": "RuntimeError", "oom_ranks": [0], "message": "rank 0: RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED"}},
+    ),
+    (  # both ranks, markers in any order: rank order, the first rank's type
+        {"status": "oom", "world_size": 2, "error": {"type": "RuntimeError", "message": CUDNN0["message"]}},
+        _outcome(1, ChildFailure(rank=1, exitcode=1)),
+        [OOM1, CUDNN0],
+        {"status": "oom", "world_size": 2, "error": {
+            "type": "RuntimeError", "oom_ranks": [0, 1],
+            "message": "rank 0: RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED; " + OOM1_TEXT}},
+    ),
+    (  # one process (an isolated worker): its own record already says it, no rank to name
+        {"status": "oom", "world_size": 1, "error": {"type": "OutOfMemoryError", "message": "CUDA out of memory"}},
+        _outcome(1),
+        [{"rank": 0, "type": "OutOfMemoryError", "message": "CUDA out of memory"}],
+        {"status": "oom", "world_size": 1, "error": {"type": "OutOfMemoryError", "message": "CUDA out of memory"}},
+    ),
+    (  # the user's signal wins: the job was stopped, whatever a rank met on the way
+        {"status": "running", "world_size": 2},
+        _outcome(143, sig=15),
+        [OOM1],
+        {"status": "interrupted", "world_size": 2, "signal": 15},
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("rank0, outcome, markers, expected", SETTLED_OOM)
+def test_a_rank_out_of_memory_settles_the_job_as_oom(rank0, outcome, markers, expected):
+    before = repr(rank0)
+    assert settle_with_torchrun(rank0, outcome, markers) == expected
+    assert repr(rank0) == before  # the input is untouched
+
+
+def test_without_markers_settling_is_unchanged():
+    rank0 = {"status": "failed", "error": BROKEN}
+    assert settle_with_torchrun(rank0, _outcome(1, ChildFailure(rank=1, exitcode=1)), []) == settle_with_torchrun(
+        rank0, _outcome(1, ChildFailure(rank=1, exitcode=1))
+    )
+
+
+def test_the_marker_is_written_for_an_oom_outcome_only():
+    oom = record.outcome_of(_torch_oom("CUDA out of memory. Tried to allocate 2 GiB\nmore"), received=[], phase="x")
+    assert record.oom_marker(1, oom) == OOM1
+    assert record.oom_marker(0, record.outcome_of(CPU_OOM, received=[], phase="x")) == {
+        "rank": 0, "type": "RuntimeError", "message": str(CPU_OOM)
+    }  # fmt: skip
+    assert record.oom_marker(1, record.outcome_of(ValueError("bad"), received=[], phase="x")) is None
+    assert record.oom_marker(1, {"status": "ok"}) is None
+    assert record.oom_marker_name(3) == "oom-rank3.json" and Path("oom-rank3.json").match(record.OOM_MARKER_GLOB)
+
+
+@pytest.mark.parametrize(
+    "outcome, markers, expected",
+    [
+        (_outcome(1, ChildFailure(rank=1, exitcode=1)), [OOM1],
+         {"status": "oom", "error": {"type": "OutOfMemoryError", "oom_ranks": [1], "message": OOM1_TEXT}}),
+        (_outcome(143, sig=15), [OOM1],
+         {"status": "interrupted", "signal": 15, "error": {"type": "ChildFailedError", "message": "torchrun exited with 143"}}),
+        (_outcome(1, ChildFailure(rank=1, exitcode=-9)), [],
+         {"status": "failed", "error": {"type": "ChildFailedError", "message": "rank 1 failed (killed by SIGKILL)"}}),
+        (_outcome(1), [], {"status": "failed", "error": {"type": "ChildFailedError", "message": "torchrun exited with 1"}}),
+    ],
+)  # fmt: skip
+def test_a_node_without_results_says_oom_when_its_rank_ran_out(outcome, markers, expected):
+    assert record.record_without_results(outcome, markers, "torchrun") == expected

@@ -211,6 +211,20 @@ def test_fault_hook_threshold_and_oom_recognition():
     assert not faults.is_out_of_memory(RuntimeError("shape mismatch"))
 
 
+def test_fault_hook_oom_can_target_one_rank():
+    import torch
+
+    hook = faults.FAULT_OOM_ENV
+    assert faults.oom_threshold({hook: "1:4", "RANK": "1"}) == 4
+    assert faults.oom_threshold({hook: "1:4", "RANK": "0"}) is None and faults.oom_threshold({hook: "1:4"}) is None
+    assert faults.oom_threshold({hook: "8", "RANK": "1"}) == 8  # the bare form: every rank
+    for bad in ("x:4", "1:", ":4", "1:0", "1:4:2", "-1:4"):
+        assert faults.oom_threshold({hook: bad, "RANK": "1"}) is None, bad
+    faults.inject_oom(8, {hook: "1:4", "RANK": "0"})  # another rank's: nothing happens
+    with pytest.raises(torch.OutOfMemoryError, match="=1:4: batch size per device 8 >= 4"):
+        faults.inject_oom(8, {hook: "1:4", "RANK": "1"})
+
+
 def test_html_is_escaped_and_self_contained():
     page = html_report.page(
         "<b>t</b>",

@@ -7,6 +7,11 @@ an `oom` run folder and that a sweep records it and goes on:
 
     EFFBENCH_FAULT_OOM_AT_BATCH=8 effbench sweep --batch-size 4,8 --device cpu --dataset synthetic ...
 
+`EFFBENCH_FAULT_OOM_AT_BATCH=RANK:N` does so on that rank alone (RANK as for the NaN hook below), the
+case of one DDP rank out of memory while the others wait in the next all-reduce:
+
+    EFFBENCH_FAULT_OOM_AT_BATCH=1:4 effbench run --nproc 2 --batch-size 4 --device cpu --dataset synthetic ...
+
 Test hook: with `EFFBENCH_FAULT_HOLD_PHASE=<phase>`, a run that enters that phase (run/phases.py)
 says so on stderr and waits there for a signal (at most HOLD_MAX_S), so a test can signal it in
 any phase without racing the machine's speed.
@@ -63,19 +68,25 @@ _LIBRARY_OOM_MARKERS = ("CUDNN_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_ALLOC_FAILED
 
 
 def oom_threshold(env: Mapping[str, str] = os.environ) -> int | None:
-    """The injected-OOM batch size, or None when the hook is off (unset, empty, not a number)."""
-    text = env.get(FAULT_OOM_ENV, "").strip()
-    return int(text) if text.isdigit() and int(text) > 0 else None
+    """The injected-OOM batch size for this rank, or None when the hook is off (unset, empty, malformed)
+    or names another rank (`RANK:N`; a bare `N` is every rank's)."""
+    rank_text, sep, text = env.get(FAULT_OOM_ENV, "").strip().rpartition(":")
+    if not text.isdigit() or int(text) <= 0 or (sep and not rank_text.isdigit()):
+        return None
+    if sep and int(rank_text) != int(env.get("RANK", "0") or 0):
+        return None
+    return int(text)
 
 
 def inject_oom(batch_per_device: int, env: Mapping[str, str] = os.environ) -> None:
-    """Raise torch.OutOfMemoryError when the hook is set and the batch per device reaches it."""
+    """Raise torch.OutOfMemoryError when the hook is set for this rank and the batch per device reaches it."""
     limit = oom_threshold(env)
     if limit is not None and batch_per_device >= limit:
         import torch
 
         raise torch.OutOfMemoryError(
-            f"injected by {FAULT_OOM_ENV}={limit}: batch size per device {batch_per_device} >= {limit} (a test hook, not a real OOM)"
+            f"injected by {FAULT_OOM_ENV}={env[FAULT_OOM_ENV].strip()}: batch size per device {batch_per_device} "
+            f">= {limit} (a test hook, not a real OOM)"
         )
 
 

@@ -5,7 +5,9 @@
     headline(...)                the throughput and totals from the rank rows (in progress and at the end)
     outcome_of(exc, ...)         which exception ends a run how: status ok/oom/diverged/failed/interrupted
     finish(opened, measured, c)  the final record from the record opened with the run folder
-    settle_with_torchrun(...)    rank 0's record corrected by how torchrun ended
+    oom_marker(rank, outcome)    what a rank that ran out of memory tells the launcher (oom-rank{N}.json)
+    settle_with_torchrun(...)    rank 0's record corrected by how torchrun ended and the ranks' OOM markers
+    record_without_results(...)  the record when this node has no results.json (rank 0 elsewhere, or none)
 
 run/runner.py gathers the values (clock, devices, collectives) and writes the files.
 """
@@ -270,9 +272,55 @@ def finish(opened: Mapping[str, Any], m: Measured, c: Conditions) -> Row:
     return record
 
 
-def settle_with_torchrun(record: Mapping[str, Any], outcome: SupervisedResult) -> Row:
-    """Rank 0's results record, corrected by how torchrun ended."""
+def oom_marker_name(rank: int) -> str:
+    return f"oom-rank{rank}.json"
+
+
+OOM_MARKER_GLOB = "oom-rank*.json"
+
+
+def oom_marker(rank: int, outcome: Mapping[str, Any]) -> Row | None:
+    """What a rank whose run ended `oom` (outcome_of) leaves beside the launch spec, so the launcher can
+    tell an OOM from the failure torchrun reports (it names the first rank to exit, and its exit code 1
+    is the same for every failure); None for any other outcome."""
+    if outcome.get("status") != "oom":
+        return None
+    return {"rank": rank, "type": outcome["error"]["type"], "message": outcome["error"]["message"]}
+
+
+def _oom_error(ooms: Sequence[Row], rank0_error: Mapping[str, Any] | None) -> Row:
+    ooms = sorted(ooms, key=lambda o: o["rank"])
+    message = "; ".join(f"rank {o['rank']}: {o['type']}: {o['message']}" for o in ooms)
+    if rank0_error:
+        message += f"; rank 0 then stopped with {rank0_error.get('type')}: {rank0_error.get('message', '')}"
+    return {
+        "type": ooms[0]["type"],
+        "message": message,
+        "oom_ranks": [o["rank"] for o in ooms],
+        **({"rank0_error": dict(rank0_error)} if rank0_error else {}),
+    }
+
+
+def _settled_oom(record: Row, ooms: Sequence[Row]) -> Row:
+    """Some rank ran out of memory: the job is `oom` (what a batch-size sweep keys on), whichever rank
+    torchrun names, the OOM rank(s) and message(s) in the error; rank 0's own failure (the collective
+    broken by the dead peer) is kept beside it; its stop by torchrun's SIGTERM is not the user's signal."""
+    if record.get("world_size", 1) == 1 and record["status"] == "oom":
+        return record  # one process: its own record says it already, with no rank to name
+    rank0_failed = record["status"] == "failed" and all(o["rank"] != 0 for o in ooms)
+    rank0_error = record.get("error") if rank0_failed else None
+    record.pop("signal", None)
+    record.pop("interrupted_phase", None)
+    record["status"] = "oom"
+    record["error"] = _oom_error(ooms, rank0_error)
+    return record
+
+
+def settle_with_torchrun(record: Mapping[str, Any], outcome: SupervisedResult, ooms: Sequence[Row] = ()) -> Row:
+    """Rank 0's results record, corrected by how torchrun ended; `ooms`: the ranks' oom_marker rows."""
     record = dict(record)
+    if ooms and not outcome.signal:
+        return _settled_oom(record, ooms)
     if record["status"] == "diverged" and not outcome.signal:
         return record  # every rank agreed on it and exits 1 (train.py): the rank torchrun names is no root cause
     if outcome.signal:
@@ -296,4 +344,20 @@ def settle_with_torchrun(record: Mapping[str, Any], outcome: SupervisedResult) -
             "message": message,
             **({"rank0_error": rank0_error} if rank0_error else {}),
         }
+    return record
+
+
+def record_without_results(outcome: SupervisedResult, ooms: Sequence[Row], child: str) -> Row:
+    """The record of a job that left no results.json on this node and did not end well (rank 0 on another
+    node, or rank 0 removed its folder after a crash while it built the run): `oom` when a rank here ran
+    out of memory and the user sent no signal, else `interrupted` / `failed` with torchrun's root cause."""
+    if ooms and not outcome.signal:
+        return {"status": "oom", "error": _oom_error(ooms, None)}
+    record: Row = {"status": "interrupted" if outcome.signal else "failed"}
+    if outcome.signal:
+        record["signal"] = outcome.signal
+    record["error"] = {
+        "type": "ChildFailedError",
+        "message": outcome.failure.describe() if outcome.failure else f"{child} exited with {outcome.returncode}",
+    }
     return record

@@ -201,21 +201,27 @@ def _run_in_child(
         _discard_unmeasured(run_dir)
         option, _, message = user_errors[0].read_text().partition("\t")
         raise EffbenchError(option or None, message)
+    # the ranks of this node that ran out of memory (worker_main): torchrun names only the first rank to exit
+    ooms = [json.loads(p.read_text()) for p in sorted(spec_path.parent.glob(rec.OOM_MARKER_GLOB))]
     if not (run_dir / results.RESULTS_FILE).exists():
         if outcome.returncode == 0:
             echo(f"this node finished; the node that got rank 0 wrote the run folder ({cfg.nnodes} nodes)")
             return RunOutcome(None, {"status": "ok"})
-        record = {"status": "interrupted" if outcome.signal else "failed"}
-        if outcome.signal:
-            record["signal"] = outcome.signal
-        record["error"] = {
-            "type": "ChildFailedError",
-            "message": outcome.failure.describe() if outcome.failure else f"{child} exited with {outcome.returncode}",
-        }
-        return RunOutcome(None, record)
-    settled = rec.settle_with_torchrun(results.read_results(run_dir), outcome)
+        return RunOutcome(None, rec.record_without_results(outcome, ooms, child))
+    written = results.read_results(run_dir)
+    settled = rec.settle_with_torchrun(written, outcome, ooms)
     results.write_json(run_dir / results.RESULTS_FILE, settled)
+    if settled != written and (run_dir / results.REPORT_TXT).exists():
+        _rewrite_reports(run_dir, settled)
     return RunOutcome(run_dir, settled)
+
+
+def _rewrite_reports(run_dir: Path, record: dict[str, Any]) -> None:
+    """Rank 0 wrote its reports with the end it saw (a broken collective, torchrun's stop): they say the
+    settled one, as results.json does."""
+    results.atomic_write_text(run_dir / results.REPORT_TXT, report.render(record, "text"))
+    results.atomic_write_text(run_dir / results.REPORT_MD, report.render(record, "md"))
+    render.write_run_html_safely(run_dir, record, windows.read_steps(run_dir))
 
 
 def _discard_unmeasured(run_dir: Path) -> None:
@@ -272,12 +278,19 @@ def worker_main(spec_path: Path) -> int:
     cfg = RunConfig.from_dict(spec["config"])
     plan = _plan_from_dict(spec["plan"])
     rank = int(os.environ.get("RANK", "0"))
+    spec_dir = Path(spec_path).parent
     try:
         with process_group(plan.device_type, cfg.pg_timeout_s) as dist:
-            outcome = run_benchmark(
-                cfg, plan=plan, dist=dist, run_dir=Path(spec["run_dir"]), command=spec["command"],
-                echo=print if rank == 0 else (lambda _m: None), progress=spec.get("progress", True) and rank == 0,
-            )  # fmt: skip
+            try:
+                outcome = run_benchmark(
+                    cfg, plan=plan, dist=dist, run_dir=Path(spec["run_dir"]), command=spec["command"],
+                    echo=print if rank == 0 else (lambda _m: None), progress=spec.get("progress", True) and rank == 0,
+                )  # fmt: skip
+            except BaseException as e:  # out of memory while the run was built (model to device, DDP's broadcast)
+                _leave_oom_marker(spec_dir, rank, rec.outcome_of(e, received=[], phase="setup"))
+                raise
+            # before this rank exits: torchrun then stops the others, and names whichever rank exited first
+            _leave_oom_marker(spec_dir, rank, outcome.results)
             if outcome.results.get("status") == "diverged":
                 # The ranks agreed on it in a collective (train.py), so all are alive: wait for rank 0's record,
                 # as torchrun stops the whole group at the first non-zero exit.
@@ -287,6 +300,13 @@ def worker_main(spec_path: Path) -> int:
         print(f"error: rank {rank}: {e}", file=sys.stderr)
         return 2
     return outcome.exit_code
+
+
+def _leave_oom_marker(spec_dir: Path, rank: int, outcome: dict[str, Any]) -> None:
+    """oom-rank{N}.json beside the spec when this rank's run ended `oom`, for _run_in_child to read."""
+    marker = rec.oom_marker(rank, outcome)
+    if marker is not None:
+        results.write_json(spec_dir / rec.oom_marker_name(rank), marker)
 
 
 # --------------------------------------------------------------------------------------------------
