@@ -60,7 +60,7 @@ def test_only_runs_the_named_checks(tmp_path, capsys, monkeypatch):
 
 @pytest.mark.parametrize(
     ("args", "option"),
-    [(["--device", "tpu"], "--device"), (["--pairs", "0"], "--pairs"), (["--pairs", "5"], "--pairs")]
+    [(["--device", "tpu"], "--device"), (["--pairs", "0"], "--pairs"), (["--pairs", "119"], "--pairs")]
     + ([] if torch.cuda.is_available() else [(["--device", "cuda"], "--device")]),
 )
 def test_bad_options_are_one_line_exit_2(args, option, tmp_path, capsys, monkeypatch):
@@ -156,34 +156,47 @@ def test_interleave_charges_the_gaps_and_side_threads_to_the_harness():
         gap.untimed_share([1.0, 1.0, 1.0])
 
 
+def _blocks(centres):
+    """120 pair ratios, 20 a block, scattered +-2% around each block's centre (symmetric: the centre is theirs)."""
+    return [c * (1 + 0.02 * (i - 9.5) / 9.5) for c in centres for i in range(20)]
+
+
 @pytest.mark.parametrize(
     ("ratios", "extra", "status"),
     [
-        # 20 pairs scattered 0.98..1.02: the interval is about 0.99..1.01, all >= 0.97: PASS
-        ([0.98 + 0.04 * i / 19 for i in range(20)], 0.0, st.PASS),
-        # the same, but the harness's side costs take 3%: 0.99..1.01 x 0.97 straddles 0.97
-        ([0.98 + 0.04 * i / 19 for i in range(20)], 0.03, st.SKIP),
-        # 10% slower in every pair, within 1%: FAIL
-        ([0.89 + 0.02 * i / 19 for i in range(20)], 0.0, st.FAIL),
-        # scattered 0.8..1.2: the interval straddles 0.97, no verdict
-        ([0.8 + 0.4 * i / 19 for i in range(20)], 0.0, st.SKIP),
-        # 5 pairs: no 95% signed-rank interval exists
-        ([1.0] * 5, 0.0, st.SKIP),
+        # every block centred 0.99..1.01: PASS
+        (_blocks([0.99, 1.0, 1.01, 1.0, 0.995, 1.005]), 0.0, st.PASS),
+        # the same, but the harness's side costs take 2.5%: 0.99..1.01 x 0.975 straddles 0.97, no verdict
+        (_blocks([0.99, 1.0, 1.01, 1.0, 0.995, 1.005]), 0.025, st.SKIP),
+        # 10% slower in every block: FAIL
+        (_blocks([0.9, 0.89, 0.91, 0.9, 0.9, 0.905]), 0.0, st.FAIL),
+        # blocks from 0.95 to 1.02: the interval straddles 0.97, no verdict
+        (_blocks([0.95, 0.96, 0.99, 1.0, 1.01, 1.02]), 0.0, st.SKIP),
+        # one wild block among six: with 6 blocks the interval spans them all, no verdict (more --pairs outvote it)
+        (_blocks([1.0, 1.0, 0.5, 1.0, 1.0, 1.0]), 0.0, st.SKIP),
+        # 100 pairs: 5 blocks, no 95% signed-rank interval exists
+        (_blocks([1.0] * 5), 0.0, st.SKIP),
     ],
 )
-def test_interleaved_pairs_are_judged_by_the_interval_of_their_ratio(ratios, extra, status):
-    bare = [100.0 + 7 * i for i in range(len(ratios))]  # the machine drifts; each pair shares its moment
+def test_interleaved_pairs_are_judged_by_the_interval_over_blocks_of_pairs(ratios, extra, status):
+    bare = [100.0 + 0.5 * i for i in range(len(ratios))]  # the machine drifts; each pair shares its moment
     harness = [r * b for r, b in zip(ratios, bare, strict=True)]
     got, ratio, low, high, why = st.compare_interleaved_steps(harness, bare, min_ratio=0.97, extra_cost_share=extra)
     assert got == status, why
-    if len(ratios) >= 6:
-        # written apart: Walsh averages of the log ratios; for 20 pairs the two-sided 5% signed-rank critical
-        # value is 52 (printed tables), so the interval drops the 52 smallest and 52 largest of the 210
+    if len(ratios) == 120:
+        # written apart: each block's centre is the median of its 210 Walsh averages of log ratios; over 6
+        # blocks the two-sided 5% signed-rank critical value is 0, so the interval runs from the smallest
+        # Walsh average of the block centres to the largest: the lowest and the highest centre
+        def walsh_median(xs):
+            w = sorted((a + b) / 2 for i, a in enumerate(xs) for b in xs[i:])
+            return (w[len(w) // 2 - 1] + w[len(w) // 2]) / 2 if len(w) % 2 == 0 else w[len(w) // 2]
+
         logs = [math.log(r) for r in ratios]
-        walsh = sorted((a + b) / 2 for i, a in enumerate(logs) for b in logs[i:])
+        centres = [walsh_median(logs[i : i + 20]) for i in range(0, 120, 20)]
         keep = 1 - extra
-        assert (low, high) == (pytest.approx(math.exp(walsh[52]) * keep), pytest.approx(math.exp(walsh[-53]) * keep))
-        assert ratio == pytest.approx(math.exp((walsh[104] + walsh[105]) / 2) * keep)
+        assert low == pytest.approx(math.exp(min(centres)) * keep)
+        assert high == pytest.approx(math.exp(max(centres)) * keep)
+        assert ratio == pytest.approx(math.exp(walsh_median(centres)) * keep)
     if got == st.SKIP:
         assert "rerun" in why or "too few" in why
 

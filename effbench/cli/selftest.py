@@ -28,8 +28,8 @@ def selftest(
         ),
     ] = None,
     pairs: Annotated[
-        int, _opt("Steps a side of the harness / bare-loop check, interleaved one by one (>= 6). [default: 120]")
-    ] = 120,
+        int, _opt("Steps a side of the harness / bare-loop check, interleaved one by one (>= 120). [default: 600]")
+    ] = 600,
     only: Annotated[
         str | None,
         _opt("Comma-separated checks to run: flops, harness, precision, dp, nvml, ddp, data. [default: all]"),

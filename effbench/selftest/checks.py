@@ -25,7 +25,10 @@ from effbench.errors import EffbenchError
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 DEVICES = ("auto", "cpu", "cuda")
-MIN_PAIRS = 6
+# Pairs are judged in blocks of consecutive pairs (compare_interleaved_steps); a 95% signed-rank interval
+# needs 6 blocks
+PAIRS_PER_BLOCK = 20
+MIN_PAIRS = 6 * PAIRS_PER_BLOCK
 DTYPE_OF_PRECISION = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 SELFTEST_FILE = "selftest.json"
 
@@ -46,7 +49,7 @@ class SelftestConfig:
     """auto, cpu or cuda: where the training checks run (auto = cuda when visible)."""
     output: Path = Path("results")
     """Parent folder of the selftest folder (selftest.json and the runs it made)."""
-    pairs: int = 120
+    pairs: int = 600
     """Measured steps a side of the harness / bare-loop check, interleaved step by step (H B B H ...)."""
     steps: int = 20
     """Measured steps of the other checks' runs on CUDA (after `warmup_steps`)."""
@@ -58,7 +61,7 @@ class SelftestConfig:
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
             raise EffbenchError("--device", f"{self.device!r} is not one of {', '.join(DEVICES)}")
-        if int(self.pairs) < MIN_PAIRS:  # fewer step pairs have no 95% interval of their median ratio
+        if int(self.pairs) < MIN_PAIRS:  # fewer step pairs have no 95% interval of their ratio
             raise EffbenchError("--pairs", f"must be at least {MIN_PAIRS}, got {self.pairs}")
         for name in ("steps", "warmup_steps"):
             if int(getattr(self, name)) < 1:
@@ -106,10 +109,10 @@ HARNESS_MODEL: dict[str, Any] = {
 # The precision and DDP runs only need a few real steps: CPU bf16 convolutions are emulated (~10x fp32)
 # On CUDA, steps long enough (~10 ms) that host overhead outside the forward..step span stays far below 3%
 CUDA_RUN: dict[str, Any] = {"image_size": 64, "batch_size": 128}
-# The CPU harness / bare-loop pairs: ~0.37 s a step on one core (resnet18 at 64 px has ImageNet's strided
-# stem; at 32 px it keeps CIFAR's full-size maps and takes ~1 s): long against any per-step cost, short
-# enough for 120 pairs in ~1.5 min
-PAIRED_CPU_RUN: dict[str, Any] = {"image_size": 64, "batch_size": 16}
+# The CPU harness / bare-loop pairs: ~35 ms a step on one core of the 2-vCPU development VM. Short steps
+# give per-step costs their largest share, and neighbouring steps meet the same moment of a noisy machine:
+# resnet18 at 64 px (350 ms a step) needed ~4 min of pairs for a +-1.5% interval, this 50 s for +-1%
+PAIRED_CPU_RUN: dict[str, Any] = {"arch": "torchvision:shufflenet_v2_x0_5", "image_size": 32, "batch_size": 8}
 DATA_ROUNDS = 4  # alternating rounds per loader of the data-path check: a best reproduced by a second round
 TINY_RUN: dict[str, Any] = {"image_size": 16, "batch_size": 2, "max_steps": 3, "warmup_steps": 1}
 
@@ -192,9 +195,10 @@ def measured_steps(steps_csv: Path) -> list[tuple[int, float, float]]:
 @contextmanager
 def one_core(*, enabled: bool = True) -> Iterator[int | None]:
     """This thread, and the threads it starts, on one core with one OpenMP thread (the harness reads both:
-    launch/plan.py), restored after; yields the core. On a 2-vCPU VM two threads add the other core's
-    neighbours to every step (step-to-step spread 18% against 9% on one core); the harness's side threads
-    share the core, so their cost still lands on the steps. No-op where the OS has no affinity call."""
+    launch/plan.py), restored after; yields the core. On the 2-vCPU development VM two threads put both
+    cores' neighbours into every step (adjacent resnet18 steps scattered 18% with two threads, 9-14% pinned
+    to one); the harness's side threads share the core, so their cost still lands on the steps. No-op where
+    the OS has no affinity call."""
     if not enabled or not hasattr(os, "sched_setaffinity"):
         yield None
         return
@@ -273,26 +277,41 @@ def compare_interleaved_steps(
     """(status, ratio, its 95% low, high, why) from per-step img/s taken in interleaved pairs.
 
     Step i of each side ran next to the other's step i, so the machine's drift is common to a pair and cancels
-    in its ratio; what is left is each step's own scatter. The ratio is the Hodges-Lehmann centre of the log
-    ratios with its Wilcoxon signed-rank 95% interval (analysis/stats.signed_rank_interval): a pair's log
-    ratio is symmetric about the true one, as its two steps swap roles from pair to pair (H B B H), and a
-    step hit by a hiccup barely moves it. The measured side's costs that the pairs cannot see
-    (`extra_cost_share` of its time) scale the ratio and its interval by (1 - extra_cost_share). PASS when
-    the whole interval is >= min_ratio, FAIL when all of it is below, else SKIP (this machine cannot resolve
-    the tolerance now): never a verdict on noise.
+    in its ratio. Neighbouring pairs still share more than that (a noisy neighbour's phase lasts seconds), so
+    the pairs are read in blocks of PAIRS_PER_BLOCK (batch means): each block's Hodges-Lehmann centre of its
+    log ratios is one sample, and the ratio is the centre of those with its Wilcoxon signed-rank 95% interval
+    (analysis/stats.signed_rank_interval; a block's log ratio is symmetric about the true one, as the two
+    sides swap first and second from pair to pair, and one wild step barely moves it). The measured side's
+    costs that the pairs cannot see (`extra_cost_share` of its time) scale the ratio and its interval by
+    (1 - extra_cost_share). PASS when the whole interval is >= min_ratio, FAIL when all of it is below, else
+    SKIP (this machine cannot resolve the tolerance now): never a verdict on noise.
     """
     n = min(len(measured_img_s), len(reference_img_s))
     logs = [math.log(m / r) for m, r in zip(measured_img_s[:n], reference_img_s[:n], strict=True)]
-    centre = stats.signed_rank_interval(logs)
+    k = PAIRS_PER_BLOCK
+    blocks = [centre_of(logs[i : i + k]) for i in range(0, n - k + 1, k)]
+    centre = stats.signed_rank_interval(blocks)
     if centre is None:
-        return SKIP, float("nan"), float("nan"), float("nan"), f"{n} step pairs: too few for a 95% interval"
+        return (
+            SKIP,
+            float("nan"),
+            float("nan"),
+            float("nan"),
+            (f"{n} step pairs: too few for a 95% interval (needs {MIN_PAIRS}, {k} a block)"),
+        )
     keep = 1 - extra_cost_share
     ratio, low, high = (math.exp(v) * keep for v in centre)
     status = PASS if low >= min_ratio else FAIL if high < min_ratio else SKIP
-    why = f"95% interval {low:.3f}..{high:.3f} over {n} pairs"
+    why = f"95% interval {low:.3f}..{high:.3f} over {len(blocks)} blocks of {k} pairs"
     if status == SKIP:
         why = f"inconclusive: {why} straddles {min_ratio}; this machine is too noisy now, rerun it idle or with more --pairs"
     return status, ratio, low, high, why
+
+
+def centre_of(xs: list[float]) -> float:
+    """Hodges-Lehmann centre of a block (its signed-rank interval is not needed)."""
+    got = stats.signed_rank_interval(xs)
+    return got[0] if got is not None else stats.median(xs)
 
 
 def compare_fastest_steps(
@@ -338,23 +357,26 @@ def check_harness_vs_bare(ctx: Context) -> list[Check]:
     import torch
 
     from effbench.config import RunConfig
+    from effbench.data.synthetic import NUM_CLASSES
     from effbench.models import build_model
     from effbench.run.train import between_steps
     from effbench.selftest.reference import BareLoop
 
     cfg = ctx.cfg
-    shape = dict(CUDA_RUN if ctx.cuda else PAIRED_CPU_RUN)
+    shape = dict({"arch": "resnet18", **CUDA_RUN} if ctx.cuda else PAIRED_CPU_RUN)
     threads_before = torch.get_num_threads()
     with one_core(enabled=not ctx.cuda) as core:
-        rc = RunConfig(dataset="synthetic", weights="none", freeze="none", arch="resnet18", **shape)
-        loop = BareLoop(  # the same model the harness trains, in a loop of the selftest's own
-            build_model(rc, 10).model, batch=shape["batch_size"], image_size=shape["image_size"], classes=10,
-            device=ctx.device,
+        rc = RunConfig(dataset="synthetic", weights="none", freeze="none", **shape)
+        # the same model the harness trains (with the synthetic dataset's classes: its head is part of the
+        # step), in a loop of the selftest's own
+        loop = BareLoop(
+            build_model(rc, NUM_CLASSES).model, batch=shape["batch_size"], image_size=shape["image_size"],
+            classes=NUM_CLASSES, device=ctx.device,
         )  # fmt: skip
         gap = Interleave(loop, warmup=cfg.warmup_steps)
         with between_steps(gap):
             res = harness(
-                ctx, precision="fp32", arch="resnet18", **shape, channels_last=False,
+                ctx, precision="fp32", **shape, channels_last=False,
                 max_steps=cfg.warmup_steps + cfg.pairs, warmup_steps=cfg.warmup_steps,
                 # the bare loop's optimizer kernel (foreach on CUDA, the per-parameter loop on the CPU): same math
                 optimizer_impl="foreach" if ctx.cuda else "for-loop",
@@ -372,7 +394,7 @@ def check_harness_vs_bare(ctx: Context) -> list[Check]:
         harness_img_s, gap.bare_img_s, min_ratio=0.97, extra_cost_share=extra
     )
     where = (
-        f"resnet18 {shape['image_size']} px batch {shape['batch_size']} fp32, {cfg.pairs} steps a side after "
+        f"{shape['arch']} {shape['image_size']} px batch {shape['batch_size']} fp32, {cfg.pairs} steps a side after "
         f"{cfg.warmup_steps}, {threads} thread(s)" + (f" on core {core}" if core is not None else "")
     )
     return [
