@@ -374,3 +374,26 @@ def test_a_batch_size_sweep_on_two_ranks_says_oom_for_the_cell_one_rank_could_no
     assert [(c["params"]["batch_size"], c["status"]) for c in cells] == [(8, "oom"), (4, "ok")]
     assert cells[0]["error"]["oom_ranks"] == [1] and cells[0]["error"]["message"].startswith("rank 1: OutOfMemoryError")
     assert "out of memory from 8" in (sweep_json.parent / "sweep.txt").read_text()
+
+
+def test_a_rank_that_stopped_on_a_nonfinite_loss_leaves_a_diverged_marker(tmp_path, monkeypatch):
+    from effbench.config import RunConfig
+    from effbench.launch import supervise
+    from effbench.launch.plan import LaunchPlan
+    from effbench.run import record, runner
+    from effbench.run.train import Diverged
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({
+        "config": RunConfig(arch="resnet18", dataset="synthetic", device="cpu").to_dict(), "run_dir": str(tmp_path / "run"),
+        "command": ["effbench"], "plan": runner._plan_dict(LaunchPlan("torchrun", "cpu", 2, 1, 1)), "progress": False,
+    }))  # fmt: skip
+    monkeypatch.setenv("RANK", "1")  # with WORLD_SIZE 1 process_group joins no group (distributed.torchrun_env)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setattr(supervise, "die_with_parent", lambda *_a: None)
+    ended = record.outcome_of(Diverged(0, 3, 7, float("nan"), rank=0), received=[], phase="epochs")
+    monkeypatch.setattr(runner, "run_benchmark", lambda *_a, **_k: runner.RunOutcome(None, ended))
+    assert runner.worker_main(spec) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["diverged-rank1.json", "spec.json"]
+    marker = json.loads((tmp_path / "diverged-rank1.json").read_text())
+    assert marker["rank"] == 1 and marker["diverged"]["global_step"] == 7

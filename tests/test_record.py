@@ -362,3 +362,20 @@ def test_the_marker_is_written_for_an_oom_outcome_only():
 )  # fmt: skip
 def test_a_node_without_results_says_oom_when_its_rank_ran_out(outcome, markers, expected):
     assert record.record_without_results(outcome, markers, "torchrun") == expected
+
+
+def test_a_node_without_results_says_diverged_when_its_ranks_stopped_on_a_nonfinite_loss():
+    """The node that does not host rank 0 in a multi-node job: its ranks agreed on the step (train.py), each
+    left its marker, and torchrun exited 1; the record names the step, not a failure."""
+    ended = record.outcome_of(Diverged(0, 3, 7, float("nan"), rank=3), received=[], phase="epochs")
+    markers = [record.diverged_marker(r, ended) for r in (3, 2)]
+    assert record.diverged_marker(2, {"status": "ok"}) is None
+    assert record.diverged_marker(2, {"status": "oom", "error": {}}) is None
+    assert Path(record.diverged_marker_name(2)).match(record.DIVERGED_MARKER_GLOB)
+    got = record.record_without_results(_outcome(1, ChildFailure(rank=2, exitcode=1)), [], "torchrun", markers)
+    assert got["status"] == "diverged"
+    assert got["diverged"]["global_step"] == 7 and got["diverged"]["rank"] == 3
+    assert got["error"]["type"] == "Diverged" and "step 7" in got["error"]["message"]
+    # the user's signal still wins, as for every other ending
+    signalled = record.record_without_results(_outcome(143, sig=15), [], "torchrun", markers)
+    assert signalled["status"] == "interrupted" and signalled["signal"] == 15

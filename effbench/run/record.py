@@ -6,6 +6,7 @@
     outcome_of(exc, ...)         which exception ends a run how: status ok/oom/diverged/failed/interrupted
     finish(opened, measured, c)  the final record from the record opened with the run folder
     oom_marker(rank, outcome)    what a rank that ran out of memory tells the launcher (oom-rank{N}.json)
+    diverged_marker(rank, ...)   what a rank that stopped on a non-finite loss tells it (diverged-rank{N}.json)
     settle_with_torchrun(...)    rank 0's record corrected by how torchrun ended and the ranks' OOM markers
     record_without_results(...)  the record when this node has no results.json (rank 0 elsewhere, or none)
 
@@ -288,6 +289,22 @@ def oom_marker(rank: int, outcome: Mapping[str, Any]) -> Row | None:
     return {"rank": rank, "type": outcome["error"]["type"], "message": outcome["error"]["message"]}
 
 
+def diverged_marker_name(rank: int) -> str:
+    return f"diverged-rank{rank}.json"
+
+
+DIVERGED_MARKER_GLOB = "diverged-rank*.json"
+
+
+def diverged_marker(rank: int, outcome: Mapping[str, Any]) -> Row | None:
+    """What a rank whose run ended `diverged` leaves beside the launch spec: the ranks agreed on the step
+    (train.py), so a node that does not host rank 0, and has no results.json to read, can still say
+    `diverged` and where; None for any other outcome."""
+    if outcome.get("status") != "diverged":
+        return None
+    return {"rank": rank, "diverged": outcome.get("diverged"), "error": outcome.get("error")}
+
+
 def _oom_error(ooms: Sequence[Row], rank0_error: Mapping[str, Any] | None) -> Row:
     ooms = sorted(ooms, key=lambda o: o["rank"])
     message = "; ".join(f"rank {o['rank']}: {o['type']}: {o['message']}" for o in ooms)
@@ -347,12 +364,18 @@ def settle_with_torchrun(record: Mapping[str, Any], outcome: SupervisedResult, o
     return record
 
 
-def record_without_results(outcome: SupervisedResult, ooms: Sequence[Row], child: str) -> Row:
+def record_without_results(
+    outcome: SupervisedResult, ooms: Sequence[Row], child: str, diverged: Sequence[Row] = ()
+) -> Row:
     """The record of a job that left no results.json on this node and did not end well (rank 0 on another
     node, or rank 0 removed its folder after a crash while it built the run): `oom` when a rank here ran
-    out of memory and the user sent no signal, else `interrupted` / `failed` with torchrun's root cause."""
+    out of memory and the user sent no signal, `diverged` (with the agreed step) when the ranks here
+    stopped on a non-finite loss, else `interrupted` / `failed` with torchrun's root cause."""
     if ooms and not outcome.signal:
         return {"status": "oom", "error": _oom_error(ooms, None)}
+    if diverged and not outcome.signal:
+        first = min(diverged, key=lambda d: d["rank"])
+        return {"status": "diverged", "diverged": first["diverged"], "error": first["error"]}
     record: Row = {"status": "interrupted" if outcome.signal else "failed"}
     if outcome.signal:
         record["signal"] = outcome.signal

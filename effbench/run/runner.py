@@ -203,11 +203,12 @@ def _run_in_child(
         raise EffbenchError(option or None, message)
     # the ranks of this node that ran out of memory (worker_main): torchrun names only the first rank to exit
     ooms = [json.loads(p.read_text()) for p in sorted(spec_path.parent.glob(rec.OOM_MARKER_GLOB))]
+    diverged = [json.loads(p.read_text()) for p in sorted(spec_path.parent.glob(rec.DIVERGED_MARKER_GLOB))]
     if not (run_dir / results.RESULTS_FILE).exists():
         if outcome.returncode == 0:
             echo(f"this node finished; the node that got rank 0 wrote the run folder ({cfg.nnodes} nodes)")
             return RunOutcome(None, {"status": "ok"})
-        return RunOutcome(None, rec.record_without_results(outcome, ooms, child))
+        return RunOutcome(None, rec.record_without_results(outcome, ooms, child, diverged))
     written = results.read_results(run_dir)
     settled = rec.settle_with_torchrun(written, outcome, ooms)
     results.write_json(run_dir / results.RESULTS_FILE, settled)
@@ -291,6 +292,7 @@ def worker_main(spec_path: Path) -> int:
                 raise
             # before this rank exits: torchrun then stops the others, and names whichever rank exited first
             _leave_oom_marker(spec_dir, rank, outcome.results)
+            _leave_diverged_marker(spec_dir, rank, outcome.results)
             if outcome.results.get("status") == "diverged":
                 # The ranks agreed on it in a collective (train.py), so all are alive: wait for rank 0's record,
                 # as torchrun stops the whole group at the first non-zero exit.
@@ -300,6 +302,14 @@ def worker_main(spec_path: Path) -> int:
         print(f"error: rank {rank}: {e}", file=sys.stderr)
         return 2
     return outcome.exit_code
+
+
+def _leave_diverged_marker(spec_dir: Path, rank: int, outcome: dict[str, Any]) -> None:
+    """diverged-rank{N}.json beside the spec when this rank's run ended `diverged`: a node without rank 0
+    has no results.json, and torchrun's exit code 1 says only that something failed."""
+    marker = rec.diverged_marker(rank, outcome)
+    if marker is not None:
+        results.write_json(spec_dir / rec.diverged_marker_name(rank), marker)
 
 
 def _leave_oom_marker(spec_dir: Path, rank: int, outcome: dict[str, Any]) -> None:
