@@ -296,3 +296,25 @@ def test_allreduce_meets_under_a_relative_output_folder(tmp_path, monkeypatch):
     (tmp_path / "results").mkdir()
     res = allreduce_busbw_gb_s("results", backend="gloo", numel=16, iters=2)
     assert res["correct"] and res["busbw_gb_s"] > 0
+
+
+@pytest.mark.parametrize(
+    ("device", "overrides", "gpus"),
+    [("cuda", {}, 1), ("cuda", {"gpus": 2, "strategy": "dp"}, 2), ("cuda", {"device": "cpu", "nproc": 2}, None),
+     ("cpu", {}, None)],
+)  # fmt: skip
+def test_selftest_runs_take_one_gpu_unless_a_check_asks_for_more(device, overrides, gpus, tmp_path, monkeypatch):
+    """On a 4-GPU machine a run without --gpus takes all 4 under torchrun: the in-process checks (harness vs
+    bare loop, precision, timing, NVML) must run on one GPU in this process."""
+    from effbench.run import runner
+
+    seen = {}
+
+    def fake_run(cfg, **_kw):
+        seen["cfg"] = cfg
+        return runner.RunOutcome(tmp_path, {"status": "ok"})
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    ctx = st.Context(st.SelftestConfig(device=device, output=tmp_path), torch.device(device), tmp_path, print)
+    st.harness(ctx, **overrides)
+    assert seen["cfg"].gpus == gpus

@@ -129,6 +129,8 @@ def harness(ctx: Context, **overrides: Any) -> dict[str, Any]:
         max_steps=ctx.cfg.warmup_steps + ctx.cfg.steps, warmup_steps=ctx.cfg.warmup_steps, **HARNESS_MODEL,
     )  # fmt: skip
     base.update(overrides)
+    if base["device"] == "cuda" and "gpus" not in overrides:
+        base["gpus"] = 1  # one GPU, in this process: on a multi-GPU machine a run takes every GPU under torchrun
     cfg = RunConfig(**base)
     outcome = runner.run(cfg, command=["effbench", "selftest"], echo=lambda _m: None, progress=False)
     if outcome.results.get("status") != "ok":
