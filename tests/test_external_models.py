@@ -162,7 +162,7 @@ def check_stages(name: str) -> None:
         with torch.device("meta"):  # structure only: no memory, no init compute
             model = tvm.get_model(name, **kw)
     staged = external.adapt(model, external.torchvision_head(model), arch=name)  # raises if a tensor is uncovered
-    stages = staged.stages()
+    stages = staged.effbench_stages()
     final = staged.get_submodule(stages[-1].name)
     assert isinstance(final, (nn.Linear, nn.Conv2d)), name  # the final layer, not a block holding it
     assert sum(s.is_block for s in stages) >= 4, name
@@ -214,10 +214,10 @@ def test_last_n_on_a_torchvision_vit_trains_the_last_encoder_layers():
     torch.manual_seed(0)
     vit = tvm.VisionTransformer(32, 16, num_layers=4, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=10)
     model = external.adapt(vit, external.torchvision_head(vit), arch="small vit")
-    stages = model.stages()
+    stages = model.effbench_stages()
     assert [s.name for s in stages if s.is_block] == [f"encoder.layers.encoder_layer_{i}" for i in range(4)]
     assert frozen_stage_count(stages, ("last", 2), "small vit") == len(stages) - 4  # 2 layers, ln, head
-    model.freeze_prefix(len(stages) - 4)
+    model.effbench_freeze_prefix(len(stages) - 4)
     trainable = {k for k, p in model.named_parameters() if p.requires_grad}
     prefixes = ("encoder.layers.encoder_layer_2.", "encoder.layers.encoder_layer_3.", "encoder.ln.", "heads.head.")
     assert trainable == {k for k, _ in model.named_parameters() if k.startswith(prefixes)}

@@ -111,8 +111,8 @@ def test_resnet18_stem_switches_between_cifar_and_imagenet():
     assert cifar.total_params == 11_173_962  # the usual CIFAR ResNet-18 count (10 classes)
     # The CIFAR stem keeps the 32x32 map; the ImageNet one quarters it.
     with torch.no_grad():
-        assert cifar.model.stage_fns()[0](torch.zeros(1, 3, 32, 32)).shape[-1] == 32
-        assert imagenet.model.stage_fns()[0](torch.zeros(1, 3, 64, 64)).shape[-1] == 16
+        assert cifar.model.effbench_stage_fns()[0](torch.zeros(1, 3, 32, 32)).shape[-1] == 32
+        assert imagenet.model.effbench_stage_fns()[0](torch.zeros(1, 3, 64, 64)).shape[-1] == 16
 
 
 def test_resnet18_without_batch_norm_has_none_and_trains():
@@ -137,13 +137,13 @@ BASE_OUTPUT = {B0: "_bn1", "resnet18": "layer4.1"}  # the last module of the fro
 def test_classifier_freeze_keeps_the_base_bit_identical_and_graph_free(arch):
     bundle = build(arch, freeze="classifier")
     model = bundle.model
-    head = model.head_name + "."
+    head = model.effbench_head_name + "."
     frozen = {k for k, p in model.named_parameters() if not p.requires_grad}
     assert frozen == {k for k, _ in model.named_parameters() if not k.startswith(head)}
-    head_params = list(getattr(model, model.head_name).parameters())
+    head_params = list(getattr(model, model.effbench_head_name).parameters())
     assert [id(p) for p in trainable_parameters(model)] == [id(p) for p in head_params]
     assert bundle.trainable_params == sum(p.numel() for p in head_params)
-    assert bundle.info["trainable_stages"] == [model.head_name] and bundle.info["trainable_blocks"] == 0
+    assert bundle.info["trainable_stages"] == [model.effbench_head_name] and bundle.info["trainable_blocks"] == 0
 
     seen: list[tuple[torch.Tensor, bool]] = []  # (base output, grad mode while the base ran)
     model.get_submodule(BASE_OUTPUT[arch]).register_forward_hook(

@@ -89,10 +89,10 @@ def build_model(cfg: RunConfig, num_classes: int) -> ModelBundle:
     """Build `cfg.arch` for `num_classes`, freeze per `cfg.freeze`, load `cfg.weights`."""
     spec = spec_for(cfg.arch)  # RunConfig already rejected unknown names
     model = spec.build(cfg, num_classes)
-    stages = model.stages()
+    stages = model.effbench_stages()
     # Freeze before loading so a bad --freeze fails before any download.
     k = frozen_stage_count(stages, cfg.freeze_mode, cfg.arch)
-    model.freeze_prefix(k)
+    model.effbench_freeze_prefix(k)
     assert cfg.weights is not None  # RunConfig resolves it
     weights_info = load_weights(
         model, cfg.weights, arch=cfg.arch, imagenet_url=spec.imagenet_url, imagenet_file=spec.imagenet_file

@@ -22,9 +22,9 @@ IMAGENET_URLS: dict[str, str] = dict(url_map)
 
 
 class StagedEfficientNet(StagedModel, EfficientNet):
-    head_name = "_fc"
+    effbench_head_name = "_fc"
 
-    def stages(self) -> list[Stage]:
+    def effbench_stages(self) -> list[Stage]:
         return [
             Stage("stem", (self._conv_stem, self._bn0), is_block=False),
             *(Stage(f"_blocks.{i}", (b,), is_block=True) for i, b in enumerate(self._blocks)),
@@ -32,7 +32,7 @@ class StagedEfficientNet(StagedModel, EfficientNet):
             Stage("_fc", (self._fc,), is_block=False),
         ]
 
-    def stage_fns(self) -> list[Callable[[torch.Tensor], torch.Tensor]]:
+    def effbench_stage_fns(self) -> list[Callable[[torch.Tensor], torch.Tensor]]:
         # Drop-connect grows linearly with depth, as in EfficientNet.extract_features.
         rate = self._global_params.drop_connect_rate or 0.0
         n = len(self._blocks)

@@ -1,6 +1,6 @@
 """torchvision's and timm's classification models as FreezableStages, without copying them.
 
-The library builds the model; `adapt` swaps its class for a subclass that adds `stages()` and the
+The library builds the model; `adapt` swaps its class for a subclass that adds `effbench_stages()` and the
 freezing `train()`, so parameter names, forward and initialisation stay the library's own and its
 official files load by name. Stages, in registration order:
   - the classifier: torchvision's `fc` / `classifier` / `heads` / `head` (the first present), or
@@ -73,8 +73,8 @@ def _stages_of(module: nn.Module, prefix: str, head: str, depth: int) -> list[St
 class ChildStages(FreezableStages):
     """Mixed in front of a library model's class by `adapt`; the library's forward runs unchanged."""
 
-    def stages(self) -> list[Stage]:
-        stages = _stages_of(self, "", self.head_name, 0)
+    def effbench_stages(self) -> list[Stage]:
+        stages = _stages_of(self, "", self.effbench_head_name, 0)
         if not any(s.is_block for s in stages):  # no block list (GoogLeNet, Inception v3): every child is one
             stages = [dataclasses.replace(s, is_block=True) for s in stages[:-1]] + stages[-1:]
         return stages
@@ -90,9 +90,9 @@ def adapt(model: nn.Module, head_name: str, *, arch: str, ignores: tuple[str, ..
         _ADAPTED[cls] = type(f"Staged{cls.__name__}", (ChildStages, cls), {"__module__": __name__})
     model.__class__ = _ADAPTED[cls]
     assert isinstance(model, ChildStages)
-    model.head_name = head_name
-    model.checkpoint_ignores = ignores
-    stages = model.stages()
+    model.effbench_head_name = head_name
+    model.effbench_checkpoint_ignores = ignores
+    stages = model.effbench_stages()
     covered = {id(p) for s in stages for m in s.modules for p in m.parameters()} | {
         id(p) for s in stages for p in s.params
     }

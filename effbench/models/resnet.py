@@ -60,7 +60,7 @@ class BasicBlock(nn.Module):
 
 
 class ResNet18(StagedModel):
-    head_name = "fc"
+    effbench_head_name = "fc"
 
     def __init__(self, num_classes: int, *, cifar_stem: bool, batch_norm: bool) -> None:
         super().__init__()
@@ -101,14 +101,14 @@ class ResNet18(StagedModel):
             for j, block in enumerate(getattr(self, f"layer{i}"))
         ]
 
-    def stages(self) -> list[Stage]:
+    def effbench_stages(self) -> list[Stage]:
         return [
             Stage("stem", (self.conv1, self.bn1), is_block=False),
             *(Stage(name, (block,), is_block=True) for name, block in self.blocks()),
             Stage("fc", (self.fc,), is_block=False),
         ]
 
-    def stage_fns(self) -> list[Callable[[torch.Tensor], torch.Tensor]]:
+    def effbench_stage_fns(self) -> list[Callable[[torch.Tensor], torch.Tensor]]:
         return [self._stem, *(block for _, block in self.blocks()), self._classify]
 
     def _stem(self, x: torch.Tensor) -> torch.Tensor:

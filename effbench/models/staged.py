@@ -1,7 +1,7 @@
 """A network as an ordered list of stages, of which a leading prefix can be frozen.
 
 Every architecture here is a chain: stem, blocks, (EfficientNet: conv head), classifier. Freezing
-always cuts that chain in two, so one integer, `frozen_stages`, says what is frozen, and the same
+always cuts that chain in two, so one integer, `effbench_frozen_stages`, says what is frozen, and the same
 list drives the forward pass, `train()`, `requires_grad` and the report. Parameter names stay
 those of the plain model (no wrapper module), so a state_dict saved in any freeze mode loads in any
 other, and torchvision / efficientnet-pytorch files load by name.
@@ -29,19 +29,22 @@ class Stage:
 
 
 class FreezableStages(nn.Module):
-    """Mixin: the first `frozen_stages` stages have requires_grad off and stay in eval mode.
+    """Mixin: the first `effbench_frozen_stages` stages have requires_grad off and stay in eval mode.
 
-    Subclasses list their stages in execution order in `stages()`; the last one is the classifier.
+    Subclasses list their stages in execution order in `effbench_stages()`; the last one is the classifier.
+    Every name this mixin adds starts with `effbench_`: a library model it is mixed into may own a
+    submodule of the same plain name (timm ConvNeXt, NFNet and ByobNet keep their blocks in `stages`),
+    and a method of the mixin would shadow it inside the library's own forward.
     """
 
-    frozen_stages: int = 0
-    head_name: str = ""
+    effbench_frozen_stages: int = 0
+    effbench_head_name: str = ""
     """State_dict prefix of the classifier, the only part a checkpoint may disagree on."""
-    checkpoint_ignores: tuple[str, ...] = ()
+    effbench_checkpoint_ignores: tuple[str, ...] = ()
     """State_dict prefixes an official file holds that this build leaves out (Inception's auxiliary
     classifiers, unused in training here)."""
 
-    def stages(self) -> list[Stage]:
+    def effbench_stages(self) -> list[Stage]:
         raise NotImplementedError
 
     def train(self, mode: bool = True) -> FreezableStages:
@@ -49,17 +52,17 @@ class FreezableStages(nn.Module):
         no drop-connect), so the training loop can call model.train() every epoch as usual."""
         super().train(mode)
         if mode:
-            for stage in self.stages()[: self.frozen_stages]:
+            for stage in self.effbench_stages()[: self.effbench_frozen_stages]:
                 for m in stage.modules:
                     m.eval()
         return self
 
-    def freeze_prefix(self, k: int) -> None:
+    def effbench_freeze_prefix(self, k: int) -> None:
         """Freeze the first `k` stages and unfreeze the rest."""
-        stages = self.stages()
+        stages = self.effbench_stages()
         if not 0 <= k <= len(stages):
             raise ValueError(f"cannot freeze {k} of {len(stages)} stages")
-        self.frozen_stages = k
+        self.effbench_frozen_stages = k
         for i, stage in enumerate(stages):
             for m in stage.modules:
                 m.requires_grad_(i >= k)
@@ -71,17 +74,17 @@ class FreezableStages(nn.Module):
 class StagedModel(FreezableStages):
     """A chain whose frozen prefix runs under torch.no_grad().
 
-    Subclasses list their stages twice, in the same order: `stages()` (what owns parameters) and
-    `stage_fns()` (what runs). The callables are rebuilt on every call rather than cached, because
+    Subclasses list their stages twice, in the same order: `effbench_stages()` (what owns parameters) and
+    `effbench_stage_fns()` (what runs). The callables are rebuilt on every call rather than cached, because
     DataParallel replicas copy `__dict__` and cached bound methods would run the original modules.
     """
 
-    def stage_fns(self) -> list[Callable[[torch.Tensor], torch.Tensor]]:
+    def effbench_stage_fns(self) -> list[Callable[[torch.Tensor], torch.Tensor]]:
         raise NotImplementedError
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        fns = self.stage_fns()
-        k = self.frozen_stages
+        fns = self.effbench_stage_fns()
+        k = self.effbench_frozen_stages
         if k:
             # Nothing before the cut trains, so its activations need no graph: this saves the
             # memory and time of autograd bookkeeping for the whole frozen base. no_grad, not

@@ -156,9 +156,9 @@ def load_into(model: FreezableStages, state: dict[str, torch.Tensor], *, arch: s
     differently, then the first one the model lacks.
     """
     expected = model.state_dict()
-    if model.checkpoint_ignores:
-        state = {k: v for k, v in state.items() if not k.startswith(model.checkpoint_ignores)}
-    head = f"{model.head_name}."
+    if model.effbench_checkpoint_ignores:
+        state = {k: v for k, v in state.items() if not k.startswith(model.effbench_checkpoint_ignores)}
+    head = f"{model.effbench_head_name}."
     head_fits = all(k in state and state[k].shape == v.shape for k, v in expected.items() if k.startswith(head))
     unfit = f"{path} does not fit {arch}:"
     for name, tensor in expected.items():
