@@ -247,6 +247,34 @@ def test_an_image_below_torchvision_min_size_is_one_line():
     assert info.value.option == "--image-size" and "below the 224 px" in info.value.message
 
 
+def test_a_timm_model_at_a_size_its_layers_cannot_take_is_one_line_naming_one_they_can():
+    """timm publishes no minimum size; before the meta-device probe this was a run `failed` with an
+    empty report ("Kernel size can't be greater than actual input size") after the data had loaded."""
+    with pytest.raises(EffbenchError) as info:
+        build("timm:convnext_atto", image_size=17)  # 17 -> 4 px after the stem, 1 px before the last 2x2 downsample
+    assert info.value.option == "--image-size" and "\n" not in str(info.value)
+    assert "cannot run at 17 px (Calculated padded input size" in info.value.message
+    assert info.value.message.endswith("use --image-size 32")
+    model = build("timm:convnext_atto", image_size=32).model  # the size it names trains, on real tensors
+    model(torch.randn(2, 3, 32, 32)).sum().backward()
+
+
+def test_a_timm_size_error_on_the_command_line_exits_2_and_leaves_no_run(capsys, tmp_path):
+    argv = ["run", "--arch", "timm:test_convnext", "--dataset", "synthetic", "--image-size", "17", "--device", "cpu"]
+    code, out, err = invoke([*argv, "--weights", "none", "--output", tmp_path], capsys)
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and errors == [err.splitlines()[-1]] and "Traceback" not in err
+    assert errors[0].startswith("error: --image-size: timm:test_convnext cannot run at 17 px")
+    assert "status" not in out and not any(tmp_path.iterdir())
+
+
+def test_a_distilled_timm_model_is_one_line_not_a_missing_module():
+    with pytest.raises(EffbenchError) as info:
+        build("timm:levit_128s", image_size=64)
+    assert info.value.option == "--arch" and "distilled model" in info.value.message
+    assert info.value.message.endswith("effbench trains one; use another --arch")
+
+
 # --- weights ---------------------------------------------------------------------------------------
 
 

@@ -22,8 +22,10 @@ its ops requires grad) and its BatchNorm stays in eval mode, as with effbench's 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import nn
 
 from effbench.config import RunConfig
@@ -118,8 +120,14 @@ def torchvision_head(model: nn.Module) -> str:
     raise EffbenchError("--arch", f"found no classifier ({', '.join(HEAD_ATTRS)}) in {type(model).__name__}")
 
 
-def timm_head(model: nn.Module) -> str:
+def timm_head(model: nn.Module, arch: str) -> str:
     head = model.get_classifier()  # timm's API for the final classifier layer
+    if isinstance(head, tuple):  # distilled models (LeViT, DeiT-distilled): class and distillation heads
+        raise EffbenchError(
+            "--arch",
+            f"{arch} is a distilled model with {len(head)} classifiers (timm's get_classifier() returns "
+            f"{len(head)}); effbench trains one; use another --arch",
+        )
     for name, m in model.named_modules():
         if m is head and name:
             return last_layer(model, name)
@@ -178,8 +186,43 @@ def build_timm(name: str, cfg: RunConfig, num_classes: int) -> ChildStages:
         kw["img_size"] = cfg.image_size  # timm's ViT-style models take their input size
     if cfg.weights == "imagenet" and not pretrained.get("hf_hub_id"):
         raise EffbenchError("--weights", f"timm publishes no weights for {arch}; use --weights none or a file")
+    _size_check(
+        arch, cfg, lambda size: timm.create_model(name, num_classes=num_classes, **{**kw, **_img_size(kw, size)})
+    )
     model = timm.create_model(name, pretrained=False, num_classes=num_classes, **kw)
-    return adapt(model, timm_head(model), arch=arch)
+    return adapt(model, timm_head(model, arch), arch=arch)
+
+
+def _img_size(kw: dict[str, Any], size: int) -> dict[str, Any]:
+    return {"img_size": size} if "img_size" in kw else {}
+
+
+def _fails_at(build: Callable[[int], nn.Module], size: int) -> Exception | None:
+    """The error a training-mode forward at `size` px raises, from shapes alone (meta device)."""
+    with torch.device("meta"):  # no memory, no arithmetic: a ViT-L builds and runs in ~0.2 s
+        model = build(size).train()
+        try:
+            model(torch.empty(2, 3, size, size))  # 2: BatchNorm in training refuses one value per channel
+        except NotImplementedError:  # an op without a meta kernel: the shapes cannot be judged here
+            return None
+        except Exception as e:  # noqa: BLE001 (layers say "too small" as RuntimeError, AssertionError, ValueError)
+            return e
+    return None
+
+
+def _size_check(arch: str, cfg: RunConfig, build: Callable[[int], nn.Module]) -> None:
+    """timm publishes no minimum size (torchvision does: `_fixed_size_check`, `tv_min_size`), so ask the
+    layers: a size they cannot take is a one-line --image-size error before any data or worker starts,
+    not a failed run with an empty report. The fix names the nearest multiple of 32 above that runs."""
+    assert cfg.image_size is not None  # RunConfig resolves it
+    error = _fails_at(build, cfg.image_size)
+    if error is None:
+        return
+    native = catalog.native_image_size(arch)
+    above = range(-(-cfg.image_size // 32) * 32, max(native, cfg.image_size) + 1, 32)
+    fix = next((s for s in above if s != cfg.image_size and _fails_at(build, s) is None), native)
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    raise EffbenchError("--image-size", f"{arch} cannot run at {cfg.image_size} px ({reason}); use --image-size {fix}")
 
 
 def imagenet_source(arch: str) -> tuple[str, str | None]:
