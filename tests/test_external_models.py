@@ -228,6 +228,33 @@ def test_last_n_on_a_torchvision_vit_trains_the_last_encoder_layers():
     assert {k for k, p in model.named_parameters() if not torch.equal(before[k], p)} == trainable
 
 
+TIMM_BLOCKS = {
+    "convnext_atto": [f"stages.{i}" for i in range(4)],  # stem = Sequential(conv, norm): not 2 blocks
+    "test_resnet": ["layer1.0", "layer2.0", "layer3.0", "layer4.0"],  # deep stem conv1 = Sequential of 7
+    "regnety_002": ["s1", "s2", "s3", "s4"],  # no block list: every child but the stem
+    "mambaout_femto": [f"stages.{i}" for i in range(4)],  # head.pre_logits holds an fc: still the head
+    "vit_tiny_patch16_224": [f"blocks.{i}" for i in range(12)],
+}
+"""The blocks of each, read off the model's printed layout (timm 1.0)."""
+
+
+@pytest.mark.parametrize("name", list(TIMM_BLOCKS))
+def test_timm_blocks_are_the_models_blocks_not_its_stem_or_head(name):
+    import timm
+
+    with torch.device("meta"):
+        model = timm.create_model(name)
+    staged = external.adapt(model, external.timm_head(model, name), arch=name, stem_pattern=external.timm_stem(model))
+    assert [s.name for s in staged.effbench_stages() if s.is_block] == TIMM_BLOCKS[name]
+
+
+def test_timm_last_1_trains_the_last_stage_and_the_head():
+    """mambaout's head holds a Linear in pre_logits; it counted as the last block, so last:1 trained the head only."""
+    model = build("timm:mambaout_femto", freeze="last:1").model
+    trainable = {k for k, p in model.named_parameters() if p.requires_grad}
+    assert trainable == {k for k, _ in model.named_parameters() if k.startswith(("stages.3.", "head."))}
+
+
 # --- image sizes -------------------------------------------------------------------------------------
 
 

@@ -13,6 +13,8 @@ official files load by name. Stages, in registration order:
     (torchvision ViT's `encoder` -> `encoder.layers.encoder_layer_11`; an Inception block's
     parallel branches are not a chain and stay whole);
   - a model without such a list (GoogLeNet, Inception v3) counts every top-level child as a block;
+  - never a block: the stem, as timm names it (`group_matcher()["stem"]`: ConvNeXt's `stem.0`, a
+    ResNet-D's `conv1.0`), and anything inside the classifier's container (timm's `head.pre_logits`);
   - parameters a module owns directly (a ViT's class token, position embedding) belong to its
     first stage.
 The frozen prefix runs with requires_grad off, so autograd records no graph for it (no input of
@@ -22,6 +24,7 @@ its ops requires grad) and its BatchNorm stays in eval mode, as with effbench's 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -58,8 +61,8 @@ def _stages_of(module: nn.Module, prefix: str, head: str, depth: int) -> list[St
             continue
         if path == head:
             out.append(Stage(path, (child,), is_block=False))
-        elif head.startswith(path + "."):
-            out += _stages_of(child, path + ".", head, depth + 1)
+        elif head.startswith(path + "."):  # the classifier's container (timm's `head`): nothing in it is a block
+            out += [dataclasses.replace(s, is_block=False) for s in _stages_of(child, path + ".", head, depth + 1)]
         elif _is_list(child):
             out += [Stage(f"{path}.{n}", (c,), is_block=True) for n, c in child.named_children() if _has_params(c)]
         elif depth == 0 and sum(_is_list(c) and len(c) > 1 for c in child.children()) == 1:
@@ -75,17 +78,29 @@ def _stages_of(module: nn.Module, prefix: str, head: str, depth: int) -> list[St
 class ChildStages(FreezableStages):
     """Mixed in front of a library model's class by `adapt`; the library's forward runs unchanged."""
 
+    effbench_stem_pattern: str = ""
+    """The library's own regex of the stem's parameter names (timm's `group_matcher()["stem"]`): a
+    stem is never a block, even when it is a Sequential (ConvNeXt's `stem.0`, ResNet-D's `conv1.0`)."""
+
     def effbench_stages(self) -> list[Stage]:
         stages = _stages_of(self, "", self.effbench_head_name, 0)
-        if not any(s.is_block for s in stages):  # no block list (GoogLeNet, Inception v3): every child is one
-            stages = [dataclasses.replace(s, is_block=True) for s in stages[:-1]] + stages[-1:]
-        return stages
+        stem = re.compile(self.effbench_stem_pattern) if self.effbench_stem_pattern else None
+
+        def block(s: Stage, default: bool) -> Stage:
+            return dataclasses.replace(s, is_block=default and not (stem and stem.match(s.name)))
+
+        if not any(block(s, s.is_block).is_block for s in stages):
+            # No block list (GoogLeNet, Inception v3, timm RegNet's s1..s4): every child but the stem is one.
+            return [block(s, True) for s in stages[:-1]] + stages[-1:]
+        return [block(s, s.is_block) for s in stages]
 
 
 _ADAPTED: dict[type, type] = {}
 
 
-def adapt(model: nn.Module, head_name: str, *, arch: str, ignores: tuple[str, ...] = ()) -> ChildStages:
+def adapt(
+    model: nn.Module, head_name: str, *, arch: str, ignores: tuple[str, ...] = (), stem_pattern: str = ""
+) -> ChildStages:
     """Give `model` stages in place (its class becomes a subclass of its class) and check them."""
     cls = type(model)
     if cls not in _ADAPTED:
@@ -94,6 +109,7 @@ def adapt(model: nn.Module, head_name: str, *, arch: str, ignores: tuple[str, ..
     assert isinstance(model, ChildStages)
     model.effbench_head_name = head_name
     model.effbench_checkpoint_ignores = ignores
+    model.effbench_stem_pattern = stem_pattern
     stages = model.effbench_stages()
     covered = {id(p) for s in stages for m in s.modules for p in m.parameters()} | {
         id(p) for s in stages for p in s.params
@@ -190,7 +206,14 @@ def build_timm(name: str, cfg: RunConfig, num_classes: int) -> ChildStages:
         arch, cfg, lambda size: timm.create_model(name, num_classes=num_classes, **{**kw, **_img_size(kw, size)})
     )
     model = timm.create_model(name, pretrained=False, num_classes=num_classes, **kw)
-    return adapt(model, timm_head(model, arch), arch=arch)
+    return adapt(model, timm_head(model, arch), arch=arch, stem_pattern=timm_stem(model))
+
+
+def timm_stem(model: nn.Module) -> str:
+    """timm's own name pattern for the stem (its layer-wise learning-rate decay groups), or "" if none."""
+    groups = model.group_matcher() if hasattr(model, "group_matcher") else {}
+    stem = groups.get("stem")
+    return stem if isinstance(stem, str) else ""
 
 
 def _img_size(kw: dict[str, Any], size: int) -> dict[str, Any]:
