@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -259,7 +260,8 @@ def test_summary_memory_and_energy_cover_every_gpu_of_a_dp_run():
 @pytest.mark.parametrize(
     "message",
     [
-        "cuDNN error: CUDNN_STATUS_ALLOC_FAILED",  # CUDNN_CHECK: "cuDNN error: " + cudnnGetErrorString
+        "cuDNN error: CUDNN_STATUS_ALLOC_FAILED",  # cuDNN 8's AT_CUDNN_CHECK: "cuDNN error: " + cudnnGetErrorString
+        "cuDNN error: CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED",  # cuDNN 9's name for it
         "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",  # TORCH_CUDABLAS_CHECK
     ],
 )
@@ -285,6 +287,37 @@ def test_library_status_names_are_torchs_own():
     for marker in faults._LIBRARY_OOM_MARKERS:
         if marker.startswith("CUBLAS"):
             assert marker.encode() in blob
+
+
+def _pinned_cudnn():
+    """The libcudnn torch's wheel ships (nvidia-cudnn), loaded without a GPU: cudnnGetErrorString needs none."""
+    import ctypes
+    import glob
+
+    found = sorted(glob.glob(str(Path(torch.__file__).parents[1] / "nvidia" / "cudnn" / "lib" / "libcudnn.so.*")))
+    if not found:
+        pytest.skip("no libcudnn beside torch (a CPU-only build)")
+    lib = ctypes.CDLL(found[0])
+    lib.cudnnGetErrorString.restype = ctypes.c_char_p
+    lib.cudnnGetVersion.restype = ctypes.c_size_t
+    return lib
+
+
+def test_cudnns_own_allocation_failure_messages_are_oom():
+    """The status strings come from the pinned cuDNN itself (cudnnGetErrorString), not from a message written
+    here: cuDNN 9 says CUDNN_STATUS_INTERNAL_ERROR_{HOST,DEVICE}_ALLOCATION_FAILED (4003, 4004 in
+    cudnn_graph_v9.h), which the cuDNN 8 marker CUDNN_STATUS_ALLOC_FAILED alone did not match."""
+    from effbench.run import faults
+
+    lib = _pinned_cudnn()
+    if lib.cudnnGetVersion() < 90000:
+        pytest.skip("cuDNN 8 numbers its statuses differently")
+    host, device = (lib.cudnnGetErrorString(code).decode() for code in (4003, 4004))
+    assert "ALLOCATION_FAILED" in host and "ALLOCATION_FAILED" in device  # the codes are the ones we think
+    for status in (host, device):
+        assert faults.is_out_of_memory(RuntimeError(f"cuDNN error: {status}"))
+    for not_memory in (2000, 3000, 4000, 5000):  # BAD_PARAM, NOT_SUPPORTED, INTERNAL_ERROR, EXECUTION_FAILED
+        assert not faults.is_out_of_memory(RuntimeError(f"cuDNN error: {lib.cudnnGetErrorString(not_memory).decode()}"))
 
 
 def _jpeg_bytes() -> torch.Tensor:

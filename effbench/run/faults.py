@@ -60,11 +60,18 @@ def hold_phase(name: str, until: Callable[[], bool], env: Mapping[str, str] = os
 # plain RuntimeError there, not torch.OutOfMemoryError.
 _CPU_OOM_MARKERS = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory")
 # cuDNN and cuBLAS allocate their own workspaces and handles outside torch's caching allocator; when that
-# fails torch raises a plain RuntimeError naming the library's status: "cuDNN error: CUDNN_STATUS_ALLOC_FAILED"
-# (CUDNN_CHECK, the "cuDNN error: " prefix in libtorch_cuda.so + cudnnGetErrorString) and
-# "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`" (TORCH_CUDABLAS_CHECK; the
-# status names are in libtorch_cuda.so's strings). They are out of memory as much as the allocator's own.
-_LIBRARY_OOM_MARKERS = ("CUDNN_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_ALLOC_FAILED")
+# fails torch raises a plain RuntimeError naming the library's status (ATen/cuda/Exceptions.h): AT_CUDNN_CHECK
+# writes "cuDNN error: " + cudnnGetErrorString(status), TORCH_CUDABLAS_CHECK "CUDA error: " +
+# _cublasGetErrorEnum(status) + " when calling `cublasCreate(handle)`". cuDNN 9 (the pinned wheel ships 9.24)
+# names its allocation failures CUDNN_STATUS_INTERNAL_ERROR_{HOST,DEVICE}_ALLOCATION_FAILED (4003, 4004 in
+# cudnn_graph_v9.h; CUDNN_STATUS_ALLOC_FAILED is only a deprecated alias of 4003 there), cuDNN 8 said
+# CUDNN_STATUS_ALLOC_FAILED. They are out of memory as much as the allocator's own.
+_LIBRARY_OOM_MARKERS = (
+    "CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED",
+    "CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED",
+    "CUDNN_STATUS_ALLOC_FAILED",
+    "CUBLAS_STATUS_ALLOC_FAILED",
+)
 
 
 def oom_threshold(env: Mapping[str, str] = os.environ) -> int | None:
