@@ -95,6 +95,38 @@ def test_dp_wrapper_replicates_as_dataparallel_does():
     assert (clone.device_type, clone.dtype) == ("cuda", torch.bfloat16)
 
 
+@pytest.mark.parametrize(
+    "run_dtype, outer, expected",
+    [
+        (torch.float16, torch.float16, torch.float16),  # the thread default on the CPU is bf16: tells them apart
+        (None, torch.bfloat16, torch.float32),  # fp32 stays fp32 in the replica whatever the thread default
+    ],
+)
+def test_data_parallel_gives_its_replicas_the_runs_dtype(monkeypatch, run_dtype, outer, expected):
+    """Through data_parallel(), what the runner calls (run/runner.py `_with_model`), not the wrapper alone."""
+    import importlib
+    import types
+
+    from effbench.run.data_parallel import data_parallel
+
+    # the module, not torch.nn.parallel's function of the same name (torch/nn/parallel/__init__.py imports it)
+    torch_dp = importlib.import_module("torch.nn.parallel.data_parallel")
+
+    # nn.DataParallel.__init__: `device_type = _get_available_device_type()`; None -> `self.module = module`,
+    # no device ids, no replicas (torch/nn/parallel/data_parallel.py). Forced, so a GPU machine runs it alike.
+    monkeypatch.setattr(torch_dp, "_get_available_device_type", lambda: None)
+    probe = _DtypeProbe()
+    rt = types.SimpleNamespace(device=torch.device("cpu"), autocast_dtype=run_dtype)
+    dp = data_parallel(probe, rt, device_ids=[0, 1])
+    assert isinstance(dp, torch.nn.DataParallel)
+    # each replica is replicate.py's `module._replicate_for_data_parallel()` of DataParallel's `.module`, run
+    # by parallel_apply's `_worker` in its own thread
+    replica = dp.module._replicate_for_data_parallel()
+    with torch.autocast("cpu", dtype=outer):
+        _replica_thread_forward(replica, torch.randn(2, 4), "cpu")
+    assert probe.seen == [expected]
+
+
 @pytest.mark.parametrize("extra", [[], ["--gpus", "2"]])
 def test_compile_with_dp_is_refused_in_one_line(capsys, extra):
     from clitools import invoke
