@@ -272,8 +272,8 @@ def test_sampler_for_samples_all_dp_gpus_by_uuid(monkeypatch):
 def test_summary_memory_and_energy_cover_every_gpu_of_a_dp_run():
     from effbench.measure import observe
 
-    record = {"device": "cuda:0", "strategy": "dp", "devices": 2, "precision": "bf16", "env": {}, "epochs": [
-        {"images": 1000}]}  # fmt: skip
+    record = {"device": "2 x cuda:0 (x) (DataParallel)", "strategy": "dp", "devices": 2, "precision": "bf16",
+              "launch": {"mode": "dp", "device_type": "cuda"}, "env": {}, "epochs": [{"images": 1000}]}  # fmt: skip
     util = {"host": {}, "gpus": [{"index": 0, "energy_j": 50.0}, {"index": 1, "energy_j": 150.0}]}
     mem = [
         {"cuda_index": 0, "peak_mem_allocated_gib": 3.0, "peak_mem_reserved_gib": 4.0, "mem_total_gib": 80.0},
@@ -386,7 +386,8 @@ def test_gpu_decode_still_marks_undecodable_files_bad():
 
 def _fp32_cuda_record(name: str, capability: str) -> dict:
     return {"device": "cuda:0 (x)", "strategy": "single", "devices": 1, "precision": "fp32",
-            "throughput_img_s": 1000.0, "epochs": [], "env": {"gpus": [{"name": name, "capability": capability}]}}  # fmt: skip
+            "launch": {"mode": "inprocess", "device_type": "cuda"}, "throughput_img_s": 1000.0, "epochs": [],
+            "env": {"gpus": [{"name": name, "capability": capability}]}}  # fmt: skip
 
 
 def _summary(record: dict) -> dict:
@@ -407,6 +408,37 @@ def test_fp32_on_a_t4_gets_the_fp32_peak_not_none():
 def test_fp32_on_an_a100_gets_the_tf32_peak():
     out = _summary(_fp32_cuda_record("NVIDIA A100-SXM4-80GB", "8.0"))
     assert out["mfu_peak_tflops_per_device"] == 156.0  # A100 datasheet: TF32 156 dense
+
+
+def _launch_record(mode: str, device_type: str, nproc: int, gpu: str) -> dict:
+    """The record's launch keys as the runner writes them (run/runner.py `_launch_facts`), on one A100 node."""
+    import types
+
+    from effbench.launch.plan import LaunchPlan
+    from effbench.run import runner
+
+    plan = LaunchPlan(mode, device_type, nproc, 1, 8)
+    name = "cpu" if device_type == "cpu" else f"cuda:0 ({gpu})"
+    rt = types.SimpleNamespace(device_name=name, precision="bf16")
+    facts = runner._launch_facts(plan, types.SimpleNamespace(world_size=plan.world_size), rt, 64)
+    return {**facts, "throughput_img_s": 2000.0, "epochs": [], "env": {"gpus": [{"name": gpu, "capability": "8.0"}]}}
+
+
+def test_a_one_gpu_dataparallel_run_gets_its_mfu():
+    # `--strategy dp --gpus 1` (the first member of `--gpus 1,2,4 --strategy dp`): its device label does not
+    # start with "cuda" and its strategy is "single", which read it as a CPU run with no MFU
+    record = _launch_record("dp", "cuda", 1, "NVIDIA A100-SXM4-80GB")
+    assert record["device"].startswith("1 x cuda:0") and record["strategy"] == "single"
+    out = _summary(record)
+    # A100 datasheet: 312 TFLOP/s dense bf16 per GPU; 1 GFLOP per image at 2000 img/s on 1 GPU
+    assert out["mfu_peak_tflops_per_device"] == 312.0
+    assert out["mfu"] == pytest.approx(1e9 * 2000.0 / (312.0e12 * 1))
+
+
+def test_a_cpu_run_on_a_gpu_machine_gets_no_mfu():
+    # env.json lists the node's GPUs whatever the run trained on
+    out = _summary(_launch_record("inprocess", "cpu", 1, "NVIDIA A100-SXM4-80GB"))
+    assert "mfu" not in out and out["achieved_tflops"] == pytest.approx(1e9 * 2000.0 / 1e12)
 
 
 def test_peak_precision_by_capability():

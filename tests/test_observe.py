@@ -49,7 +49,7 @@ def test_cpu_run_has_flops_and_tflops_but_no_mfu_or_energy():
 def test_gpu_run_gets_mfu_memory_energy_and_images_per_joule():
     util = {"host": {}, "gpus": [{"index": 0, "util_pct": {"mean": 95.0, "max": 99.0}, "energy_j": 600.0}]}
     rec = _record(device="cuda:0 (NVIDIA H100 80GB HBM3)", precision="bf16", env={"gpus": [{"name": "NVIDIA H100 80GB HBM3"}]},
-                  throughput_img_s=5000.0)  # fmt: skip
+                  throughput_img_s=5000.0, launch={"mode": "inprocess", "device_type": "cuda"})  # fmt: skip
     mem = [{"peak_mem_allocated_gib": 10.0, "peak_mem_reserved_gib": 12.0, "mem_total_gib": 80.0}]
     out = _summ(rec, flops_image=1e9, utilization=util, memory=mem)
     assert out["achieved_tflops"] == pytest.approx(5.0)
@@ -60,7 +60,8 @@ def test_gpu_run_gets_mfu_memory_energy_and_images_per_joule():
 
 
 def test_unknown_gpu_gets_no_mfu():
-    rec = _record(device="cuda:0 (Mystery GPU 9000)", precision="bf16", env={"gpus": [{"name": "Mystery GPU 9000"}]})
+    rec = _record(device="cuda:0 (Mystery GPU 9000)", precision="bf16", env={"gpus": [{"name": "Mystery GPU 9000"}]},
+                  launch={"mode": "inprocess", "device_type": "cuda"})  # fmt: skip
     assert "mfu" not in _summ(rec)
 
 

@@ -118,6 +118,16 @@ def merge_utilization(per_rank: Sequence[Mapping[str, Any] | None]) -> dict[str,
     return merged
 
 
+def run_device_type(record: Mapping[str, Any]) -> str:
+    """The device type the run trained on ("cuda", "cpu"): the launch plan's, which the runner records as
+    `launch.device_type` (run/runner.py `_plan_dict`), else config.json's resolved `device` (resolved_record).
+    Never read from the `device` label: a DataParallel run's starts with its GPU count ("1 x cuda:0 (...)
+    (DataParallel)") and a one-GPU one has strategy "single", so a CUDA run read as a CPU one (no MFU)."""
+    launch = record.get("launch") or {}
+    config = record.get("config") or {}
+    return str(launch.get("device_type") or config.get("device") or "cpu")
+
+
 def summarize(
     record: Mapping[str, Any],
     *,
@@ -141,9 +151,7 @@ def summarize(
 
     `memory` holds one entry per GPU the job used (every rank's, every DataParallel device's)."""
     out: dict[str, Any] = {}
-    device_type = (
-        "cuda" if str(record.get("device", "cpu")).startswith("cuda") or record.get("strategy") == "dp" else "cpu"
-    )
+    device_type = run_device_type(record)
     gpu_names = [g.get("name") for g in (record.get("env") or {}).get("gpus", [])]
     gpu_caps = [g.get("capability") for g in (record.get("env") or {}).get("gpus", [])]
     throughput = record.get("throughput_img_s")
