@@ -219,6 +219,7 @@ class Results(_Model):
     mfu_peak_tflops_per_device: Num = None
     energy_j: Num = None
     images_per_j: Num = None
+    energy_note: str | None = None  # why energy_j is absent on a GPU run (observe.summarize)
     profile: Profile | None = None
     profile_error: str | None = None
     verdict: Verdict | None = None

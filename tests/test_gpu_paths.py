@@ -286,6 +286,49 @@ def test_summary_memory_and_energy_cover_every_gpu_of_a_dp_run():
     assert out["peak_mem_gib"] == 5.0 and out["peak_mem_reserved_gib"] == 6.0
 
 
+def _two_rank_record(*, failed: bool) -> dict:
+    """The final record of a 2-GPU DDP job on rank 0, through the runner's own `_measured` and record.finish:
+    each rank's sampler saw its own GPU (rank 0: 100 J, rank 1: 120 J); every rank trained 500 images."""
+    import time
+    import types
+
+    from effbench.run import record as rec
+    from effbench.run import runner
+
+    rows = [{"rank": r, "local_rank": r, "host": "n1", "device": f"cuda:{r}", "images": 500, "steps": 5,
+             "data_time_s": 0.1, "compute_time_s": 0.9, "time_s": 1.0, "throughput_img_s": 500.0} for r in (0, 1)]  # fmt: skip
+    utils = [{"host": {}, "gpus": [{"index": r, "uuid": U[r], "energy_j": e}]} for r, e in ((0, 100.0), (1, 120.0))]
+    m = runner.Measurement(sampler=types.SimpleNamespace(summary=lambda: utils[0]), gpus=[], t0=time.perf_counter())
+    m.epochs, m.epoch_ranks = [{"epoch": 1, "images": 1000}], rows  # the last epoch's gather: every rank's rows
+    if failed:  # a peer died: no final gather (run/runner.py `_measure` keeps the failure)
+        m.failure = RuntimeError("NCCL communicator was aborted")
+        m.outcome = rec.outcome_of(m.failure, received=[], phase="epochs")
+    else:
+        m.gathered = [{"row": rows[r], "util": utils[r], "mem": [], "steps": []} for r in (0, 1)]
+    prep = types.SimpleNamespace(rt=types.SimpleNamespace(device=torch.device("cuda", 0)),
+                                 data=types.SimpleNamespace(stats=lambda: {}))  # fmt: skip
+    dist = types.SimpleNamespace(rank=0, local_rank=0, world_size=2)
+    opened = {**_launch_record("torchrun", "cuda", 2, "NVIDIA A100-SXM4-80GB"), "status": "running", "data": {}}
+    conditions = rec.Conditions(repeats=None, compile=False, data_only=False, flops_per_image=None,
+                                flops_forward_per_image=None, flops_error=None, workers_per_process=0,
+                                processes_per_node=2, tf32_enabled=False, cpu_quota_cores=None, run_dir=None)  # fmt: skip
+    return rec.finish(opened, runner._measured(prep, dist, m), conditions)
+
+
+def test_a_failed_ddp_run_reports_no_energy_from_rank_0s_gpu_alone():
+    ok = _two_rank_record(failed=False)
+    assert ok["energy_j"] == 100.0 + 120.0 and ok["images_per_j"] == pytest.approx(1000 / 220.0)
+    failed = _two_rank_record(failed=True)
+    assert failed["status"] == "failed" and failed["measured"]["images"] == 1000  # every rank's images...
+    assert failed["utilization"]["gpus"] == [{"index": 0, "uuid": U[0], "energy_j": 100.0}]  # ...rank 0's GPU
+    # 1000 images / 100 J would be twice as good as the job was: not measured, never a partial sum
+    assert "energy_j" not in failed and "images_per_j" not in failed
+    assert failed["energy_note"] == "not measured on every GPU: 1 of the job's 2 sampled"
+    from effbench.report.tables import observability_rows
+
+    assert ("GPU energy (J)", "- (not measured on every GPU: 1 of the job's 2 sampled)") in observability_rows(failed)
+
+
 # --- items 5 and 9: out of memory stays out of memory ------------------------------------------------------
 
 

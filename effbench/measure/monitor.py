@@ -528,10 +528,13 @@ class UtilizationSampler:
         return out
 
 
-def energy_j(summary: dict[str, Any]) -> float | None:
+def energy_j(summary: Mapping[str, Any], job_gpus: int | None = None) -> float | None:
     """Total GPU energy in J over the sampled block; None unless every GPU of the job was sampled and
-    has a counter (a partial sum would understate it)."""
+    has a counter (a partial sum would understate it). `job_gpus`: how many GPUs the job used, when the
+    summary may hold fewer than all of them (a multi-rank run that failed has rank 0's sampler only)."""
     gpus = summary.get("gpus") or []
     if not gpus or summary.get("gpus_unmapped") or any("energy_j" not in g for g in gpus):
+        return None
+    if job_gpus is not None and len(gpus) < job_gpus:
         return None
     return float(sum(g["energy_j"] for g in gpus))

@@ -183,7 +183,14 @@ def summarize(
         if "mfu" in eff:
             out["mfu"] = eff["mfu"]
             out["mfu_peak_tflops_per_device"] = eff["peak_tflops_per_device"]
-    energy = energy_j(utilization) if utilization else None
+    # the job's GPUs: every rank's under DDP, every DataParallel device (LaunchPlan.devices)
+    job_gpus = devices if device_type == "cuda" else None
+    energy = energy_j(utilization, job_gpus) if utilization else None
+    sampled = len((utilization or {}).get("gpus") or [])
+    if energy is None and job_gpus is not None and utilization and sampled < job_gpus:
+        # e.g. a failed multi-rank run (no gather after a failure: rank 0's sampler alone), a rank whose
+        # NVML did not start; a partial sum would make energy per image look N times better
+        out["energy_note"] = f"not measured on every GPU: {sampled} of the job's {job_gpus} sampled"
     if energy is not None:
         # the sampler spans the timed epochs (validation included) on every GPU of the job
         images = sum(e.get("images") or 0 for e in record.get("epochs") or [])

@@ -122,6 +122,8 @@ def observability_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
         )
     if results.get("energy_j") is not None:
         rows.append(("GPU energy (J)", fmt_value(results["energy_j"], 0)))
+    elif results.get("energy_note"):
+        rows.append(("GPU energy (J)", f"- ({results['energy_note']})"))
     if results.get("images_per_j") is not None:
         rows.append(("images per joule", fmt_value(results["images_per_j"], 2)))
     prof = results.get("profile") or {}
