@@ -236,6 +236,47 @@ def test_an_unknown_uuid_is_reported_and_voids_energy_never_another_gpu():
     assert energy_j(s) is None  # one GPU's energy is not the job's
 
 
+class NVMLThatWillNotStart(UuidNVML):
+    """pynvml.nvmlInit -> nvmlInitWithFlags -> _nvmlCheckReturn(ret) raises NVMLError(ret), which
+    NVMLError.__new__ turns into the code's subclass (pynvml.py): here NVMLError_DriverNotLoaded."""
+
+    def nvmlInit(self) -> None:
+        import pynvml
+
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+
+
+def test_a_rank_whose_nvml_fails_to_start_voids_the_jobs_energy():
+    from effbench.measure.monitor import UtilizationSampler, energy_j
+    from effbench.measure.observe import merge_utilization
+
+    with UtilizationSampler(interval_s=10, gpu_uuids={0: U[0]}, nvml=UuidNVML(["GPU-" + U[0]])) as rank0:
+        pass
+    with UtilizationSampler(interval_s=10, gpu_uuids={1: U[1]}, nvml=NVMLThatWillNotStart(["GPU-" + U[1]])) as rank1:
+        pass
+    s1 = rank1.summary()
+    assert "gpus" not in s1  # it sampled nothing...
+    (unmapped,) = s1["gpus_unmapped"]  # ...and says which GPU of the job it lost, and why
+    assert unmapped["index"] == 1 and unmapped["uuid"] == U[1] and "Driver Not Loaded" in unmapped["reason"]
+    assert energy_j(rank0.summary()) == 0.0  # rank 0 alone has a reading (the fake's counter stands still)
+    assert energy_j(merge_utilization([rank0.summary(), s1])) is None  # not rank 0's 0 J as the job's
+
+
+def test_without_pynvml_every_gpu_of_the_job_is_unmapped(monkeypatch):
+    from effbench.measure import monitor
+
+    monkeypatch.setattr(monitor, "_load_nvml", lambda: None)  # `import pynvml` raised ImportError
+    with monitor.UtilizationSampler(interval_s=10, gpu_uuids={0: U[0], 1: U[1]}) as mon:
+        pass
+    s = mon.summary()
+    assert [(u["index"], u["uuid"]) for u in s["gpus_unmapped"]] == [(0, U[0]), (1, U[1])]
+    assert monitor.energy_j(s) is None
+    # a sampler that was never asked for GPUs (a CPU run) has nothing unmapped
+    with monitor.UtilizationSampler(interval_s=10, gpu_indices=[]) as cpu:
+        pass
+    assert "gpus_unmapped" not in cpu.summary()
+
+
 def test_nvml_uuid_spellings():
     from effbench.system.hardware import nvml_uuid_candidates
 

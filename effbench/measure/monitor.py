@@ -32,7 +32,8 @@ the UUID does not. Columns are then named by the CUDA index (`gpu0_*` is cuda:0 
 a UUID NVML does not know is listed in the summary's `gpus_unmapped` (and voids the energy total).
 Under torchrun each rank passes its own GPU; under DataParallel the process passes all of its GPUs.
 `gpu_indices` (NVML's own PCI-order indices) and the default (every GPU NVML sees) are for tools that
-have no CUDA context.
+have no CUDA context. Without pynvml, or when nvmlInit fails, every UUID in `gpu_uuids` is unmapped: a
+rank that sampled nothing voids the job's energy rather than drop out of its sum.
 
 The sampler is a Python thread: while the training thread spins in pure Python (holding the GIL),
 each file read or NVML call costs the sampler one GIL switch interval (5 ms), so a sample of a large
@@ -345,7 +346,8 @@ class UtilizationSampler:
     `gpu_uuids`: {CUDA index: UUID} of the GPUs to watch, found in NVML by UUID. `gpu_indices`: NVML
     indices instead; neither: every GPU NVML sees (see the module docstring). `pid`: root of the process
     tree to account (default: this process). `nvml`: an NVML module (default: `pynvml`, imported
-    lazily); tests pass a fake. Without NVML, or when nvmlInit fails, the GPU columns are absent.
+    lazily); tests pass a fake. Without NVML, or when nvmlInit fails, the GPU columns are absent (and
+    each of `gpu_uuids` is listed in the summary's `gpus_unmapped`).
     """
 
     def __init__(
@@ -407,10 +409,12 @@ class UtilizationSampler:
     def _start_nvml(self) -> None:
         nvml = self._nvml_arg if self._nvml_arg is not None else _load_nvml()
         if nvml is None:
+            self._unmap_all("pynvml is not installed")
             return
         try:
             nvml.nvmlInit()
-        except Exception:  # no driver, no GPU, no libnvidia-ml: GPU columns stay absent
+        except Exception as e:  # no driver, no GPU, no libnvidia-ml: GPU columns stay absent
+            self._unmap_all(f"NVML did not start: {type(e).__name__}: {e}")
             return
         self._nvml = nvml
         if self._gpu_uuids is not None:
@@ -436,6 +440,12 @@ class UtilizationSampler:
             except Exception:
                 continue
             self._gpus.append(_GpuProbe(nvml, i, handle))
+
+    def _unmap_all(self, reason: str) -> None:
+        """The job's GPUs (when known) were not sampled at all: each is listed in `gpus_unmapped`, so the
+        job's energy is None, not the sum of the ranks whose NVML did start (merge_utilization)."""
+        for cuda_index, uuid in (self._gpu_uuids or {}).items():
+            self.gpus_unmapped.append({"index": cuda_index, "uuid": uuid, "reason": reason})
 
     def _stop_nvml(self) -> None:
         if self._nvml is not None:
