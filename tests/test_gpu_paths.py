@@ -580,6 +580,64 @@ def test_srun_run_uses_master_port(monkeypatch, capsys, tmp_path):
     assert seen["cfg"].rdzv_endpoint == "gpu01:31234" and seen["cfg"].rdzv_id == "123457"
 
 
+def _slurm_env(monkeypatch, env: dict) -> None:
+    import os
+
+    for k in [k for k in os.environ if k.startswith("SLURM_") or k == "MASTER_PORT"]:
+        monkeypatch.delenv(k)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+
+
+def test_a_single_node_srun_run_ignores_a_master_port_it_never_uses(monkeypatch, capsys, tmp_path):
+    from clitools import invoke
+
+    from effbench.launch.plan import slurm_settings
+    from effbench.run import runner
+
+    seen: dict = {}
+
+    def fake_run(cfg, **kw):  # the side-effecting leaf
+        seen["cfg"] = cfg
+        return runner.RunOutcome(run_dir=tmp_path, results={"status": "ok"})
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    one_node = {**SLURM, "SLURM_NNODES": "1", "SLURM_JOB_NODELIST": "gpu01", "MASTER_PORT": "port"}
+    _slurm_env(monkeypatch, one_node)
+    assert slurm_settings(one_node).rdzv_port is None  # torchrun --standalone picks its own
+    code, out, err = invoke(["run", "--smoke"], capsys)
+    assert code == 0, err
+    assert seen["cfg"].nnodes == 1 and seen["cfg"].rdzv_endpoint is None
+
+
+def test_a_multi_node_srun_run_with_a_bad_master_port_is_one_line(monkeypatch, capsys, tmp_path):
+    from clitools import invoke
+
+    from effbench.run import runner
+
+    def never(*_a, **_k):
+        raise AssertionError("a bad MASTER_PORT must stop the run before it starts")
+
+    monkeypatch.setattr(runner, "run", never)
+    _slurm_env(monkeypatch, {**SLURM, "MASTER_PORT": "port"})
+    code, out, err = invoke(["run", "--smoke", "--output", tmp_path], capsys)
+    assert code == 2 and "Traceback" not in out + err
+    assert err.strip().count("\n") == 0 and err.startswith("error: MASTER_PORT") and "unset it or set e.g." in err
+
+
+def test_the_slurm_scripts_name_the_port_effbench_uses():
+    # launch/plan.py slurm_rdzv_port: $MASTER_PORT, else RDZV_PORT_BASE + SLURM_JOB_ID % RDZV_PORT_SPAN
+    from effbench.launch.plan import RDZV_PORT_BASE, RDZV_PORT_SPAN
+
+    root = Path(__file__).resolve().parent.parent / "entrypoint"
+    for name in ("slurm-multi-node.sbatch", "slurm-python-multinode.sbatch"):
+        comments = " ".join(
+            line.lstrip("# ").strip() for line in (root / name).read_text().splitlines() if line.startswith("# ")
+        )
+        assert "29500" not in comments, name
+        assert "$MASTER_PORT" in comments and f"{RDZV_PORT_BASE} + SLURM_JOB_ID % {RDZV_PORT_SPAN}" in comments, name
+
+
 @pytest.mark.parametrize(
     "kw, threads",
     [

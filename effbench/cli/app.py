@@ -295,7 +295,7 @@ def run(
     if slurm is not None and slurm.nnodes > 1:  # srun on several nodes: rendezvous from the allocation
         explicit.setdefault("nnodes", slurm.nnodes)
         explicit.setdefault("node_rank", slurm.node_rank)
-        if slurm.rdzv_host is not None:  # else plan_launch asks for --rdzv-endpoint: no host to guess
+        if slurm.rdzv_endpoint is not None:  # no host named: plan_launch asks for --rdzv-endpoint, no guess
             explicit.setdefault("rdzv_endpoint", slurm.rdzv_endpoint)  # MASTER_PORT, else from the job id
         explicit.setdefault("rdzv_id", slurm.job_id)
     gpu_counts = parse_counts("--gpus", gpus) if gpus is not None else [None]

@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from effbench.config import DEFAULT_RDZV_PORT, check_rendezvous, parse_endpoint  # noqa: F401 (parse_endpoint: re-exported, tests use it here)
+from effbench.config import check_rendezvous, parse_endpoint  # noqa: F401 (parse_endpoint: re-exported, tests use it here)
 from effbench.errors import EffbenchError
 
 # Under Slurm the rendezvous port is per job, so two jobs whose first node is the same do not meet in one
@@ -37,11 +37,15 @@ class SlurmSettings:
     node_rank: int
     rdzv_host: str | None  # first host of the node list; None when the allocation does not name one
     job_id: str
-    rdzv_port: int = DEFAULT_RDZV_PORT
-    """$MASTER_PORT, else derived from the job id (slurm_rdzv_port)."""
+    rdzv_port: int | None = None
+    """$MASTER_PORT, else derived from the job id (slurm_rdzv_port); None on one node, which meets no other
+    node (torchrun --standalone picks its own port), so a MASTER_PORT it never uses cannot fail it."""
 
     @property
-    def rdzv_endpoint(self) -> str:
+    def rdzv_endpoint(self) -> str | None:
+        """HOST:PORT of the c10d rendezvous; None when the allocation names no host, or on one node."""
+        if self.rdzv_host is None or self.rdzv_port is None:
+            return None
         return f"{self.rdzv_host}:{self.rdzv_port}"
 
 
@@ -149,7 +153,7 @@ def slurm_settings(env: Mapping[str, str]) -> SlurmSettings | None:
         node_rank=node_rank,
         rdzv_host=first_host(nodelist) if nodelist else None,
         job_id=env["SLURM_JOB_ID"],
-        rdzv_port=slurm_rdzv_port(env),
+        rdzv_port=slurm_rdzv_port(env) if nnodes > 1 else None,
     )
 
 
