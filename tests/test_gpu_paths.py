@@ -220,8 +220,49 @@ def test_mig_uuids_map_through_the_mig_prefix():
     nvml = UuidNVML(["GPU-" + U[0], "MIG-" + U[3]])
     with UtilizationSampler(interval_s=10, gpu_uuids={0: U[3]}, nvml=nvml) as mon:
         pass
-    assert _power_by_column(mon.summary()) == {0: pytest.approx(200.0)}
+    assert [(g["index"], g["nvml_uuid"]) for g in mon.summary()["gpus"]] == [(0, "MIG-" + U[3])]
     assert nvml.asked == ["GPU-" + U[3], "MIG-" + U[3]]
+
+
+class MigNVMLNotSupported(UuidNVML):
+    """NVML measures power per physical GPU: for a MIG device handle nvmlDeviceGetPowerUsage and
+    nvmlDeviceGetTotalEnergyConsumption return NVML_ERROR_NOT_SUPPORTED (NVML API reference; not in the pinned
+    sources), which pynvml raises as NVMLError(ret) -> NVMLError_NotSupported (pynvml.py `_nvmlCheckReturn`)."""
+
+    def _mig(self, h: int) -> bool:
+        return self.uuids[h].startswith("MIG-")
+
+    def nvmlDeviceIsMigDeviceHandle(self, h: int):  # pynvml.py: returns the c_uint it filled, not its value
+        import ctypes
+
+        return ctypes.c_uint(int(self._mig(h)))
+
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
+        import pynvml
+
+        if self._mig(h):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return super().nvmlDeviceGetPowerUsage(h)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:
+        import pynvml
+
+        if self._mig(h):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return super().nvmlDeviceGetTotalEnergyConsumption(h)
+
+
+@pytest.mark.parametrize("driver", [MigNVMLNotSupported, UuidNVML])  # UuidNVML: answers with the GPU's readings
+def test_a_mig_instance_has_no_power_or_energy_never_zero_or_the_whole_gpus(driver):
+    from effbench.measure.monitor import UtilizationSampler, energy_j
+
+    with UtilizationSampler(interval_s=10, gpu_uuids={0: U[3]}, nvml=driver(["GPU-" + U[0], "MIG-" + U[3]])) as mon:
+        pass
+    s = mon.summary()
+    (gpu,) = s["gpus"]
+    assert "power_w" not in gpu and "energy_j" not in gpu
+    assert not any(k.endswith(("_power_w", "_energy_j")) for row in mon.samples for k in row)
+    assert energy_j(s) is None
 
 
 def test_an_unknown_uuid_is_reported_and_voids_energy_never_another_gpu():

@@ -121,9 +121,22 @@ class _GpuProbe:
             self.name = name.decode() if isinstance(name, bytes) else str(name)
         except Exception:
             pass
+        self.mig = self._is_mig()
+        """A MIG instance: it has no power sensor of its own, so no power or energy is read (see read())."""
         self._energy0_mj = self._energy_mj()
 
+    def _is_mig(self) -> bool:
+        """pynvml.nvmlDeviceIsMigDeviceHandle(handle) returns the c_uint it filled (pynvml.py); where it
+        fails (an older driver), NVML's own spelling of the device's UUID, "MIG-<uuid>", says it."""
+        try:
+            flag = self.nvml.nvmlDeviceIsMigDeviceHandle(self.handle)
+            return bool(getattr(flag, "value", flag))
+        except Exception:
+            return bool(self.nvml_uuid and self.nvml_uuid.startswith("MIG-"))
+
     def _energy_mj(self) -> float | None:
+        if self.mig:
+            return None
         try:
             return float(self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle))
         except Exception:  # NVMLError_NotSupported on pre-Volta GPUs, or any transient failure
@@ -140,6 +153,10 @@ class _GpuProbe:
             ),
             "sm_clock_mhz": lambda: float(nv.nvmlDeviceGetClockInfo(h, getattr(nv, "NVML_CLOCK_SM", _NVML_CLOCK_SM))),
         }
+        if self.mig:
+            # NVML measures power per physical GPU: a MIG handle answers NOT_SUPPORTED, and a driver that
+            # answered with the GPU's would count the other instances' jobs. Absent, never another's watts.
+            del reads["power_w"]
         row: dict[str, float] = {}
         for metric, fn in reads.items():
             with contextlib.suppress(Exception):  # one failed NVML call drops one value, nothing else
