@@ -186,7 +186,11 @@ def test_starved_food101_run_is_input_bound_and_synthetic_is_not(tmp_path, capsy
     from effbench.analysis.efficiency import INPUT_BOUND_SHARE
 
     assert food_r["data_time_share"] > 20 * syn_r["data_time_share"], (food_r["data_time_share"], syn_r)
-    assert (food_r["verdict"]["bottleneck"] == "input-bound") == (food_r["data_time_share"] >= INPUT_BOUND_SHARE)
+    # On a loaded machine cpu-contended comes first by precedence (efficiency.BOTTLENECKS) and input-bound
+    # follows it in the evidence ("; also input-bound: ..."): either way the rule fired on the share
+    v = food_r["verdict"]
+    fired = v["bottleneck"] == "input-bound" or "input-bound: " in v["evidence"]
+    assert fired == (food_r["data_time_share"] >= INPUT_BOUND_SHARE), v
     assert syn_r["verdict"]["bottleneck"] != "input-bound", syn_r["verdict"]
 
 
