@@ -390,6 +390,21 @@ def test_entry_script_passes_programs_through_and_the_rest_to_effbench(tmp_path,
     assert out.stdout.splitlines()[0] == expected
 
 
+def test_every_effbench_command_reaches_effbench_through_the_entry_script(tmp_path):
+    """`docker run effbench export results/` exited 127: the script passed `export` through as a program
+    because `command -v export` finds the shell's builtin. Every command of the CLI (hidden ones too) goes
+    to effbench, whatever a shell or PATH calls by that name."""
+    import typer.main
+
+    from effbench.cli.app import app
+
+    names = sorted(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+    assert {"run", "selftest", "export", "worker"} <= set(names)
+    for name in names:
+        out = entry(tmp_path, name, "--help")
+        assert out.returncode == 0 and out.stdout.splitlines()[0] == f"effbench ARGS={name} --help", (name, out)
+
+
 def test_entry_script_never_fails_on_a_read_only_root(tmp_path):
     """HOME=/ and an unwritable temp dir (Docker --read-only without --tmpfs /tmp): no mkdir error of
     its own, HOME left as it was, effbench started so preflight can explain."""
