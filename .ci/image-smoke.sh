@@ -307,6 +307,19 @@ check "\`torchrun --help\` passes through" "torchrun did not pass through" \
 check "\`effbench run --smoke\` (the Apptainer habit) reaches effbench" "\`effbench effbench ...\` did not reach effbench" \
     grep -q "Usage: effbench run" <<<"$(in_image "$IMAGE" effbench run --help)"
 
+# The README's first command on a new GPU machine, `docker run --gpus all effbench selftest`: the FLOPs
+# checks (meta device, seconds) prove the command, its table and selftest.json work in the image.
+st_results="$WORK/selftest-results"
+mkdir -p "$st_results"
+chown "$RUN_UID:$RUN_UID" "$st_results"
+if out=$(in_image -v "$st_results:/results" "$IMAGE" selftest --device cpu --only flops) \
+    && [ "$(grep -c 'FLOPs: .* PASS' <<<"$out")" = 2 ] && [ -s "$(find "$st_results" -name selftest.json | head -n1)" ]; then
+    pass "\`selftest --device cpu --only flops\` in the image: 2 PASS, selftest.json in the host folder"
+else
+    printf '%s\n' "$out" | tail -8 | sed 's/^/    /'
+    fail "\`selftest --only flops\` in the image (expected 2 FLOPs PASS rows and selftest.json under /results)"
+fi
+
 # (--no-profile in the extra runs below: they check the container set-up, the full run is checked above.)
 # No -v for /results, as the image's own uid (the issue's `docker run --rm effbench run ...`): the run
 # succeeds into an anonymous volume (removed by --rm), and says so before and after.
