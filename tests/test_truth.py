@@ -198,3 +198,37 @@ def test_run_records_resolved_config_one_based_epochs_and_warns_about_ignored_wo
     report = (run / "report.txt").read_text()
     assert re.search(r"validation images per epoch \(used\) +4\n", report)
     assert re.search(r"loader / workers +synthetic \(on device\) / 0\n", report)
+
+
+TOO_FEW = "too few windows to judge (needs 3 per run, has 2; raise --repeats)"
+
+
+def test_two_windows_are_too_few_to_judge_anywhere_as_they_are_too_few_for_the_run_reports_interval():
+    from effbench.analysis import leaderboard
+    from effbench.analysis.export import Run
+    from effbench.report import sweep_tables
+
+    two, three = [10.0, 12.0], [20.0, 21.0, 22.0]
+    # the run report: no interval from 2 windows, one from 3 (the 95% t quantile at df 1 is 12.7)
+    assert stats.summarize(two).ci_low is None and stats.summarize(three).ci_low is not None
+    # Welch alone would call these apart: delta 10, se^2 = 2/2 + 1/3 = 4/3, df = (4/3)^2 / (1 + (1/3)^2 / 2)
+    # = 1.68, and the half-width t * 1.155 stays below 10 for any t under 8.7 (t at df 1.68 is about 5.6)
+    assert stats.difference(two, three).significant is True
+    rows = compare.compare_runs(_record(11.0, two, [0.1, 0.2]), [], _record(21.0, three, [0.1, 0.2, 0.3]), [])
+    for r in rows[:3]:  # throughput, step time, data-wait share: every windowed metric
+        assert (r.verdict, r.significant, r.ci) == (TOO_FEW, None, "-")
+    assert compare.conclusion(rows) == f"Throughput: cannot tell ({TOO_FEW})."
+    # the CI gate: B 48% slower by the runs' figures, but 2 windows cannot say it is outside noise
+    gate = compare.slower_gate({"status": "ok", "throughput_img_s": 21.0}, three,
+                               {"status": "ok", "throughput_img_s": 11.0}, two, 5.0)  # fmt: skip
+    assert not gate.failed and gate.line.endswith(TOO_FEW)
+    # a sweep's verdict
+    cells = [{"key": k, "params": {"optimizer": k}, "status": "ok", "throughput_img_s": t, "thr_samples": w}
+             for k, t, w in (("sgd", 11.0, two), ("adam", 21.0, three))]  # fmt: skip
+    assert sweep_tables.verdicts(cells, {"optimizer": ["sgd", "adam"]}) == [
+        f"no highest throughput along optimizer: {TOO_FEW}; top 21.0 img/s"
+    ]
+    # the leaderboard's gap to the best
+    runs = [Run({"status": "ok", "throughput_img_s": t, "throughput_median_img_s": t, "host": h}, w)
+            for h, t, w in (("a", 21.0, three), ("b", 11.0, two))]  # fmt: skip
+    assert [e.gap for e in leaderboard.leaderboard(runs)[0].entries] == ["best", TOO_FEW]

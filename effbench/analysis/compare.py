@@ -88,10 +88,11 @@ def window_delta(
 
     delta = pb - pa
     pct = f"{100 * delta / pa:+.1f}%" if pa else "-"
-    ci = "-" if d.ci_low is None else interval(d.ci_low, d.ci_high, k, signed=True)
-    significant = d.significant
-    if d.significant is None:
-        verdict = "cannot tell: fewer than 2 windows on a side"
+    too_few = stats.too_few_to_judge(len(a), len(b))
+    ci = "-" if d.ci_low is None or too_few else interval(d.ci_low, d.ci_high, k, signed=True)
+    significant = None if too_few else d.significant
+    if too_few:  # the run report prints no interval for such a run: neither may compare
+        verdict = too_few
     elif "share" in label and abs(d.delta) < NEGLIGIBLE_SHARE:
         verdict, significant = f"negligible (under {100 * NEGLIGIBLE_SHARE:.1f} percentage point)", False
     elif not d.significant:
@@ -291,10 +292,9 @@ def slower_gate(a: Mapping[str, Any], a_windows: Sequence[float], b: Mapping[str
     rel = 100.0 * (tb - ta) / ta
     figures = f"A {ta:,.1f} img/s, B {tb:,.1f} img/s"
     d = stats.difference(a_windows, b_windows)
-    if d.significant is None:
-        return GateOutcome(
-            False, f"PASS {opt}: cannot tell ({figures}): fewer than 2 throughput windows on a side; raise --repeats"
-        )
+    too_few = stats.too_few_to_judge(len(a_windows), len(b_windows))
+    if too_few:
+        return GateOutcome(False, f"PASS {opt}: cannot tell ({figures}): {too_few}")
     ci = f"windows' 95% CI of B - A {interval(d.ci_low, d.ci_high, signed=True)} img/s"
     if rel >= 0:
         return GateOutcome(False, f"PASS {opt}: B is not slower than A ({rel:+.1f}%; {figures})")

@@ -117,8 +117,9 @@ def _median(run: Run) -> float | None:
 def _gap(best: Run, run: Run) -> str:
     if run is best:
         return "best"
-    if len(best.windows_img_s) < 2 or len(run.windows_img_s) < 2:
-        return "cannot tell: fewer than 2 windows"
+    too_few = stats.too_few_to_judge(len(best.windows_img_s), len(run.windows_img_s))
+    if too_few:
+        return too_few
     d = stats.difference(best.windows_img_s, run.windows_img_s)
     if not d.significant:
         return "within noise"

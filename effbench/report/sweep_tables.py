@@ -210,8 +210,9 @@ def no_effect(dim: str, rows: Sequence[Mapping[str, Any]]) -> str | None:
 
 def separated(best: Sequence[float], other: Sequence[float]) -> str | None:
     """None when the two window samples differ outside noise, else why a winner cannot be named."""
-    if len(best) < 2 or len(other) < 2:
-        return "cannot tell from noise: fewer than 2 windows per cell (--repeats)"
+    too_few = stats.too_few_to_judge(len(best), len(other))
+    if too_few:
+        return too_few
     if not stats.difference(other, best).significant:
         return "within noise (Welch's 95% interval of the difference includes 0)"
     return None
