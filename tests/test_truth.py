@@ -232,3 +232,21 @@ def test_two_windows_are_too_few_to_judge_anywhere_as_they_are_too_few_for_the_r
     runs = [Run({"status": "ok", "throughput_img_s": t, "throughput_median_img_s": t, "host": h}, w)
             for h, t, w in (("a", 21.0, three), ("b", 11.0, two))]  # fmt: skip
     assert [e.gap for e in leaderboard.leaderboard(runs)[0].entries] == ["best", TOO_FEW]
+
+
+def test_compare_shows_the_runs_own_throughput_beside_an_unmeasured_run_and_shares_in_percent():
+    # A's figure is 4.4 (the report's headline); its windows' mean is (4.0 + 4.5 + 5.5) / 3 = 4.67
+    a = _record(4.4, [4.0, 4.5, 5.5], [0.00001, 0.00002, 0.00003])
+    b = {"status": "interrupted", "throughput_img_s": None, "throughput_windows": {"windows": 0},
+         "measured": {"steps": 0}}  # fmt: skip
+    rows = compare.compare_runs(a, [], b, [])
+    assert (rows[0].a, rows[0].b) == ("4.40", "-")
+    # shares 0.001%, 0.002%, 0.003% of the step: mean 0.002%, not "0.00" (nor "0.0000")
+    share = next(r for r in rows if "share" in r.metric)
+    assert share.metric == "data-wait share (% of step time)" and share.a == "0.0020"
+    # both measured: the mean 0.002% with its 95% interval, by hand: s = 0.001, t(0.975, 2) = 4.303,
+    # half-width 4.303 * 0.001 / sqrt(3) = 0.00248, so [0 (a share is never below 0), 0.00448]
+    b2 = _record(4.4, [4.0, 4.5, 5.5], [0.00002, 0.00003, 0.00004])  # mean 0.003%: +0.001 percentage point
+    share = next(r for r in compare.compare_runs(a, [], b2, []) if "share" in r.metric)
+    assert (share.a, share.b, share.delta) == ("0.0020 [0.0000, 0.0045]", "0.0030 [0.0005, 0.0055]", "+0.0010")
+    assert share.verdict.startswith("negligible (under 0.1 percentage point)")  # 0.001 points of the step

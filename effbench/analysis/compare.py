@@ -22,14 +22,17 @@ from tabulate import tabulate
 from effbench.analysis import stats
 from effbench.analysis import windows
 from effbench.errors import EffbenchError
-from effbench.fmt import interval, num
+from effbench.fmt import decimals, interval, num
 
 # (key in windows, label, higher is better)
 WINDOW_METRICS = (
     ("throughput_img_s", "throughput (img/s)", True),
     ("step_time_ms", "step time (ms)", False),
-    ("data_time_share", "data-wait share", False),
+    ("data_time_share", "data-wait share (% of step time)", False),
 )
+# Shares are fractions in the windows and printed in percent (units in the label): the delta is then
+# in percentage points, and `decimals` keeps the digits a share of 0.0012% needs.
+PERCENT = {"data_time_share"}
 # (getter name, label, higher is better)
 SINGLE_METRICS = (
     ("train_loss", "final train loss", False),
@@ -55,7 +58,7 @@ class MetricDelta:
 
 
 def _digits(metric: str) -> int:
-    return 4 if "top-1" in metric or "loss" in metric or "share" in metric else 2
+    return 4 if "top-1" in metric or "loss" in metric else 2
 
 
 # A change in the data-wait share smaller than this (0.1 percentage point of the step) moves throughput by
@@ -75,12 +78,13 @@ def window_delta(
 ) -> MetricDelta:
     """B - A of one windowed metric. `points`: the runs' own figures (the throughput headline) shown
     and differenced in place of the window means, so compare prints what `report` prints; the windows
-    give the interval and decide noise."""
+    give the interval and decide noise. A share comes in percent (PERCENT)."""
     d = stats.difference(a, b)
     sa, sb = stats.summarize(a, lower=lower, upper=upper), stats.summarize(b, lower=lower, upper=upper)
     pa = points[0] if points[0] is not None else sa.mean
     pb = points[1] if points[1] is not None else sb.mean
-    k = _digits(label)
+    share = "share" in label
+    k = decimals((pa, pb, pb - pa)) if share else _digits(label)
 
     def side(p: float, s: stats.Summary) -> str:
         ci = f" {interval(s.ci_low, s.ci_high, k)}" if s.ci_low is not None else ""
@@ -93,7 +97,7 @@ def window_delta(
     significant = None if too_few else d.significant
     if too_few:  # the run report prints no interval for such a run: neither may compare
         verdict = too_few
-    elif "share" in label and abs(d.delta) < NEGLIGIBLE_SHARE:
+    elif share and abs(d.delta) < 100 * NEGLIGIBLE_SHARE:  # in percentage points
         verdict, significant = f"negligible (under {100 * NEGLIGIBLE_SHARE:.1f} percentage point)", False
     elif not d.significant:
         verdict = "within noise"
@@ -138,19 +142,22 @@ def compare_runs(
     why_a, why_b = no_measurement(a), no_measurement(b)
     rows = []
     for key, label, higher in WINDOW_METRICS:
-        xa, xb = wa.get(key) or [], wb.get(key) or []
+        scale = 100.0 if key in PERCENT else 1.0
+        xa, xb = [scale * x for x in wa.get(key) or []], [scale * x for x in wb.get(key) or []]
+        # throughput: each run's own figure, the one `report` prints (never the mean of its windows)
+        pa, pb = (a.get("throughput_img_s"), b.get("throughput_img_s")) if key == "throughput_img_s" else (None, None)
         if xa and xb:
-            points = (
-                (a.get("throughput_img_s"), b.get("throughput_img_s")) if key == "throughput_img_s" else (None, None)
-            )
-            rows.append(window_delta(label, xa, xb, higher, points=points, upper=1.0 if "share" in key else None))
+            rows.append(window_delta(label, xa, xb, higher, points=(pa, pb), upper=scale if key in PERCENT else None))
         else:
             reasons = [f"{n}: {w}" for n, w in (("A", why_a), ("B", why_b)) if w]
+            means = [stats.mean(x) if x else None for x in (xa, xb)]
+            shown = [p if p is not None else m for p, m in zip((pa, pb), means, strict=True)]
+            k = decimals(shown) if key in PERCENT else _digits(label)
             rows.append(
                 MetricDelta(
                     label,
-                    "-" if not xa else num(stats.mean(xa)),
-                    "-" if not xb else num(stats.mean(xb)),
+                    num(shown[0], k),
+                    num(shown[1], k),
                     "-",
                     "-",
                     "-",
