@@ -111,7 +111,7 @@ def test_config_json_holds_resolved_values_and_what_had_no_effect():
     assert d["requested"] == {"device": "auto", "precision": "auto", "repeats": None, "workers": 4}
     assert RunConfig.from_dict(d).workers == 0  # still a valid config: every value is an option value
     assert "--workers 4 ran as 0" in d["no_effect"]["workers"]
-    assert "loader" not in d["no_effect"]  # fast is the default resolution: not known to be the user's choice
+    assert "loader" not in d["no_effect"]  # auto resolves to synthetic on synthetic data: what ran
     explicit = config_mod.resolved_record(
         RunConfig(dataset="synthetic", loader="torchvision", workers=0, repeats=3),
         device_type="cpu", precision="fp32", repeats=3, data_info={"loader": "synthetic (on device)", "workers": 0},
@@ -250,3 +250,36 @@ def test_compare_shows_the_runs_own_throughput_beside_an_unmeasured_run_and_shar
     share = next(r for r in compare.compare_runs(a, [], b2, []) if "share" in r.metric)
     assert (share.a, share.b, share.delta) == ("0.0020 [0.0000, 0.0045]", "0.0030 [0.0005, 0.0055]", "+0.0010")
     assert share.verdict.startswith("negligible (under 0.1 percentage point)")  # 0.001 points of the step
+
+
+def test_loader_on_synthetic_data_records_the_loader_that_ran_so_compare_and_sweep_see_no_difference():
+    from effbench.errors import EffbenchError
+    from effbench.report import sweep_tables
+
+    ran = {"loader": "synthetic (on device)", "workers": 0}  # results.json's data section of a synthetic run
+    asked = ("fast", "torchvision")
+    cfgs = [config_mod.resolved_record(RunConfig(dataset="synthetic", loader=x, workers=0, repeats=3),
+                                       device_type="cpu", precision="fp32", repeats=3, data_info=ran) for x in asked]  # fmt: skip
+    assert [c["loader"] for c in cfgs] == ["synthetic", "synthetic"]
+    assert [c["requested"]["loader"] for c in cfgs] == ["fast", "torchvision"]
+    assert cfgs[1]["no_effect"]["loader"] == (
+        "--loader torchvision does not apply to synthetic data: synthetic (on device) fed the run"
+    )
+    assert RunConfig.from_dict(cfgs[0]).loader == "synthetic"  # still a valid config
+    assert compare.config_differences({"config": cfgs[0]}, {"config": cfgs[1]}) == []
+    # a sweep --loader fast,torchvision on synthetic data: no effect, not "within noise" nor a winner
+    rows = [{"key": f"00{i}", "params": {"loader": x}, "status": "ok", "throughput_img_s": t,
+             "thr_samples": [t - 1, t, t + 1], "resolved": c, "no_effect": c["no_effect"]}
+            for i, (x, t, c) in enumerate(zip(asked, (64.0, 52.0), cfgs, strict=True))]  # fmt: skip
+    assert sweep_tables.verdicts(rows, {"loader": list(asked)}) == [
+        "no best loader: --loader had no effect on these runs "
+        "(--loader fast does not apply to synthetic data: synthetic (on device) fed the run)"
+    ]
+    # nothing asked: the dataset's own loader, no warning; files keep the fast default
+    default = config_mod.resolved_record(RunConfig(dataset="synthetic", workers=0, repeats=3), device_type="cpu",
+                                         precision="fp32", repeats=3, data_info=ran)  # fmt: skip
+    assert default["loader"] == "synthetic" and "no_effect" not in default and "loader" not in default["requested"]
+    assert RunConfig(dataset="cifar10").loader == "fast"
+    with pytest.raises(EffbenchError) as info:
+        RunConfig(dataset="cifar10", loader="synthetic")
+    assert info.value.option == "--loader"

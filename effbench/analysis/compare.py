@@ -41,7 +41,8 @@ SINGLE_METRICS = (
     ("peak_mem_gib", "peak device memory (GiB)", False),
 )
 # Config fields that differ between any two runs and say nothing about the measurement.
-_IGNORED_CONFIG = ("output", "requested")  # requested: what resolved to the values compared
+# requested / no_effect: what was asked and why it did not take effect; the values that ran are compared.
+_IGNORED_CONFIG = ("output", "requested", "no_effect")
 
 
 @dataclass(frozen=True)
