@@ -401,6 +401,20 @@ def test_leaderboard_groups_by_configuration(tmp_path, capsys):
     assert "only node-a (1x NVIDIA H100 80GB HBM3) measured" in md  # the bs 64 group has one machine
 
 
+def test_leaderboard_groups_runs_by_what_ran_not_by_what_was_asked(tmp_path, capsys):
+    # both ran resnet18 on cuda with 0 workers; node-b was asked for --device auto and --workers 4 (config.json
+    # keeps that under requested / no_effect): one configuration, one group of two machines
+    root = tmp_path / "nodes"
+    make_run(root / "a", BASE, host="node-a", config=_config(workers=0))
+    asked = _config(workers=0, requested={"device": "auto", "workers": 4},
+                    no_effect={"workers": "synthetic (on device) starts no DataLoader worker processes"})  # fmt: skip
+    make_run(root / "b", [x + 50 for x in BASE], host="node-b", config=asked)
+    code, _, _ = invoke(["report", root], capsys)
+    assert code == 0
+    md = (root / "leaderboard.md").read_text()
+    assert md.count("\n## ") == 1 and "requested" not in md and "no_effect" not in md
+
+
 def test_export_report_and_gate_do_not_import_torch(tmp_path):
     root = tmp_path / "nodes"
     a = make_run(root / "a", BASE, host="node-a")

@@ -21,8 +21,10 @@ from typing import Any
 from effbench.analysis import stats
 from effbench.analysis.export import Run
 
-# Config keys that say where a run read and wrote or how it logged, not what it measured.
-IGNORED_CONFIG = ("output", "data_dir", "download", "log_interval", "node_rank", "rdzv_endpoint", "rdzv_id")
+# Config keys that say where a run read and wrote or how it logged, not what it measured; and what was
+# asked for where it differs from what ran (requested, no_effect): runs are grouped by what ran.
+IGNORED_CONFIG = ("output", "data_dir", "download", "log_interval", "node_rank", "rdzv_endpoint", "rdzv_id",
+                  "requested", "no_effect")  # fmt: skip
 # Keys named in every group label, then whatever else differs between groups.
 LABEL_KEYS = ("arch", "dataset", "batch_size", "precision", "device")
 
