@@ -581,8 +581,13 @@ def resolved_record(
     workers = data_info.get("workers")
     if workers is not None and workers != cfg.workers:
         loader = data_info.get("loader") or cfg.loader
+        # the two reasons a run starts other than --workers: a loader with no worker processes, or
+        # data.capped_workers holding them to the CPU cores this process may use
         no_effect["workers"] = (
             f"{loader} starts no DataLoader worker processes, so --workers {cfg.workers} ran as {workers}"
+            if workers == 0
+            else f"more loader processes than the {workers} CPU cores available only contend, so --workers "
+            f"{cfg.workers} ran as {workers}"
         )
         requested["workers"] = cfg.workers
         d["workers"] = workers

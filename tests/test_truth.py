@@ -283,3 +283,15 @@ def test_loader_on_synthetic_data_records_the_loader_that_ran_so_compare_and_swe
     with pytest.raises(EffbenchError) as info:
         RunConfig(dataset="cifar10", loader="synthetic")
     assert info.value.option == "--loader"
+
+
+def test_workers_capped_at_the_cores_say_so_not_that_the_loader_starts_none():
+    # --workers 8 on a 2-core machine: data.capped_workers started 2 torchvision workers (results.json data.workers)
+    d = config_mod.resolved_record(
+        RunConfig(dataset="cifar10", loader="torchvision", workers=8, repeats=3),
+        device_type="cpu", precision="fp32", repeats=3, data_info={"loader": "torchvision", "workers": 2},
+    )  # fmt: skip
+    assert (d["workers"], d["requested"]["workers"]) == (2, 8)
+    assert d["no_effect"]["workers"] == (
+        "more loader processes than the 2 CPU cores available only contend, so --workers 8 ran as 2"
+    )
