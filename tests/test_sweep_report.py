@@ -202,6 +202,11 @@ def test_sweep_names_the_best_only_outside_noise(tmp_path):
     _, rows = render.load_sweep(make_sweep(tmp_path / "b", {"optimizer": ["sgd", "adam"]}, close))
     line = sweep_report.verdicts(rows, {"optimizer": ["sgd", "adam"]})[0]
     assert line.startswith("no highest throughput along optimizer: within noise")
+    # the table's `vs first`: 101 / 100 - 1 = +1.0%, inside the windows' +-2% noise, and says so
+    _, body = sweep_report.dimension_table(rows, ["optimizer"], "optimizer")
+    assert [b[3] for b in body] == ["+0.0%", "+1.0% (within noise)"]
+    _, far = render.load_sweep(tmp_path / "sweep-x")  # 150 / 100 - 1 = +50.0%: outside noise, unmarked
+    assert [b[3] for b in sweep_report.dimension_table(far, ["optimizer"], "optimizer")[1]] == ["+0.0%", "+50.0%"]
 
 
 def test_a_chart_that_fails_is_named_not_fatal(tmp_path, monkeypatch):

@@ -195,7 +195,8 @@ def dimension_table(
     rows: Sequence[Mapping[str, Any]], dims: Sequence[str], dim: str
 ) -> tuple[list[str], list[list[str]]]:
     """Cells grouped by the other swept values, ordered by `dim`; `vs first` is the throughput
-    relative to the group's first value of `dim`, and `no effect` where `dim` changed nothing in the
+    relative to the group's first value of `dim` (marked when the windows cannot tell it from noise),
+    and `no effect` where `dim` changed nothing in the
     group (every cell ran the same value): a difference there is noise, not the option's doing."""
     others = [d for d in dims if d != dim]
     order = {d: {str(v): i for i, v in enumerate(dict.fromkeys(r["params"].get(d) for r in rows))} for d in dims}
@@ -211,12 +212,16 @@ def dimension_table(
         members.setdefault(group_of(r), []).append(r)
     idle = {g for g, m in members.items() if no_effect(dim, m)}
     body = []
-    first: dict[tuple[str, ...], float | None] = {}
+    first: dict[tuple[str, ...], Mapping[str, Any]] = {}
     for r in sorted(rows, key=sort_key):
         group = group_of(r)
         thr = _thr(r) or None if r.get("status") == "ok" else None
-        base = first.setdefault(group, thr)
+        head = first.setdefault(group, r)
+        base = _thr(head) or None if head.get("status") == "ok" else None
         rel = "-" if not thr or not base else f"{100 * (thr / base - 1):+.1f}%"
+        if rel != "-" and head is not r:  # a delta the windows cannot tell from noise says so beside it
+            why = separated(head.get("thr_samples") or [], r.get("thr_samples") or [])
+            rel += "" if why is None else " (within noise)" if why.startswith("within") else " (too few windows)"
         if group in idle:
             rel = "no effect"
         body.append([*[shown(r, d) for d in others], shown(r, dim), *_metrics(r)[:2], rel, *_metrics(r)[2:]])
