@@ -58,7 +58,9 @@ STRATEGIES = ("ddp", "dp")
 SCALING_MODES = ("weak", "strong")
 DEVICES = ("auto", "cpu", "cuda")
 # auto resolves to fast: faster than torchvision on every dataset measured (docs/PERFORMANCE.md).
-LOADERS = ("auto", "fast", "torchvision")
+# synthetic: the loader of generated data (--dataset synthetic), what auto resolves to there; no other
+# loader applies to it, so config.json records it as the loader that ran whatever was asked.
+LOADERS = ("auto", "fast", "torchvision", "synthetic")
 OPTIMIZER_IMPLS = ("auto", "fused", "foreach", "for-loop")
 # Optimizers with a fused kernel per device type in torch >= 2.4 (torch.optim docs: SGD, Adam, AdamW
 # on CUDA and CPU; Adagrad on CPU only).
@@ -348,8 +350,8 @@ class RunConfig:
         self._set("dataset", canonical_dataset(self.dataset))
         for name, choices in _CHOICES.items():
             self._set(name, _choice(option_name(name), getattr(self, name), choices, {}))
-        if self.loader == "auto":
-            self._set("loader", "fast")
+        if self.loader == "auto":  # generated data has one loader of its own; files default to fast
+            self._set("loader", "synthetic" if dataset_spec(self.dataset).storage == "generated" else "fast")
 
     def _resolve_defaults(self) -> None:
         """Defaults that depend on other fields, resolved once so config.json is explicit. A default
@@ -426,6 +428,9 @@ _FEATURE_RULES = (
           lambda c: "only applies to --arch resnet18; EfficientNet needs its BatchNorm"),
     _Rule("--repeats", _too_many_repeats,
           lambda c: f"{c.repeats} windows need as many measured steps; raise --max-steps or --epochs, or lower --repeats"),
+    _Rule("--loader", lambda c: c.loader == "synthetic" and dataset_spec(c.dataset).storage != "generated",
+          lambda c: f"synthetic is the loader of generated data (--dataset synthetic), not of {c.dataset}; "
+          "use fast or torchvision"),
     _Rule("--gpu-decode", lambda c: c.gpu_decode and (c.loader != "fast" or not dataset_spec(c.dataset).image_files),
           lambda c: "decodes image files in the fast loader; use it with --loader fast and --dataset "
           + " or ".join(with_image_files())),
@@ -563,10 +568,10 @@ def resolved_record(
 
     `device`, `precision` and `repeats` hold the resolved values; a value the user asked for that differs
     is kept under `requested` (so `auto` never reads as a setting of the run). An option the run could
-    not use (`--workers 4` on data made on the device) holds the value that took effect, and
-    `no_effect` says which option and why, so a reader and a sweep know it changed nothing. Every value
-    stays a valid option value, so the dict still loads as a RunConfig (what fed the run is in
-    results.json's `data.loader`).
+    not use (`--workers 4` or `--loader torchvision` on data made on the device) holds the value that
+    took effect, and `no_effect` says which option and why, so a reader and a sweep know it changed
+    nothing. Every value stays a valid option value, so the dict still loads as a RunConfig (results.json's
+    `data.loader` says what fed the run in full: "synthetic (on device)").
     """
     d = cfg.to_dict()
     resolved = {"device": device_type, "precision": precision, "repeats": repeats}
@@ -576,15 +581,23 @@ def resolved_record(
     workers = data_info.get("workers")
     if workers is not None and workers != cfg.workers:
         loader = data_info.get("loader") or cfg.loader
+        # the two reasons a run starts other than --workers: a loader with no worker processes, or
+        # data.capped_workers holding them to the CPU cores this process may use
         no_effect["workers"] = (
             f"{loader} starts no DataLoader worker processes, so --workers {cfg.workers} ran as {workers}"
+            if workers == 0
+            else f"more loader processes than the {workers} CPU cores available only contend, so --workers "
+            f"{cfg.workers} ran as {workers}"
         )
         requested["workers"] = cfg.workers
         d["workers"] = workers
     loader = data_info.get("loader")
-    # __post_init__ resolves auto to fast, so only a non-default loader is known to be the user's choice
-    if loader is not None and loader != cfg.loader and cfg.loader not in ("auto", "fast"):
+    ran = str(loader).split(" ")[0]  # "synthetic (on device)" -> the option value synthetic
+    # __post_init__ resolves auto to the dataset's own loader, so a loader that differs is the user's choice
+    if loader is not None and ran in LOADERS and ran != cfg.loader:
         no_effect["loader"] = f"--loader {cfg.loader} does not apply to {cfg.dataset} data: {loader} fed the run"
+        requested["loader"] = cfg.loader
+        d["loader"] = ran
     if requested:
         d["requested"] = requested
     if no_effect:

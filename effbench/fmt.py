@@ -6,6 +6,8 @@ summary, the sweep tables, the HTML page, the leaderboard and `compare`. Pure, i
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from typing import Any
 
 # IEC binary prefixes: every *_gib figure (memory, shm, disk) is bytes / GIB.
@@ -31,6 +33,15 @@ def fmt_value(value: Any, digits: int = 2) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return str(value)
+
+
+def decimals(values: Iterable[float | None], least: int = 2, most: int = 6) -> int:
+    """Decimals that keep two significant digits of the smallest non-zero magnitude among `values`
+    (at least `least`, at most `most`): a data-wait share of 0.0012% must not print as 0.00."""
+    small = min((abs(v) for v in values if v), default=None)
+    if small is None:
+        return least
+    return max(least, min(most, 1 - math.floor(math.log10(small))))
 
 
 def interval(low: float | None, high: float | None, digits: int = 1, *, signed: bool = False) -> str:

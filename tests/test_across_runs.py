@@ -358,7 +358,7 @@ def test_leaderboard_of_two_machines_names_the_faster_and_the_environment_differ
     assert code == 0
     txt = (root / "leaderboard.txt").read_text()
     verdict = next(line for line in txt.splitlines() if line.startswith("- "))
-    assert "fastest node-b (1x NVIDIA H100 80GB HBM3) 200.0 img/s" in verdict  # median of 2 * BASE
+    assert "fastest node-b (1x NVIDIA H100 80GB HBM3) 200.0 img/s" in verdict  # node-b's figure: mean of 2 * BASE
     assert "slowest node-a (1x NVIDIA H100 80GB HBM3) 50.0% slower (slower, outside noise)" in verdict
     assert "driver 550.54.15 (best: 580.65.06)" in verdict and "SM clock MHz 1410 (best: 1980)" in verdict
     assert "image" not in verdict.split("differs in")[1]  # same image on both: not called a difference
@@ -371,6 +371,24 @@ def test_leaderboard_of_two_machines_names_the_faster_and_the_environment_differ
     assert "node-b" in html and "driver 550.54.15" in html and "data:image/png;base64," in html
 
 
+def test_leaderboard_ranks_by_the_throughput_each_runs_report_prints(tmp_path, capsys):
+    # node-a: windows BASE (median 100) but its own figure 120 (steps of unequal time); node-b: windows
+    # BASE + 10 (median 110), its figure 105. By the median node-b would lead; by the figure each
+    # run's report prints node-a leads, and node-b is 105 / 120 = 87.5% of it (12.5% slower).
+    root = tmp_path / "nodes"
+    make_run(root / "node-a-run", BASE, host="node-a", headline=120.0)
+    make_run(root / "node-b-run", [x + 10 for x in BASE], host="node-b", headline=105.0)
+    code, _, _ = invoke(["report", root], capsys)
+    assert code == 0
+    txt = (root / "leaderboard.txt").read_text()
+    verdict = next(line for line in txt.splitlines() if line.startswith("- "))
+    assert "fastest node-a (1x NVIDIA H100 80GB HBM3) 120.0 img/s; slowest node-b" in verdict
+    assert "12.5% slower" in verdict
+    first, second = (line for line in txt.splitlines() if line.startswith("node-"))
+    assert re.match(r"node-a .* ok +120\.0 ", first) and re.match(r"node-b .* ok +105\.0 .* 87\.5% ", second)
+    assert re.search(r"^machine +status +img/s +95% CI ", txt, re.M)  # not labelled a median
+
+
 def test_leaderboard_groups_by_configuration(tmp_path, capsys):
     root = tmp_path / "nodes"
     make_run(root / "a32", BASE, host="node-a")
@@ -381,6 +399,20 @@ def test_leaderboard_groups_by_configuration(tmp_path, capsys):
     md = (root / "leaderboard.md").read_text()
     assert md.count("\n## ") == 2 and "batch_size=32" in md and "batch_size=64" in md
     assert "only node-a (1x NVIDIA H100 80GB HBM3) measured" in md  # the bs 64 group has one machine
+
+
+def test_leaderboard_groups_runs_by_what_ran_not_by_what_was_asked(tmp_path, capsys):
+    # both ran resnet18 on cuda with 0 workers; node-b was asked for --device auto and --workers 4 (config.json
+    # keeps that under requested / no_effect): one configuration, one group of two machines
+    root = tmp_path / "nodes"
+    make_run(root / "a", BASE, host="node-a", config=_config(workers=0))
+    asked = _config(workers=0, requested={"device": "auto", "workers": 4},
+                    no_effect={"workers": "synthetic (on device) starts no DataLoader worker processes"})  # fmt: skip
+    make_run(root / "b", [x + 50 for x in BASE], host="node-b", config=asked)
+    code, _, _ = invoke(["report", root], capsys)
+    assert code == 0
+    md = (root / "leaderboard.md").read_text()
+    assert md.count("\n## ") == 1 and "requested" not in md and "no_effect" not in md
 
 
 def test_export_report_and_gate_do_not_import_torch(tmp_path):

@@ -130,7 +130,59 @@ def test_sweep_names_no_best_along_an_option_that_had_no_effect(tmp_path):
     lines = json.loads((folder / "summary.json").read_text())["verdicts"]
     assert lines == [f"no best workers: --workers had no effect on these runs ({why})"]
     assert not (folder / "plots" / "data_time_vs_workers.png").exists()  # no chart claiming a best either
-    assert "no workers chart" in (folder / "report.html").read_text()
+    assert f"--workers had no effect on these runs ({why}): no chart along it" in (folder / "report.html").read_text()
+
+
+def test_a_dimension_with_no_effect_gets_the_values_that_ran_no_deltas_and_no_chart(tmp_path):
+    # `sweep --preset workers` on synthetic data: --workers 0/2/4 all ran with 0 (config.json), and the
+    # throughputs 3.3 / 4.6 / 3.9 img/s differ by noise alone (4.6 / 3.3 - 1 = +39.4%, 3.9 / 3.3 - 1 = +18.2%)
+    why = "synthetic (on device) starts no DataLoader worker processes"
+    cells = [({"workers": w}, {"devices": 1, "batch": 32, "throughput": thr, "data_s": 1e-5, "ran_workers": 0,
+                               "no_effect": {"workers": why} if w else None})
+             for w, thr in ((0, 3.3), (2, 4.6), (4, 3.9))]  # fmt: skip
+    folder = make_sweep(tmp_path, {"workers": [0, 2, 4]}, cells)
+    (folder / "plots").mkdir()
+    (folder / "plots" / "throughput.png").write_bytes(b"an earlier render's chart")
+    render.write_sweep_reports(folder)
+    assert not list((folder / "plots").glob("*.png"))  # no bars labelled workers=0..4 for one configuration
+    html = (folder / "report.html").read_text()
+    assert f"--workers had no effect on these runs ({why}): no chart along it; no per-configuration chart" in html
+    text = (folder / "sweep.txt").read_text()
+    by = text.split("By --workers")[1]
+    for line in ("0 +ok", r"0 \(asked 2, no effect\) +ok", r"0 \(asked 4, no effect\) +ok"):
+        assert re.search(rf"^{line} +[\d.]+ +no effect ", by, re.M), line
+    assert "+39.4%" not in text and "+18.2%" not in text  # no delta along it, anywhere
+    assert "every cell ran the same value, so its differences are noise: no deltas, no chart along it" in by
+    assert re.search(r"^001 +0 \(asked 2, no effect\) +ok ", text, re.M)  # the cells table: what ran, too
+
+
+def test_charts_beside_a_no_effect_dimension_label_its_cells_as_repeats(tmp_path, monkeypatch):
+    from effbench.report import plots
+
+    drawn: dict[str, object] = {}
+    real_bars, real_batch = plots.throughput_bars, plots.throughput_vs_batch
+
+    def bars(labels, *a, **k):  # what the chart was given, then the real chart
+        drawn["bars"] = list(labels)
+        return real_bars(labels, *a, **k)
+
+    def batch(series, *a, **k):
+        drawn["batch"] = dict(series)
+        return real_batch(series, *a, **k)
+
+    monkeypatch.setattr(plots, "throughput_bars", bars)
+    monkeypatch.setattr(plots, "throughput_vs_batch", batch)
+    why = "synthetic (on device) starts no DataLoader worker processes"
+    cells = [({"batch_size": b, "workers": w}, {"devices": 1, "batch": b, "throughput": thr, "ran_workers": 0,
+                                                "no_effect": {"workers": why} if w else None})
+             for b, w, thr in ((32, 0, 100.0), (32, 2, 120.0), (64, 0, 180.0), (64, 2, 150.0))]  # fmt: skip
+    folder = make_sweep(tmp_path, {"batch_size": [32, 64], "workers": [0, 2]}, cells)
+    render.write_sweep_reports(folder)
+    # batch size had an effect: charted along it, the cells that differ only in --workers named as repeats
+    assert drawn["bars"] == ["batch-size=32 [000]", "batch-size=32 [001]", "batch-size=64 [002]", "batch-size=64 [003]"]
+    assert drawn["batch"] == {"all": [(32, 100.0, "ok"), (64, 180.0, "ok")],
+                              "all (repeat 2)": [(32, 120.0, "ok"), (64, 150.0, "ok")]}  # fmt: skip
+    assert "workers=" not in "".join(drawn["bars"])  # type: ignore[arg-type]
 
 
 def test_sweep_names_the_best_only_outside_noise(tmp_path):
@@ -150,6 +202,11 @@ def test_sweep_names_the_best_only_outside_noise(tmp_path):
     _, rows = render.load_sweep(make_sweep(tmp_path / "b", {"optimizer": ["sgd", "adam"]}, close))
     line = sweep_report.verdicts(rows, {"optimizer": ["sgd", "adam"]})[0]
     assert line.startswith("no highest throughput along optimizer: within noise")
+    # the table's `vs first`: 101 / 100 - 1 = +1.0%, inside the windows' +-2% noise, and says so
+    _, body = sweep_report.dimension_table(rows, ["optimizer"], "optimizer")
+    assert [b[3] for b in body] == ["+0.0%", "+1.0% (within noise)"]
+    _, far = render.load_sweep(tmp_path / "sweep-x")  # 150 / 100 - 1 = +50.0%: outside noise, unmarked
+    assert [b[3] for b in sweep_report.dimension_table(far, ["optimizer"], "optimizer")[1]] == ["+0.0%", "+50.0%"]
 
 
 def test_a_chart_that_fails_is_named_not_fatal(tmp_path, monkeypatch):

@@ -111,7 +111,7 @@ def test_config_json_holds_resolved_values_and_what_had_no_effect():
     assert d["requested"] == {"device": "auto", "precision": "auto", "repeats": None, "workers": 4}
     assert RunConfig.from_dict(d).workers == 0  # still a valid config: every value is an option value
     assert "--workers 4 ran as 0" in d["no_effect"]["workers"]
-    assert "loader" not in d["no_effect"]  # fast is the default resolution: not known to be the user's choice
+    assert "loader" not in d["no_effect"]  # auto resolves to synthetic on synthetic data: what ran
     explicit = config_mod.resolved_record(
         RunConfig(dataset="synthetic", loader="torchvision", workers=0, repeats=3),
         device_type="cpu", precision="fp32", repeats=3, data_info={"loader": "synthetic (on device)", "workers": 0},
@@ -198,3 +198,100 @@ def test_run_records_resolved_config_one_based_epochs_and_warns_about_ignored_wo
     report = (run / "report.txt").read_text()
     assert re.search(r"validation images per epoch \(used\) +4\n", report)
     assert re.search(r"loader / workers +synthetic \(on device\) / 0\n", report)
+
+
+TOO_FEW = "too few windows to judge (needs 3 per run, has 2; raise --repeats)"
+
+
+def test_two_windows_are_too_few_to_judge_anywhere_as_they_are_too_few_for_the_run_reports_interval():
+    from effbench.analysis import leaderboard
+    from effbench.analysis.export import Run
+    from effbench.report import sweep_tables
+
+    two, three = [10.0, 12.0], [20.0, 21.0, 22.0]
+    # the run report: no interval from 2 windows, one from 3 (the 95% t quantile at df 1 is 12.7)
+    assert stats.summarize(two).ci_low is None and stats.summarize(three).ci_low is not None
+    # Welch alone would call these apart: delta 10, se^2 = 2/2 + 1/3 = 4/3, df = (4/3)^2 / (1 + (1/3)^2 / 2)
+    # = 1.68, and the half-width t * 1.155 stays below 10 for any t under 8.7 (t at df 1.68 is about 5.6)
+    assert stats.difference(two, three).significant is True
+    rows = compare.compare_runs(_record(11.0, two, [0.1, 0.2]), [], _record(21.0, three, [0.1, 0.2, 0.3]), [])
+    for r in rows[:3]:  # throughput, step time, data-wait share: every windowed metric
+        assert (r.verdict, r.significant, r.ci) == (TOO_FEW, None, "-")
+    assert compare.conclusion(rows) == f"Throughput: cannot tell ({TOO_FEW})."
+    # the CI gate: B 48% slower by the runs' figures, but 2 windows cannot say it is outside noise
+    gate = compare.slower_gate({"status": "ok", "throughput_img_s": 21.0}, three,
+                               {"status": "ok", "throughput_img_s": 11.0}, two, 5.0)  # fmt: skip
+    assert not gate.failed and gate.line.endswith(TOO_FEW)
+    # a sweep's verdict
+    cells = [{"key": k, "params": {"optimizer": k}, "status": "ok", "throughput_img_s": t, "thr_samples": w}
+             for k, t, w in (("sgd", 11.0, two), ("adam", 21.0, three))]  # fmt: skip
+    assert sweep_tables.verdicts(cells, {"optimizer": ["sgd", "adam"]}) == [
+        f"no highest throughput along optimizer: {TOO_FEW}; top 21.0 img/s"
+    ]
+    # the leaderboard's gap to the best
+    runs = [Run({"status": "ok", "throughput_img_s": t, "throughput_median_img_s": t, "host": h}, w)
+            for h, t, w in (("a", 21.0, three), ("b", 11.0, two))]  # fmt: skip
+    assert [e.gap for e in leaderboard.leaderboard(runs)[0].entries] == ["best", TOO_FEW]
+
+
+def test_compare_shows_the_runs_own_throughput_beside_an_unmeasured_run_and_shares_in_percent():
+    # A's figure is 4.4 (the report's headline); its windows' mean is (4.0 + 4.5 + 5.5) / 3 = 4.67
+    a = _record(4.4, [4.0, 4.5, 5.5], [0.00001, 0.00002, 0.00003])
+    b = {"status": "interrupted", "throughput_img_s": None, "throughput_windows": {"windows": 0},
+         "measured": {"steps": 0}}  # fmt: skip
+    rows = compare.compare_runs(a, [], b, [])
+    assert (rows[0].a, rows[0].b) == ("4.40", "-")
+    # shares 0.001%, 0.002%, 0.003% of the step: mean 0.002%, not "0.00" (nor "0.0000")
+    share = next(r for r in rows if "share" in r.metric)
+    assert share.metric == "data-wait share (% of step time)" and share.a == "0.0020"
+    # both measured: the mean 0.002% with its 95% interval, by hand: s = 0.001, t(0.975, 2) = 4.303,
+    # half-width 4.303 * 0.001 / sqrt(3) = 0.00248, so [0 (a share is never below 0), 0.00448]
+    b2 = _record(4.4, [4.0, 4.5, 5.5], [0.00002, 0.00003, 0.00004])  # mean 0.003%: +0.001 percentage point
+    share = next(r for r in compare.compare_runs(a, [], b2, []) if "share" in r.metric)
+    assert (share.a, share.b, share.delta) == ("0.0020 [0.0000, 0.0045]", "0.0030 [0.0005, 0.0055]", "+0.0010")
+    assert share.verdict.startswith("negligible (under 0.1 percentage point)")  # 0.001 points of the step
+
+
+def test_loader_on_synthetic_data_records_the_loader_that_ran_so_compare_and_sweep_see_no_difference():
+    from effbench.errors import EffbenchError
+    from effbench.report import sweep_tables
+
+    ran = {"loader": "synthetic (on device)", "workers": 0}  # results.json's data section of a synthetic run
+    asked = ("fast", "torchvision")
+    cfgs = [config_mod.resolved_record(RunConfig(dataset="synthetic", loader=x, workers=0, repeats=3),
+                                       device_type="cpu", precision="fp32", repeats=3, data_info=ran) for x in asked]  # fmt: skip
+    assert [c["loader"] for c in cfgs] == ["synthetic", "synthetic"]
+    assert [c["requested"]["loader"] for c in cfgs] == ["fast", "torchvision"]
+    assert cfgs[1]["no_effect"]["loader"] == (
+        "--loader torchvision does not apply to synthetic data: synthetic (on device) fed the run"
+    )
+    assert RunConfig.from_dict(cfgs[0]).loader == "synthetic"  # still a valid config
+    assert compare.config_differences({"config": cfgs[0]}, {"config": cfgs[1]}) == []
+    # a sweep --loader fast,torchvision on synthetic data: no effect, not "within noise" nor a winner
+    rows = [{"key": f"00{i}", "params": {"loader": x}, "status": "ok", "throughput_img_s": t,
+             "thr_samples": [t - 1, t, t + 1], "resolved": c, "no_effect": c["no_effect"]}
+            for i, (x, t, c) in enumerate(zip(asked, (64.0, 52.0), cfgs, strict=True))]  # fmt: skip
+    assert sweep_tables.verdicts(rows, {"loader": list(asked)}) == [
+        "no best loader: --loader had no effect on these runs "
+        "(--loader fast does not apply to synthetic data: synthetic (on device) fed the run)"
+    ]
+    # nothing asked: the dataset's own loader, no warning; files keep the fast default
+    default = config_mod.resolved_record(RunConfig(dataset="synthetic", workers=0, repeats=3), device_type="cpu",
+                                         precision="fp32", repeats=3, data_info=ran)  # fmt: skip
+    assert default["loader"] == "synthetic" and "no_effect" not in default and "loader" not in default["requested"]
+    assert RunConfig(dataset="cifar10").loader == "fast"
+    with pytest.raises(EffbenchError) as info:
+        RunConfig(dataset="cifar10", loader="synthetic")
+    assert info.value.option == "--loader"
+
+
+def test_workers_capped_at_the_cores_say_so_not_that_the_loader_starts_none():
+    # --workers 8 on a 2-core machine: data.capped_workers started 2 torchvision workers (results.json data.workers)
+    d = config_mod.resolved_record(
+        RunConfig(dataset="cifar10", loader="torchvision", workers=8, repeats=3),
+        device_type="cpu", precision="fp32", repeats=3, data_info={"loader": "torchvision", "workers": 2},
+    )  # fmt: skip
+    assert (d["workers"], d["requested"]["workers"]) == (2, 8)
+    assert d["no_effect"]["workers"] == (
+        "more loader processes than the 2 CPU cores available only contend, so --workers 8 ran as 2"
+    )

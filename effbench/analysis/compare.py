@@ -22,14 +22,17 @@ from tabulate import tabulate
 from effbench.analysis import stats
 from effbench.analysis import windows
 from effbench.errors import EffbenchError
-from effbench.fmt import interval, num
+from effbench.fmt import decimals, interval, num
 
 # (key in windows, label, higher is better)
 WINDOW_METRICS = (
     ("throughput_img_s", "throughput (img/s)", True),
     ("step_time_ms", "step time (ms)", False),
-    ("data_time_share", "data-wait share", False),
+    ("data_time_share", "data-wait share (% of step time)", False),
 )
+# Shares are fractions in the windows and printed in percent (units in the label): the delta is then
+# in percentage points, and `decimals` keeps the digits a share of 0.0012% needs.
+PERCENT = {"data_time_share"}
 # (getter name, label, higher is better)
 SINGLE_METRICS = (
     ("train_loss", "final train loss", False),
@@ -38,7 +41,8 @@ SINGLE_METRICS = (
     ("peak_mem_gib", "peak device memory (GiB)", False),
 )
 # Config fields that differ between any two runs and say nothing about the measurement.
-_IGNORED_CONFIG = ("output", "requested")  # requested: what resolved to the values compared
+# requested / no_effect: what was asked and why it did not take effect; the values that ran are compared.
+_IGNORED_CONFIG = ("output", "requested", "no_effect")
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,7 @@ class MetricDelta:
 
 
 def _digits(metric: str) -> int:
-    return 4 if "top-1" in metric or "loss" in metric or "share" in metric else 2
+    return 4 if "top-1" in metric or "loss" in metric else 2
 
 
 # A change in the data-wait share smaller than this (0.1 percentage point of the step) moves throughput by
@@ -75,12 +79,13 @@ def window_delta(
 ) -> MetricDelta:
     """B - A of one windowed metric. `points`: the runs' own figures (the throughput headline) shown
     and differenced in place of the window means, so compare prints what `report` prints; the windows
-    give the interval and decide noise."""
+    give the interval and decide noise. A share comes in percent (PERCENT)."""
     d = stats.difference(a, b)
     sa, sb = stats.summarize(a, lower=lower, upper=upper), stats.summarize(b, lower=lower, upper=upper)
     pa = points[0] if points[0] is not None else sa.mean
     pb = points[1] if points[1] is not None else sb.mean
-    k = _digits(label)
+    share = "share" in label
+    k = decimals((pa, pb, pb - pa)) if share else _digits(label)
 
     def side(p: float, s: stats.Summary) -> str:
         ci = f" {interval(s.ci_low, s.ci_high, k)}" if s.ci_low is not None else ""
@@ -88,11 +93,12 @@ def window_delta(
 
     delta = pb - pa
     pct = f"{100 * delta / pa:+.1f}%" if pa else "-"
-    ci = "-" if d.ci_low is None else interval(d.ci_low, d.ci_high, k, signed=True)
-    significant = d.significant
-    if d.significant is None:
-        verdict = "cannot tell: fewer than 2 windows on a side"
-    elif "share" in label and abs(d.delta) < NEGLIGIBLE_SHARE:
+    too_few = stats.too_few_to_judge(len(a), len(b))
+    ci = "-" if d.ci_low is None or too_few else interval(d.ci_low, d.ci_high, k, signed=True)
+    significant = None if too_few else d.significant
+    if too_few:  # the run report prints no interval for such a run: neither may compare
+        verdict = too_few
+    elif share and abs(d.delta) < 100 * NEGLIGIBLE_SHARE:  # in percentage points
         verdict, significant = f"negligible (under {100 * NEGLIGIBLE_SHARE:.1f} percentage point)", False
     elif not d.significant:
         verdict = "within noise"
@@ -137,19 +143,22 @@ def compare_runs(
     why_a, why_b = no_measurement(a), no_measurement(b)
     rows = []
     for key, label, higher in WINDOW_METRICS:
-        xa, xb = wa.get(key) or [], wb.get(key) or []
+        scale = 100.0 if key in PERCENT else 1.0
+        xa, xb = [scale * x for x in wa.get(key) or []], [scale * x for x in wb.get(key) or []]
+        # throughput: each run's own figure, the one `report` prints (never the mean of its windows)
+        pa, pb = (a.get("throughput_img_s"), b.get("throughput_img_s")) if key == "throughput_img_s" else (None, None)
         if xa and xb:
-            points = (
-                (a.get("throughput_img_s"), b.get("throughput_img_s")) if key == "throughput_img_s" else (None, None)
-            )
-            rows.append(window_delta(label, xa, xb, higher, points=points, upper=1.0 if "share" in key else None))
+            rows.append(window_delta(label, xa, xb, higher, points=(pa, pb), upper=scale if key in PERCENT else None))
         else:
             reasons = [f"{n}: {w}" for n, w in (("A", why_a), ("B", why_b)) if w]
+            means = [stats.mean(x) if x else None for x in (xa, xb)]
+            shown = [p if p is not None else m for p, m in zip((pa, pb), means, strict=True)]
+            k = decimals(shown) if key in PERCENT else _digits(label)
             rows.append(
                 MetricDelta(
                     label,
-                    "-" if not xa else num(stats.mean(xa)),
-                    "-" if not xb else num(stats.mean(xb)),
+                    num(shown[0], k),
+                    num(shown[1], k),
                     "-",
                     "-",
                     "-",
@@ -291,10 +300,9 @@ def slower_gate(a: Mapping[str, Any], a_windows: Sequence[float], b: Mapping[str
     rel = 100.0 * (tb - ta) / ta
     figures = f"A {ta:,.1f} img/s, B {tb:,.1f} img/s"
     d = stats.difference(a_windows, b_windows)
-    if d.significant is None:
-        return GateOutcome(
-            False, f"PASS {opt}: cannot tell ({figures}): fewer than 2 throughput windows on a side; raise --repeats"
-        )
+    too_few = stats.too_few_to_judge(len(a_windows), len(b_windows))
+    if too_few:
+        return GateOutcome(False, f"PASS {opt}: cannot tell ({figures}): {too_few}")
     ci = f"windows' 95% CI of B - A {interval(d.ci_low, d.ci_high, signed=True)} img/s"
     if rel >= 0:
         return GateOutcome(False, f"PASS {opt}: B is not slower than A ({rel:+.1f}%; {figures})")

@@ -3,8 +3,9 @@
     effbench report results/cluster-week-47     a folder of runs (and sweeps) from several machines
 
 Runs are grouped by their resolved configuration (where they wrote and read excluded); inside a
-group each run is a row: its machine, throughput median and 95% interval over its windows, speed
-relative to the best row, Welch's test of its gap to the best (the same `stats.difference` as
+group each run is a row: its machine, its throughput (results.json `throughput_img_s`, the figure its
+own report prints; rows are ranked by it) and the 95% interval of its windows' mean, speed relative to
+the best row, Welch's test of its gap to the best (the same `stats.difference` as
 `effbench compare`), and the environment fields that differ from the best row's (driver, clocks,
 container, shm, CPU quota...), which are where a gap's explanation usually starts.
 """
@@ -20,8 +21,10 @@ from typing import Any
 from effbench.analysis import stats
 from effbench.analysis.export import Run
 
-# Config keys that say where a run read and wrote or how it logged, not what it measured.
-IGNORED_CONFIG = ("output", "data_dir", "download", "log_interval", "node_rank", "rdzv_endpoint", "rdzv_id")
+# Config keys that say where a run read and wrote or how it logged, not what it measured; and what was
+# asked for where it differs from what ran (requested, no_effect): runs are grouped by what ran.
+IGNORED_CONFIG = ("output", "data_dir", "download", "log_interval", "node_rank", "rdzv_endpoint", "rdzv_id",
+                  "requested", "no_effect")  # fmt: skip
 # Keys named in every group label, then whatever else differs between groups.
 LABEL_KEYS = ("arch", "dataset", "batch_size", "precision", "device")
 
@@ -76,11 +79,12 @@ class Entry:
     machine: str
     path: str
     status: str
-    median: float | None
+    throughput: float | None
+    """The run's own throughput_img_s: the figure its report prints, and what the rows are ranked by."""
     ci_low: float | None
     ci_high: float | None
     relative: float | None
-    """median / the best median of the group (1.0 for the best)."""
+    """throughput / the best throughput of the group (1.0 for the best)."""
     gap: str
     """Welch's verdict on mean(this) - mean(best): 'best', 'within noise', 'slower, outside noise', ..."""
     differences: list[str] = field(default_factory=list)
@@ -94,31 +98,33 @@ class Group:
 
     @property
     def verdict(self) -> str:
-        ranked = [e for e in self.entries if e.median is not None]
+        ranked = [e for e in self.entries if e.throughput is not None]
         if not ranked:
             return f"{self.label}: no run measured throughput"
         best = ranked[0]
         if len(ranked) == 1:
-            return f"{self.label}: only {best.machine} measured ({best.median:,.1f} img/s)"
+            return f"{self.label}: only {best.machine} measured ({best.throughput:,.1f} img/s)"
         last = ranked[-1]
         assert last.relative is not None
         why = f"; differs in {', '.join(last.differences)}" if last.differences else "; same environment fields"
         return (
-            f"{self.label}: fastest {best.machine} {best.median:,.1f} img/s; slowest {last.machine} "
+            f"{self.label}: fastest {best.machine} {best.throughput:,.1f} img/s; slowest {last.machine} "
             f"{100 * (1 - last.relative):.1f}% slower ({last.gap}){why}"
         )
 
 
-def _median(run: Run) -> float | None:
-    v = run.row.get("throughput_median_img_s")
-    return v if v is not None else run.row.get("throughput_img_s")
+def _headline(run: Run) -> float | None:
+    """The run's throughput as its report prints it (one definition, analysis/throughput): ranking by
+    the windows' median instead could order two machines opposite to their own reports."""
+    return run.row.get("throughput_img_s")
 
 
 def _gap(best: Run, run: Run) -> str:
     if run is best:
         return "best"
-    if len(best.windows_img_s) < 2 or len(run.windows_img_s) < 2:
-        return "cannot tell: fewer than 2 windows"
+    too_few = stats.too_few_to_judge(len(best.windows_img_s), len(run.windows_img_s))
+    if too_few:
+        return too_few
     d = stats.difference(best.windows_img_s, run.windows_img_s)
     if not d.significant:
         return "within noise"
@@ -132,7 +138,7 @@ def _labels(configs: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def leaderboard(runs: Sequence[Run]) -> list[Group]:
-    """Groups in order of first appearance; rows by median throughput, fastest first, unmeasured last."""
+    """Groups in order of first appearance; rows by the runs' throughput, fastest first, unmeasured last."""
     by: dict[str, list[Run]] = {}
     for r in runs:
         if r.row.get("kind") == "sweep-attempt":  # superseded by the cell's rerun
@@ -141,14 +147,14 @@ def leaderboard(runs: Sequence[Run]) -> list[Group]:
     configs = [json.loads(k) for k in by]
     groups = []
     for label, cfg, members in zip(_labels(configs), configs, by.values(), strict=True):
-        medians = {id(m): v for m in members if m.row.get("status") == "ok" and (v := _median(m))}
-        measured = sorted((m for m in members if id(m) in medians), key=lambda m: -medians[id(m)])
-        rest = [m for m in members if id(m) not in medians]
+        figures = {id(m): v for m in members if m.row.get("status") == "ok" and (v := _headline(m))}
+        measured = sorted((m for m in members if id(m) in figures), key=lambda m: -figures[id(m)])
+        rest = [m for m in members if id(m) not in figures]
         best = measured[0] if measured else None
         names = [machine_label(m.row) for m in measured + rest]
         entries = []
         for m, name in zip(measured + rest, names, strict=True):
-            med = medians.get(id(m))
+            thr = figures.get(id(m))
             if names.count(name) > 1:  # several runs of one machine: tell them apart by folder
                 name = f"{name} {Path(str(m.row.get('path'))).name}"
             entries.append(
@@ -156,11 +162,11 @@ def leaderboard(runs: Sequence[Run]) -> list[Group]:
                     machine=name,
                     path=str(m.row.get("path")),
                     status=str(m.row.get("status")),
-                    median=med,
-                    ci_low=m.row.get("throughput_ci_low_img_s") if med is not None else None,
-                    ci_high=m.row.get("throughput_ci_high_img_s") if med is not None else None,
-                    relative=med / medians[id(best)] if med is not None and best is not None else None,
-                    gap=_gap(best, m) if med is not None and best is not None else "not measured",
+                    throughput=thr,
+                    ci_low=m.row.get("throughput_ci_low_img_s") if thr is not None else None,
+                    ci_high=m.row.get("throughput_ci_high_img_s") if thr is not None else None,
+                    relative=thr / figures[id(best)] if thr is not None and best is not None else None,
+                    gap=_gap(best, m) if thr is not None and best is not None else "not measured",
                     differences=env_differences(m.row, best.row) if best is not None and m is not best else [],
                 )
             )

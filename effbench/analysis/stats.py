@@ -159,6 +159,16 @@ def too_few_note(n: int) -> str:
     return f"{n} sample(s): too few for a 95% interval (needs {MIN_SAMPLES_FOR_CI}; raise --repeats)"
 
 
+def too_few_to_judge(*counts: int) -> str | None:
+    """Why windows this few cannot be compared, else None. Below MIN_SAMPLES_FOR_CI windows the run
+    report prints no interval for a run; a comparison of such runs (`compare`, a sweep's verdicts, the
+    leaderboard, the CI gate) rests on the same too-wide t quantile, so it calls nothing noise or change."""
+    n = min(counts)
+    if n >= MIN_SAMPLES_FOR_CI:
+        return None
+    return f"too few windows to judge (needs {MIN_SAMPLES_FOR_CI} per run, has {n}; raise --repeats)"
+
+
 def summarize(
     xs: Sequence[float], confidence: float = CONFIDENCE, *, lower: float | None = None, upper: float | None = None
 ) -> Summary:

@@ -20,7 +20,7 @@ LEADERBOARD_TXT = "leaderboard.txt"
 LEADERBOARD_MD = "leaderboard.md"
 REPORT_HTML = "report.html"
 PLOTS_DIR = "plots"
-HEADERS = ("machine", "status", "img/s (median)", "95% CI", "vs best", "gap to best", "environment differs from best")
+HEADERS = ("machine", "status", "img/s", "95% CI", "vs best", "gap to best", "environment differs from best")
 
 
 def is_collection(path: Path) -> bool:
@@ -40,7 +40,7 @@ def rows(group: lb.Group) -> list[list[str]]:
     for e in group.entries:
         ci = interval(e.ci_low, e.ci_high, 1) if e.ci_low is not None else "-"
         rel = "-" if e.relative is None else f"{100 * e.relative:.1f}%"
-        out.append([e.machine, e.status, num(e.median, 1), ci, rel, e.gap, "; ".join(e.differences) or "-"])
+        out.append([e.machine, e.status, num(e.throughput, 1), ci, rel, e.gap, "; ".join(e.differences) or "-"])
     return out
 
 
@@ -52,7 +52,8 @@ def render(groups: Sequence[lb.Group], *, title: str, fmt: str) -> str:
         parts += [f"## {i + 1}. {g.label}" if fmt == "md" else f"{i + 1}. {g.label}", ""]
         parts += [tabulate(rows(g), headers=HEADERS, tablefmt=tablefmt, disable_numparse=True), ""]
     parts.append(
-        "img/s: median over each run's throughput windows with the 95% Student's t interval of the mean; "
+        "img/s: each run's throughput, the figure its own report prints (all measured images over the slowest "
+        "rank's time, warm-up excluded), and the rows' order; 95% CI: Student's t interval of its windows' mean; "
         "gap to best: Welch's 95% interval of the difference (within noise when it includes 0)."
     )
     return "\n".join(parts) + "\n"
@@ -86,10 +87,10 @@ def write_reports(folder: Path) -> list[Path]:
     made: list[R.Plot] = []
     problems: list[str] = []
     # one chart that cannot be drawn (no matplotlib, a bad value) is named on the page, never fatal
-    R._draw(made, problems, "Median throughput per machine, 95% CI whiskers", lambda: plots.throughput_bars(
-        labels, [e.median for _, e in entries], [e.ci_low for _, e in entries], [e.ci_high for _, e in entries],
+    R._draw(made, problems, "Throughput per machine (each run's own figure), 95% CI whiskers", lambda: plots.throughput_bars(
+        labels, [e.throughput for _, e in entries], [e.ci_low for _, e in entries], [e.ci_high for _, e in entries],
         folder / PLOTS_DIR / "leaderboard.png", title="Throughput per machine",
-        notes=["" if e.median is not None else e.status.upper() for _, e in entries]))  # fmt: skip
+        notes=["" if e.throughput is not None else e.status.upper() for _, e in entries]))  # fmt: skip
     written += [p for p, _ in made]
     charts = R._images(made)
     results.atomic_write_text(folder / REPORT_HTML, html(groups, title=title, charts=charts, problems=problems))

@@ -35,6 +35,9 @@ SWEEP_MD = "sweep.md"
 SWEEP_SUMMARY = "summary.json"
 
 Plot = tuple[Path, str]  # (png path, caption)
+# Every chart sweep_plots may draw under plots/.
+SWEEP_CHARTS = ("time_breakdown.png", "throughput.png", "top1_per_epoch.png", "throughput_vs_batch.png",
+                "data_time_vs_workers.png", "scaling.png")  # fmt: skip
 
 
 def warn(message: str) -> None:
@@ -234,26 +237,32 @@ def sweep_plots(
     made: list[Plot] = []
     problems: list[str] = []
     names = list(dims)
-    show_dims = varied(dims) or names
-    ran = [r for r in rows if r.get("record") and r.get("status") == "ok"]
+    # a dimension that had no effect is charted along nowhere: its cells ran one configuration, and bars
+    # labelled by the values asked for would present noise as the option's doing
+    idle = sweep_report.no_effect_dims(rows, dims)
+    show_dims = [d for d in (varied(dims) or names) if d not in idle]
+    for why in idle.values():
+        problems.append(
+            f"{why}: no chart along it"
+            + ("" if show_dims else "; no per-configuration chart (throughput, time breakdown, top-1) either")
+        )
+    charted = rows if show_dims or not idle else []  # every varied dimension had no effect: none per configuration
+    ran = [r for r in charted if r.get("record") and r.get("status") == "ok"]
     if ran:
-        labels = [sweep_report.label(r, show_dims) for r in ran]
+        labels = sweep_report.chart_labels(ran, show_dims)
         _draw(made, problems, "Data loading vs training time per configuration (seconds per epoch)", lambda: plots.stacked_time_bars(
             labels, [r.get("data_time_per_epoch_s") or 0.0 for r in ran], [r.get("compute_time_per_epoch_s") or 0.0 for r in ran],
             out_dir / "time_breakdown.png", title="Data loading vs training time"))  # fmt: skip
-    if rows:
-        labels = [sweep_report.label(r, show_dims) for r in rows]
+    if charted:
+        labels = sweep_report.chart_labels(charted, show_dims)
         _draw(made, problems, "Throughput per configuration: the run's throughput and the 95% CI of its windows' mean", lambda: plots.throughput_bars(
-            labels, [r.get("throughput_img_s") or r.get("thr_median") if r.get("status") == "ok" else None for r in rows],
-            [r.get("thr_ci_low") for r in rows], [r.get("thr_ci_high") for r in rows], out_dir / "throughput.png",
-            title="Throughput", notes=[("" if r.get("status") == "ok" else str(r.get("status")).upper()) for r in rows]))  # fmt: skip
+            labels, [r.get("throughput_img_s") or r.get("thr_median") if r.get("status") == "ok" else None for r in charted],
+            [r.get("thr_ci_low") for r in charted], [r.get("thr_ci_high") for r in charted], out_dir / "throughput.png",
+            title="Throughput", notes=[("" if r.get("status") == "ok" else str(r.get("status")).upper()) for r in charted]))  # fmt: skip
     if ran and any(r.get("train_top1_per_epoch") for r in ran):
         series = {
-            sweep_report.label(r, show_dims): {
-                "train": r.get("train_top1_per_epoch") or [],
-                "val": r.get("val_top1_per_epoch") or [],
-            }
-            for r in ran
+            name: {"train": r.get("train_top1_per_epoch") or [], "val": r.get("val_top1_per_epoch") or []}
+            for name, r in zip(sweep_report.chart_labels(ran, show_dims), ran, strict=True)
         }
         _draw(
             made,
@@ -261,17 +270,17 @@ def sweep_plots(
             "Top-1 accuracy per epoch (dashed: train, solid: validation)",
             lambda: plots.top1_per_epoch(series, out_dir / "top1_per_epoch.png", title="Top-1 per epoch"),
         )
-    if "batch_size" in varied(dims):
+    if "batch_size" in show_dims:
         series_b = {
-            g or "all": [
+            g: [
                 (
-                    int(r["params"]["batch_size"]),
+                    int(sweep_report.ran(r, "batch_size")),
                     (r.get("throughput_img_s") or r.get("thr_median")),
                     str(r.get("status")),
                 )
                 for r in members
             ]
-            for g, members in sweep_report.groups(rows, names, "batch_size").items()
+            for g, members in sweep_report.chart_groups(rows, names, "batch_size", list(idle)).items()
         }
         _draw(
             made,
@@ -281,14 +290,14 @@ def sweep_plots(
                 series_b, out_dir / "throughput_vs_batch.png", title="Throughput vs batch size"
             ),
         )
-    if "workers" in varied(dims):
+    if "workers" in show_dims:
         series_w = {
-            g or "all": [
-                (int(r["params"]["workers"]), r["data_time_per_epoch_s"])
+            g: [
+                (int(sweep_report.ran(r, "workers")), r["data_time_per_epoch_s"])
                 for r in members
                 if r.get("status") == "ok" and r.get("data_time_per_epoch_s") is not None
             ]
-            for g, members in sweep_report.groups(rows, names, "workers").items()
+            for g, members in sweep_report.chart_groups(rows, names, "workers", list(idle)).items()
             if sweep_report.workers_reason(members) is None  # no chart of an option that changed nothing
         }
         if not series_w:
@@ -303,10 +312,10 @@ def sweep_plots(
                 ),
             )
     for dim in ("gpus", "nproc"):
-        if dim in varied(dims):
+        if dim in show_dims:
             series_s = {}
-            for g, members in sweep_report.groups(rows, names, dim).items():
-                series_s[g or "all"] = [
+            for g, members in sweep_report.chart_groups(rows, names, dim, list(idle)).items():
+                series_s[g] = [
                     (r["devices"], r["throughput_img_s"], r["efficiency"]) for r in sweep_report.scaling_rows(members)
                 ]
             xlabel = "GPUs" if dim == "gpus" else "CPU processes"
@@ -338,11 +347,15 @@ def sweep_html(
         cells.append("<ul>" + "".join(links) + "</ul>")
     sections.append(H.Section("Cells", cells))
     sections.append(H.Section("Charts", _images(plots) + [H.paragraph(p) for p in problems]))
+    idle = sweep_report.no_effect_dims(rows, dims)
     for dim in varied(dims):
         h, b = sweep_report.dimension_table(rows, names, dim)
-        sections.append(H.Section(f"By {dim_option(dim)}", [H.table(h, b, table_id=f"by-{dim.replace('_', '-')}")]))
+        parts = [H.table(h, b, table_id=f"by-{dim.replace('_', '-')}")]
+        if dim in idle:
+            parts.append(H.paragraph(f"{idle[dim]}: {sweep_report.IDLE_NOTE}"))
+        sections.append(H.Section(f"By {dim_option(dim)}", parts))
     for dim in ("gpus", "nproc"):
-        if dim in varied(dims):
+        if dim in varied(dims) and dim not in idle:  # no speedup along devices that changed nothing
             for g, members in sweep_report.groups(rows, names, dim).items():
                 srows = sweep_report.scaling_rows(members)
                 if srows:
@@ -391,6 +404,10 @@ def write_sweep_reports(folder: Path, *, cells: bool = False) -> list[Path]:
                                                 "verdicts": sweep_report.verdicts(rows, dims),
                                                 "cells": [{k: v for k, v in r.items() if k != "record"} for r in rows]})  # fmt: skip
     plots, problems = sweep_plots(rows, dims, folder / PLOTS_DIR)
+    for name in SWEEP_CHARTS:  # a chart this report did not draw (an earlier render's) must not outlive it
+        stale = folder / PLOTS_DIR / name
+        if stale not in [p for p, _ in plots]:
+            stale.unlink(missing_ok=True)
     results.atomic_write_text(folder / REPORT_HTML, sweep_html(m, rows, plots, problems, folder))
     return written + [
         folder / SWEEP_TXT,

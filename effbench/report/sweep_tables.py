@@ -92,10 +92,50 @@ def throughput_cell(row: Mapping[str, Any]) -> str:
     return f"{med:,.1f} {interval(row['thr_ci_low'], row['thr_ci_high'])}"
 
 
+def ran(row: Mapping[str, Any], dim: str) -> Any:
+    """The value of `dim` the cell ran with (its config.json), else the one the sweep asked for."""
+    resolved = row.get("resolved") or {}
+    return resolved[dim] if dim in resolved else row["params"].get(dim)
+
+
+def shown(row: Mapping[str, Any], dim: str) -> str:
+    """A swept value as the tables print it: what ran, and what was asked when that differs
+    (`0 (asked 4, no effect)`), so a column never names a value the run did not use."""
+    asked, value = show(row["params"].get(dim)), show(ran(row, dim))
+    if value == asked:
+        return value
+    mark = ", no effect" if dim in (row.get("no_effect") or {}) else ""
+    return f"{value} (asked {asked}{mark})"
+
+
 def label(row: Mapping[str, Any], dims: Sequence[str]) -> str:
-    """Short label of a cell from its swept values, e.g. `workers=2 optimizer=adam`."""
-    parts = [f"{k.replace('_', '-')}={show(row['params'].get(k))}" for k in dims if k in row["params"]]
+    """Short label of a cell from the values it ran with, e.g. `workers=2 optimizer=adam`."""
+    parts = [f"{k.replace('_', '-')}={show(ran(row, k))}" for k in dims if k in row["params"]]
     return " ".join(parts) or row["key"]
+
+
+def chart_labels(rows: Sequence[Mapping[str, Any]], dims: Sequence[str]) -> list[str]:
+    """`label` of each row; rows that ran the same values (they differ only along an option that had
+    no effect) are repeats of one configuration, told apart by their cell number, e.g. `batch-size=4 [001]`."""
+    labels = [label(r, dims) if dims else "" for r in rows]
+    return [f"{x} [{r['key'][:3]}]".strip() if labels.count(x) > 1 else x for x, r in zip(labels, rows, strict=True)]
+
+
+def chart_groups(
+    rows: Sequence[Mapping[str, Any]], dims: Sequence[str], dim: str, skipped: Sequence[str]
+) -> dict[str, list[Mapping[str, Any]]]:
+    """`groups` for a chart along `dim`: labelled by the values that ran, without the dimensions in
+    `skipped` (no effect); groups that differ only along those are repeats, numbered."""
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for members in groups(rows, dims, dim).values():
+        shown_dims = [d for d in dims if d != dim and d not in skipped]
+        name = label(members[0], shown_dims) if shown_dims else "all"
+        k, key = 1, name
+        while key in out:
+            k += 1
+            key = f"{name} (repeat {k})"
+        out[key] = members
+    return out
 
 
 def host_peak_gib(record: Mapping[str, Any]) -> float | None:
@@ -107,6 +147,9 @@ def host_peak_gib(record: Mapping[str, Any]) -> float | None:
             return peak
     return None
 
+
+# Said under a no-effect dimension's table (and on the sweep page): why it has no deltas and no chart.
+IDLE_NOTE = "every cell ran the same value, so its differences are noise: no deltas, no chart along it"
 
 METRIC_HEADERS = (
     "status",
@@ -144,7 +187,7 @@ def _metrics(row: Mapping[str, Any]) -> list[str]:
 
 def summary_table(rows: Sequence[Mapping[str, Any]], dims: Sequence[str]) -> tuple[list[str], list[list[str]]]:
     headers = ["cell", *[dim_option(d)[2:] for d in dims], *METRIC_HEADERS]
-    body = [[r["key"][:3], *[show(r["params"].get(d)) for d in dims], *_metrics(r)] for r in rows]
+    body = [[r["key"][:3], *[shown(r, d) for d in dims], *_metrics(r)] for r in rows]
     return headers, body
 
 
@@ -152,21 +195,36 @@ def dimension_table(
     rows: Sequence[Mapping[str, Any]], dims: Sequence[str], dim: str
 ) -> tuple[list[str], list[list[str]]]:
     """Cells grouped by the other swept values, ordered by `dim`; `vs first` is the throughput
-    relative to the group's first value of `dim`."""
+    relative to the group's first value of `dim` (marked when the windows cannot tell it from noise),
+    and `no effect` where `dim` changed nothing in the
+    group (every cell ran the same value): a difference there is noise, not the option's doing."""
     others = [d for d in dims if d != dim]
     order = {d: {str(v): i for i, v in enumerate(dict.fromkeys(r["params"].get(d) for r in rows))} for d in dims}
 
     def sort_key(r: Mapping[str, Any]) -> tuple[int, ...]:
         return tuple(order[d][str(r["params"].get(d))] for d in [*others, dim])
 
+    def group_of(r: Mapping[str, Any]) -> tuple[str, ...]:
+        return tuple(show(r["params"].get(d)) for d in others)
+
+    members: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
+    for r in rows:
+        members.setdefault(group_of(r), []).append(r)
+    idle = {g for g, m in members.items() if no_effect(dim, m)}
     body = []
-    first: dict[tuple[str, ...], float | None] = {}
+    first: dict[tuple[str, ...], Mapping[str, Any]] = {}
     for r in sorted(rows, key=sort_key):
-        group = tuple(show(r["params"].get(d)) for d in others)
+        group = group_of(r)
         thr = _thr(r) or None if r.get("status") == "ok" else None
-        base = first.setdefault(group, thr)
+        head = first.setdefault(group, r)
+        base = _thr(head) or None if head.get("status") == "ok" else None
         rel = "-" if not thr or not base else f"{100 * (thr / base - 1):+.1f}%"
-        body.append([*group, show(r["params"].get(dim)), *_metrics(r)[:2], rel, *_metrics(r)[2:]])
+        if rel != "-" and head is not r:  # a delta the windows cannot tell from noise says so beside it
+            why = separated(head.get("thr_samples") or [], r.get("thr_samples") or [])
+            rel += "" if why is None else " (within noise)" if why.startswith("within") else " (too few windows)"
+        if group in idle:
+            rel = "no effect"
+        body.append([*[shown(r, d) for d in others], shown(r, dim), *_metrics(r)[:2], rel, *_metrics(r)[2:]])
     headers = [
         *[dim_option(d)[2:] for d in others],
         dim_option(dim)[2:],
@@ -210,11 +268,23 @@ def no_effect(dim: str, rows: Sequence[Mapping[str, Any]]) -> str | None:
 
 def separated(best: Sequence[float], other: Sequence[float]) -> str | None:
     """None when the two window samples differ outside noise, else why a winner cannot be named."""
-    if len(best) < 2 or len(other) < 2:
-        return "cannot tell from noise: fewer than 2 windows per cell (--repeats)"
+    too_few = stats.too_few_to_judge(len(best), len(other))
+    if too_few:
+        return too_few
     if not stats.difference(other, best).significant:
         return "within noise (Welch's 95% interval of the difference includes 0)"
     return None
+
+
+def no_effect_dims(rows: Sequence[Mapping[str, Any]], dims: Mapping[str, Sequence[Any]]) -> dict[str, str]:
+    """The varied dimensions that changed nothing in any group of the other swept values, each with
+    why: nothing is charted or differenced along them (every cell ran the same value)."""
+    out: dict[str, str] = {}
+    for dim in varied(dims):
+        whys = [no_effect(dim, members) for members in groups(rows, list(dims), dim).values()]
+        if whys and all(whys):
+            out[dim] = f"--{dim.replace('_', '-')} had no effect on these runs ({whys[0]})"
+    return out
 
 
 def winner_reason(dim: str, rows: Sequence[Mapping[str, Any]]) -> str | None:
@@ -364,9 +434,12 @@ def render(
     if lines:
         parts += [h("Verdicts"), "\n".join(f"- {v}" for v in lines)]
     parts += [h("Cells"), _table(*summary_table(rows, names), fmt)]
+    idle = no_effect_dims(rows, dims)
     for dim in varied(dims):
         parts += [h(f"By {dim_option(dim)}"), _table(*dimension_table(rows, names, dim), fmt)]
-        if dim in ("gpus", "nproc"):
+        if dim in idle:
+            parts.append(f"{idle[dim]}: {IDLE_NOTE}")
+        elif dim in ("gpus", "nproc"):  # no speedup along devices that changed nothing
             for group, members in groups(rows, names, dim).items():
                 srows = scaling_rows(members)
                 if srows:
