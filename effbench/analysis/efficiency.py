@@ -191,6 +191,10 @@ def images_per_joule(images: int | float | None, energy_j: float | None) -> floa
     return images / energy_j
 
 
+WITHIN_NOISE = "within noise (Welch's 95% interval of profiled - timed includes 0)"
+"""The profiler's cost when the interval includes 0: no figure, since a signed one would say more than was measured."""
+
+
 def profiler_overhead(profiled_step_times_s: Sequence[float], timed_step_times_s: Sequence[float]) -> dict[str, Any]:
     """How much slower a profiled step is than a timed one, only when the difference is outside noise.
 
@@ -208,7 +212,7 @@ def profiler_overhead(profiled_step_times_s: Sequence[float], timed_step_times_s
         note = f"cannot tell from noise: {len(prof)} profiled and {len(timed)} timed step(s) (needs 2 each)"
         return {"profiler_overhead": None, "profiler_overhead_note": note}
     if not d.significant:
-        return {"profiler_overhead": None, "profiler_overhead_note": f"within noise ({100 * rel:+.0f}%)"}
+        return {"profiler_overhead": None, "profiler_overhead_note": WITHIN_NOISE}
     if rel < 0:
         note = f"no measurable cost: profiled steps were {100 * -rel:.0f}% faster than timed ones"
         return {"profiler_overhead": None, "profiler_overhead_note": note}

@@ -7,6 +7,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from effbench.analysis.efficiency import WITHIN_NOISE
 from effbench.fmt import fmt_value, interval
 
 
@@ -128,7 +129,9 @@ def observability_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
     if prof.get("profiler_overhead") is not None:
         rows.append(("profiler overhead", f"+{100 * prof['profiler_overhead']:.0f}% step time under the profiler"))
     elif prof.get("profiler_overhead_note"):
-        rows.append(("profiler overhead", str(prof["profiler_overhead_note"])))
+        note = str(prof["profiler_overhead_note"])
+        # an older record's "within noise (-27%)" carried a signed figure the interval did not support
+        rows.append(("profiler overhead", WITHIN_NOISE if note.startswith("within noise") else note))
     verdict = results.get("verdict")
     if verdict:  # never a label without the measurements behind it
         rows.append(("bottleneck", f"{verdict.get('bottleneck', '-')} ({verdict.get('evidence', '')})"))
