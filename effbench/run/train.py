@@ -54,14 +54,19 @@ def between_steps(fn: Callable[[], None]) -> Iterator[None]:
 
 
 class Diverged(Exception):
-    """The loss went non-finite (nan/inf): training stops there, and the run's status is `diverged`."""
+    """The loss went non-finite (nan/inf): training stops there, and the run's status is `diverged`.
+
+    `epoch`, `step` (of the epoch) and `global_step` (of the run, warm-up included) count from 1, as the
+    progress lines ("epoch 2/2 step 3/6"), the tables and results.json do. The message names no file's
+    rows: the epoch it stopped in never reaches steps.csv (its rows are written when an epoch ends).
+    """
 
     def __init__(self, epoch: int, step: int, global_step: int, loss: float, rank: int | None = None) -> None:
         self.epoch, self.step, self.global_step, self.loss, self.rank = epoch, step, global_step, loss, rank
         on_rank = "" if rank is None else f" on rank {rank}"
         super().__init__(
-            f"loss became {loss}{on_rank} at step {global_step} (epoch {epoch}, step {step} of the epoch, as in "
-            "steps.csv); lower --lr or check the data"
+            f"loss became {loss}{on_rank} at step {global_step} of the run (epoch {epoch}, step {step} of the "
+            "epoch, counted from 1 as in the progress lines); lower --lr or check the data"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -74,12 +79,13 @@ def check_finite(
     losses: list[float], *, epoch: int, first_step: int, first_global_step: int, agree: AgreeFn = agree_alone
 ) -> None:
     """Raise Diverged at the first non-finite loss of `losses` (steps first_step.. of `epoch`), or at the one
-    another rank found in the same window (`agree`: every rank calls it at the same check)."""
+    another rank found in the same window (`agree`: every rank calls it at the same check). The arguments
+    are the loop's 0-based indices (the ranks agree on 0-based global steps); Diverged counts from 1."""
     mine = next(((first_global_step + i, v) for i, v in enumerate(losses) if not math.isfinite(v)), None)
     found = agree(mine)
     if found is not None:
         global_step, loss, rank = found
-        raise Diverged(epoch, first_step + global_step - first_global_step, global_step, loss, rank)
+        raise Diverged(epoch + 1, first_step + global_step - first_global_step + 1, global_step + 1, loss, rank)
 
 
 def no_training_images(data: Any) -> EffbenchError:
