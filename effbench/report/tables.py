@@ -12,8 +12,9 @@ from effbench.fmt import fmt_value, interval
 
 
 def _pct(part: float | None, whole: float | None) -> str:
-    if not part or not whole:
-        return "-" if part is None or whole is None else "0.0%"
+    """part / whole in percent; "-" when either is unknown or nothing was timed (whole 0: no share of it)."""
+    if part is None or not whole:
+        return "-"
     return f"{100.0 * part / whole:.1f}%"
 
 
@@ -51,7 +52,8 @@ def summary_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("throughput (img/s)", fmt_value(results.get("throughput_img_s"), 1)),
         ("throughput windows: median [95% CI]", _windows(results)),
         ("measured steps / images", f"{fmt_value(measured.get('steps'))} / {fmt_value(measured.get('images'), 3)}"),
-        ("data wait share", _pct(measured.get("data_time_s"), measured.get("time_s"))),
+        # results.json's data_time_share (the headline's: null without a measured step), never a 0% nobody measured
+        ("data wait share", _pct(results.get("data_time_share"), 1.0)),
         ("warm-up steps (excluded)", f"{fmt_value(warmup.get('steps'))} in {fmt_value(warmup.get('time_s'), 3)} s"),
         ("final val top-1", fmt_value(results.get("final", {}).get("val_top1"), 4)),
     ]

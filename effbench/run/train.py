@@ -30,12 +30,15 @@ from effbench.errors import EffbenchError
 from effbench.launch.distributed import AgreeFn, agree_alone, nonfinite_agreement
 from effbench.run import faults
 from effbench.run.runtime import Runtime
-from effbench.run.timing import StepTimer, Tally, device_sync_fn
+from effbench.run.timing import StepTime, StepTimer, Tally, device_sync_fn
 
 # on_progress(epoch, step_in_epoch, steps_in_epoch, latest_loss)
 ProgressFn = Callable[[int, int, int, float], None]
 # on_phase(name): the run entered "warm-up", "epochs" or "validation" (run/phases.py)
 PhaseFn = Callable[[str], None]
+# on_step(warmup, step_time, images): a step just ended, as it was tallied; the runner counts the warm-up
+# steps from these, so an epoch cut short (a signal, a non-finite loss) still reports the ones that ran
+StepFn = Callable[[bool, StepTime, int], None]
 
 # The selftest's interleave point (selftest/checks.py, harness vs bare loop): a function called after each
 # training step, in the gap between the step's timer and the next one, so a reference loop's steps can
@@ -220,6 +223,7 @@ def train_epochs(
     *,
     on_progress: ProgressFn | None = None,
     on_phase: PhaseFn | None = None,
+    on_step: StepFn | None = None,
 ) -> Iterator[EpochResult]:
     """Train for cfg.epochs, yielding each finished epoch (train + validation)."""
     import torch
@@ -259,6 +263,8 @@ def train_epochs(
                 correct[step] = n_correct
             t = timer.lap()
             (warmup if global_step < cfg.warmup_steps else measured).add(t, images)
+            if on_step:
+                on_step(global_step < cfg.warmup_steps, t, images)
             counts.append(images)
             times.append(t)
             global_step += 1
@@ -362,6 +368,7 @@ def data_epochs(
     *,
     on_progress: ProgressFn | None = None,
     on_phase: PhaseFn | None = None,
+    on_step: StepFn | None = None,
 ) -> Iterator[EpochResult]:
     """--data-only: the training loader's epochs, delivered to the device, with no model.
 
@@ -393,6 +400,8 @@ def data_epochs(
                 break
             t = timer.lap()
             (warmup if global_step < cfg.warmup_steps else measured).add(t, images)
+            if on_step:
+                on_step(global_step < cfg.warmup_steps, t, images)
             rows.append({"epoch": epoch + 1, "step": step, "warmup": global_step < cfg.warmup_steps, "images": images,
                          "loss": None, "top1": None, "data_time_s": t.data_s, "compute_time_s": 0.0})  # fmt: skip
             global_step += 1
