@@ -579,7 +579,7 @@ def _epochs(
     cfg, data, rt = prep.cfg, prep.data, prep.rt
     writer = dist.is_main
     with (
-        Progress(cfg.epochs, enabled=progress and writer, images_per_step=prep.batch * plan.devices) as prog,
+        Progress(cfg.epochs, enabled=progress and writer, ranks=dist.world_size) as prog,
         m.sampler,
     ):
         faults.inject_oom(prep.batch)  # test hook EFFBENCH_FAULT_OOM_AT_BATCH (faults.py); off unless set
@@ -588,6 +588,7 @@ def _epochs(
             # every warm-up step as it ends: one cut short by a signal in warm-up still reports the ones that ran
             if warmup:
                 m.warmup.add(t, images)
+            prog.step(warmup, t.total_s, images)  # the progress lines' img/s: measured steps, as the headline
 
         epochs_iter = (
             data_epochs(data, rt, cfg, on_progress=prog.update, on_phase=phase.enter, on_step=on_step)
