@@ -131,6 +131,7 @@ class Windows(_Model):
     requested: int | None = None
     windows: int | None = None
     steps: int | None = None
+    window_steps: list[int] | None = None
     throughput_img_s: list[Num] | None = None
     step_time_ms: list[Num] | None = None
     data_time_share: list[Num] | None = None

@@ -103,6 +103,30 @@ def test_throughput_windows_from_csv_strings_and_default_count():
     assert windows.throughput_windows([], repeats=3)["windows"] == 0
 
 
+def test_seven_steps_in_five_windows_are_2_2_1_1_1_and_every_report_says_so():
+    # 7 measured steps of 4 images, step i timed 0.1 * (i + 1) s: no step dropped, the first 7 % 5 = 2
+    # windows one step longer, each window's img/s its own images over its own seconds
+    rows = [{"warmup": False, "images": 4, "data_time_s": 0.0, "compute_time_s": 0.1 * (i + 1)} for i in range(7)]
+    w = windows.throughput_windows(rows, repeats=5)
+    assert w["window_steps"] == [2, 2, 1, 1, 1] and w["steps"] == 7
+    assert w["throughput_img_s"] == pytest.approx([8 / 0.3, 8 / 0.7, 4 / 0.5, 4 / 0.6, 4 / 0.7])
+    assert windows.describe_windows(w) == "5 windows (2 of 2 measured steps, 3 of 1)"
+    assert windows.describe_windows(windows.throughput_windows(rows[:5] * 2, repeats=5)) == (
+        "5 windows of 2 measured steps each"
+    )
+    # a record written before window_steps existed: the split that made its windows
+    old = {k: v for k, v in w.items() if k != "window_steps"}
+    assert windows.window_sizes(old) == [2, 2, 1, 1, 1]
+    from effbench.report import render, tables
+
+    row = dict(tables.summary_rows({"throughput_windows": w}))["throughput windows: median [95% CI of the mean]"]
+    assert row.endswith(" over 5 windows (2 of 2 measured steps, 3 of 1)")
+    assert render.window_line(w).startswith(
+        "throughput over 5 windows (2 of 2 measured steps, 3 of 1), 7 measured steps in all: median "
+    )
+    assert [r[1] for r in render.window_rows(w)] == ["2", "2", "1", "1", "1"]
+
+
 def test_windows_of_prefers_the_recorded_ones():
     recorded = {"throughput_windows": {"windows": 2, "throughput_img_s": [1.0, 2.0]}}
     assert windows.windows_of(recorded, _steps(0, 10))["throughput_img_s"] == [1.0, 2.0]

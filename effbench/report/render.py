@@ -78,8 +78,9 @@ def run_plots(record: Mapping[str, Any], out_dir: Path) -> tuple[list[Plot], lis
 
 def window_rows(w: Mapping[str, Any]) -> list[list[str]]:
     thr, ms, share = w.get("throughput_img_s") or [], w.get("step_time_ms") or [], w.get("data_time_share") or []
+    sizes = windows.window_sizes(w) or []
     return [
-        [str(i + 1), f"{t:,.1f}", f"{m:,.2f}", f"{100 * s:.1f}%"]
+        [str(i + 1), str(sizes[i]) if i < len(sizes) else "-", f"{t:,.1f}", f"{m:,.2f}", f"{100 * s:.1f}%"]
         for i, (t, m, s) in enumerate(zip(thr, ms, share, strict=False))
     ]
 
@@ -93,7 +94,10 @@ def window_line(w: Mapping[str, Any]) -> str:
         if s.get("ci_low") is not None
         else f" ({s.get('note') or 'no CI'})"
     )
-    return f"throughput over {w.get('windows')} windows of {w.get('steps')} measured steps: median {s['median']:,.1f} img/s{ci}"
+    return (
+        f"throughput over {windows.describe_windows(w)}, {w.get('steps')} measured steps in all: "
+        f"median {s['median']:,.1f} img/s{ci}"
+    )
 
 
 def run_html(
@@ -117,7 +121,7 @@ def run_html(
             "Throughput windows",
             [
                 H.paragraph(window_line(w)),
-                H.table(("window", "img/s", "step ms", "data %"), window_rows(w), table_id="windows"),
+                H.table(("window", "measured steps", "img/s", "step ms", "data %"), window_rows(w), table_id="windows"),
             ]
             if w.get("windows")
             else [],

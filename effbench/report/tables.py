@@ -8,6 +8,7 @@ from typing import Any
 from tabulate import tabulate
 
 from effbench.analysis.efficiency import WITHIN_NOISE
+from effbench.analysis.windows import describe_windows
 from effbench.fmt import fmt_value, interval
 
 
@@ -50,7 +51,7 @@ def summary_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
         ),
         ("loader / workers", f"{fmt_value(loader)} / {fmt_value(workers)}"),
         ("throughput (img/s)", fmt_value(results.get("throughput_img_s"), 1)),
-        ("throughput windows: median [95% CI]", _windows(results)),
+        ("throughput windows: median [95% CI of the mean]", _windows(results)),
         ("measured steps / images", f"{fmt_value(measured.get('steps'))} / {fmt_value(measured.get('images'), 3)}"),
         # results.json's data_time_share (the headline's: null without a measured step), never a 0% nobody measured
         ("data wait share", _pct(results.get("data_time_share"), 1.0)),
@@ -76,7 +77,7 @@ def _windows(results: Mapping[str, Any]) -> str:
     if not s:
         return "-"
     ci = f" {interval(s['ci_low'], s['ci_high'])}" if s.get("ci_low") is not None else f" ({_no_ci(s)})"
-    return f"{s['median']:,.1f}{ci} over {w.get('windows')} windows"
+    return f"{s['median']:,.1f}{ci} over {describe_windows(w)}"
 
 
 def _no_ci(s: Mapping[str, Any]) -> str:
