@@ -292,8 +292,15 @@ def slower_gate(a: Mapping[str, Any], a_windows: Sequence[float], b: Mapping[str
     figures = f"A {ta:,.1f} img/s, B {tb:,.1f} img/s"
     d = stats.difference(a_windows, b_windows)
     if d.significant is None:
+        fixes = "; ".join(
+            f"{side}: {windows.more_windows_fix((r.get('measured') or {}).get('steps'), 2)}"
+            for side, r, w in (("A", a, a_windows), ("B", b, b_windows))
+            if len(w) < 2
+        )
         return GateOutcome(
-            False, f"PASS {opt}: cannot tell ({figures}): fewer than 2 throughput windows on a side; raise --repeats"
+            False,
+            f"PASS {opt}: cannot tell ({figures}): fewer than 2 throughput windows on a side "
+            f"(A {len(a_windows)}, B {len(b_windows)}); {fixes}",
         )
     ci = f"windows' 95% CI of B - A {interval(d.ci_low, d.ci_high, signed=True)} img/s"
     if rel >= 0:

@@ -83,16 +83,28 @@ def rank_windows(steps_by_rank: Sequence[Sequence[Mapping[str, Any]]], repeats: 
         share.append(slow["data_time_s"] / slow["time_s"])
     out: dict[str, Any] = {"requested": k, "windows": len(thr), "steps": n, "ranks": len(ranks)}
     if thr:
+        fix = more_windows_fix(n, stats.MIN_SAMPLES_FOR_CI)
         out["window_steps"] = sizes
         out["throughput_img_s"] = thr
         out["step_time_ms"] = step_ms
         out["data_time_share"] = share
         out["summary"] = {
-            "throughput_img_s": stats.summarize(thr, lower=0.0).to_dict(),
-            "step_time_ms": stats.summarize(step_ms, lower=0.0).to_dict(),
-            "data_time_share": stats.summarize(share, lower=0.0, upper=1.0).to_dict(),
+            "throughput_img_s": stats.summarize(thr, lower=0.0, too_few_fix=fix).to_dict(),
+            "step_time_ms": stats.summarize(step_ms, lower=0.0, too_few_fix=fix).to_dict(),
+            "data_time_share": stats.summarize(share, lower=0.0, upper=1.0, too_few_fix=fix).to_dict(),
         }
     return out
+
+
+def more_windows_fix(steps: int | None, needed: int) -> str:
+    """What gives `needed` windows: --repeats while the measured steps allow it; when they are fewer (a window
+    holds at least one step, and config refuses --repeats above the measured steps), more measured steps."""
+    if steps is not None and steps < needed:
+        return (
+            f"only {steps} measured step(s), at most one window each: raise --max-steps or --epochs, "
+            "or lower --warmup-steps"
+        )
+    return f"raise --repeats to {needed} or more"
 
 
 def window_sizes(w: Mapping[str, Any]) -> list[int] | None:

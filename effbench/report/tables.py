@@ -8,7 +8,8 @@ from typing import Any
 from tabulate import tabulate
 
 from effbench.analysis.efficiency import WITHIN_NOISE
-from effbench.analysis.windows import describe_windows
+from effbench.analysis import stats
+from effbench.analysis.windows import describe_windows, more_windows_fix
 from effbench.fmt import fmt_value, interval
 
 
@@ -76,12 +77,15 @@ def _windows(results: Mapping[str, Any]) -> str:
     s = (w.get("summary") or {}).get("throughput_img_s")
     if not s:
         return "-"
-    ci = f" {interval(s['ci_low'], s['ci_high'])}" if s.get("ci_low") is not None else f" ({_no_ci(s)})"
+    ci = f" {interval(s['ci_low'], s['ci_high'])}" if s.get("ci_low") is not None else f" ({_no_ci(s, w)})"
     return f"{s['median']:,.1f}{ci} over {describe_windows(w)}"
 
 
-def _no_ci(s: Mapping[str, Any]) -> str:
-    """Why a summary has no interval (stats.MIN_SAMPLES_FOR_CI)."""
+def _no_ci(s: Mapping[str, Any], w: Mapping[str, Any]) -> str:
+    """Why a summary has no interval (stats.MIN_SAMPLES_FOR_CI) and what gives one: from the windows' measured
+    steps, so a record written when the note said "raise --repeats" whatever the steps says what works."""
+    if isinstance(s.get("n"), int) and isinstance(w.get("steps"), int):
+        return stats.too_few_note(s["n"], more_windows_fix(w["steps"], stats.MIN_SAMPLES_FOR_CI))
     return str(s.get("note") or f"{s.get('n')} window(s): no CI")
 
 
