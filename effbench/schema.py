@@ -88,6 +88,11 @@ class Epoch(_Model):
     val_images: int | None = None
     throughput_img_s: Num = None
     warmup_steps: int | None = None
+    warmup_time_s: Num = None
+    measured_images: int | None = None
+    measured_time_s: Num = None
+    measured_data_time_s: Num = None
+    measured_compute_time_s: Num = None
 
 
 class Tally(_Model):

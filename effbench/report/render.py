@@ -67,9 +67,12 @@ def run_plots(record: Mapping[str, Any], out_dir: Path) -> tuple[list[Plot], lis
     problems: list[str] = []
     if epochs:
         labels = [f"epoch {int(e.get('epoch', i + 1))}" for i, e in enumerate(epochs)]  # 1-based in the record
-        _draw(made, problems, "Data loading vs training time per epoch", lambda: plots.stacked_time_bars(
-            labels, [e.get("data_time_s") or 0.0 for e in epochs], [e.get("compute_time_s") or 0.0 for e in epochs],
-            out_dir / "time_per_epoch.png", title="Where each epoch's time goes", ylabel="seconds"))  # fmt: skip
+        # the measured steps' split (the headline's data wait share, the epoch table's data %), warm-up apart
+        measured = [report.epoch_measured(e) for e in epochs]
+        _draw(made, problems, "Data loading vs training time per epoch: measured steps, warm-up apart", lambda: plots.stacked_time_bars(
+            labels, [d or 0.0 for d, _ in measured], [c or 0.0 for _, c in measured],
+            out_dir / "time_per_epoch.png", title="Where each epoch's time goes", ylabel="seconds",
+            warmup_s=[report.epoch_warmup_s(e) or 0.0 for e in epochs]))  # fmt: skip
         _draw(made, problems, "Top-1 accuracy per epoch", lambda: plots.top1_per_epoch(
             {str((record.get("config") or {}).get("arch", "run")): {"train": [e.get("train_top1") for e in epochs], "val": [e.get("val_top1") for e in epochs]}},
             out_dir / "top1_per_epoch.png", title="Top-1 per epoch"))  # fmt: skip

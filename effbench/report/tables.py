@@ -171,11 +171,12 @@ def verdict_line(results: Mapping[str, Any]) -> str | None:
 EPOCH_HEADERS = (
     "epoch",
     "images",
-    "data (s)",
-    "compute (s)",
-    "total (s)",
-    "data %",
     "warm-up steps",
+    "warm-up (s)",
+    "data (s, measured)",
+    "compute (s, measured)",
+    "total (s, measured)",
+    "data % (measured)",
     "img/s (measured)",
     "train loss",
     "train top-1",
@@ -184,18 +185,41 @@ EPOCH_HEADERS = (
 )
 
 
+def epoch_measured(e: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    """(data, compute) seconds of an epoch's measured steps: the headline's definition (warm-up excluded).
+
+    A record written before the epochs held them: the epoch's own times when it had no warm-up step (then
+    every step was measured), else unknown (None), never the warm-up-included split passed off as it."""
+    if "measured_data_time_s" in e:
+        return e.get("measured_data_time_s"), e.get("measured_compute_time_s")
+    if e.get("warmup_steps") == 0:
+        return e.get("data_time_s"), e.get("compute_time_s")
+    return None, None
+
+
+def epoch_warmup_s(e: Mapping[str, Any]) -> float | None:
+    """The epoch's warm-up seconds: recorded, or all its time less the measured time for an older record."""
+    if e.get("warmup_time_s") is not None:
+        return float(e["warmup_time_s"])
+    total, measured = e.get("total_time_s"), e.get("measured_time_s")
+    return total - measured if total is not None and measured is not None else None
+
+
 def epoch_rows(results: Mapping[str, Any]) -> list[list[str]]:
     rows = []
     for e in results.get("epochs", []):
+        data, compute = epoch_measured(e)
+        total = data + compute if data is not None and compute is not None else None
         rows.append(
             [
                 fmt_value(e.get("epoch")),
                 fmt_value(e.get("images"), 3),
-                fmt_value(e.get("data_time_s"), 3),
-                fmt_value(e.get("compute_time_s"), 3),
-                fmt_value(e.get("total_time_s"), 3),
-                _pct(e.get("data_time_s"), e.get("total_time_s")),
                 fmt_value(e.get("warmup_steps")),
+                fmt_value(epoch_warmup_s(e), 3),
+                fmt_value(data, 3),
+                fmt_value(compute, 3),
+                fmt_value(total, 3),
+                _pct(data, total),  # as the summary's data wait share: "-" when no step was measured
                 fmt_value(e.get("throughput_img_s"), 1),  # warm-up excluded, like the headline
                 fmt_value(e.get("train_loss"), 4),
                 fmt_value(e.get("train_top1"), 4),
@@ -249,8 +273,9 @@ def render(results: Mapping[str, Any], fmt: str = "text") -> str:
     title = f"effbench run {results.get('run_name', '')}".strip()
     notes = (
         "Throughput counts measured steps only (warm-up excluded): images / (data wait + compute), with several "
-        "ranks all ranks' images over the slowest rank's time; the epoch table's img/s is the same per epoch. "
-        "Data wait is host time blocked on the loader; compute ends with a device sync."
+        "ranks all ranks' images over the slowest rank's time; the epoch table's measured columns are the same "
+        "per epoch (images, loss and top-1 count every step). Data wait is host time blocked on the loader; "
+        "compute ends with a device sync."
     )
     if results.get("data_only"):
         notes = (

@@ -140,8 +140,11 @@ class EpochResult:
             # warm-up excluded, like the headline: the epoch's measured steps only (None: all warm-up)
             "measured_images": self.measured.images,
             "measured_time_s": self.measured.time_s,
+            "measured_data_time_s": self.measured.data_time_s,
+            "measured_compute_time_s": self.measured.compute_time_s,
             "throughput_img_s": self.measured.throughput_img_s,
             "warmup_steps": self.warmup.steps,
+            "warmup_time_s": self.warmup.time_s,
         }
 
 
