@@ -88,6 +88,11 @@ class Epoch(_Model):
     val_images: int | None = None
     throughput_img_s: Num = None
     warmup_steps: int | None = None
+    warmup_time_s: Num = None
+    measured_images: int | None = None
+    measured_time_s: Num = None
+    measured_data_time_s: Num = None
+    measured_compute_time_s: Num = None
 
 
 class Tally(_Model):
@@ -131,6 +136,7 @@ class Windows(_Model):
     requested: int | None = None
     windows: int | None = None
     steps: int | None = None
+    window_steps: list[int] | None = None
     throughput_img_s: list[Num] | None = None
     step_time_ms: list[Num] | None = None
     data_time_share: list[Num] | None = None

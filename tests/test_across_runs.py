@@ -171,6 +171,20 @@ def test_slower_within_noise_passes(tmp_path, capsys):
     assert f"[{lo:+,.1f}, {hi:+,.1f}]" in line and "includes 0" in line
 
 
+def test_a_gate_that_cannot_tell_names_what_gives_each_short_side_more_windows():
+    from effbench.analysis import compare as cmp
+
+    a = {"status": "ok", "throughput_img_s": 100.0, "measured": {"steps": 10}}  # --repeats 1: 1 window of 10
+    b = {"status": "ok", "throughput_img_s": 90.0, "measured": {"steps": 1}}  # 1 measured step: 1 window
+    line = cmp.slower_gate(a, [100.0], b, [90.0], 5.0).line
+    assert line == (
+        "PASS --fail-if-slower 5: cannot tell (A 100.0 img/s, B 90.0 img/s): too few windows to judge (needs 3 "
+        "per run, has 1): A: raise --repeats to 3 or more; B: only 1 measured step(s), at most one window each: "
+        "raise --max-steps or --epochs, or lower --warmup-steps"
+    )
+    assert "B: raise --repeats" not in line  # --repeats 2 with 1 measured step is refused (config.py)
+
+
 def test_equal_passes_and_a_small_significant_slowdown_under_the_threshold_passes(tmp_path, capsys):
     code, out, _ = _gate(tmp_path, list(BASE), capsys, "--fail-if-slower", "0")
     assert code == 0 and out.strip().splitlines()[-1].startswith("PASS --fail-if-slower 0: B is not slower than A")

@@ -157,7 +157,10 @@ def test_profiler_overhead_only_outside_the_noise_of_the_timed_steps():
     noisy = [0.05, 0.20, 0.06, 0.19, 0.07, 0.18]
     within = _overhead([0.095, 0.096, 0.094], noisy)
     assert 0.095 / (sum(noisy) / 6) - 1 < -0.2  # what the old ratio printed
-    assert within["profiler_overhead"] is None and within["profiler_overhead_note"].startswith("within noise")
+    within_noise = "within noise (Welch's 95% interval of profiled - timed includes 0)"  # and no signed figure
+    assert within["profiler_overhead"] is None and within["profiler_overhead_note"] == within_noise
+    # the audit's case: means 0.1033 vs 0.1100 (-6%), Welch's interval includes 0: printed "within noise (-6%)"
+    assert _overhead([0.10, 0.12, 0.09], [0.11, 0.10, 0.12, 0.105, 0.115])["profiler_overhead_note"] == within_noise
     faster = _overhead([0.080, 0.081, 0.079], timed)  # faster beyond noise: no cost, and not a negative one
     assert faster["profiler_overhead"] is None and "no measurable cost" in faster["profiler_overhead_note"]
     assert _overhead([0.12], timed)["profiler_overhead"] is None  # one profiled step: cannot tell
@@ -199,9 +202,52 @@ def test_compute_bound_cites_mfu():
     assert v.bottleneck == "compute-bound" and "MFU unknown" in v.evidence
 
 
-def test_cpu_run_is_compute_bound_on_the_cpu():
-    v = verdict(Measurements(0.05, None, None, None, None, workers=0, processes=1, mfu=None, device_type="cpu"))
-    assert v.bottleneck == "compute-bound" and "CPU run" in v.evidence and "--device cuda" in v.advice
+# A CPU run nothing else fires on: 1 process of 2 threads on 2 allowed cores, little data wait.
+CPU = Measurements(0.001, None, None, None, 2.0, workers=0, processes=1, mfu=None, device_type="cpu",
+                   proc_cpu_pct_mean=190.0, host_cpu_pct_mean=96.0, threads_per_process=2)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "proc_cpu_pct, quota, data_share, threads, expected",
+    [
+        (190.0, 2.0, 0.001, 2, "compute-bound"),  # 1.90 of 2 cores = 95% >= 90%
+        (180.0, 2.0, 0.001, 2, "compute-bound"),  # exactly 90%: the CPU_SATURATED_FRACTION bar
+        (179.9, 2.0, 0.001, 2, "cpu-underused"),  # 89.95%
+        (138.0, 2.0, 0.0, 2, "cpu-underused"),  # the audit's run: 1.38 of 2 cores, host 70% busy
+        (720.0, 8.0, 0.2499, 8, "compute-bound"),  # 90% of 8, data wait just under INPUT_BOUND_SHARE
+        (720.0, 8.0, 0.25, 8, "input-bound"),  # data wait at the bar comes first
+        (110.0, 2.0, 0.001, 1, "cpu-underused"),  # 55%: one thread on two cores
+        (None, 2.0, 0.001, 2, None),  # CPU use not sampled: no evidence, no verdict
+        (190.0, None, 0.001, 2, None),  # allowance unknown: 1.9 cores of what?
+    ],
+)  # fmt: skip
+def test_a_cpu_run_is_compute_bound_only_when_its_cores_were_busy(proc_cpu_pct, quota, data_share, threads, expected):
+    v = verdict(dataclasses.replace(CPU, proc_cpu_pct_mean=proc_cpu_pct, cpu_quota_cores=quota,
+                                    data_time_share=data_share, threads_per_process=threads))  # fmt: skip
+    assert (v.bottleneck if v else None) == expected
+
+
+def test_a_cpu_run_that_left_cores_idle_says_so_not_that_the_arithmetic_is_the_limit():
+    # the audit's run: "used 1.38 cores of 2 allowed; the CPU's arithmetic is the limit" with the host 70% busy
+    audit = dataclasses.replace(CPU, data_time_share=0.0, proc_cpu_pct_mean=138.0, host_cpu_pct_mean=70.0)
+    v = verdict(audit)
+    assert v.bottleneck == "cpu-underused"
+    assert v.evidence == (
+        "CPU run: run's processes used 1.38 cores of 2 allowed (69%, under 90%) with data wait 0.0% of step time, "
+        "host CPU 70% busy; 1 process(es) x 2 thread(s): cores sat idle, so the CPU's arithmetic is not the limit"
+    )
+    assert "serial work" in v.advice  # 1 x 2 threads had the 2 cores: the threads waited, not too few of them
+    one_thread = verdict(dataclasses.replace(audit, proc_cpu_pct_mean=100.0, threads_per_process=1))
+    assert one_thread.bottleneck == "cpu-underused"
+    assert one_thread.advice.startswith("give the run as many threads as allowed cores (2; it ran 1 process(es) x 1")
+    busy = verdict(CPU)  # 1.90 of 2 cores
+    assert busy.bottleneck == "compute-bound" and "--device cuda" in busy.advice
+    assert busy.evidence == (
+        "CPU run: data wait 0.1% of step time, run's processes used 1.90 cores of 2 allowed (95%): "
+        "the CPU's arithmetic is the limit"
+    )
+    # a GPU run's compute-bound rests on the GPU's evidence, not on the host's cores
+    assert verdict(m(proc_cpu_pct_mean=50.0, cpu_quota_cores=32.0)).bottleneck == "compute-bound"
 
 
 STARVED = dict(data_time_share=0.4, proc_cpu_pct_mean=1900.0)  # tree uses 19 cores, data wait 40%
@@ -239,10 +285,11 @@ def test_a_busy_host_that_starves_the_run_is_named_with_its_numbers():
     assert v.bottleneck == "cpu-contended"
     assert v.evidence.startswith("host CPU 100% busy while the run's processes used 0.16 cores of 2 allowed")
     # the bars: 90% host, half the allowed cores (100% of one core of 2)
-    assert verdict(dataclasses.replace(cpu, host_cpu_pct_mean=89.9)).bottleneck == "compute-bound"
-    assert verdict(dataclasses.replace(cpu, proc_cpu_pct_mean=100.0)).bottleneck == "compute-bound"
+    # (not contended, the tree still used under 90% of its cores: cpu-underused, never compute-bound)
+    assert verdict(dataclasses.replace(cpu, host_cpu_pct_mean=89.9)).bottleneck == "cpu-underused"
+    assert verdict(dataclasses.replace(cpu, proc_cpu_pct_mean=100.0)).bottleneck == "cpu-underused"
     assert verdict(dataclasses.replace(cpu, proc_cpu_pct_mean=99.9)).bottleneck == "cpu-contended"
-    assert verdict(dataclasses.replace(cpu, host_cpu_pct_mean=None)).bottleneck == "compute-bound"
+    assert verdict(dataclasses.replace(cpu, host_cpu_pct_mean=None)).bottleneck == "cpu-underused"
 
 
 def test_no_measured_step_gives_no_verdict():
@@ -306,6 +353,7 @@ def test_precedence_order():
         "communication-bound",
         "memory-capacity-bound",
         "host/launch-bound",
+        "cpu-underused",
         "compute-bound",
     )
 

@@ -31,19 +31,41 @@ class FakeClock:
 
 def test_progress_lines_show_img_s_step_time_and_eta():
     clock, out = FakeClock(), io.StringIO()
-    with Progress(2, stream=out, images_per_step=64, clock=clock) as prog:
-        clock.t += 4 * 0.5  # 4 steps of 0.5 s
+    with Progress(2, stream=out, clock=clock) as prog:
+        for _ in range(4):  # 4 measured steps of 64 images, timed 0.4 s each; 0.5 s each on the wall clock
+            prog.step(False, 0.4, 64)
+        clock.t += 4 * 0.5
         prog.update(0, 4, 10, 2.5)
-        clock.t += 6 * 0.25  # then 6 steps of 0.25 s
+        for _ in range(6):  # then 6 steps timed 0.2 s, 0.25 s on the wall clock
+            prog.step(False, 0.2, 64)
+        clock.t += 6 * 0.25
         prog.update(0, 10, 10, 2.0)
     first, second = out.getvalue().splitlines()
-    # 64 images / 0.5 s = 128 img/s; 16 steps left (6 in epoch 1, 10 in epoch 2) x 0.5 s = 8 s
-    assert first == "epoch 1/2 step 4/10 loss 2.5000 (128.0 img/s, 500 ms/step, ETA 8s)"
-    # 64 / 0.25 = 256 img/s; 10 steps left x 0.25 s = 2.5 s, shown rounded
-    assert second == "epoch 1/2 step 10/10 loss 2.0000 (256.0 img/s, 250 ms/step, ETA 2s)"
+    # 4 x 64 images / 1.6 s timed = 160 img/s; 16 steps left (6 in epoch 1, 10 in epoch 2) x 0.5 s wall = 8 s
+    assert first == "epoch 1/2 step 4/10 loss 2.5000 (160.0 img/s measured, 500 ms/step, ETA 8s)"
+    # 6 x 64 / 1.2 s = 320 img/s; 10 steps left x 0.25 s = 2.5 s, shown rounded
+    assert second == "epoch 1/2 step 10/10 loss 2.0000 (320.0 img/s measured, 250 ms/step, ETA 2s)"
 
 
-def test_progress_without_a_batch_size_still_shows_step_time():
+def test_progress_img_s_excludes_warm_up_as_the_headline_does():
+    # the audit's line: 38.7 img/s on the wall clock, warm-up in it, beside a 58.2 img/s headline
+    clock, out = FakeClock(), io.StringIO()
+    with Progress(1, stream=out, clock=clock, ranks=2) as prog:
+        prog.step(True, 1.0, 8)  # a warm-up step (cudnn autotuning, a compile): slow, and excluded
+        prog.step(True, 0.9, 8)
+        clock.t += 2.0
+        prog.update(0, 2, 6, 3.0)
+        prog.step(True, 0.9, 8)
+        prog.step(False, 0.1, 8)  # the first measured step
+        clock.t += 1.2
+        prog.update(0, 4, 6, 2.0)
+    only_warmup, mixed = out.getvalue().splitlines()
+    assert only_warmup == "epoch 1/1 step 2/6 loss 3.0000 (warm-up, 1000 ms/step, ETA 4s)"
+    # 2 ranks x 8 images / 0.1 s measured = 160 img/s; the warm-up step's 0.9 s is not in it
+    assert mixed.startswith("epoch 1/1 step 4/6 loss 2.0000 (160.0 img/s measured, 600 ms/step, ")
+
+
+def test_progress_without_a_timed_step_still_shows_step_time():
     clock, out = FakeClock(), io.StringIO()
     with Progress(1, stream=out, clock=clock) as prog:
         clock.t += 3.0
@@ -62,11 +84,13 @@ def test_progress_bar_on_a_terminal_shows_the_rate():
             return True
 
     clock, out = FakeClock(), Tty()
-    with Progress(1, stream=out, images_per_step=10, clock=clock) as prog:
+    with Progress(1, stream=out, clock=clock) as prog:
+        prog.step(False, 0.5, 10)
+        prog.step(False, 1.5, 10)
         clock.t += 2.0
         prog.update(0, 2, 4, 1.0)
     text = out.getvalue()
-    assert "epoch 1/1" in text and "10.0 img/s" in text and "1000 ms/step" in text and "loss 1.0000" in text
+    assert "epoch 1/1" in text and "10.0 img/s measured" in text and "1000 ms/step" in text and "loss 1.0000" in text
 
 
 def test_smoke_preset_device_is_not_reported_as_given(capsys):

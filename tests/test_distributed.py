@@ -118,8 +118,9 @@ def test_a_nan_loss_seen_by_one_rank_stops_every_rank_at_that_step_as_diverged(t
     (run,) = run_dirs(out)
     r = json.loads((run / "results.json").read_text())
     assert r["status"] == "diverged"
-    # step 3 is in the interval of steps 2-3, checked after step 3 by both ranks
-    assert r["diverged"] == {"epoch": 0, "step": 3, "global_step": 3, "loss": "nan", "rank": rank}
+    # the run's step 3 (counted from 1, as the hook's STEP) is in the interval of steps 3-4, checked after
+    # step 4 by both ranks; epoch 1 as the progress lines number it
+    assert r["diverged"] == {"epoch": 1, "step": 3, "global_step": 3, "loss": "nan", "rank": rank}
     assert r["epochs"] == []  # stopped inside the first epoch, on every rank
 
 

@@ -727,8 +727,10 @@ def test_training_stops_at_the_first_non_finite_loss_and_names_its_step(steps, b
     with pytest.raises(Diverged) as info:
         list(train_epochs(model, _Batches(steps, bad, value), opt, sched, rt, cfg,
                           on_progress=lambda e, s, n, loss: progress.append(s)))  # fmt: skip
-    assert (info.value.epoch, info.value.step, info.value.global_step) == (0, bad, bad)
-    assert not math.isfinite(info.value.loss) and f"step {bad}" in str(info.value)
+    # the batch at list index `bad` is the run's step bad + 1, counted from 1 like the progress lines
+    assert (info.value.epoch, info.value.step, info.value.global_step) == (1, bad + 1, bad + 1)
+    assert not math.isfinite(info.value.loss)
+    assert f"at step {bad + 1} of the run (epoch 1, step {bad + 1} of the epoch" in str(info.value)
     # found at the end of the interval holding it, never later; no progress line past it
     assert all(s <= bad for s in progress) and len(progress) == bad // log_interval
     # the same data with the bad pixel fixed trains to the end
@@ -748,13 +750,14 @@ def test_the_ranks_stop_at_the_earliest_non_finite_loss_any_of_them_saw():
 
         return agree
 
-    # this rank's steps 4..7 (global 14..17) are finite; another rank's inf at global step 15 stops it there
+    # this rank's step indices 4..7 of epoch index 1 (global 14..17) are finite; another rank's inf at global
+    # index 15 stops it there: the run's 16th step, the 6th of the 2nd epoch, as the progress lines count
     with pytest.raises(Diverged) as info:
         check_finite([1.0, 2.0, 3.0, 4.0], epoch=1, first_step=4, first_global_step=14,
                      agree=agreement((15, float("inf"), 1)))  # fmt: skip
     e = info.value
-    assert offered == [None] and (e.epoch, e.step, e.global_step, e.loss, e.rank) == (1, 5, 15, float("inf"), 1)
-    assert "inf on rank 1 at step 15 (epoch 1, step 5 of the epoch" in str(e) and e.to_dict()["rank"] == 1
+    assert offered == [None] and (e.epoch, e.step, e.global_step, e.loss, e.rank) == (2, 6, 16, float("inf"), 1)
+    assert "inf on rank 1 at step 16 of the run (epoch 2, step 6 of the epoch" in str(e) and e.to_dict()["rank"] == 1
     # what this rank offers is its own first non-finite (global step, loss); nothing when all is finite
     offered.clear()
     with pytest.raises(Diverged):
@@ -770,10 +773,11 @@ def test_the_ranks_stop_at_the_earliest_non_finite_loss_any_of_them_saw():
 
 @pytest.mark.parametrize(
     "value, rank, expected",
-    [("1:3", "1", 3), ("1:3", "0", None), ("0:0", None, 0), ("", "0", None), ("x:3", "0", None),
-     ("1:-3", "1", None), ("3", "0", None), (" 0:5 ", "0", 5)],
+    [("1:3", "1", 2), ("1:3", "0", None), ("0:1", None, 0), ("0:0", None, None), ("", "0", None),
+     ("x:3", "0", None), ("1:-3", "1", None), ("3", "0", None), (" 0:5 ", "0", 4)],
 )  # fmt: skip
 def test_the_nan_loss_hook_names_one_rank_and_a_step(value, rank, expected):
+    # STEP counts from 1 as the error does ("1:3": the run's 3rd step, loop index 2); STEP 0 names no step
     from effbench.run.faults import FAULT_NAN_ENV, nan_loss_from
 
     env = {FAULT_NAN_ENV: value, **({"RANK": rank} if rank is not None else {})}
@@ -807,11 +811,37 @@ def test_a_run_whose_loss_goes_nan_ends_diverged_exit_1_with_the_step_in_results
                            "--output", tmp_path], capsys)  # fmt: skip
     assert code == 1
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: run diverged") and "step 2" in lines[0], err
+    # the 3rd call is the run's step 3, counted from 1 as the progress lines count
+    assert len(lines) == 1 and lines[0].startswith("error: run diverged") and "at step 3 of the run" in lines[0], err
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     r = read_results(run)
-    assert r["status"] == "diverged" and r["diverged"]["global_step"] == 2 and r["diverged"]["loss"] == "nan"
+    assert r["status"] == "diverged" and r["diverged"]["global_step"] == 3 and r["diverged"]["loss"] == "nan"
     assert torch.isnan(torch.tensor(float(r["diverged"]["loss"])))
+
+
+def test_a_divergence_in_the_second_epoch_is_numbered_as_the_progress_lines_and_results_json_number_it(
+    tmp_path, capsys, monkeypatch
+):
+    # 2 epochs of 6 steps, the hook poisons the run's 9th step: the 3rd step of epoch 2. The progress line
+    # before it says "epoch 2/2 step 2/6" (2 steps of epoch 2 done), so the error and results.json say epoch 2,
+    # step 3 of the epoch, step 9 of the run. Before, they said epoch 1 (0-based) and steps 2 and 8.
+    monkeypatch.setenv("EFFBENCH_FAULT_NAN_LOSS", "0:9")
+    code, _, err = invoke(["run", "--arch", "resnet18", "--image-size", "16", "--weights", "none", "--device", "cpu",
+                           "--dataset", "synthetic", "--max-steps", "6", "--epochs", "2", "--batch-size", "4",
+                           "--warmup-steps", "2", "--no-profile", "--log-interval", "1", "--output", tmp_path],
+                          capsys)  # fmt: skip
+    assert code == 1, err
+    progress = [line for line in err.splitlines() if line.startswith("epoch ") and " step " in line]
+    assert progress[-1].startswith("epoch 2/2 step 2/6 "), err
+    last = err.strip().splitlines()[-1]
+    assert "loss became nan at step 9 of the run (epoch 2, step 3 of the epoch, counted from 1" in last, last
+    # epoch 2 never finished: steps.csv holds epoch 1's 6 rows only, so the message points at no rows in it
+    assert "steps.csv" not in last
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert {row["epoch"] for row in csv.DictReader((run / "steps.csv").open())} == {"1"}
+    r = read_results(run)
+    assert r["diverged"] == {"epoch": 2, "step": 3, "global_step": 9, "loss": "nan"}
+    assert [e["epoch"] for e in r["epochs"]] == [1]
 
 
 # --- weights that load but cannot train (issue 12) ------------------------------------------------

@@ -40,10 +40,18 @@ def _summ(record, **kw):
 
 
 def test_cpu_run_has_flops_and_tflops_but_no_mfu_or_energy():
-    out = _summ(_record())
+    busy = {"host": {"proc_cpu_pct": {"mean": 760.0, "max": 800.0}}}  # 7.6 of the 8 allowed cores: 95%
+    out = _summ(_record(), utilization=busy)
     assert out["flops_per_image"] == 2e9 and out["achieved_tflops"] == pytest.approx(0.2)
     assert "mfu" not in out and "energy_j" not in out and "peak_mem_gib" not in out
     assert out["verdict"]["bottleneck"] == "compute-bound"
+    # the threads the run recorded reach the verdict: 1 process x 4 threads on 8 cores, half of them idle
+    idle = {"host": {"proc_cpu_pct": {"mean": 400.0, "max": 410.0}}}
+    v = _summ(_record(launch={"threads_per_proc": 4}), utilization=idle)["verdict"]
+    assert v["bottleneck"] == "cpu-underused" and "1 process(es) x 4 thread(s)" in v["evidence"]
+    assert v["advice"].startswith("give the run as many threads as allowed cores (8;")
+    # no CPU sample: nothing says whether the cores were busy, so no verdict at all
+    assert "verdict" not in _summ(_record())
 
 
 def test_gpu_run_gets_mfu_memory_energy_and_images_per_joule():

@@ -124,6 +124,7 @@ def _record():
         "precision": "fp32",
         "throughput_img_s": 123.456,
         "measured": {"steps": 4, "images": 32, "data_time_s": 0.25, "time_s": 1.0},
+        "data_time_share": 0.25,  # record.finish: measured data_time_s / time_s, the figure the report prints
         "warmup": {"steps": 1, "time_s": 0.5},
         "epochs": [
             {"epoch": 0, "images": 40, "data_time_s": 0.25, "compute_time_s": 0.75, "total_time_s": 1.0, "train_loss": 2.3,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -212,3 +213,31 @@ def test_a_loader_worker_killed_by_the_signal_is_interrupted_in_the_phase_it_hap
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     r = _check_whole(run)
     assert (r["status"], r["signal"], r["interrupted_phase"]) == ("interrupted", 15, "epochs")
+
+
+def test_a_signal_in_warm_up_reports_the_warm_up_steps_that_ran_and_no_measured_share(capsys, tmp_path):
+    """SIGINT after the 2nd of 4 warm-up steps: the epoch never finishes, yet 2 warm-up steps of 4 images
+    ran and the report says so; nothing was measured, so the data wait share is '-' as results.json's null,
+    not the 0.0% (0 s of 0 s) it printed, nor 'warm-up steps 0 in 0.000 s'."""
+    from effbench.run import train
+
+    ended = []
+
+    def signal_after_the_second_step():  # train.between_steps: called after each step, untimed
+        ended.append(len(ended) + 1)
+        if len(ended) == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # handled at the next bytecode: still in warm-up
+
+    args = list(TINY)
+    args[args.index("--max-steps") + 1], args[args.index("--warmup-steps") + 1] = "6", "4"
+    with train.between_steps(signal_after_the_second_step):
+        code, _, err = invoke(["run", *args, "--output", tmp_path], capsys)
+    assert code == 128 + signal.SIGINT, err
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    r = _check_whole(run)
+    assert (r["status"], r["interrupted_phase"]) == ("interrupted", "warm-up") and ended == [1, 2]
+    assert r["warmup"]["steps"] == 2 and r["warmup"]["images"] == 2 * 4 and r["warmup"]["time_s"] > 0
+    assert r["measured"]["steps"] == 0 and r["data_time_share"] is None and r["epochs"] == []
+    report = (run / "report.txt").read_text()
+    assert re.search(r"\ndata wait share +-\n", report), report
+    assert re.search(rf"\nwarm-up steps \(excluded\) +2 in {r['warmup']['time_s']:.3f} s\n", report), report

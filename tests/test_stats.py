@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from effbench.analysis import stats
 from effbench.analysis import windows
+from effbench.errors import EffbenchError
 
 # Two-sided 95% critical values of Student's t (any statistics textbook's t table).
 T_975 = {1: 12.706, 2: 4.303, 4: 2.776, 9: 2.262, 10: 2.228, 30: 2.042, 120: 1.980}
@@ -101,6 +103,64 @@ def test_throughput_windows_from_csv_strings_and_default_count():
     w = windows.throughput_windows(rows, repeats=None)
     assert w["requested"] == windows.DEFAULT_WINDOWS and w["windows"] == 3  # fewer steps than windows
     assert windows.throughput_windows([], repeats=3)["windows"] == 0
+
+
+def test_seven_steps_in_five_windows_are_2_2_1_1_1_and_every_report_says_so():
+    # 7 measured steps of 4 images, step i timed 0.1 * (i + 1) s: no step dropped, the first 7 % 5 = 2
+    # windows one step longer, each window's img/s its own images over its own seconds
+    rows = [{"warmup": False, "images": 4, "data_time_s": 0.0, "compute_time_s": 0.1 * (i + 1)} for i in range(7)]
+    w = windows.throughput_windows(rows, repeats=5)
+    assert w["window_steps"] == [2, 2, 1, 1, 1] and w["steps"] == 7
+    assert w["throughput_img_s"] == pytest.approx([8 / 0.3, 8 / 0.7, 4 / 0.5, 4 / 0.6, 4 / 0.7])
+    assert windows.describe_windows(w) == "5 windows (2 of 2 measured steps, 3 of 1)"
+    assert windows.describe_windows(windows.throughput_windows(rows[:5] * 2, repeats=5)) == (
+        "5 windows of 2 measured steps each"
+    )
+    # a record written before window_steps existed: the split that made its windows
+    old = {k: v for k, v in w.items() if k != "window_steps"}
+    assert windows.window_sizes(old) == [2, 2, 1, 1, 1]
+    from effbench.report import render, tables
+
+    row = dict(tables.summary_rows({"throughput_windows": w}))["throughput windows: median [95% CI of the mean]"]
+    assert row.endswith(" over 5 windows (2 of 2 measured steps, 3 of 1)")
+    assert render.window_line(w).startswith(
+        "throughput over 5 windows (2 of 2 measured steps, 3 of 1), 7 measured steps in all: median "
+    )
+    assert [r[1] for r in render.window_rows(w)] == ["2", "2", "1", "1", "1"]
+
+
+@pytest.mark.parametrize(
+    "measured, repeats, fix",
+    [
+        # 2 measured steps make at most 2 windows, and config refuses --repeats 3 there: more steps is the fix
+        (2, None, "only 2 measured step(s), at most one window each: raise --max-steps or --epochs, "
+                  "or lower --warmup-steps"),
+        (2, 2, "only 2 measured step(s), at most one window each"),
+        (1, None, "only 1 measured step(s)"),
+        (6, 2, "raise --repeats to 3 or more"),  # the steps allow 3 windows: --repeats is what works
+    ],
+)  # fmt: skip
+def test_too_few_windows_name_what_gives_an_interval(measured, repeats, fix):
+    w = windows.throughput_windows(_steps(1, measured), repeats=repeats)
+    note = w["summary"]["throughput_img_s"]["note"]
+    assert note.startswith(f"{w['windows']} sample(s): too few for a 95% interval (needs 3; {fix}")
+    assert ("--repeats" in note) == (measured >= 3)
+    # a record written when the note said "raise --repeats" whatever the steps: the report says what works
+    old = copy.deepcopy(w)
+    old["summary"]["throughput_img_s"]["note"] = f"{w['windows']} sample(s): too few (needs 3; raise --repeats)"
+    from effbench.report import tables
+
+    row = dict(tables.summary_rows({"throughput_windows": old}))["throughput windows: median [95% CI of the mean]"]
+    assert f"(needs 3; {fix}" in row
+
+
+def test_config_refuses_the_repeats_the_old_advice_asked_for():
+    # the reference for the advice above: with 3 steps, 1 of them warm-up, --repeats 3 is an error
+    from effbench.config import RunConfig
+
+    with pytest.raises(EffbenchError, match="--repeats"):
+        RunConfig(device="cpu", dataset="synthetic", epochs=1, max_steps=3, warmup_steps=1, repeats=3)
+    RunConfig(device="cpu", dataset="synthetic", epochs=1, max_steps=4, warmup_steps=1, repeats=3)  # 3 steps: fine
 
 
 def test_windows_of_prefers_the_recorded_ones():

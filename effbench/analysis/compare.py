@@ -302,7 +302,13 @@ def slower_gate(a: Mapping[str, Any], a_windows: Sequence[float], b: Mapping[str
     d = stats.difference(a_windows, b_windows)
     too_few = stats.too_few_to_judge(len(a_windows), len(b_windows))
     if too_few:
-        return GateOutcome(False, f"PASS {opt}: cannot tell ({figures}): {too_few}")
+        # per side, what gives it the windows: --repeats while its measured steps allow, else more steps
+        fixes = "; ".join(
+            f"{side}: {windows.more_windows_fix((r.get('measured') or {}).get('steps'), stats.MIN_SAMPLES_FOR_CI)}"
+            for side, r, w in (("A", a, a_windows), ("B", b, b_windows))
+            if len(w) < stats.MIN_SAMPLES_FOR_CI
+        )
+        return GateOutcome(False, f"PASS {opt}: cannot tell ({figures}): {too_few}: {fixes}")
     ci = f"windows' 95% CI of B - A {interval(d.ci_low, d.ci_high, signed=True)} img/s"
     if rel >= 0:
         return GateOutcome(False, f"PASS {opt}: B is not slower than A ({rel:+.1f}%; {figures})")

@@ -191,6 +191,10 @@ def images_per_joule(images: int | float | None, energy_j: float | None) -> floa
     return images / energy_j
 
 
+WITHIN_NOISE = "within noise (Welch's 95% interval of profiled - timed includes 0)"
+"""The profiler's cost when the interval includes 0: no figure, since a signed one would say more than was measured."""
+
+
 def profiler_overhead(profiled_step_times_s: Sequence[float], timed_step_times_s: Sequence[float]) -> dict[str, Any]:
     """How much slower a profiled step is than a timed one, only when the difference is outside noise.
 
@@ -208,7 +212,7 @@ def profiler_overhead(profiled_step_times_s: Sequence[float], timed_step_times_s
         note = f"cannot tell from noise: {len(prof)} profiled and {len(timed)} timed step(s) (needs 2 each)"
         return {"profiler_overhead": None, "profiler_overhead_note": note}
     if not d.significant:
-        return {"profiler_overhead": None, "profiler_overhead_note": f"within noise ({100 * rel:+.0f}%)"}
+        return {"profiler_overhead": None, "profiler_overhead_note": WITHIN_NOISE}
     if rel < 0:
         note = f"no measurable cost: profiled steps were {100 * -rel:.0f}% faster than timed ones"
         return {"profiler_overhead": None, "profiler_overhead_note": note}
@@ -249,6 +253,7 @@ BOTTLENECKS = (
     "communication-bound",
     "memory-capacity-bound",
     "host/launch-bound",
+    "cpu-underused",
     "compute-bound",
 )
 # Precedence is the order of BOTTLENECKS, causes before symptoms:
@@ -263,7 +268,12 @@ BOTTLENECKS = (
 # 4. memory-capacity-bound: before host/launch-bound because its advice (a bigger batch) needs the
 #    memory that is not there.
 # 5. host/launch-bound: the GPU idles although the data is there.
-# 6. compute-bound: nothing above applies; the device is the limit (on a CPU run, the CPU is).
+# 5b. cpu-underused (CPU runs): nothing above applies and the run's tree used under CPU_SATURATED_FRACTION
+#    of the cores it may use: cores sat idle, so their arithmetic is not what limits it (too few threads or
+#    processes, or a step whose serial part leaves the threads waiting).
+# 6. compute-bound: nothing above applies; the device is the limit. On a CPU run only with the evidence that
+#    the CPU is: its tree used at least CPU_SATURATED_FRACTION of its cores. A CPU run whose CPU use was not
+#    sampled (or whose allowance is unknown) gets no verdict: nothing says whether its cores were busy.
 
 
 @dataclass(frozen=True)
@@ -294,6 +304,8 @@ class Measurements:
     """Mean CPU utilisation of the run's process tree, % of one core (200 = two cores busy); None unsampled."""
     host_cpu_pct_mean: float | None = None
     """Mean CPU utilisation of the whole host, % of all its cores (0..100); None unsampled."""
+    threads_per_process: int | None = None
+    """torch's intra-op threads in each training process (torch.get_num_threads()); None when unknown."""
 
 
 @dataclass(frozen=True)
@@ -396,16 +408,43 @@ def _findings(m: Measurements) -> list[Verdict]:
     return found
 
 
-def _compute_bound(m: Measurements) -> Verdict:
-    mfu = f"MFU {_pct(m.mfu)}" if m.mfu is not None else "MFU unknown (no datasheet peak for this device)"
-    cpu = f", {_cpu_use(m)}" if m.proc_cpu_pct_mean is not None else ""
-    if m.device_type != "cuda":
+def _cpu_fallback(m: Measurements) -> Verdict | None:
+    """A CPU run nothing else fired on: compute-bound only when its tree kept (nearly) all its cores busy."""
+    if m.proc_cpu_pct_mean is None or m.cpu_quota_cores is None or m.cpu_quota_cores <= 0:
+        return None  # no evidence either way
+    used = m.proc_cpu_pct_mean / (100 * m.cpu_quota_cores)
+    data = f"data wait {_pct(m.data_time_share)} of step time"
+    if used >= CPU_SATURATED_FRACTION:
         return Verdict(
             "compute-bound",
-            f"CPU run: data wait {_pct(m.data_time_share)} of step time{cpu}; the CPU's arithmetic is the limit",
-            "these figures measure the CPU; run on a GPU (--device cuda) for device throughput, or "
-            "set threads per process to the cores available",
+            f"CPU run: {data}, {_cpu_use(m)} ({_pct(used)}): the CPU's arithmetic is the limit",
+            "these figures measure the CPU; run on a GPU (--device cuda) for device throughput",
         )
+    host = f", host CPU {m.host_cpu_pct_mean:.0f}% busy" if m.host_cpu_pct_mean is not None else ""
+    threads = m.threads_per_process
+    if threads is not None:
+        ran = f"{m.processes} process(es) x {threads} thread(s)"
+        host += f"; {ran}"
+    if threads is not None and m.processes * threads < m.cpu_quota_cores:
+        advice = (
+            f"give the run as many threads as allowed cores ({m.cpu_quota_cores:g}; it ran {ran}): "
+            "OMP_NUM_THREADS / torch.set_num_threads, or more processes (--nproc)"
+        )
+    else:
+        advice = (
+            "the threads were there but waited part of each step on its serial work (Python, small ops, the "
+            "optimizer): a bigger batch or image gives each op more parallel work, torch.compile fuses small ops"
+        )
+    return Verdict(
+        "cpu-underused",
+        f"CPU run: {_cpu_use(m)} ({_pct(used)}, under {_pct(CPU_SATURATED_FRACTION)}) with {data}{host}: "
+        "cores sat idle, so the CPU's arithmetic is not the limit",
+        advice,
+    )
+
+
+def _compute_bound(m: Measurements) -> Verdict:
+    mfu = f"MFU {_pct(m.mfu)}" if m.mfu is not None else "MFU unknown (no datasheet peak for this device)"
     util = f"GPU utilisation {m.gpu_util_pct_mean:.0f}%, " if m.gpu_util_pct_mean is not None else ""
     return Verdict(
         "compute-bound",
@@ -417,7 +456,8 @@ def _compute_bound(m: Measurements) -> Verdict:
 
 def verdict(m: Measurements) -> Verdict | None:
     """The one bottleneck that limits the run, by the precedence in BOTTLENECKS; None when no step
-    was measured (an interrupted run): no measurement, no verdict.
+    was measured (an interrupted run), or on a CPU run whose CPU use was not sampled: no measurement,
+    no verdict.
 
     Rules that also fired but lost on precedence are appended to the evidence ("; also ...").
     """
@@ -425,7 +465,7 @@ def verdict(m: Measurements) -> Verdict | None:
         return None
     found = _findings(m)
     if not found:
-        return _compute_bound(m)
+        return _compute_bound(m) if m.device_type == "cuda" else _cpu_fallback(m)
     first, rest = found[0], found[1:]
     evidence = first.evidence
     if rest:

@@ -155,8 +155,9 @@ class Summary:
         )
 
 
-def too_few_note(n: int) -> str:
-    return f"{n} sample(s): too few for a 95% interval (needs {MIN_SAMPLES_FOR_CI}; raise --repeats)"
+def too_few_note(n: int, fix: str = "raise --repeats") -> str:
+    """Why there is no interval, and `fix`: what gives one (windows.more_windows_fix for throughput windows)."""
+    return f"{n} sample(s): too few for a 95% interval (needs {MIN_SAMPLES_FOR_CI}; {fix})"
 
 
 def too_few_to_judge(*counts: int) -> str | None:
@@ -166,24 +167,29 @@ def too_few_to_judge(*counts: int) -> str | None:
     n = min(counts)
     if n >= MIN_SAMPLES_FOR_CI:
         return None
-    return f"too few windows to judge (needs {MIN_SAMPLES_FOR_CI} per run, has {n}; raise --repeats)"
+    return f"too few windows to judge (needs {MIN_SAMPLES_FOR_CI} per run, has {n})"
 
 
 def summarize(
-    xs: Sequence[float], confidence: float = CONFIDENCE, *, lower: float | None = None, upper: float | None = None
+    xs: Sequence[float],
+    confidence: float = CONFIDENCE,
+    *,
+    lower: float | None = None,
+    upper: float | None = None,
+    too_few_fix: str = "raise --repeats",
 ) -> Summary:
     """Median, mean, sample stdev and the Student's t interval of the mean, kept inside [lower, upper].
 
     `lower` / `upper` are the quantity's own range (0 for a throughput, 1 for a share). The mean of such a
     quantity cannot leave it, so intersecting the interval with the range keeps its coverage and never
-    prints an impossible bound (a negative throughput).
+    prints an impossible bound (a negative throughput). `too_few_fix` ends the note of a summary without one.
     """
     xs = [float(x) for x in xs]
     if not xs:
         raise ValueError("no samples to summarize")
     m, s = mean(xs), stdev(xs)
     if len(xs) < MIN_SAMPLES_FOR_CI:
-        return Summary(len(xs), median(xs), m, s, None, None, too_few_note(len(xs)))
+        return Summary(len(xs), median(xs), m, s, None, None, too_few_note(len(xs), too_few_fix))
     h = t_ppf(0.5 + confidence / 2, len(xs) - 1) * s / math.sqrt(len(xs))
     lo, hi = m - h, m + h
     if lower is not None:

@@ -1,10 +1,11 @@
 """Pure: measured steps -> K throughput windows -> median and 95% CI (`--repeats K`).
 
 Why windows of one run rather than K runs: a cell is measured once, so its K samples come from
-splitting its measured steps (warm-up excluded, epochs in order) into K contiguous windows of equal
-step count; each window's throughput is `analysis.throughput.job_throughput` of every rank's images and
-time in it (all ranks' images over the slowest rank's time), the same definition as the run's headline.
-K defaults to min(5, measured steps).
+splitting its measured steps (warm-up excluded, epochs in order) into K contiguous windows as equal as
+the count allows (stats.window_bounds: n // K steps each, the first n % K one step more, so 7 steps in 5
+windows are 2, 2, 1, 1, 1; no step is dropped), recorded as `window_steps`; each window's throughput is
+`analysis.throughput.job_throughput` of every rank's images and time in it (all ranks' images over the
+slowest rank's time), the same definition as the run's headline. K defaults to min(5, measured steps).
 
 Works on the step rows the training loop yields and on rows read back from steps.csv (strings).
 """
@@ -59,7 +60,7 @@ def rank_windows(steps_by_rank: Sequence[Sequence[Mapping[str, Any]]], repeats: 
     ranks = [list(r) for r in steps_by_rank if r]
     n = min((len(r) for r in ranks), default=0)
     k = repeats if repeats is not None else DEFAULT_WINDOWS
-    thr, step_ms, share = [], [], []
+    thr, step_ms, share, sizes = [], [], [], []
     for start, end in stats.window_bounds(n, k):
         parts = []
         for r in ranks:
@@ -77,19 +78,59 @@ def rank_windows(steps_by_rank: Sequence[Sequence[Mapping[str, Any]]], repeats: 
         if rate is None or slow is None:
             continue
         thr.append(rate)
+        sizes.append(end - start)
         step_ms.append(1000.0 * slow["time_s"] / (end - start))
         share.append(slow["data_time_s"] / slow["time_s"])
     out: dict[str, Any] = {"requested": k, "windows": len(thr), "steps": n, "ranks": len(ranks)}
     if thr:
+        fix = more_windows_fix(n, stats.MIN_SAMPLES_FOR_CI)
+        out["window_steps"] = sizes
         out["throughput_img_s"] = thr
         out["step_time_ms"] = step_ms
         out["data_time_share"] = share
         out["summary"] = {
-            "throughput_img_s": stats.summarize(thr, lower=0.0).to_dict(),
-            "step_time_ms": stats.summarize(step_ms, lower=0.0).to_dict(),
-            "data_time_share": stats.summarize(share, lower=0.0, upper=1.0).to_dict(),
+            "throughput_img_s": stats.summarize(thr, lower=0.0, too_few_fix=fix).to_dict(),
+            "step_time_ms": stats.summarize(step_ms, lower=0.0, too_few_fix=fix).to_dict(),
+            "data_time_share": stats.summarize(share, lower=0.0, upper=1.0, too_few_fix=fix).to_dict(),
         }
     return out
+
+
+def more_windows_fix(steps: int | None, needed: int) -> str:
+    """What gives `needed` windows: --repeats while the measured steps allow it; when they are fewer (a window
+    holds at least one step, and config refuses --repeats above the measured steps), more measured steps."""
+    if steps is not None and steps < needed:
+        return (
+            f"only {steps} measured step(s), at most one window each: raise --max-steps or --epochs, "
+            "or lower --warmup-steps"
+        )
+    return f"raise --repeats to {needed} or more"
+
+
+def window_sizes(w: Mapping[str, Any]) -> list[int] | None:
+    """The measured steps in each window: recorded, or for a record written before `window_steps` existed,
+    the split that made them (stats.window_bounds of its steps and requested windows); None when unknown."""
+    sizes = w.get("window_steps")
+    if isinstance(sizes, list) and all(isinstance(x, int) for x in sizes):
+        return list(sizes)
+    steps, requested, made = w.get("steps"), w.get("requested"), w.get("windows")
+    if not isinstance(steps, int) or not isinstance(requested, int) or not made:
+        return None
+    bounds = stats.window_bounds(steps, requested)
+    return [e - b for b, e in bounds] if len(bounds) == made else None
+
+
+def describe_windows(w: Mapping[str, Any]) -> str:
+    """ "5 windows of 2 measured steps each", or "5 windows (2 of 2 measured steps, 3 of 1)" when the steps
+    do not divide evenly: what each window's throughput sample covers."""
+    n = w.get("windows")
+    sizes = window_sizes(w)
+    if not sizes:
+        return f"{n} windows"
+    hi, lo = max(sizes), min(sizes)
+    if hi == lo:
+        return f"{n} windows of {hi} measured step{'s' if hi != 1 else ''} each"
+    return f"{n} windows ({sizes.count(hi)} of {hi} measured steps, {sizes.count(lo)} of {lo})"
 
 
 def throughput_windows(step_rows: Iterable[Mapping[str, Any]], repeats: int | None) -> dict[str, Any]:

@@ -230,6 +230,7 @@ def summarize(
         measured_steps=int((record.get("measured") or {}).get("steps") or 0),
         proc_cpu_pct_mean=(((utilization or {}).get("host") or {}).get("proc_cpu_pct") or {}).get("mean"),
         host_cpu_pct_mean=(((utilization or {}).get("host") or {}).get("cpu_pct") or {}).get("mean"),
+        threads_per_process=(record.get("launch") or {}).get("threads_per_proc"),
     )
     v = analysis.verdict(m)
     if v is not None:  # no measured step: no verdict

@@ -4,7 +4,7 @@ Each function takes plain data (numbers and labels already computed by sweep_rep
 report.py), draws one figure with matplotlib's object API (`Figure` + the Agg canvas: no pyplot,
 no global backend, no display needed) and writes `path`. Nothing here reads results files.
 
-    stacked_time_bars   data loading vs training time per configuration (the seeds' charts)
+    stacked_time_bars   data loading vs training time per configuration or epoch (the seeds' charts)
     throughput_bars     throughput per configuration with its 95% CI
     top1_per_epoch      train and validation top-1 per epoch, one line per configuration
     throughput_vs_batch throughput vs batch size per device, OOM cells marked
@@ -21,6 +21,7 @@ from typing import Any
 DPI = 100
 DATA_COLOR = "#e4572e"  # data loading: warm, the part to shrink
 COMPUTE_COLOR = "#4c72b0"
+WARMUP_COLOR = "#bbbbbb"  # warm-up: grey, outside every measured figure
 OOM_COLOR = "#c00000"
 
 
@@ -59,22 +60,29 @@ def stacked_time_bars(
     *,
     title: str,
     ylabel: str = "seconds per epoch",
+    warmup_s: Sequence[float] | None = None,
 ) -> Path:
+    """Compute and data wait stacked per bar, "% data" of their sum over each; `warmup_s` (a run's epochs):
+    a warm-up segment on top, outside that share, as the headline excludes it."""
     fig = _figure(max(6.0, 0.9 * len(labels) + 2), 4.5)
     ax = fig.add_subplot()
     x = list(range(len(labels)))
     w = _bar_width(len(labels))
     ax.bar(x, compute_s, w, label="training (compute)", color=COMPUTE_COLOR)
     ax.bar(x, data_s, w, bottom=compute_s, label="data loading (wait)", color=DATA_COLOR)
-    for xi, d, c in zip(x, data_s, compute_s, strict=True):
+    warm = list(warmup_s) if warmup_s is not None else [0.0] * len(labels)
+    if warmup_s is not None:
+        below = [d + c for d, c in zip(data_s, compute_s, strict=True)]
+        ax.bar(x, warm, w, bottom=below, label="warm-up (excluded)", color=WARMUP_COLOR)
+    for xi, d, c, u in zip(x, data_s, compute_s, warm, strict=True):
         total = d + c
         if total > 0:
-            ax.annotate(f"{100 * d / total:.0f}% data", (xi, total), ha="center", va="bottom", fontsize=8)
+            ax.annotate(f"{100 * d / total:.0f}% data", (xi, total + u), ha="center", va="bottom", fontsize=8)
     _xticks(ax, labels)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    fig.legend(loc="outside upper center", ncol=2, fontsize=8, frameon=False)  # clear of the bars' labels
-    top = max((d + c for d, c in zip(data_s, compute_s, strict=True)), default=0.0)
+    fig.legend(loc="outside upper center", ncol=3 if warmup_s is not None else 2, fontsize=8, frameon=False)
+    top = max((d + c + u for d, c, u in zip(data_s, compute_s, warm, strict=True)), default=0.0)
     if top > 0:
         ax.set_ylim(0, top * 1.15)  # room for the "% data" labels under the title
     return _save(fig, path)

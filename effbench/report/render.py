@@ -70,9 +70,12 @@ def run_plots(record: Mapping[str, Any], out_dir: Path) -> tuple[list[Plot], lis
     problems: list[str] = []
     if epochs:
         labels = [f"epoch {int(e.get('epoch', i + 1))}" for i, e in enumerate(epochs)]  # 1-based in the record
-        _draw(made, problems, "Data loading vs training time per epoch", lambda: plots.stacked_time_bars(
-            labels, [e.get("data_time_s") or 0.0 for e in epochs], [e.get("compute_time_s") or 0.0 for e in epochs],
-            out_dir / "time_per_epoch.png", title="Where each epoch's time goes", ylabel="seconds"))  # fmt: skip
+        # the measured steps' split (the headline's data wait share, the epoch table's data %), warm-up apart
+        measured = [report.epoch_measured(e) for e in epochs]
+        _draw(made, problems, "Data loading vs training time per epoch: measured steps, warm-up apart", lambda: plots.stacked_time_bars(
+            labels, [d or 0.0 for d, _ in measured], [c or 0.0 for _, c in measured],
+            out_dir / "time_per_epoch.png", title="Where each epoch's time goes", ylabel="seconds",
+            warmup_s=[report.epoch_warmup_s(e) or 0.0 for e in epochs]))  # fmt: skip
         _draw(made, problems, "Top-1 accuracy per epoch", lambda: plots.top1_per_epoch(
             {str((record.get("config") or {}).get("arch", "run")): {"train": [e.get("train_top1") for e in epochs], "val": [e.get("val_top1") for e in epochs]}},
             out_dir / "top1_per_epoch.png", title="Top-1 per epoch"))  # fmt: skip
@@ -81,8 +84,9 @@ def run_plots(record: Mapping[str, Any], out_dir: Path) -> tuple[list[Plot], lis
 
 def window_rows(w: Mapping[str, Any]) -> list[list[str]]:
     thr, ms, share = w.get("throughput_img_s") or [], w.get("step_time_ms") or [], w.get("data_time_share") or []
+    sizes = windows.window_sizes(w) or []
     return [
-        [str(i + 1), f"{t:,.1f}", f"{m:,.2f}", f"{100 * s:.1f}%"]
+        [str(i + 1), str(sizes[i]) if i < len(sizes) else "-", f"{t:,.1f}", f"{m:,.2f}", f"{100 * s:.1f}%"]
         for i, (t, m, s) in enumerate(zip(thr, ms, share, strict=False))
     ]
 
@@ -96,7 +100,10 @@ def window_line(w: Mapping[str, Any]) -> str:
         if s.get("ci_low") is not None
         else f" ({s.get('note') or 'no CI'})"
     )
-    return f"throughput over {w.get('windows')} windows of {w.get('steps')} measured steps: median {s['median']:,.1f} img/s{ci}"
+    return (
+        f"throughput over {windows.describe_windows(w)}, {w.get('steps')} measured steps in all: "
+        f"median {s['median']:,.1f} img/s{ci}"
+    )
 
 
 def run_html(
@@ -120,7 +127,7 @@ def run_html(
             "Throughput windows",
             [
                 H.paragraph(window_line(w)),
-                H.table(("window", "img/s", "step ms", "data %"), window_rows(w), table_id="windows"),
+                H.table(("window", "measured steps", "img/s", "step ms", "data %"), window_rows(w), table_id="windows"),
             ]
             if w.get("windows")
             else [],

@@ -7,12 +7,16 @@ from typing import Any
 
 from tabulate import tabulate
 
+from effbench.analysis.efficiency import WITHIN_NOISE
+from effbench.analysis import stats
+from effbench.analysis.windows import describe_windows, more_windows_fix
 from effbench.fmt import fmt_value, interval
 
 
 def _pct(part: float | None, whole: float | None) -> str:
-    if not part or not whole:
-        return "-" if part is None or whole is None else "0.0%"
+    """part / whole in percent; "-" when either is unknown or nothing was timed (whole 0: no share of it)."""
+    if part is None or not whole:
+        return "-"
     return f"{100.0 * part / whole:.1f}%"
 
 
@@ -48,9 +52,10 @@ def summary_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
         ),
         ("loader / workers", f"{fmt_value(loader)} / {fmt_value(workers)}"),
         ("throughput (img/s)", fmt_value(results.get("throughput_img_s"), 1)),
-        ("throughput windows: median [95% CI]", _windows(results)),
+        ("throughput windows: median [95% CI of the mean]", _windows(results)),
         ("measured steps / images", f"{fmt_value(measured.get('steps'))} / {fmt_value(measured.get('images'), 3)}"),
-        ("data wait share", _pct(measured.get("data_time_s"), measured.get("time_s"))),
+        # results.json's data_time_share (the headline's: null without a measured step), never a 0% nobody measured
+        ("data wait share", _pct(results.get("data_time_share"), 1.0)),
         ("warm-up steps (excluded)", f"{fmt_value(warmup.get('steps'))} in {fmt_value(warmup.get('time_s'), 3)} s"),
         ("final val top-1", fmt_value(results.get("final", {}).get("val_top1"), 4)),
     ]
@@ -72,12 +77,15 @@ def _windows(results: Mapping[str, Any]) -> str:
     s = (w.get("summary") or {}).get("throughput_img_s")
     if not s:
         return "-"
-    ci = f" {interval(s['ci_low'], s['ci_high'])}" if s.get("ci_low") is not None else f" ({_no_ci(s)})"
-    return f"{s['median']:,.1f}{ci} over {w.get('windows')} windows"
+    ci = f" {interval(s['ci_low'], s['ci_high'])}" if s.get("ci_low") is not None else f" ({_no_ci(s, w)})"
+    return f"{s['median']:,.1f}{ci} over {describe_windows(w)}"
 
 
-def _no_ci(s: Mapping[str, Any]) -> str:
-    """Why a summary has no interval (stats.MIN_SAMPLES_FOR_CI)."""
+def _no_ci(s: Mapping[str, Any], w: Mapping[str, Any]) -> str:
+    """Why a summary has no interval (stats.MIN_SAMPLES_FOR_CI) and what gives one: from the windows' measured
+    steps, so a record written when the note said "raise --repeats" whatever the steps says what works."""
+    if isinstance(s.get("n"), int) and isinstance(w.get("steps"), int):
+        return stats.too_few_note(s["n"], more_windows_fix(w["steps"], stats.MIN_SAMPLES_FOR_CI))
     return str(s.get("note") or f"{s.get('n')} window(s): no CI")
 
 
@@ -130,7 +138,9 @@ def observability_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
     if prof.get("profiler_overhead") is not None:
         rows.append(("profiler overhead", f"+{100 * prof['profiler_overhead']:.0f}% step time under the profiler"))
     elif prof.get("profiler_overhead_note"):
-        rows.append(("profiler overhead", str(prof["profiler_overhead_note"])))
+        note = str(prof["profiler_overhead_note"])
+        # an older record's "within noise (-27%)" carried a signed figure the interval did not support
+        rows.append(("profiler overhead", WITHIN_NOISE if note.startswith("within noise") else note))
     verdict = results.get("verdict")
     if verdict:  # never a label without the measurements behind it
         rows.append(("bottleneck", f"{verdict.get('bottleneck', '-')} ({verdict.get('evidence', '')})"))
@@ -163,11 +173,12 @@ def verdict_line(results: Mapping[str, Any]) -> str | None:
 EPOCH_HEADERS = (
     "epoch",
     "images",
-    "data (s)",
-    "compute (s)",
-    "total (s)",
-    "data %",
     "warm-up steps",
+    "warm-up (s)",
+    "data (s, measured)",
+    "compute (s, measured)",
+    "total (s, measured)",
+    "data % (measured)",
     "img/s (measured)",
     "train loss",
     "train top-1",
@@ -176,18 +187,41 @@ EPOCH_HEADERS = (
 )
 
 
+def epoch_measured(e: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    """(data, compute) seconds of an epoch's measured steps: the headline's definition (warm-up excluded).
+
+    A record written before the epochs held them: the epoch's own times when it had no warm-up step (then
+    every step was measured), else unknown (None), never the warm-up-included split passed off as it."""
+    if "measured_data_time_s" in e:
+        return e.get("measured_data_time_s"), e.get("measured_compute_time_s")
+    if e.get("warmup_steps") == 0:
+        return e.get("data_time_s"), e.get("compute_time_s")
+    return None, None
+
+
+def epoch_warmup_s(e: Mapping[str, Any]) -> float | None:
+    """The epoch's warm-up seconds: recorded, or all its time less the measured time for an older record."""
+    if e.get("warmup_time_s") is not None:
+        return float(e["warmup_time_s"])
+    total, measured = e.get("total_time_s"), e.get("measured_time_s")
+    return total - measured if total is not None and measured is not None else None
+
+
 def epoch_rows(results: Mapping[str, Any]) -> list[list[str]]:
     rows = []
     for e in results.get("epochs", []):
+        data, compute = epoch_measured(e)
+        total = data + compute if data is not None and compute is not None else None
         rows.append(
             [
                 fmt_value(e.get("epoch")),
                 fmt_value(e.get("images"), 3),
-                fmt_value(e.get("data_time_s"), 3),
-                fmt_value(e.get("compute_time_s"), 3),
-                fmt_value(e.get("total_time_s"), 3),
-                _pct(e.get("data_time_s"), e.get("total_time_s")),
                 fmt_value(e.get("warmup_steps")),
+                fmt_value(epoch_warmup_s(e), 3),
+                fmt_value(data, 3),
+                fmt_value(compute, 3),
+                fmt_value(total, 3),
+                _pct(data, total),  # as the summary's data wait share: "-" when no step was measured
                 fmt_value(e.get("throughput_img_s"), 1),  # warm-up excluded, like the headline
                 fmt_value(e.get("train_loss"), 4),
                 fmt_value(e.get("train_top1"), 4),
@@ -241,8 +275,9 @@ def render(results: Mapping[str, Any], fmt: str = "text") -> str:
     title = f"effbench run {results.get('run_name', '')}".strip()
     notes = (
         "Throughput counts measured steps only (warm-up excluded): images / (data wait + compute), with several "
-        "ranks all ranks' images over the slowest rank's time; the epoch table's img/s is the same per epoch. "
-        "Data wait is host time blocked on the loader; compute ends with a device sync."
+        "ranks all ranks' images over the slowest rank's time; the epoch table's measured columns are the same "
+        "per epoch (images, loss and top-1 count every step). Data wait is host time blocked on the loader; "
+        "compute ends with a device sync."
     )
     if results.get("data_only"):
         notes = (

@@ -17,9 +17,10 @@ says so on stderr and waits there for a signal (at most HOLD_MAX_S), so a test c
 any phase without racing the machine's speed.
 
 Test hook: with `EFFBENCH_FAULT_NAN_LOSS=RANK:STEP`, the rank whose RANK (torchrun's variable; 0 outside
-torchrun) matches records a NaN loss from global step STEP on, as a NaN-producing batch would. Only the
-recorded loss is poisoned, not the gradients, so the other ranks never see one: the case where only one
-rank can tell the run diverged (train.py makes every rank agree):
+torchrun) matches records a NaN loss from the run's step STEP on (warm-up included, counted from 1 as the
+progress lines and the divergence error count: 1:3 stops the run "at step 3 of the run"), as a
+NaN-producing batch would. Only the recorded loss is poisoned, not the gradients, so the other ranks never
+see one: the case where only one rank can tell the run diverged (train.py makes every rank agree):
 
     EFFBENCH_FAULT_NAN_LOSS=1:3 effbench run --nproc 2 --device cpu --dataset synthetic ...
 """
@@ -39,11 +40,12 @@ FAULT_NAN_ENV = "EFFBENCH_FAULT_NAN_LOSS"
 
 
 def nan_loss_from(env: Mapping[str, str] = os.environ) -> int | None:
-    """The global step from which this rank's loss is made NaN, or None (hook unset, malformed, another rank)."""
+    """The 0-based index of the run's step from which this rank's loss is made NaN (the hook's STEP counts
+    from 1), or None (hook unset, malformed, STEP 0, another rank)."""
     rank_text, sep, step_text = env.get(FAULT_NAN_ENV, "").strip().partition(":")
-    if not (sep and rank_text.isdigit() and step_text.isdigit()):
+    if not (sep and rank_text.isdigit() and step_text.isdigit() and int(step_text) >= 1):
         return None
-    return int(step_text) if int(rank_text) == int(env.get("RANK", "0") or 0) else None
+    return int(step_text) - 1 if int(rank_text) == int(env.get("RANK", "0") or 0) else None
 
 
 def hold_phase(name: str, until: Callable[[], bool], env: Mapping[str, str] = os.environ) -> None:

@@ -1,9 +1,11 @@
 """Progress display: a rich progress bar on a terminal, plain log lines otherwise (CI, Slurm logs).
 
-Each update shows the wall-clock rate since the previous update: img/s, time per step and the ETA
-of the remaining training steps (validation not included). These are feedback for the user, read
-on the host clock between progress calls (the loss `.item()` before each call is their sync); the
-measured figures in results.json come from run/timing.py, not from here.
+Each update shows, since the previous update: img/s over the measured steps (warm-up excluded, data
+wait + compute as run/timing.py timed them, fed in by `step`: the headline's definition, over these
+steps; "warm-up" while only warm-up steps ran), then the wall-clock time per step and the ETA of the
+remaining training steps (validation not included), read on the host clock between progress calls
+(the loss `.item()` before each call is their sync). The wall clock also holds what runs between the
+timed steps (validation, the per-epoch files), so it is only for the ETA.
 """
 
 from __future__ import annotations
@@ -33,14 +35,15 @@ class Progress:
         stream: TextIO | None = None,
         enabled: bool = True,
         *,
-        images_per_step: int | None = None,
+        ranks: int = 1,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.epochs = epochs
         self.stream = stream or sys.stderr
         self.enabled = enabled
-        self.images_per_step = images_per_step
+        self.ranks = ranks  # DDP: every rank steps the same images as this one (DistributedSampler's shards)
         self.clock = clock
+        self._images, self._seconds, self._warmup_steps = 0, 0.0, 0  # the timed steps since the last update
         self._bar: Any = None
         self._task: Any = None
         self._epoch = -1
@@ -75,17 +78,33 @@ class Progress:
         if self._bar is not None:
             self._bar.__exit__(*exc)
 
+    def step(self, warmup: bool, seconds: float, images: int) -> None:
+        """One step as the loop timed and tallied it (run/timing.py: data wait + compute, in seconds)."""
+        if warmup:
+            self._warmup_steps += 1
+        else:
+            self._images += images
+            self._seconds += seconds
+
+    def _measured(self) -> list[str]:
+        """The measured img/s since the previous call ("warm-up" when only warm-up steps ran)."""
+        images, seconds, warmup = self._images, self._seconds, self._warmup_steps
+        self._images, self._seconds, self._warmup_steps = 0, 0.0, 0
+        if seconds > 0:
+            return [f"{self.ranks * images / seconds:.1f} img/s measured"]
+        return ["warm-up"] if warmup else []
+
     def rate(self, epoch: int, step: int, steps: int) -> str:
-        """`12.3 img/s, 81 ms/step, ETA 1m05s` over the steps since the previous call."""
+        """`12.3 img/s measured, 81 ms/step, ETA 1m05s` over the steps since the previous call."""
+        measured = self._measured()
         now, done = self.clock(), epoch * steps + step
         last_t, last_done = self._last if self._last is not None else (now, done)
         self._last = (now, done)
         if done <= last_done or now <= last_t:
-            return ""
+            return ", ".join(measured)
         step_s = (now - last_t) / (done - last_done)
         remaining = (self.epochs - epoch) * steps - step
-        parts = [f"{self.images_per_step / step_s:.1f} img/s"] if self.images_per_step else []
-        parts += [f"{step_s * 1000:.0f} ms/step", f"ETA {fmt_duration(remaining * step_s)}"]
+        parts = [*measured, f"{step_s * 1000:.0f} ms/step", f"ETA {fmt_duration(remaining * step_s)}"]
         return ", ".join(parts)
 
     def update(self, epoch: int, step: int, steps: int, loss: float) -> None:

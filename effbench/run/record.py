@@ -50,6 +50,8 @@ def merge_epoch(per_rank: Sequence[Row]) -> Row:
     if len(per_rank) == 1:
         return {**per_rank[0], "throughput_img_s": thr}
     slowest_row = max(per_rank, key=lambda r: r["total_time_s"])
+    # the measured split of the rank whose measured steps took longest, as the headline's data_time_share
+    slowest_measured = max(per_rank, key=lambda r: r.get("measured_time_s") or 0.0)
 
     def weighted(key: str, weight: str) -> float | None:
         total = sum(r.get(weight) or 0 for r in per_rank)
@@ -68,6 +70,8 @@ def merge_epoch(per_rank: Sequence[Row]) -> Row:
         "val_time_s": max(r["val_time_s"] for r in per_rank),
         "measured_images": sum(r.get("measured_images") or 0 for r in per_rank),
         "measured_time_s": max(r.get("measured_time_s") or 0.0 for r in per_rank),
+        "measured_data_time_s": slowest_measured.get("measured_data_time_s"),
+        "measured_compute_time_s": slowest_measured.get("measured_compute_time_s"),
         "throughput_img_s": thr,
     }
 

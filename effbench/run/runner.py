@@ -42,7 +42,7 @@ from effbench.errors import EffbenchError
 from effbench.launch.plan import LaunchPlan
 from effbench.run import record as rec
 from effbench.run.phases import Interrupted, Phase, deferred, interrupt_on_signals
-from effbench.run.timing import Tally
+from effbench.run.timing import StepTime, Tally
 
 if TYPE_CHECKING:
     from effbench.data import DataBundle
@@ -375,8 +375,8 @@ class Measurement:
     t0: float
     epochs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     steps: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # rank 0's
-    warmup: Tally = dataclasses.field(default_factory=Tally)
-    measured: Tally = dataclasses.field(default_factory=Tally)
+    warmup: Tally = dataclasses.field(default_factory=Tally)  # every warm-up step that ran, as it ended
+    measured: Tally = dataclasses.field(default_factory=Tally)  # the finished epochs' measured steps
     rank_steps: list[dict[str, float]] = dataclasses.field(default_factory=list)  # this rank's measured steps
     epoch_ranks: list[dict[str, Any]] | None = None  # the rank rows gathered with the last epoch
     gathered: list[dict[str, Any]] | None = None  # the final gather, when the run got that far
@@ -579,21 +579,27 @@ def _epochs(
     cfg, data, rt = prep.cfg, prep.data, prep.rt
     writer = dist.is_main
     with (
-        Progress(cfg.epochs, enabled=progress and writer, images_per_step=prep.batch * plan.devices) as prog,
+        Progress(cfg.epochs, enabled=progress and writer, ranks=dist.world_size) as prog,
         m.sampler,
     ):
         faults.inject_oom(prep.batch)  # test hook EFFBENCH_FAULT_OOM_AT_BATCH (faults.py); off unless set
+
+        def on_step(warmup: bool, t: StepTime, images: int) -> None:
+            # every warm-up step as it ends: one cut short by a signal in warm-up still reports the ones that ran
+            if warmup:
+                m.warmup.add(t, images)
+            prog.step(warmup, t.total_s, images)  # the progress lines' img/s: measured steps, as the headline
+
         epochs_iter = (
-            data_epochs(data, rt, cfg, on_progress=prog.update, on_phase=phase.enter)
+            data_epochs(data, rt, cfg, on_progress=prog.update, on_phase=phase.enter, on_step=on_step)
             if cfg.data_only
             else train_epochs(
                 prep.model, data, prep.optimizer, prep.scheduler, rt, cfg, on_progress=prog.update,
-                on_phase=phase.enter,
+                on_phase=phase.enter, on_step=on_step,
             )
         )  # fmt: skip
         for er in epochs_iter:
-            m.warmup = rec.added(m.warmup, er.warmup)
-            m.measured = rec.added(m.measured, er.measured)
+            m.measured = rec.added(m.measured, er.measured)  # finished epochs: the rows of steps.csv
             # one small collective per epoch: the epoch rows and every rank's measured totals so far, so
             # the in-progress headline is the same all-ranks figure as the final one (analysis/throughput)
             gathered = dist.gather({"epoch": er.to_dict(), "row": _rank_row(dist, rt, m.measured)})

@@ -30,12 +30,15 @@ from effbench.errors import EffbenchError
 from effbench.launch.distributed import AgreeFn, agree_alone, nonfinite_agreement
 from effbench.run import faults
 from effbench.run.runtime import Runtime
-from effbench.run.timing import StepTimer, Tally, device_sync_fn
+from effbench.run.timing import StepTime, StepTimer, Tally, device_sync_fn
 
 # on_progress(epoch, step_in_epoch, steps_in_epoch, latest_loss)
 ProgressFn = Callable[[int, int, int, float], None]
 # on_phase(name): the run entered "warm-up", "epochs" or "validation" (run/phases.py)
 PhaseFn = Callable[[str], None]
+# on_step(warmup, step_time, images): a step just ended, as it was tallied; the runner counts the warm-up
+# steps from these, so an epoch cut short (a signal, a non-finite loss) still reports the ones that ran
+StepFn = Callable[[bool, StepTime, int], None]
 
 # The selftest's interleave point (selftest/checks.py, harness vs bare loop): a function called after each
 # training step, in the gap between the step's timer and the next one, so a reference loop's steps can
@@ -54,14 +57,19 @@ def between_steps(fn: Callable[[], None]) -> Iterator[None]:
 
 
 class Diverged(Exception):
-    """The loss went non-finite (nan/inf): training stops there, and the run's status is `diverged`."""
+    """The loss went non-finite (nan/inf): training stops there, and the run's status is `diverged`.
+
+    `epoch`, `step` (of the epoch) and `global_step` (of the run, warm-up included) count from 1, as the
+    progress lines ("epoch 2/2 step 3/6"), the tables and results.json do. The message names no file's
+    rows: the epoch it stopped in never reaches steps.csv (its rows are written when an epoch ends).
+    """
 
     def __init__(self, epoch: int, step: int, global_step: int, loss: float, rank: int | None = None) -> None:
         self.epoch, self.step, self.global_step, self.loss, self.rank = epoch, step, global_step, loss, rank
         on_rank = "" if rank is None else f" on rank {rank}"
         super().__init__(
-            f"loss became {loss}{on_rank} at step {global_step} (epoch {epoch}, step {step} of the epoch, as in "
-            "steps.csv); lower --lr or check the data"
+            f"loss became {loss}{on_rank} at step {global_step} of the run (epoch {epoch}, step {step} of the "
+            "epoch, counted from 1 as in the progress lines); lower --lr or check the data"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -74,12 +82,13 @@ def check_finite(
     losses: list[float], *, epoch: int, first_step: int, first_global_step: int, agree: AgreeFn = agree_alone
 ) -> None:
     """Raise Diverged at the first non-finite loss of `losses` (steps first_step.. of `epoch`), or at the one
-    another rank found in the same window (`agree`: every rank calls it at the same check)."""
+    another rank found in the same window (`agree`: every rank calls it at the same check). The arguments
+    are the loop's 0-based indices (the ranks agree on 0-based global steps); Diverged counts from 1."""
     mine = next(((first_global_step + i, v) for i, v in enumerate(losses) if not math.isfinite(v)), None)
     found = agree(mine)
     if found is not None:
         global_step, loss, rank = found
-        raise Diverged(epoch, first_step + global_step - first_global_step, global_step, loss, rank)
+        raise Diverged(epoch + 1, first_step + global_step - first_global_step + 1, global_step + 1, loss, rank)
 
 
 def no_training_images(data: Any) -> EffbenchError:
@@ -131,8 +140,11 @@ class EpochResult:
             # warm-up excluded, like the headline: the epoch's measured steps only (None: all warm-up)
             "measured_images": self.measured.images,
             "measured_time_s": self.measured.time_s,
+            "measured_data_time_s": self.measured.data_time_s,
+            "measured_compute_time_s": self.measured.compute_time_s,
             "throughput_img_s": self.measured.throughput_img_s,
             "warmup_steps": self.warmup.steps,
+            "warmup_time_s": self.warmup.time_s,
         }
 
 
@@ -214,6 +226,7 @@ def train_epochs(
     *,
     on_progress: ProgressFn | None = None,
     on_phase: PhaseFn | None = None,
+    on_step: StepFn | None = None,
 ) -> Iterator[EpochResult]:
     """Train for cfg.epochs, yielding each finished epoch (train + validation)."""
     import torch
@@ -253,6 +266,8 @@ def train_epochs(
                 correct[step] = n_correct
             t = timer.lap()
             (warmup if global_step < cfg.warmup_steps else measured).add(t, images)
+            if on_step:
+                on_step(global_step < cfg.warmup_steps, t, images)
             counts.append(images)
             times.append(t)
             global_step += 1
@@ -356,6 +371,7 @@ def data_epochs(
     *,
     on_progress: ProgressFn | None = None,
     on_phase: PhaseFn | None = None,
+    on_step: StepFn | None = None,
 ) -> Iterator[EpochResult]:
     """--data-only: the training loader's epochs, delivered to the device, with no model.
 
@@ -387,6 +403,8 @@ def data_epochs(
                 break
             t = timer.lap()
             (warmup if global_step < cfg.warmup_steps else measured).add(t, images)
+            if on_step:
+                on_step(global_step < cfg.warmup_steps, t, images)
             rows.append({"epoch": epoch + 1, "step": step, "warmup": global_step < cfg.warmup_steps, "images": images,
                          "loss": None, "top1": None, "data_time_s": t.data_s, "compute_time_s": 0.0})  # fmt: skip
             global_step += 1
