@@ -663,6 +663,8 @@ def test_a_short_run_without_warmup_steps_measures_and_records_the_warmup_used(t
     assert config["warmup_steps"] == 1 and read_results(run)["config"]["warmup_steps"] == 1
     rows = list(csv.DictReader((run / "steps.csv").open()))
     assert [r["warmup"] for r in rows] == ["True", "False", "False"]
+    # epochs and steps counted from 1, as the progress lines (`epoch 1/5 step 3/3`) and the divergence error count
+    assert [(r["epoch"], r["step"]) for r in rows] == [("1", "1"), ("1", "2"), ("1", "3")]
 
 
 def test_the_optimizers_preset_with_five_steps_plans_cells_that_measure():

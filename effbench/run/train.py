@@ -297,7 +297,7 @@ def train_epochs(
         step_rows = [
             {
                 "epoch": epoch + 1,  # 1-based, as in EpochResult.to_dict
-                "step": i,
+                "step": i + 1,  # 1-based within the epoch, as progress lines and the divergence error count
                 "warmup": i < warmup.steps,
                 "images": counts[i],
                 "loss": loss_list[i],
@@ -405,7 +405,7 @@ def data_epochs(
             (warmup if global_step < cfg.warmup_steps else measured).add(t, images)
             if on_step:
                 on_step(global_step < cfg.warmup_steps, t, images)
-            rows.append({"epoch": epoch + 1, "step": step, "warmup": global_step < cfg.warmup_steps, "images": images,
+            rows.append({"epoch": epoch + 1, "step": step + 1, "warmup": global_step < cfg.warmup_steps, "images": images,
                          "loss": None, "top1": None, "data_time_s": t.data_s, "compute_time_s": 0.0})  # fmt: skip
             global_step += 1
             if global_step == cfg.warmup_steps:
