@@ -385,6 +385,19 @@ def test_leaderboard_of_two_machines_names_the_faster_and_the_environment_differ
     assert "node-b" in html and "driver 550.54.15" in html and "data:image/png;base64," in html
 
 
+def test_a_leaderboard_names_no_fastest_machine_within_noise(tmp_path, capsys):
+    # node-b's windows are node-a's plus 1 img/s against a spread of about 20 (BASE): Welch's interval of
+    # the difference includes 0, so neither machine is called the fastest, whatever the figures' order
+    root = tmp_path / "nodes"
+    make_run(root / "node-a-run", [x + 1 for x in BASE], host="node-a")
+    make_run(root / "node-b-run", list(BASE), host="node-b")
+    code, _, _ = invoke(["report", root], capsys)
+    assert code == 0
+    verdict = next(line for line in (root / "leaderboard.txt").read_text().splitlines() if line.startswith("- "))
+    assert "fastest" not in verdict.replace("no fastest machine", "") and "slowest" not in verdict, verdict
+    assert "no fastest machine (within noise): node-a" in verdict, verdict
+
+
 def test_leaderboard_ranks_by_the_throughput_each_runs_report_prints(tmp_path, capsys):
     # node-a: windows BASE (median 100) but its own figure 120 (steps of unequal time); node-b: windows
     # BASE + 10 (median 110), its figure 105. By the median node-b would lead; by the figure each
@@ -396,8 +409,9 @@ def test_leaderboard_ranks_by_the_throughput_each_runs_report_prints(tmp_path, c
     assert code == 0
     txt = (root / "leaderboard.txt").read_text()
     verdict = next(line for line in txt.splitlines() if line.startswith("- "))
-    assert "fastest node-a (1x NVIDIA H100 80GB HBM3) 120.0 img/s; slowest node-b" in verdict
-    assert "12.5% slower" in verdict
+    # the windows (10 img/s apart, spread ~8) cannot tell the two apart: ranked by the figures, no winner named
+    assert "no fastest machine (within noise): node-a (1x NVIDIA H100 80GB HBM3) 120.0 img/s" in verdict
+    assert "node-b (1x NVIDIA H100 80GB HBM3) 12.5% lower" in verdict
     first, second = (line for line in txt.splitlines() if line.startswith("node-"))
     assert re.match(r"node-a .* ok +120\.0 ", first) and re.match(r"node-b .* ok +105\.0 .* 87\.5% ", second)
     assert re.search(r"^machine +status +img/s +95% CI ", txt, re.M)  # not labelled a median

@@ -90,6 +90,10 @@ class Entry:
     differences: list[str] = field(default_factory=list)
 
 
+SLOWER = "slower, outside noise"
+"""The one gap that lets a group's verdict name a fastest and a slowest machine."""
+
+
 @dataclass(frozen=True)
 class Group:
     label: str
@@ -107,9 +111,16 @@ class Group:
         last = ranked[-1]
         assert last.relative is not None
         why = f"; differs in {', '.join(last.differences)}" if last.differences else "; same environment fields"
+        lower = f"{100 * (1 - last.relative):.1f}%"
+        if last.gap != SLOWER:
+            # the windows cannot tell the ends apart (or disagree with the figures): no winner is named
+            return (
+                f"{self.label}: no fastest machine ({last.gap}): {best.machine} {best.throughput:,.1f} img/s, "
+                f"{last.machine} {lower} lower{why}"
+            )
         return (
             f"{self.label}: fastest {best.machine} {best.throughput:,.1f} img/s; slowest {last.machine} "
-            f"{100 * (1 - last.relative):.1f}% slower ({last.gap}){why}"
+            f"{lower} slower ({last.gap}){why}"
         )
 
 
@@ -128,7 +139,7 @@ def _gap(best: Run, run: Run) -> str:
     d = stats.difference(best.windows_img_s, run.windows_img_s)
     if not d.significant:
         return "within noise"
-    return "slower, outside noise" if d.delta < 0 else "faster, outside noise"
+    return SLOWER if d.delta < 0 else "faster, outside noise"
 
 
 def _labels(configs: Sequence[Mapping[str, Any]]) -> list[str]:
