@@ -32,7 +32,8 @@ def fake_run(
     folder.mkdir(parents=True)
     epochs = [] if status != "ok" else [
         {"epoch": e, "images": 1000, "data_time_s": data_s, "compute_time_s": 1.0, "total_time_s": 1.0 + data_s,
-         "train_loss": 2.0 - 0.3 * e, "train_top1": 0.2 + 0.1 * e, "val_top1": 0.15 + 0.1 * e, "val_time_s": 0.1}
+         "warmup_steps": 0, "warmup_time_s": 0.0, "measured_time_s": 1.0 + data_s, "measured_data_time_s": data_s,
+         "measured_compute_time_s": 1.0, "train_loss": 2.0 - 0.3 * e, "train_top1": 0.2 + 0.1 * e, "val_top1": 0.15 + 0.1 * e, "val_time_s": 0.1}
         for e in range(2)
     ]  # fmt: skip
     record = {
@@ -233,3 +234,63 @@ def test_report_of_a_folder_that_is_neither(tmp_path, kind):
     with pytest.raises(EffbenchError) as info:
         render.write_reports(tmp_path)
     assert info.value.option == str(tmp_path) and "sweep.json" in info.value.message
+
+
+def _split_record(optimizer: str, *, old: bool = False, totals: bool = True) -> dict:
+    """A cell's results.json by hand: epoch 1 one warm-up step (0.5 s data + 2.0 s compute) and measured
+    steps of 0.02 s data + 0.2 s compute, epoch 2 no warm-up and 0.04 + 0.36 s measured. `old`: written
+    before the epochs held their measured split; `totals`: with the run's `measured` / `warmup` totals."""
+    epochs = [
+        {"epoch": 1, "images": 12, "data_time_s": 0.52, "compute_time_s": 2.2, "total_time_s": 2.72,
+         "warmup_steps": 1, "warmup_time_s": 2.5, "measured_time_s": 0.22,
+         "measured_data_time_s": 0.02, "measured_compute_time_s": 0.2, "train_top1": 0.5},
+        {"epoch": 2, "images": 12, "data_time_s": 0.04, "compute_time_s": 0.36, "total_time_s": 0.4,
+         "warmup_steps": 0, "warmup_time_s": 0.0, "measured_time_s": 0.4,
+         "measured_data_time_s": 0.04, "measured_compute_time_s": 0.36, "train_top1": 0.6},
+    ]  # fmt: skip
+    if old:
+        drop = ("warmup_time_s", "measured_data_time_s", "measured_compute_time_s")
+        epochs = [{k: v for k, v in e.items() if k not in drop} for e in epochs]
+    record = {"status": "ok", "throughput_img_s": 40.0, "epochs": epochs, "data_time_share": 0.06 / 0.62,
+              "config": {"optimizer": optimizer}, "throughput_windows": {"windows": 0}}  # fmt: skip
+    if totals:
+        record["measured"] = {"steps": 5, "images": 20, "data_time_s": 0.06, "compute_time_s": 0.56, "time_s": 0.62}
+        record["warmup"] = {"steps": 1, "images": 4, "data_time_s": 0.5, "compute_time_s": 2.0, "time_s": 2.5}
+    return record
+
+
+def test_the_sweeps_time_columns_and_chart_split_the_measured_steps_with_warm_up_apart(tmp_path, monkeypatch):
+    from effbench.report import plots
+
+    # by hand, per epoch over the 2 epochs: measured data (0.02 + 0.04) / 2 = 0.030 s, compute (0.2 + 0.36) / 2
+    # = 0.280 s, their data share 0.06 / 0.62 = 9.7% (the headline's); warm-up 2.5 / 2 = 1.250 s apart. Over
+    # every step they were 0.280 and 1.280 s: a 17.9% data share beside a 9.7% headline
+    cells = [({"key": "000", "params": {"optimizer": "sgd"}}, _split_record("sgd")),
+             ({"key": "001", "params": {"optimizer": "adam"}}, _split_record("adam", old=True)),
+             ({"key": "002", "params": {"optimizer": "adagrad"}}, _split_record("adagrad", old=True, totals=False))]  # fmt: skip
+    rows = [sweep_report.cell_row(cell, record) for cell, record in cells]
+    headers, body = sweep_report.summary_table(rows, ["optimizer"])
+    new, old, unknown = (dict(zip(headers, b, strict=True)) for b in body)
+    measured = ("data s/epoch (measured)", "compute s/epoch (measured)", "data % (measured)", "warm-up s/epoch")
+    assert [new[h] for h in measured] == ["0.030", "0.280", "9.7%", "1.250"]
+    # written before the epochs held the split: the run's measured and warm-up totals over its 2 epochs, said so
+    assert [old[h] for h in measured] == ["0.030", "0.280", "9.7%", "1.250"]
+    assert [unknown[h] for h in measured] == ["-", "-", "9.7%", "-"]  # never the warm-up-included 0.280 / 1.280
+    text = sweep_report.render(rows, {"optimizer": ["sgd", "adam", "adagrad"]}, title="t")
+    assert "cell 001: recorded before its epochs held their measured split" in text
+    assert "cell 002: no measured split recorded" in text
+    assert "1.280" not in text  # the compute per epoch with warm-up, anywhere
+
+    got: dict = {}
+
+    def stacked_time_bars(labels, data_s, compute_s, path, **kw):  # the leaf: what the chart is drawn from
+        got.update(labels=labels, data=data_s, compute=compute_s, warmup=kw.get("warmup_s"))
+        return path
+
+    monkeypatch.setattr(plots, "stacked_time_bars", stacked_time_bars)
+    made, problems = render.sweep_plots(rows, {"optimizer": ["sgd", "adam", "adagrad"]}, tmp_path)
+    assert got["labels"] == ["optimizer=sgd", "optimizer=adam"]  # the cell with no split is left out, and named
+    assert got["data"] == [pytest.approx(0.03)] * 2 and got["compute"] == [pytest.approx(0.28)] * 2
+    assert got["warmup"] == [pytest.approx(1.25)] * 2
+    assert any(p.startswith("cell 002: no measured split recorded") for p in problems)
+    assert any("measured steps, warm-up apart" in caption for _, caption in made)

@@ -8,7 +8,7 @@ no global backend, no display needed) and writes `path`. Nothing here reads resu
     throughput_bars     throughput per configuration with its 95% CI
     top1_per_epoch      train and validation top-1 per epoch, one line per configuration
     throughput_vs_batch throughput vs batch size per device, OOM cells marked
-    data_time_vs_workers data-loading time per epoch vs DataLoader workers
+    data_time_vs_workers data-loading time per epoch (measured steps) vs DataLoader workers
     scaling             throughput and efficiency vs device count, with the ideal lines
 """
 
@@ -62,8 +62,8 @@ def stacked_time_bars(
     ylabel: str = "seconds per epoch",
     warmup_s: Sequence[float] | None = None,
 ) -> Path:
-    """Compute and data wait stacked per bar, "% data" of their sum over each; `warmup_s` (a run's epochs):
-    a warm-up segment on top, outside that share, as the headline excludes it."""
+    """Compute and data wait stacked per bar, "% data" of their sum over each; `warmup_s` (a run's epochs, a
+    sweep's configurations): a warm-up segment on top, outside that share, as the headline excludes it."""
     fig = _figure(max(6.0, 0.9 * len(labels) + 2), 4.5)
     ax = fig.add_subplot()
     x = list(range(len(labels)))
@@ -193,7 +193,7 @@ def data_time_vs_workers(series: Mapping[str, Sequence[tuple[int, float]]], path
         pts = sorted(pts)
         ax.plot([w for w, _ in pts], [d for _, d in pts], "-o", color=f"C{i % 10}", label=label)
     ax.set_xlabel("DataLoader workers")
-    ax.set_ylabel("data-loading time per epoch (s)")
+    ax.set_ylabel("data wait per epoch, measured steps (s)")
     ax.set_ylim(bottom=0)
     ax.set_title(title)
     ax.legend(fontsize=7, loc="best")

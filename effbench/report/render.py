@@ -23,7 +23,7 @@ from effbench.sweep import manifest as M
 from effbench import results
 from effbench.report import tables as report
 from effbench.report import sweep_tables as sweep_report
-from effbench.analysis import scaling, windows
+from effbench.analysis import epoch_time, scaling, windows
 from effbench.errors import EffbenchError
 from effbench.fmt import interval
 from effbench.sweep.spec import dim_option, show, varied
@@ -71,11 +71,11 @@ def run_plots(record: Mapping[str, Any], out_dir: Path) -> tuple[list[Plot], lis
     if epochs:
         labels = [f"epoch {int(e.get('epoch', i + 1))}" for i, e in enumerate(epochs)]  # 1-based in the record
         # the measured steps' split (the headline's data wait share, the epoch table's data %), warm-up apart
-        measured = [report.epoch_measured(e) for e in epochs]
+        measured = [epoch_time.epoch_measured(e) for e in epochs]
         _draw(made, problems, "Data loading vs training time per epoch: measured steps, warm-up apart", lambda: plots.stacked_time_bars(
             labels, [d or 0.0 for d, _ in measured], [c or 0.0 for _, c in measured],
             out_dir / "time_per_epoch.png", title="Where each epoch's time goes", ylabel="seconds",
-            warmup_s=[report.epoch_warmup_s(e) or 0.0 for e in epochs]))  # fmt: skip
+            warmup_s=[epoch_time.epoch_warmup_s(e) or 0.0 for e in epochs]))  # fmt: skip
         _draw(made, problems, "Top-1 accuracy per epoch", lambda: plots.top1_per_epoch(
             {str((record.get("config") or {}).get("arch", "run")): {"train": [e.get("train_top1") for e in epochs], "val": [e.get("val_top1") for e in epochs]}},
             out_dir / "top1_per_epoch.png", title="Top-1 per epoch"))  # fmt: skip
@@ -255,11 +255,16 @@ def sweep_plots(
         )
     charted = rows if show_dims or not idle else []  # every varied dimension had no effect: none per configuration
     ran = [r for r in charted if r.get("record") and r.get("status") == "ok"]
-    if ran:
-        labels = sweep_report.chart_labels(ran, show_dims)
-        _draw(made, problems, "Data loading vs training time per configuration (seconds per epoch)", lambda: plots.stacked_time_bars(
-            labels, [r.get("data_time_per_epoch_s") or 0.0 for r in ran], [r.get("compute_time_per_epoch_s") or 0.0 for r in ran],
-            out_dir / "time_breakdown.png", title="Data loading vs training time"))  # fmt: skip
+    # the measured steps' split (the headline's, the tables' data and compute s/epoch), warm-up apart; a cell
+    # whose record cannot tell its measured steps from its warm-up gets no bar, and is named
+    split = [r for r in ran if r.get("measured_data_time_per_epoch_s") is not None]
+    problems += sweep_report.time_split_notes([r for r in ran if r not in split])
+    if split:
+        labels = sweep_report.chart_labels(split, show_dims)
+        _draw(made, problems, "Data loading vs training time per configuration (seconds per epoch): measured steps, warm-up apart", lambda: plots.stacked_time_bars(
+            labels, [r["measured_data_time_per_epoch_s"] for r in split], [r.get("measured_compute_time_per_epoch_s") or 0.0 for r in split],
+            out_dir / "time_breakdown.png", title="Data loading vs training time", ylabel="seconds per epoch",
+            warmup_s=[r.get("warmup_time_per_epoch_s") or 0.0 for r in split]))  # fmt: skip
     if charted:
         labels = sweep_report.chart_labels(charted, show_dims)
         _draw(made, problems, "Throughput per configuration: the run's throughput and the 95% CI of its windows' mean", lambda: plots.throughput_bars(
@@ -300,9 +305,9 @@ def sweep_plots(
     if "workers" in show_dims:
         series_w = {
             g: [
-                (int(sweep_report.ran(r, "workers")), r["data_time_per_epoch_s"])
+                (int(sweep_report.ran(r, "workers")), r["measured_data_time_per_epoch_s"])
                 for r in members
-                if r.get("status") == "ok" and r.get("data_time_per_epoch_s") is not None
+                if r.get("status") == "ok" and r.get("measured_data_time_per_epoch_s") is not None
             ]
             for g, members in sweep_report.chart_groups(rows, names, "workers", list(idle)).items()
             if sweep_report.workers_reason(members) is None  # no chart of an option that changed nothing
@@ -313,7 +318,7 @@ def sweep_plots(
             _draw(
                 made,
                 problems,
-                "Data-loading time per epoch vs DataLoader workers",
+                "Data-loading time per epoch (measured steps, warm-up excluded) vs DataLoader workers",
                 lambda: plots.data_time_vs_workers(
                     series_w, out_dir / "data_time_vs_workers.png", title="Data-loading time vs workers"
                 ),
@@ -350,6 +355,7 @@ def sweep_html(
             href = f"{r['run_dir']}/{REPORT_HTML}"
             links.append(f"<li>{H.link(href, r['key'])}: {H.esc(r.get('status'))}</li>")
     cells = [H.table(headers, body, row_classes=[str(r.get("status")) for r in rows], table_id="cells")]
+    cells += [H.paragraph(line) for line in sweep_report.time_split_notes(rows)]
     if links:
         cells.append("<ul>" + "".join(links) + "</ul>")
     sections.append(H.Section("Cells", cells))
@@ -384,8 +390,7 @@ def sweep_html(
     )
     sections.append(H.Section("How to read this", [H.paragraph(
         "img/s is each cell's throughput (the run's own figure) with the 95% Student's t interval of its windows' mean (--repeats); "
-        "'within noise' means Welch's 95% interval of the difference includes 0. Data and compute are seconds per epoch over "
-        "the timed steps (warm-up excluded).")]))  # fmt: skip
+        "'within noise' means Welch's 95% interval of the difference includes 0. " + sweep_report.TIME_NOTE)]))  # fmt: skip
     return H.page(
         f"effbench sweep {m.get('name')}",
         f"{len(rows)} cells · {', '.join(f'{k} {v}' for k, v in M.counts(m).items())}",

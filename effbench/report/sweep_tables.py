@@ -15,6 +15,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from effbench.analysis import epoch_time
 from effbench.analysis import scaling as scaling_table
 from effbench.analysis import stats
 from effbench.analysis import windows
@@ -59,8 +60,11 @@ def cell_row(
         no_effect=dict((record.get("config") or {}).get("no_effect") or {}),
         resolved=dict(record.get("config") or {}),  # the values that ran (config.json is resolved)
         windows=w.get("windows"),
+        # every step, warm-up included (summary.json only; epochs.csv's data_time_s / compute_time_s)
         data_time_per_epoch_s=_mean([e.get("data_time_s") for e in epochs]),
         compute_time_per_epoch_s=_mean([e.get("compute_time_s") for e in epochs]),
+        # what the tables and charts show: the measured steps (the headline's), warm-up apart, and their source
+        **epoch_time.per_epoch(record),
         data_time_share=record.get("data_time_share"),
         train_loss=final.get("train_loss"),
         train_top1=final.get("train_top1"),
@@ -148,15 +152,22 @@ def host_peak_gib(record: Mapping[str, Any]) -> float | None:
     return None
 
 
+# Said under the tables (and on the sweep page): what the seconds per epoch count.
+TIME_NOTE = (
+    "Data and compute s/epoch are the measured steps' (warm-up excluded, as img/s and data %: the run report's "
+    "epoch table, averaged over the epochs); warm-up s/epoch is the warm-up steps' seconds over the epochs, apart."
+)
+
 # Said under a no-effect dimension's table (and on the sweep page): why it has no deltas and no chart.
 IDLE_NOTE = "every cell ran the same value, so its differences are noise: no deltas, no chart along it"
 
 METRIC_HEADERS = (
     "status",
     "img/s [95% CI]",
-    "data s/epoch",
-    "compute s/epoch",
-    "data %",
+    "data s/epoch (measured)",
+    "compute s/epoch (measured)",
+    "data % (measured)",
+    "warm-up s/epoch",
     "train loss",
     "train top-1",
     "val top-1",
@@ -175,14 +186,35 @@ def _metrics(row: Mapping[str, Any]) -> list[str]:
     return [
         str(row.get("status") or "-"),
         throughput_cell(row),
-        fmt_value(row.get("data_time_per_epoch_s"), 3),
-        fmt_value(row.get("compute_time_per_epoch_s"), 3),
-        "-" if share is None else f"{100 * share:.1f}%",
+        fmt_value(row.get("measured_data_time_per_epoch_s"), 3),
+        fmt_value(row.get("measured_compute_time_per_epoch_s"), 3),
+        "-" if share is None else f"{100 * share:.1f}%",  # the headline's data wait share: the same steps
+        fmt_value(row.get("warmup_time_per_epoch_s"), 3),
         fmt_value(row.get("train_loss"), 4),
         fmt_value(row.get("train_top1"), 4),
         fmt_value(row.get("val_top1"), 4),
         mem_text,
     ]
+
+
+def time_split_notes(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per cell whose seconds per epoch do not come from its epochs' measured split, saying where
+    they come from instead (epoch_time.per_epoch), so no table or chart mixes definitions silently."""
+    out = []
+    for r in rows:
+        n = len((r.get("record") or {}).get("epochs") or [])
+        if r.get("time_split") == epoch_time.FROM_RUN_TOTALS:
+            out.append(
+                f"cell {r['key'][:3]}: recorded before its epochs held their measured split; its data, compute "
+                f"and warm-up s/epoch are the run's measured and warm-up totals (the headline's steps) over its "
+                f"{n} epoch{'s' if n != 1 else ''}"
+            )
+        elif r.get("time_split") == epoch_time.UNRECORDED:
+            out.append(
+                f"cell {r['key'][:3]}: no measured split recorded (its epoch times include the warm-up), so no "
+                "data, compute or warm-up s/epoch and no bar in the time chart"
+            )
+    return out
 
 
 def summary_table(rows: Sequence[Mapping[str, Any]], dims: Sequence[str]) -> tuple[list[str], list[list[str]]]:
@@ -328,7 +360,7 @@ def _workers_verdicts(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The fewest workers whose data wait is within noise of the least (none when workers changed nothing)."""
     ok = _ok(rows)
     out: list[str] = []
-    timed = [r for r in ok if r.get("data_time_per_epoch_s") is not None]
+    timed = [r for r in ok if r.get("data_time_per_epoch_s") is not None]  # ran epochs; judged on share_samples
     reason = workers_reason(rows)
     if timed and reason:
         out.append(f"no best workers by data wait: {reason}")
@@ -434,6 +466,9 @@ def render(
     if lines:
         parts += [h("Verdicts"), "\n".join(f"- {v}" for v in lines)]
     parts += [h("Cells"), _table(*summary_table(rows, names), fmt)]
+    split_notes = time_split_notes(rows)
+    if split_notes:
+        parts.append("\n".join(f"- {line}" for line in split_notes))
     idle = no_effect_dims(rows, dims)
     for dim in varied(dims):
         parts += [h(f"By {dim_option(dim)}"), _table(*dimension_table(rows, names, dim), fmt)]
@@ -454,6 +489,7 @@ def render(
         "img/s: the cell's throughput (all measured images over the slowest rank's time, warm-up excluded), with the "
         "95% Student's t interval of its windows' mean (--repeats; none below 3 windows). No best is named along an "
         "option that had no effect or whose differences are within noise. "
-        "Data and compute are seconds per epoch over the timed steps; peak mem is device memory (on the CPU: the run's process tree, PSS, so forked workers' shared pages count once)."
+        f"{TIME_NOTE} Peak mem is device memory (on the CPU: the run's process tree, PSS, so forked workers' shared "
+        "pages count once)."
     )
     return "\n\n".join(parts) + "\n"

@@ -8,6 +8,7 @@ from typing import Any
 from tabulate import tabulate
 
 from effbench.analysis.efficiency import WITHIN_NOISE
+from effbench.analysis.epoch_time import epoch_measured, epoch_warmup_s
 from effbench.analysis import stats
 from effbench.analysis.windows import describe_windows, more_windows_fix
 from effbench.fmt import fmt_value, interval
@@ -185,26 +186,6 @@ EPOCH_HEADERS = (
     "val top-1",
     "val (s)",
 )
-
-
-def epoch_measured(e: Mapping[str, Any]) -> tuple[float | None, float | None]:
-    """(data, compute) seconds of an epoch's measured steps: the headline's definition (warm-up excluded).
-
-    A record written before the epochs held them: the epoch's own times when it had no warm-up step (then
-    every step was measured), else unknown (None), never the warm-up-included split passed off as it."""
-    if "measured_data_time_s" in e:
-        return e.get("measured_data_time_s"), e.get("measured_compute_time_s")
-    if e.get("warmup_steps") == 0:
-        return e.get("data_time_s"), e.get("compute_time_s")
-    return None, None
-
-
-def epoch_warmup_s(e: Mapping[str, Any]) -> float | None:
-    """The epoch's warm-up seconds: recorded, or all its time less the measured time for an older record."""
-    if e.get("warmup_time_s") is not None:
-        return float(e["warmup_time_s"])
-    total, measured = e.get("total_time_s"), e.get("measured_time_s")
-    return total - measured if total is not None and measured is not None else None
 
 
 def epoch_rows(results: Mapping[str, Any]) -> list[list[str]]:
