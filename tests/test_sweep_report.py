@@ -294,3 +294,19 @@ def test_the_sweeps_time_columns_and_chart_split_the_measured_steps_with_warm_up
     assert got["warmup"] == [pytest.approx(1.25)] * 2
     assert any(p.startswith("cell 002: no measured split recorded") for p in problems)
     assert any("measured steps, warm-up apart" in caption for _, caption in made)
+
+
+def test_the_scaling_tables_seconds_per_epoch_split_the_measured_steps_with_warm_up_apart():
+    from effbench.analysis import scaling
+
+    # the same hand-built runs at 1 and 2 processes (the second recorded before its epochs held the split):
+    # measured data 0.03, compute 0.28, total 0.31 s per epoch and warm-up 1.25 s apart; over every step
+    # the table said 0.28, 1.28 and 1.56
+    runs = [{**_split_record("sgd"), "devices": 1, "global_batch_size": 4},
+            {**_split_record("sgd", old=True), "devices": 2, "global_batch_size": 8, "throughput_img_s": 60.0}]  # fmt: skip
+    rows = scaling.scaling_rows(runs)
+    cols = [dict(zip(scaling.HEADERS, r, strict=True)) for r in scaling.table_rows(rows)]
+    shown = ("data s/epoch (measured)", "compute s/epoch (measured)", "total s/epoch (measured)", "warm-up s/epoch")
+    assert [[c[h] for h in shown] for c in cols] == [["0.03", "0.28", "0.31", "1.25"]] * 2
+    text = scaling.render(rows, scaling="weak")
+    assert "2 devices: recorded before its epochs held their measured split" in text and "1.56" not in text

@@ -12,6 +12,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from effbench.analysis import epoch_time
 from effbench.fmt import fmt_value
 
 HEADERS = (
@@ -22,11 +23,14 @@ HEADERS = (
     "speedup",
     "ideal",
     "efficiency",
-    "data s/epoch",
-    "compute s/epoch",
-    "total s/epoch",
+    "data s/epoch (measured)",
+    "compute s/epoch (measured)",
+    "total s/epoch (measured)",
+    "warm-up s/epoch",
     "straggler spread %",
 )
+# The seconds per epoch: the measured steps' (warm-up excluded, as img/s), a run's epoch table averaged
+# (epoch_time.per_epoch), the warm-up apart; the rows keep every step's too (data_time_per_epoch_s ...), unshown.
 
 
 def _per_epoch(results: Mapping[str, Any], key: str) -> float | None:
@@ -42,6 +46,9 @@ def scaling_rows(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for r in ordered:
         n = r.get("devices") or r.get("world_size") or 1
         thr = r.get("throughput_img_s") if r.get("status") == "ok" else None
+        split = epoch_time.per_epoch(r)
+        data, compute = split["measured_data_time_per_epoch_s"], split["measured_compute_time_per_epoch_s"]
+        measured_total = data + compute if data is not None and compute is not None else None
         row: dict[str, Any] = {
             "devices": n,
             "global_batch_size": r.get("global_batch_size"),
@@ -50,9 +57,13 @@ def scaling_rows(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "speedup": None,
             "ideal_speedup": None,
             "efficiency": None,
+            # every step, warm-up included (scaling.json only, as epochs.csv's data_time_s ...)
             "data_time_per_epoch_s": _per_epoch(r, "data_time_s"),
             "compute_time_per_epoch_s": _per_epoch(r, "compute_time_s"),
             "total_time_per_epoch_s": _per_epoch(r, "total_time_s"),
+            # what the table shows: the measured steps (the headline's), warm-up apart, and their source
+            **split,
+            "measured_time_per_epoch_s": measured_total,
             "straggler_spread_pct": (r.get("stragglers") or {}).get("spread_pct"),
             "run_name": r.get("run_name"),
         }
@@ -74,9 +85,10 @@ COLUMNS = (
     ("speedup", 2),
     ("ideal_speedup", 2),
     ("efficiency", 2),
-    ("data_time_per_epoch_s", 2),
-    ("compute_time_per_epoch_s", 2),
-    ("total_time_per_epoch_s", 2),
+    ("measured_data_time_per_epoch_s", 2),
+    ("measured_compute_time_per_epoch_s", 2),
+    ("measured_time_per_epoch_s", 2),
+    ("warmup_time_per_epoch_s", 2),
     ("straggler_spread_pct", 1),
 )
 
@@ -99,4 +111,25 @@ def render(rows: Sequence[Mapping[str, Any]], *, scaling: str, fmt: str = "text"
         else "global batch fixed and split across the devices."
     )
     title = "# Scaling" if fmt == "md" else "Scaling"
-    return f"{title}\n\n{table}\n\n{note} Efficiency = speedup / ideal speedup.\n"
+    notes = "".join(f"\n{line}" for line in split_notes(rows))
+    return f"{title}\n\n{table}\n\n{note} Efficiency = speedup / ideal speedup. {TIME_NOTE}{notes}\n"
+
+
+TIME_NOTE = (
+    "Data, compute and total s/epoch count the measured steps (warm-up excluded, as img/s), averaged over the "
+    "epochs; warm-up s/epoch is the warm-up steps' seconds over the epochs, apart."
+)
+
+
+def split_notes(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A line per row whose seconds per epoch are not its epochs' measured split (epoch_time.per_epoch)."""
+    out = []
+    for r in rows:
+        if r.get("time_split") == epoch_time.FROM_RUN_TOTALS:
+            out.append(
+                f"{r['devices']} devices: recorded before its epochs held their measured split; its s/epoch are the "
+                "run's measured and warm-up totals over its epochs"
+            )
+        elif r.get("time_split") == epoch_time.UNRECORDED:
+            out.append(f"{r['devices']} devices: no measured split recorded (its epoch times include the warm-up)")
+    return out
