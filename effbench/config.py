@@ -335,10 +335,10 @@ class RunConfig:
         _check_rules(self, _LAUNCH_RULES)
         check_rendezvous(self.nnodes, self.rdzv_endpoint)
         _check_rules(self, _FEATURE_RULES)
-        for name in ("data_dir", "output"):
-            _check_path(option_name(name), Path(getattr(self, name)))
+        for name in ("data_dir", "output"):  # as typed: the CLI passes the text, so an empty one is seen
+            check_path(option_name(name), getattr(self, name))
         if self.weights is not None and self.weights.strip().lower() not in WEIGHTS_KEYWORDS:
-            _check_path("--weights", Path(self.weights))
+            check_path("--weights", self.weights)
         self._resolve_defaults()
 
     def _set(self, name: str, value: Any) -> None:
@@ -458,13 +458,21 @@ def _check_range(name: str, value: Any, rng: Range) -> None:
         raise EffbenchError(option, f"{_num(value)} is outside {rng.text()}; use a value in that range")
 
 
+_PATH_EXAMPLES = {"--data-dir": "--data-dir ./data", "--weights": "--weights ./model.pt, or --weights imagenet / none"}
+
 # Linux limits (limits.h NAME_MAX and PATH_MAX, the same on ext4, xfs, btrfs, tmpfs, overlayfs): a longer
 # name is ENAMETOOLONG from the first stat, so it is refused here with the option named.
 NAME_MAX_BYTES = 255
 PATH_MAX_BYTES = 4096
 
 
-def _check_path(option: str, path: Path) -> None:
+def check_path(option: str, path: str | Path, example: str | None = None) -> None:
+    """A path option as typed: not empty (Path("") is ".", so `--output "$UNSET"` would write into the current
+    folder), and inside the OS's name and path lengths."""
+    if not str(path).strip():
+        example = example or _PATH_EXAMPLES.get(option, f"{option} ./results")
+        raise EffbenchError(option, f"is empty; pass a path, e.g. {example}")
+    path = Path(path)
     raw = os.fsencode(path)
     if len(raw) >= PATH_MAX_BYTES:
         raise EffbenchError(option, f"the path is {len(raw)} bytes long; the OS allows {PATH_MAX_BYTES - 1}")

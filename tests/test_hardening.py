@@ -220,6 +220,15 @@ MATRIX = [
     (["run", "--smoke", "--dataset", "cifar10", "--data-dir", "{long_name}"], "--data-dir"),
     (["run", "--smoke", "--weights", "{long_name}"], "--weights"),
     (["doctor", "--output", "{long_name}"], "--output"),
+    # an empty path ("$UNSET") is Path("") == ".": it wrote into the current folder, or searched it for data
+    (["run", "--smoke", "--output", ""], "--output: is empty"),
+    (["run", *TINY_RUN, "--dataset", "cifar10", "--data-dir", "", "--download"], "--data-dir: is empty"),
+    (["run", *TINY_RUN, "--dataset", "synthetic", "--weights", ""], "--weights: is empty"),
+    (["sweep", "--smoke", "--batch-size", "4,8", "--output", ""], "--output: is empty"),
+    (["sweep", "--smoke", "--batch-size", "4,8", "--data-dir", " "], "--data-dir: is empty"),
+    (["selftest", "--device", "cpu", "--only", "flops", "--output", ""], "--output: is empty"),
+    (["doctor", "--output", ""], "--output: is empty"),
+    (["export", "{corrupt_run}", "--output", ""], "--output: is empty"),
     # devices, precision, launch
     (["run", "--smoke", "--device", "cuda"], "--device"),
     (["run", "--smoke", "--precision", "fp16"], "--precision"),
@@ -265,6 +274,7 @@ def test_bad_input_matrix(tmp_path, capsys, monkeypatch, args, needle):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.chdir(tmp_path)  # a run that falls back to the current folder is seen by ok_runs below
     out = tmp_path / "out"
     built = {}
     argv = []

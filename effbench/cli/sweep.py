@@ -66,7 +66,7 @@ def sweep(
         ),
     ] = None,
     data_dir: Annotated[
-        Path | None,
+        str | None,  # text as typed: Path("") would be "." (the cells refuse an empty one)
         _one("Folder with the extracted datasets. [default: ./data; env EFFBENCH_DATA]", envvar="EFFBENCH_DATA"),
     ] = None,
     download: Annotated[bool | None, _opt("Download a missing dataset.", "--download/--no-download")] = None,
@@ -124,7 +124,7 @@ def sweep(
         str | None, _one(with_range("log_interval", "Steps between progress lines. [default: 10]"))
     ] = None,
     output: Annotated[
-        Path | None,
+        str | None,
         _opt("Parent folder of the sweep folder. [default: ./results; env EFFBENCH_OUTPUT]", envvar="EFFBENCH_OUTPUT"),
     ] = None,
     name: Annotated[
@@ -170,7 +170,7 @@ def sweep(
         preset=preset,
         zip=zip_,
         smoke=smoke,
-        output=output or Path("results"),
+        output=output if output is not None else "results",
         name=name,
         fail_fast=fail_fast,
     )

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from effbench.analysis import stats
+from effbench.config import check_path
 from effbench.errors import EffbenchError
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
@@ -47,8 +48,8 @@ class Check:
 class SelftestConfig:
     device: str = "auto"
     """auto, cpu or cuda: where the training checks run (auto = cuda when visible)."""
-    output: Path = Path("results")
-    """Parent folder of the selftest folder (selftest.json and the runs it made)."""
+    output: Path | str = Path("results")
+    """Parent folder of the selftest folder (selftest.json and the runs it made); the text as typed is checked."""
     pairs: int = 600
     """Measured steps a side of the harness / bare-loop check, interleaved step by step (H B B H ...); at most
     one synthetic epoch (6,248 at the CPU's batch 8, 388 at CUDA's batch 128)."""
@@ -67,6 +68,7 @@ class SelftestConfig:
         for name in ("steps", "warmup_steps"):
             if int(getattr(self, name)) < 1:
                 raise EffbenchError(f"--{name.replace('_', '-')}", f"must be at least 1, got {getattr(self, name)}")
+        check_path("--output", self.output)
         self.output = Path(self.output)
 
 
