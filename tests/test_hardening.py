@@ -303,6 +303,27 @@ def test_the_matrix_is_wide_enough():
     assert {a[0] for a, _ in MATRIX} >= {"run", "sweep", "report", "compare", "doctor"}
 
 
+@pytest.mark.parametrize("name", ["results.json", "steps.csv", "sweep.json"])
+def test_export_never_overwrites_a_file_of_a_run_or_sweep_folder(tmp_path, capsys, name):
+    # `export run/ -o run/results.json` wrote the CSV over the run's results.json: exit 0, the run destroyed
+    run, sweep = tmp_path / "run", tmp_path / "sweep"
+    run.mkdir()
+    sweep.mkdir()
+    (run / "results.json").write_text(json.dumps(VALID))
+    (run / "steps.csv").write_text("epoch,step\n1,1\n")
+    (sweep / "sweep.json").write_text("{}")  # a sweep folder's manifest (its content is not read here)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    target = (sweep if name == "sweep.json" else run) / name
+    code, out, err = invoke(["export", run, "--output", target], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: --output:") and "overwrite" in lines[0], err
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    # a new file beside them is still written, and a parent that is a file is said to be one
+    assert invoke(["export", run, "--output", run / "runs.csv"], capsys)[0] == 0
+    code, _, err = invoke(["export", run, "--output", run / "steps.csv" / "x.csv"], capsys)
+    assert code == 2 and "is a file, not a folder" in err
+
+
 # --- a full disk ---------------------------------------------------------------------------------
 
 

@@ -32,6 +32,7 @@ def export(
     from effbench.analysis import export as ex
     from effbench.config import check_path
     from effbench.errors import EffbenchError
+    from effbench.sweep.manifest import MANIFEST_FILE
 
     if format_ not in ex.FORMATS:
         raise EffbenchError("--format", f"{format_!r} is not a format; use {' or '.join(ex.FORMATS)}")
@@ -42,7 +43,15 @@ def export(
         if target.is_dir():
             raise EffbenchError("--output", f"{target} is a folder; pass a file path such as {target / 'runs.csv'}")
         if not target.parent.is_dir():
-            raise EffbenchError("--output", f"the folder {target.parent} does not exist; create it or write elsewhere")
+            what = "is a file, not a folder" if target.parent.exists() else "does not exist"
+            raise EffbenchError("--output", f"the folder {target.parent} {what}; create it or write elsewhere")
+        holder = next((f for f in (results.RESULTS_FILE, MANIFEST_FILE) if (target.parent / f).is_file()), None)
+        if target.exists() and holder is not None:  # -o run/results.json replaced the run's results with the CSV
+            raise EffbenchError(
+                "--output",
+                f"{target} is a file of the run or sweep folder {target.parent} (it holds {holder}); exporting "
+                "would overwrite it: write to a new file, e.g. --output runs.csv",
+            )
     runs = ex.collect(paths)
     text = ex.render([r.row for r in runs], format_)
     if target is None:
