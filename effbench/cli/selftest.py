@@ -41,7 +41,7 @@ def selftest(
         device=device,
         output=output if output is not None else "results",
         pairs=pairs,
-        only=tuple(s.strip() for s in only.split(",") if s.strip()) if only else (),
+        only=tuple(s.strip() for s in only.split(",")) if only is not None else (),
     )
     outcome = run_selftest(cfg, echo=typer.echo)
     typer.echo(table(outcome.checks))

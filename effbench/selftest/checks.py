@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import difflib
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -58,7 +59,7 @@ class SelftestConfig:
     warmup_steps: int = 2
     """Steps excluded from every timed figure."""
     only: tuple[str, ...] = ()
-    """Run only the checks whose names start with one of these (empty: all)."""
+    """Run only the checks whose names start with one of these (empty: all); each must select a check."""
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
@@ -70,6 +71,21 @@ class SelftestConfig:
                 raise EffbenchError(f"--{name.replace('_', '-')}", f"must be at least 1, got {getattr(self, name)}")
         check_path("--output", self.output)
         self.output = Path(self.output)
+        self._check_only()
+
+    def _check_only(self) -> None:
+        """--only as given: no empty item (`--only ,` ran every check), each once, each selecting a check
+        (`--only flopz` ran none, wrote an empty selftest.json and exited 0, a pass that checked nothing)."""
+        names = list(CHECKS)
+        for i, item in enumerate(self.only):
+            if not item:
+                raise EffbenchError("--only", f"{','.join(self.only)!r} has an empty item; name checks like flops,ddp")
+            if item in self.only[:i]:
+                raise EffbenchError("--only", f"lists {item} twice; name each check once")
+            if not any(key.startswith(item) for key in names):
+                near = difflib.get_close_matches(item, names, n=1)
+                hint = f"did you mean {near[0]}? " if near else ""
+                raise EffbenchError("--only", f"{item!r} names no check; {hint}choose from {', '.join(names)}")
 
 
 @dataclass
