@@ -531,6 +531,42 @@ def test_corrupted_results_files_raise_only_effbench_errors_naming_the_file(tmp_
         assert isinstance(r, dict) and r["schema_version"] <= 1
 
 
+TALLY = {"steps": 2, "images": 8, "data_time_s": 0.1, "compute_time_s": 0.3, "time_s": 0.4, "throughput_img_s": 20.0}
+EPOCH = {"epoch": 1, "images": 8, "throughput_img_s": 20.0, "train_top1": 0.5, "val_top1": 0.25, "data_time_s": 0.1}
+
+
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        ({"throughput_img_s": -5.0}, "throughput_img_s"),
+        ({"final": {"val_top1": 7.5}}, "final.val_top1"),  # a fraction: 7.5 is no top-1
+        ({"final": {"train_top1": -0.1}}, "final.train_top1"),
+        ({"epochs": [{**EPOCH, "val_top1": 1.5}]}, "epochs.0.val_top1"),
+        ({"epochs": [{**EPOCH, "data_time_s": -1.0}]}, "epochs.0.data_time_s"),
+        ({"epochs": [{**EPOCH, "images": -8}]}, "epochs.0.images"),
+        ({"measured": {**TALLY, "time_s": -0.4}}, "measured.time_s"),
+        ({"data_time_share": 1.5}, "data_time_share"),
+        ({"world_size": 0}, "world_size"),
+        ({"throughput_windows": {"throughput_img_s": [20.0, -1.0]}}, "throughput_windows.throughput_img_s.1"),
+    ],
+)
+def test_hand_edited_figures_no_run_can_have_are_refused_naming_the_field(tmp_path, capsys, edit, field):
+    # strict types let a throughput of -5 img/s or a top-1 of 7.5 through: report printed them, and compare's
+    # gate judged them (PASS --fail-if-slower 5 beside "B -5.0 img/s")
+    run = tmp_path / "run"
+    run.mkdir()
+    good = {**VALID, "epochs": [EPOCH], "measured": TALLY, "final": {"val_top1": 0.25}, "data_time_share": 0.25}
+    (run / "results.json").write_text(json.dumps(good))
+    assert read_results(run)["throughput_img_s"] == 1.0  # the same record with real figures reads
+    (run / "results.json").write_text(json.dumps({**good, **edit}))
+    with pytest.raises(EffbenchError) as info:
+        read_results(run)
+    assert f"field {field}:" in str(info.value) and str(run / "results.json") in str(info.value)
+    code, out, err = invoke(["report", run], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and f"field {field}:" in lines[0] and "Traceback" not in out + err
+
+
 def test_a_results_file_from_a_newer_schema_is_refused_by_name(tmp_path):
     path = tmp_path / "results.json"
     path.write_text(json.dumps({**VALID, "schema_version": 99}))
