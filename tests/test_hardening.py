@@ -567,6 +567,34 @@ def test_hand_edited_figures_no_run_can_have_are_refused_naming_the_field(tmp_pa
     assert code == 2 and len(lines) == 1 and f"field {field}:" in lines[0] and "Traceback" not in out + err
 
 
+STEPS_HEADER = "epoch,step,warmup,images,loss,top1,data_time_s,compute_time_s\n"
+STEP_ROW = "1,1,False,4,2.3,0.25,0.01,0.2\n"
+
+
+@pytest.mark.parametrize(
+    "body, line",
+    [
+        (STEP_ROW + "1,2,False,4,2.2,0.25,0.0", 3),  # cut mid-row: 7 of 8 fields, the chart drew what was left
+        ("x,y,z\n", 2),  # a row of another table
+        (STEP_ROW + STEP_ROW.strip() + ",9,9\n", 3),  # fields beyond the header
+    ],
+)
+def test_a_truncated_or_foreign_steps_csv_is_one_error_naming_its_line(tmp_path, capsys, body, line):
+    from effbench.analysis.windows import read_steps
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.json").write_text(json.dumps(VALID))
+    (run / "steps.csv").write_text(STEPS_HEADER + STEP_ROW)
+    assert len(read_steps(run)) == 1
+    (run / "steps.csv").write_text(STEPS_HEADER + body)
+    with pytest.raises(EffbenchError) as info:
+        read_steps(run)
+    assert str(run / "steps.csv") in str(info.value) and f"line {line}" in str(info.value)
+    code, out, err = invoke(["report", run], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and f"line {line}" in err and "Traceback" not in out + err
+
+
 def test_a_results_file_from_a_newer_schema_is_refused_by_name(tmp_path):
     path = tmp_path / "results.json"
     path.write_text(json.dumps({**VALID, "schema_version": 99}))
