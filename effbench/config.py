@@ -403,6 +403,12 @@ def _check_rules(cfg: RunConfig, rules: tuple[_Rule, ...]) -> None:
             raise EffbenchError(rule.option, rule.message(cfg))
 
 
+def _no_measured_step(c: RunConfig) -> bool:
+    """An explicit warm-up that fills every step --max-steps allows (the data may allow fewer: the runner
+    checks again once it knows them)."""
+    return c.warmup_steps is not None and c.max_steps is not None and c.warmup_steps >= c.epochs * c.max_steps
+
+
 def _too_many_repeats(c: RunConfig) -> bool:
     if c.repeats is None or c.max_steps is None:
         return False
@@ -420,12 +426,19 @@ _LAUNCH_RULES = (
           lambda c: "dp (DataParallel) needs CUDA GPUs; use --strategy ddp with --device cpu"),
     _Rule("--node-rank", lambda c: c.node_rank is not None and not 0 <= c.node_rank < c.nnodes,
           lambda c: f"{c.node_rank} is outside 0..{c.nnodes - 1} for --nnodes {c.nnodes}"),
+    # what the runtime would refuse after preflight has printed its warnings (two lines) or, in a sweep, in
+    # every cell (exit 1, a folder of failed cells): refused here, before anything
+    _Rule("--precision", lambda c: c.precision == "fp16" and c.device == "cpu",
+          lambda c: "fp16 needs a CUDA device (loss scaling); use --precision bf16 or fp32 on the CPU"),
 )  # fmt: skip
 
 # What the model, the measurement and the loader can do together (checked after it).
 _FEATURE_RULES = (
     _Rule("--no-batch-norm", lambda c: not c.batch_norm and c.arch != "resnet18",
           lambda c: "only applies to --arch resnet18; EfficientNet needs its BatchNorm"),
+    _Rule("--warmup-steps", _no_measured_step,
+          lambda c: f"{c.warmup_steps} warm-up steps leave no measured step in {c.epochs} epoch(s) of at most "
+          f"{c.max_steps} steps (--max-steps); lower --warmup-steps or raise --max-steps / --epochs"),
     _Rule("--repeats", _too_many_repeats,
           lambda c: f"{c.repeats} windows need as many measured steps; raise --max-steps or --epochs, or lower --repeats"),
     _Rule("--loader", lambda c: c.loader == "synthetic" and dataset_spec(c.dataset).storage != "generated",

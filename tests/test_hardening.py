@@ -298,6 +298,32 @@ def test_bad_input_matrix(tmp_path, capsys, monkeypatch, args, needle):
     assert [r for r in ok_runs(tmp_path) if r not in built.values()] == []  # the inputs themselves excepted
 
 
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["--device", "cpu", "--precision", "fp16"], "--precision: fp16 needs a CUDA device"),
+        (["--max-steps", "3", "--warmup-steps", "3"], "--warmup-steps: 3 warm-up steps leave no measured step"),
+        (["--max-steps", "2", "--epochs", "2", "--warmup-steps", "9", "--repeats", "2"], "--warmup-steps"),
+    ],
+)
+def test_what_the_config_can_refuse_is_refused_before_preflight_and_before_a_sweeps_cells(
+    tmp_path, capsys, monkeypatch, args, option
+):
+    # In a container preflight warns that the output dies with it; the runtime then refused these: two lines
+    # on stderr. A sweep refused them in every cell: exit 1, a folder of failed cells, matplotlib's warning.
+    from effbench.system import preflight
+
+    warning = preflight.Finding("warning", "output-mount", "the output ends with the container", "add -v")
+    monkeypatch.setattr(preflight, "run_checks", lambda *a, **kw: [warning])
+    for command, more in (("run", []), ("sweep", ["--batch-size", "2,4"])):  # after TINY_RUN's --batch-size 4
+        argv = [command, *TINY_RUN, *more, "--dataset", "synthetic", *args, "--output", tmp_path]
+        code, out, err = invoke(argv, capsys)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {option}"), (argv, err)
+        assert "Traceback" not in out + err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_matrix_is_wide_enough():
     assert len(MATRIX) >= 30
     assert {a[0] for a, _ in MATRIX} >= {"run", "sweep", "report", "compare", "doctor"}
