@@ -619,11 +619,33 @@ def resolved_record(
         no_effect["loader"] = f"--loader {cfg.loader} does not apply to {cfg.dataset} data: {loader} fed the run"
         requested["loader"] = cfg.loader
         d["loader"] = ran
+    for name, (unused, ran_as, why) in _unused_options(cfg, device_type).items():
+        if unused:
+            no_effect[name] = why
+            requested[name] = d[name]
+            d[name] = ran_as
     if requested:
         d["requested"] = requested
     if no_effect:
         d["no_effect"] = no_effect
     return d
+
+
+def _unused_options(cfg: RunConfig, device_type: str) -> dict[str, tuple[bool, Any, str]]:
+    """Options that act only on data read from files or on a CUDA device: field -> (asked for where it cannot
+    act, the value that took effect, why)."""
+    generated = dataset_spec(cfg.dataset).storage == "generated"
+    cpu = device_type != "cuda"
+    return {
+        "val_fraction": (generated and cfg.val_fraction is not None, None,
+                         f"{cfg.dataset} data is generated: it has no training set to split, and validates on "
+                         "generated batches of its own"),
+        "download": (generated and cfg.download, False, f"{cfg.dataset} data is generated: there is nothing to download"),
+        "cudnn_benchmark": (cpu and bool(cfg.cudnn_benchmark), False,
+                            "cudnn.benchmark autotunes cuDNN's CUDA convolutions; a CPU run has none"),
+        "pin_memory": (cpu and bool(cfg.pin_memory), False,
+                       "page-locked batches speed copies to a GPU; a CPU run makes none"),
+    }  # fmt: skip
 
 
 def env_default(name: str, fallback: str) -> str:

@@ -120,7 +120,9 @@ def build_data(
         split = src.val_label
     _check_batch(batch, len(train_ex), cfg.dataset, world_size)
 
-    pin = cfg.pin_memory if cfg.pin_memory is not None else device.type == "cuda"
+    # pinning is for copies to a GPU: on the CPU torch's DataLoader only warns that it pins nothing (config.json's
+    # no_effect says so once, in one line)
+    pin = (cfg.pin_memory if cfg.pin_memory is not None else True) and device.type == "cuda"
     workers = capped_workers(cfg.workers, usable_cores(), rank)
     opts = LoaderOptions(
         batch_size=batch, workers=workers, seed=cfg.seed, rank=rank, world_size=world_size, pin_memory=pin,
