@@ -147,7 +147,16 @@ def _cifar_text_labels(tmp: Path) -> Path:
     return root
 
 
+def _steps_csv(tmp: Path) -> Path:
+    run = tmp / "run-with-steps"
+    run.mkdir()
+    (run / "results.json").write_text(json.dumps({"schema_version": 1, "status": "failed"}))
+    (run / "steps.csv").write_text("epoch,step,warmup,images\n1,1,True,4\n")
+    return run / "steps.csv"
+
+
 BUILDERS = {
+    "{steps_csv}": _steps_csv,
     "{nan_weights}": _nan_weights,
     "{cifar_text_labels}": _cifar_text_labels,
     "{long_name}": _long_name,
@@ -259,6 +268,12 @@ MATRIX = [
     (["report", "{newer_run}"], "results.json"),
     (["report", "{missing}"], "does-not-exist"),
     (["compare", "{corrupt_run}", "{newer_run}"], "results.json"),
+    # a file that is not a run's results: the advice was "rerun the benchmark or delete the folder"
+    (
+        ["compare", "{steps_csv}", "{newer_run}"],
+        "steps.csv: is not readable JSON (Expecting value: line 1 column 1 "
+        "(char 0)); pass a run folder or the results.json in it",
+    ),
     # doctor
     (["doctor", "--dataset", "imagenet22k"], "--dataset"),
     (["doctor", "--output", "{file}"], "--output"),
