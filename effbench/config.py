@@ -332,6 +332,8 @@ class RunConfig:
             value = getattr(self, f.name)
             if "range" in f.metadata and value is not None:
                 _check_range(f.name, value, f.metadata["range"])
+                if value == 0:  # -0.0 (`--momentum -0`) is 0, and recorded so
+                    self._set(f.name, type(value)(0))
         _check_rules(self, _LAUNCH_RULES)
         check_rendezvous(self.nnodes, self.rdzv_endpoint)
         _check_rules(self, _FEATURE_RULES)
