@@ -332,13 +332,15 @@ class RunConfig:
             value = getattr(self, f.name)
             if "range" in f.metadata and value is not None:
                 _check_range(f.name, value, f.metadata["range"])
+                if value == 0:  # -0.0 (`--momentum -0`) is 0, and recorded so
+                    self._set(f.name, type(value)(0))
         _check_rules(self, _LAUNCH_RULES)
         check_rendezvous(self.nnodes, self.rdzv_endpoint)
         _check_rules(self, _FEATURE_RULES)
-        for name in ("data_dir", "output"):
-            _check_path(option_name(name), Path(getattr(self, name)))
+        for name in ("data_dir", "output"):  # as typed: the CLI passes the text, so an empty one is seen
+            check_path(option_name(name), getattr(self, name))
         if self.weights is not None and self.weights.strip().lower() not in WEIGHTS_KEYWORDS:
-            _check_path("--weights", Path(self.weights))
+            check_path("--weights", self.weights)
         self._resolve_defaults()
 
     def _set(self, name: str, value: Any) -> None:
@@ -403,6 +405,12 @@ def _check_rules(cfg: RunConfig, rules: tuple[_Rule, ...]) -> None:
             raise EffbenchError(rule.option, rule.message(cfg))
 
 
+def _no_measured_step(c: RunConfig) -> bool:
+    """An explicit warm-up that fills every step --max-steps allows (the data may allow fewer: the runner
+    checks again once it knows them)."""
+    return c.warmup_steps is not None and c.max_steps is not None and c.warmup_steps >= c.epochs * c.max_steps
+
+
 def _too_many_repeats(c: RunConfig) -> bool:
     if c.repeats is None or c.max_steps is None:
         return False
@@ -420,12 +428,19 @@ _LAUNCH_RULES = (
           lambda c: "dp (DataParallel) needs CUDA GPUs; use --strategy ddp with --device cpu"),
     _Rule("--node-rank", lambda c: c.node_rank is not None and not 0 <= c.node_rank < c.nnodes,
           lambda c: f"{c.node_rank} is outside 0..{c.nnodes - 1} for --nnodes {c.nnodes}"),
+    # what the runtime would refuse after preflight has printed its warnings (two lines) or, in a sweep, in
+    # every cell (exit 1, a folder of failed cells): refused here, before anything
+    _Rule("--precision", lambda c: c.precision == "fp16" and c.device == "cpu",
+          lambda c: "fp16 needs a CUDA device (loss scaling); use --precision bf16 or fp32 on the CPU"),
 )  # fmt: skip
 
 # What the model, the measurement and the loader can do together (checked after it).
 _FEATURE_RULES = (
     _Rule("--no-batch-norm", lambda c: not c.batch_norm and c.arch != "resnet18",
           lambda c: "only applies to --arch resnet18; EfficientNet needs its BatchNorm"),
+    _Rule("--warmup-steps", _no_measured_step,
+          lambda c: f"{c.warmup_steps} warm-up steps leave no measured step in {c.epochs} epoch(s) of at most "
+          f"{c.max_steps} steps (--max-steps); lower --warmup-steps or raise --max-steps / --epochs"),
     _Rule("--repeats", _too_many_repeats,
           lambda c: f"{c.repeats} windows need as many measured steps; raise --max-steps or --epochs, or lower --repeats"),
     _Rule("--loader", lambda c: c.loader == "synthetic" and dataset_spec(c.dataset).storage != "generated",
@@ -458,13 +473,21 @@ def _check_range(name: str, value: Any, rng: Range) -> None:
         raise EffbenchError(option, f"{_num(value)} is outside {rng.text()}; use a value in that range")
 
 
+_PATH_EXAMPLES = {"--data-dir": "--data-dir ./data", "--weights": "--weights ./model.pt, or --weights imagenet / none"}
+
 # Linux limits (limits.h NAME_MAX and PATH_MAX, the same on ext4, xfs, btrfs, tmpfs, overlayfs): a longer
 # name is ENAMETOOLONG from the first stat, so it is refused here with the option named.
 NAME_MAX_BYTES = 255
 PATH_MAX_BYTES = 4096
 
 
-def _check_path(option: str, path: Path) -> None:
+def check_path(option: str, path: str | Path, example: str | None = None) -> None:
+    """A path option as typed: not empty (Path("") is ".", so `--output "$UNSET"` would write into the current
+    folder), and inside the OS's name and path lengths."""
+    if not str(path).strip():
+        example = example or _PATH_EXAMPLES.get(option, f"{option} ./results")
+        raise EffbenchError(option, f"is empty; pass a path, e.g. {example}")
+    path = Path(path)
     raw = os.fsencode(path)
     if len(raw) >= PATH_MAX_BYTES:
         raise EffbenchError(option, f"the path is {len(raw)} bytes long; the OS allows {PATH_MAX_BYTES - 1}")
@@ -598,11 +621,33 @@ def resolved_record(
         no_effect["loader"] = f"--loader {cfg.loader} does not apply to {cfg.dataset} data: {loader} fed the run"
         requested["loader"] = cfg.loader
         d["loader"] = ran
+    for name, (unused, ran_as, why) in _unused_options(cfg, device_type).items():
+        if unused:
+            no_effect[name] = why
+            requested[name] = d[name]
+            d[name] = ran_as
     if requested:
         d["requested"] = requested
     if no_effect:
         d["no_effect"] = no_effect
     return d
+
+
+def _unused_options(cfg: RunConfig, device_type: str) -> dict[str, tuple[bool, Any, str]]:
+    """Options that act only on data read from files or on a CUDA device: field -> (asked for where it cannot
+    act, the value that took effect, why)."""
+    generated = dataset_spec(cfg.dataset).storage == "generated"
+    cpu = device_type != "cuda"
+    return {
+        "val_fraction": (generated and cfg.val_fraction is not None, None,
+                         f"{cfg.dataset} data is generated: it has no training set to split, and validates on "
+                         "generated batches of its own"),
+        "download": (generated and cfg.download, False, f"{cfg.dataset} data is generated: there is nothing to download"),
+        "cudnn_benchmark": (cpu and bool(cfg.cudnn_benchmark), False,
+                            "cudnn.benchmark autotunes cuDNN's CUDA convolutions; a CPU run has none"),
+        "pin_memory": (cpu and bool(cfg.pin_memory), False,
+                       "page-locked batches speed copies to a GPU; a CPU run makes none"),
+    }  # fmt: skip
 
 
 def env_default(name: str, fallback: str) -> str:

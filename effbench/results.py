@@ -138,11 +138,14 @@ def read_results(path: Path) -> dict[str, Any]:
     path = Path(path)
     if path.is_dir():
         path = path / RESULTS_FILE
-    data = read_json_file(
-        path, missing="pass a run folder that holds results.json", fix="rerun the benchmark or delete the folder"
-    )
+    # a file given by hand under another name (steps.csv, a CI baseline) may be the wrong file, not a broken run:
+    # deleting its folder is no fix for that
+    fix = "rerun the benchmark or delete the folder"
+    if path.name != RESULTS_FILE:
+        fix = f"pass a run folder or the results.json in it (a copy such as a CI baseline: restore it from {RESULTS_FILE})"
+    data = read_json_file(path, missing="pass a run folder that holds results.json", fix=fix)
     if not isinstance(data, dict):
-        raise EffbenchError(str(path), "is not a results object; rerun the benchmark or delete the folder")
+        raise EffbenchError(str(path), f"is not a results object; {fix}")
     version = data.get("schema_version")
     if not isinstance(version, int) or isinstance(version, bool):
         raise EffbenchError(str(path), "has no integer schema_version; it was not written by effbench")

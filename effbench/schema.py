@@ -11,13 +11,18 @@ instant.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from effbench.errors import EffbenchError
 
 Num = float | None  # strict float also takes an int (pydantic's strict mode: int -> float is allowed)
+# Figures no run can produce are refused like a wrong type: a negative time, count or throughput, a top-1
+# or a share outside 0..1 (top-1 is a fraction; report printed a hand-edited 7.5 as the accuracy).
+Pos = Annotated[float, Field(ge=0)] | None
+Frac = Annotated[float, Field(ge=0, le=1)] | None
+Count = Annotated[int, Field(ge=0)] | None
 
 
 class _Model(BaseModel):
@@ -75,40 +80,40 @@ class Config(_Model):
 
 class Epoch(_Model):
     epoch: int
-    steps: int | None = None
-    images: int | None = None
-    data_time_s: Num = None
-    compute_time_s: Num = None
-    total_time_s: Num = None
+    steps: Count = None
+    images: Count = None
+    data_time_s: Pos = None
+    compute_time_s: Pos = None
+    total_time_s: Pos = None
     train_loss: Num = None
-    train_top1: Num = None
+    train_top1: Frac = None
     val_loss: Num = None
-    val_top1: Num = None
-    val_time_s: Num = None
-    val_images: int | None = None
-    throughput_img_s: Num = None
-    warmup_steps: int | None = None
-    warmup_time_s: Num = None
-    measured_images: int | None = None
-    measured_time_s: Num = None
-    measured_data_time_s: Num = None
-    measured_compute_time_s: Num = None
+    val_top1: Frac = None
+    val_time_s: Pos = None
+    val_images: Count = None
+    throughput_img_s: Pos = None
+    warmup_steps: Count = None
+    warmup_time_s: Pos = None
+    measured_images: Count = None
+    measured_time_s: Pos = None
+    measured_data_time_s: Pos = None
+    measured_compute_time_s: Pos = None
 
 
 class Tally(_Model):
-    steps: int
-    images: int
-    data_time_s: float
-    compute_time_s: float
-    time_s: float
-    throughput_img_s: Num = None
+    steps: Annotated[int, Field(ge=0)]
+    images: Annotated[int, Field(ge=0)]
+    data_time_s: Annotated[float, Field(ge=0)]
+    compute_time_s: Annotated[float, Field(ge=0)]
+    time_s: Annotated[float, Field(ge=0)]
+    throughput_img_s: Pos = None
 
 
 class Final(_Model):
     train_loss: Num = None
-    train_top1: Num = None
+    train_top1: Frac = None
     val_loss: Num = None
-    val_top1: Num = None
+    val_top1: Frac = None
 
 
 class Rank(_Model):
@@ -116,12 +121,12 @@ class Rank(_Model):
     local_rank: int | None = None
     host: str | None = None
     device: str | None = None
-    images: int | None = None
-    steps: int | None = None
-    data_time_s: Num = None
-    compute_time_s: Num = None
-    time_s: Num = None
-    throughput_img_s: Num = None
+    images: Count = None
+    steps: Count = None
+    data_time_s: Pos = None
+    compute_time_s: Pos = None
+    time_s: Pos = None
+    throughput_img_s: Pos = None
 
 
 class Stat(_Model):
@@ -137,9 +142,9 @@ class Windows(_Model):
     windows: int | None = None
     steps: int | None = None
     window_steps: list[int] | None = None
-    throughput_img_s: list[Num] | None = None
-    step_time_ms: list[Num] | None = None
-    data_time_share: list[Num] | None = None
+    throughput_img_s: list[Pos] | None = None
+    step_time_ms: list[Pos] | None = None
+    data_time_share: list[Frac] | None = None
     summary: dict[str, Stat | None] | None = None
 
 
@@ -193,7 +198,7 @@ class Results(_Model):
     config: Config = Config()  # absent: tolerated (readers default it); null or not an object: refused
     env: dict[str, Any] | None = None
     device: str | None = None
-    world_size: int | None = None
+    world_size: Annotated[int, Field(ge=1)] | None = None
     devices: int | None = None
     strategy: str | None = None
     launch: dict[str, Any] | None = None
@@ -204,16 +209,16 @@ class Results(_Model):
     data_only: bool | None = None
     backend: dict[str, Any] | None = None
     data: Data | None = None
-    throughput_img_s: Num = None
-    compile_time_s: Num = None
+    throughput_img_s: Pos = None
+    compile_time_s: Pos = None
     epochs: list[Epoch] = []
     warmup: Tally | None = None
     measured: Tally | None = None
-    data_time_share: Num = None
+    data_time_share: Frac = None
     final: Final | None = None
     ranks: list[Rank] | None = None
     stragglers: dict[str, Any] | None = None
-    wall_time_s: Num = None
+    wall_time_s: Pos = None
     throughput_windows: Windows | None = None
     utilization: dict[str, Any] | None = None
     peak_mem_gib: Num = None

@@ -260,11 +260,17 @@ def test_a_baseline_without_windows_is_bad_input_not_a_regression(tmp_path, caps
     assert len(err.splitlines()) == 1
 
 
-@pytest.mark.parametrize("value", ["-1", "nan"])
-def test_bad_threshold_is_one_line_exit_2(tmp_path, capsys, value):
+# inf, 1e400 (inf once parsed) and 100 or more: a gate no run can fail (a throughput falls by at most 100%, a
+# top-1 by at most 100 points), which printed PASS where it checked nothing
+@pytest.mark.parametrize("option", ["--fail-if-slower", "--fail-if-less-accurate"])
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "1e400", "100", "250"])
+def test_bad_threshold_is_one_line_exit_2(tmp_path, capsys, value, option):
     a = make_run(tmp_path / "A", BASE)
-    code, out, err = invoke(["compare", a, a, "--fail-if-slower", value], capsys)
-    assert code == 2 and err.startswith("error: --fail-if-slower: must be a number >= 0") and len(err.splitlines()) == 1
+    code, out, err = invoke(["compare", a, a, option, value], capsys)
+    assert code == 2 and err.startswith(f"error: {option}: must be a number >= 0") and len(err.splitlines()) == 1
+    assert "below 100" in err and "PASS" not in out
+    code, out, _ = invoke(["compare", a, a, option, "99.5"], capsys)  # the top of the range still gates
+    assert code == 0 and out.strip().splitlines()[-1].startswith(f"PASS {option} 99.5")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -81,6 +81,9 @@ def test_non_ok_run_exits_non_zero_with_one_line(monkeypatch, capsys, tmp_path):
     "args, needle",
     [
         (["run", "--arch", "vgg"], "--arch: unknown architecture 'vgg'; did you mean vgg"),
+        (["run", "--arch", "resnet-18"], "did you mean resnet18, resnet152, resnet101?"),  # was resnet18 twice
+        (["run", "--arch", ""], "--arch: '' names no model; pass one such as resnet18"),
+        (["run", "--arch", "torchvision:"], "--arch: 'torchvision:' names no model"),
         (["run", "--dataset", "mnist"], "--dataset: unknown value"),
         (["run", "--optimizer", "lion"], "--optimizer: unknown value"),
         (["run", "--batch-size", "0"], "--batch-size: must be 1 or more"),

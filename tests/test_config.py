@@ -81,3 +81,12 @@ def test_smoke_preset_is_offline_and_small():
     cfg = RunConfig(**smoke_overrides())
     assert (cfg.dataset, cfg.weights, cfg.device, cfg.image_size, cfg.epochs) == ("synthetic", "none", "cpu", 32, 1)
     assert cfg.warmup_steps < cfg.max_steps
+
+
+def test_a_negative_zero_is_recorded_as_zero():
+    # --momentum -0 is 0 and in range; config.json said "momentum": -0.0
+    import json
+
+    cfg = RunConfig(momentum=-0.0, weight_decay=-0.0, dataset="synthetic")
+    d = json.loads(json.dumps(cfg.to_dict()))
+    assert json.dumps([d["momentum"], d["weight_decay"]]) == "[0.0, 0.0]"

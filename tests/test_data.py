@@ -387,6 +387,16 @@ def test_batch_larger_than_the_training_split_raises(request, dataset, fixture):
     assert dataset in info.value.message
 
 
+def test_a_val_fraction_that_leaves_too_few_training_images_names_it_too(cifar100_dir):
+    # --val-fraction 0.99 left 1 of 64 images to train on: the error named only --batch-size, the option not at fault
+    with pytest.raises(EffbenchError) as info:
+        build(cifar100_dir, "cifar100", batch_size=4, val_fraction=0.99)
+    assert info.value.option == "--batch-size" and "--val-fraction 0.99 leaves 1 of the 64 training images" in str(
+        info.value
+    )
+    assert "pass a smaller --val-fraction" in str(info.value)
+
+
 def test_batch_larger_than_a_rank_share_raises(cifar100_dir):
     build(cifar100_dir, "cifar100", batch_size=32)  # 64 images: fits on one rank
     with pytest.raises(EffbenchError, match=r"32 per rank over 2 ranks"):

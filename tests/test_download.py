@@ -134,3 +134,29 @@ def test_official_table_matches_the_published_sources():
     assert t["cifar100"].md5 == "eb9058c3a382ffc7106e4002c42a8d85"
     assert t["food101"].url == "http://data.vision.ee.ethz.ch/cvl/food-101.tar.gz"
     assert t["food101"].md5 == "85eeb15f3717b99a5da872d97d918f87"
+
+
+@pytest.mark.parametrize("mirror", ["notaurl", "mirror.local/datasets", "gopher://mirror.local", "http://"])
+def test_a_mirror_that_is_not_a_url_is_one_error_naming_the_variable(tmp_path, monkeypatch, capsys, mirror):
+    # EFFBENCH_MIRROR=notaurl said "notaurl/cifar-10-python.tar.gz cannot be reached (no network?)", and
+    # EFFBENCH_WEIGHTS_MIRROR the same after a DNS lookup of nothing: the variable's value was the fault
+    from clitools import invoke
+
+    from effbench.models.weights import MIRROR_ENV
+    from effbench.system.download import mirrored_url
+
+    monkeypatch.setenv("EFFBENCH_MIRROR", mirror)
+    code, out, err = invoke(["run", "--arch", "resnet18", "--dataset", "cifar10", "--data-dir", tmp_path / "data",
+                             "--download", "--device", "cpu", "--output", tmp_path / "out"], capsys)  # fmt: skip
+    lines = err.strip().splitlines()
+    assert (
+        code == 2 and len(lines) == 1 and lines[0].startswith("error: EFFBENCH_MIRROR:") and "is not a base URL" in err
+    )
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+    monkeypatch.setenv(MIRROR_ENV, mirror)
+    with pytest.raises(EffbenchError) as info:
+        mirrored_url("https://download.pytorch.org/models/resnet18-f37072fd.pth", MIRROR_ENV)
+    assert info.value.option == MIRROR_ENV and "\n" not in str(info.value)
+    for good in ("http://127.0.0.1:8000", "https://mirror.local/datasets/", "file:///srv/mirror"):
+        monkeypatch.setenv(MIRROR_ENV, good)
+        assert mirrored_url("https://x.org/a/b.pth", MIRROR_ENV) == good.rstrip("/") + "/b.pth"

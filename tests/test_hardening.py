@@ -147,7 +147,16 @@ def _cifar_text_labels(tmp: Path) -> Path:
     return root
 
 
+def _steps_csv(tmp: Path) -> Path:
+    run = tmp / "run-with-steps"
+    run.mkdir()
+    (run / "results.json").write_text(json.dumps({"schema_version": 1, "status": "failed"}))
+    (run / "steps.csv").write_text("epoch,step,warmup,images\n1,1,True,4\n")
+    return run / "steps.csv"
+
+
 BUILDERS = {
+    "{steps_csv}": _steps_csv,
     "{nan_weights}": _nan_weights,
     "{cifar_text_labels}": _cifar_text_labels,
     "{long_name}": _long_name,
@@ -220,6 +229,15 @@ MATRIX = [
     (["run", "--smoke", "--dataset", "cifar10", "--data-dir", "{long_name}"], "--data-dir"),
     (["run", "--smoke", "--weights", "{long_name}"], "--weights"),
     (["doctor", "--output", "{long_name}"], "--output"),
+    # an empty path ("$UNSET") is Path("") == ".": it wrote into the current folder, or searched it for data
+    (["run", "--smoke", "--output", ""], "--output: is empty"),
+    (["run", *TINY_RUN, "--dataset", "cifar10", "--data-dir", "", "--download"], "--data-dir: is empty"),
+    (["run", *TINY_RUN, "--dataset", "synthetic", "--weights", ""], "--weights: is empty"),
+    (["sweep", "--smoke", "--batch-size", "4,8", "--output", ""], "--output: is empty"),
+    (["sweep", "--smoke", "--batch-size", "4,8", "--data-dir", " "], "--data-dir: is empty"),
+    (["selftest", "--device", "cpu", "--only", "flops", "--output", ""], "--output: is empty"),
+    (["doctor", "--output", ""], "--output: is empty"),
+    (["export", "{corrupt_run}", "--output", ""], "--output: is empty"),
     # devices, precision, launch
     (["run", "--smoke", "--device", "cuda"], "--device"),
     (["run", "--smoke", "--precision", "fp16"], "--precision"),
@@ -250,6 +268,12 @@ MATRIX = [
     (["report", "{newer_run}"], "results.json"),
     (["report", "{missing}"], "does-not-exist"),
     (["compare", "{corrupt_run}", "{newer_run}"], "results.json"),
+    # a file that is not a run's results: the advice was "rerun the benchmark or delete the folder"
+    (
+        ["compare", "{steps_csv}", "{newer_run}"],
+        "steps.csv: is not readable JSON (Expecting value: line 1 column 1 "
+        "(char 0)); pass a run folder or the results.json in it",
+    ),
     # doctor
     (["doctor", "--dataset", "imagenet22k"], "--dataset"),
     (["doctor", "--output", "{file}"], "--output"),
@@ -265,6 +289,7 @@ def test_bad_input_matrix(tmp_path, capsys, monkeypatch, args, needle):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.chdir(tmp_path)  # a run that falls back to the current folder is seen by ok_runs below
     out = tmp_path / "out"
     built = {}
     argv = []
@@ -288,9 +313,56 @@ def test_bad_input_matrix(tmp_path, capsys, monkeypatch, args, needle):
     assert [r for r in ok_runs(tmp_path) if r not in built.values()] == []  # the inputs themselves excepted
 
 
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["--device", "cpu", "--precision", "fp16"], "--precision: fp16 needs a CUDA device"),
+        (["--max-steps", "3", "--warmup-steps", "3"], "--warmup-steps: 3 warm-up steps leave no measured step"),
+        (["--max-steps", "2", "--epochs", "2", "--warmup-steps", "9", "--repeats", "2"], "--warmup-steps"),
+    ],
+)
+def test_what_the_config_can_refuse_is_refused_before_preflight_and_before_a_sweeps_cells(
+    tmp_path, capsys, monkeypatch, args, option
+):
+    # In a container preflight warns that the output dies with it; the runtime then refused these: two lines
+    # on stderr. A sweep refused them in every cell: exit 1, a folder of failed cells, matplotlib's warning.
+    from effbench.system import preflight
+
+    warning = preflight.Finding("warning", "output-mount", "the output ends with the container", "add -v")
+    monkeypatch.setattr(preflight, "run_checks", lambda *a, **kw: [warning])
+    for command, more in (("run", []), ("sweep", ["--batch-size", "2,4"])):  # after TINY_RUN's --batch-size 4
+        argv = [command, *TINY_RUN, *more, "--dataset", "synthetic", *args, "--output", tmp_path]
+        code, out, err = invoke(argv, capsys)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {option}"), (argv, err)
+        assert "Traceback" not in out + err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_matrix_is_wide_enough():
     assert len(MATRIX) >= 30
     assert {a[0] for a, _ in MATRIX} >= {"run", "sweep", "report", "compare", "doctor"}
+
+
+@pytest.mark.parametrize("name", ["results.json", "steps.csv", "sweep.json"])
+def test_export_never_overwrites_a_file_of_a_run_or_sweep_folder(tmp_path, capsys, name):
+    # `export run/ -o run/results.json` wrote the CSV over the run's results.json: exit 0, the run destroyed
+    run, sweep = tmp_path / "run", tmp_path / "sweep"
+    run.mkdir()
+    sweep.mkdir()
+    (run / "results.json").write_text(json.dumps(VALID))
+    (run / "steps.csv").write_text("epoch,step\n1,1\n")
+    (sweep / "sweep.json").write_text("{}")  # a sweep folder's manifest (its content is not read here)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    target = (sweep if name == "sweep.json" else run) / name
+    code, out, err = invoke(["export", run, "--output", target], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: --output:") and "overwrite" in lines[0], err
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    # a new file beside them is still written, and a parent that is a file is said to be one
+    assert invoke(["export", run, "--output", run / "runs.csv"], capsys)[0] == 0
+    code, _, err = invoke(["export", run, "--output", run / "steps.csv" / "x.csv"], capsys)
+    assert code == 2 and "is a file, not a folder" in err
 
 
 # --- a full disk ---------------------------------------------------------------------------------
@@ -498,6 +570,70 @@ def test_corrupted_results_files_raise_only_effbench_errors_naming_the_file(tmp_
         assert str(path) in str(e) and "\n" not in str(e)
     else:
         assert isinstance(r, dict) and r["schema_version"] <= 1
+
+
+TALLY = {"steps": 2, "images": 8, "data_time_s": 0.1, "compute_time_s": 0.3, "time_s": 0.4, "throughput_img_s": 20.0}
+EPOCH = {"epoch": 1, "images": 8, "throughput_img_s": 20.0, "train_top1": 0.5, "val_top1": 0.25, "data_time_s": 0.1}
+
+
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        ({"throughput_img_s": -5.0}, "throughput_img_s"),
+        ({"final": {"val_top1": 7.5}}, "final.val_top1"),  # a fraction: 7.5 is no top-1
+        ({"final": {"train_top1": -0.1}}, "final.train_top1"),
+        ({"epochs": [{**EPOCH, "val_top1": 1.5}]}, "epochs.0.val_top1"),
+        ({"epochs": [{**EPOCH, "data_time_s": -1.0}]}, "epochs.0.data_time_s"),
+        ({"epochs": [{**EPOCH, "images": -8}]}, "epochs.0.images"),
+        ({"measured": {**TALLY, "time_s": -0.4}}, "measured.time_s"),
+        ({"data_time_share": 1.5}, "data_time_share"),
+        ({"world_size": 0}, "world_size"),
+        ({"throughput_windows": {"throughput_img_s": [20.0, -1.0]}}, "throughput_windows.throughput_img_s.1"),
+    ],
+)
+def test_hand_edited_figures_no_run_can_have_are_refused_naming_the_field(tmp_path, capsys, edit, field):
+    # strict types let a throughput of -5 img/s or a top-1 of 7.5 through: report printed them, and compare's
+    # gate judged them (PASS --fail-if-slower 5 beside "B -5.0 img/s")
+    run = tmp_path / "run"
+    run.mkdir()
+    good = {**VALID, "epochs": [EPOCH], "measured": TALLY, "final": {"val_top1": 0.25}, "data_time_share": 0.25}
+    (run / "results.json").write_text(json.dumps(good))
+    assert read_results(run)["throughput_img_s"] == 1.0  # the same record with real figures reads
+    (run / "results.json").write_text(json.dumps({**good, **edit}))
+    with pytest.raises(EffbenchError) as info:
+        read_results(run)
+    assert f"field {field}:" in str(info.value) and str(run / "results.json") in str(info.value)
+    code, out, err = invoke(["report", run], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and f"field {field}:" in lines[0] and "Traceback" not in out + err
+
+
+STEPS_HEADER = "epoch,step,warmup,images,loss,top1,data_time_s,compute_time_s\n"
+STEP_ROW = "1,1,False,4,2.3,0.25,0.01,0.2\n"
+
+
+@pytest.mark.parametrize(
+    "body, line",
+    [
+        (STEP_ROW + "1,2,False,4,2.2,0.25,0.0", 3),  # cut mid-row: 7 of 8 fields, the chart drew what was left
+        ("x,y,z\n", 2),  # a row of another table
+        (STEP_ROW + STEP_ROW.strip() + ",9,9\n", 3),  # fields beyond the header
+    ],
+)
+def test_a_truncated_or_foreign_steps_csv_is_one_error_naming_its_line(tmp_path, capsys, body, line):
+    from effbench.analysis.windows import read_steps
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.json").write_text(json.dumps(VALID))
+    (run / "steps.csv").write_text(STEPS_HEADER + STEP_ROW)
+    assert len(read_steps(run)) == 1
+    (run / "steps.csv").write_text(STEPS_HEADER + body)
+    with pytest.raises(EffbenchError) as info:
+        read_steps(run)
+    assert str(run / "steps.csv") in str(info.value) and f"line {line}" in str(info.value)
+    code, out, err = invoke(["report", run], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and f"line {line}" in err and "Traceback" not in out + err
 
 
 def test_a_results_file_from_a_newer_schema_is_refused_by_name(tmp_path):

@@ -641,3 +641,21 @@ def test_the_output_mount_warning_is_printed_before_the_run_on_stderr(tmp_path):
     preflight.raise_on_errors(findings, environ={}, stream=err)
     assert err.getvalue().startswith("warning: output-mount: /results is the container's own filesystem")
     assert '-v "$PWD/results:/results"' in err.getvalue()
+
+
+def test_a_mount_point_named_in_bytes_that_are_not_utf8_is_read_not_a_traceback(tmp_path, monkeypatch):
+    # Linux names are bytes: a host folder named in latin-1 (b"r\xe9sultats") bind-mounted anywhere puts that
+    # byte in /proc/self/mountinfo, which read_text() refused (UnicodeDecodeError: a traceback before every run).
+    from effbench.system import mounts
+
+    table = tmp_path / "mountinfo"
+    table.write_bytes(
+        ROOT_OVERLAY.encode() + b"\n1240 1200 8:1 /home/me/r\xe9sultats /data/r\xe9sultats rw - ext4 /dev/sda1 rw"
+    )
+    monkeypatch.setenv(mounts.MOUNTINFO_ENV, str(table))
+    text = mounts.read_mountinfo()
+    assert text is not None
+    # the mount point decodes as Python names that folder (os.fsdecode), so a path under it still matches it
+    inside = os.fsdecode(b"/data/r\xe9sultats/run-1")
+    assert mounts.mount_of(inside, mounts.parse_mountinfo(text)).fstype == "ext4"
+    assert mounts.lost_with_container(inside, text) is None and mounts.lost_with_container("/results", text)

@@ -60,7 +60,18 @@ def test_only_runs_the_named_checks(tmp_path, capsys, monkeypatch):
 
 @pytest.mark.parametrize(
     ("args", "option"),
-    [(["--device", "tpu"], "--device"), (["--pairs", "0"], "--pairs"), (["--pairs", "119"], "--pairs")]
+    [
+        (["--device", "tpu"], "--device"),
+        (["--pairs", "0"], "--pairs"),
+        (["--pairs", "119"], "--pairs"),
+        # --only that selects nothing ran no check and exited 0; an empty item ran them all; a name twice
+        (["--only", "goood"], "--only: 'goood' names no check; did you mean good?"),
+        (["--only", "flops"], "--only"),
+        (["--only", ","], "--only: ',' has an empty item"),
+        (["--only", ""], "--only"),
+        (["--only", "good,,bad"], "--only"),
+        (["--only", "good,good"], "--only: lists good twice"),
+    ]
     + ([] if torch.cuda.is_available() else [(["--device", "cuda"], "--device")]),
 )
 def test_bad_options_are_one_line_exit_2(args, option, tmp_path, capsys, monkeypatch):

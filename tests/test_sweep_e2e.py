@@ -306,3 +306,29 @@ def test_a_cell_this_machine_cannot_run_is_skipped_with_the_reason(tmp_path, cap
     assert [c["status"] for c in cells] == ["ok", "skipped"]
     assert cells[1]["error"]["option"] == "--device" and "no GPU" in cells[1]["error"]["message"]
     assert "1 cell(s) skipped" in err
+
+
+def test_a_sweep_whose_every_cell_met_the_same_bad_input_exits_2_with_its_one_line(tmp_path, capsys, monkeypatch):
+    # ImageNet weights neither cached nor downloadable offline fail in each cell's model build, after the
+    # sweep's preflight: it said "error: sweep: 2 of 2 cells did not finish (...)" and exited 1, as for a crash
+    from effbench.errors import EffbenchError
+    from effbench.run import runner
+
+    def no_weights(cfg, **kw):
+        if cfg.batch_size in refused:
+            raise EffbenchError("--weights", "ImageNet weights for resnet18 are not cached; use --weights none")
+        return real(cfg, **kw)
+
+    real, refused = runner.run, {4, 8}
+    monkeypatch.setattr(runner, "run", no_weights)
+    code, _, err = invoke(["sweep", *TINY, "--batch-size", "4,8", "--output", tmp_path / "all"], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith("error: --weights: ImageNet weights for resnet18 are not cached; use --weights none")
+    assert "every cell (2) failed on this input" in lines[0] and "Traceback" not in err
+    assert {c["status"] for c in manifest(tmp_path / "all" / "sweep-batch-size")["cells"]} == {"failed"}
+    refused = {8}  # one cell ran: a failed cell beside it is the sweep's exit 1, as before
+    code, _, err = invoke(
+        ["sweep", *TINY, "--batch-size", "4,8", "--workers", "0", "--output", tmp_path / "one"], capsys
+    )
+    assert code == 1 and err.startswith("error: sweep: 1 of 2 cells did not finish"), err

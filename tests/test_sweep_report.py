@@ -310,3 +310,21 @@ def test_the_scaling_tables_seconds_per_epoch_split_the_measured_steps_with_warm
     assert [[c[h] for h in shown] for c in cols] == [["0.03", "0.28", "0.31", "1.25"]] * 2
     text = scaling.render(rows, scaling="weak")
     assert "2 devices: recorded before its epochs held their measured split" in text and "1.56" not in text
+
+
+@pytest.mark.parametrize("dims", [{"batch_size": [4, 8]}, {"nproc": [1, 2]}, {"workers": [0, 2]}])
+def test_a_sweep_whose_every_cell_failed_draws_no_empty_chart_and_warns_nothing(tmp_path, dims):
+    # every cell failed (a bad input each cell met): matplotlib's "No artists with labels found to put in
+    # legend" went to stderr, two lines of Python warning above the sweep's one-line error
+    import warnings
+
+    (dim, values), *_ = dims.items()
+    cells = [({dim: v}, {"devices": v if dim == "nproc" else 1, "batch": v if dim == "batch_size" else 4,
+                         "throughput": None, "status": "failed"}) for v in values]  # fmt: skip
+    folder = make_sweep(tmp_path, dims, cells)
+    with warnings.catch_warnings(record=True) as caught:  # not "error": _draw would catch it as a chart problem
+        warnings.simplefilter("always")
+        render.write_sweep_reports(folder)
+    assert [str(w.message) for w in caught] == []
+    assert not [p.name for p in (folder / "plots").glob("*.png") if p.name != "throughput.png"]
+    assert "no cell finished" in (folder / "report.html").read_text()

@@ -333,6 +333,55 @@ def test_loader_on_synthetic_data_records_the_loader_that_ran_so_compare_and_swe
     assert info.value.option == "--loader"
 
 
+@pytest.mark.parametrize(
+    "asked, dataset, device, ran, why",
+    [
+        ({"val_fraction": 0.5}, "synthetic", "cpu", None, "no training set to split"),
+        ({"download": True}, "synthetic", "cpu", False, "nothing to download"),
+        ({"cudnn_benchmark": True}, "cifar10", "cpu", False, "a CPU run has none"),
+        ({"pin_memory": True}, "cifar10", "cpu", False, "a CPU run makes none"),
+    ],
+)
+def test_an_option_the_run_could_not_use_is_in_no_effect_and_warned(asked, dataset, device, ran, why):
+    # --val-fraction 0.5 on synthetic data, --cudnn-benchmark on the CPU: nothing said, and config.json claimed
+    # the run had used them (README: no_effect holds "each option the run could not use and why")
+    from effbench.config import resolve_for_device
+
+    (name, value), *_ = asked.items()
+    cfg = resolve_for_device(RunConfig(dataset=dataset, device=device, workers=0, repeats=3, **asked), device)
+    d = config_mod.resolved_record(cfg, device_type=device, precision="fp32", repeats=3,
+                                   data_info={"loader": "fast", "workers": 0})  # fmt: skip
+    assert d[name] == ran and d["requested"][name] == value and why in d["no_effect"][name]
+    assert RunConfig.from_dict(d).to_dict()[name] == ran  # still a valid config
+    # where the option acts it is no such thing
+    fine = (
+        {"dataset": "cifar10", "device": device} if dataset == "synthetic" else {"dataset": dataset, "device": "cuda"}
+    )
+    cfg = resolve_for_device(RunConfig(workers=0, repeats=3, **fine, **asked), fine["device"])
+    d = config_mod.resolved_record(cfg, device_type=fine["device"], precision="fp32", repeats=3,
+                                   data_info={"loader": "fast", "workers": 0})  # fmt: skip
+    assert d[name] == value and "no_effect" not in d
+
+
+def test_a_cpu_run_asked_to_pin_says_so_once_and_pins_nothing(tmp_path, capsys, cifar10_dir):
+    # torch's DataLoader warned in two lines of its own ("no accelerator is found") beside a config.json that
+    # recorded pin_memory true
+    code, _, err = invoke(["run", "--arch", "resnet18", "--image-size", "16", "--weights", "none", "--device", "cpu",
+                           "--dataset", "cifar10", "--data-dir", cifar10_dir, "--loader", "torchvision", "--workers", "0",
+                           "--max-steps", "2", "--warmup-steps", "1", "--epochs", "1", "--batch-size", "4", "--no-profile",
+                           "--quiet", "--pin-memory", "--cudnn-benchmark", "--output", tmp_path], capsys)  # fmt: skip
+    assert code == 0, err
+    assert err.strip().splitlines() == [
+        "warning: --cudnn-benchmark had no effect on this run: cudnn.benchmark autotunes cuDNN's CUDA convolutions; "
+        "a CPU run has none",
+        "warning: --pin-memory had no effect on this run: page-locked batches speed copies to a GPU; a CPU run makes none",
+    ]
+    run = only_run(tmp_path)
+    config = json.loads((run / "config.json").read_text())
+    assert (config["pin_memory"], config["cudnn_benchmark"]) == (False, False)
+    assert json.loads((run / "results.json").read_text())["data"]["pin_memory"] is False
+
+
 def test_workers_capped_at_the_cores_say_so_not_that_the_loader_starts_none():
     # --workers 8 on a 2-core machine: data.capped_workers started 2 torchvision workers (results.json data.workers)
     d = config_mod.resolved_record(

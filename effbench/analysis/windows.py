@@ -149,6 +149,11 @@ def read_steps(run_dir: Path) -> list[dict[str, str]]:
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise EffbenchError(str(path), f"is not a readable CSV ({e}); rerun the benchmark") from None
     for i, row in enumerate(rows, start=2):  # line 1 is the header
+        if None in row or None in row.values():  # DictReader: extra fields under None, missing ones as None
+            raise EffbenchError(
+                str(path), f"line {i} does not have the header's {len(row) - (None in row)} fields: the file is "
+                "truncated or not effbench's; rerun the benchmark",
+            )  # fmt: skip
         for key in _STEP_NUMBERS:
             value = row.get(key)
             if value in (None, ""):

@@ -73,7 +73,7 @@ def run(
     ] = None,
     dataset: Annotated[str | None, _opt(f"{datasets_help()} [default: cifar100]")] = None,
     data_dir: Annotated[
-        Path | None,
+        str | None,  # text as typed: Path("") would be "." (RunConfig refuses an empty one)
         _opt("Folder with the extracted datasets. [default: ./data; env EFFBENCH_DATA]", envvar="EFFBENCH_DATA"),
     ] = None,
     download: Annotated[
@@ -239,7 +239,7 @@ def run(
         ),
     ] = None,
     output: Annotated[
-        Path | None,
+        str | None,
         _opt("Parent folder of run folders. [default: ./results; env EFFBENCH_OUTPUT]", envvar="EFFBENCH_OUTPUT"),
     ] = None,
     profile: Annotated[

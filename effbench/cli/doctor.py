@@ -12,7 +12,6 @@ Exit code 0 when nothing fails (warnings allowed), 2 when a check fails, like ev
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -61,11 +60,11 @@ def environment_summary(gpu: preflight.GpuState) -> list[tuple[str, str]]:
 
 def doctor(
     output: Annotated[
-        Path | None,
+        str | None,  # text as typed: Path("") would be "." (RunConfig refuses an empty one)
         _opt("Parent folder of run folders. [default: ./results; env EFFBENCH_OUTPUT]", envvar="EFFBENCH_OUTPUT"),
     ] = None,
     data_dir: Annotated[
-        Path | None,
+        str | None,
         _opt("Folder with the extracted datasets. [default: ./data; env EFFBENCH_DATA]", envvar="EFFBENCH_DATA"),
     ] = None,
     dataset: Annotated[str | None, _opt(f"{datasets_help()} [default: cifar100]")] = None,

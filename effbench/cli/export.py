@@ -24,24 +24,38 @@ def export(
         str, typer.Option("--format", help="csv or jsonl (one JSON object per line).", show_default=True)
     ] = "csv",
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="File to write. [default: stdout]", show_default=False)
+        str | None, typer.Option("--output", "-o", help="File to write. [default: stdout]", show_default=False)
     ] = None,
 ) -> None:
     """One row per run folder found under PATHS: status, machine, figures, swept values and resolved config."""
     from effbench import results
     from effbench.analysis import export as ex
+    from effbench.config import check_path
     from effbench.errors import EffbenchError
+    from effbench.sweep.manifest import MANIFEST_FILE
 
     if format_ not in ex.FORMATS:
         raise EffbenchError("--format", f"{format_!r} is not a format; use {' or '.join(ex.FORMATS)}")
-    if output is not None and output.is_dir():
-        raise EffbenchError("--output", f"{output} is a folder; pass a file path such as {output / 'runs.csv'}")
-    if output is not None and not output.parent.is_dir():
-        raise EffbenchError("--output", f"the folder {output.parent} does not exist; create it or write elsewhere")
+    target = None
+    if output is not None:
+        check_path("--output", output, example="--output runs.csv")
+        target = Path(output)
+        if target.is_dir():
+            raise EffbenchError("--output", f"{target} is a folder; pass a file path such as {target / 'runs.csv'}")
+        if not target.parent.is_dir():
+            what = "is a file, not a folder" if target.parent.exists() else "does not exist"
+            raise EffbenchError("--output", f"the folder {target.parent} {what}; create it or write elsewhere")
+        holder = next((f for f in (results.RESULTS_FILE, MANIFEST_FILE) if (target.parent / f).is_file()), None)
+        if target.exists() and holder is not None:  # -o run/results.json replaced the run's results with the CSV
+            raise EffbenchError(
+                "--output",
+                f"{target} is a file of the run or sweep folder {target.parent} (it holds {holder}); exporting "
+                "would overwrite it: write to a new file, e.g. --output runs.csv",
+            )
     runs = ex.collect(paths)
     text = ex.render([r.row for r in runs], format_)
-    if output is None:
+    if target is None:
         typer.echo(text, nl=False)
         return
-    results.atomic_write_text(output, text)
-    typer.echo(f"exported {len(runs)} runs to {output}", err=True)
+    results.atomic_write_text(target, text)
+    typer.echo(f"exported {len(runs)} runs to {target}", err=True)

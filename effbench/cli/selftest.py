@@ -11,7 +11,6 @@ new folder under --output, exits 1 when any check FAILs, 0 otherwise, 2 on a bad
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -22,7 +21,7 @@ from effbench.cli.common import opt as _opt
 def selftest(
     device: Annotated[str, _opt("auto, cpu or cuda. [default: auto = cuda when visible]")] = "auto",
     output: Annotated[
-        Path | None,
+        str | None,  # text as typed: Path("") would be "." (SelftestConfig refuses an empty one)
         _opt(
             "Parent folder of the selftest folder. [default: ./results; env EFFBENCH_OUTPUT]", envvar="EFFBENCH_OUTPUT"
         ),
@@ -40,9 +39,9 @@ def selftest(
 
     cfg = SelftestConfig(
         device=device,
-        output=output if output is not None else Path("results"),
+        output=output if output is not None else "results",
         pairs=pairs,
-        only=tuple(s.strip() for s in only.split(",") if s.strip()) if only else (),
+        only=tuple(s.strip() for s in only.split(",")) if only is not None else (),
     )
     outcome = run_selftest(cfg, echo=typer.echo)
     typer.echo(table(outcome.checks))

@@ -21,8 +21,12 @@ from effbench.cli.common import invocation
 from effbench.cli.common import opt as _opt
 from effbench.datasets import datasets_help
 from effbench.sweep.presets import presets_help
-from effbench.config import with_range
+from effbench.config import Range, with_range
 from effbench.errors import EffbenchError
+
+
+# compare's gates, in percent and percentage points: a regression beyond 100 of either cannot happen
+GATE_RANGE = Range(0.0, 100.0, hi_open=True)
 
 
 def _list(help: str) -> Any:
@@ -66,7 +70,7 @@ def sweep(
         ),
     ] = None,
     data_dir: Annotated[
-        Path | None,
+        str | None,  # text as typed: Path("") would be "." (the cells refuse an empty one)
         _one("Folder with the extracted datasets. [default: ./data; env EFFBENCH_DATA]", envvar="EFFBENCH_DATA"),
     ] = None,
     download: Annotated[bool | None, _opt("Download a missing dataset.", "--download/--no-download")] = None,
@@ -124,7 +128,7 @@ def sweep(
         str | None, _one(with_range("log_interval", "Steps between progress lines. [default: 10]"))
     ] = None,
     output: Annotated[
-        Path | None,
+        str | None,
         _opt("Parent folder of the sweep folder. [default: ./results; env EFFBENCH_OUTPUT]", envvar="EFFBENCH_OUTPUT"),
     ] = None,
     name: Annotated[
@@ -170,7 +174,7 @@ def sweep(
         preset=preset,
         zip=zip_,
         smoke=smoke,
-        output=output or Path("results"),
+        output=output if output is not None else "results",
         name=name,
         fail_fast=fail_fast,
     )
@@ -223,13 +227,17 @@ def compare(
     fail_if_slower: Annotated[
         float | None,
         _opt(
-            "Exit 1 when B's throughput is below A's by more than PCT percent and outside noise (95% CI).",
+            "Exit 1 when B's throughput is below A's by more than PCT percent and outside noise (95% CI). "
+            f"[range: {GATE_RANGE.text()}]",
             metavar="PCT",
         ),
     ] = None,
     fail_if_less_accurate: Annotated[
         float | None,
-        _opt("Exit 1 when B's final top-1 is below A's by more than POINTS percentage points.", metavar="POINTS"),
+        _opt(
+            f"Exit 1 when B's final top-1 is below A's by more than POINTS percentage points. [range: {GATE_RANGE.text()}]",
+            metavar="POINTS",
+        ),
     ] = None,
 ) -> None:
     """Per-metric deltas of B against A with 95% confidence intervals; says when a difference is within noise.
@@ -240,8 +248,12 @@ def compare(
     from effbench.analysis import windows
 
     for option, value in (("--fail-if-slower", fail_if_slower), ("--fail-if-less-accurate", fail_if_less_accurate)):
-        if value is not None and not value >= 0:
-            raise EffbenchError(option, f"must be a number >= 0, got {value}; e.g. {option} 5")
+        if value is not None and not GATE_RANGE.contains(value):  # nan and inf too
+            raise EffbenchError(
+                option,
+                f"must be a number >= 0 and below 100, got {value} (a throughput falls by at most 100%, a top-1 by "
+                f"at most 100 points: a gate at 100 or more never fails); e.g. {option} 5",
+            )
     gated = fail_if_slower is not None or fail_if_less_accurate is not None
 
     def kind(p: Path) -> str:

@@ -118,9 +118,12 @@ def build_data(
         assert src.val is not None, "dataset modules raise when there is no official split"
         train_ex, val_ex = src.train, src.val
         split = src.val_label
-    _check_batch(batch, len(train_ex), cfg.dataset, world_size)
+    carved = (cfg.val_fraction, len(src.train)) if cfg.val_fraction is not None else None
+    _check_batch(batch, len(train_ex), cfg.dataset, world_size, carved)
 
-    pin = cfg.pin_memory if cfg.pin_memory is not None else device.type == "cuda"
+    # pinning is for copies to a GPU: on the CPU torch's DataLoader only warns that it pins nothing (config.json's
+    # no_effect says so once, in one line)
+    pin = (cfg.pin_memory if cfg.pin_memory is not None else True) and device.type == "cuda"
     workers = capped_workers(cfg.workers, usable_cores(), rank)
     opts = LoaderOptions(
         batch_size=batch, workers=workers, seed=cfg.seed, rank=rank, world_size=world_size, pin_memory=pin,
@@ -260,13 +263,20 @@ def prepare_data(cfg: RunConfig) -> dict[str, Any]:
     return {"downloaded": False}
 
 
-def _check_batch(batch: int, n_train: int, dataset: str, world_size: int) -> None:
+def _check_batch(
+    batch: int, n_train: int, dataset: str, world_size: int, carved: tuple[float, int] | None = None
+) -> None:
+    """`carved`: (--val-fraction, training images before the split), when the split left these n_train."""
     per_rank = n_train // world_size
     if per_rank >= batch:
         return
     shard = f" ({per_rank} per rank over {world_size} ranks)" if world_size > 1 else ""
+    split, fix = "", "lower --batch-size"
+    if carved is not None:
+        split = f" (--val-fraction {carved[0]:g} leaves {n_train} of the {carved[1]} training images)"
+        fix += ", or pass a smaller --val-fraction"
     raise EffbenchError(
-        "--batch-size", f"{batch} exceeds the {n_train} training images of {dataset}{shard}; lower --batch-size"
+        "--batch-size", f"{batch} exceeds the {n_train} training images of {dataset}{shard}{split}; {fix}"
     )
 
 

@@ -74,6 +74,13 @@ def timm_installed() -> bool:
 
 
 def _unknown(value: str, candidates: list[str]) -> EffbenchError:
+    if not value.rpartition(":")[2].strip():  # `--arch ""`, `--arch torchvision:`
+        return EffbenchError(
+            "--arch",
+            f"{value!r} names no model; pass one such as resnet18 or torchvision:resnet50 (`effbench models` lists them)",
+        )
+    # resnet18 is effbench's own and a torchvision name: one suggestion, not "resnet18, resnet18"
+    candidates = list(dict.fromkeys(candidates))
     near = difflib.get_close_matches(value.lower(), candidates, n=SUGGESTIONS, cutoff=0.6)
     hint = f"did you mean {', '.join(near)}? " if near else ""
     return EffbenchError("--arch", f"unknown architecture {value!r}; {hint}(`effbench models` lists them)")

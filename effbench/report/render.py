@@ -282,7 +282,13 @@ def sweep_plots(
             "Top-1 accuracy per epoch (dashed: train, solid: validation)",
             lambda: plots.top1_per_epoch(series, out_dir / "top1_per_epoch.png", title="Top-1 per epoch"),
         )
-    if "batch_size" in show_dims:
+    # a chart along a dimension needs a cell that finished: with none (every cell failed on the same bad input)
+    # its axes were empty and matplotlib warned on stderr that the legend had nothing to show
+    finished = {r.get("status") for r in rows} & {"ok", "oom"}
+    for dim in ("batch_size", "workers", "gpus", "nproc"):
+        if dim in show_dims and not (finished - ({"oom"} if dim != "batch_size" else set())):
+            problems.append(f"no {dim.replace('_', '-')} chart: no cell finished")
+    if "batch_size" in show_dims and finished:
         series_b = {
             g: [
                 (
@@ -302,7 +308,7 @@ def sweep_plots(
                 series_b, out_dir / "throughput_vs_batch.png", title="Throughput vs batch size"
             ),
         )
-    if "workers" in show_dims:
+    if "workers" in show_dims and "ok" in finished:
         series_w = {
             g: [
                 (int(sweep_report.ran(r, "workers")), r["measured_data_time_per_epoch_s"])
@@ -324,7 +330,7 @@ def sweep_plots(
                 ),
             )
     for dim in ("gpus", "nproc"):
-        if dim in show_dims:
+        if dim in show_dims and "ok" in finished:
             series_s = {}
             for g, members in sweep_report.chart_groups(rows, names, dim, list(idle)).items():
                 series_s[g] = [

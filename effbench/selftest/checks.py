@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import difflib
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from effbench.analysis import stats
+from effbench.config import check_path
 from effbench.errors import EffbenchError
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
@@ -47,8 +49,8 @@ class Check:
 class SelftestConfig:
     device: str = "auto"
     """auto, cpu or cuda: where the training checks run (auto = cuda when visible)."""
-    output: Path = Path("results")
-    """Parent folder of the selftest folder (selftest.json and the runs it made)."""
+    output: Path | str = Path("results")
+    """Parent folder of the selftest folder (selftest.json and the runs it made); the text as typed is checked."""
     pairs: int = 600
     """Measured steps a side of the harness / bare-loop check, interleaved step by step (H B B H ...); at most
     one synthetic epoch (6,248 at the CPU's batch 8, 388 at CUDA's batch 128)."""
@@ -57,7 +59,7 @@ class SelftestConfig:
     warmup_steps: int = 2
     """Steps excluded from every timed figure."""
     only: tuple[str, ...] = ()
-    """Run only the checks whose names start with one of these (empty: all)."""
+    """Run only the checks whose names start with one of these (empty: all); each must select a check."""
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
@@ -67,7 +69,23 @@ class SelftestConfig:
         for name in ("steps", "warmup_steps"):
             if int(getattr(self, name)) < 1:
                 raise EffbenchError(f"--{name.replace('_', '-')}", f"must be at least 1, got {getattr(self, name)}")
+        check_path("--output", self.output)
         self.output = Path(self.output)
+        self._check_only()
+
+    def _check_only(self) -> None:
+        """--only as given: no empty item (`--only ,` ran every check), each once, each selecting a check
+        (`--only flopz` ran none, wrote an empty selftest.json and exited 0, a pass that checked nothing)."""
+        names = list(CHECKS)
+        for i, item in enumerate(self.only):
+            if not item:
+                raise EffbenchError("--only", f"{','.join(self.only)!r} has an empty item; name checks like flops,ddp")
+            if item in self.only[:i]:
+                raise EffbenchError("--only", f"lists {item} twice; name each check once")
+            if not any(key.startswith(item) for key in names):
+                near = difflib.get_close_matches(item, names, n=1)
+                hint = f"did you mean {near[0]}? " if near else ""
+                raise EffbenchError("--only", f"{item!r} names no check; {hint}choose from {', '.join(names)}")
 
 
 @dataclass

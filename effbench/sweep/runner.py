@@ -270,7 +270,14 @@ def exit_message(outcome: SweepOutcome) -> tuple[int, str | None]:
             128 + outcome.signal,
             f"error: sweep interrupted by {name} ({done} of {total} cells ok); rerun the same command to resume",
         )
-    failed = [c for c in outcome.manifest["cells"] if c["status"] in ("failed", "interrupted", "pending", "running")]
+    cells = outcome.manifest["cells"]
+    failed = [c for c in cells if c["status"] in ("failed", "interrupted", "pending", "running")]
+    errors = [c.get("error") or {} for c in cells]
+    if len(failed) == len(cells) and all(e.get("type") == "EffbenchError" for e in errors):
+        # no cell ran: each refused its input (weights neither cached nor downloadable, ...), as `run` refuses it
+        messages = {str(e.get("message")) for e in errors}
+        which = "this input" if len(messages) == 1 else f"bad input ({failed[0]['key']}'s shown; sweep.json has each)"
+        return 2, f"error: {errors[0].get('message')}; every cell ({total}) failed on {which}, none ran"
     if failed:
         first = failed[0]
         why = (first.get("error") or {}).get("message") or first["status"]

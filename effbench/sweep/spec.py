@@ -22,7 +22,7 @@ from typing import Any
 
 from effbench import results
 from effbench.sweep import presets
-from effbench.config import RunConfig, option_name, smoke_overrides
+from effbench.config import RunConfig, check_path, option_name, smoke_overrides
 from effbench.errors import EffbenchError
 
 # Swept config fields, in product order (outermost first), and how their values parse.
@@ -122,8 +122,8 @@ class SweepSpec:
     """Pair the lists element-wise (the i-th values together) instead of the Cartesian product."""
     smoke: bool = False
     """Start every cell from the --smoke preset (it overrides a preset's fixed options; explicit options override it)."""
-    output: Path = Path("results")
-    """Parent folder of the sweep folder."""
+    output: Path | str = Path("results")
+    """Parent folder of the sweep folder (the text as typed is checked, then held as a Path)."""
     name: str | None = None
     """Sweep folder name; default sweep-<preset or swept options>. The same name resumes."""
     fail_fast: bool = False
@@ -149,6 +149,7 @@ class SweepSpec:
             raise EffbenchError(
                 "--name", f"{self.name!r} is not a plain folder name; use letters, digits, '.', '_' and '-'"
             )
+        check_path("--output", self.output)
         object.__setattr__(self, "output", Path(self.output))
 
 
@@ -223,7 +224,7 @@ def plan_cells(spec: SweepSpec, *, visible_gpus: int = 0, cores: int = 1) -> Swe
     if "gpus" in dims and "nproc" in dims:
         raise EffbenchError("--gpus", "sweep --gpus or --nproc, not both (GPUs or CPU processes)")
     name = spec.name or default_name(spec, dims)
-    folder = spec.output / name
+    folder = Path(spec.output) / name
     # --smoke after the preset: it is asked for to make every cell tiny and offline (synthetic data)
     base = {**fixed, **(smoke_overrides() if spec.smoke else {}), **spec.options}
     cells: list[Cell] = []

@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -21,11 +22,29 @@ CHUNK_BYTES = 1 << 20
 TIMEOUT_S = 30.0
 
 
+# What urllib.request.urlopen fetches from; a file:// mirror is a local folder.
+MIRROR_SCHEMES = ("http", "https", "ftp", "file")
+
+
+def mirror_problem(mirror: str) -> str | None:
+    """Why a mirror base URL cannot serve files (not a URL: `mirror.local/data`, `notaurl`), or None."""
+    parts = urllib.parse.urlsplit(mirror)
+    if parts.scheme.lower() in MIRROR_SCHEMES and (parts.netloc or (parts.scheme.lower() == "file" and parts.path)):
+        return None
+    return f"{mirror!r} is not a base URL ({', '.join(s + '://' for s in MIRROR_SCHEMES)})"
+
+
+MIRROR_FIX = "set it to one, e.g. https://mirror.example/files, or unset it"
+
+
 def mirrored_url(url: str, env_var: str) -> str:
-    """Replace everything before the file name with $env_var when it is set."""
+    """Replace everything before the file name with $env_var when it is set (it must be a URL)."""
     mirror = os.environ.get(env_var, "").strip()
     if not mirror:
         return url
+    problem = mirror_problem(mirror)
+    if problem is not None:
+        raise EffbenchError(env_var, f"{problem}; {MIRROR_FIX}")
     return mirror.rstrip("/") + "/" + url.rsplit("/", 1)[-1]
 
 

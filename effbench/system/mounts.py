@@ -85,7 +85,9 @@ MOUNTINFO_ENV = "EFFBENCH_MOUNTINFO"  # another table to read; the tests point i
 
 
 def read_mountinfo() -> str | None:
+    """The mount table as text. Its paths are bytes (a host folder named in latin-1 is not UTF-8): decoded as
+    Python decodes file names (os.fsdecode, surrogateescape), so they still match the paths they hold."""
     try:
-        return Path(os.environ.get(MOUNTINFO_ENV) or "/proc/self/mountinfo").read_text()
+        return os.fsdecode(Path(os.environ.get(MOUNTINFO_ENV) or "/proc/self/mountinfo").read_bytes())
     except OSError:
         return None

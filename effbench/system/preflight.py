@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Literal, TextIO
 
 from effbench.config import RunConfig
+from effbench.system.download import MIRROR_FIX, mirror_problem
 from effbench.datasets import dataset_spec
 from effbench.errors import EffbenchError
 from effbench.fmt import GIB, MIB
@@ -773,6 +774,9 @@ def check_dataset(cfg: RunConfig, env: Mapping[str, str], probes: Probes, runtim
         ]
     file_name = archive.url.rsplit("/", 1)[-1]
     mirror = env.get(archives.MIRROR_ENV, "").strip()
+    problem = mirror_problem(mirror) if mirror else None
+    if problem is not None:
+        return [Finding("error", "dataset", problem, MIRROR_FIX, option=archives.MIRROR_ENV)]
     source = f"{mirror.rstrip('/')}/{file_name}" if mirror else archive.url
     if not probes.reachable(source):
         return [
