@@ -375,6 +375,10 @@ def test_a_batch_size_sweep_on_two_ranks_says_oom_for_the_cell_one_rank_could_no
     assert [(c["params"]["batch_size"], c["status"]) for c in cells] == [(8, "oom"), (4, "ok")]
     assert cells[0]["error"]["oom_ranks"] == [1] and cells[0]["error"]["message"].startswith("rank 1: OutOfMemoryError")
     assert "out of memory from 8" in (sweep_json.parent / "sweep.txt").read_text()
+    # the sweep prints its own lines: no torchrun rank 0's run folder line or whole report between them
+    assert "run folder:" not in res.stdout and "Verdict:" not in res.stdout, res.stdout[-2000:]
+    warnings = [line for line in res.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == len(set(warnings)), warnings  # a preflight warning once, not once per cell
 
 
 def test_a_rank_that_stopped_on_a_nonfinite_loss_leaves_a_diverged_marker(tmp_path, monkeypatch):

@@ -643,6 +643,24 @@ def test_the_output_mount_warning_is_printed_before_the_run_on_stderr(tmp_path):
     assert '-v "$PWD/results:/results"' in err.getvalue()
 
 
+def test_a_command_of_many_runs_prints_each_preflight_warning_once(tmp_path):
+    """A sweep, a scaling series and the selftest pass one `said` set to every run's preflight: the
+    output-mount warning was printed once per cell (9 times in one CPU selftest)."""
+    findings = preflight.run_checks(
+        cfg(tmp_path, output=Path("/results")), env=ENV, root=fake_root(tmp_path, "docker"),
+        probes=probes(mountinfo=MOUNTINFO["none"], unwritable=[]),
+    )  # fmt: skip
+    err, said = io.StringIO(), set()
+    for _run in range(3):
+        preflight.raise_on_errors(findings, environ={}, stream=err, said=said)
+    lines = err.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: output-mount: /results") and said == set(lines)
+    alone = io.StringIO()
+    preflight.raise_on_errors(findings, environ={}, stream=alone)  # one run on its own: always said
+    preflight.raise_on_errors(findings, environ={}, stream=alone)
+    assert alone.getvalue().splitlines() == lines * 2
+
+
 def test_a_mount_point_named_in_bytes_that_are_not_utf8_is_read_not_a_traceback(tmp_path, monkeypatch):
     # Linux names are bytes: a host folder named in latin-1 (b"r\xe9sultats") bind-mounted anywhere puts that
     # byte in /proc/self/mountinfo, which read_text() refused (UnicodeDecodeError: a traceback before every run).

@@ -133,19 +133,34 @@ def plan_for(cfg: RunConfig, worker_args: list[str]) -> LaunchPlan:
 # --------------------------------------------------------------------------------------------------
 # The CLI's entry
 # --------------------------------------------------------------------------------------------------
+def _silent(_message: str) -> None:
+    return None
+
+
 def run(
-    cfg: RunConfig, *, command: list[str], echo: Echo = print, progress: bool = True, isolate: bool = False
+    cfg: RunConfig,
+    *,
+    command: list[str],
+    echo: Echo | None = print,
+    progress: bool = True,
+    isolate: bool = False,
+    said_warnings: set[str] | None = None,
 ) -> RunOutcome:
     """Check, then run in-process or under torchrun; returns the run folder and its results.
 
+    `echo`: where the run folder line and the final report go; None: nowhere, in this process and in a
+    torchrun / worker child alike (a child prints on its own stdout, so a no-op echo here would not reach it:
+    the selftest's and a sweep's runs printed rank 0's whole report between their own lines).
     `isolate`: a run that would be in this process (one device, or DataParallel) runs in a child
     `effbench worker` instead, so it neither inherits nor leaves behind a CUDA context and cached memory
-    (a scaling series runs every member so: no member measures on memory another one holds)."""
+    (a scaling series runs every member so: no member measures on memory another one holds).
+    `said_warnings`: preflight's warnings already printed by the command that runs this run among others
+    (preflight.raise_on_errors), so a sweep or the selftest says each once."""
     from effbench.system.preflight import raise_on_errors, run_checks
 
     # Container and environment checks (output, shm, GPUs, driver, caches, dataset mount) before any
     # folder exists; their messages carry the Docker / compose / Apptainer fix.
-    raise_on_errors(run_checks(cfg))
+    raise_on_errors(run_checks(cfg), said=said_warnings)
     results.check_output_writable(cfg.output)
     spec_dir = Path(tempfile.mkdtemp(prefix="effbench-launch-"))
     try:
@@ -157,7 +172,7 @@ def run(
         elif isolate:  # the worker outside torchrun (no RANK in its env) is one process: distributed.py
             argv = [sys.executable, "-m", "effbench", "worker", "--spec", str(spec_path)]
         else:
-            return run_benchmark(cfg, plan=plan, command=command, echo=echo, progress=progress)
+            return run_benchmark(cfg, plan=plan, command=command, echo=echo or _silent, progress=progress)
         return _run_in_child(cfg, plan, spec_path, argv, command=command, echo=echo, progress=progress)
     except Interrupted as e:  # in the checks above (main's handler), before any run folder
         e.phase = e.phase or "setup"
@@ -173,7 +188,7 @@ def _run_in_child(
     argv: list[str],
     *,
     command: list[str],
-    echo: Echo,
+    echo: Echo | None,
     progress: bool,
 ) -> RunOutcome:
     """Run `argv` (torchrun, or one `effbench worker`) on the spec and settle its record with how it ended."""
@@ -190,8 +205,10 @@ def _run_in_child(
         "command": command,
         "plan": _plan_dict(plan),
         "progress": progress,
+        "echo": echo is not None,  # rank 0 prints its run folder and report only where the caller would
     }
     spec_path.write_text(json.dumps(spec))
+    echo = echo or _silent
     echo(f"launching: {' '.join(argv)}")
     child = "torchrun" if plan.mode == "torchrun" else "the effbench worker"
     env = {**os.environ, **plan.env}
@@ -285,7 +302,8 @@ def worker_main(spec_path: Path) -> int:
             try:
                 outcome = run_benchmark(
                     cfg, plan=plan, dist=dist, run_dir=Path(spec["run_dir"]), command=spec["command"],
-                    echo=print if rank == 0 else (lambda _m: None), progress=spec.get("progress", True) and rank == 0,
+                    echo=print if rank == 0 and spec.get("echo", True) else _silent,
+                    progress=spec.get("progress", True) and rank == 0,
                 )  # fmt: skip
             except BaseException as e:  # out of memory while the run was built (model to device, DDP's broadcast)
                 _leave_oom_marker(spec_dir, rank, rec.outcome_of(e, received=[], phase="setup"))

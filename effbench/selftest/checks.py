@@ -96,6 +96,8 @@ class Context:
     echo: Callable[[str], None]
     gpus: int = 0
     notes: dict[str, Any] = field(default_factory=dict)
+    said_warnings: set[str] = field(default_factory=set)
+    """Preflight warnings its runs printed: each once for the whole selftest, not once per run."""
 
     @property
     def runs(self) -> Path:
@@ -150,7 +152,9 @@ def harness(ctx: Context, **overrides: Any) -> dict[str, Any]:
     if base["device"] == "cuda" and "gpus" not in overrides:
         base["gpus"] = 1  # one GPU, in this process: on a multi-GPU machine a run takes every GPU under torchrun
     cfg = RunConfig(**base)
-    outcome = runner.run(cfg, command=["effbench", "selftest"], echo=lambda _m: None, progress=False)
+    outcome = runner.run(
+        cfg, command=["effbench", "selftest"], echo=None, progress=False, said_warnings=ctx.said_warnings
+    )
     if outcome.results.get("status") != "ok":
         err = outcome.results.get("error") or {}
         raise RuntimeError(f"the run ended {outcome.results.get('status')}: {err.get('type')}: {err.get('message')}")

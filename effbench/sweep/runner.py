@@ -166,6 +166,7 @@ def run_sweep(
     stopped: int | None = None
     current: str | None = None
     received: list[int] = []
+    said: set[str] = set()  # each preflight warning once for the sweep, not again for every cell
     try:
         with runner.interrupt_on_signals(received):  # a signal between cells stops the sweep cleanly too
             for n, key in enumerate(todo, 1):
@@ -190,7 +191,9 @@ def run_sweep(
                 M.write_manifest(folder, m)
                 echo(f"{where}: running")
                 try:
-                    outcome = runner.run(cell.config, command=list(command), echo=lambda _m: None, progress=progress)
+                    outcome = runner.run(
+                        cell.config, command=list(command), echo=None, progress=progress, said_warnings=said
+                    )
                 except (
                     EffbenchError
                 ) as e:  # this cell's input (preflight passed for the sweep): recorded, sweep goes on

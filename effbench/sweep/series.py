@@ -33,7 +33,8 @@ def run_scaling_series(
     from effbench.system.preflight import raise_on_errors, run_checks
 
     first = configs[0]
-    raise_on_errors(run_checks(first, gpus_requested=max(c.gpus or 0 for c in configs)))
+    said: set[str] = set()  # each preflight warning once for the series, not again for every member
+    raise_on_errors(run_checks(first, gpus_requested=max(c.gpus or 0 for c in configs)), said=said)
     results.check_output_writable(first.output)
     for cfg in configs:  # every count must be launchable before the first one runs
         plan = runner.plan_for(cfg, ["effbench", "worker"])
@@ -45,7 +46,12 @@ def run_scaling_series(
     outcomes = []
     for cfg in configs:  # each member in its own child process(es): none inherits another's CUDA context or memory
         outcome = runner.run(
-            dataclasses.replace(cfg, output=folder), command=command, echo=echo, progress=progress, isolate=True
+            dataclasses.replace(cfg, output=folder),
+            command=command,
+            echo=echo,
+            progress=progress,
+            isolate=True,
+            said_warnings=said,
         )
         outcomes.append(outcome)
     rows = scaling.scaling_rows([o.results for o in outcomes])

@@ -931,15 +931,28 @@ def apply_redirects(findings: Iterable[Finding], environ: MutableMapping[str, st
 
 
 def raise_on_errors(
-    findings: list[Finding], *, environ: MutableMapping[str, str] = os.environ, stream: TextIO | None = None
+    findings: list[Finding],
+    *,
+    environ: MutableMapping[str, str] = os.environ,
+    stream: TextIO | None = None,
+    said: set[str] | None = None,
 ) -> None:
     """Raise an EffbenchError for the first error (its message ends with the fix); otherwise apply
-    the HOME/cache redirects to `environ` and print each warning on one line to stderr."""
+    the HOME/cache redirects to `environ` and print each warning on one line to stderr.
+
+    `said`: the warning lines already printed by a command that runs many runs (a sweep, a scaling series,
+    the selftest): each is printed once, not once per run; the lines printed here are added to it."""
     for f in findings:
         if f.level == "error":
             raise EffbenchError(f.option, f"{f.message}; fix: {f.fix}" if f.fix else f.message)
     apply_redirects(findings, environ)
     out = stream if stream is not None else sys.stderr
     for f in findings:
-        if f.level == "warning":
-            print(f"warning: {f.check}: {f.message}" + (f" (fix: {f.fix})" if f.fix else ""), file=out)
+        if f.level != "warning":
+            continue
+        line = f"warning: {f.check}: {f.message}" + (f" (fix: {f.fix})" if f.fix else "")
+        if said is not None:
+            if line in said:
+                continue
+            said.add(line)
+        print(line, file=out)
