@@ -4,6 +4,7 @@
     epoch_warmup_s(epoch)   that epoch's warm-up seconds
     per_epoch(record)       a run's measured data, compute and warm-up seconds per epoch (a sweep's tables and
                             charts, the scaling table), with the source they came from
+    source_note(split, who) the line a table prints under itself when that source is not the epochs' own split
 
 The headline's throughput and data wait share count the measured steps only (warm-up excluded); an epoch's
 `data_time_s` / `compute_time_s` / `total_time_s` count every step, warm-up included, so they are never
@@ -84,3 +85,27 @@ def per_epoch(record: Mapping[str, Any]) -> dict[str, Any]:
         "warmup_time_per_epoch_s": warm / n if warm is not None else None,
         "time_split": FROM_RUN_TOTALS,
     }
+
+
+# Said under every table of seconds per epoch (a sweep's cells, the scaling table, the sweep page).
+TIME_NOTE = (
+    "Data, compute and (where shown) total s/epoch count the measured steps (warm-up excluded, as img/s and data %: the run "
+    "report's epoch table, averaged over the epochs); warm-up s/epoch is the warm-up steps' seconds over the "
+    "epochs, apart."
+)
+
+
+def source_note(time_split: str | None, who: str) -> str | None:
+    """The line naming where `who`'s seconds per epoch come from when not from its epochs' measured split
+    (per_epoch's `time_split`), so no table or chart mixes definitions silently; None when they do."""
+    if time_split == FROM_RUN_TOTALS:
+        return (
+            f"{who}: recorded before its epochs held their measured split; its data, compute and warm-up s/epoch "
+            "are the run's measured and warm-up totals (the headline's steps) over its epochs"
+        )
+    if time_split == UNRECORDED:
+        return (
+            f"{who}: no measured split recorded (its epoch times include the warm-up), so no data, compute or "
+            "warm-up s/epoch and no bar in a time chart"
+        )
+    return None

@@ -112,24 +112,10 @@ def render(rows: Sequence[Mapping[str, Any]], *, scaling: str, fmt: str = "text"
     )
     title = "# Scaling" if fmt == "md" else "Scaling"
     notes = "".join(f"\n{line}" for line in split_notes(rows))
-    return f"{title}\n\n{table}\n\n{note} Efficiency = speedup / ideal speedup. {TIME_NOTE}{notes}\n"
-
-
-TIME_NOTE = (
-    "Data, compute and total s/epoch count the measured steps (warm-up excluded, as img/s), averaged over the "
-    "epochs; warm-up s/epoch is the warm-up steps' seconds over the epochs, apart."
-)
+    return f"{title}\n\n{table}\n\n{note} Efficiency = speedup / ideal speedup. {epoch_time.TIME_NOTE}{notes}\n"
 
 
 def split_notes(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """A line per row whose seconds per epoch are not its epochs' measured split (epoch_time.per_epoch)."""
-    out = []
-    for r in rows:
-        if r.get("time_split") == epoch_time.FROM_RUN_TOTALS:
-            out.append(
-                f"{r['devices']} devices: recorded before its epochs held their measured split; its s/epoch are the "
-                "run's measured and warm-up totals over its epochs"
-            )
-        elif r.get("time_split") == epoch_time.UNRECORDED:
-            out.append(f"{r['devices']} devices: no measured split recorded (its epoch times include the warm-up)")
-    return out
+    """A line per row whose seconds per epoch are not its epochs' measured split (epoch_time.source_note)."""
+    notes = (epoch_time.source_note(r.get("time_split"), f"{r['devices']} devices") for r in rows)
+    return [n for n in notes if n]

@@ -152,11 +152,7 @@ def host_peak_gib(record: Mapping[str, Any]) -> float | None:
     return None
 
 
-# Said under the tables (and on the sweep page): what the seconds per epoch count.
-TIME_NOTE = (
-    "Data and compute s/epoch are the measured steps' (warm-up excluded, as img/s and data %: the run report's "
-    "epoch table, averaged over the epochs); warm-up s/epoch is the warm-up steps' seconds over the epochs, apart."
-)
+TIME_NOTE = epoch_time.TIME_NOTE  # said under the tables and on the sweep page
 
 # Said under a no-effect dimension's table (and on the sweep page): why it has no deltas and no chart.
 IDLE_NOTE = "every cell ran the same value, so its differences are noise: no deltas, no chart along it"
@@ -198,23 +194,9 @@ def _metrics(row: Mapping[str, Any]) -> list[str]:
 
 
 def time_split_notes(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One line per cell whose seconds per epoch do not come from its epochs' measured split, saying where
-    they come from instead (epoch_time.per_epoch), so no table or chart mixes definitions silently."""
-    out = []
-    for r in rows:
-        n = len((r.get("record") or {}).get("epochs") or [])
-        if r.get("time_split") == epoch_time.FROM_RUN_TOTALS:
-            out.append(
-                f"cell {r['key'][:3]}: recorded before its epochs held their measured split; its data, compute "
-                f"and warm-up s/epoch are the run's measured and warm-up totals (the headline's steps) over its "
-                f"{n} epoch{'s' if n != 1 else ''}"
-            )
-        elif r.get("time_split") == epoch_time.UNRECORDED:
-            out.append(
-                f"cell {r['key'][:3]}: no measured split recorded (its epoch times include the warm-up), so no "
-                "data, compute or warm-up s/epoch and no bar in the time chart"
-            )
-    return out
+    """One line per cell whose seconds per epoch do not come from its epochs' measured split (epoch_time)."""
+    notes = (epoch_time.source_note(r.get("time_split"), f"cell {r['key'][:3]}") for r in rows)
+    return [n for n in notes if n]
 
 
 def summary_table(rows: Sequence[Mapping[str, Any]], dims: Sequence[str]) -> tuple[list[str], list[list[str]]]:
