@@ -50,6 +50,9 @@ expect_ok "ruff check" "$BIN/ruff" check .
 expect_ok "ruff format --check" "$BIN/ruff" format --check .
 expect_ok "mypy (torch-free modules)" "$BIN/mypy"
 
+echo "== docs: every relative link and anchor resolves (tools/check_docs.py) =="
+expect_ok "docs links (README.md, docs/*.md)" "$BIN/python" tools/check_docs.py
+
 echo "== hadolint (config .hadolint.yaml, failure-threshold inside) =="
 expect_ok "hadolint Dockerfile" "$BIN/hadolint" --config .hadolint.yaml Dockerfile
 expect_fail "hadolint rejects $FIXTURES/Dockerfile.bad" "$BIN/hadolint" --config .hadolint.yaml "$FIXTURES/Dockerfile.bad"

@@ -333,11 +333,11 @@ def test_export_gives_one_row_per_run_with_the_documented_columns(tmp_path, caps
     assert (lone["host"], lone["gpu_model"], lone["driver_version"], lone["image_revision"]) == (
         "node-a", "NVIDIA H100 80GB HBM3", "580.65.06", "abc123")  # fmt: skip
     assert float(lone["sm_clock_mhz"]) == 1980.0 and lone["config.arch"] == "resnet18"
-    # the fixed columns come first, in the documented order, and README documents every one
+    # the fixed columns come first, in the documented order, and the docs document every one
     header = out_csv.read_text().splitlines()[0].split(",")
     assert header[: len(ex.COLUMNS)] == list(ex.COLUMNS)
-    readme = (ROOT / "README.md").read_text()
-    documented = re.findall(r"^\| `([a-z0-9_]+)` \|", readme.split("### Export columns")[1], re.M)
+    page = (ROOT / "docs" / "sweeps-and-reports.md").read_text()
+    documented = re.findall(r"^\| `([a-z0-9_]+)` \|", page.split("## Export columns")[1], re.M)
     assert documented[: len(ex.COLUMNS)] == list(ex.COLUMNS)
 
 

@@ -4,7 +4,7 @@
     effbench export results/sweep-x ci/baseline.json --format jsonl
 
 A row is one run and nothing else (no summary rows, no nesting), so pandas, DuckDB or a spreadsheet
-read it as is. Column names are stable: the fixed ones in COLUMNS (documented in README, "Export
+read it as is. Column names are stable: the fixed ones in COLUMNS (documented in docs/sweeps-and-reports.md, "Export
 columns"), then `swept.<dim>` for the values a sweep or scaling series chose, then `config.<key>` for
 the resolved configuration. Every record goes through results.read_results, so a newer schema is
 refused with one line rather than exported half-understood.
@@ -28,7 +28,7 @@ from effbench.sweep import manifest as M
 SCALING_JSON = "scaling.json"  # effbench.sweep.series.SCALING_JSON (that module imports the run config)
 FORMATS = ("csv", "jsonl")
 
-# (column, what it holds); the README's "Export columns" table is this list.
+# (column, what it holds); the "Export columns" table of docs/sweeps-and-reports.md is this list (tests/test_docs.py).
 COLUMN_DOCS: tuple[tuple[str, str], ...] = (
     ("path", "the run folder"),
     ("kind", "run, sweep-cell, sweep-attempt (an earlier try of a cell, superseded) or scaling-member"),

@@ -4,7 +4,7 @@
     effbench export results/ nodes/ --format jsonl -o runs.jsonl
     effbench export results/ | duckdb -c "select host, throughput_median_img_s from read_csv('/dev/stdin')"
 
-Column names: README, "Export columns" (analysis/export.py COLUMN_DOCS).
+Column names: docs/sweeps-and-reports.md, "Export columns" (analysis/export.py COLUMN_DOCS).
 """
 
 from __future__ import annotations

@@ -178,7 +178,7 @@ def write_run_html_safely(
     warn: Callable[[str], None] = warn,
 ) -> None:
     """The runner's call: a chart or page that cannot be made is a warning on stderr, the run keeps
-    its status. A full disk is not: it is the user's to fix, one error line and exit 2 (README
+    its status. A full disk is not: it is the user's to fix, one error line and exit 2 (docs/guarantees.md
     Guarantees), as for every other file of the run folder."""
     if run_dir is None:
         return

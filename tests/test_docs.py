@@ -1,0 +1,94 @@
+"""The docs: a short README that links to one page per topic, no link that leads nowhere, the tables that
+copy code kept equal to it, and the README's CI commands run as written."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+import check_docs  # noqa: E402
+
+
+def test_no_doc_has_a_broken_link():
+    problems = [p for f in check_docs.doc_files() for p in check_docs.broken_links(f)]
+    assert problems == []
+
+
+def test_the_link_check_finds_a_missing_file_a_missing_anchor_and_a_link_out(tmp_path):
+    (tmp_path / "b.md").write_text("# Real heading\n\n## Twice\n\n## Twice\n")
+    page = tmp_path / "a.md"
+    page.write_text(
+        "[ok](b.md#real-heading) [ok2](b.md#twice-1) [web](https://example.org/x)\n"
+        "[gone](nope.md) [anchor](b.md#not-there) [out](../../etc/passwd)\n"
+        "```\n[in code](nope-either.md)\n```\n"
+    )
+    problems = check_docs.broken_links(page, root=tmp_path)
+    assert [p.split(": ")[1] for p in problems] == ["nope.md", "b.md#not-there", "../../etc/passwd"]
+
+
+def test_readme_is_a_front_page_that_links_every_docs_page():
+    readme = (ROOT / "README.md").read_text()
+    lines = readme.splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines: reference belongs in docs/"
+    assert max(len(line) for line in lines) <= 120
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        assert f"(docs/{page.name})" in readme, f"README.md does not link docs/{page.name}"
+    # the two set-up commands come first
+    setup = readme.split("## Set-up")[1].split("```bash")[1].split("```")[0]
+    assert [ln.split()[:2] for ln in setup.strip().splitlines()] == [["make", "run"], ["make", "test"]]
+
+
+def test_the_export_columns_table_is_the_code_s_list():
+    from effbench.analysis import export as ex
+
+    page = (ROOT / "docs" / "sweeps-and-reports.md").read_text().split("## Export columns")[1]
+    rows = re.findall(r"^\| `([a-z0-9_]+)` \| (.*?) \|$", page, re.M)
+    assert rows == list(ex.COLUMN_DOCS)
+
+
+def readme_block(after: str) -> list[str]:
+    """The commands of the first ```bash block after the line holding `after`, one per line, no comments."""
+    text = (ROOT / "README.md").read_text().split(after, 1)[1]
+    block = text.split("```bash", 1)[1].split("```", 1)[0]
+    return [ln for ln in block.strip().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def test_the_readme_ci_gate_runs_as_written(tmp_path):
+    """The README's CI block, run in a fresh folder: the smoke run, its results.json as the baseline, the gate."""
+    effbench = shutil.which("effbench", path=str(Path(sys.executable).parent))
+    assert effbench
+    run_cmd, gate_cmd = readme_block("**In CI, as a regression gate**")
+    assert run_cmd.startswith("effbench run --smoke") and gate_cmd.startswith("effbench compare ci/baseline.json")
+    proc = subprocess.run(
+        [effbench, *shlex.split(run_cmd)[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr
+    (run_dir,) = (tmp_path / "ci-out").iterdir()
+    (tmp_path / "ci").mkdir()
+    shutil.copy(run_dir / "results.json", tmp_path / "ci" / "baseline.json")
+    gate = subprocess.run(
+        gate_cmd.replace("effbench ", f"{effbench} ", 1),
+        shell=True,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        executable="/bin/bash",
+    )
+    # a run against itself: no slowdown, no accuracy loss, so both gates pass
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+    assert "PASS" in gate.stdout
+
+
+@pytest.mark.parametrize("script", ["check_docs.py"])
+def test_the_docs_check_runs_in_make_lint(script):
+    assert f"tools/{script}" in (ROOT / ".ci" / "lint.sh").read_text()
