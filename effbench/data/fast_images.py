@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -80,9 +81,12 @@ def app1_offsets(buf: bytes) -> list[int]:
 def keep_stored_orientation(data: torch.Tensor) -> torch.Tensor:
     """JPEG bytes whose APP1 (EXIF) markers read as APP15, a copy where there were any, so TorchCodec
     decodes the pixels as stored (as PIL does), not turned by the EXIF orientation."""
-    raw = data.numpy().tobytes()
-    offsets = app1_offsets(raw) if b"\xff\xe1" in raw else []  # 0xFF 0xE1 cannot occur in stuffed scan data
-    if not offsets:
+    arr = data.numpy()
+    after = np.flatnonzero(arr[1:] == _APP1)  # numpy: 4x faster than bytes' `in` on 100+ kB files
+    if not (arr[after] == 0xFF).any():  # no 0xFF 0xE1 anywhere (stuffed scan data never holds one): no APP1
+        return data
+    offsets = app1_offsets(arr.tobytes())
+    if not offsets:  # the pair sat inside a segment's payload
         return data
     out = data.clone()
     out[offsets] = _APP15
@@ -94,7 +98,6 @@ def decode_pil(data: torch.Tensor) -> torch.Tensor:
     Not TorchCodec: its PNG and WebP decoders apply EXIF orientation, its 16-bit PNGs scale where PIL clips."""
     import io
 
-    import numpy as np
     from PIL import Image
 
     with Image.open(io.BytesIO(data.numpy().tobytes())) as im:
