@@ -380,3 +380,22 @@ def test_a_training_batch_with_one_corrupt_image_stays_full():
     assert (
         tuple(x.shape) == (2, 3, 8, 8) and y.tolist() == [3, 3] and log.stats()["corrupt_image_examples"] == ["b.jpg"]
     )
+
+
+def test_a_torchcodec_that_cannot_load_stops_the_run_and_is_never_counted_as_corrupt_files(monkeypatch, tmp_path):
+    import sys
+
+    from effbench.data.fast_images import build_loaders
+    from effbench.data.images import FileExamples
+    from effbench.data.loaders import LoaderOptions
+
+    path = tmp_path / "a.jpg"
+    path.write_bytes(_jpeg_cases()["gray"])
+    monkeypatch.setitem(sys.modules, "torchcodec.decoders", None)  # `import` raises ImportError, as a failed load
+    with pytest.raises(EffbenchError) as info:
+        fast_images.read_square(str(path), 8)  # in a worker: an error, not None (a "corrupt" file)
+    assert info.value.option == "--loader" and "--loader torchvision" in info.value.message
+    examples = FileExamples((str(path),), np.array([0]))
+    with pytest.raises(EffbenchError, match="TorchCodec"):  # in the training process, before any worker
+        build_loaders(examples, examples, LoaderOptions(batch_size=1, workers=0, seed=0), torch.device("cpu"), 8,
+                      channels_last=False, gpu_decode=False)  # fmt: skip

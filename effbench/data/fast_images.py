@@ -105,13 +105,26 @@ def decode_pil(data: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(rgb.copy()).permute(2, 0, 1).contiguous()
 
 
+def jpeg_decoder() -> Callable[..., Any]:
+    """TorchCodec's decode_jpeg, or an EffbenchError when TorchCodec cannot load (not installed, or built
+    for another CUDA than torch's): a broken install must stop the run, never read as corrupt files."""
+    try:
+        from torchcodec.decoders import decode_jpeg
+    except Exception as e:  # ImportError; OSError from torch.ops.load_library when a library is missing
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise EffbenchError(
+            "--loader",
+            f"the fast loader decodes JPEGs with TorchCodec, which cannot load ({first}); install "
+            "torchcodec==0.17.0 built for this torch's CUDA, or pass --loader torchvision (PIL)",
+        ) from e
+    return decode_jpeg
+
+
 def decode_cpu(data: torch.Tensor) -> torch.Tensor:
     """uint8 3 x H x W RGB, PIL's Image.open(...).convert("RGB") bit for bit (tests/test_decode.py);
     raises on bytes no decoder can read."""
     if is_jpeg(data):
-        from torchcodec.decoders import decode_jpeg
-
-        return decode_jpeg(keep_stored_orientation(data), mode="RGB")  # type: ignore[return-value]
+        return jpeg_decoder()(keep_stored_orientation(data), mode="RGB")
     return decode_pil(data)
 
 
@@ -127,6 +140,7 @@ def square(image: torch.Tensor, side: int) -> torch.Tensor:
 def read_square(path: str, side: int) -> torch.Tensor | None:
     """A file decoded and squared on the CPU, or None when it cannot be read or decoded, or its
     header declares more pixels than the PIL loader accepts (checked before decoding)."""
+    jpeg_decoder()  # outside the try: a decoder that cannot load is no corrupt file
     try:
         data = read_bytes(path)
         if over_pixel_limit(data.numpy()) is not None:
@@ -200,10 +214,9 @@ def decode_on_device(items: list[torch.Tensor], side: int, device: torch.device)
     run's `oom`. Any other failure of the batch decodes each JPEG again with the workers' CPU decoder: only
     the files that fail there too are bad. Items that are already images (3-D) were decoded by a worker.
     """
-    from torchcodec.decoders import decode_jpeg
-
     from effbench.run.faults import is_out_of_memory
 
+    decode_jpeg = jpeg_decoder()
     encoded = [i for i, t in enumerate(items) if t.ndim == 1]
     decoded: dict[int, torch.Tensor] = {}
     if encoded:
@@ -378,6 +391,7 @@ def build_loaders(
     """(train, val, set_epoch, skip log, recipe) for one rank; set_epoch reshuffles and reseeds
     the device generator from (seed, rank, epoch)."""
     side = resize_side(image_size)
+    jpeg_decoder()  # here, in the training process: its error is one line before any worker starts
     reader = read_encoded if gpu_decode else read_square
     log = SkipLog()
     train_prep, recipe = image_recipe(image_size, train=True, channels_last=channels_last)
