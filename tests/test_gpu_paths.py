@@ -478,22 +478,26 @@ def test_cudnns_own_allocation_failure_messages_are_oom():
 
 
 def _jpeg_bytes() -> torch.Tensor:
-    from torchvision.io import encode_jpeg
+    import io
 
-    return encode_jpeg(torch.zeros(3, 8, 8, dtype=torch.uint8))
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(buf, "JPEG")
+    return torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
 
 
 def test_gpu_decode_out_of_memory_is_raised_not_marked_corrupt(monkeypatch):
-    import torchvision.io
+    import torchcodec.decoders
 
     from effbench.data.fast_images import decode_on_device
 
-    # torchvision.io.decode_jpeg(device="cuda") allocates its outputs with torch's caching allocator, whose
-    # failure is torch.OutOfMemoryError (a RuntimeError subclass: torch.OutOfMemoryError.__mro__)
+    # torch.OutOfMemoryError (a RuntimeError subclass: torch.OutOfMemoryError.__mro__) from the decode; the
+    # messages TorchCodec and nvJPEG raise instead are in tests/test_decode.py
     def oom(*_a, **_k):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr(torchvision.io, "decode_jpeg", oom)
+    monkeypatch.setattr(torchcodec.decoders, "decode_jpeg", oom)
     with pytest.raises(torch.OutOfMemoryError):
         decode_on_device([_jpeg_bytes(), _jpeg_bytes()], 8, torch.device("cpu"))
 

@@ -1,14 +1,16 @@
 """The `fast` loader for image files (Food-101, class folders): decode small, augment on the device.
 
-Workers read each file, decode it with libjpeg-turbo (`torchvision.io.decode_jpeg`; other formats
-through `decode_image`), resize the shorter side to `side` = 8/7 of the input size and cut the
-central side x side square, all on uint8 tensors. Batches travel as uint8 (a quarter of float32's
+Workers read each file, decode it (JPEG: TorchCodec's libjpeg-turbo `decode_jpeg`; other formats: PIL,
+as the torchvision loader; both give PIL's pixels bit for bit, docs/decoding.md), resize the shorter
+side to `side` = 8/7 of the input size and cut the central side x side square, all on uint8 tensors. Batches travel as uint8 (a quarter of float32's
 bytes through shared memory and over PCIe), pinned on CUDA and copied with non_blocking=True. On the
 device: RandomResizedCrop + flip (train) or CenterCrop (val), then Normalize, batched
 (effbench.data.augment).
 
-With --gpu-decode the workers only read the bytes; JPEGs are decoded in batches on the GPU (nvjpeg,
-`decode_jpeg(device="cuda")`) and resized there. Other formats are still decoded in the workers.
+With --gpu-decode the workers only read the bytes; JPEGs are decoded in batches on the GPU (TorchCodec's
+nvJPEG `decode_jpeg(device="cuda")`, on the current stream) and resized there. Other formats are still
+decoded in the workers. A batch nvJPEG cannot decode is decoded again image by image on the CPU decoder;
+out of memory is the run's OOM, never a corrupt file.
 
 An unreadable file never stops a worker or the run: as in the torchvision loader, training uses the
 next readable file in its place (the batch stays full) and validation leaves it out; SkipLog counts
@@ -20,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -29,6 +32,7 @@ from effbench.data.images import MAX_STAND_INS, FileExamples, over_pixel_limit
 from effbench.data.loaders import LoaderOptions, ShardSampler, SkipLog, collate_samples, seeded_sampler
 from effbench.data.transforms import resize_side
 from effbench.datasets import IMAGENET_MEAN, IMAGENET_STD
+from effbench.errors import EffbenchError
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 JPEG_MAGIC = b"\xff\xd8\xff"
@@ -45,13 +49,83 @@ def is_jpeg(data: torch.Tensor) -> bool:
     return bytes(data[:3].tolist()) == JPEG_MAGIC
 
 
-def decode_cpu(data: torch.Tensor) -> torch.Tensor:
-    """uint8 3 x H x W RGB; raises RuntimeError on bytes no decoder can read."""
-    from torchvision.io import ImageReadMode, decode_image, decode_jpeg
+# TorchCodec's JPEG decoders (CPU and nvJPEG) turn the image by its EXIF orientation, with no option to
+# leave it (torchcodec/_core/DecodeJpeg.cpp: decode_jpeg reads the first APP1 marker libjpeg saved;
+# DecodeJpegCuda.cpp: fetch_exif_orientation_from_jpeg_bytes). PIL's convert("RGB"), the torchvision loader,
+# and torchvision's decode_jpeg before it never did: renaming APP1 to APP15, which no decoder reads and
+# which carries no pixel data, keeps the stored orientation.
+_APP1, _APP15 = 0xE1, 0xEF
+# Markers with no length field: TEM, RST0-7, SOI (JPEG T.81 table B.1); 0x00 after 0xFF is a stuffed byte.
+_NO_LENGTH = frozenset({0x00, 0x01, *range(0xD0, 0xD8), 0xD8})
 
+
+def app1_offsets(buf: bytes) -> list[int]:
+    """Offsets of the code byte of every APP1 marker, found as libjpeg's next_marker does (jdmarker.c:
+    skip to 0xFF, skip fill 0xFFs, 0xFF00 is data) and skipping each segment by its length, up to EOI."""
+    found: list[int] = []
+    pos, n = 2, len(buf)
+    while (pos := buf.find(b"\xff", pos)) >= 0:
+        while pos + 1 < n and buf[pos + 1] == 0xFF:
+            pos += 1
+        if pos + 3 >= n or buf[pos + 1] == 0xD9:  # EOI, or no room for a length
+            break
+        code, pos = buf[pos + 1], pos + 2
+        if code in _NO_LENGTH:
+            continue
+        if code == _APP1:
+            found.append(pos - 1)
+        pos += (buf[pos] << 8) | buf[pos + 1]
+    return found
+
+
+def keep_stored_orientation(data: torch.Tensor) -> torch.Tensor:
+    """JPEG bytes whose APP1 (EXIF) markers read as APP15, a copy where there were any, so TorchCodec
+    decodes the pixels as stored (as PIL does), not turned by the EXIF orientation."""
+    arr = data.numpy()
+    after = np.flatnonzero(arr[1:] == _APP1)  # numpy: 4x faster than bytes' `in` on 100+ kB files
+    if not (arr[after] == 0xFF).any():  # no 0xFF 0xE1 anywhere (stuffed scan data never holds one): no APP1
+        return data
+    offsets = app1_offsets(arr.tobytes())
+    if not offsets:  # the pair sat inside a segment's payload
+        return data
+    out = data.clone()
+    out[offsets] = _APP15
+    return out
+
+
+def decode_pil(data: torch.Tensor) -> torch.Tensor:
+    """uint8 3 x H x W RGB of a non-JPEG file, decoded by PIL as the torchvision loader does (read_rgb).
+    Not TorchCodec: its PNG and WebP decoders apply EXIF orientation, its 16-bit PNGs scale where PIL clips."""
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data.numpy().tobytes())) as im:
+        rgb = np.asarray(im.convert("RGB"))
+    return torch.from_numpy(rgb.copy()).permute(2, 0, 1).contiguous()
+
+
+def jpeg_decoder() -> Callable[..., Any]:
+    """TorchCodec's decode_jpeg, or an EffbenchError when TorchCodec cannot load (not installed, or built
+    for another CUDA than torch's): a broken install must stop the run, never read as corrupt files."""
+    try:
+        from torchcodec.decoders import decode_jpeg
+    except Exception as e:  # ImportError; OSError from torch.ops.load_library when a library is missing
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise EffbenchError(
+            "--loader",
+            f"the fast loader decodes JPEGs with TorchCodec, which cannot load ({first}); install "
+            "torchcodec==0.17.0 built for this torch's CUDA, or pass --loader torchvision (PIL)",
+        ) from e
+    return decode_jpeg
+
+
+def decode_cpu(data: torch.Tensor) -> torch.Tensor:
+    """uint8 3 x H x W RGB, PIL's Image.open(...).convert("RGB") bit for bit (tests/test_decode.py);
+    raises on bytes no decoder can read."""
     if is_jpeg(data):
-        return decode_jpeg(data, mode=ImageReadMode.RGB)
-    return decode_image(data, mode=ImageReadMode.RGB)
+        return jpeg_decoder()(keep_stored_orientation(data), mode="RGB")
+    return decode_pil(data)
 
 
 def square(image: torch.Tensor, side: int) -> torch.Tensor:
@@ -66,6 +140,7 @@ def square(image: torch.Tensor, side: int) -> torch.Tensor:
 def read_square(path: str, side: int) -> torch.Tensor | None:
     """A file decoded and squared on the CPU, or None when it cannot be read or decoded, or its
     header declares more pixels than the PIL loader accepts (checked before decoding)."""
+    jpeg_decoder()  # outside the try: a decoder that cannot load is no corrupt file
     try:
         data = read_bytes(path)
         if over_pixel_limit(data.numpy()) is not None:
@@ -84,7 +159,7 @@ def read_encoded(path: str, side: int) -> torch.Tensor | None:
         return None
     if is_jpeg(data) and over_pixel_limit(data.numpy()) is not None:  # nvjpeg would allocate it all
         return None
-    return data if is_jpeg(data) else read_square(path, side)
+    return keep_stored_orientation(data) if is_jpeg(data) else read_square(path, side)
 
 
 class SquaredFiles(Dataset):
@@ -126,30 +201,37 @@ def collate_encoded(samples: Sequence[tuple[Any, int, tuple[str, ...]]]) -> tupl
 def decode_on_device(items: list[torch.Tensor], side: int, device: torch.device) -> tuple[torch.Tensor, list[int]]:
     """(uint8 batch n x 3 x side x side on `device`, positions that could not be decoded).
 
-    JPEG bytes are decoded together on `device` (nvjpeg on CUDA); when the batch call fails, one
-    at a time, to find the bad files. Items that are already images (3-D) were decoded by a worker.
-    """
-    from torchvision.io import ImageReadMode, decode_jpeg
+    JPEG bytes are decoded together on `device` by TorchCodec (nvJPEG on CUDA). It enqueues nvJPEG's work
+    on the current stream of `device` and synchronizes that stream before it returns (torchcodec 0.17,
+    _core/DecodeJpegCuda.cpp: decode_jpegs_cuda takes get_current_cuda_stream; CUDAJpegDecoder::decode_images
+    ends in cudaStreamSynchronize(stream), and decode_batched_hardware synchronizes it before the hardware
+    engine starts, which does not honour the stream). So called here, on the stream the training and the
+    validation kernels use (never inside a torch.cuda.stream context), its images are whole and nothing
+    queued earlier on that stream can still be reading their memory: torchvision's decoder, which wrote on a
+    private stream, needed a sync after it that validation never made.
 
+    Out of memory (torch's or nvJPEG's own, faults.is_out_of_memory) is raised as torch.OutOfMemoryError, the
+    run's `oom`. Any other failure of the batch decodes each JPEG again with the workers' CPU decoder: only
+    the files that fail there too are bad. Items that are already images (3-D) were decoded by a worker.
+    """
     from effbench.run.faults import is_out_of_memory
 
+    decode_jpeg = jpeg_decoder()
     encoded = [i for i, t in enumerate(items) if t.ndim == 1]
     decoded: dict[int, torch.Tensor] = {}
     if encoded:
-        # torch.OutOfMemoryError subclasses RuntimeError: out of memory is the run's failure (status oom),
-        # never a corrupt file, so it is re-raised before any image is marked bad.
         try:
-            outs = decode_jpeg([items[i] for i in encoded], mode=ImageReadMode.RGB, device=device)
+            outs = decode_jpeg([items[i] for i in encoded], mode="RGB", device=device)
             decoded.update(zip(encoded, outs, strict=True))
-        except RuntimeError as e:
+        except Exception as e:  # TorchCodec raises RuntimeError (STD_TORCH_CHECK) or ValueError
             if is_out_of_memory(e):
-                raise
+                raise decode_out_of_memory(e, len(encoded), device) from e
             for i in encoded:
                 try:
-                    decoded[i] = decode_jpeg(items[i], mode=ImageReadMode.RGB, device=device)
-                except RuntimeError as e1:
+                    decoded[i] = decode_cpu(items[i]).to(device)
+                except Exception as e1:
                     if is_out_of_memory(e1):
-                        raise
+                        raise decode_out_of_memory(e1, len(encoded), device) from e1
     out: list[torch.Tensor] = []
     bad: list[int] = []
     for i, t in enumerate(items):
@@ -163,6 +245,26 @@ def decode_on_device(items: list[torch.Tensor], side: int, device: torch.device)
     if not out:
         return torch.empty((0, 3, side, side), dtype=torch.uint8, device=device), bad
     return torch.stack(out), bad
+
+
+def decode_out_of_memory(e: BaseException, n: int, device: torch.device) -> torch.OutOfMemoryError:
+    """The run's OOM for a decode that ran out of memory, in one line naming the batch and the fixes."""
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return torch.OutOfMemoryError(
+        f"--gpu-decode: decoding {n} JPEGs on {device} ran out of memory ({first}); "
+        "lower --batch-size, or decode in the workers (leave out --gpu-decode)"
+    )
+
+
+def undecodable_batch(paths: Sequence[str]) -> EffbenchError:
+    """A training batch with no image left to train on: skipping it would leave this rank one step short
+    of the others (DDP would wait in the next all-reduce until the process group's timeout)."""
+    shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+    return EffbenchError(
+        "--data-dir",
+        f"no image of a training batch could be decoded ({len(paths)} file(s): {shown or 'none named'}); "
+        "check the dataset files or restore the copy",
+    )
 
 
 class DeviceAugmentLoader:
@@ -203,7 +305,9 @@ class DeviceAugmentLoader:
             self.log.paths.update(paths[i] for i in bad)
             keep = [i for i in range(len(items)) if i not in set(bad)]
             labels = labels[keep]
-            if self.keep_full and len(keep):  # training batches stay full: repeat readable images
+            if self.keep_full and not keep:
+                raise undecodable_batch([paths[i] for i in bad])
+            if self.keep_full:  # training batches stay full: repeat readable images
                 fill = [k % len(keep) for k in range(self.batch_size - len(keep))]
                 images = torch.cat([images, images[fill]])
                 labels = torch.cat([labels, labels[fill]])
@@ -214,11 +318,13 @@ class DeviceAugmentLoader:
             images, labels, skipped = batch[0], batch[1], batch[2]
             if skipped:
                 self.log.paths.update(skipped)
-            if images is None:
+            if images is None:  # no sample of the batch could be read
+                if self.keep_full:  # training: never one step fewer than the other ranks
+                    raise undecodable_batch(skipped)
                 continue
             if self.encoded:
                 images, labels = self._decode(images, labels, list(batch[3]))
-                if len(labels) == 0:
+                if len(labels) == 0:  # validation only: _decode raises for a training batch
                     continue
             else:
                 images = images.to(self.device, non_blocking=True)
@@ -285,6 +391,7 @@ def build_loaders(
     """(train, val, set_epoch, skip log, recipe) for one rank; set_epoch reshuffles and reseeds
     the device generator from (seed, rank, epoch)."""
     side = resize_side(image_size)
+    jpeg_decoder()  # here, in the training process: its error is one line before any worker starts
     reader = read_encoded if gpu_decode else read_square
     log = SkipLog()
     train_prep, recipe = image_recipe(image_size, train=True, channels_last=channels_last)

@@ -28,6 +28,7 @@ see one: the case where only one rank can tell the run diverged (train.py makes 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -74,6 +75,29 @@ _LIBRARY_OOM_MARKERS = (
     "CUDNN_STATUS_ALLOC_FAILED",
     "CUBLAS_STATUS_ALLOC_FAILED",
 )
+# torch's CUDA allocator says "CUDA out of memory. Tried to allocate ..." (c10/cuda/CUDACachingAllocator.cpp, in
+# libc10_cuda.so). It reaches Python as torch.OutOfMemoryError, except through a library that catches it and
+# throws its text again as a plain RuntimeError: TorchCodec's stable-ABI ops (torch/csrc/stable/macros.h,
+# throw_exception: "<message> (originally from <call> API call failed at ...)"), torchvision's nvJPEG decoder
+# ("Error while decoding JPEG images: CUDA out of memory ...").
+_CUDA_OOM_MARKERS = ("CUDA out of memory",)
+# nvJPEG's own allocation failure is NVJPEG_STATUS_ALLOCATOR_FAILURE = 5 (nvjpeg.h, nvjpegStatus_t). TorchCodec 0.17
+# checks every nvJPEG call with STD_TORCH_CHECK(status == NVJPEG_STATUS_SUCCESS, "<what failed>: ", status)
+# (torchcodec/_core/DecodeJpegCuda.cpp), so the message ends "<what failed>: 5", e.g. "Failed to decode batch: 5".
+# These are those texts; other statuses (3 NVJPEG_STATUS_BAD_JPEG, 4 JPEG_NOT_SUPPORTED) are the file's fault.
+NVJPEG_STATUS_ALLOCATOR_FAILURE = 5
+_NVJPEG_CALLS = (
+    "Failed to initialize nvjpeg with hardware backend",
+    "Failed to initialize nvjpeg with default backend",
+    "Failed to create nvjpeg state",
+    "Failed to create jpeg stream",
+    "Failed to create nvjpeg decode state",
+    "Failed to get image info",
+    "Failed to initialize batch decoding",
+    "Failed to decode batch",
+    "nvjpegDecode failed",
+)
+_NVJPEG_OOM = re.compile(rf"(?:{'|'.join(map(re.escape, _NVJPEG_CALLS))}): {NVJPEG_STATUS_ALLOCATOR_FAILURE}\b")
 
 
 def oom_threshold(env: Mapping[str, str] = os.environ) -> int | None:
@@ -101,7 +125,11 @@ def inject_oom(batch_per_device: int, env: Mapping[str, str] = os.environ) -> No
 
 def is_out_of_memory(exc: BaseException) -> bool:
     """A device or host allocation failure: torch.OutOfMemoryError, MemoryError, the CPU allocator,
-    cuDNN's and cuBLAS's own allocation failures."""
+    cuDNN's, cuBLAS's and nvJPEG's own allocation failures, torch's CUDA OOM re-thrown by a library."""
     if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
         return True
-    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _CPU_OOM_MARKERS + _LIBRARY_OOM_MARKERS)
+    if not isinstance(exc, RuntimeError):
+        return False
+    text = str(exc)
+    markers = _CPU_OOM_MARKERS + _LIBRARY_OOM_MARKERS + _CUDA_OOM_MARKERS
+    return any(m in text for m in markers) or _NVJPEG_OOM.search(text) is not None

@@ -302,6 +302,7 @@ def env_snapshot() -> dict[str, Any]:
         "effbench": _version("effbench"),
         "torch": torch.__version__,
         "torchvision": _version("torchvision"),
+        "torchcodec": _version("torchcodec"),  # the fast loader's image decoders (docs/decoding.md)
         "efficientnet_pytorch": _version("efficientnet-pytorch"),
         "numpy": _version("numpy"),
         "cuda_build": torch.version.cuda,
