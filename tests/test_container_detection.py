@@ -68,7 +68,10 @@ def test_container_signs_name_what_they_saw():
     assert container_signs(VM, HOST_CGROUP_V2, {}, False) == []
     assert container_signs("", None, {}, False) is None  # an empty or unreadable table decides nothing
     signs = container_signs(DOCKER, "0::/\n", {}, False)
-    assert signs == ["/ is an overlay of image layers", "/etc/hostname, /etc/hosts, /etc/resolv.conf mounted by the engine"]
+    assert signs == [
+        "/ is an overlay of image layers",
+        "/etc/hostname, /etc/hosts, /etc/resolv.conf mounted by the engine",
+    ]
     assert container_signs(VM, DOCKER_CGROUP_V1, {}, False) == ["PID 1's cgroup 12:cpu,cpuacct:/docker/0123abcd"]
 
 

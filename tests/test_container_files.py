@@ -515,3 +515,54 @@ def test_singularity_environment_honours_effbench_cache_and_says_where_things_go
         and "caches -> " in said.stderr
         and "EFFBENCH_CACHE" in said.stderr
     )
+
+
+# --- Slurm with pyxis / enroot ---------------------------------------------------------------------
+def test_pyxis_sbatch_gives_each_node_the_srun_plan(tmp_path, monkeypatch, capsys):
+    """entrypoint/slurm-pyxis.sbatch, run by bash with a stand-in `srun` that records its arguments; the
+    command it hands the container, under the Slurm environment srun gives node 1's task, plans the same
+    2-node c10d launch as plain srun (launch/plan.py slurm_settings)."""
+    from clitools import invoke
+
+    from effbench.launch.plan import plan_launch
+    from effbench.run import runner
+
+    script = ROOT / "entrypoint" / "slurm-pyxis.sbatch"
+    text = script.read_text()
+    assert "#SBATCH --nodes=2" in text and "#SBATCH --ntasks-per-node=1" in text and "#SBATCH --gpus-per-node=4" in text
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text('#!/bin/sh\nprintf "%s\\0" "$@" > "$SRUN_ARGS"\n')
+    (bin_dir / "srun").chmod(0o755)
+    job = {"SLURM_JOB_ID": "4242", "SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "gpu[07-08]",
+           "SLURM_GPUS_PER_NODE": "4", "SLURM_CPUS_PER_TASK": "32"}  # fmt: skip
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SRUN_ARGS": str(tmp_path / "args"), "HOME": str(tmp_path), **job}
+    subprocess.run(["bash", str(script), "--arch", "b3"], cwd=tmp_path, env=env, check=True, timeout=30)
+    args = (tmp_path / "args").read_text().split("\0")[:-1]
+    options = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in args if a.startswith("--container-")}
+    assert options["--container-image"] == "effbench:latest"
+    assert options["--container-mounts"] == f"{tmp_path}/data:/data:ro,{tmp_path}/results:/results"
+    assert args[0] == "--ntasks-per-node=1"
+    command = args[args.index("effbench") :]
+    assert command[:2] == ["effbench", "run"] and command[-2:] == ["--arch", "b3"]
+    assert command[command.index("--workers") + 1] == "7"  # 32 CPUs / 4 GPUs - 1 per rank
+
+    seen = []
+    monkeypatch.setattr(runner, "run", lambda cfg, **kw: seen.append(cfg) or runner.RunOutcome(None, {"status": "ok"}))
+    for k in [k for k in os.environ if k.startswith(("SLURM_", "PET_")) or k == "MASTER_PORT"]:
+        monkeypatch.delenv(k)
+    task = {**job, "SLURM_NODEID": "1", "SLURM_PROCID": "1", "SLURM_NTASKS_PER_NODE": "1"}  # node 1's srun task
+    for k, v in task.items():
+        monkeypatch.setenv(k, v)
+    code, _, err = invoke(command[1:], capsys)
+    assert code == 0, err
+    (cfg,) = seen
+    assert (cfg.nnodes, cfg.node_rank, cfg.rdzv_endpoint, cfg.rdzv_id) == (2, 1, "gpu07:24242", "4242")
+    plan = plan_launch(
+        device=cfg.device, gpus=cfg.gpus, nproc=cfg.nproc, strategy=cfg.strategy, nnodes=cfg.nnodes,
+        node_rank=cfg.node_rank, rdzv_endpoint=cfg.rdzv_endpoint, rdzv_id=cfg.rdzv_id, visible_gpus=4, cores=32,
+        env=task, python="python", worker_args=["effbench", "worker"],
+    )  # fmt: skip
+    joined = " ".join(plan.argv)
+    assert "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint gpu07:24242 --rdzv-id 4242 --node-rank 1" in joined
+    assert "--nproc-per-node 4" in joined and plan.world_size == 8
