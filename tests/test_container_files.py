@@ -566,3 +566,45 @@ def test_pyxis_sbatch_gives_each_node_the_srun_plan(tmp_path, monkeypatch, capsy
     joined = " ".join(plan.argv)
     assert "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint gpu07:24242 --rdzv-id 4242 --node-rank 1" in joined
     assert "--nproc-per-node 4" in joined and plan.world_size == 8
+
+
+# --- the CUDA base (what CI's Debian stand-in cannot show) -------------------------------------------
+CUDA_BASE = "nvidia/cuda:13.0.1-base-ubuntu24.04"
+CUDA_BASE_DIGEST = "@sha256:f8ef28f579ea42a44b415d2c5d46f788e6a9b395c6c83f2929416e1fc192c143"  # issue 25's pin
+
+
+def test_the_default_base_is_nvidia_cuda_base_pinned_by_digest_and_compose_agrees():
+    first_from = next(i for i, (k, _) in enumerate(DOCKERFILE) if k == "FROM")
+    args = dict(a.split("=", 1) for k, a in DOCKERFILE[:first_from] if k == "ARG" and "=" in a)
+    assert (args["BASE_IMAGE"], args["BASE_DIGEST"]) == (CUDA_BASE, CUDA_BASE_DIGEST)
+    # `base`, not runtime/cudnn: torch's wheels carry the CUDA libraries those would duplicate
+    assert "-base-" in args["BASE_IMAGE"]
+    compose = (ROOT / "compose.yaml").read_text()
+    assert f"BASE_IMAGE: ${{BASE_IMAGE:-{CUDA_BASE}}}" in compose
+    assert f"BASE_DIGEST: ${{BASE_DIGEST-{CUDA_BASE_DIGEST}}}" in compose
+    # CI's stand-in passes its own base (the Debian 12 debootstrap) and no digest
+    smoke = (ROOT / ".ci" / "image-smoke.sh").read_text()
+    assert '--build-arg "BASE_IMAGE=$BASE"' in smoke and "--build-arg BASE_DIGEST=" in smoke
+
+
+def test_the_runtime_keeps_what_the_cuda_base_gives():
+    """The runtime stage is FROM base, and nothing overrides the variables the NVIDIA Container Toolkit
+    reads (NVIDIA_REQUIRE_CUDA: refuse a driver too old before start) or that doctor reports (CUDA_VERSION),
+    nor the loader path the toolkit's forward-compatibility hook extends (LD_LIBRARY_PATH)."""
+    froms = [a for k, a in DOCKERFILE if k == "FROM"]
+    assert any(a == "base AS runtime" for a in froms)
+    envs = " ".join(a for k, a in DOCKERFILE if k == "ENV")
+    for name in ("NVIDIA_REQUIRE_CUDA", "CUDA_VERSION", "LD_LIBRARY_PATH"):
+        assert f"{name}=" not in envs, name
+
+
+def test_the_lock_holds_wheels_for_each_base_s_python():
+    """Ubuntu 24.04 (the default base) has Python 3.12, Debian 12 (CI's stand-in) 3.11: every compiled
+    package needs a wheel hash for each, or `pip install --require-hashes` stops on one base."""
+    text = (ROOT / "locks" / "cu130.txt").read_text()
+    assert re.search(r"^# .*Python 3\.11, 3\.12\b", text, re.M), "the lock's header names the Pythons it holds"
+    entries = re.split(r"\n(?=[a-z0-9])", text.split("\n", 5)[5])
+    hashes = {e.split("==")[0]: e.count("--hash=sha256:") for e in entries}
+    for compiled in ("torch", "torchvision", "numpy", "pillow", "pydantic-core", "torchcodec"):
+        assert hashes[compiled] == 2, compiled  # a cp311 and a cp312 wheel
+    assert hashes["typer"] == 1  # a pure-Python wheel serves both
