@@ -332,6 +332,12 @@ def env_snapshot() -> dict[str, Any]:
             for i in range(snap["gpu_count"])
         ]
     snap.update(nvml_snapshot())
+    from effbench.system import cuda_compat
+
+    # driver's CUDA, the base's CUDA, the compat libraries and whether they are in use (doctor's line)
+    snap["cuda_compat"] = cuda_compat.summary(
+        cuda_compat.read_driver(), cuda_compat.read_image_cuda(torch_cuda=torch.version.cuda)
+    )
     snap["nccl_version"] = nccl_version()
     snap["container_runtime"] = container_runtime()
     from effbench.system.identity import image_info
