@@ -38,7 +38,7 @@ from effbench.system.download import MIRROR_FIX, mirror_problem
 from effbench.datasets import dataset_spec
 from effbench.errors import EffbenchError
 from effbench.fmt import GIB, MIB
-from effbench.system.cuda_compat import DriverFacts, ImageCuda, forward_compat, read_image_cuda
+from effbench.system.cuda_compat import CompatVerdict, DriverFacts, ImageCuda, forward_compat, read_image_cuda
 from effbench.system.hardware import container_runtime
 from effbench.system.mounts import lost_with_container, read_mountinfo
 
@@ -601,6 +601,12 @@ def check_gpus(cfg: RunConfig, gpu: GpuState, env: Mapping[str, str], requested:
     return findings + _check_count(gpu, requested) + _check_arch(gpu, bad, option)
 
 
+def compat_verdict(gpu: GpuState) -> CompatVerdict:
+    """Whether the driver runs this build, directly or through forward compatibility (doctor's line)."""
+    driver = DriverFacts(gpu.driver_version, gpu.driver_cuda, gpu.driver_brands, gpu.driver_names)
+    return forward_compat(driver, gpu.image_cuda or ImageCuda(torch_cuda=gpu.cuda_build))
+
+
 def _check_driver(gpu: GpuState, bad: Level, option: str) -> tuple[list[Finding], bool]:
     """The driver's CUDA against the build's: too old a major is `bad` (and True), an older minor a warning."""
     build = _parse_cuda(gpu.cuda_build)
@@ -611,10 +617,7 @@ def _check_driver(gpu: GpuState, bad: Level, option: str) -> tuple[list[Finding]
     # An older driver on a data-center GPU may still run this build through the image's forward-compatibility
     # libraries; on a GeForce, or a driver branch they do not support, or with them off the loader path, the
     # one line says which (system/cuda_compat.py). Without them in the image, the plain message below.
-    compat = forward_compat(
-        DriverFacts(gpu.driver_version, gpu.driver_cuda, gpu.driver_brands, gpu.driver_names),
-        gpu.image_cuda or ImageCuda(torch_cuda=gpu.cuda_build),
-    )
+    compat = compat_verdict(gpu)
     if compat.state == "in-use":
         return [Finding("ok", "driver", f"forward compatibility {compat.message}")], False
     if compat.state in ("consumer-gpu", "driver-unsupported", "not-enabled"):
