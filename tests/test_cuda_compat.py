@@ -129,3 +129,15 @@ def test_the_compat_libraries_and_whether_the_loader_finds_them_are_read_from_th
     assert read_image_cuda(compat_tree(tmp_path / "c", conf=False), by_env, torch_cuda="13.0").compat_on_path
     bare = read_image_cuda(tmp_path / "debian", {}, torch_cuda="13.0")  # the Debian base: nothing of the kind
     assert (bare.base_cuda, bare.compat_driver, bare.compat_on_path) == (None, None, False)
+
+
+def test_version_and_env_json_carry_the_same_facts(monkeypatch):
+    from effbench.system import cuda_compat, identity
+
+    monkeypatch.setattr(cuda_compat, "read_driver", lambda: OLD_DC)
+    monkeypatch.setattr(cuda_compat, "read_image_cuda", lambda **_kw: IMAGE_ON_PATH)
+    line = identity.cuda_line("13.0")
+    assert line.startswith("driver 535.183.01 (CUDA 12.2), image CUDA 13.0.1, forward compatibility in use: ")
+    record = cuda_compat.summary(OLD_DC, IMAGE_ON_PATH)
+    assert record["driver_cuda"] == "12.2" and record["base_cuda"] == "13.0.1" and record["forward_compat"] == "in-use"
+    assert record["compat_driver"] == "580.82.07" and record["compat_on_path"] is True
