@@ -5,11 +5,22 @@
 #       -v "$PWD/results:/results" -v /path/to/datasets:/data:ro effbench run --arch b0 --dataset cifar100
 #   docker run --rm effbench doctor                   # what would stop a run here, and the fix
 #
-# Flavours: the default is torch's CUDA 13.0 build, which needs an R580+ driver. For an older driver
-# build the CUDA 12.6 wheels instead (any R525+ driver runs them), after generating their lock once
-# (tools/lock.py; README "Containers"):
+# Base: nvidia/cuda's `base` flavour (CUDA 13.0, Ubuntu 24.04, Python 3.12 from apt), pinned by digest.
+# `base` is enough: torch's wheels bring their CUDA libraries, so `runtime`/`cudnn` would only add
+# gigabytes of duplicates. What it adds over a plain distribution: the forward-compatibility libraries
+# (cuda-compat, /usr/local/cuda/compat), with which a data-center GPU on an older driver branch (R535,
+# R550, R570) runs CUDA 13 code; NVIDIA_REQUIRE_CUDA, with which the NVIDIA Container Toolkit refuses a
+# driver that cannot run it before the container starts; CUDA_VERSION, which `effbench doctor` reports
+# beside the driver's own CUDA version (docs/containers.md). Debian stays a build argument, and CI's
+# offline stand-in (.ci/image-smoke.sh builds on a debootstrapped Debian 12, Python 3.11):
+#   docker build --build-arg BASE_IMAGE=debian:bookworm-slim \
+#       --build-arg BASE_DIGEST=@sha256:4b50eb66f977b4062683ff434ef18ac191da862dbe966961bc11990cf5791a8d .
+# Flavours: the default is torch's CUDA 13.0 build (R580+ driver, or forward compatibility on a
+# data-center GPU). For a GeForce/RTX card on an older driver build the CUDA 12.6 wheels instead
+# (any R525+ driver runs them), after generating their lock once (tools/lock.py; docs/containers.md):
 #   docker build -t effbench:cu126 --build-arg FLAVOUR=cu126 --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 \
-#       --build-arg TORCH_VERSION=<version> --build-arg TORCHVISION_VERSION=<matching version> .
+#       --build-arg TORCH_VERSION=<version> --build-arg TORCHVISION_VERSION=<matching version> \
+#       --build-arg BASE_IMAGE=nvidia/cuda:12.6.3-base-ubuntu24.04 --build-arg BASE_DIGEST= .
 #
 # Reproducible: every package comes from locks/<FLAVOUR>.txt (exact versions, sha256 hashes) and the
 # build fails unless `pip freeze` equals the lock; the base is pinned by digest (BASE_DIGEST).
@@ -22,18 +33,20 @@
 #   --build-arg PIP_CERT=/path/inside/build   (with the file mounted: podman build --volume ...)
 #
 # The torch wheels bundle their CUDA libraries (nvidia-* wheels in the lock) and the NVIDIA Container
-# Toolkit / `singularity --nv` bring the driver, so the base only has to provide glibc and the Python
-# the lock was made for: Debian 12's python3 is 3.11, the version locks/cu130.txt pins wheels for and
-# the base CI builds on (a debootstrap of the same release). NVIDIA_* below ask the toolkit for the
-# compute and utility (nvidia-smi, NVML) driver parts, as the nvidia/cuda images do.
+# Toolkit / `singularity --nv` bring the driver, so the base only has to provide glibc and a Python the
+# lock was made for: locks/cu130.txt holds wheel hashes for 3.12 (Ubuntu 24.04's python3, the default
+# base) and 3.11 (Debian 12's, the base CI builds on). NVIDIA_* below ask the toolkit for the compute
+# and utility (nvidia-smi, NVML) driver parts, as the nvidia/cuda images do.
 
-# Refresh the digest when moving the tag: `skopeo inspect --format '{{.Digest}}' docker://docker.io/library/debian:bookworm-slim`
-# or `docker buildx imagetools inspect debian:bookworm-slim`. Pass BASE_DIGEST= (empty) with another
-# BASE_IMAGE (its python3 must be the lock's: tools/lock.py generate --python-version X.Y). This value
-# was taken from public Dockerfiles that pin the tag; it was not re-read from the registry here (no
-# registry access).
-ARG BASE_IMAGE=debian:bookworm-slim
-ARG BASE_DIGEST=@sha256:4b50eb66f977b4062683ff434ef18ac191da862dbe966961bc11990cf5791a8d
+# The digest of nvidia/cuda:13.0.1-base-ubuntu24.04 (linux/amd64 and arm64 index) as public Dockerfiles
+# pin it (GitHub code search for the digest: e.g. a vLLM serving image and a ComfyUI image, both
+# `FROM nvidia/cuda:13.0.1-base-ubuntu24.04@sha256:f8ef28f5...`); it was not re-read from the registry
+# here (no registry access). Refresh it when moving the tag:
+# `skopeo inspect --format '{{.Digest}}' docker://docker.io/nvidia/cuda:13.0.1-base-ubuntu24.04`
+# or `docker buildx imagetools inspect nvidia/cuda:13.0.1-base-ubuntu24.04`. Pass BASE_DIGEST= (empty)
+# with another BASE_IMAGE (its python3 must be one of the lock's: tools/lock.py generate --python-version X.Y).
+ARG BASE_IMAGE=nvidia/cuda:13.0.1-base-ubuntu24.04
+ARG BASE_DIGEST=@sha256:f8ef28f579ea42a44b415d2c5d46f788e6a9b395c6c83f2929416e1fc192c143
 
 # --- base: Python 3 and venv on the chosen base (skips apt when the base already has them) -------
 FROM ${BASE_IMAGE}${BASE_DIGEST} AS base

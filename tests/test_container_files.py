@@ -515,3 +515,96 @@ def test_singularity_environment_honours_effbench_cache_and_says_where_things_go
         and "caches -> " in said.stderr
         and "EFFBENCH_CACHE" in said.stderr
     )
+
+
+# --- Slurm with pyxis / enroot ---------------------------------------------------------------------
+def test_pyxis_sbatch_gives_each_node_the_srun_plan(tmp_path, monkeypatch, capsys):
+    """entrypoint/slurm-pyxis.sbatch, run by bash with a stand-in `srun` that records its arguments; the
+    command it hands the container, under the Slurm environment srun gives node 1's task, plans the same
+    2-node c10d launch as plain srun (launch/plan.py slurm_settings)."""
+    from clitools import invoke
+
+    from effbench.launch.plan import plan_launch
+    from effbench.run import runner
+
+    script = ROOT / "entrypoint" / "slurm-pyxis.sbatch"
+    text = script.read_text()
+    assert "#SBATCH --nodes=2" in text and "#SBATCH --ntasks-per-node=1" in text and "#SBATCH --gpus-per-node=4" in text
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text('#!/bin/sh\nprintf "%s\\0" "$@" > "$SRUN_ARGS"\n')
+    (bin_dir / "srun").chmod(0o755)
+    job = {"SLURM_JOB_ID": "4242", "SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "gpu[07-08]",
+           "SLURM_GPUS_PER_NODE": "4", "SLURM_CPUS_PER_TASK": "32"}  # fmt: skip
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SRUN_ARGS": str(tmp_path / "args"), "HOME": str(tmp_path), **job}
+    subprocess.run(["bash", str(script), "--arch", "b3"], cwd=tmp_path, env=env, check=True, timeout=30)
+    args = (tmp_path / "args").read_text().split("\0")[:-1]
+    options = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in args if a.startswith("--container-")}
+    assert options["--container-image"] == "effbench:latest"
+    assert options["--container-mounts"] == f"{tmp_path}/data:/data:ro,{tmp_path}/results:/results"
+    assert args[0] == "--ntasks-per-node=1"
+    command = args[args.index("effbench") :]
+    assert command[:2] == ["effbench", "run"] and command[-2:] == ["--arch", "b3"]
+    assert command[command.index("--workers") + 1] == "7"  # 32 CPUs / 4 GPUs - 1 per rank
+
+    seen = []
+    monkeypatch.setattr(runner, "run", lambda cfg, **kw: seen.append(cfg) or runner.RunOutcome(None, {"status": "ok"}))
+    for k in [k for k in os.environ if k.startswith(("SLURM_", "PET_")) or k == "MASTER_PORT"]:
+        monkeypatch.delenv(k)
+    task = {**job, "SLURM_NODEID": "1", "SLURM_PROCID": "1", "SLURM_NTASKS_PER_NODE": "1"}  # node 1's srun task
+    for k, v in task.items():
+        monkeypatch.setenv(k, v)
+    code, _, err = invoke(command[1:], capsys)
+    assert code == 0, err
+    (cfg,) = seen
+    assert (cfg.nnodes, cfg.node_rank, cfg.rdzv_endpoint, cfg.rdzv_id) == (2, 1, "gpu07:24242", "4242")
+    plan = plan_launch(
+        device=cfg.device, gpus=cfg.gpus, nproc=cfg.nproc, strategy=cfg.strategy, nnodes=cfg.nnodes,
+        node_rank=cfg.node_rank, rdzv_endpoint=cfg.rdzv_endpoint, rdzv_id=cfg.rdzv_id, visible_gpus=4, cores=32,
+        env=task, python="python", worker_args=["effbench", "worker"],
+    )  # fmt: skip
+    joined = " ".join(plan.argv)
+    assert "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint gpu07:24242 --rdzv-id 4242 --node-rank 1" in joined
+    assert "--nproc-per-node 4" in joined and plan.world_size == 8
+
+
+# --- the CUDA base (what CI's Debian stand-in cannot show) -------------------------------------------
+CUDA_BASE = "nvidia/cuda:13.0.1-base-ubuntu24.04"
+CUDA_BASE_DIGEST = "@sha256:f8ef28f579ea42a44b415d2c5d46f788e6a9b395c6c83f2929416e1fc192c143"  # issue 25's pin
+
+
+def test_the_default_base_is_nvidia_cuda_base_pinned_by_digest_and_compose_agrees():
+    first_from = next(i for i, (k, _) in enumerate(DOCKERFILE) if k == "FROM")
+    args = dict(a.split("=", 1) for k, a in DOCKERFILE[:first_from] if k == "ARG" and "=" in a)
+    assert (args["BASE_IMAGE"], args["BASE_DIGEST"]) == (CUDA_BASE, CUDA_BASE_DIGEST)
+    # `base`, not runtime/cudnn: torch's wheels carry the CUDA libraries those would duplicate
+    assert "-base-" in args["BASE_IMAGE"]
+    compose = (ROOT / "compose.yaml").read_text()
+    assert f"BASE_IMAGE: ${{BASE_IMAGE:-{CUDA_BASE}}}" in compose
+    assert f"BASE_DIGEST: ${{BASE_DIGEST-{CUDA_BASE_DIGEST}}}" in compose
+    # CI's stand-in passes its own base (the Debian 12 debootstrap) and no digest
+    smoke = (ROOT / ".ci" / "image-smoke.sh").read_text()
+    assert '--build-arg "BASE_IMAGE=$BASE"' in smoke and "--build-arg BASE_DIGEST=" in smoke
+
+
+def test_the_runtime_keeps_what_the_cuda_base_gives():
+    """The runtime stage is FROM base, and nothing overrides the variables the NVIDIA Container Toolkit
+    reads (NVIDIA_REQUIRE_CUDA: refuse a driver too old before start) or that doctor reports (CUDA_VERSION),
+    nor the loader path the toolkit's forward-compatibility hook extends (LD_LIBRARY_PATH)."""
+    froms = [a for k, a in DOCKERFILE if k == "FROM"]
+    assert any(a == "base AS runtime" for a in froms)
+    envs = " ".join(a for k, a in DOCKERFILE if k == "ENV")
+    for name in ("NVIDIA_REQUIRE_CUDA", "CUDA_VERSION", "LD_LIBRARY_PATH"):
+        assert f"{name}=" not in envs, name
+
+
+def test_the_lock_holds_wheels_for_each_base_s_python():
+    """Ubuntu 24.04 (the default base) has Python 3.12, Debian 12 (CI's stand-in) 3.11: every compiled
+    package needs a wheel hash for each, or `pip install --require-hashes` stops on one base."""
+    text = (ROOT / "locks" / "cu130.txt").read_text()
+    assert re.search(r"^# .*Python 3\.11, 3\.12\b", text, re.M), "the lock's header names the Pythons it holds"
+    entries = re.split(r"\n(?=[a-z0-9])", text.split("\n", 5)[5])
+    hashes = {e.split("==")[0]: e.count("--hash=sha256:") for e in entries}
+    for compiled in ("torch", "torchvision", "numpy", "pillow", "pydantic-core", "torchcodec"):
+        assert hashes[compiled] == 2, compiled  # a cp311 and a cp312 wheel
+    assert hashes["typer"] == 1  # a pure-Python wheel serves both

@@ -89,7 +89,12 @@ def files_for(args: argparse.Namespace, pins: dict[str, str], python_version: st
     with --no-deps (or binary-only, which the sdist-only efficientnet-pytorch rules out), so the set
     comes from `resolve` and this only picks each pin's file for that interpreter."""
     cmd = ["--no-deps", "--implementation", "cp", "--python-version", python_version]
-    for platform in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64"):
+    # Every glibc a wheel may name, newest first (pip prefers the first listed): pip 23 does not widen
+    # manylinux_2_28 to the older manylinux_2_27 that nvidia-cudnn-cu13's wheels carry. 2.39 is Ubuntu
+    # 24.04's glibc (the nvidia/cuda base), the newest the image meets.
+    platforms = [f"manylinux_2_{minor}_x86_64" for minor in range(39, 16, -1)]
+    platforms += ["manylinux2014_x86_64", "linux_x86_64"]
+    for platform in platforms:
         cmd += ["--platform", platform]
     cmd += ["--extra-index-url", args.index_url] if args.index_url else []
     with tempfile.TemporaryDirectory() as tmp:

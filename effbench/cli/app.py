@@ -275,7 +275,7 @@ def run(
     """Train one model, measure it, and write a run folder with config, env, results and reports."""
     from effbench.run import runner
     from effbench.config import RunConfig, smoke_overrides
-    from effbench.launch.plan import parse_counts, slurm_settings
+    from effbench.launch.plan import kubeflow_settings, parse_counts, slurm_settings
 
     given = {
         "arch": arch, "dataset": dataset, "data_dir": data_dir, "download": download, "val_fraction": val_fraction,
@@ -298,6 +298,16 @@ def run(
         if slurm.rdzv_endpoint is not None:  # no host named: plan_launch asks for --rdzv-endpoint, no guess
             explicit.setdefault("rdzv_endpoint", slurm.rdzv_endpoint)  # MASTER_PORT, else from the job id
         explicit.setdefault("rdzv_id", slurm.job_id)
+    kubeflow = kubeflow_settings(os.environ) if slurm is None else None
+    if kubeflow is not None:  # a Kubeflow PyTorchJob / TrainJob pod: the rendezvous from PET_* (docs/kubernetes.md)
+        if kubeflow.nnodes > 1:
+            explicit.setdefault("nnodes", kubeflow.nnodes)
+            explicit.setdefault("node_rank", kubeflow.node_rank)
+            explicit.setdefault("rdzv_endpoint", kubeflow.rdzv_endpoint)
+            explicit.setdefault("rdzv_id", kubeflow.rdzv_id)
+        if kubeflow.nproc_per_node is not None and gpus is None and nproc is None:  # nprocPerNode: a number
+            on_cpu = explicit.get("device", "cpu" if smoke else None) == "cpu"
+            nproc, gpus = (str(kubeflow.nproc_per_node), None) if on_cpu else (None, str(kubeflow.nproc_per_node))
     gpu_counts = parse_counts("--gpus", gpus) if gpus is not None else [None]
     proc_counts = parse_counts("--nproc", nproc) if nproc is not None else [None]
     if len(gpu_counts) > 1 and len(proc_counts) > 1:

@@ -41,6 +41,15 @@ def _fix(f: preflight.Finding) -> str:
     return f"{f.option}: {f.fix}" if f.option and f.fix else f.fix
 
 
+def _image_cuda(gpu: preflight.GpuState) -> str:
+    image = gpu.image_cuda
+    if image is None:
+        return "-"
+    base = f"base CUDA {image.base_cuda}" if image.base_cuda else "base without CUDA_VERSION (not nvidia/cuda)"
+    compat = f"cuda-compat {image.compat_driver}" if image.compat_driver else "no cuda-compat"
+    return f"torch CUDA {gpu.cuda_build or 'none'}, {base}, {compat}"
+
+
 def environment_summary(gpu: preflight.GpuState) -> list[tuple[str, str]]:
     """The few facts that explain most findings: versions, GPUs, driver, container, uid."""
     from effbench.system.hardware import container_runtime, shm_size_gib
@@ -52,6 +61,8 @@ def environment_summary(gpu: preflight.GpuState) -> list[tuple[str, str]]:
         ("arch list", " ".join(gpu.arch_list) or "-"),
         ("GPUs visible", str(gpu.visible) + (f" ({', '.join(d.name for d in gpu.devices)})" if gpu.devices else "")),
         ("driver", f"{gpu.driver_version} (CUDA {gpu.driver_cuda[0]}.{gpu.driver_cuda[1]})" if gpu.driver_version and gpu.driver_cuda else "no NVML (no NVIDIA driver visible)"),
+        ("image CUDA", _image_cuda(gpu)),
+        ("forward compat", preflight.compat_verdict(gpu).message),
         ("container", container_runtime()),
         ("uid:gid", f"{os.getuid()}:{os.getgid()}"),
         ("/dev/shm", f"{shm:.2f} GiB" if shm is not None else "missing"),

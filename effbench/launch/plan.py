@@ -9,6 +9,8 @@ list (never a shell string). Examples of what it produces:
     Slurm, 2 nodes x 4 GPUs:           ... --nnodes 2 --node-rank $SLURM_NODEID --rdzv-backend c10d
                                            --rdzv-endpoint <first host>:<port> --rdzv-id $SLURM_JOB_ID ...
                                        (<port>: $MASTER_PORT, else 20000 + SLURM_JOB_ID % 10000)
+    Kubeflow (PyTorchJob / TrainJob), 2 pods: ... --nnodes $PET_NNODES --node-rank $PET_NODE_RANK --rdzv-backend c10d
+                                           --rdzv-endpoint $PET_MASTER_ADDR:$PET_MASTER_PORT --rdzv-id $PET_MASTER_ADDR
 """
 
 from __future__ import annotations
@@ -155,6 +157,89 @@ def slurm_settings(env: Mapping[str, str]) -> SlurmSettings | None:
         job_id=env["SLURM_JOB_ID"],
         rdzv_port=slurm_rdzv_port(env) if nnodes > 1 else None,
     )
+
+
+@dataclass(frozen=True)
+class KubeflowSettings:
+    """What a Kubeflow pod's environment says about the multi-node launch. The training operator sets it on
+    every pod of a PyTorchJob (training-operator pkg/controller.v1/pytorch/envvar.go: PET_NNODES = replicas,
+    PET_NODE_RANK = RANK = the pod's index, master 0, PET_NPROC_PER_NODE = spec.nprocPerNode, default "auto",
+    WORLD_SIZE = replicas x nprocPerNode, MASTER_* and PET_MASTER_* from the master's service) and of a TrainJob
+    (trainer pkg/runtime/framework/plugins/torch: PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK from the job
+    completion index, PET_MASTER_ADDR/PORT)."""
+
+    nnodes: int
+    node_rank: int
+    rdzv_endpoint: str | None  # PET_MASTER_ADDR:PET_MASTER_PORT; None on one node (torchrun --standalone)
+    rdzv_id: str
+    nproc_per_node: int | None  # PET_NPROC_PER_NODE when a number; None for auto / gpu / cpu (the visible GPUs)
+
+
+def _pet_int(env: Mapping[str, str], name: str, fix: str) -> int:
+    text = env.get(name, "").strip()
+    if not text.isdigit():
+        raise EffbenchError(name, f"{text!r} is not a whole number; {fix}")
+    return int(text)
+
+
+def _one_of(env: Mapping[str, str], pet: str, plain: str) -> str | None:
+    """PET_X, or X where only that is set; the two disagreeing is a broken pod spec, never a guess."""
+    a, b = env.get(pet, "").strip(), env.get(plain, "").strip()
+    if a and b and a != b:
+        raise EffbenchError(pet, f"{pet}={a} but {plain}={b}; the pod's environment must name one rendezvous")
+    return a or b or None
+
+
+def kubeflow_settings(env: Mapping[str, str]) -> KubeflowSettings | None:
+    """Read a Kubeflow pod's PET_* environment; None outside one (no PET_NNODES). An incomplete or
+    contradictory set is an EffbenchError: with PET_NNODES > 1 a single-node run would be a silent wrong answer."""
+    if not env.get("PET_NNODES", "").strip():
+        return None
+    fix = "it is set by the Kubeflow training operator; do not override it in the pod spec"
+    text = env["PET_NNODES"].strip()
+    low, _, high = text.partition(":")  # elastic jobs get MIN:MAX (envvar.go)
+    if high and low != high:
+        raise EffbenchError(
+            "PET_NNODES",
+            f"{text} is an elastic range; a benchmark needs a fixed node count: drop elasticPolicy or set "
+            "minReplicas = maxReplicas",
+        )
+    nnodes = _pet_int({"PET_NNODES": low}, "PET_NNODES", fix)
+    if nnodes < 1:
+        raise EffbenchError("PET_NNODES", f"{nnodes} nodes; {fix}")
+    node_rank_text = _one_of(env, "PET_NODE_RANK", "RANK")
+    if node_rank_text is None:
+        if nnodes > 1:
+            raise EffbenchError(
+                "PET_NODE_RANK", f"is not set with PET_NNODES={nnodes}, so this pod's node rank is unknown; {fix}"
+            )
+        node_rank_text = "0"
+    node_rank = _pet_int({"PET_NODE_RANK": node_rank_text}, "PET_NODE_RANK", fix)
+    if node_rank >= nnodes:
+        raise EffbenchError("PET_NODE_RANK", f"{node_rank} is not below PET_NNODES={nnodes}; {fix}")
+    nproc_text = env.get("PET_NPROC_PER_NODE", "").strip()
+    nproc = int(nproc_text) if nproc_text.isdigit() else None
+    if nproc_text and nproc is None and nproc_text not in ("auto", "gpu", "cpu"):
+        raise EffbenchError("PET_NPROC_PER_NODE", f"{nproc_text!r} is not a number, auto, gpu or cpu; {fix}")
+    if nproc == 0:
+        raise EffbenchError("PET_NPROC_PER_NODE", "0 processes per node; set nprocPerNode to 1 or more, or auto")
+    world = env.get("WORLD_SIZE", "").strip()  # the operator's replicas x nprocPerNode (1 when not a number)
+    if world and world != str(nnodes * (nproc or 1)):
+        raise EffbenchError(
+            "WORLD_SIZE",
+            f"{world} does not match PET_NNODES={nnodes} x PET_NPROC_PER_NODE={nproc_text or 'auto'}; {fix}",
+        )
+    endpoint = None
+    if nnodes > 1:
+        host = _one_of(env, "PET_MASTER_ADDR", "MASTER_ADDR")
+        port = _one_of(env, "PET_MASTER_PORT", "MASTER_PORT")
+        if host is None or port is None:
+            missing = "PET_MASTER_ADDR" if host is None else "PET_MASTER_PORT"
+            raise EffbenchError(missing, f"is not set with PET_NNODES={nnodes}, so no node can find the others; {fix}")
+        endpoint = f"{host}:{port}"
+        check_rendezvous(nnodes, endpoint)  # HOST:PORT, the port a number in range
+    rdzv_id = env.get("PET_RDZV_ID", "").strip() or env.get("PET_MASTER_ADDR", "").strip() or "effbench"
+    return KubeflowSettings(nnodes, node_rank, endpoint, rdzv_id, nproc)
 
 
 def threads_per_process(cores: int, nproc_per_node: int, env: Mapping[str, str]) -> int:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from effbench.fmt import GIB
+from effbench.system.mounts import container_signs, read_mountinfo
 
 # cgroup v1 writes "no limit" as a huge page-rounded number (9223372036854771712 on 4 KiB pages,
 # PAGE_COUNTER_MAX * PAGE_SIZE in the kernel's mm/page_counter.c); anything past 2**60 bytes is
@@ -148,15 +149,21 @@ def nvml_snapshot() -> dict[str, Any]:
 
 
 def container_runtime(root: str | Path = "/", environ: Mapping[str, str] | None = None) -> str:
-    """docker | podman | apptainer | none, from the marker files each runtime leaves."""
+    """docker | podman | apptainer | none, from the marker files each runtime leaves. /.dockerenv is a
+    hint only: it counts when the mount table and PID 1's cgroup show a container, or say nothing
+    (mounts.container_signs); a VM whose root is a block device and that kept the file is `none`.
+    Under a fake `root` (tests) the table is root/proc/self/mountinfo; at / it is read_mountinfo()'s."""
     root = Path(root)
     env = os.environ if environ is None else environ
     if env.get("APPTAINER_CONTAINER") or env.get("SINGULARITY_CONTAINER") or (root / ".singularity.d").exists():
         return "apptainer"
-    if (root / "run" / ".containerenv").exists():
+    containerenv = (root / "run" / ".containerenv").exists()
+    if containerenv or env.get("container") == "podman":
         return "podman"
     if (root / ".dockerenv").exists():
-        return "docker"
+        mountinfo = read_mountinfo() if root == Path("/") else _read(root / "proc" / "self" / "mountinfo")
+        signs = container_signs(mountinfo, _read(root / "proc" / "1" / "cgroup"), env, containerenv)
+        return "none" if signs == [] else "docker"
     return "none"
 
 
@@ -326,6 +333,12 @@ def env_snapshot() -> dict[str, Any]:
             for i in range(snap["gpu_count"])
         ]
     snap.update(nvml_snapshot())
+    from effbench.system import cuda_compat
+
+    # driver's CUDA, the base's CUDA, the compat libraries and whether they are in use (doctor's line)
+    snap["cuda_compat"] = cuda_compat.summary(
+        cuda_compat.read_driver(), cuda_compat.read_image_cuda(torch_cuda=torch.version.cuda)
+    )
     snap["nccl_version"] = nccl_version()
     snap["container_runtime"] = container_runtime()
     from effbench.system.identity import image_info

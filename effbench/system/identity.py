@@ -70,4 +70,21 @@ def version_text(environ: dict[str, str] | None = None) -> str:
         lines.append("image: none (not running in the effbench image)")
     lines.append(f"torch {torch_version or 'not installed'}, CUDA {cuda or 'none (CPU-only build)'}")
     lines.append(f"torchvision {_dist_version('torchvision') or 'not installed'}")
+    lines.append(cuda_line(cuda))
     return "\n".join(lines)
+
+
+def cuda_line(torch_cuda: str | None) -> str:
+    """The driver's CUDA (NVML, no torch), the base's CUDA_VERSION and forward compatibility, in one line."""
+    from effbench.system import cuda_compat
+
+    driver, image = cuda_compat.read_driver(), cuda_compat.read_image_cuda(torch_cuda=torch_cuda)
+    have = (
+        f"driver {driver.version} (CUDA {driver.cuda[0]}.{driver.cuda[1]})"
+        if driver.version and driver.cuda
+        else "no NVIDIA driver"
+    )
+    return (
+        f"{have}, image CUDA {image.base_cuda or 'none (base is not nvidia/cuda)'}, forward compatibility "
+        + cuda_compat.forward_compat(driver, image).message
+    )

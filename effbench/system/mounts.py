@@ -6,6 +6,10 @@ VOLUME line they would land in the container's writable layer, deleted the same 
 a normal folder from inside, so the only witness is the mount table: a bind mount of a host folder
 or a named volume survives the container, an anonymous volume, the root overlay or a tmpfs do not.
 
+Whether this process is in a container at all is read from the same table and from PID 1's cgroup
+(`container_signs`): /.dockerenv alone is only a hint, since a VM image made from a container export
+keeps the file while its root is a block device whose files outlive everything.
+
 Pure parsing (text in, verdict out) so tests feed recorded mount tables; `read_mountinfo()` is the
 one call that touches the system.
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,6 +84,44 @@ def lost_with_container(path: str | Path, mountinfo: str) -> str | None:
         where = "the container's own filesystem" if m.mount_point == "/" else f"a {m.fstype} mount"
         return f"{where}, not a folder mounted from the host: it ends with the container"
     return None
+
+
+# Words in PID 1's cgroup path that container engines use for a container's cgroup (cgroup v1, or v2
+# without a cgroup namespace: /docker/<id>, /kubepods/..., /system.slice/containerd-..., libpod-<id>,
+# crio-<id>, /lxc/<name>). Under cgroup v2 with a namespace (Docker's default there) it reads "0::/",
+# which says nothing either way.
+CONTAINER_CGROUP = re.compile(r"docker|kubepods|containerd|libpod|crio|/lxc")
+# Files Docker, podman and the Kubernetes runtimes (containerd, CRI-O) bind-mount into every container
+# (moby daemon/container_operations_unix.go, podman's libpod/container_internal_linux.go, the CRI's
+# hostname/hosts/resolv.conf mounts); a host's /etc files are never mount points of their own.
+ENGINE_BINDS = ("/etc/hostname", "/etc/hosts", "/etc/resolv.conf")
+ROOT_LAYER_FSTYPES = {"overlay", "aufs", "fuse-overlayfs"}
+
+
+def container_signs(
+    mountinfo: str | None, pid1_cgroup: str | None, environ: Mapping[str, str], containerenv: bool
+) -> list[str] | None:
+    """The signs that this process runs in a container, each in a few words; [] when the mount table was
+    read and shows a host (root on a block device, no engine bind mounts), None when there is nothing to
+    decide from (no readable table and no other sign): the caller's hint (/.dockerenv) then stands."""
+    signs = []
+    if environ.get("container"):  # podman, systemd-nspawn and LXC set it in the container's environment
+        signs.append(f"container={environ['container']} in the environment")
+    if containerenv:
+        signs.append("/run/.containerenv")
+    mounts = parse_mountinfo(mountinfo or "")
+    root = mount_of("/", mounts)
+    if root is not None and root.fstype in ROOT_LAYER_FSTYPES:
+        signs.append(f"/ is an {root.fstype} of image layers")
+    binds = sorted({m.mount_point for m in mounts if m.mount_point in ENGINE_BINDS})
+    if binds:
+        signs.append(f"{', '.join(binds)} mounted by the engine")
+    if pid1_cgroup and CONTAINER_CGROUP.search(pid1_cgroup):
+        line = next(ln for ln in pid1_cgroup.splitlines() if CONTAINER_CGROUP.search(ln))
+        signs.append(f"PID 1's cgroup {line.strip()}")
+    if not signs and root is None:
+        return None
+    return signs
 
 
 MOUNTINFO_ENV = "EFFBENCH_MOUNTINFO"  # another table to read; the tests point it at an empty file

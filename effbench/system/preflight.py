@@ -38,6 +38,7 @@ from effbench.system.download import MIRROR_FIX, mirror_problem
 from effbench.datasets import dataset_spec
 from effbench.errors import EffbenchError
 from effbench.fmt import GIB, MIB
+from effbench.system.cuda_compat import CompatVerdict, DriverFacts, ImageCuda, forward_compat, read_image_cuda
 from effbench.system.hardware import container_runtime
 from effbench.system.mounts import lost_with_container, read_mountinfo
 
@@ -87,6 +88,12 @@ class GpuState:
     """Newest CUDA the driver supports (nvmlSystemGetCudaDriverVersion), e.g. (12, 4)."""
     nvml_gpus: int | None = None
     """GPUs NVML sees (all of the container's, before CUDA_VISIBLE_DEVICES); None without NVML."""
+    driver_brands: tuple[int, ...] = ()
+    """nvmlDeviceGetBrand per GPU (GeForce cards get no forward compatibility: system/cuda_compat.py)."""
+    driver_names: tuple[str, ...] = ()
+    """nvmlDeviceGetName per GPU (torch sees none when the driver is too old)."""
+    image_cuda: ImageCuda | None = None
+    """The base's CUDA and its forward-compatibility libraries (read_image_cuda); None: not read."""
 
     @property
     def visible(self) -> int:
@@ -138,6 +145,7 @@ def probe_gpus() -> GpuState:
         arch_list=arch_list,
         devices=tuple(devices),
         cuda_error=cuda_error,
+        image_cuda=read_image_cuda(torch_cuda=cuda_build),
         **_nvml_state(),
     )
 
@@ -155,6 +163,9 @@ def _nvml_state() -> dict[str, object]:
             }
             v = int(nvml.nvmlSystemGetCudaDriverVersion())  # e.g. 12040 for CUDA 12.4
             state["driver_cuda"] = (v // 1000, v % 1000 // 10)
+            handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(state["nvml_gpus"])]
+            state["driver_brands"] = tuple(int(nvml.nvmlDeviceGetBrand(h)) for h in handles)
+            state["driver_names"] = tuple(_decode(nvml.nvmlDeviceGetName(h)) for h in handles)
             return state
         except Exception:
             return {}
@@ -590,6 +601,12 @@ def check_gpus(cfg: RunConfig, gpu: GpuState, env: Mapping[str, str], requested:
     return findings + _check_count(gpu, requested) + _check_arch(gpu, bad, option)
 
 
+def compat_verdict(gpu: GpuState) -> CompatVerdict:
+    """Whether the driver runs this build, directly or through forward compatibility (doctor's line)."""
+    driver = DriverFacts(gpu.driver_version, gpu.driver_cuda, gpu.driver_brands, gpu.driver_names)
+    return forward_compat(driver, gpu.image_cuda or ImageCuda(torch_cuda=gpu.cuda_build))
+
+
 def _check_driver(gpu: GpuState, bad: Level, option: str) -> tuple[list[Finding], bool]:
     """The driver's CUDA against the build's: too old a major is `bad` (and True), an older minor a warning."""
     build = _parse_cuda(gpu.cuda_build)
@@ -597,6 +614,14 @@ def _check_driver(gpu: GpuState, bad: Level, option: str) -> tuple[list[Finding]
         return [], False
     need = f"{build[0]}.{build[1]}"
     have = f"{gpu.driver_cuda[0]}.{gpu.driver_cuda[1]}"
+    # An older driver on a data-center GPU may still run this build through the image's forward-compatibility
+    # libraries; on a GeForce, or a driver branch they do not support, or with them off the loader path, the
+    # one line says which (system/cuda_compat.py). Without them in the image, the plain message below.
+    compat = compat_verdict(gpu)
+    if compat.state == "in-use":
+        return [Finding("ok", "driver", f"forward compatibility {compat.message}")], False
+    if compat.state in ("consumer-gpu", "driver-unsupported", "not-enabled"):
+        return [Finding(bad, "driver", compat.message, compat.fix, option=option)], True
     if gpu.driver_cuda[0] < build[0]:
         return [
             Finding(
