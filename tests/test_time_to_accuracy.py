@@ -1,0 +1,141 @@
+"""--target-top1 / --stop-at-target (docs/time-to-accuracy.md): the time, epochs and best top-1 a run records,
+checked against its own epochs.csv and steps.csv summed here, and every bad input refused in one line."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from clitools import invoke, only_run
+
+# resnet18 at 16 px on the tiny image folders: 3 steps an epoch, a second or two per run on 2 cores
+TINY = ["--arch", "resnet18", "--dataset", "imagefolder", "--image-size", "16", "--device", "cpu", "--batch-size", "6",
+        "--workers", "0", "--warmup-steps", "1", "--no-profile", "--quiet"]  # fmt: skip
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def _num(x: str) -> float | None:
+    return None if x in ("", "None") else float(x)
+
+
+def _run(tmp_path: Path, capsys, data_dir: Path, *extra: str) -> tuple[Path, dict]:
+    out = tmp_path / "out"
+    code, _, err = invoke(["run", *TINY, "--data-dir", data_dir, "--output", out, *extra], capsys)
+    assert code == 0, err
+    run = only_run(out)
+    return run, json.loads((run / "results.json").read_text())
+
+
+def test_reached_target_time_is_the_training_steps_up_to_that_epoch(tmp_path, capsys, imagefolder_split_dir):
+    target = 1e-6  # any correct validation image reaches it
+    run, r = _run(tmp_path, capsys, imagefolder_split_dir, "--epochs", "3", "--target-top1", str(target))
+    tta = r["time_to_accuracy"]
+    assert r["status"] == "ok" and json.loads((run / "config.json").read_text())["target_top1"] == target
+    epochs = _rows(run / "epochs.csv")
+    assert len(epochs) == 3  # no --stop-at-target: every epoch runs
+    top1 = [_num(e["val_top1"]) for e in epochs]
+    k = next(i + 1 for i, t in enumerate(top1) if t is not None and t >= target)  # the first validation there
+    assert tta["reached_target"] is True and tta["epochs_to_target"] == k
+    # independently: every timed training step (warm-up included) of epochs 1..k in steps.csv, and validation apart
+    steps = [s for s in _rows(run / "steps.csv") if int(s["epoch"]) <= k]
+    from_steps = sum(float(s["data_time_s"]) + float(s["compute_time_s"]) for s in steps)
+    assert tta["train_time_to_target_s"] == pytest.approx(from_steps, rel=1e-9, abs=1e-12)
+    assert tta["train_time_to_target_s"] == pytest.approx(sum(float(e["total_time_s"]) for e in epochs[:k]), rel=1e-12)
+    assert tta["val_time_to_target_s"] == pytest.approx(sum(float(e["val_time_s"]) for e in epochs[:k]), rel=1e-12)
+    whole = sum(float(e["total_time_s"]) for e in epochs)  # the run's whole training time
+    assert 0 < tta["train_time_to_target_s"] <= whole
+    assert tta["warmup_time_included_s"] == pytest.approx(float(epochs[0]["warmup_time_s"]), rel=1e-12)
+    assert tta["stopped_at_target"] is False and tta["epochs_run"] == 3
+    report = (run / "report.txt").read_text()
+    assert "time to accuracy" in report and f"in {k} epoch(s) to val top-1 >= 1e-06" in report
+
+
+def _noise_folder(root: Path, classes: int = 4, train: int = 6, val: int = 4) -> Path:
+    """Uniform noise in class folders: nothing to learn, so a top-1 of 1.0 on 16 images is out of reach."""
+    rng = np.random.default_rng(0)
+    for part, n in (("train", train), ("val", val)):
+        for c in range(classes):
+            for i in range(n):
+                path = root / part / f"c{c}" / f"{i}.png"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                Image.fromarray(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)).save(path)
+    return root
+
+
+def test_target_not_reached_records_the_best_top1(tmp_path, capsys):
+    data = _noise_folder(tmp_path / "noise")
+    run, r = _run(tmp_path, capsys, data, "--epochs", "2", "--target-top1", "1.0", "--stop-at-target")
+    tta = r["time_to_accuracy"]
+    top1 = [_num(e["val_top1"]) for e in _rows(run / "epochs.csv")]
+    assert len(top1) == 2 and r["status"] == "ok"  # never reached: every epoch ran
+    assert tta["reached_target"] is False and tta["epochs_to_target"] is None
+    assert tta["train_time_to_target_s"] is None and tta["stopped_at_target"] is False
+    assert tta["best_val_top1"] == max(t for t in top1 if t is not None)
+    assert "val top-1 >= 1 not reached in 2 epoch(s)" in (run / "report.txt").read_text()
+
+
+def test_stop_at_target_ends_the_run_at_that_epoch(tmp_path, capsys, imagefolder_split_dir):
+    run, r = _run(tmp_path, capsys, imagefolder_split_dir, "--epochs", "3", "--target-top1", "1e-6", "--stop-at-target")
+    tta = r["time_to_accuracy"]
+    epochs = _rows(run / "epochs.csv")
+    assert r["status"] == "ok" and tta["reached_target"] is True
+    assert len(epochs) == tta["epochs_to_target"] == len(r["epochs"]) < 3  # stopped before --epochs 3
+    assert _num(epochs[-1]["val_top1"]) >= 1e-6
+    assert tta["stopped_at_target"] is True
+    assert tta["train_time_to_target_s"] == pytest.approx(sum(float(e["total_time_s"]) for e in epochs), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("extra", "option"),
+    [
+        (["--target-top1", "1.5"], "--target-top1"),
+        (["--target-top1", "0"], "--target-top1"),
+        (["--target-top1", "-0.2"], "--target-top1"),
+        (["--target-top1", "nan"], "--target-top1"),
+        (["--target-top1", "ninety"], "--target-top1"),
+        (["--target-top1", "0.5", "--data-only"], "--target-top1"),
+        (["--target-top1", "0.5", "--dataset", "synthetic"], "--target-top1"),
+        (["--target-top1", "0.5", "--max-val-steps", "2"], "--target-top1"),
+        (["--stop-at-target"], "--stop-at-target"),
+    ],
+)
+def test_bad_target_input_is_one_line_and_exit_2(tmp_path, capsys, imagefolder_split_dir, extra, option):
+    out = tmp_path / "out"
+    args = ["run", *TINY, "--data-dir", imagefolder_split_dir, "--epochs", "1", "--output", out, *extra]
+    code, stdout, err = invoke(args, capsys)
+    assert code == 2, err
+    assert err.startswith("error: ") and err.strip().count("\n") == 0 and option in err
+    assert "Traceback" not in stdout + err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_smoke_preset_with_a_target_is_refused(tmp_path, capsys):
+    code, _, err = invoke(["run", "--smoke", "--target-top1", "0.5", "--output", tmp_path / "o", "--quiet"], capsys)
+    assert code == 2 and "--target-top1" in err and "synthetic" in err and err.strip().count("\n") == 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "option"),
+    [
+        (["--target-top1", "2"], "--target-top1"),
+        (["--target-top1", "0.5,0.9"], "--target-top1"),
+        (["--target-top1", "x"], "--target-top1"),
+        (["--stop-at-target"], "--stop-at-target"),
+        (["--target-top1", "0.5", "--dataset", "synthetic"], "--target-top1"),
+    ],
+)
+def test_sweep_refuses_a_bad_target_before_any_cell(tmp_path, capsys, imagefolder_split_dir, extra, option):
+    args = ["sweep", *TINY, "--batch-size", "3,6", "--data-dir", imagefolder_split_dir, "--output", tmp_path, *extra]
+    code, stdout, err = invoke(args, capsys)
+    assert code == 2, err
+    assert err.startswith("error: ") and err.strip().count("\n") == 0 and option in err
+    assert not any(tmp_path.iterdir())
