@@ -139,3 +139,24 @@ def test_sweep_refuses_a_bad_target_before_any_cell(tmp_path, capsys, imagefolde
     assert code == 2, err
     assert err.startswith("error: ") and err.strip().count("\n") == 0 and option in err
     assert not any(tmp_path.iterdir())
+
+
+def test_stop_at_target_under_ddp_stops_every_rank_after_the_same_epoch(tmp_path, imagefolder_split_dir):
+    """Two gloo ranks: a rank that went on alone would wait in the next epoch's all_gather until the
+    process-group timeout, and the job would fail instead of ending `ok` with k epoch rows."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    res = subprocess.run(
+        [sys.executable, "-m", "effbench", "run", *TINY, "--data-dir", str(imagefolder_split_dir), "--batch-size", "3",
+         "--epochs", "3", "--nproc", "2", "--pg-timeout-s", "30", "--target-top1", "1e-6", "--stop-at-target",
+         "--output", str(out)],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    run = only_run(out)
+    r = json.loads((run / "results.json").read_text())
+    tta = r["time_to_accuracy"]
+    assert r["status"] == "ok" and r["world_size"] == 2 and tta["stopped_at_target"] is True
+    assert len(_rows(run / "epochs.csv")) == tta["epochs_to_target"] < 3
