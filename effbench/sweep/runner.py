@@ -121,6 +121,7 @@ def cell_summary(record: dict[str, Any]) -> dict[str, Any]:
         "peak_host_gib": host_peak_gib(record),
         "final": record.get("final"),
         "wall_time_s": record.get("wall_time_s"),
+        "time_to_accuracy": record.get("time_to_accuracy"),  # --target-top1; None without
     }
 
 
