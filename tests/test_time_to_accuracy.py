@@ -160,3 +160,68 @@ def test_stop_at_target_under_ddp_stops_every_rank_after_the_same_epoch(tmp_path
     tta = r["time_to_accuracy"]
     assert r["status"] == "ok" and r["world_size"] == 2 and tta["stopped_at_target"] is True
     assert len(_rows(run / "epochs.csv")) == tta["epochs_to_target"] < 3
+
+
+# --- a batch-size sweep with a target: its tables, chart, HTML, export and compare (recorded, no training) ---
+# bs 8192 has the higher throughput and never reaches the target: throughput alone would pick it
+SWEPT = {32: (500.0, {"reached_target": True, "train_time_to_target_s": 12.5, "epochs_to_target": 3,
+                      "val_time_to_target_s": 0.9, "best_val_top1": 0.91}),
+         8192: (4000.0, {"reached_target": False, "train_time_to_target_s": None, "epochs_to_target": None,
+                         "val_time_to_target_s": None, "best_val_top1": 0.41})}  # fmt: skip
+
+
+def _target_sweep(root: Path) -> Path:
+    from test_sweep_report import make_sweep
+
+    from effbench import results
+
+    cells = [({"batch_size": b}, {"devices": 1, "batch": b, "throughput": thr}) for b, (thr, _) in SWEPT.items()]
+    folder = make_sweep(root, {"batch_size": list(SWEPT)}, cells)
+    for i, (_, tta) in enumerate(SWEPT.values()):
+        path = folder / f"cells/{i:03d}/run/results.json"
+        record = json.loads(path.read_text())
+        record["config"]["target_top1"] = 0.9
+        record["time_to_accuracy"] = {"target_top1": 0.9, "warmup_time_included_s": 0.0, "best_epoch": 2,
+                                      "epochs_run": 3, "stopped_at_target": False, **tta}  # fmt: skip
+        results.write_json(path, record)
+    return folder
+
+
+def test_a_batch_size_sweep_with_a_target_shows_throughput_and_time_to_accuracy(tmp_path):
+    from effbench.analysis import export
+    from effbench.report import render
+
+    folder = _target_sweep(tmp_path)
+    render.write_sweep_reports(folder)
+    text = (folder / "sweep.txt").read_text()
+    header = next(line for line in text.splitlines() if line.startswith("cell"))
+    assert header.index("img/s") < header.index("train s to val top-1 >= 0.9") < header.index("epochs to target")
+    assert "12.500" in text and "not reached (best 0.4100)" in text
+    assert "highest throughput along batch-size: 8192" in text
+    assert "shortest training time to val top-1 >= 0.9 along batch-size: 32 (12.500 s in 3 epoch(s)" in text
+    html = (folder / "report.html").read_text()
+    assert "train s to val top-1 &gt;= 0.9" in html and 'alt="time to accuracy vs batch"' in html
+    assert (folder / "plots" / "time_to_accuracy_vs_batch.png").stat().st_size > 0
+    rows = {
+        r["config.batch_size"]: r
+        for r in csv.DictReader(export.render([x.row for x in export.collect([folder])], "csv").splitlines())
+    }
+    assert rows["32"]["time_to_target_s"] == "12.5" and rows["32"]["epochs_to_target"] == "3"
+    assert rows["8192"]["reached_target"] == "False" and rows["8192"]["time_to_target_s"] == ""
+
+
+def test_compare_and_leaderboard_carry_the_time_to_target(tmp_path, capsys):
+    folder = _target_sweep(tmp_path)
+    a, b = (folder / f"cells/{i:03d}/run" for i in range(2))
+    code, out, err = invoke(["compare", a, b], capsys)
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("time to target: train s"))
+    assert "12.500" in line and "not reached (best 0.4100)" in line
+    from effbench.report import leaderboard
+
+    import shutil
+
+    for d in (a, b):  # the two runs as copied from two machines into one folder
+        shutil.copytree(d, tmp_path / "runs" / d.parent.name)
+    leaderboard.write_reports(tmp_path / "runs")
+    assert "12.500 s, 3 epoch(s)" in (tmp_path / "runs" / "leaderboard.txt").read_text()
