@@ -95,25 +95,25 @@ def test_stop_at_target_ends_the_run_at_that_epoch(tmp_path, capsys, imagefolder
 
 
 @pytest.mark.parametrize(
-    ("extra", "option"),
+    ("extra", "option", "fix"),
     [
-        (["--target-top1", "1.5"], "--target-top1"),
-        (["--target-top1", "0"], "--target-top1"),
-        (["--target-top1", "-0.2"], "--target-top1"),
-        (["--target-top1", "nan"], "--target-top1"),
-        (["--target-top1", "ninety"], "--target-top1"),
-        (["--target-top1", "0.5", "--data-only"], "--target-top1"),
-        (["--target-top1", "0.5", "--dataset", "synthetic"], "--target-top1"),
-        (["--target-top1", "0.5", "--max-val-steps", "2"], "--target-top1"),
-        (["--stop-at-target"], "--stop-at-target"),
+        (["--target-top1", "1.5"], "--target-top1", "outside (0, 1]"),
+        (["--target-top1", "0"], "--target-top1", "outside (0, 1]"),
+        (["--target-top1", "-0.2"], "--target-top1", "outside (0, 1]"),
+        (["--target-top1", "nan"], "--target-top1", "finite number in (0, 1]"),
+        (["--target-top1", "ninety"], "--target-top1", "valid number"),
+        (["--target-top1", "0.5", "--data-only"], "--target-top1", "--data-only runs no model"),
+        (["--target-top1", "0.5", "--dataset", "synthetic"], "--target-top1", "use real data"),
+        (["--target-top1", "0.5", "--max-val-steps", "2"], "--target-top1", "drop --max-val-steps"),
+        (["--stop-at-target"], "--stop-at-target", "add --target-top1"),
     ],
 )
-def test_bad_target_input_is_one_line_and_exit_2(tmp_path, capsys, imagefolder_split_dir, extra, option):
+def test_bad_target_input_is_one_line_and_exit_2(tmp_path, capsys, imagefolder_split_dir, extra, option, fix):
     out = tmp_path / "out"
     args = ["run", *TINY, "--data-dir", imagefolder_split_dir, "--epochs", "1", "--output", out, *extra]
     code, stdout, err = invoke(args, capsys)
     assert code == 2, err
-    assert err.startswith("error: ") and err.strip().count("\n") == 0 and option in err
+    assert err.startswith("error: ") and err.strip().count("\n") == 0 and option in err and fix in err
     assert "Traceback" not in stdout + err
     assert not out.exists() or not any(out.iterdir())
 
