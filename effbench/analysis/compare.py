@@ -184,7 +184,9 @@ def target_deltas(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[MetricDelt
     label = f"{TARGET_METRIC}: train s to val top-1 >= {targets[0] if targets[0] is not None else targets[1]:g}"
     if targets[0] != targets[1]:
         shown = ["-" if t is None else f"target {t:g}" for t in targets]
-        return [MetricDelta(label, *shown, "-", "-", "-", "different targets (or none): not compared", None)]
+        return [
+            MetricDelta(label, shown[0], shown[1], "-", "-", "-", "different targets (or none): not compared", None)
+        ]
 
     def side(t: Mapping[str, Any], key: str, k: int) -> str:
         if t.get("reached_target"):
@@ -197,7 +199,9 @@ def target_deltas(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[MetricDelt
         xa, xb = (ta or {}).get(key), (tb or {}).get(key)
         if xa is None or xb is None:
             out.append(
-                MetricDelta(what, side(ta, key, k), side(tb, key, k), "-", "-", "-", "not reached on both", None)
+                MetricDelta(
+                    what, side(ta or {}, key, k), side(tb or {}, key, k), "-", "-", "-", "not reached on both", None
+                )
             )
             continue
         delta = xb - xa
