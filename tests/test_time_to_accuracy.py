@@ -242,3 +242,20 @@ def test_the_first_validation_at_or_above_the_target_counts_and_none_never_does(
     assert missed is not None and missed["reached_target"] is False and missed["train_time_to_target_s"] is None
     assert (missed["best_val_top1"], missed["best_epoch"], missed["epochs_run"]) == (0.875, 4, 4)
     assert summarize(rows, None) is None
+
+
+@pytest.mark.slow
+def test_sweep_passes_the_target_to_every_cell(tmp_path, capsys, imagefolder_split_dir):
+    """Through the CLI: every cell records the target, stops at it, and the sweep's table says so."""
+    args = ["sweep", *TINY, "--batch-size", "3,6", "--data-dir", imagefolder_split_dir, "--epochs", "3",
+            "--target-top1", "1e-6", "--stop-at-target", "--output", tmp_path, "--name", "tta"]  # fmt: skip
+    code, _, err = invoke(args, capsys)
+    assert code == 0, err
+    folder = tmp_path / "tta"
+    m = json.loads((folder / "sweep.json").read_text())
+    for cell in m["cells"]:
+        tta = cell["summary"]["time_to_accuracy"]
+        run = folder / cell["run_dir"]
+        assert cell["config"]["target_top1"] == 1e-6 and cell["config"]["stop_at_target"] is True
+        assert tta["reached_target"] is True and len(_rows(run / "epochs.csv")) == tta["epochs_to_target"]
+    assert "train s to val top-1 >= 1e-06" in (folder / "sweep.txt").read_text()
