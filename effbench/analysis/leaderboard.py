@@ -148,7 +148,7 @@ def _time_to_target(row: Mapping[str, Any]) -> str | None:
     """An export row's time-to-accuracy figures as the leaderboard prints them (None: no target)."""
     if row.get("target_top1") in (None, ""):
         return None
-    if row.get("reached_target") is True:
+    if row.get("reached_target") is True and row.get("time_to_target_s") is not None:
         return f"{row['time_to_target_s']:.3f} s, {row['epochs_to_target']} epoch(s)"
     best = row.get("best_val_top1")
     return "not reached" + ("" if best in (None, "") else f" (best {best:.4f})")

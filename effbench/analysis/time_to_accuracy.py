@@ -89,10 +89,9 @@ def describe(tta: Mapping[str, Any] | None) -> str | None:
     target = f"val top-1 >= {tta['target_top1']:g}"
     if tta.get("reached_target"):
         stopped = ", run stopped there" if tta.get("stopped_at_target") else ""
-        return (
-            f"{tta['train_time_to_target_s']:.3f} s training (+{tta['val_time_to_target_s']:.3f} s validation) "
-            f"in {tta['epochs_to_target']} epoch(s) to {target}{stopped}"
-        )
+        train_s, val_s = tta.get("train_time_to_target_s"), tta.get("val_time_to_target_s")
+        took = "no time recorded" if train_s is None else f"{train_s:.3f} s training (+{val_s or 0.0:.3f} s validation)"
+        return f"{took} in {tta.get('epochs_to_target')} epoch(s) to {target}{stopped}"
     best = tta.get("best_val_top1")
     best_text = "no validation" if best is None else f"best val top-1 {best:.4f}, epoch {tta.get('best_epoch')}"
     return f"{target} not reached in {tta.get('epochs_run')} epoch(s) ({best_text})"

@@ -424,7 +424,9 @@ def _target_verdict(dim: str, rows: Sequence[Mapping[str, Any]]) -> str:
     """The shortest training time to the target along `dim` (one run per cell: no interval, said so), or the
     best top-1 when no cell reached it. Throughput alone rewards a batch size that stops converging."""
     name, target = dim.replace("_", "-"), target_of(rows)
-    hit = [r for r in rows if r.get("status") == "ok" and r.get("reached_target")]
+    hit = [
+        r for r in rows if r.get("status") == "ok" and r.get("reached_target") and r.get("time_to_target_s") is not None
+    ]
     if not hit:
         tried = [r for r in rows if r.get("best_val_top1") is not None]
         best = max(tried, key=lambda r: r["best_val_top1"], default=None)
