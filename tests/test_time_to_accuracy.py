@@ -259,3 +259,24 @@ def test_sweep_passes_the_target_to_every_cell(tmp_path, capsys, imagefolder_spl
         assert cell["config"]["target_top1"] == 1e-6 and cell["config"]["stop_at_target"] is True
         assert tta["reached_target"] is True and len(_rows(run / "epochs.csv")) == tta["epochs_to_target"]
     assert "train s to val top-1 >= 1e-06" in (folder / "sweep.txt").read_text()
+
+
+def test_a_recorded_time_to_accuracy_is_checked_when_read_back(tmp_path):
+    """results.json is input: a target outside (0, 1] is one line naming the field; an older record without
+    the section, or one with a reached target but no time, still reads and renders."""
+    from test_sweep_report import fake_run
+
+    from effbench import results
+    from effbench.errors import EffbenchError
+    from effbench.report import tables
+
+    record = fake_run(tmp_path / "old", devices=1, batch=8, throughput=100.0)
+    assert "time_to_accuracy" not in results.read_results(tmp_path / "old")  # written before the option existed
+    edited = {**record, "time_to_accuracy": {"target_top1": 0.9, "reached_target": True, "epochs_to_target": 2}}
+    results.write_json(tmp_path / "old" / "results.json", edited)
+    text = tables.render(results.read_results(tmp_path / "old"))
+    assert "no time recorded in 2 epoch(s) to val top-1 >= 0.9" in text
+    edited["time_to_accuracy"]["target_top1"] = 1.5
+    results.write_json(tmp_path / "old" / "results.json", edited)
+    with pytest.raises(EffbenchError, match="time_to_accuracy.target_top1"):
+        results.read_results(tmp_path / "old")
