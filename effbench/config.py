@@ -297,6 +297,11 @@ class RunConfig:
     (effbench/analysis/windows.py); None: min(5, measured steps)."""
     smoke: bool = False
     """The offline 2-core smoke preset was applied."""
+    target_top1: float | None = _ranged(None, 0.0, 1.0, lo_open=True)
+    """Time-to-accuracy: record the training time and epochs to the first validation top-1 at or above this
+    fraction (docs/time-to-accuracy.md); None records none."""
+    stop_at_target: bool = False
+    """End the run at the epoch whose validation first reaches --target-top1."""
 
     # --- derived helpers (not options) -------------------------------------------------------
     @property
@@ -418,6 +423,26 @@ def _too_many_repeats(c: RunConfig) -> bool:
     return c.repeats > total - resolve_warmup(c.warmup_steps, total, c.compile)
 
 
+def _real_datasets() -> list[str]:
+    return [n for n in dataset_names() if dataset_spec(n).storage != "generated"]
+
+
+# Time-to-accuracy needs a top-1 that means something, measured on the whole validation split every epoch.
+_TARGET_RULES = (
+    _Rule("--stop-at-target", lambda c: c.stop_at_target and c.target_top1 is None,
+          lambda c: "stops at the epoch that reaches --target-top1, which was not given; add --target-top1 F "
+          "(e.g. 0.9) or drop --stop-at-target"),
+    _Rule("--target-top1", lambda c: c.target_top1 is not None and c.data_only,
+          lambda c: "--data-only runs no model, so nothing is validated; drop one of them"),
+    _Rule("--target-top1", lambda c: c.target_top1 is not None and dataset_spec(c.dataset).storage == "generated",
+          lambda c: f"{c.dataset} data has random labels, so no top-1 is reached by learning; use real data "
+          f"(--dataset {' or '.join(_real_datasets())}) or drop --target-top1"),
+    # a capped validation scores a part of the split, and a time to reach it is not the time to the target
+    _Rule("--target-top1", lambda c: c.target_top1 is not None and c.max_val_steps is not None,
+          lambda c: f"needs the whole validation split each epoch, but --max-val-steps {c.max_val_steps} scores "
+          "only part of it; drop --max-val-steps (or use --val-fraction for a smaller split)"),
+)  # fmt: skip
+
 # Devices and processes (checked before the rendezvous endpoint).
 _LAUNCH_RULES = (
     _Rule("--gpus", lambda c: c.gpus is not None and c.device == "cpu",
@@ -458,6 +483,7 @@ _FEATURE_RULES = (
           lambda c: "is not supported with --strategy dp (DataParallel); use --strategy ddp or drop --compile"),
     _Rule("--warmup-steps", lambda c: c.compile and c.warmup_steps is not None and c.warmup_steps < 1,
           lambda c: "--compile compiles in the first step; use at least 1 warm-up step so it is not measured"),
+    *_TARGET_RULES,
 )  # fmt: skip
 
 

@@ -76,6 +76,8 @@ class Config(_Model):
     log_interval: int | None = None
     repeats: int | None = None
     smoke: bool | None = None
+    target_top1: Frac = None
+    stop_at_target: bool | None = None
 
 
 class Epoch(_Model):
@@ -170,6 +172,21 @@ class Verdict(_Model):
     advice: str | None = None
 
 
+class TimeToAccuracy(_Model):
+    """--target-top1 (analysis/time_to_accuracy.py); the times and epochs are null while not reached."""
+
+    target_top1: Annotated[float, Field(gt=0, le=1)]
+    reached_target: bool
+    epochs_to_target: Count = None
+    train_time_to_target_s: Pos = None
+    val_time_to_target_s: Pos = None
+    warmup_time_included_s: Pos = None
+    best_val_top1: Frac = None
+    best_epoch: Count = None
+    epochs_run: Count = None
+    stopped_at_target: bool | None = None
+
+
 class Error(_Model):
     type: str | None = None
     message: str | None = None
@@ -234,6 +251,7 @@ class Results(_Model):
     profile: Profile | None = None
     profile_error: str | None = None
     verdict: Verdict | None = None
+    time_to_accuracy: TimeToAccuracy | None = None
     error: Error | None = None
     signal: int | None = None
     interrupted_phase: str | None = None

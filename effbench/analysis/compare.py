@@ -168,7 +168,49 @@ def compare_runs(
             )
     for key, label, _higher in SINGLE_METRICS:
         rows.append(single_delta(label, _single(a, key), _single(b, key)))
-    return rows
+    return rows + target_deltas(a, b)
+
+
+TARGET_METRIC = "time to target"  # the label's start: render_sweeps shows these rows beside throughput
+
+
+def target_deltas(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[MetricDelta]:
+    """--target-top1 (analysis/time_to_accuracy): training seconds and epochs to the target, B - A, when
+    either run has one; one value per run, so no interval. Different targets are not compared."""
+    ta, tb = a.get("time_to_accuracy"), b.get("time_to_accuracy")
+    if not ta and not tb:
+        return []
+    targets = [t.get("target_top1") if t else None for t in (ta, tb)]
+    label = f"{TARGET_METRIC}: train s to val top-1 >= {targets[0] if targets[0] is not None else targets[1]:g}"
+    if targets[0] != targets[1]:
+        shown = ["-" if t is None else f"target {t:g}" for t in targets]
+        return [
+            MetricDelta(label, shown[0], shown[1], "-", "-", "-", "different targets (or none): not compared", None)
+        ]
+
+    def side(t: Mapping[str, Any], key: str, k: int) -> str:
+        if t.get("reached_target"):
+            return num(t.get(key), k)
+        best = t.get("best_val_top1")
+        return "not reached" + ("" if best is None else f" (best {best:.4f})")
+
+    out = []
+    for key, what, k in (("train_time_to_target_s", label, 3), ("epochs_to_target", f"{TARGET_METRIC}: epochs", 0)):
+        xa, xb = (ta or {}).get(key), (tb or {}).get(key)
+        if xa is None or xb is None:
+            out.append(
+                MetricDelta(
+                    what, side(ta or {}, key, k), side(tb or {}, key, k), "-", "-", "-", "not reached on both", None
+                )
+            )
+            continue
+        delta = xb - xa
+        pct = f"{100 * delta / xa:+.1f}%" if xa else "-"
+        verdict = "equal" if delta == 0 else "one value each: no CI, cannot tell noise from change"
+        out.append(
+            MetricDelta(what, num(xa, k), num(xb, k), f"{delta:+,.{k}f}", pct, "-", verdict, None if delta else False)
+        )
+    return out
 
 
 def config_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
@@ -244,7 +286,7 @@ def render_sweeps(
             )
             continue
         deltas = compare_runs(ra["record"], [], rb["record"], [])
-        for d in deltas[: len(WINDOW_METRICS)]:
+        for d in [*deltas[: len(WINDOW_METRICS)], *(d for d in deltas if d.metric.startswith(TARGET_METRIC))]:
             body.append([ra["key"], d.metric, d.a, d.b, d.delta, d.delta_pct, d.ci, d.verdict])
             significant += bool(d.significant) and d.metric.startswith("throughput")
     table = tabulate(body, headers=("cell", *HEADERS), tablefmt="simple", disable_numparse=True)

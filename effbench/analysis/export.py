@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from effbench import results
-from effbench.analysis import windows
+from effbench.analysis import time_to_accuracy, windows
 from effbench.errors import EffbenchError
 from effbench.sweep import manifest as M
 
@@ -65,6 +65,11 @@ COLUMN_DOCS: tuple[tuple[str, str], ...] = (
     ("final_val_loss", "validation loss of the last epoch"),
     ("final_train_top1", "train top-1 of the last epoch (0..1)"),
     ("final_val_top1", "validation top-1 of the last epoch (0..1)"),
+    ("target_top1", "--target-top1 of the run; empty without one (docs/time-to-accuracy.md)"),
+    ("reached_target", "whether a validation reached the target top-1"),
+    ("time_to_target_s", "training seconds (timed steps, validation excluded) to the first validation at the target"),
+    ("epochs_to_target", "epochs trained to the first validation at the target"),
+    ("best_val_top1", "best validation top-1 over the epochs run with a target (0..1)"),
 )
 COLUMNS = tuple(name for name, _ in COLUMN_DOCS)
 # Config keys that name where a run wrote or read, not what it measured.
@@ -195,6 +200,7 @@ def figures(record: Mapping[str, Any], steps: Sequence[Mapping[str, Any]]) -> di
         "final_val_loss": final.get("val_loss"),
         "final_train_top1": final.get("train_top1"),
         "final_val_top1": final.get("val_top1"),
+        **time_to_accuracy.cell_fields(record),  # --target-top1; empty without
     }
 
 

@@ -88,6 +88,8 @@ class Entry:
     gap: str
     """Welch's verdict on mean(this) - mean(best): 'best', 'within noise', 'slower, outside noise', ..."""
     differences: list[str] = field(default_factory=list)
+    time_to_target: str | None = None
+    """--target-top1: `12.345 s, 3 epochs` or `not reached (best 0.8123)`; None when the run had no target."""
 
 
 SLOWER = "slower, outside noise"
@@ -142,6 +144,16 @@ def _gap(best: Run, run: Run) -> str:
     return SLOWER if d.delta < 0 else "faster, outside noise"
 
 
+def _time_to_target(row: Mapping[str, Any]) -> str | None:
+    """An export row's time-to-accuracy figures as the leaderboard prints them (None: no target)."""
+    if row.get("target_top1") in (None, ""):
+        return None
+    if row.get("reached_target") is True and row.get("time_to_target_s") is not None:
+        return f"{row['time_to_target_s']:.3f} s, {row['epochs_to_target']} epoch(s)"
+    best = row.get("best_val_top1")
+    return "not reached" + ("" if best in (None, "") else f" (best {best:.4f})")
+
+
 def _labels(configs: Sequence[Mapping[str, Any]]) -> list[str]:
     varying = sorted(k for k in set().union(*configs) if len({json.dumps(c.get(k), default=str) for c in configs}) > 1)
     keys = list(LABEL_KEYS) + [k for k in varying if k not in LABEL_KEYS]
@@ -179,6 +191,7 @@ def leaderboard(runs: Sequence[Run]) -> list[Group]:
                     relative=thr / figures[id(best)] if thr is not None and best is not None else None,
                     gap=_gap(best, m) if thr is not None and best is not None else "not measured",
                     differences=env_differences(m.row, best.row) if best is not None and m is not best else [],
+                    time_to_target=_time_to_target(m.row),
                 )
             )
         groups.append(Group(label, cfg, entries))

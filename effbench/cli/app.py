@@ -264,6 +264,24 @@ def run(
             )
         ),
     ] = None,
+    target_top1: Annotated[
+        float | None,
+        _opt(
+            with_range(
+                "target_top1",
+                "Time-to-accuracy: record the training time and epochs to the first val top-1 >= F "
+                "(docs/time-to-accuracy.md).",
+            ),
+            metavar="F",
+        ),
+    ] = None,
+    stop_at_target: Annotated[
+        bool | None,
+        _opt(
+            "End the run at the epoch that reaches --target-top1. [default: no]",
+            "--stop-at-target/--no-stop-at-target",
+        ),
+    ] = None,
     smoke: Annotated[
         bool,
         _opt(
@@ -289,6 +307,7 @@ def run(
         "sample_interval_s": sample_interval_s, "repeats": repeats,
         "gpu_decode": gpu_decode, "data_only": data_only, "cudnn_benchmark": cudnn_benchmark, "pin_memory": pin_memory,
         "optimizer_impl": optimizer_impl, "compile": compile,
+        "target_top1": target_top1, "stop_at_target": stop_at_target,
     }  # fmt: skip
     explicit = {k: v for k, v in given.items() if v is not None}
     slurm = slurm_settings(os.environ)

@@ -127,6 +127,14 @@ def sweep(
     log_interval: Annotated[
         str | None, _one(with_range("log_interval", "Steps between progress lines. [default: 10]"))
     ] = None,
+    target_top1: Annotated[
+        str | None,
+        _one(with_range("target_top1", "Time-to-accuracy: time and epochs to the first val top-1 >= F."), metavar="F"),
+    ] = None,
+    stop_at_target: Annotated[
+        bool | None,
+        _opt("End each cell at the epoch that reaches --target-top1.", "--stop-at-target/--no-stop-at-target"),
+    ] = None,
     output: Annotated[
         str | None,
         _opt("Parent folder of the sweep folder. [default: ./results; env EFFBENCH_OUTPUT]", envvar="EFFBENCH_OUTPUT"),
@@ -164,6 +172,7 @@ def sweep(
         "data_dir": data_dir, "download": download, "channels_last": channels_last, "profile": profile,
         "cudnn_benchmark": cudnn_benchmark, "pin_memory": pin_memory, "gpu_decode": gpu_decode,
         "compile": compile_, "data_only": data_only,
+        "target_top1": one_value("--target-top1", target_top1, float), "stop_at_target": stop_at_target,
     }  # fmt: skip
     options = {k: v for k, v in singles.items() if v is not None}
     options.update({k: v[0] for k, v in lists.items() if len(v) == 1})  # one value: the same for every cell

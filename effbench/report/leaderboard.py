@@ -35,12 +35,27 @@ def _short(text: str, n: int = 32) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+def _target(group: lb.Group) -> str | None:
+    """The group's --target-top1 column header (every run of a group has the same configuration), else None."""
+    target = group.config.get("target_top1")
+    return None if target is None else f"train s to val top-1 >= {target:g}"
+
+
+def headers(group: lb.Group) -> tuple[str, ...]:
+    """HEADERS, with the time to the target beside img/s when the group's runs had one."""
+    column = _target(group)
+    return HEADERS if column is None else (*HEADERS[:4], column, *HEADERS[4:])
+
+
 def rows(group: lb.Group) -> list[list[str]]:
     out = []
     for e in group.entries:
         ci = interval(e.ci_low, e.ci_high, 1) if e.ci_low is not None else "-"
         rel = "-" if e.relative is None else f"{100 * e.relative:.1f}%"
-        out.append([e.machine, e.status, num(e.throughput, 1), ci, rel, e.gap, "; ".join(e.differences) or "-"])
+        target = [e.time_to_target or "-"] if _target(group) else []
+        out.append(
+            [e.machine, e.status, num(e.throughput, 1), ci, *target, rel, e.gap, "; ".join(e.differences) or "-"]
+        )
     return out
 
 
@@ -50,7 +65,7 @@ def render(groups: Sequence[lb.Group], *, title: str, fmt: str) -> str:
     parts = [head, "", *(f"- {g.verdict}" for g in groups), ""]
     for i, g in enumerate(groups):
         parts += [f"## {i + 1}. {g.label}" if fmt == "md" else f"{i + 1}. {g.label}", ""]
-        parts += [tabulate(rows(g), headers=HEADERS, tablefmt=tablefmt, disable_numparse=True), ""]
+        parts += [tabulate(rows(g), headers=headers(g), tablefmt=tablefmt, disable_numparse=True), ""]
     parts.append(
         "img/s: each run's throughput, the figure its own report prints (all measured images over the slowest "
         "rank's time, warm-up excluded), and the rows' order; 95% CI: Student's t interval of its windows' mean; "
@@ -64,7 +79,8 @@ def html(groups: Sequence[lb.Group], *, title: str, charts: Sequence[str], probl
     for i, g in enumerate(groups):
         sections.append(
             H.Section(
-                g.label, [H.table(HEADERS, rows(g), row_classes=[e.status for e in g.entries], table_id=f"group-{i}")]
+                g.label,
+                [H.table(headers(g), rows(g), row_classes=[e.status for e in g.entries], table_id=f"group-{i}")],
             )
         )
     sections.append(H.Section("Charts", [*charts, *(H.paragraph(p) for p in problems)]))

@@ -10,6 +10,7 @@ no global backend, no display needed) and writes `path`. Nothing here reads resu
     throughput_vs_batch throughput vs batch size per device, OOM cells marked
     data_time_vs_workers data-loading time per epoch (measured steps) vs DataLoader workers
     scaling             throughput and efficiency vs device count, with the ideal lines
+    throughput_and_time_to_target  images/s and time to a --target-top1 vs batch size, side by side
 """
 
 from __future__ import annotations
@@ -227,4 +228,45 @@ def scaling(
     ax_e.set_ylabel("efficiency (speedup / ideal)")
     ax_e.set_ylim(0, 1.2)
     ax_e.set_title(f"{title}: efficiency")
+    return _save(fig, path)
+
+
+def throughput_and_time_to_target(
+    series: Mapping[str, Sequence[tuple[int, float | None, float | None, str]]],
+    path: Path,
+    *,
+    title: str,
+    target: float,
+) -> Path:
+    """series: label -> [(batch per device, throughput, training seconds to the target or None, status)]; two
+    panels side by side on one batch axis: images/s, and the time to the target (crosses: not reached)."""
+    fig = _figure(11.0, 4.5)
+    ax_t, ax_a = fig.subplots(1, 2, sharex=True)  # one batch axis: a cell reads across both panels
+    top = ax_a.get_xaxis_transform()  # x in data, y in axes fraction: a not-reached cell sits at the top edge
+    for i, (label, pts) in enumerate(series.items()):
+        color = f"C{i % 10}"
+        good = sorted((b, t) for b, t, _, st in pts if st == "ok" and t)
+        if good:
+            ax_t.plot([b for b, _ in good], [t for _, t in good], "-o", color=color, label=label)
+        hit = sorted((b, s) for b, _, s, st in pts if st == "ok" and s is not None)
+        if hit:
+            ax_a.plot([b for b, _ in hit], [s for _, s in hit], "-o", color=color, label=label)
+        missed = [b for b, _, s, st in pts if st == "ok" and s is None]
+        if missed:
+            ax_a.scatter(missed, [0.95] * len(missed), transform=top, marker="x", s=80, color=OOM_COLOR)
+            for b in missed:
+                ax_a.annotate("not reached", (b, 0.95), xycoords=top, textcoords="offset points", xytext=(0, -14),
+                              ha="center", color=OOM_COLOR, fontsize=8)  # fmt: skip
+    for ax in (ax_t, ax_a):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size per device")
+        ax.set_ylim(bottom=0)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="best")
+    if not any(s is not None for pts in series.values() for _, _, s, _ in pts):
+        ax_a.set_yticks([])  # no cell reached it: no seconds to scale
+    ax_t.set_ylabel("images / s")
+    ax_t.set_title(f"{title}: throughput")
+    ax_a.set_ylabel(f"training s to val top-1 >= {target:g}")
+    ax_a.set_title(f"{title}: time to accuracy")
     return _save(fig, path)

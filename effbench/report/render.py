@@ -37,7 +37,7 @@ SWEEP_SUMMARY = "summary.json"
 Plot = tuple[Path, str]  # (png path, caption)
 # Every chart sweep_plots may draw under plots/.
 SWEEP_CHARTS = ("time_breakdown.png", "throughput.png", "top1_per_epoch.png", "throughput_vs_batch.png",
-                "data_time_vs_workers.png", "scaling.png")  # fmt: skip
+                "data_time_vs_workers.png", "scaling.png", "time_to_accuracy_vs_batch.png")  # fmt: skip
 
 
 def warn(message: str) -> None:
@@ -308,6 +308,16 @@ def sweep_plots(
                 series_b, out_dir / "throughput_vs_batch.png", title="Throughput vs batch size"
             ),
         )
+    target = sweep_report.target_of(rows)
+    if "batch_size" in show_dims and "ok" in finished and target is not None:  # throughput and time to accuracy
+        series_a = {
+            g: [(int(sweep_report.ran(r, "batch_size")), r.get("throughput_img_s") or r.get("thr_median"),
+                 r.get("time_to_target_s") if r.get("reached_target") else None, str(r.get("status"))) for r in members]
+            for g, members in sweep_report.chart_groups(rows, names, "batch_size", list(idle)).items()
+        }  # fmt: skip
+        _draw(made, problems, f"Throughput and training time to val top-1 >= {target:g} vs batch size per device "
+              "(crosses: not reached)", lambda: plots.throughput_and_time_to_target(
+                  series_a, out_dir / "time_to_accuracy_vs_batch.png", title="Batch size", target=target))  # fmt: skip
     if "workers" in show_dims and "ok" in finished:
         series_w = {
             g: [
@@ -396,7 +406,8 @@ def sweep_html(
     )
     sections.append(H.Section("How to read this", [H.paragraph(
         "img/s is each cell's throughput (the run's own figure) with the 95% Student's t interval of its windows' mean (--repeats); "
-        "'within noise' means Welch's 95% interval of the difference includes 0. " + sweep_report.TIME_NOTE)]))  # fmt: skip
+        "'within noise' means Welch's 95% interval of the difference includes 0. " + sweep_report.TIME_NOTE
+        + (" " + sweep_report.TARGET_NOTE if sweep_report.target_of(rows) is not None else ""))]))  # fmt: skip
     return H.page(
         f"effbench sweep {m.get('name')}",
         f"{len(rows)} cells · {', '.join(f'{k} {v}' for k, v in M.counts(m).items())}",

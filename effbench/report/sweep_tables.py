@@ -18,6 +18,7 @@ from tabulate import tabulate
 from effbench.analysis import epoch_time
 from effbench.analysis import scaling as scaling_table
 from effbench.analysis import stats
+from effbench.analysis import time_to_accuracy
 from effbench.analysis import windows
 from effbench.fmt import fmt_value, interval
 from effbench.sweep.spec import dim_option, show, varied
@@ -78,6 +79,7 @@ def cell_row(
         peak_host_gib=host_peak_gib(record),
         wall_time_s=record.get("wall_time_s"),
         device=record.get("device"),
+        **time_to_accuracy.cell_fields(record),  # --target-top1: time and epochs to it (None without)
         record={**record, "throughput_windows": w},  # windows travel with the record (compare.py)
     )
     return row
@@ -153,6 +155,11 @@ def host_peak_gib(record: Mapping[str, Any]) -> float | None:
 
 
 TIME_NOTE = epoch_time.TIME_NOTE  # said under the tables and on the sweep page
+# --target-top1 (analysis/time_to_accuracy.py), said under the tables and on the sweep page when a cell has it
+TARGET_NOTE = (
+    "Time to target: the timed training steps' seconds (warm-up included, validation excluded) up to the first "
+    "epoch whose validation top-1 reached the target (docs/time-to-accuracy.md). "
+)
 
 # Said under a no-effect dimension's table (and on the sweep page): why it has no deltas and no chart.
 IDLE_NOTE = "every cell ran the same value, so its differences are noise: no deltas, no chart along it"
@@ -193,6 +200,28 @@ def _metrics(row: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def target_of(rows: Sequence[Mapping[str, Any]]) -> float | None:
+    """The sweep's --target-top1 (one value for every cell), None when no cell recorded one."""
+    return next((r["target_top1"] for r in rows if r.get("target_top1") is not None), None)
+
+
+def target_headers(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The time-to-accuracy columns, beside img/s, when the sweep has a target; none without."""
+    target = target_of(rows)
+    return [] if target is None else [f"train s to val top-1 >= {target:g}", "epochs to target"]
+
+
+def _target_cells(row: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    if target_of(rows) is None:
+        return []
+    if row.get("reached_target"):
+        return [fmt_value(row.get("time_to_target_s"), 3), fmt_value(row.get("epochs_to_target"))]
+    if row.get("reached_target") is False:  # ran with the target and never reached it: the best it got
+        best = row.get("best_val_top1")
+        return ["not reached" + ("" if best is None else f" (best {best:.4f})"), "-"]
+    return ["-", "-"]  # never ran, or ended before its record had a first epoch
+
+
 def time_split_notes(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """One line per cell whose seconds per epoch do not come from its epochs' measured split (epoch_time)."""
     notes = (epoch_time.source_note(r.get("time_split"), f"cell {r['key'][:3]}") for r in rows)
@@ -200,8 +229,17 @@ def time_split_notes(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def summary_table(rows: Sequence[Mapping[str, Any]], dims: Sequence[str]) -> tuple[list[str], list[list[str]]]:
-    headers = ["cell", *[dim_option(d)[2:] for d in dims], *METRIC_HEADERS]
-    body = [[r["key"][:3], *[shown(r, d) for d in dims], *_metrics(r)] for r in rows]
+    headers = [
+        "cell",
+        *[dim_option(d)[2:] for d in dims],
+        *METRIC_HEADERS[:2],
+        *target_headers(rows),
+        *METRIC_HEADERS[2:],
+    ]
+    body = [
+        [r["key"][:3], *[shown(r, d) for d in dims], *_metrics(r)[:2], *_target_cells(r, rows), *_metrics(r)[2:]]
+        for r in rows
+    ]
     return headers, body
 
 
@@ -238,12 +276,22 @@ def dimension_table(
             rel += "" if why is None else " (within noise)" if why.startswith("within") else " (too few windows)"
         if group in idle:
             rel = "no effect"
-        body.append([*[shown(r, d) for d in others], shown(r, dim), *_metrics(r)[:2], rel, *_metrics(r)[2:]])
+        body.append(
+            [
+                *[shown(r, d) for d in others],
+                shown(r, dim),
+                *_metrics(r)[:2],
+                rel,
+                *_target_cells(r, rows),
+                *_metrics(r)[2:],
+            ]
+        )
     headers = [
         *[dim_option(d)[2:] for d in others],
         dim_option(dim)[2:],
         *METRIC_HEADERS[:2],
         "vs first",
+        *target_headers(rows),
         *METRIC_HEADERS[2:],
     ]
     return headers, body
@@ -332,6 +380,8 @@ def verdicts(rows: Sequence[Mapping[str, Any]], dims: Mapping[str, Sequence[Any]
         for group, members in groups(rows, names, dim).items():
             where = f" [{group}]" if group else ""
             lines += [f"{line}{where}" for line in _dimension_verdicts(dim, members)]
+            if target_of(members) is not None and no_effect(dim, members) is None:
+                lines.append(f"{_target_verdict(dim, members)}{where}")
     bad = [r for r in rows if r.get("status") in ("failed", "diverged", "skipped", "interrupted", "pending", "running")]
     for r in bad:
         lines.append(f"cell {r['key']}: {r.get('status')}" + (f" ({r['error']})" if r.get("error") else ""))
@@ -368,6 +418,26 @@ def _throughput_verdict(dim: str, rows: Sequence[Mapping[str, Any]]) -> str:
     if reason:
         return f"no highest throughput along {name}: {reason}; top {_thr(best):,.1f} img/s"
     return f"highest throughput along {name}: {show(best['params'].get(dim))} ({_thr(best):,.1f} img/s)"
+
+
+def _target_verdict(dim: str, rows: Sequence[Mapping[str, Any]]) -> str:
+    """The shortest training time to the target along `dim` (one run per cell: no interval, said so), or the
+    best top-1 when no cell reached it. Throughput alone rewards a batch size that stops converging."""
+    name, target = dim.replace("_", "-"), target_of(rows)
+    hit = [
+        r for r in rows if r.get("status") == "ok" and r.get("reached_target") and r.get("time_to_target_s") is not None
+    ]
+    if not hit:
+        tried = [r for r in rows if r.get("best_val_top1") is not None]
+        best = max(tried, key=lambda r: r["best_val_top1"], default=None)
+        return f"no cell along {name} reached val top-1 >= {target:g}" + (
+            "" if best is None else f"; best {best['best_val_top1']:.4f} with {show(best['params'].get(dim))}"
+        )
+    fast = min(hit, key=lambda r: r["time_to_target_s"])
+    return (
+        f"shortest training time to val top-1 >= {target:g} along {name}: {show(fast['params'].get(dim))} "
+        f"({fast['time_to_target_s']:.3f} s in {fast['epochs_to_target']} epoch(s); one run each, no CI)"
+    )
 
 
 def _dimension_verdicts(dim: str, rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -471,7 +541,7 @@ def render(
         "img/s: the cell's throughput (all measured images over the slowest rank's time, warm-up excluded), with the "
         "95% Student's t interval of its windows' mean (--repeats; none below 3 windows). No best is named along an "
         "option that had no effect or whose differences are within noise. "
-        f"{TIME_NOTE} Peak mem is device memory (on the CPU: the run's process tree, PSS, so forked workers' shared "
+        f"{TIME_NOTE} {TARGET_NOTE if target_of(rows) is not None else ''}Peak mem is device memory (on the CPU: the run's process tree, PSS, so forked workers' shared "
         "pages count once)."
     )
     return "\n\n".join(parts) + "\n"

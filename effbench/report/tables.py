@@ -10,6 +10,7 @@ from tabulate import tabulate
 from effbench.analysis.efficiency import WITHIN_NOISE
 from effbench.analysis.epoch_time import epoch_measured, epoch_warmup_s
 from effbench.analysis import stats
+from effbench.analysis.time_to_accuracy import describe as describe_tta
 from effbench.analysis.windows import describe_windows, more_windows_fix
 from effbench.fmt import fmt_value, interval
 
@@ -60,6 +61,9 @@ def summary_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("warm-up steps (excluded)", f"{fmt_value(warmup.get('steps'))} in {fmt_value(warmup.get('time_s'), 3)} s"),
         ("final val top-1", fmt_value(results.get("final", {}).get("val_top1"), 4)),
     ]
+    tta = describe_tta(results.get("time_to_accuracy"))
+    if tta:  # --target-top1: training seconds (validation apart) and epochs to the target
+        rows.append(("time to accuracy", tta))
     if results.get("data_only"):
         rows.insert(1, ("mode", "data-only: loader, augmentation and copy to the device; no model, img/s delivered"))
     if results.get("compile_time_s") is not None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from effbench.analysis import windows
+from effbench.analysis import time_to_accuracy, windows
 from effbench.analysis.throughput import job_throughput, slowest
 from effbench.errors import EffbenchError
 from effbench.measure import observe
@@ -151,6 +151,12 @@ def headline(record: Mapping[str, Any], epochs: list[Row], warmup: Tally, measur
     if epochs:
         last = epochs[-1]
         out["final"] = {k: last.get(k) for k in ("train_loss", "train_top1", "val_loss", "val_top1")}
+    cfg = record.get("config") or {}
+    if cfg.get("target_top1") is not None:  # --target-top1: from the epoch rows, in progress and at the end
+        out["time_to_accuracy"] = time_to_accuracy.summarize(
+            epochs, cfg["target_top1"], stop_at_target=bool(cfg.get("stop_at_target")),
+            configured_epochs=cfg.get("epochs"),
+        )  # fmt: skip
     return out
 
 

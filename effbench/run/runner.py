@@ -592,6 +592,7 @@ def _epochs(
 ) -> None:
     """Train (or only load) epoch by epoch; rank 0 rewrites results.json after each one."""
     from effbench.run.progress import Progress
+    from effbench.analysis.time_to_accuracy import reached
     from effbench.run.train import data_epochs, train_epochs
 
     cfg, data, rt = prep.cfg, prep.data, prep.rt
@@ -634,6 +635,12 @@ def _epochs(
                 f"epoch {merged['epoch']}/{cfg.epochs}: loss {_maybe(merged['train_loss'])} top-1 {_maybe(merged['train_top1'])} "
                 f"val top-1 {_maybe(merged['val_top1'])} data {merged['data_time_s']:.2f}s compute {merged['compute_time_s']:.2f}s"
             )
+            # --stop-at-target: decided on the merged row, which every rank computed from the same all_gather
+            # (the top-1 over all ranks' validation images), so every rank leaves after the same epoch
+            if cfg.stop_at_target and cfg.target_top1 is not None and reached(merged, cfg.target_top1):
+                prog.log(f"val top-1 {merged['val_top1']:.4f} >= --target-top1 {cfg.target_top1:g}: stopping")
+                epochs_iter.close()
+                break
 
 
 def _measured(prep: Prepared, dist: DistContext, m: Measurement) -> rec.Measured:

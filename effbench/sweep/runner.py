@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from effbench.analysis.time_to_accuracy import describe as describe_tta
 from effbench.sweep import manifest as M
 from effbench import results
 from effbench.report import render
@@ -121,6 +122,7 @@ def cell_summary(record: dict[str, Any]) -> dict[str, Any]:
         "peak_host_gib": host_peak_gib(record),
         "final": record.get("final"),
         "wall_time_s": record.get("wall_time_s"),
+        "time_to_accuracy": record.get("time_to_accuracy"),  # --target-top1; None without
     }
 
 
@@ -251,7 +253,8 @@ def run_sweep(
 def _describe(status: str, record: dict[str, Any]) -> str:
     if status == "ok":
         thr = record.get("throughput_img_s")
-        return f"ok, {thr:,.1f} img/s" if thr else "ok"
+        tta = describe_tta(record.get("time_to_accuracy"))  # --target-top1, beside the throughput
+        return ("ok" + (f", {thr:,.1f} img/s" if thr else "")) + (f"; {tta}" if tta else "")
     err = _error(record) or {}
     if status == "oom":
         mem, host = record.get("peak_mem_gib"), host_peak_gib(record)

@@ -1,0 +1,109 @@
+"""Pure: time-to-accuracy (MLPerf Training's metric, airbench's headline) from a run's epoch rows.
+
+    summarize(epochs, target_top1, stop_at_target=..., configured_epochs=...)  -> results.json's time_to_accuracy
+    reached(epoch_row, target_top1)                                            -> did this validation reach it
+
+The time is the training steps' own timed seconds (each step's data wait + compute, ending with a device sync:
+run/timing.py), summed over the epochs up to and including the first one whose validation top-1 is at or above
+the target: epochs.csv's total_time_s. Warm-up steps count (they train the model; how much of the time they
+took is recorded beside it), validation does not (its seconds are recorded apart), nor does anything outside
+the steps (model build, data open, the profiling pass). Under DDP an epoch row is already the job's: the
+slowest rank's time and the top-1 over every rank's validation images (run/record.merge_epoch).
+docs/time-to-accuracy.md describes the fields. No torch, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def reached(epoch: Mapping[str, Any], target_top1: float) -> bool:
+    """The epoch's validation top-1 is at or above the target (an epoch with no validation never is)."""
+    top1 = epoch.get("val_top1")
+    return top1 is not None and top1 >= target_top1
+
+
+def _train_s(epoch: Mapping[str, Any]) -> float:
+    total = epoch.get("total_time_s")
+    if total is None:  # an older row: its two parts
+        total = (epoch.get("data_time_s") or 0.0) + (epoch.get("compute_time_s") or 0.0)
+    return float(total)
+
+
+def summarize(
+    epochs: Sequence[Mapping[str, Any]],
+    target_top1: float | None,
+    *,
+    stop_at_target: bool = False,
+    configured_epochs: int | None = None,
+) -> dict[str, Any] | None:
+    """results.json's `time_to_accuracy` for the epochs run so far; None without a target."""
+    if target_top1 is None:
+        return None
+    train_s = val_s = warmup_s = 0.0
+    best: float | None = None
+    best_epoch: int | None = None
+    for i, e in enumerate(epochs):
+        train_s += _train_s(e)
+        val_s += e.get("val_time_s") or 0.0
+        warmup_s += e.get("warmup_time_s") or 0.0
+        top1 = e.get("val_top1")
+        if top1 is not None and (best is None or top1 > best):
+            best, best_epoch = top1, i + 1
+        if reached(e, target_top1):
+            return {
+                "target_top1": target_top1,
+                "reached_target": True,
+                "epochs_to_target": i + 1,
+                "train_time_to_target_s": train_s,
+                "val_time_to_target_s": val_s,
+                "warmup_time_included_s": warmup_s,
+                "best_val_top1": best,
+                "best_epoch": best_epoch,
+                "epochs_run": len(epochs),
+                # the run ended here rather than at --epochs
+                "stopped_at_target": bool(stop_at_target)
+                and configured_epochs is not None
+                and i + 1 < configured_epochs,
+            }
+    return {
+        "target_top1": target_top1,
+        "reached_target": False,
+        "epochs_to_target": None,
+        "train_time_to_target_s": None,
+        "val_time_to_target_s": None,
+        "warmup_time_included_s": None,
+        "best_val_top1": best,
+        "best_epoch": best_epoch,
+        "epochs_run": len(epochs),
+        "stopped_at_target": False,
+    }
+
+
+def describe(tta: Mapping[str, Any] | None) -> str | None:
+    """One line for the reports: `61.2 s train (+4.1 s validation) in 3 epochs to val top-1 >= 0.9`, or
+    `not reached in 5 epochs (best val top-1 0.8123, epoch 4)`; None without a target."""
+    if not tta:
+        return None
+    target = f"val top-1 >= {tta['target_top1']:g}"
+    if tta.get("reached_target"):
+        stopped = ", run stopped there" if tta.get("stopped_at_target") else ""
+        train_s, val_s = tta.get("train_time_to_target_s"), tta.get("val_time_to_target_s")
+        took = "no time recorded" if train_s is None else f"{train_s:.3f} s training (+{val_s or 0.0:.3f} s validation)"
+        return f"{took} in {tta.get('epochs_to_target')} epoch(s) to {target}{stopped}"
+    best = tta.get("best_val_top1")
+    best_text = "no validation" if best is None else f"best val top-1 {best:.4f}, epoch {tta.get('best_epoch')}"
+    return f"{target} not reached in {tta.get('epochs_run')} epoch(s) ({best_text})"
+
+
+def cell_fields(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The flat figures a sweep row, an export row and a leaderboard row carry (all None without a target)."""
+    tta = record.get("time_to_accuracy") or {}
+    return {
+        "target_top1": tta.get("target_top1"),
+        "reached_target": tta.get("reached_target"),
+        "time_to_target_s": tta.get("train_time_to_target_s"),
+        "epochs_to_target": tta.get("epochs_to_target"),
+        "best_val_top1": tta.get("best_val_top1"),
+    }
