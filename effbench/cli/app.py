@@ -93,7 +93,13 @@ def run(
     ] = None,
     image_size: Annotated[
         int | None,
-        _opt(with_range("image_size", "Input size in px. [default: the arch's native size; resnet18 32 on CIFAR]")),
+        _opt(
+            with_range(
+                "image_size",
+                "Input size in px. [default: the arch's native size; resnet18 32 on CIFAR and synthetic (CIFAR-shaped), "
+                "224 on synthetic-imagenet]",
+            )
+        ),
     ] = None,
     loader: Annotated[
         str | None,

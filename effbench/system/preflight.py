@@ -501,7 +501,7 @@ def check_shm(cfg: RunConfig, root: Path, probes: Probes, processes: int = 1) ->
     shm allocation (Docker's default is 64 MiB), so this is caught before the first batch."""
     if cfg.workers == 0:
         return [Finding("ok", "shm", "not used (--workers 0 loads in the training process)")]
-    if cfg.dataset == "synthetic":
+    if dataset_spec(cfg.dataset).storage == "generated":
         return [Finding("ok", "shm", "not used (synthetic batches are made on the device, without workers)")]
     assert cfg.batch_size is not None and cfg.image_size is not None  # resolved by RunConfig
     need = shm_needed_bytes(cfg.workers, cfg.batch_size, cfg.image_size, processes)

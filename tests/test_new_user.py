@@ -1,0 +1,137 @@
+"""What confused a new user (issue 28, items 11-18): each answer as behaviour a test can fail on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from clitools import invoke, only_run
+from effbench.config import RunConfig, resolved_record, typed_option
+from effbench.report import tables
+
+# One tiny CPU run: 16 px, 2 steps of 4 images, no profiling pass.
+TINY = ["--device", "cpu", "--weights", "none", "--batch-size", "4", "--max-steps", "2", "--max-val-steps", "1",
+        "--epochs", "1", "--warmup-steps", "1", "--no-profile", "--quiet"]  # fmt: skip
+
+
+# --- 11: the synthetic shape in one word, and said --------------------------------------------------------------
+
+
+def test_synthetic_is_cifar_shaped_and_synthetic_imagenet_is_imagenet_shaped():
+    # the seeds' ResNet-18 experiments are CIFAR's: 32 px, as resnet18 runs on cifar100 ("resnet18 32 on CIFAR")
+    assert RunConfig(arch="resnet18", dataset="synthetic").image_size == 32
+    assert RunConfig(arch="resnet18", dataset="cifar100").image_size == 32
+    assert RunConfig(arch="resnet18", dataset="synthetic-cifar").dataset == "synthetic"  # the one-word alias
+    assert RunConfig(arch="resnet18", dataset="synthetic-imagenet").image_size == 224
+    # EfficientNet keeps its native size on either shape, as it does on CIFAR (upsampled there)
+    assert RunConfig(arch="b0", dataset="synthetic").image_size == 224
+
+
+def test_config_json_and_summary_say_which_synthetic_shape_ran():
+    for name, shape, classes in (
+        ("synthetic", "CIFAR-100-shaped", 100),
+        ("synthetic-imagenet", "ImageNet-shaped", 1000),
+    ):
+        cfg = RunConfig(arch="resnet18", dataset=name, image_size=16)
+        d = resolved_record(cfg, device_type="cpu", precision="fp32", repeats=1, data_info={"workers": 0})
+        assert shape in d["dataset_shape"]
+        assert RunConfig.from_dict(d).dataset == name  # still loads as a RunConfig (the extra key is ignored)
+        from effbench.datasets import dataset_spec
+
+        assert dataset_spec(name).num_classes == classes
+
+
+def test_synthetic_imagenet_trains_a_1000_way_head(tmp_path, capsys):
+    code, out, err = invoke(
+        ["run", "--dataset", "synthetic-imagenet", "--arch", "resnet18", "--image-size", "16", *TINY,
+         "--output", tmp_path],
+        capsys,
+    )  # fmt: skip
+    assert code == 0, err
+    run = only_run(tmp_path)
+    record = json.loads((run / "results.json").read_text())
+    assert record["data"]["num_classes"] == 1000 and record["data"]["name"] == "synthetic-imagenet"
+    assert json.loads((run / "config.json").read_text())["dataset_shape"] == "synthetic, ImageNet-shaped"
+    # the summary's dataset row: the shape in words, and the 8 images that ran of the 50,000 of an epoch
+    assert "synthetic, ImageNet-shaped (8 of 50,000 train images per epoch" in out
+
+
+# --- 12: warnings only about options the user gave --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command, field, typed",
+    [
+        (["effbench", "run", "--workers", "2"], "workers", True),
+        (["effbench", "run", "--workers=2"], "workers", True),
+        (["effbench", "run", "--no-pin-memory"], "pin_memory", True),
+        (["effbench", "run", "--dataset", "synthetic"], "workers", False),
+        (["effbench", "run", "--workers-x", "2"], "workers", False),
+    ],
+)
+def test_typed_option_reads_the_command_line(command, field, typed):
+    assert typed_option(command, field) is typed
+
+
+def test_no_warning_about_a_default_workers_but_one_about_a_typed_one(tmp_path, capsys):
+    base = ["run", "--dataset", "synthetic", "--arch", "resnet18", "--image-size", "16", *TINY]
+    code, out, err = invoke([*base, "--output", tmp_path / "a"], capsys)
+    assert code == 0, err
+    assert "--workers" not in err and "--workers: no effect" not in out
+    # config.json still records what ran: synthetic data starts no worker, whatever the default says
+    config = json.loads((only_run(tmp_path / "a") / "config.json").read_text())
+    assert config["workers"] == 0 and "workers" in config["no_effect"]
+    code, out, err = invoke([*base, "--workers", "2", "--output", tmp_path / "b"], capsys)
+    assert code == 0, err
+    assert "warning: --workers had no effect on this run" in err and "--workers: no effect" in out
+
+
+def test_a_cpu_profiling_pass_leaks_no_cpu_allocator_warning(tmp_path, capfd):
+    # c10's CPUAllocator logs "[W... CPUAllocator.cpp:245] Memory block of unknown size was allocated before the
+    # profiling started" (a C++ LOG on fd 2, no Python warning) when memory profiling sees a tensor made before
+    # the pass freed in it: as every training loop's previous batch is.
+    import torch
+
+    from effbench.measure.profiling import run_profile_pass
+
+    held = [torch.randn(64, 64) for _ in range(8)]  # made before the pass
+
+    def step(_batch):
+        if held:
+            held.pop()  # freed inside it
+        torch.randn(32, 32).sum()
+
+    capfd.readouterr()
+    run_profile_pass(step, iter(range(10)), device_type="cpu", out_dir=tmp_path, active=3)
+    _, err = capfd.readouterr()
+    assert "Memory block of unknown size" not in err
+
+
+# --- 13: which throughput to quote, a CPU's TFLOP/s, what ran ---------------------------------------------------
+
+
+def test_summary_names_the_figure_to_quote_and_what_the_windows_are():
+    rows = dict(tables.summary_rows({"throughput_img_s": 6.4}))
+    assert rows[tables.HEADLINE_ROW] == "6.4" and "to quote" in tables.HEADLINE_ROW
+    assert "noise" in tables.WINDOWS_ROW
+
+
+@pytest.mark.parametrize(
+    "tflops, shown", [(0.002, "0.0020"), (0.03, "0.030"), (0.0000412, "0.000041"), (12.5, "12.500")]
+)
+def test_achieved_tflops_on_a_cpu_shows_its_value(tflops, shown):
+    assert dict(tables.summary_rows({"achieved_tflops": tflops}))["achieved TFLOP/s"] == shown
+
+
+def test_dataset_row_says_the_images_that_ran():
+    record = {
+        "config": {"dataset": "cifar100"},
+        "data": {"train_size": 50_000, "val_size": 10_000},
+        "epochs": [{"images": 192}],
+    }
+    assert (
+        dict(tables.summary_rows(record))["dataset"] == "cifar100 (192 of 50,000 train images per epoch / 10,000 val)"
+    )
+    record["epochs"] = [{"images": 50_000}]
+    assert dict(tables.summary_rows(record))["dataset"] == "cifar100 (50,000 train images per epoch / 10,000 val)"
