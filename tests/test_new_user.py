@@ -135,3 +135,49 @@ def test_dataset_row_says_the_images_that_ran():
     )
     record["epochs"] = [{"images": 50_000}]
     assert dict(tables.summary_rows(record))["dataset"] == "cifar100 (50,000 train images per epoch / 10,000 val)"
+
+
+# --- 14: doctor on a fresh clone; 15: the dataset catalog -------------------------------------------------------
+
+
+def _no_gpu(monkeypatch):
+    from effbench.system import preflight
+
+    monkeypatch.setattr(preflight, "probe_gpus", lambda: preflight.GpuState(torch_version="2.14.1+cu130"))
+
+
+def test_doctor_with_no_options_passes_without_datasets_and_lists_them(tmp_path, monkeypatch, capsys):
+    _no_gpu(monkeypatch)
+    empty = tmp_path / "data"
+    empty.mkdir()
+    code, out, err = invoke(["doctor", "--data-dir", empty, "--output", tmp_path / "out"], capsys)
+    assert code == 0, out + err
+    assert "all checks passed" in out
+    table = out[out.index("datasets under --data-dir") :]
+    assert "cifar100 (cifar)" in table and "missing" in table and "--download" in table
+    assert "synthetic-imagenet" in table and "generated (224 px, 1000 classes)" in table
+    # asked for, the missing dataset fails as `run` would
+    code, out, err = invoke(
+        ["doctor", "--dataset", "cifar100", "--data-dir", empty, "--output", tmp_path / "out"], capsys
+    )
+    assert code == 2 and "would stop at: dataset" in out
+
+
+def test_datasets_says_which_are_present(tmp_path, capsys):
+    from effbench.datasets import CATALOG
+
+    data = tmp_path / "data"
+    cifar10 = data / CATALOG["cifar10"].archive.folder
+    cifar10.mkdir(parents=True)
+    for part in CATALOG["cifar10"].archive.required:
+        (cifar10 / part).write_bytes(b"")
+    (data / "cifar-100-python").mkdir()
+    (data / "cifar-100-python" / "train").write_bytes(b"")
+    code, out, err = invoke(["datasets", "--data-dir", data], capsys)
+    assert code == 0, err
+    rows = {line.split("  ")[0].strip(): line for line in out.splitlines() if line[:1].isalpha()}
+    assert "present" in rows["cifar10"]
+    assert "incomplete: lacks test, meta" in rows["cifar100 (cifar)"]
+    assert "missing" in rows["food101 (food)"]
+    code, out, err = invoke(["datasets", "--data-dir", ""], capsys)
+    assert code == 2 and err.startswith("error: --data-dir")

@@ -374,6 +374,10 @@ app.command()(doctor)
 from effbench.cli.models import models  # noqa: E402  (torch-free until it runs)
 
 app.command()(models)
+
+from effbench.cli.datasets import datasets as _datasets  # noqa: E402  (torch-free)
+
+app.command(name="datasets")(_datasets)
 app.command()(sweep)
 app.command()(report)
 app.command()(compare)

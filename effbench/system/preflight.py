@@ -882,8 +882,10 @@ def run_checks(
     root: Path = Path("/"),
     gpu: GpuState | None = None,
     probes: Probes | None = None,
+    check_data: bool = True,
 ) -> list[Finding]:
-    """Every preflight check for `cfg`, in order; errors first in their group. `gpu` defaults to
+    """Every preflight check for `cfg`, in order; errors first in their group. `check_data=False` leaves the
+    dataset out (`effbench doctor` with no dataset asked for lists the catalog instead). `gpu` defaults to
     `probe_gpus()` (not called for --device cpu, so a CPU run does not touch CUDA). The torch-free
     checks run first: when one fails, the GPU probe (which imports torch) is skipped, so a bad
     folder or a missing dataset is reported in about a second instead of after torch loads."""
@@ -893,7 +895,7 @@ def run_checks(
     findings = check_output(cfg.output, probes)
     findings += check_output_persists(cfg.output, runtime, probes)
     findings += check_home_and_caches(env, probes)
-    late = check_dataset(cfg, env, probes, runtime) + check_weights(cfg)
+    late = (check_dataset(cfg, env, probes, runtime) if check_data else []) + check_weights(cfg)
     if gpu is None and cfg.device != "cpu":
         if errors(findings + late):
             return findings + late
