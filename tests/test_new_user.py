@@ -181,3 +181,24 @@ def test_datasets_says_which_are_present(tmp_path, capsys):
     assert "missing" in rows["food101 (food)"]
     code, out, err = invoke(["datasets", "--data-dir", ""], capsys)
     assert code == 2 and err.startswith("error: --data-dir")
+
+
+@pytest.mark.parametrize("own, torchvision_name", [("resnet18", "resnet18"), ("efficientnet-b0", "efficientnet_b0")])
+def test_own_models_params_and_gflops_match_torchvision_published_figures(own, torchvision_name):
+    # The reference: torchvision's own weights metadata (torchvision/models/resnet.py, efficientnet.py `_meta`:
+    # num_params, and `_ops` in GMACs, 2 FLOPs each), a count made apart from effbench's.
+    import torchvision.models as tvm
+
+    from effbench.models import catalog
+
+    meta = tvm.get_model_weights(torchvision_name).DEFAULT.meta
+    row = catalog.info(own)
+    assert row.params == meta["num_params"]  # the same layers: 11,689,512 and 5,288,548
+    assert row.forward_gflops == pytest.approx(2 * meta["_ops"], rel=0.005)
+
+
+def test_models_lists_no_dash_for_effbench_own_rows(capsys):
+    code, out, err = invoke(["models", "--source", "effbench"], capsys)
+    assert code == 0, err
+    rows = [line.split() for line in out.splitlines() if line.startswith(("efficientnet-", "resnet18"))]
+    assert len(rows) == 9 and all("-" not in r[2:5] for r in rows), rows
