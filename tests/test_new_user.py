@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -202,3 +204,32 @@ def test_models_lists_no_dash_for_effbench_own_rows(capsys):
     assert code == 0, err
     rows = [line.split() for line in out.splitlines() if line.startswith(("efficientnet-", "resnet18"))]
     assert len(rows) == 9 and all("-" not in r[2:5] for r in rows), rows
+
+
+# --- 16: the selftest's own runs are not the user's -------------------------------------------------------------
+
+
+def test_export_and_leaderboard_of_results_skip_the_selftests_runs(tmp_path, capsys):
+    from test_across_runs import make_run
+
+    from effbench.analysis import export as ex
+
+    out = tmp_path / "results"
+    make_run(out / "20261125-0600_mine", [100.0, 100.0, 100.0])
+    selftest = make_run(out / "20261125-0700_selftest_cpu" / "runs" / "20261125-0701_b0", [5.0, 5.0, 5.0])
+    record = json.loads((selftest / "results.json").read_text())
+    record["command"] = list(ex.SELFTEST_COMMAND)  # as selftest/checks.py runs them
+    (selftest / "results.json").write_text(json.dumps(record))
+    code, csv_text, err = invoke(["export", out], capsys)
+    assert code == 0, err
+    assert "mine" in csv_text and "selftest" not in csv_text
+    # the leaderboard of results/ ranks the user's run alone
+    assert [Path(r.row["path"]).name for r in ex.collect([out])] == ["20261125-0600_mine"]
+    # asked for by its folder, the selftest's runs are exported, marked as such
+    rows = [r.row for r in ex.collect([out / "20261125-0700_selftest_cpu"])]
+    assert [r["kind"] for r in rows] == ["selftest"]
+    code, _, err = invoke(["export", out / "20261125-0700_selftest_cpu" / "runs" / "20261125-0701_b0"], capsys)
+    assert code == 0, err
+    shutil.rmtree(out / "20261125-0600_mine")
+    code, _, err = invoke(["export", out], capsys)
+    assert code == 2 and "holds only the selftest's own runs" in err
