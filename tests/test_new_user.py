@@ -233,3 +233,33 @@ def test_export_and_leaderboard_of_results_skip_the_selftests_runs(tmp_path, cap
     shutil.rmtree(out / "20261125-0600_mine")
     code, _, err = invoke(["export", out], capsys)
     assert code == 2 and "holds only the selftest's own runs" in err
+
+
+# --- 17: compare by a name's start, or latest -------------------------------------------------------------------
+
+
+def test_compare_takes_a_unique_prefix_or_latest(tmp_path, capsys, monkeypatch):
+    from test_across_runs import make_run
+
+    out = tmp_path / "results"
+    make_run(out / "20261125-061200_resnet18_synthetic_cpu_fp32_bs32", [100.0, 100.0, 100.0])
+    make_run(out / "20261125-071500_resnet18_synthetic_cpu_fp32_bs32", [90.0, 90.0, 90.0])
+    make_run(out / "20261125-071600_resnet18_synthetic_cpu_fp32_bs32", [80.0, 80.0, 80.0])
+    (out / "20261125-0800_not_a_run").mkdir()  # newest by name, but holds no results.json
+    monkeypatch.setenv("EFFBENCH_OUTPUT", str(out))
+    monkeypatch.chdir(tmp_path)
+    code, text, err = invoke(["compare", "20261125-0612", "latest"], capsys)
+    assert code == 0, err
+    assert "20261125-061200_resnet18" in text and "20261125-071600_resnet18" in text
+    # a prefix inside a folder typed before it
+    code, text, err = invoke(["compare", "results/20261125-0612", "results/20261125-0716"], capsys)
+    assert code == 0, err
+    # ambiguous: one line listing the matches, exit 2
+    code, _, err = invoke(["compare", "20261125-071", "latest"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith("error: 20261125-071: matches 2 folders") and "071500" in err and "071600" in err
+    code, _, err = invoke(["compare", "1999", "latest"], capsys)
+    assert code == 2 and err.startswith("error: 1999: does not exist, and no run or sweep folder")
+    monkeypatch.setenv("EFFBENCH_OUTPUT", str(tmp_path / "empty"))
+    code, _, err = invoke(["compare", "latest", "latest"], capsys)
+    assert code == 2 and err.startswith("error: latest:")
