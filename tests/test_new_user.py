@@ -263,3 +263,49 @@ def test_compare_takes_a_unique_prefix_or_latest(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("EFFBENCH_OUTPUT", str(tmp_path / "empty"))
     code, _, err = invoke(["compare", "latest", "latest"], capsys)
     assert code == 2 and err.startswith("error: latest:")
+
+
+# --- 18: a sweep on a busy machine names no best; a one-epoch chart -------------------------------------------
+
+
+def test_a_sweep_with_contended_cells_names_no_best_and_says_so(tmp_path):
+    from test_sweep_report import make_sweep
+
+    from effbench.report import render
+    from effbench.report import sweep_tables as sweep_report
+
+    dims = {"workers": [0, 2]}
+    cells = [({"workers": w}, {"devices": 1, "batch": 32, "throughput": thr}) for w, thr in ((0, 57.5), (2, 6.8))]
+    folder = make_sweep(tmp_path, dims, cells)
+    _, rows = render.load_sweep(folder)
+    # the reference: the same cells, their windows far apart, do name a best when no cell was contended
+    assert "highest throughput along workers: 0 (57.5 img/s)" in sweep_report.verdicts(rows, dims)
+    busy = folder / "cells" / "001" / "run" / "results.json"
+    record = json.loads(busy.read_text())
+    record["verdict"] = {"bottleneck": "cpu-contended", "evidence": "host CPU 100% busy", "advice": "rerun"}
+    busy.write_text(json.dumps(record))
+    _, rows = render.load_sweep(folder)
+    lines = sweep_report.verdicts(rows, dims)
+    assert not any(line.startswith(("highest throughput", "fewest workers")) for line in lines), lines
+    assert any(line.startswith("no highest throughput along workers: 1 of 2 cells ran cpu-contended") for line in lines)
+    assert any(line.startswith("no best workers by data wait: 1 of 2 cells ran cpu-contended") for line in lines)
+    _, body = sweep_report.summary_table(rows, list(dims))
+    assert [b[2] for b in body] == ["ok", "ok (cpu-contended)"]
+    render.write_sweep_reports(folder)
+    page = (folder / "report.html").read_text()
+    assert "1 of 2 cells ran cpu-contended" in page and "highest throughput along workers: 0" not in page
+
+
+def test_a_one_epoch_top1_chart_is_bars_with_their_values(tmp_path):
+    pytest.importorskip("matplotlib")
+    from effbench.report import plots
+
+    fig = plots.top1_figure({"resnet18": {"train": [0.026], "val": [0.0469]}}, title="Top-1 per epoch")
+    ax = fig.axes[0]
+    heights = sorted(round(p.get_height(), 4) for p in ax.patches)
+    assert heights == [0.026, 0.0469]  # one bar each, the values themselves
+    assert {t.get_text() for t in ax.texts} >= {"0.0260", "0.0469"}
+    # several epochs keep their lines over an epoch axis
+    fig = plots.top1_figure({"resnet18": {"train": [0.1, 0.2], "val": [0.1, 0.3]}}, title="Top-1 per epoch")
+    assert not fig.axes[0].patches and len(fig.axes[0].lines) == 2
+    assert plots.top1_per_epoch({"a": {"train": [0.5], "val": [None]}}, tmp_path / "t.png", title="t").is_file()
