@@ -100,7 +100,8 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="effbench-bench-") as tmp:
         for arch in archs:
-            size, batch = default_image_size(arch, "synthetic"), 128 if arch == "resnet18" else 64
+            # the native size (resnet18 224, as timm's): synthetic-imagenet's default, not CIFAR-shaped synthetic's 32
+            size, batch = default_image_size(arch, "synthetic-imagenet"), 128 if arch == "resnet18" else 64
             for compile_ in (False, True):
                 e = effbench_img_s(arch, size, batch, steps, warmup, compile_, Path(tmp))
                 t = timm_img_s(arch, size, batch, steps, warmup, compile_)

@@ -202,7 +202,7 @@ class RunConfig:
     or a bare torchvision name (resnet50)."""
     dataset: str = "cifar100"
     """A name of the dataset catalog (effbench/datasets.py): cifar100 (cifar), cifar10, food101 (food), imagefolder,
-    synthetic."""
+    synthetic (synthetic-cifar: CIFAR-100-shaped, resnet18 at 32 px), synthetic-imagenet (224 px, 1,000 classes)."""
     data_dir: Path = Path("data")
     """Folder holding the extracted datasets (cifar-100-python/, cifar-10-batches-py/, food-101/)
     or, for imagefolder, the class-per-folder tree itself (train/ and val/ inside, or classes)."""
@@ -652,11 +652,21 @@ def resolved_record(
             no_effect[name] = why
             requested[name] = d[name]
             d[name] = ran_as
+    if dataset_spec(cfg.dataset).storage == "generated":  # the one word says the shape; this says it in words
+        d["dataset_shape"] = dataset_spec(cfg.dataset).title
     if requested:
         d["requested"] = requested
     if no_effect:
         d["no_effect"] = no_effect
     return d
+
+
+def typed_option(command: list[str], field: str) -> bool:
+    """Whether the command line names the option of config field `field` (--workers 2, --workers=2, or a
+    flag's --no- form). click matches option names whole (no abbreviations), so a token names it or not."""
+    name = field.replace("_", "-")
+    spellings = (f"--{name}", f"--no-{name}")
+    return any(tok in spellings or tok.startswith(f"--{name}=") for tok in command)
 
 
 def _unused_options(cfg: RunConfig, device_type: str) -> dict[str, tuple[bool, Any, str]]:

@@ -65,7 +65,7 @@ esac
 # effbench command or option goes to effbench, which also answers a typo with its own error.
 case "${1:-}" in
     effbench) shift ;;
-    run | sweep | report | compare | doctor | selftest | models | export | worker | -* | "") ;;
+    run | sweep | report | compare | doctor | selftest | models | datasets | export | worker | -* | "") ;;
     */*) exec "$@" ;;
     *) if command -v "$1" >/dev/null 2>&1; then exec "$@"; fi ;;
 esac

@@ -115,7 +115,7 @@ def test_models_lists_at_least_60_with_sizes_checked_against_a_built_model(capsy
         assert rows[name]["params"] == sum(p.numel() for p in built.parameters())
     vit = rows["torchvision:vit_b_16"]
     assert vit["image_size_px"] == 224 and vit["fixed_image_size"] and vit["weights"] == "vit_b_16-c867db91.pth"
-    assert rows["efficientnet-b0"]["params"] is None  # unknown shows as unknown, never 0
+    assert rows["efficientnet-b0"]["params"] == 5_288_548  # counted (torchvision's efficientnet_b0: the same)
     code, out, _ = invoke(["models"], capsys)
     assert code == 0 and "torchvision:convnext_tiny" in out and "architectures" in out.splitlines()[-1]
 

@@ -121,7 +121,7 @@ def test_seven_steps_in_five_windows_are_2_2_1_1_1_and_every_report_says_so():
     assert windows.window_sizes(old) == [2, 2, 1, 1, 1]
     from effbench.report import render, tables
 
-    row = dict(tables.summary_rows({"throughput_windows": w}))["throughput windows: median [95% CI of the mean]"]
+    row = dict(tables.summary_rows({"throughput_windows": w}))[tables.WINDOWS_ROW]
     assert row.endswith(" over 5 windows (2 of 2 measured steps, 3 of 1)")
     assert render.window_line(w).startswith(
         "throughput over 5 windows (2 of 2 measured steps, 3 of 1), 7 measured steps in all: median "
@@ -150,7 +150,7 @@ def test_too_few_windows_name_what_gives_an_interval(measured, repeats, fix):
     old["summary"]["throughput_img_s"]["note"] = f"{w['windows']} sample(s): too few (needs 3; raise --repeats)"
     from effbench.report import tables
 
-    row = dict(tables.summary_rows({"throughput_windows": old}))["throughput windows: median [95% CI of the mean]"]
+    row = dict(tables.summary_rows({"throughput_windows": old}))[tables.WINDOWS_ROW]
     assert f"(needs 3; {fix}" in row
 
 

@@ -2,12 +2,13 @@
 
     effbench compare results/A results/B             two run folders
     effbench compare results/sweep-x results/sweep-y two sweep folders: cells matched by their swept values
+    effbench compare 20261125-0612 latest            a unique start of a name in ./results, and the newest
 
 Metrics measured per throughput window (throughput, step time, data-wait share) get Welch's 95%
 interval for mean(B) - mean(A); when it includes 0 the difference is called "within noise". The
 throughput shown is each run's own figure (the one `report` prints); its windows give the interval.
 Single-valued metrics (final loss and top-1, peak memory) get their delta and no interval: one run
-cannot say how much they vary. No torch import.
+cannot say how much they vary. No torch import; only `resolve_folder` reads the disk (a folder listing).
 """
 
 from __future__ import annotations
@@ -15,14 +16,17 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
 
+from effbench import results
 from effbench.analysis import stats
 from effbench.analysis import windows
 from effbench.errors import EffbenchError
 from effbench.fmt import decimals, interval, num
+from effbench.sweep.manifest import MANIFEST_FILE
 
 # (key in windows, label, higher is better)
 WINDOW_METRICS = (
@@ -389,3 +393,42 @@ def accuracy_gate(a: Mapping[str, Any], b: Mapping[str, Any], points: float) -> 
     if drop > points:
         return GateOutcome(True, f"FAIL {opt}: B's {key} is {drop:.2f} points below A's ({values})")
     return GateOutcome(False, f"PASS {opt}: B's {key} is within {points:g} points of A's ({values})")
+
+
+# `compare`'s arguments past the folders as typed: the newest run or sweep, or a unique start of a folder name.
+LATEST = "latest"
+# Files that make a folder one `compare` takes: results.json (a run), sweep.json (a sweep).
+COMPARABLE_FILES = (results.RESULTS_FILE, MANIFEST_FILE)
+
+
+def comparable_folders(parent: Path) -> list[Path]:
+    """The run and sweep folders directly in `parent`, by name (run and sweep names start with their start time,
+    YYYYMMDD-HHMMSS, so the last is the newest)."""
+    if not parent.is_dir():
+        return []
+    return sorted(d for d in parent.iterdir() if d.is_dir() and any((d / f).is_file() for f in COMPARABLE_FILES))
+
+
+def resolve_folder(arg: Path, output: Path) -> Path:
+    """A folder `compare` was given: as typed when it exists; `latest`, the newest run or sweep folder in
+    `output` (--output's default, ./results or EFFBENCH_OUTPUT); else a unique start of a folder's name, looked
+    up in the folder typed before it (results/2026112) or in `output` (2026112). One line, exit 2, when
+    none or several match."""
+    if arg.exists():
+        return arg
+    parent = arg.parent if arg.parent != Path(".") else output
+    if str(arg) == LATEST:
+        found = comparable_folders(output)
+        if not found:
+            raise EffbenchError(LATEST, f"{output} holds no run or sweep folder; pass a folder, or run one first")
+        return found[-1]
+    matches = [d for d in comparable_folders(parent) if d.name.startswith(arg.name)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise EffbenchError(
+            str(arg), f"does not exist, and no run or sweep folder in {parent} starts with {arg.name!r}; pass a run "
+            "folder (results.json), a sweep folder (sweep.json), a unique start of one's name, or latest"
+        )  # fmt: skip
+    shown = ", ".join(d.name for d in matches[:5]) + (f" and {len(matches) - 5} more" if len(matches) > 5 else "")
+    raise EffbenchError(str(arg), f"matches {len(matches)} folders in {parent}: {shown}; type more of the name")

@@ -26,6 +26,8 @@ from effbench.errors import EffbenchError
 from effbench.sweep import manifest as M
 
 SCALING_JSON = "scaling.json"  # effbench.sweep.series.SCALING_JSON (that module imports the run config)
+# The command the selftest records in its internal runs (selftest/checks.py): how they are told from a user's.
+SELFTEST_COMMAND = ["effbench", "selftest"]
 FORMATS = ("csv", "jsonl")
 
 # (column, what it holds); the "Export columns" table of docs/sweeps-and-reports.md is this list (tests/test_docs.py).
@@ -223,9 +225,10 @@ def read_run(results_file: Path) -> Run:
     steps = windows.read_steps(run_dir)
     where = locate(run_dir)
     swept = where.swept or (_scaling_dim(record) if where.kind == "scaling-member" else {})
+    selftest = record.get("command") == SELFTEST_COMMAND
     row: dict[str, Any] = {
         "path": str(run_dir),
-        "kind": where.kind,
+        "kind": "selftest" if selftest else where.kind,
         "group": str(where.group) if where.group else None,
         "status": record.get("status"),
         "run_name": record.get("run_name"),
@@ -244,7 +247,26 @@ def read_run(results_file: Path) -> Run:
 
 
 def collect(paths: Sequence[Path]) -> list[Run]:
-    return [read_run(f) for f in find_runs(paths)]
+    """The runs at or under `paths`; the selftest's internal runs only where a path names them (a results.json,
+    or a folder inside the selftest's), not when found by scanning the results folder that holds the selftest's."""
+    runs = []
+    for path in map(Path, paths):
+        found = [read_run(f) for f in find_runs([path])]
+        runs += [r for r in found if r.row["kind"] != "selftest" or _names_selftest(path, Path(r.row["path"]))]
+    if not runs:
+        raise EffbenchError(
+            " ".join(map(str, paths)), "holds only the selftest's own runs; pass folders written by `effbench run` "
+            "or `sweep`, or the selftest's folder itself to export those"
+        )  # fmt: skip
+    return runs
+
+
+def _names_selftest(path: Path, run_dir: Path) -> bool:
+    """`path` is the run's results.json, or the selftest folder holding it (<stamp>_selftest_<device>/runs/<run>/)
+    or a folder inside that."""
+    folder = run_dir.resolve().parent.parent
+    asked = path.resolve()
+    return path.is_file() or asked == folder or folder in asked.parents
 
 
 def columns(rows: Iterable[Mapping[str, Any]]) -> list[str]:

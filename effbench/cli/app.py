@@ -93,7 +93,13 @@ def run(
     ] = None,
     image_size: Annotated[
         int | None,
-        _opt(with_range("image_size", "Input size in px. [default: the arch's native size; resnet18 32 on CIFAR]")),
+        _opt(
+            with_range(
+                "image_size",
+                "Input size in px. [default: the arch's native size; resnet18 32 on CIFAR and synthetic (CIFAR-shaped), "
+                "224 on synthetic-imagenet]",
+            )
+        ),
     ] = None,
     loader: Annotated[
         str | None,
@@ -397,6 +403,10 @@ app.command()(doctor)
 from effbench.cli.models import models  # noqa: E402  (torch-free until it runs)
 
 app.command()(models)
+
+from effbench.cli.datasets import datasets as _datasets  # noqa: E402  (torch-free)
+
+app.command(name="datasets")(_datasets)
 app.command()(sweep)
 app.command()(report)
 app.command()(compare)

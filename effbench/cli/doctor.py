@@ -1,12 +1,15 @@
 """`effbench doctor`: every preflight check as a table, with the fix for each failure.
 
-    effbench doctor                                         # the checks `effbench run` would make
+    effbench doctor                                         # this environment, and which datasets are here
+    effbench doctor --dataset cifar100                      # the checks `effbench run` would make
     effbench doctor --smoke                                 # ... for the smoke preset
     effbench doctor --gpus 4 --workers 8 --batch-size 256   # before a 4-GPU job
     docker run --rm --gpus all effbench doctor              # inside the image
     apptainer test effbench.sif                             # runs `effbench doctor` on the synthetic set
 
-Exit code 0 when nothing fails (warnings allowed), 2 when a check fails, like every bad input.
+Exit code 0 when nothing fails (warnings allowed), 2 when a check fails, like every bad input. With no
+--dataset (nor --smoke) nothing was asked of the data: the catalog says which datasets are present under
+--data-dir and how to get the others, and a missing one fails nothing.
 """
 
 from __future__ import annotations
@@ -115,12 +118,18 @@ def doctor(
         preset_conflicts(explicit, gpus=gpus)
     cfg = RunConfig(**({**smoke_overrides(), **explicit} if smoke else explicit))
     gpu = preflight.probe_gpus()
-    findings = preflight.run_checks(cfg, gpus_requested=requested, gpu=gpu)
+    asked_data = smoke or dataset is not None  # a fresh clone has no CIFAR-100: not a failure unless asked for
+    findings = preflight.run_checks(cfg, gpus_requested=requested, gpu=gpu, check_data=asked_data)
     from tabulate import tabulate
 
     typer.echo(tabulate(environment_summary(gpu), tablefmt="plain"))
     typer.echo("")
     typer.echo(findings_table(findings))
+    if not asked_data:
+        from effbench.cli.datasets import catalog_status, status_table
+
+        typer.echo(f"\ndatasets under --data-dir {cfg.data_dir} (none asked for: check one with --dataset NAME):\n")
+        typer.echo(status_table(catalog_status(cfg.data_dir)))
     failed = preflight.errors(findings)
     warned = sum(f.level == "warning" for f in findings)
     typer.echo("")

@@ -66,5 +66,6 @@ def models(
         return
     typer.echo(models_table(rows))
     typer.echo(
-        f"\n{len(rows)} architectures; use the first column as --arch (forward GFLOPs: the library's own figure)"
+        f"\n{len(rows)} architectures; use the first column as --arch (params at 1,000 classes; forward GFLOPs at "
+        "native_px, 2 per multiply-add: the library's own figure, effbench's own models' counted on the meta device)"
     )

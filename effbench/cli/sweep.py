@@ -12,6 +12,7 @@ Registered on the app in cli.py. torch is imported only by `sweep`, inside sweep
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -230,9 +231,19 @@ def report(
 
 def compare(
     a: Annotated[
-        Path, typer.Argument(help="Run or sweep folder A (the baseline), or a run's results.json.", show_default=False)
+        Path,
+        typer.Argument(
+            help="Run or sweep folder A (the baseline), or a run's results.json; a unique start of a folder name in "
+            "./results (or EFFBENCH_OUTPUT), or latest.",
+            show_default=False,
+        ),
     ],
-    b: Annotated[Path, typer.Argument(help="Run or sweep folder B, or a run's results.json.", show_default=False)],
+    b: Annotated[
+        Path,
+        typer.Argument(
+            help="Run or sweep folder B, or a run's results.json; a name's start, or latest.", show_default=False
+        ),
+    ],
     fail_if_slower: Annotated[
         float | None,
         _opt(
@@ -264,6 +275,8 @@ def compare(
                 f"at most 100 points: a gate at 100 or more never fails); e.g. {option} 5",
             )
     gated = fail_if_slower is not None or fail_if_less_accurate is not None
+    output = Path(os.environ.get("EFFBENCH_OUTPUT") or "results")  # where `run` writes by default
+    a, b = cmp.resolve_folder(a, output), cmp.resolve_folder(b, output)
 
     def kind(p: Path) -> str:
         return "run" if p.is_file() else render.folder_kind(p)  # a file is a results.json, whatever its name

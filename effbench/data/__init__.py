@@ -283,12 +283,14 @@ def _check_batch(
 def _synthetic(
     cfg: RunConfig, device: torch.device, batch: int, image_size: int, rank: int, world_size: int
 ) -> DataBundle:
-    _check_batch(batch, synthetic.EPOCH_IMAGES, "synthetic", world_size)
-    pool = synthetic.make_pool(batch, image_size, device, offset_seed(cfg.seed, rank))
+    spec = dataset_spec(cfg.dataset)  # the shape: synthetic (CIFAR-100's) or synthetic-imagenet
+    assert spec.num_classes is not None, "a generated dataset declares its classes"
+    _check_batch(batch, synthetic.EPOCH_IMAGES, cfg.dataset, world_size)
+    pool = synthetic.make_pool(batch, image_size, device, offset_seed(cfg.seed, rank), spec.num_classes)
     steps = synthetic.steps_per_epoch(batch, world_size)
     return DataBundle(
-        name="synthetic",
-        num_classes=synthetic.NUM_CLASSES,
+        name=cfg.dataset,
+        num_classes=spec.num_classes,
         image_size=image_size,
         train=synthetic.CycledBatches(pool, steps),
         val=synthetic.CycledBatches(pool[: synthetic.VAL_BATCHES], synthetic.VAL_BATCHES),
@@ -299,6 +301,7 @@ def _synthetic(
         info={
             "root": None,
             "split": "synthetic",
+            "shape": spec.title,  # which synthetic set ran, in words
             "pool_batches": synthetic.POOL_BATCHES,
             "generated_on": str(device),
             "loader": "synthetic (on device)",

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 
 import torch
 
-# A CIFAR-sized epoch (50,000 training images, Krizhevsky 2009) and CIFAR-100's class count, so a
-# synthetic run reads like a CIFAR-100 run; --max-steps caps it.
+# A CIFAR-sized epoch (50,000 training images, Krizhevsky 2009) for both shapes, so an epoch of either takes
+# the same number of steps; --max-steps caps it. The classes are the shape's (effbench/datasets.py).
 EPOCH_IMAGES = 50_000
-NUM_CLASSES = 100
+NUM_CLASSES = 100  # --dataset synthetic's (CIFAR-100's); synthetic-imagenet has 1,000
 # Distinct batches in the pool: more than one so no step sees the previous step's input, few
 # enough that the pool costs little device memory. Validation replays the first two.
 POOL_BATCHES = 4
@@ -37,12 +37,14 @@ class CycledBatches:
             yield self.pool[i % len(self.pool)]
 
 
-def make_pool(batch_size: int, image_size: int, device: torch.device, seed: int) -> list[Batch]:
+def make_pool(
+    batch_size: int, image_size: int, device: torch.device, seed: int, num_classes: int = NUM_CLASSES
+) -> list[Batch]:
     g = torch.Generator(device=device).manual_seed(seed)
     images = torch.randn(
         (POOL_BATCHES, batch_size, 3, image_size, image_size), generator=g, device=device, dtype=torch.float32
     )
-    labels = torch.randint(0, NUM_CLASSES, (POOL_BATCHES, batch_size), generator=g, device=device, dtype=torch.int64)
+    labels = torch.randint(0, num_classes, (POOL_BATCHES, batch_size), generator=g, device=device, dtype=torch.int64)
     return [(images[i], labels[i]) for i in range(POOL_BATCHES)]
 
 

@@ -5,12 +5,14 @@ model of `torchvision.models.list_models(module=torchvision.models)` (the classi
 detection, segmentation, video and quantization submodules are other modules); `timm:NAME` any of
 `timm.list_models()`. A bare torchvision name (`resnet50`, `vit_b_16`) means torchvision's, except
 `resnet18`, which stays effbench's own. Facts shown by `effbench models` come from the libraries'
-own metadata (torchvision's weights `meta`, timm's `pretrained_cfg`), never from a table here.
+own metadata (torchvision's weights `meta`, timm's `pretrained_cfg`), never from a table here; effbench's own
+models' parameters and GFLOPs are counted on the meta device (`own_counts`).
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -30,7 +32,8 @@ class ArchInfo:
     """What --arch takes (canonical)."""
     source: str
     params: int | None
-    """Parameters at 1000 classes, from the library's metadata; None where it does not say."""
+    """Parameters at 1000 classes, from the library's metadata (effbench's own: counted, `own_counts`); None where
+    it does not say."""
     image_size_px: int
     """Native input resolution (what --image-size defaults to)."""
     fixed_image_size: bool
@@ -39,7 +42,8 @@ class ArchInfo:
     """File name of the default ImageNet weights (--weights imagenet), None if there are none."""
     forward_gflops: float | None
     """Forward GFLOPs (2 per multiply-add) per image at the native size, from the library's metadata
-    (2 x torchvision's `_ops`, a multiply-add count); None where the library does not publish it."""
+    (2 x torchvision's `_ops`, a multiply-add count; effbench's own: counted, `own_counts`); None where the
+    library does not publish it."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -120,12 +124,47 @@ def info(canonical: str) -> ArchInfo:
         return _timm_info(name)
     from effbench.models import efficientnet, resnet
 
-    size = EFFICIENTNET_NATIVE_SIZE.get(canonical, 224)  # resnet18: ImageNet's 224 (CIFAR: 32, in config)
+    size = _own_native_size(canonical)
     url = efficientnet.IMAGENET_URLS.get(canonical, resnet.IMAGENET_URL)
-    return ArchInfo(canonical, "effbench", None, size, False, url.rsplit("/", 1)[-1], None)
+    params, gflops = own_counts(canonical)
+    return ArchInfo(canonical, "effbench", params, size, False, url.rsplit("/", 1)[-1], gflops)
+
+
+def _own_native_size(canonical: str) -> int:
+    return EFFICIENTNET_NATIVE_SIZE.get(canonical, 224)  # resnet18: ImageNet's 224 (CIFAR: 32, in config)
+
+
+# The classes of the ImageNet head the libraries' published counts are for (torchvision's `num_params`).
+IMAGENET_CLASSES = 1000
+
+
+@functools.cache
+def own_counts(canonical: str) -> tuple[int, float]:
+    """Parameters (ImageNet head) and forward GFLOPs per image at the native size of one of effbench's own models.
+
+    No library publishes them for effbench's own code, so they are counted: the model built on the meta device
+    (shapes only, nothing allocated: 0.1-0.4 s each on 2 busy cores, b7 at 600 px included) and run once under
+    effbench's FLOP counter (measure/flops.py, 2 FLOPs per multiply-add, as the torchvision rows). resnet18 gives
+    torchvision's resnet18 figures exactly (11,689,512; 2 x `_ops` 1.814) and efficientnet-b0 its efficientnet_b0
+    params and GFLOPs to 0.1% (tests/test_new_user.py)."""
+    import torch
+
+    from effbench.config import RunConfig
+    from effbench.measure.flops import forward_flops_per_image
+    from effbench.models import spec_for
+
+    size = _own_native_size(canonical)
+    cfg = RunConfig(arch=canonical, dataset="synthetic-imagenet", image_size=size, weights="none", freeze="none")
+    with torch.device("meta"):
+        model = spec_for(canonical).build(cfg, IMAGENET_CLASSES)
+        params = sum(p.numel() for p in model.parameters())
+        flops = forward_flops_per_image(model, torch.empty(1, 3, size, size))
+    return params, flops / 1e9
 
 
 def native_image_size(canonical: str) -> int:
+    if split(canonical)[0] == "effbench":
+        return _own_native_size(canonical)  # no model built for it
     return info(canonical).image_size_px
 
 

@@ -6,7 +6,7 @@ no global backend, no display needed) and writes `path`. Nothing here reads resu
 
     stacked_time_bars   data loading vs training time per configuration or epoch (the seeds' charts)
     throughput_bars     throughput per configuration with its 95% CI
-    top1_per_epoch      train and validation top-1 per epoch, one line per configuration
+    top1_per_epoch      train and validation top-1 per epoch, one line per configuration (bars for one epoch)
     throughput_vs_batch throughput vs batch size per device, OOM cells marked
     data_time_vs_workers data-loading time per epoch (measured steps) vs DataLoader workers
     scaling             throughput and efficiency vs device count, with the ideal lines
@@ -24,6 +24,7 @@ DATA_COLOR = "#e4572e"  # data loading: warm, the part to shrink
 COMPUTE_COLOR = "#4c72b0"
 WARMUP_COLOR = "#bbbbbb"  # warm-up: grey, outside every measured figure
 OOM_COLOR = "#c00000"
+TRAIN_COLOR = "#a6bddb"  # train top-1 beside validation's: the same hue, lighter
 
 
 def _figure(width: float, height: float) -> Any:
@@ -119,6 +120,14 @@ def throughput_bars(
 
 def top1_per_epoch(series: Mapping[str, Mapping[str, Sequence[float | None]]], path: Path, *, title: str) -> Path:
     """series: label -> {"train": [...], "val": [...]} per epoch (None where not measured)."""
+    return _save(top1_figure(series, title=title), path)
+
+
+def top1_figure(series: Mapping[str, Mapping[str, Sequence[float | None]]], *, title: str) -> Any:
+    """Lines per epoch; with one epoch each, bars with their values: a line of one point is a lone dot on an
+    epoch axis matplotlib pads to 0.96..1.04."""
+    if all(len(s.get("train") or []) <= 1 and len(s.get("val") or []) <= 1 for s in series.values()):
+        return _top1_bars(series, title=title)
     crowded = len(series) > 3  # many lines: the legend goes beside the axes, not over the lines
     fig = _figure(9.5 if crowded else 7.0, 4.5)
     ax = fig.add_subplot()
@@ -150,7 +159,37 @@ def top1_per_epoch(series: Mapping[str, Mapping[str, Sequence[float | None]]], p
         fig.legend(loc="outside right upper", fontsize=7)
     else:
         ax.legend(fontsize=7, loc="best")
-    return _save(fig, path)
+    return fig
+
+
+def _top1_bars(series: Mapping[str, Mapping[str, Sequence[float | None]]], *, title: str) -> Any:
+    """Train and validation top-1 of a single epoch: a pair of bars per configuration, each with its value."""
+    labels = list(series)
+    fig = _figure(max(6.0, 1.2 * len(labels) + 2), 4.5)
+    ax = fig.add_subplot()
+    w = 0.35
+    top = 0.0
+    for k, (kind, color) in enumerate((("train", TRAIN_COLOR), ("val", COMPUTE_COLOR))):
+        for i, label in enumerate(labels):
+            ys = series[label].get(kind) or []
+            y = ys[0] if ys else None
+            if y is None:
+                continue
+            x = i + (k - 0.5) * w
+            ax.bar([x], [y], w, color=color, label=kind if i == 0 else None)
+            ax.annotate(f"{y:.4f}", (x, y), ha="center", va="bottom", fontsize=8)
+            top = max(top, y)
+    _xticks(ax, labels)
+    ax.set_xlim(-1, len(labels))  # a lone pair of bars is not stretched across the axes
+    ax.set_ylabel("top-1 accuracy after epoch 1")
+    ax.set_ylim(0, max(top * 1.2, 0.05))  # room for the value labels; a near-0 top-1 still shows its bar
+    ax.set_title(f"{title} (one epoch)")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="best")
+    else:
+        ax.text(0.5, 0.5, "no top-1 recorded (data-only run or no finished epoch)", ha="center", va="center",
+                transform=ax.transAxes)  # fmt: skip
+    return fig
 
 
 def throughput_vs_batch(

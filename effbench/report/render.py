@@ -329,7 +329,10 @@ def sweep_plots(
             if sweep_report.workers_reason(members) is None  # no chart of an option that changed nothing
         }
         if not series_w:
-            problems.append("no workers chart: workers had no effect or their data-wait differences are within noise")
+            problems.append(
+                "no workers chart: workers had no effect, cells ran cpu-contended, or their data-wait differences are "
+                "within noise (the verdicts say which)"
+            )
         else:
             _draw(
                 made,

@@ -20,6 +20,7 @@ from effbench.analysis import scaling as scaling_table
 from effbench.analysis import stats
 from effbench.analysis import time_to_accuracy
 from effbench.analysis import windows
+from effbench.analysis.efficiency import BOTTLENECKS
 from effbench.fmt import fmt_value, interval
 from effbench.sweep.spec import dim_option, show, varied
 
@@ -80,6 +81,8 @@ def cell_row(
         wall_time_s=record.get("wall_time_s"),
         device=record.get("device"),
         **time_to_accuracy.cell_fields(record),  # --target-top1: time and epochs to it (None without)
+        # the run's own verdict: a busy host set its pace (analysis/efficiency.py), so its figures rank nothing
+        contended=(record.get("verdict") or {}).get("bottleneck") == CONTENDED,
         record={**record, "throughput_windows": w},  # windows travel with the record (compare.py)
     )
     return row
@@ -154,6 +157,8 @@ def host_peak_gib(record: Mapping[str, Any]) -> float | None:
     return None
 
 
+CONTENDED = "cpu-contended"  # a run's verdict when a busy host, not the run, set its pace
+assert CONTENDED in BOTTLENECKS
 TIME_NOTE = epoch_time.TIME_NOTE  # said under the tables and on the sweep page
 # --target-top1 (analysis/time_to_accuracy.py), said under the tables and on the sweep page when a cell has it
 TARGET_NOTE = (
@@ -187,7 +192,7 @@ def _metrics(row: Mapping[str, Any]) -> list[str]:
         else (f"{row['peak_host_gib']:.2f} host" if row.get("peak_host_gib") is not None else "-")
     )
     return [
-        str(row.get("status") or "-"),
+        str(row.get("status") or "-") + (f" ({CONTENDED})" if row.get("contended") else ""),
         throughput_cell(row),
         fmt_value(row.get("measured_data_time_per_epoch_s"), 3),
         fmt_value(row.get("measured_compute_time_per_epoch_s"), 3),
@@ -349,11 +354,28 @@ def no_effect_dims(rows: Sequence[Mapping[str, Any]], dims: Mapping[str, Sequenc
     return out
 
 
+def contended_reason(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why no best can be named from these cells' timings when any of them ran on a busy host, else None: such
+    a cell's throughput and data wait measure the other processes' load (two cells of the same work read 57.5
+    and 6.8 img/s on a loaded 2-core machine)."""
+    busy = [r for r in _ok(rows) if r.get("contended")]
+    if not busy:
+        return None
+    keys = ", ".join(r["key"][:3] for r in busy)
+    return (
+        f"{len(busy)} of {len(_ok(rows))} cells ran {CONTENDED} (cell {keys}: their own verdict says other "
+        "processes took the CPU), so their timings rank nothing; rerun on an idle machine"
+    )
+
+
 def winner_reason(dim: str, rows: Sequence[Mapping[str, Any]]) -> str | None:
     """None when a best value of `dim` by throughput can be named in these cells, else why not."""
     why = no_effect(dim, rows)
     if why:
         return f"--{dim.replace('_', '-')} had no effect: {why}"
+    busy = contended_reason(rows)
+    if busy:
+        return busy
     ranked = sorted(_ok(rows), key=_thr, reverse=True)
     if len(ranked) < 2:
         return "fewer than 2 cells ran"
@@ -365,6 +387,9 @@ def workers_reason(rows: Sequence[Mapping[str, Any]]) -> str | None:
     why = no_effect("workers", rows)
     if why:
         return f"--workers had no effect: {why}"
+    busy = contended_reason(rows)
+    if busy:
+        return busy
     timed = sorted((r for r in _ok(rows) if r.get("share_samples")), key=lambda r: stats.mean(r["share_samples"]))
     if len(timed) < 2:
         return "fewer than 2 cells with a measured data wait"
@@ -466,7 +491,7 @@ def _dimension_verdicts(dim: str, rows: Sequence[Mapping[str, Any]]) -> list[str
             out.append(f"best final {what} along {name}: {show(hi['params'].get(dim))} ({hi[key]:.4f}){tie}")
     if dim == "device":
         by = {r["params"].get("device"): r for r in ok}
-        if "cpu" in by and "cuda" in by:
+        if "cpu" in by and "cuda" in by and not contended_reason(rows):
             out.append(
                 f"cuda trains {_thr(by['cuda']) / _thr(by['cpu']):.1f}x as fast as cpu ({_thr(by['cuda']):,.1f} vs {_thr(by['cpu']):,.1f} img/s)"
             )

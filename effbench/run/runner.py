@@ -811,7 +811,7 @@ def _open_run_folder(prep: Prepared, plan: LaunchPlan, dist: DistContext, start:
         "run_name": start.record["run_name"],
         "command": start.record["command"],
         "started_at": start.record["started_at"],
-        "config": _config_json(cfg, rt, data.info, prep.n_steps, warn=start.writer),
+        "config": _config_json(cfg, rt, data.info, prep.n_steps, warn=start.writer, command=start.record["command"]),
         "env": env_snapshot(),
         **_launch_facts(plan, dist, rt, prep.batch),
         "model": {
@@ -850,15 +850,20 @@ def _open_run_folder(prep: Prepared, plan: LaunchPlan, dist: DistContext, start:
 UTILIZATION_FILE = "utilization.csv"
 
 
-def _config_json(cfg: RunConfig, rt: Any, data_info: dict[str, Any], n_steps: int, *, warn: bool) -> dict[str, Any]:
-    """config.json's resolved values; an option that had no effect is warned about on stderr."""
-    from effbench.config import resolved_record
+def _config_json(
+    cfg: RunConfig, rt: Any, data_info: dict[str, Any], n_steps: int, *, warn: bool, command: list[str] | None = None
+) -> dict[str, Any]:
+    """config.json's resolved values (every option with no effect under `no_effect`); one the user typed in
+    `command` is also warned about on stderr (a default, such as --workers 2 on synthetic data, is not theirs
+    to fix)."""
+    from effbench.config import resolved_record, typed_option
 
     measured_steps = cfg.epochs * n_steps - cfg.warmup_steps  # > 0: checked above (--warmup-steps)
     repeats = cfg.repeats if cfg.repeats is not None else min(windows.DEFAULT_WINDOWS, measured_steps)
     out = resolved_record(cfg, device_type=rt.device.type, precision=rt.precision, repeats=repeats, data_info=data_info)
     for option, why in (out.get("no_effect") or {}).items() if warn else ():
-        print(f"warning: --{option.replace('_', '-')} had no effect on this run: {why}", file=sys.stderr)
+        if command is None or typed_option(command, option):
+            print(f"warning: --{option.replace('_', '-')} had no effect on this run: {why}", file=sys.stderr)
     return out
 
 

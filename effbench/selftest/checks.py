@@ -152,8 +152,10 @@ def harness(ctx: Context, **overrides: Any) -> dict[str, Any]:
     if base["device"] == "cuda" and "gpus" not in overrides:
         base["gpus"] = 1  # one GPU, in this process: on a multi-GPU machine a run takes every GPU under torchrun
     cfg = RunConfig(**base)
+    from effbench.analysis.export import SELFTEST_COMMAND  # export and the leaderboard tell these runs by it
+
     outcome = runner.run(
-        cfg, command=["effbench", "selftest"], echo=None, progress=False, said_warnings=ctx.said_warnings
+        cfg, command=list(SELFTEST_COMMAND), echo=None, progress=False, said_warnings=ctx.said_warnings
     )
     if outcome.results.get("status") != "ok":
         err = outcome.results.get("error") or {}

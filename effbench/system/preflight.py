@@ -512,7 +512,7 @@ def check_shm(cfg: RunConfig, root: Path, probes: Probes, processes: int = 1) ->
     shm allocation (Docker's default is 64 MiB), so this is caught before the first batch."""
     if cfg.workers == 0:
         return [Finding("ok", "shm", "not used (--workers 0 loads in the training process)")]
-    if cfg.dataset == "synthetic":
+    if dataset_spec(cfg.dataset).storage == "generated":
         return [Finding("ok", "shm", "not used (synthetic batches are made on the device, without workers)")]
     assert cfg.batch_size is not None and cfg.image_size is not None  # resolved by RunConfig
     need = shm_needed_bytes(cfg.workers, cfg.batch_size, cfg.image_size, processes)
@@ -907,8 +907,10 @@ def run_checks(
     root: Path = Path("/"),
     gpu: GpuState | None = None,
     probes: Probes | None = None,
+    check_data: bool = True,
 ) -> list[Finding]:
-    """Every preflight check for `cfg`, in order; errors first in their group. `gpu` defaults to
+    """Every preflight check for `cfg`, in order; errors first in their group. `check_data=False` leaves the
+    dataset out (`effbench doctor` with no dataset asked for lists the catalog instead). `gpu` defaults to
     `probe_gpus()` (not called for --device cpu, so a CPU run does not touch CUDA). The torch-free
     checks run first: when one fails, the GPU probe (which imports torch) is skipped, so a bad
     folder or a missing dataset is reported in about a second instead of after torch loads."""
@@ -918,7 +920,7 @@ def run_checks(
     findings = check_output(cfg.output, probes)
     findings += check_output_persists(cfg.output, runtime, probes)
     findings += check_home_and_caches(env, probes)
-    late = check_dataset(cfg, env, probes, runtime) + check_weights(cfg)
+    late = (check_dataset(cfg, env, probes, runtime) if check_data else []) + check_weights(cfg)
     if gpu is None and cfg.device != "cpu":
         if errors(findings + late):
             return findings + late
