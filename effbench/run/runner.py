@@ -426,7 +426,7 @@ def _run_benchmark(
     # --- the inputs that need no data, before a folder exists -----------------------------------------
     results.check_output_writable(cfg.output)
     torch.set_num_threads(plan.threads_per_proc)  # explicit, and recorded in the run folder
-    rt = resolve_runtime(cfg, local_rank=dist.local_rank)
+    rt = resolve_runtime(cfg, local_rank=dist.local_rank, device_type=plan.device_type)  # the plan's device, pinned
     cfg = resolve_for_device(cfg, rt.device.type)  # channels_last, pinning, optimizer kernels: explicit in config.json
     batch = per_device_batch(cfg, plan.devices)
     # A signal while the folder is made is recorded, then raised once it is whole.
