@@ -62,3 +62,69 @@ def test_nproc_ranks_train_on_the_plans_cpu_even_where_gpus_are_visible(monkeypa
     record = outcome.results
     assert record["status"] == "ok" and record["device"] == "cpu" and record["precision"] == "fp32"
     assert "_cpu2_fp32_" in outcome.run_dir.name
+
+
+# --- item 12: fp16's profiling pass and the timed loop's GradScaler ------------------------------------
+def _fp16_scaler_on_the_cpu(monkeypatch):
+    """fp16 is refused on the CPU by runtime.resolve_precision (a choice of effbench's, not a library limit):
+    here the run takes precision "fp16", so its GradScaler is active, with autocast left off (dtype None:
+    train._autocast) since the test is about the scaler, and CPU fp16 convolutions are slow.
+    torch.amp.GradScaler("cpu") is the class CUDA uses (torch/amp/grad_scaler.py:123-131): the same init_scale
+    2**16, skip-on-overflow and backoff."""
+    monkeypatch.setattr(runtime, "resolve_precision", lambda _requested, _device: ("fp16", None))
+
+
+def test_fp16_profiling_pass_takes_the_timed_loops_scaler_at_its_scale(monkeypatch):
+    """A scaler that backed off to 1024 in training: the profiling pass goes on from 1024. Before, it made a
+    new GradScaler, which starts at init_scale 2**16 (grad_scaler.py:126; get_scale returns _init_scale
+    until the first scale(), :564-576), so its first steps could overflow and be skipped (:371)."""
+    from effbench.measure import observe
+    from effbench.run.runtime import Runtime
+
+    rt = Runtime(device=torch.device("cpu"), precision="fp16", autocast_dtype=torch.float16)
+    scaler = torch.amp.GradScaler("cpu")
+    scaler.scale(torch.ones(()))  # its scale tensor exists from the first scale() on (grad_scaler.py:173-180)
+    scaler.update(1024.0)  # where a few overflowing steps of the timed loop would have left it
+    model = torch.nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    prep = runner.Prepared(
+        cfg=RunConfig(**TINY), rt=rt, backend={}, batch=4, data=type("D", (), {"train": [(torch.ones(4, 4), torch.zeros(4, dtype=torch.long))]})(),
+        n_steps=1, bundle=None, model=model, optimizer=optimizer,
+        scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _s: 1.0), flops=None, flops_error=None,
+    )  # fmt: skip
+    prep.scaler = scaler  # the run's, as _with_model makes it
+    seen = []
+    monkeypatch.setattr(observe, "profile", lambda step, _loader, **_kw: seen.append(step.scaler.get_scale()) or {})
+    info, error = runner._profile_pass(prep, DistContext(), None)
+    assert error is None and seen == [1024.0]
+
+
+def test_an_fp16_run_makes_one_scaler_for_its_timed_loop_and_its_profiling_pass(monkeypatch, tmp_path):
+    from effbench.launch.plan import LaunchPlan
+    from effbench.measure import observe
+
+    _fp16_scaler_on_the_cpu(monkeypatch)
+    made = []
+
+    class CountedScaler(torch.amp.GradScaler):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            made.append(self)
+
+    monkeypatch.setattr(torch.amp, "GradScaler", CountedScaler)
+    real_profile, profiled = observe.profile, []
+
+    def profile(step, loader, **kw):
+        profiled.append(step.scaler)
+        return real_profile(step, loader, **kw)
+
+    monkeypatch.setattr(observe, "profile", profile)
+    cfg = RunConfig(**TINY, max_steps=2, max_val_steps=1, epochs=1, warmup_steps=1, profile_steps=1, output=tmp_path)
+    outcome = runner.run_benchmark(
+        cfg, plan=LaunchPlan("inprocess", "cpu", 1, 1, 1), echo=lambda _m: None, progress=False
+    )
+    assert outcome.results["status"] == "ok", outcome.results.get("error")
+    assert outcome.results["precision"] == "fp16"
+    assert outcome.results.get("profile_error") is None
+    assert len(made) == 1 and made[0].is_enabled()  # one scaler for the run, active under fp16
+    assert profiled == [made[0]] and made[0]._scale is not None  # stepped by the timed loop, then profiled

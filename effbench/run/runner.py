@@ -382,6 +382,7 @@ class Prepared:
     scheduler: Any
     flops: StepFlops | None
     flops_error: str | None
+    scaler: Any = None  # the run's GradScaler (train.grad_scaler): the timed loop's, then the profiling pass's
 
 
 @dataclass
@@ -513,6 +514,7 @@ def _with_model(prep: Prepared, plan: LaunchPlan, dist: DistContext) -> Prepared
 
     from effbench.models import trainable_parameters
     from effbench.run.optim import build_optimizer, build_scheduler
+    from effbench.run.train import grad_scaler
 
     cfg, rt = prep.cfg, prep.rt
     assert prep.bundle is not None
@@ -537,8 +539,9 @@ def _with_model(prep: Prepared, plan: LaunchPlan, dist: DistContext) -> Prepared
     optimizer = build_optimizer(cfg, trainable_parameters(model))
     scheduler = build_scheduler(optimizer, cfg.epochs * prep.n_steps)
     return dataclasses.replace(
-        prep, model=model, optimizer=optimizer, scheduler=scheduler, flops=flops, flops_error=flops_error
-    )
+        prep, model=model, optimizer=optimizer, scheduler=scheduler, flops=flops, flops_error=flops_error,
+        scaler=grad_scaler(rt),
+    )  # fmt: skip
 
 
 def _measure(
@@ -613,7 +616,7 @@ def _epochs(
             if cfg.data_only
             else train_epochs(
                 prep.model, data, prep.optimizer, prep.scheduler, rt, cfg, on_progress=prog.update,
-                on_phase=phase.enter, on_step=on_step,
+                on_phase=phase.enter, on_step=on_step, scaler=prep.scaler,
             )
         )  # fmt: skip
         for er in epochs_iter:
@@ -869,7 +872,10 @@ def _profile_pass(prep: Prepared, dist: DistContext, run_dir: Path | None) -> tu
 
     out_dir = run_dir if run_dir is not None and run_dir.exists() else None  # other ranks: shared folder only
     try:
-        step = TrainStep(prep.model, prep.optimizer, prep.scheduler, prep.rt, prep.cfg.channels_last)
+        # the timed loop's scaler, at the scale it reached: a fresh one would start at 2**16 (train.grad_scaler)
+        step = TrainStep(
+            prep.model, prep.optimizer, prep.scheduler, prep.rt, prep.cfg.channels_last, scaler=prep.scaler
+        )
         info = observe.profile(
             step, prep.data.train, device_type=prep.rt.device.type, out_dir=out_dir, rank=dist.rank,
             active=prep.cfg.profile_steps,
