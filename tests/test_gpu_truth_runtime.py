@@ -128,3 +128,58 @@ def test_an_fp16_run_makes_one_scaler_for_its_timed_loop_and_its_profiling_pass(
     assert outcome.results.get("profile_error") is None
     assert len(made) == 1 and made[0].is_enabled()  # one scaler for the run, active under fp16
     assert profiled == [made[0]] and made[0]._scale is not None  # stepped by the timed loop, then profiled
+
+
+# --- item 11: dropout masks per DDP rank ----------------------------------------------------------------
+_RANK_PROBE = """
+import hashlib, json, sys
+from pathlib import Path
+
+import torch
+
+from effbench.config import RunConfig, resolve_for_device
+from effbench.launch.distributed import process_group
+from effbench.launch.plan import LaunchPlan
+from effbench.run import runner
+from effbench.run.runtime import resolve_runtime
+
+cfg = resolve_for_device(RunConfig.from_dict(json.loads(sys.argv[1])), "cpu")  # as the runner resolves it
+out = Path(sys.argv[2])
+with process_group("cpu", 120) as dist:  # gloo, as torchrun + effbench worker would
+    rt = resolve_runtime(cfg, dist.local_rank, "cpu")
+    prep = runner._prepare(cfg, LaunchPlan("torchrun", "cpu", 2, 1, 1), dist, rt, cfg.batch_size, lambda _p: None)
+    weights = hashlib.sha256(b"".join(t.numpy().tobytes() for t in prep.model.module.state_dict().values()))
+    # nn.Dropout's draw: bernoulli on the default generator of the tensor's device (CPU here, CUDA's there)
+    mask = torch.nn.functional.dropout(torch.ones(256), 0.5, training=True).nonzero().flatten().tolist()
+    prep.data.set_epoch(0)
+    labels = [y.tolist() for _, (_x, y) in zip(range(3), prep.data.train)]
+    (out / f"rank{dist.rank}.json").write_text(json.dumps({"weights": weights.hexdigest(), "mask": mask, "labels": labels}))
+"""
+
+
+def _torchrun_two_ranks(script: Path, *args: str) -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script), *args],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-6000:]
+
+
+def test_ddp_ranks_draw_their_own_dropout_masks_from_the_same_weights_and_data_order(tmp_path, cifar10_dir):
+    from effbench.config import resolve_for_device
+    from effbench.data import build_data
+    from effbench.run.runner import seed_everything
+
+    cfg = RunConfig(**{**TINY, "dataset": "cifar10"}, data_dir=cifar10_dir, max_steps=3, epochs=1, output=tmp_path)
+    script = tmp_path / "probe.py"
+    script.write_text(_RANK_PROBE)
+    _torchrun_two_ranks(script, json.dumps(cfg.to_dict()), str(tmp_path))
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["weights"] == ranks[1]["weights"]  # DDP's broadcast of rank 0's weights still holds
+    assert ranks[0]["mask"] != ranks[1]["mask"]  # before: the same units dropped on every rank
+    for r, got in enumerate(ranks):  # each rank's shard in the order a fresh build of it gives, reseed or not
+        seed_everything(cfg.seed)
+        data = build_data(resolve_for_device(cfg, "cpu"), torch.device("cpu"), rank=r, world_size=2, batch_size=cfg.batch_size)
+        data.set_epoch(0)
+        assert got["labels"] == [y.tolist() for _, (_x, y) in zip(range(3), data.train)]
+    assert ranks[0]["labels"] != ranks[1]["labels"]  # and the ranks read different shards

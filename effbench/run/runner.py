@@ -105,6 +105,15 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def rank_seed(seed: int, rank: int) -> int:
+    """The seed of a DDP rank's default generators (dropout, drop-connect) once the weights are broadcast:
+    child `rank` of the run's seed (numpy SeedSequence spawn key), so no two ranks draw the same masks and none
+    repeats a data generator's seed (config.offset_seed, data.augment.stream_seed)."""
+    import numpy as np
+
+    return int(np.random.SeedSequence(seed, spawn_key=(rank,)).generate_state(1, dtype=np.uint64)[0])
+
+
 def plan_for(cfg: RunConfig, worker_args: list[str]) -> LaunchPlan:
     """The launch plan for `cfg` on this machine (needs torch only to count visible GPUs)."""
     import torch
@@ -534,6 +543,12 @@ def _with_model(prep: Prepared, plan: LaunchPlan, dist: DistContext) -> Prepared
         from torch.nn.parallel import DistributedDataParallel
 
         model = DistributedDataParallel(model, device_ids=[dist.local_rank] if rt.device.type == "cuda" else None)
+        # DDP's constructor gave every rank rank 0's weights (torch/nn/parallel/distributed.py:1062-1073). From
+        # here each rank draws its own dropout / drop-connect masks: with the one seed of seed_everything, all
+        # ranks dropped the same units of their own images. torch.manual_seed seeds the CPU and every CUDA
+        # generator (torch/random.py:62-67); the loaders keep their own generators (data/), so data order and
+        # augmentation stay as they were.
+        torch.manual_seed(rank_seed(cfg.seed, dist.rank))
     if cfg.compile:  # lazy: compiles in the first (warm-up) step, timed apart as compile_time_s
         model = torch.compile(model)
     optimizer = build_optimizer(cfg, trainable_parameters(model))
