@@ -183,3 +183,51 @@ def test_ddp_ranks_draw_their_own_dropout_masks_from_the_same_weights_and_data_o
         data.set_epoch(0)
         assert got["labels"] == [y.tolist() for _, (_x, y) in zip(range(3), data.train)]
     assert ranks[0]["labels"] != ranks[1]["labels"]  # and the ranks read different shards
+
+
+# --- item 2: rank 0's per-epoch writes and the other ranks' timed steps ----------------------------------
+_SLOW_WRITER = """
+import os, sys, time
+from pathlib import Path
+
+from effbench.run import runner
+
+real, delay, done = runner._write_progress, float(sys.argv[2]), []
+
+
+def slow_first_write(*a, **kw):  # rank 0's write after epoch 1, as on a slow disk: nothing else changes
+    if os.environ["RANK"] == "0" and not done:
+        done.append(True)
+        time.sleep(delay)
+    return real(*a, **kw)
+
+
+runner._write_progress = slow_first_write
+sys.exit(runner.worker_main(Path(sys.argv[1])))
+"""
+
+
+def test_a_slow_rank0_write_between_epochs_is_in_no_ranks_measured_time(tmp_path):
+    """Two gloo ranks, rank 0's first per-epoch write held for DELAY_S. Before, rank 1 went on into epoch 2's
+    first (measured) step and waited for rank 0 in its all-reduce: its measured time carried the write, and the
+    straggler spread named it (spread >= DELAY_S). Now every rank waits for the write between epochs."""
+    from effbench.launch.plan import LaunchPlan
+
+    delay_s = 3.0
+    out = tmp_path / "out"
+    out.mkdir()
+    cfg = RunConfig(**TINY, max_steps=3, epochs=2, warmup_steps=1, max_val_steps=1, profile=False, output=out)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({
+        "config": cfg.to_dict(), "run_dir": str(out / "run"), "command": ["effbench"], "progress": False,
+        "echo": False, "plan": runner._plan_dict(LaunchPlan("torchrun", "cpu", 2, 1, 1)),
+    }))  # fmt: skip
+    script = tmp_path / "slow_writer.py"
+    script.write_text(_SLOW_WRITER)
+    _torchrun_two_ranks(script, str(spec), str(delay_s))
+    record = json.loads((out / "run" / "results.json").read_text())
+    assert record["status"] == "ok"
+    times = {r["rank"]: r["time_s"] for r in record["ranks"]}
+    spread = record["stragglers"]["spread_s"]
+    # the ranks' measured times differ by far less than the write (before: rank 1's carried all of it)
+    assert spread < delay_s / 2, (times, record["stragglers"])

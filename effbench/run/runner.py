@@ -648,10 +648,23 @@ def _epochs(
                 now = {**opened, "ranks": m.epoch_ranks}
                 now.update(rec.headline(now, m.epochs, m.warmup, m.measured, data.stats()))
                 _write_progress(run_dir, now, m.epochs, m.steps)
+            _wait_for_rank0s_write(dist, rt)
             prog.log(
                 f"epoch {merged['epoch']}/{cfg.epochs}: loss {_maybe(merged['train_loss'])} top-1 {_maybe(merged['train_top1'])} "
                 f"val top-1 {_maybe(merged['val_top1'])} data {merged['data_time_s']:.2f}s compute {merged['compute_time_s']:.2f}s"
             )
+
+
+def _wait_for_rank0s_write(dist: DistContext, rt: Runtime) -> None:
+    """Every rank waits here, between epochs and outside every timer, until rank 0 has written the epoch's
+    files. Without it the other ranks went on into the next epoch's first timed step and waited for rank 0
+    in its all-reduce: rank 0's writes (three fsynced files, steps.csv growing each epoch) counted as their
+    step time, lowered the job's throughput and named them stragglers. NCCL's barrier is an all-reduce on a
+    device: device_ids names this rank's, as torch.distributed.barrier asks (torch/distributed/distributed_c10d.py:6342-6364)."""
+    if dist.enabled:
+        import torch.distributed
+
+        torch.distributed.barrier(device_ids=[dist.local_rank] if rt.device.type == "cuda" else None)
 
 
 def _measured(prep: Prepared, dist: DistContext, m: Measurement) -> rec.Measured:
