@@ -231,3 +231,45 @@ def test_a_slow_rank0_write_between_epochs_is_in_no_ranks_measured_time(tmp_path
     spread = record["stragglers"]["spread_s"]
     # the ranks' measured times differ by far less than the write (before: rank 1's carried all of it)
     assert spread < delay_s / 2, (times, record["stragglers"])
+
+
+# --- item 10: torch.compile's in-process caches across sweep cells ---------------------------------------
+def test_each_compiled_sweep_cell_compiles_as_it_would_in_a_fresh_process(monkeypatch, tmp_path):
+    """A sweep runs its one-device cells in this process. Dynamo keeps per-code state between torch.compile
+    calls (automatic-dynamic shapes in torch/_dynamo/pgo.py's code state, compiled code per code object), so
+    the batch-8 cell after a batch-4 one traced its first graph with a dynamic batch, a graph no fresh process
+    runs, and its compile_time_s was another compile's. torch._dynamo.reset() clears that state "as if you
+    had started a fresh process" (torch/_dynamo/__init__.py:138-171). A counting backend (no Inductor, so
+    no C++ toolchain) records each graph and whether its inputs had symbolic shapes."""
+    from effbench.sweep.runner import run_sweep
+    from effbench.sweep.spec import SweepSpec
+
+    graphs: list[object] = []
+
+    def counting_backend(gm, example_inputs):
+        graphs.append(any(isinstance(d, torch.SymInt) for x in example_inputs if isinstance(x, torch.Tensor) for d in x.shape)
+                      or any(isinstance(x, torch.SymInt) for x in example_inputs))  # fmt: skip
+        return gm.forward
+
+    real_compile, real_run = torch.compile, runner.run
+    monkeypatch.setattr(torch, "compile", lambda model, **_kw: real_compile(model, backend=counting_backend))
+
+    def cell(*a, **kw):
+        graphs.append("cell")
+        return real_run(*a, **kw)
+
+    monkeypatch.setattr(runner, "run", cell)
+    options = {k: v for k, v in TINY.items() if k != "batch_size"}
+    spec = SweepSpec(
+        lists={"batch_size": (4, 8)},
+        options={**options, "compile": True, "device": "cpu", "max_steps": 2, "epochs": 1, "max_val_steps": 1,
+                 "profile": False},
+        output=tmp_path,
+    )  # fmt: skip
+    outcome = run_sweep(spec, command=["effbench", "sweep"], echo=lambda _m: None)
+    assert [c["status"] for c in outcome.manifest["cells"]] == ["ok", "ok"]
+    text = "".join("|" if g == "cell" else "D" if g else "s" for g in graphs)  # s: static graph, D: dynamic
+    per_cell = text.strip("|").split("|")
+    assert per_cell[0].startswith("s"), text  # a fresh process traces its first graph with static shapes
+    # the batch-8 cell compiles what a fresh process would: the graphs of the first cell, from a static one
+    assert per_cell[1] == per_cell[0], text

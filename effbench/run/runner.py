@@ -550,6 +550,11 @@ def _with_model(prep: Prepared, plan: LaunchPlan, dist: DistContext) -> Prepared
         # augmentation stay as they were.
         torch.manual_seed(rank_seed(cfg.seed, dist.rank))
     if cfg.compile:  # lazy: compiles in the first (warm-up) step, timed apart as compile_time_s
+        # From a cold compiler, as in a fresh process: a sweep runs its cells in one process, and Dynamo's
+        # per-code state (automatic-dynamic shapes, compiled code) made a later cell trace a dynamic-batch
+        # graph or reuse an earlier cell's code. torch.compiler.reset() -> torch._dynamo.reset()
+        # (torch/compiler/__init__.py:81-91, torch/_dynamo/__init__.py:138-171); Inductor's disk cache stays.
+        torch.compiler.reset()
         model = torch.compile(model)
     optimizer = build_optimizer(cfg, trainable_parameters(model))
     scheduler = build_scheduler(optimizer, cfg.epochs * prep.n_steps)
