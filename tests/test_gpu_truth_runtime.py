@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -152,7 +151,7 @@ with process_group("cpu", 120) as dist:  # gloo, as torchrun + effbench worker w
     # nn.Dropout's draw: bernoulli on the default generator of the tensor's device (CPU here, CUDA's there)
     mask = torch.nn.functional.dropout(torch.ones(256), 0.5, training=True).nonzero().flatten().tolist()
     prep.data.set_epoch(0)
-    labels = [y.tolist() for _, (_x, y) in zip(range(3), prep.data.train)]
+    labels = [y.tolist() for _, (_x, y) in zip(range(3), prep.data.train, strict=False)]
     (out / f"rank{dist.rank}.json").write_text(json.dumps({"weights": weights.hexdigest(), "mask": mask, "labels": labels}))
 """
 
@@ -179,9 +178,11 @@ def test_ddp_ranks_draw_their_own_dropout_masks_from_the_same_weights_and_data_o
     assert ranks[0]["mask"] != ranks[1]["mask"]  # before: the same units dropped on every rank
     for r, got in enumerate(ranks):  # each rank's shard in the order a fresh build of it gives, reseed or not
         seed_everything(cfg.seed)
-        data = build_data(resolve_for_device(cfg, "cpu"), torch.device("cpu"), rank=r, world_size=2, batch_size=cfg.batch_size)
+        data = build_data(
+            resolve_for_device(cfg, "cpu"), torch.device("cpu"), rank=r, world_size=2, batch_size=cfg.batch_size
+        )
         data.set_epoch(0)
-        assert got["labels"] == [y.tolist() for _, (_x, y) in zip(range(3), data.train)]
+        assert got["labels"] == [y.tolist() for _, (_x, y) in zip(range(3), data.train, strict=False)]
     assert ranks[0]["labels"] != ranks[1]["labels"]  # and the ranks read different shards
 
 
