@@ -665,7 +665,7 @@ def _wait_for_rank0s_write(dist: DistContext, rt: Runtime) -> None:
     files. Without it the other ranks went on into the next epoch's first timed step and waited for rank 0
     in its all-reduce: rank 0's writes (three fsynced files, steps.csv growing each epoch) counted as their
     step time, lowered the job's throughput and named them stragglers. NCCL's barrier is an all-reduce on a
-    device: device_ids names this rank's, as torch.distributed.barrier asks (torch/distributed/distributed_c10d.py:6342-6364)."""
+    device: device_ids names this rank's (torch/distributed/distributed_c10d.py:6342-6364)."""
     if dist.enabled:
         import torch.distributed
 
