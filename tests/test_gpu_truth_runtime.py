@@ -274,3 +274,26 @@ def test_each_compiled_sweep_cell_compiles_as_it_would_in_a_fresh_process(monkey
     assert per_cell[0].startswith("s"), text  # a fresh process traces its first graph with static shapes
     # the batch-8 cell compiles what a fresh process would: the graphs of the first cell, from a static one
     assert per_cell[1] == per_cell[0], text
+
+
+def test_nproc_with_device_auto_says_the_visible_gpus_stay_idle(monkeypatch, capsys, tmp_path):
+    """The plan's CPU processes are what `--nproc` means (its help, plan.py); with GPUs visible the run says,
+    once per command, that they stay idle and how to use them, and trains on the CPU (patched leaf)."""
+    from effbench.system import preflight
+
+    monkeypatch.setattr(preflight, "run_checks", lambda _cfg: [])  # its GPU probes would query the fake GPUs
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    plans = []
+    monkeypatch.setattr(runner, "run_benchmark", lambda _cfg, *, plan, **_kw: plans.append(plan))
+    said: set[str] = set()
+    for _ in range(2):  # two runs of one command (a sweep's cells): one line
+        runner.run(RunConfig(**TINY, nproc=1, output=tmp_path), command=["effbench"], said_warnings=said)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [
+        "warning: --nproc: runs 1 CPU process(es); the 2 visible GPU(s) stay idle "
+        "(use --gpus N for one process per GPU, or --device cpu to say so)"
+    ]
+    assert [p.device_type for p in plans] == ["cpu", "cpu"]
+    runner.run(RunConfig(**TINY, nproc=1, device="cpu", output=tmp_path), command=["effbench"])
+    assert capsys.readouterr().err == ""  # --device cpu asked for the CPU: nothing to say

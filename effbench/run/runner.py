@@ -175,6 +175,7 @@ def run(
     try:
         spec_path = spec_dir / "spec.json"
         plan = plan_for(cfg, ["effbench", "worker", "--spec", str(spec_path)])
+        _say_gpus_left_idle(cfg, plan, said_warnings)
         per_device_batch(cfg, plan.devices)
         if plan.mode == "torchrun":
             argv = plan.argv or []
@@ -188,6 +189,24 @@ def run(
         raise
     finally:
         shutil.rmtree(spec_dir, ignore_errors=True)
+
+
+def _say_gpus_left_idle(cfg: RunConfig, plan: LaunchPlan, said: set[str] | None) -> None:
+    """`--nproc N` with `--device auto` runs N CPU processes (plan.py), and every rank trains on the CPU
+    (_run_benchmark): where GPUs are visible, say once on stderr that they stay idle and how to use them."""
+    import torch
+
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if cfg.device != "auto" or plan.device_type != "cpu" or not visible:
+        return
+    line = (
+        f"warning: --nproc: runs {plan.nproc_per_node} CPU process(es); the {visible} visible GPU(s) stay idle "
+        "(use --gpus N for one process per GPU, or --device cpu to say so)"
+    )
+    if said is None or line not in said:
+        print(line, file=sys.stderr)
+        if said is not None:
+            said.add(line)
 
 
 def _run_in_child(
