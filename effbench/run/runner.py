@@ -105,6 +105,15 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def rank_seed(seed: int, rank: int) -> int:
+    """The seed of a DDP rank's default generators (dropout, drop-connect) once the weights are broadcast:
+    child `rank` of the run's seed (numpy SeedSequence spawn key), so no two ranks draw the same masks and none
+    repeats a data generator's seed (config.offset_seed, data.augment.stream_seed)."""
+    import numpy as np
+
+    return int(np.random.SeedSequence(seed, spawn_key=(rank,)).generate_state(1, dtype=np.uint64)[0])
+
+
 def plan_for(cfg: RunConfig, worker_args: list[str]) -> LaunchPlan:
     """The launch plan for `cfg` on this machine (needs torch only to count visible GPUs)."""
     import torch
@@ -166,6 +175,7 @@ def run(
     try:
         spec_path = spec_dir / "spec.json"
         plan = plan_for(cfg, ["effbench", "worker", "--spec", str(spec_path)])
+        _say_gpus_left_idle(cfg, plan, said_warnings)
         per_device_batch(cfg, plan.devices)
         if plan.mode == "torchrun":
             argv = plan.argv or []
@@ -179,6 +189,24 @@ def run(
         raise
     finally:
         shutil.rmtree(spec_dir, ignore_errors=True)
+
+
+def _say_gpus_left_idle(cfg: RunConfig, plan: LaunchPlan, said: set[str] | None) -> None:
+    """`--nproc N` with `--device auto` runs N CPU processes (plan.py), and every rank trains on the CPU
+    (_run_benchmark): where GPUs are visible, say once on stderr that they stay idle and how to use them."""
+    import torch
+
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if cfg.device != "auto" or plan.device_type != "cpu" or not visible:
+        return
+    line = (
+        f"warning: --nproc: runs {plan.nproc_per_node} CPU process(es); the {visible} visible GPU(s) stay idle "
+        "(use --gpus N for one process per GPU, or --device cpu to say so)"
+    )
+    if said is None or line not in said:
+        print(line, file=sys.stderr)
+        if said is not None:
+            said.add(line)
 
 
 def _run_in_child(
@@ -382,6 +410,7 @@ class Prepared:
     scheduler: Any
     flops: StepFlops | None
     flops_error: str | None
+    scaler: Any = None  # the run's GradScaler (train.grad_scaler): the timed loop's, then the profiling pass's
 
 
 @dataclass
@@ -426,7 +455,7 @@ def _run_benchmark(
     # --- the inputs that need no data, before a folder exists -----------------------------------------
     results.check_output_writable(cfg.output)
     torch.set_num_threads(plan.threads_per_proc)  # explicit, and recorded in the run folder
-    rt = resolve_runtime(cfg, local_rank=dist.local_rank)
+    rt = resolve_runtime(cfg, local_rank=dist.local_rank, device_type=plan.device_type)  # the plan's device, pinned
     cfg = resolve_for_device(cfg, rt.device.type)  # channels_last, pinning, optimizer kernels: explicit in config.json
     batch = per_device_batch(cfg, plan.devices)
     # A signal while the folder is made is recorded, then raised once it is whole.
@@ -513,6 +542,7 @@ def _with_model(prep: Prepared, plan: LaunchPlan, dist: DistContext) -> Prepared
 
     from effbench.models import trainable_parameters
     from effbench.run.optim import build_optimizer, build_scheduler
+    from effbench.run.train import grad_scaler
 
     cfg, rt = prep.cfg, prep.rt
     assert prep.bundle is not None
@@ -532,13 +562,25 @@ def _with_model(prep: Prepared, plan: LaunchPlan, dist: DistContext) -> Prepared
         from torch.nn.parallel import DistributedDataParallel
 
         model = DistributedDataParallel(model, device_ids=[dist.local_rank] if rt.device.type == "cuda" else None)
+        # DDP's constructor gave every rank rank 0's weights (torch/nn/parallel/distributed.py:1062-1073). From
+        # here each rank draws its own dropout / drop-connect masks: with the one seed of seed_everything, all
+        # ranks dropped the same units of their own images. torch.manual_seed seeds the CPU and every CUDA
+        # generator (torch/random.py:62-67); the loaders keep their own generators (data/), so data order and
+        # augmentation stay as they were.
+        torch.manual_seed(rank_seed(cfg.seed, dist.rank))
     if cfg.compile:  # lazy: compiles in the first (warm-up) step, timed apart as compile_time_s
+        # From a cold compiler, as in a fresh process: a sweep runs its cells in one process, and Dynamo's
+        # per-code state (automatic-dynamic shapes, compiled code) made a later cell trace a dynamic-batch
+        # graph or reuse an earlier cell's code. torch.compiler.reset() -> torch._dynamo.reset()
+        # (torch/compiler/__init__.py:81-91, torch/_dynamo/__init__.py:138-171); Inductor's disk cache stays.
+        torch.compiler.reset()
         model = torch.compile(model)
     optimizer = build_optimizer(cfg, trainable_parameters(model))
     scheduler = build_scheduler(optimizer, cfg.epochs * prep.n_steps)
     return dataclasses.replace(
-        prep, model=model, optimizer=optimizer, scheduler=scheduler, flops=flops, flops_error=flops_error
-    )
+        prep, model=model, optimizer=optimizer, scheduler=scheduler, flops=flops, flops_error=flops_error,
+        scaler=grad_scaler(rt),
+    )  # fmt: skip
 
 
 def _measure(
@@ -614,7 +656,7 @@ def _epochs(
             if cfg.data_only
             else train_epochs(
                 prep.model, data, prep.optimizer, prep.scheduler, rt, cfg, on_progress=prog.update,
-                on_phase=phase.enter, on_step=on_step,
+                on_phase=phase.enter, on_step=on_step, scaler=prep.scaler,
             )
         )  # fmt: skip
         for er in epochs_iter:
@@ -631,6 +673,7 @@ def _epochs(
                 now = {**opened, "ranks": m.epoch_ranks}
                 now.update(rec.headline(now, m.epochs, m.warmup, m.measured, data.stats()))
                 _write_progress(run_dir, now, m.epochs, m.steps)
+            _wait_for_rank0s_write(dist, rt)
             prog.log(
                 f"epoch {merged['epoch']}/{cfg.epochs}: loss {_maybe(merged['train_loss'])} top-1 {_maybe(merged['train_top1'])} "
                 f"val top-1 {_maybe(merged['val_top1'])} data {merged['data_time_s']:.2f}s compute {merged['compute_time_s']:.2f}s"
@@ -641,6 +684,18 @@ def _epochs(
                 prog.log(f"val top-1 {merged['val_top1']:.4f} >= --target-top1 {cfg.target_top1:g}: stopping")
                 epochs_iter.close()
                 break
+
+
+def _wait_for_rank0s_write(dist: DistContext, rt: Runtime) -> None:
+    """Every rank waits here, between epochs and outside every timer, until rank 0 has written the epoch's
+    files. Without it the other ranks went on into the next epoch's first timed step and waited for rank 0
+    in its all-reduce: rank 0's writes (three fsynced files, steps.csv growing each epoch) counted as their
+    step time, lowered the job's throughput and named them stragglers. NCCL's barrier is an all-reduce on a
+    device: device_ids names this rank's (torch/distributed/distributed_c10d.py:6342-6364)."""
+    if dist.enabled:
+        import torch.distributed
+
+        torch.distributed.barrier(device_ids=[dist.local_rank] if rt.device.type == "cuda" else None)
 
 
 def _measured(prep: Prepared, dist: DistContext, m: Measurement) -> rec.Measured:
@@ -881,7 +936,10 @@ def _profile_pass(prep: Prepared, dist: DistContext, run_dir: Path | None) -> tu
 
     out_dir = run_dir if run_dir is not None and run_dir.exists() else None  # other ranks: shared folder only
     try:
-        step = TrainStep(prep.model, prep.optimizer, prep.scheduler, prep.rt, prep.cfg.channels_last)
+        # the timed loop's scaler, at the scale it reached: a fresh one would start at 2**16 (train.grad_scaler)
+        step = TrainStep(
+            prep.model, prep.optimizer, prep.scheduler, prep.rt, prep.cfg.channels_last, scaler=prep.scaler
+        )
         info = observe.profile(
             step, prep.data.train, device_type=prep.rt.device.type, out_dir=out_dir, rank=dist.rank,
             active=prep.cfg.profile_steps,

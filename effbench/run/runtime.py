@@ -66,8 +66,11 @@ def resolve_precision(requested: str, device: Any) -> tuple[str, Any]:
     return "bf16", torch.bfloat16
 
 
-def resolve_runtime(cfg: RunConfig, local_rank: int = 0) -> Runtime:
-    device = resolve_device(cfg.device, local_rank)
+def resolve_runtime(cfg: RunConfig, local_rank: int = 0, device_type: str | None = None) -> Runtime:
+    """`device_type`: the launch plan's ("cpu" | "cuda"), which every rank then trains on. A rank must not
+    resolve `--device auto` again by itself: the plan reads `--nproc N` as N CPU processes (gloo, "cpu" in
+    the folder name, fp32) even where GPUs are visible, and `auto` here would put each rank on a GPU."""
+    device = resolve_device(device_type or cfg.device, local_rank)
     precision, dtype = resolve_precision(cfg.precision, device)
     return Runtime(device=device, precision=precision, autocast_dtype=dtype)
 

@@ -168,6 +168,16 @@ def _to_device(batch: Any, rt: Runtime, channels_last: bool) -> tuple[Any, Any]:
     return x, y
 
 
+def grad_scaler(rt: Runtime) -> Any:
+    """The run's loss scaler: active under fp16 only (a no-op otherwise). One per run: a new one starts at
+    init_scale 2**16 (torch/amp/grad_scaler.py:126) and backs off by skipping steps whose gradients overflow
+    (grad_scaler.py:371, 484-490), so a profiling pass with its own scaler could profile skipped steps the
+    timed loop, its scale long settled, no longer takes."""
+    import torch
+
+    return torch.amp.GradScaler(rt.device.type, enabled=rt.precision == "fp16")
+
+
 # Phase labels seen by torch.profiler in the profiling pass (profiling.py reads the same names).
 PHASE_H2D = "h2d_copy"
 PHASE_FORWARD = "forward"
@@ -190,12 +200,15 @@ class TrainStep:
     channels_last: bool
     label_phases: bool = True
     """record_function ranges for the profiler; the timed loop turns them off (a few us per range)."""
+    scaler: Any = None
+    """The run's GradScaler (grad_scaler), shared by the timed loop and the profiling pass; None: a new one."""
 
     def __post_init__(self) -> None:
         import torch
 
         self.criterion = torch.nn.CrossEntropyLoss()
-        self.scaler = torch.amp.GradScaler(self.rt.device.type, enabled=self.rt.precision == "fp16")
+        if self.scaler is None:
+            self.scaler = grad_scaler(self.rt)
 
     def __call__(self, batch: Any) -> tuple[Any, Any, int]:
         from torch.profiler import record_function
@@ -227,12 +240,14 @@ def train_epochs(
     on_progress: ProgressFn | None = None,
     on_phase: PhaseFn | None = None,
     on_step: StepFn | None = None,
+    scaler: Any = None,
 ) -> Iterator[EpochResult]:
-    """Train for cfg.epochs, yielding each finished epoch (train + validation)."""
+    """Train for cfg.epochs, yielding each finished epoch (train + validation). `scaler`: the run's
+    (grad_scaler), so the profiling pass goes on from its scale; None: one of its own."""
     import torch
 
     assert cfg.warmup_steps is not None, "the runner resolves the default warm-up (config.resolve_warmup)"
-    step_fn = TrainStep(model, optimizer, scheduler, rt, bool(cfg.channels_last), label_phases=False)
+    step_fn = TrainStep(model, optimizer, scheduler, rt, bool(cfg.channels_last), label_phases=False, scaler=scaler)
     sync = device_sync_fn(rt.device)
     n_steps = steps_per_epoch(cfg, data.steps_per_epoch)
     global_step = 0
