@@ -53,6 +53,7 @@ def summary_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
         ),
         ("loader / workers", f"{fmt_value(loader)} / {fmt_value(workers)}"),
         ("throughput (img/s)", fmt_value(results.get("throughput_img_s"), 1)),
+        ("throughput timing", HEADLINE_TIMING),
         ("throughput windows: median [95% CI of the mean]", _windows(results)),
         ("measured steps / images", f"{fmt_value(measured.get('steps'))} / {fmt_value(measured.get('images'), 3)}"),
         # results.json's data_time_share (the headline's: null without a measured step), never a 0% nobody measured
@@ -92,7 +93,18 @@ def _no_ci(s: Mapping[str, Any], w: Mapping[str, Any]) -> str:
 
 def _stat(d: Mapping[str, Any] | None, key: str, digits: int = 1) -> str:
     v = (d or {}).get(key)
-    return "-" if not v else f"{v['mean']:.{digits}f} mean / {v['max']:.{digits}f} max"
+    if not v:
+        return "-"
+    if "max" not in v:  # summed over ranks (observe.merge_utilization): a mean, no max of the sum
+        return f"{v['mean']:.{digits}f} mean, {v.get('ranks', '?')} ranks summed"
+    return f"{v['mean']:.{digits}f} mean / {v['max']:.{digits}f} max"
+
+
+HEADLINE_TIMING = (
+    "per-step synced: each step ends with a host sync (torch.cuda.synchronize on CUDA; run/timing.py), like "
+    "timm's benchmark.py; a pipelined loop, one sync per window, may be faster on CUDA for steps of a few ms "
+    "(selftest 'pipelined loop vs harness' measures the gap)"
+)
 
 
 def observability_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
