@@ -199,7 +199,7 @@ def mixed_peak_tflops(gpu_name: str | None, flops_by_precision: dict[str, float]
 
 
 def _precision_label(flops_by_precision: dict[str, float]) -> str:
-    """"tf32", or "tf32 93% + fp32 7%" (shares of the step's FLOPs) when the step mixes rates."""
+    """The column, "tf32", or "tf32 93% + fp32 7%" (shares of the step's FLOPs) when the step mixes rates."""
     if len(flops_by_precision) == 1:
         return next(iter(flops_by_precision))
     total = sum(flops_by_precision.values())

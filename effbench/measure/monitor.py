@@ -578,16 +578,10 @@ class UtilizationSampler:
             gpus = []
             for g in self._gpus:
                 entry: dict[str, Any] = {"index": g.index}
-                if g.uuid is not None:
-                    entry["uuid"] = g.uuid
-                if g.nvml_uuid is not None:
-                    entry["nvml_uuid"] = g.nvml_uuid
-                if g.name is not None:
-                    entry["name"] = g.name
-                for metric in _GPU_STATS:
-                    s = _stats([r.get(gpu_column(g.index, metric)) for r in rows])
-                    if s is not None:
-                        entry[metric] = s
+                for key in ("uuid", "nvml_uuid", "name"):
+                    if getattr(g, key) is not None:
+                        entry[key] = getattr(g, key)
+                entry.update(_gpu_stats(rows, g.index))
                 energy = _last(rows, gpu_column(g.index, "energy_j"))
                 if energy is not None:
                     entry["energy_j"] = energy
@@ -616,17 +610,23 @@ class UtilizationSampler:
         if self._gpus:
             gpus = []
             for g in self._gpus:
-                entry: dict[str, Any] = {"index": g.index}
-                for metric in _GPU_STATS:
-                    s = _stats([r.get(gpu_column(g.index, metric)) for r in inside])
-                    if s is not None:
-                        entry[metric] = s
+                entry: dict[str, Any] = {"index": g.index, **_gpu_stats(inside, g.index)}
                 energy = _window_energy_j(marks, g.index)
                 if energy is not None:
                     entry["energy_j"] = energy
                 gpus.append(entry)
             out["gpus"] = gpus
         return out
+
+
+def _gpu_stats(rows: Sequence[Mapping[str, Any]], index: int) -> dict[str, Any]:
+    """Mean/max of each sampled metric of GPU `index` over `rows`; unmeasured metrics absent."""
+    out = {}
+    for metric in _GPU_STATS:
+        s = _stats([r.get(gpu_column(index, metric)) for r in rows])
+        if s is not None:
+            out[metric] = s
+    return out
 
 
 def _window_energy_j(marks: Sequence[tuple[float, bool, Mapping[int, float | None]]], index: int) -> float | None:

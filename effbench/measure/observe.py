@@ -153,6 +153,47 @@ def profile(
     return run_profile_pass(step, iter(loader), device_type=device_type, out_dir=out_dir, rank=rank, active=active)
 
 
+def _energy(record: Mapping[str, Any], utilization: Mapping[str, Any] | None, job_gpus: int | None) -> dict[str, Any]:
+    """energy_j and images_per_j of the measured steps alone (the counter read as the window opened and
+    closed, monitor.py; not warm-up, compile, validation) over the same steps' images (every rank's), or
+    energy_note saying why there is none. `job_gpus`: the job's GPU count; None on the CPU."""
+    out: dict[str, Any] = {}
+    window = (utilization or {}).get("measured_window")
+    energy = None
+    if utilization and window is not None:
+        in_window = {"gpus": window.get("gpus") or [], "gpus_unmapped": utilization.get("gpus_unmapped")}
+        energy = energy_j(in_window, job_gpus)
+    sampled = len((utilization or {}).get("gpus") or [])
+    if energy is None and job_gpus is not None and utilization and sampled < job_gpus:
+        # e.g. a failed multi-rank run (no gather after a failure: rank 0's sampler alone), a rank whose
+        # NVML did not start; a partial sum would make energy per image look N times better
+        out["energy_note"] = f"not measured on every GPU: {sampled} of the job's {job_gpus} sampled"
+    elif energy is None and job_gpus is not None and utilization and window is None:
+        out["energy_note"] = "no measured window was marked (no measured step ended)"
+    if energy is not None:
+        out["energy_j"] = energy
+        per_j = analysis.images_per_joule(int((record.get("measured") or {}).get("images") or 0), energy)
+        if per_j is not None:
+            out["images_per_j"] = per_j
+    return out
+
+
+def _verdict_scope(utilization: Mapping[str, Any] | None) -> tuple[float | None, Mapping[str, Any]]:
+    """(mean GPU utilisation, host summary) for the verdict: the measured window's samples, as the data-wait
+    share it is set against. A window too short to hold a CPU sample (a few CPU steps) takes the whole
+    block's host figures rather than give no CPU verdict at all; no window at all: the whole block's."""
+    window = (utilization or {}).get("measured_window")
+    scope = window if window is not None else (utilization or {})
+    gpu_util = None
+    means = [g["util_pct"]["mean"] for g in scope.get("gpus") or [] if g.get("util_pct")]
+    if means:
+        gpu_util = sum(means) / len(means)
+    host = scope.get("host") or {}
+    if not host.get("proc_cpu_pct"):
+        host = (utilization or {}).get("host") or {}
+    return gpu_util, host
+
+
 def _allreduce_share(
     profile_info: Mapping[str, Any] | None, phases: Sequence[Mapping[str, Any]], device_type: str
 ) -> float | None:
@@ -310,27 +351,7 @@ def summarize(
             out["mfu_peak_tflops_per_device"] = eff["peak_tflops_per_device"]
             out["mfu_peak_precision"] = eff["precision"]
     # the job's GPUs: every rank's under DDP, every DataParallel device (LaunchPlan.devices)
-    job_gpus = devices if device_type == "cuda" else None
-    window = (utilization or {}).get("measured_window")
-    energy = None
-    if utilization and window is not None:
-        # the measured steps' energy alone (the counter read as the window opened and closed, monitor.py):
-        # not warm-up, compile, validation; the images are the same measured steps' (every rank's)
-        in_window = {"gpus": window.get("gpus") or [], "gpus_unmapped": utilization.get("gpus_unmapped")}
-        energy = energy_j(in_window, job_gpus)
-    sampled = len((utilization or {}).get("gpus") or [])
-    if energy is None and job_gpus is not None and utilization and sampled < job_gpus:
-        # e.g. a failed multi-rank run (no gather after a failure: rank 0's sampler alone), a rank whose
-        # NVML did not start; a partial sum would make energy per image look N times better
-        out["energy_note"] = f"not measured on every GPU: {sampled} of the job's {job_gpus} sampled"
-    elif energy is None and job_gpus is not None and utilization and window is None:
-        out["energy_note"] = "no measured window was marked (no measured step ended)"
-    if energy is not None:
-        images = int((record.get("measured") or {}).get("images") or 0)
-        out["energy_j"] = energy
-        per_j = analysis.images_per_joule(images, energy)
-        if per_j is not None:
-            out["images_per_j"] = per_j
+    out.update(_energy(record, utilization, devices if device_type == "cuda" else None))
     if profile_info:
         timed = list(timed_step_times_s)
         out["profile"] = {
@@ -346,17 +367,7 @@ def summarize(
             if profile_info.get(key) is not None:
                 out["profile"][key] = profile_info[key]
     phases = (profile_info or {}).get("phases") or []
-    # the verdict's utilisation: the measured steps' samples, as the data-wait share it is set against
-    scope = window if window is not None else (utilization or {})
-    gpu_util = None
-    if scope.get("gpus"):
-        means = [g["util_pct"]["mean"] for g in scope["gpus"] if g.get("util_pct")]
-        gpu_util = sum(means) / len(means) if means else None
-    host = scope.get("host") or {}
-    if not host.get("proc_cpu_pct"):
-        # a window shorter than one sample interval (a few CPU steps) holds no CPU rate: the whole block's,
-        # rather than no CPU verdict at all
-        host = (utilization or {}).get("host") or {}
+    gpu_util, host = _verdict_scope(utilization)
     peak_fraction = None
     if mems:
         # allocated: the reserved pool keeps blocks cached before the window (see MEMORY_BOUND_FRACTION)
