@@ -11,7 +11,6 @@ import pytest
 
 from effbench.analysis import efficiency as eff
 from effbench.measure import monitor, observe
-from effbench.measure.profiling import exposed_communication, read_trace_events
 
 
 def _summ(record, **kw):
@@ -346,6 +345,8 @@ ALLREDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long
 
 
 def test_an_allreduce_hidden_behind_backward_is_not_exposed():
+    from effbench.measure.profiling import exposed_communication
+
     # backward kernels on stream 7 from 0 to 1000 us; DDP's bucketed all-reduces on NCCL's stream 21 inside it
     trace = [_kernel(f"sm90_xmma_dgrad_{i}", 100.0 * i, 100.0, 7) for i in range(10)]
     trace += [_kernel(ALLREDUCE, 200.0, 300.0, 21), _kernel(ALLREDUCE, 600.0, 350.0, 21)]
@@ -355,6 +356,8 @@ def test_an_allreduce_hidden_behind_backward_is_not_exposed():
 
 
 def test_an_allreduce_after_backward_is_exposed():
+    from effbench.measure.profiling import exposed_communication
+
     trace = [_kernel("volta_scudnn_128x64_relu", 0.0, 400.0, 7), _kernel("sgd_kernel", 900.0, 50.0, 7)]
     trace += [_kernel(ALLREDUCE, 300.0, 500.0, 21)]  # 100 us overlapped, 400 us alone
     trace += [_kernel("ncclKernel_AllReduce_RING_LL_Sum_float", 950.0, 100.0, 21, device=0)]  # older NCCL's name
@@ -364,6 +367,8 @@ def test_an_allreduce_after_backward_is_exposed():
 
 
 def test_trace_file_round_trip(tmp_path):
+    from effbench.measure.profiling import exposed_communication, read_trace_events
+
     path = tmp_path / "trace_rank0.json.gz"
     with gzip.open(path, "wt") as f:
         json.dump({"traceEvents": [_kernel(ALLREDUCE, 0.0, 10.0, 21)]}, f)
