@@ -55,7 +55,9 @@ def test_two_ranks_trees_are_summed_so_a_saturated_node_is_not_called_contended(
 
 
 def test_ranks_on_another_host_stay_out_of_the_node_sum():
-    merged = observe.merge_utilization([_rank_summary(80.0, "n1"), _rank_summary(70.0, "n1"), _rank_summary(90.0, "n2")])
+    merged = observe.merge_utilization(
+        [_rank_summary(80.0, "n1"), _rank_summary(70.0, "n1"), _rank_summary(90.0, "n2")]
+    )
     assert merged["host"]["proc_cpu_pct"]["mean"] == 150.0
     # a rank that did not sample its tree: no partial sum (it would understate the node's use)
     lost = _rank_summary(70.0)
@@ -74,7 +76,9 @@ def test_the_sampler_summary_names_its_host():
 def test_summed_tree_cpu_renders_as_a_mean_of_ranks():
     from effbench.report.tables import observability_rows
 
-    rows = dict(observability_rows({"utilization": observe.merge_utilization([_rank_summary(60.0), _rank_summary(70.0)])}))
+    rows = dict(
+        observability_rows({"utilization": observe.merge_utilization([_rank_summary(60.0), _rank_summary(70.0)])})
+    )
     assert rows["run CPU % (process tree)"] == "130.0 mean, 2 ranks summed"
 
 
@@ -437,4 +441,6 @@ def test_the_report_says_which_timing_the_headline_is():
     from effbench.report.tables import summary_rows
 
     rows = dict(summary_rows({"throughput_img_s": 100.0, "data": {}, "config": {}}))
-    assert rows["throughput timing"].startswith("per-step synced") and "timm's benchmark.py" in rows["throughput timing"]
+    assert (
+        rows["throughput timing"].startswith("per-step synced") and "timm's benchmark.py" in rows["throughput timing"]
+    )

@@ -627,7 +627,8 @@ PIPELINED_NAME = "pipelined loop vs harness"
 # CIFAR-sized resnet18 steps of a few ms on a datacenter GPU: where one host sync per step costs most
 PIPELINED_RUN: dict[str, Any] = {"arch": "resnet18", "image_size": 32, "batch_size": 128}
 PIPELINED_WINDOW = 10  # steps per window: the pipelined loop syncs once per window; the harness is cut alike
-PIPELINED_ROUNDS = 4  # alternating rounds a side: a side's best is read against its next round's (compare_fastest_steps)
+# alternating rounds a side: a side's best is read against its next round's (compare_fastest_steps)
+PIPELINED_ROUNDS = 4
 PIPELINED_CPU_SKIP = (
     "CUDA only: on the CPU each op runs to completion on the host before the next is issued, so a loop has "
     "nothing to pipeline and the harness's per-step sync costs nothing"
@@ -673,8 +674,10 @@ def check_pipelined(ctx: Context) -> list[Check]:
     status, ratio, best_p, best_h, why = compare_fastest_steps(pipelined_rounds, harness_rounds, min_ratio=0.97)
     return [
         Check(
-            PIPELINED_NAME, FAIL if status == FAIL else PASS,
-            f"{best_p:.1f} img/s pipelined ({ratio - 1:+.1%} vs the harness)", f"{best_h:.1f} img/s harness",
+            PIPELINED_NAME,
+            FAIL if status == FAIL else PASS,
+            f"{best_p:.1f} img/s pipelined ({ratio - 1:+.1%} vs the harness)",
+            f"{best_h:.1f} img/s harness",
             "gap reported; FAIL only if pipelined < 0.97x",
             f"fastest window of {PIPELINED_WINDOW} steps, {PIPELINED_ROUNDS} alternating rounds a side; {why}; the "
             f"headline is the harness's (per-step synced, like timm's benchmark.py); {shape['arch']} "
