@@ -213,9 +213,11 @@ def _phase_share(phases: Sequence[Mapping[str, Any]], name: str, device: bool) -
     return None
 
 
-# The host keys that are one process tree's own (monitor.py): summed over the ranks of rank 0's node. cpu_pct
-# (the whole host's) and the byte counters (host-wide) are rank 0's alone, as every rank's would be the same.
-_TREE_KEYS = ("proc_cpu_pct", "rss_gib", "pss_gib")
+# The process tree's CPU (monitor.py), summed over the ranks of rank 0's node for the CPU verdict. cpu_pct (the
+# whole host's) and the byte counters (host-wide) are rank 0's alone, as every rank's would be the same; the
+# tree's memory (rss_gib, pss_gib) stays rank 0's, with the max the sweep tables read (a sum of the ranks'
+# maxes would be a bound, not a peak).
+_TREE_KEYS = ("proc_cpu_pct",)
 
 
 def _node_host(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -363,7 +365,7 @@ def summarize(
             "timed_step_time_s": sum(timed) / len(timed) if timed else None,
             **analysis.profiler_overhead(profile_info.get("profiled_step_times_s") or [], timed),
         }
-        for key in ("comm_kernel_s", "exposed_comm_s", "exposed_comm_share"):  # CUDA: the trace's timeline
+        for key in ("comm_kernel_s", "exposed_comm_s", "exposed_comm_share", "exposed_comm_error"):  # CUDA: the trace
             if profile_info.get(key) is not None:
                 out["profile"][key] = profile_info[key]
     phases = (profile_info or {}).get("phases") or []

@@ -307,8 +307,11 @@ def run_profile_pass(
     try:
         if plain_trace.exists():
             if on_cuda and active_times_s:  # the collectives on the device timeline, before the file is gzipped
-                comm = exposed_communication(read_trace_events(plain_trace))
-                comm["exposed_comm_share"] = comm["exposed_comm_s"] / sum(active_times_s)
+                try:
+                    comm = exposed_communication(read_trace_events(plain_trace))
+                    comm["exposed_comm_share"] = comm["exposed_comm_s"] / sum(active_times_s)
+                except (ValueError, KeyError, TypeError) as e:  # an unreadable trace: no share, the pass goes on
+                    comm = {"exposed_comm_error": f"{type(e).__name__}: {e}".splitlines()[0]}
             _gzip_file(plain_trace, trace)
     finally:
         # A trace cut short (disk full) is never left behind, nor torch's own temporary file.

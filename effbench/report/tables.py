@@ -120,7 +120,8 @@ def observability_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
         rows.append(
             (
                 "MFU",
-                f"{100 * results['mfu']:.1f}% of {fmt_value(results.get('mfu_peak_tflops_per_device'), 1)} TFLOP/s per device",
+                f"{100 * results['mfu']:.1f}% of {fmt_value(results.get('mfu_peak_tflops_per_device'), 1)} TFLOP/s per device"
+                + (f" ({results['mfu_peak_precision']})" if results.get("mfu_peak_precision") else ""),
             )
         )
     util = results.get("utilization") or {}
