@@ -237,6 +237,17 @@ def test_gpu_utilisation_for_the_verdict_is_the_measured_windows():
     assert _summ(_cuda_record(precision="bf16"), utilization=util)["verdict"]["bottleneck"] == "host/launch-bound"
 
 
+def test_the_report_shows_the_windows_utilisation_beside_the_blocks():
+    from effbench.report.tables import observability_rows
+
+    whole = [{"index": 0, "util_pct": {"mean": 40.0, "max": 99.0}}]
+    window = [{"index": 0, "util_pct": {"mean": 96.0, "max": 99.0}}]
+    util = {"host": {}, "gpus": whole, "measured_window": {"host": {}, "gpus": window}}
+    rows = dict(observability_rows({"utilization": util}))
+    assert rows["GPU 0 utilisation %"] == "40.0 mean / 99.0 max"
+    assert rows["GPU 0 utilisation %, measured steps only"] == "96.0 mean / 99.0 max"
+
+
 def test_window_utilisation_uses_only_rows_sampled_inside_it():
     nvml = EnergyNVML()
     with monitor.UtilizationSampler(interval_s=60, gpu_indices=[0], nvml=nvml) as mon:

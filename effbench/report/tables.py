@@ -135,6 +135,12 @@ def observability_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
     for g in util.get("gpus", []):
         rows.append((f"GPU {g.get('index')} utilisation %", _stat(g, "util_pct")))
         rows.append((f"GPU {g.get('index')} power (W)", _stat(g, "power_w")))
+    window = util.get("measured_window") or {}  # what the verdict reads (observe.summarize)
+    if (window.get("host") or {}).get("proc_cpu_pct"):
+        rows.append(("run CPU %, measured steps only", _stat(window["host"], "proc_cpu_pct")))
+    for g in window.get("gpus", []):
+        if g.get("util_pct"):
+            rows.append((f"GPU {g.get('index')} utilisation %, measured steps only", _stat(g, "util_pct")))
     if results.get("peak_mem_gib") is not None:
         rows.append(
             (
