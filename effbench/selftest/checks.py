@@ -658,7 +658,7 @@ def check_pipelined(ctx: Context) -> list[Check]:
     from effbench.selftest.reference import BareLoop
 
     cfg, shape = ctx.cfg, dict(PIPELINED_RUN)
-    windows = max(2, cfg.steps // PIPELINED_WINDOW)
+    windows = max(5, cfg.steps // PIPELINED_WINDOW)  # 50+ steps a round: a few ms each on a GPU
     rc = RunConfig(dataset="synthetic", weights="none", freeze="none", **shape)
     loop = BareLoop(build_model(rc, NUM_CLASSES).model, batch=shape["batch_size"], image_size=shape["image_size"],
                     classes=NUM_CLASSES, device=ctx.device)  # fmt: skip
