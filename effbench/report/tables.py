@@ -144,7 +144,7 @@ def observability_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
     if results.get("peak_mem_gib") is not None:
         rows.append(
             (
-                "peak device memory (GiB)",
+                "peak device memory, measured steps (GiB)",
                 f"{results['peak_mem_gib']:.2f} allocated / {results.get('peak_mem_reserved_gib', 0):.2f} reserved",
             )
         )
