@@ -31,7 +31,8 @@ class StepFlops(NamedTuple):
 
 
 # The ops of torch's flop_registry (torch/utils/flop_counter.py:822-843) that are not convolutions: matrix
-# products (cuBLAS) and attention (whose fp32 kernels follow the matmul precision, not cuDNN's conv switch).
+# products (cuBLAS, under the matmul switch) and attention (matrix products too, never under cuDNN's conv
+# switch; its fp32 kernels have no datasheet rate of their own, so the matmul column is the nearer peak).
 # Every other counted op is a convolution (aten.convolution, _convolution, cudnn_convolution,
 # convolution_overrideable, _slow_conv2d_forward, convolution_backward).
 def is_matmul_op(op: Any) -> bool:
