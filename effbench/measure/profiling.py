@@ -101,8 +101,10 @@ def exposed_communication(trace_events: Iterable[dict[str, Any]]) -> dict[str, f
     `exposed_comm_s`, the part of it during which no compute kernel ran on the same device. DDP launches
     its all-reduces on NCCL's own stream while backward's kernels run on the compute stream; an all-reduce
     that ran entirely beside backward kernels costs the step nothing and is not exposed. Kernel events are
-    those of category "kernel" (Kineto's name for them), each `ts` / `dur` in microseconds, the device in
-    `pid`; memory copies and annotations are neither communication nor compute here."""
+    written as {"ph": "X", "cat": "kernel", "pid": device, "tid": stream, "ts", "dur" (us), "args": {"device",
+    "stream", ...}} (torch/profiler/_chrome_trace_export.py:195-210; _trace_validator.py:146-149 reads them
+    by args device and stream the same way); memory copies and annotations are neither communication nor
+    compute here. Compute on the comm kernel's own stream cannot overlap it, so all other kernels count."""
     comm: dict[Any, list[tuple[float, float]]] = {}
     compute: dict[Any, list[tuple[float, float]]] = {}
     for evt in trace_events:
