@@ -190,12 +190,15 @@ def mixed_peak_tflops(gpu_name: str | None, flops_by_precision: dict[str, float]
     """The peak of a step whose FLOPs run at several rates: all of them over the time each part takes at
     its own peak (sum of flops_k / peak_k). None when a part's peak is unknown (never a guess)."""
     total = sum(flops_by_precision.values())
-    peaks = {col: peak_tflops(gpu_name, col) for col in flops_by_precision}
-    if any(p is None for p in peaks.values()):
-        return None
+    peaks: dict[str, float] = {}
+    for col in flops_by_precision:
+        peak = peak_tflops(gpu_name, col)
+        if peak is None:
+            return None
+        peaks[col] = peak
     if total <= 0:
-        return next(iter(peaks.values()))  # one column, nothing counted: its peak
-    return total / sum(f / peaks[col] for col, f in flops_by_precision.items() if f > 0)  # type: ignore[operator]
+        return next(iter(peaks.values()), None)  # one column, nothing counted: its peak
+    return total / sum(f / peaks[col] for col, f in flops_by_precision.items() if f > 0)
 
 
 def _precision_label(flops_by_precision: dict[str, float]) -> str:

@@ -124,23 +124,7 @@ def observability_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
                 + (f" ({results['mfu_peak_precision']})" if results.get("mfu_peak_precision") else ""),
             )
         )
-    util = results.get("utilization") or {}
-    host = util.get("host") or {}
-    if host:
-        rows.append(("host CPU % (system)", _stat(host, "cpu_pct")))
-        rows.append(("run CPU % (process tree)", _stat(host, "proc_cpu_pct")))
-        rows.append(("run resident memory, RSS summed (GiB)", _stat(host, "rss_gib", 2)))
-        if host.get("pss_gib"):
-            rows.append(("run memory, PSS (GiB)", _stat(host, "pss_gib", 2)))
-    for g in util.get("gpus", []):
-        rows.append((f"GPU {g.get('index')} utilisation %", _stat(g, "util_pct")))
-        rows.append((f"GPU {g.get('index')} power (W)", _stat(g, "power_w")))
-    window = util.get("measured_window") or {}  # what the verdict reads (observe.summarize)
-    if (window.get("host") or {}).get("proc_cpu_pct"):
-        rows.append(("run CPU %, measured steps only", _stat(window["host"], "proc_cpu_pct")))
-    for g in window.get("gpus", []):
-        if g.get("util_pct"):
-            rows.append((f"GPU {g.get('index')} utilisation %, measured steps only", _stat(g, "util_pct")))
+    rows += _utilization_rows(results.get("utilization") or {})
     if results.get("peak_mem_gib") is not None:
         rows.append(
             (
@@ -164,6 +148,28 @@ def observability_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
     verdict = results.get("verdict")
     if verdict:  # never a label without the measurements behind it
         rows.append(("bottleneck", f"{verdict.get('bottleneck', '-')} ({verdict.get('evidence', '')})"))
+    return rows
+
+
+def _utilization_rows(util: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The sampler's host and GPU figures over the whole block, then the measured window's (the verdict's)."""
+    rows: list[tuple[str, str]] = []
+    host = util.get("host") or {}
+    if host:
+        rows.append(("host CPU % (system)", _stat(host, "cpu_pct")))
+        rows.append(("run CPU % (process tree)", _stat(host, "proc_cpu_pct")))
+        rows.append(("run resident memory, RSS summed (GiB)", _stat(host, "rss_gib", 2)))
+        if host.get("pss_gib"):
+            rows.append(("run memory, PSS (GiB)", _stat(host, "pss_gib", 2)))
+    for g in util.get("gpus", []):
+        rows.append((f"GPU {g.get('index')} utilisation %", _stat(g, "util_pct")))
+        rows.append((f"GPU {g.get('index')} power (W)", _stat(g, "power_w")))
+    window = util.get("measured_window") or {}  # what the verdict reads (observe.summarize)
+    if (window.get("host") or {}).get("proc_cpu_pct"):
+        rows.append(("run CPU %, measured steps only", _stat(window["host"], "proc_cpu_pct")))
+    for g in window.get("gpus", []):
+        if g.get("util_pct"):
+            rows.append((f"GPU {g.get('index')} utilisation %, measured steps only", _stat(g, "util_pct")))
     return rows
 
 
