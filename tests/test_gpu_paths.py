@@ -355,8 +355,10 @@ def test_summary_memory_and_energy_cover_every_gpu_of_a_dp_run():
     from effbench.measure import observe
 
     record = {"device": "2 x cuda:0 (x) (DataParallel)", "strategy": "dp", "devices": 2, "precision": "bf16",
-              "launch": {"mode": "dp", "device_type": "cuda"}, "env": {}, "epochs": [{"images": 1000}]}  # fmt: skip
-    util = {"host": {}, "gpus": [{"index": 0, "energy_j": 50.0}, {"index": 1, "energy_j": 150.0}]}
+              "launch": {"mode": "dp", "device_type": "cuda"}, "env": {}, "epochs": [{"images": 1000}],
+              "measured": {"images": 1000}}  # fmt: skip
+    gpus = [{"index": 0, "energy_j": 50.0}, {"index": 1, "energy_j": 150.0}]
+    util = {"host": {}, "gpus": gpus, "measured_window": {"host": {}, "gpus": gpus}}
     mem = [
         {"cuda_index": 0, "peak_mem_allocated_gib": 3.0, "peak_mem_reserved_gib": 4.0, "mem_total_gib": 80.0},
         {"cuda_index": 1, "peak_mem_allocated_gib": 5.0, "peak_mem_reserved_gib": 6.0, "mem_total_gib": 80.0},
@@ -379,7 +381,9 @@ def _two_rank_record(*, failed: bool) -> dict:
 
     rows = [{"rank": r, "local_rank": r, "host": "n1", "device": f"cuda:{r}", "images": 500, "steps": 5,
              "data_time_s": 0.1, "compute_time_s": 0.9, "time_s": 1.0, "throughput_img_s": 500.0} for r in (0, 1)]  # fmt: skip
-    utils = [{"host": {}, "gpus": [{"index": r, "uuid": U[r], "energy_j": e}]} for r, e in ((0, 100.0), (1, 120.0))]
+    utils = [{"host": {}, "gpus": [{"index": r, "uuid": U[r], "energy_j": e}],
+              "measured_window": {"host": {}, "gpus": [{"index": r, "energy_j": e}]}}
+             for r, e in ((0, 100.0), (1, 120.0))]  # fmt: skip
     m = runner.Measurement(sampler=types.SimpleNamespace(summary=lambda: utils[0]), gpus=[], t0=time.perf_counter())
     m.epochs, m.epoch_ranks = [{"epoch": 1, "images": 1000}], rows  # the last epoch's gather: every rank's rows
     if failed:  # a peer died: no final gather (run/runner.py `_measure` keeps the failure)

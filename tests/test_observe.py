@@ -55,7 +55,8 @@ def test_cpu_run_has_flops_and_tflops_but_no_mfu_or_energy():
 
 
 def test_gpu_run_gets_mfu_memory_energy_and_images_per_joule():
-    util = {"host": {}, "gpus": [{"index": 0, "util_pct": {"mean": 95.0, "max": 99.0}, "energy_j": 600.0}]}
+    gpus = [{"index": 0, "util_pct": {"mean": 95.0, "max": 99.0}, "energy_j": 600.0}]
+    util = {"host": {}, "gpus": gpus, "measured_window": {"host": {}, "gpus": gpus}}
     rec = _record(device="cuda:0 (NVIDIA H100 80GB HBM3)", precision="bf16", env={"gpus": [{"name": "NVIDIA H100 80GB HBM3"}]},
                   throughput_img_s=5000.0, launch={"mode": "inprocess", "device_type": "cuda"})  # fmt: skip
     mem = [{"peak_mem_allocated_gib": 10.0, "peak_mem_reserved_gib": 12.0, "mem_total_gib": 80.0}]
@@ -63,7 +64,8 @@ def test_gpu_run_gets_mfu_memory_energy_and_images_per_joule():
     assert out["achieved_tflops"] == pytest.approx(5.0)
     assert 0 < out["mfu"] < 0.02  # 5 TFLOP/s of a ~990 TFLOP/s dense bf16 peak
     assert out["peak_mem_gib"] == 10.0 and out["peak_mem_reserved_gib"] == 12.0
-    assert out["energy_j"] == 600.0 and out["images_per_j"] == pytest.approx(1200 / 600)
+    # the measured steps' images (1000; the epoch's 1200 include warm-up) over the measured window's energy
+    assert out["energy_j"] == 600.0 and out["images_per_j"] == pytest.approx(1000 / 600)
     assert out["verdict"]["bottleneck"] == "compute-bound" and "MFU" in out["verdict"]["evidence"]
 
 

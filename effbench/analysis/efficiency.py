@@ -82,6 +82,10 @@ def _sxm(t: set[str]) -> bool:
 # catch-all: a family whose form factor the name does not say (a plain "NVIDIA H100", a V100 SXM3 at other
 # clocks) maps to None, never to a sibling's peak.
 _GPU_RULES: tuple[tuple[Callable[[set[str]], bool], str | None], ...] = (
+    # A MIG instance ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", NVML's and torch's name for a slice) has a share of
+    # the GPU's SMs that its name does not give (1g of 7 on A100, 1g of 7 on H100, with a GPU-specific SM
+    # count per slice): the whole GPU's peak would read MFU up to 7x low, so no peak at all.
+    (lambda t: "mig" in t, None),
     (lambda t: "gh200" in t, "GH200"),
     (lambda t: {"h200", "nvl"} <= t, "H200 NVL"),
     (lambda t: "h200" in t, "H200 SXM"),
@@ -154,17 +158,70 @@ def peak_precision(precision: str, *, tf32_enabled: bool, capability: tuple[int,
     return "tf32"
 
 
+def kind_precisions(
+    precision: str,
+    flops: float,
+    matmul_flops: float | None,
+    *,
+    conv_tf32: bool,
+    matmul_tf32: bool,
+    capability: tuple[int, int] | None = None,
+) -> dict[str, float]:
+    """The step's FLOPs by the `PEAK_TFLOPS` column they run at: {column: FLOPs}.
+
+    Under autocast (bf16, fp16) every counted op runs at that precision. In fp32 two switches decide, per
+    op kind: cuDNN's convolutions may use TF32 when `torch.backends.cudnn.allow_tf32` (True by default:
+    torch/backends/cudnn/__init__.py `flags(..., allow_tf32=True, ...)`), cuBLAS's matmuls only when
+    `torch.backends.cuda.matmul.allow_tf32` (False by default; it is True exactly when
+    torch.set_float32_matmul_precision is "high" or "medium", torch/backends/cuda/__init__.py `__getattr__`
+    reads torch._C._get_cublas_allow_tf32()). A ViT in fp32 therefore runs its matmuls at the plain FP32
+    rate, 7x below TF32 on an H100 SXM. `matmul_flops` None (the split unknown): all at the convolutions' column."""
+    conv_col = peak_precision(precision, tf32_enabled=conv_tf32, capability=capability)
+    mm_col = peak_precision(precision, tf32_enabled=matmul_tf32, capability=capability)
+    mm = min(max(float(matmul_flops or 0.0), 0.0), float(flops))
+    out: dict[str, float] = {}
+    for col, f in ((conv_col, float(flops) - mm), (mm_col, mm)):
+        if f > 0:
+            out[col] = out.get(col, 0.0) + f
+    return out or {conv_col: 0.0}
+
+
+def mixed_peak_tflops(gpu_name: str | None, flops_by_precision: dict[str, float]) -> float | None:
+    """The peak of a step whose FLOPs run at several rates: all of them over the time each part takes at
+    its own peak (sum of flops_k / peak_k). None when a part's peak is unknown (never a guess)."""
+    total = sum(flops_by_precision.values())
+    peaks: dict[str, float] = {}
+    for col in flops_by_precision:
+        peak = peak_tflops(gpu_name, col)
+        if peak is None:
+            return None
+        peaks[col] = peak
+    if total <= 0:
+        return next(iter(peaks.values()), None)  # one column, nothing counted: its peak
+    return total / sum(f / peaks[col] for col, f in flops_by_precision.items() if f > 0)
+
+
+def _precision_label(flops_by_precision: dict[str, float]) -> str:
+    """The column, "tf32", or "tf32 93% + fp32 7%" (shares of the step's FLOPs) when the step mixes rates."""
+    if len(flops_by_precision) == 1:
+        return next(iter(flops_by_precision))
+    total = sum(flops_by_precision.values())
+    return " + ".join(f"{col} {100 * f / total:.0f}%" for col, f in flops_by_precision.items())
+
+
 def compute_efficiency(
     flops_per_image: float | None,
     throughput_img_s: float | None,
     *,
     gpu_name: str | None,
-    precision: str,
+    precision: str | dict[str, float],
     world_size: int,
 ) -> dict[str, Any]:
     """Achieved TFLOP/s and MFU.
 
     `throughput_img_s` is the whole job's (all ranks), so the peak is multiplied by `world_size`.
+    `precision`: one `PEAK_TFLOPS` column, or the FLOPs by column (`kind_precisions`) for a step that
+    mixes rates (fp32 convolutions on TF32, matmuls on FP32): its peak is `mixed_peak_tflops`.
     Keys: `achieved_tflops` (when both inputs are known), `peak_tflops_per_device`, `gpu_model` and
     `precision` (when the GPU is in the table), `world_size`, and `mfu` (achieved / (peak *
     world_size)) only when both the achieved figure and the peak are known. Unknown means absent.
@@ -174,10 +231,11 @@ def compute_efficiency(
     if flops_per_image is not None and throughput_img_s is not None:
         achieved = flops_per_image * throughput_img_s / 1e12
         out["achieved_tflops"] = achieved
-    peak = peak_tflops(gpu_name, precision)
+    mix = {precision: 1.0} if isinstance(precision, str) else dict(precision)
+    peak = mixed_peak_tflops(gpu_name, mix)
     if peak is not None:
         out["gpu_model"] = gpu_model(gpu_name)
-        out["precision"] = precision
+        out["precision"] = _precision_label(mix)
         out["peak_tflops_per_device"] = peak
         if achieved is not None and world_size > 0:
             out["mfu"] = achieved / (peak * world_size)
@@ -227,12 +285,16 @@ def profiler_overhead(profiled_step_times_s: Sequence[float], timed_step_times_s
 # model could do, well beyond the few-percent noise of host timers; below it the loader is rarely
 # the first thing worth fixing.
 INPUT_BOUND_SHARE = 0.25
-# The same reasoning for time spent in (non-overlapped) all-reduce: a quarter of the step is
-# throughput lost to the network, not to the model.
+# The same reasoning for exposed communication (collective kernels not hidden behind compute on the
+# trace's timeline, profiling.exposed_communication): a quarter of the step is throughput lost to the
+# network, not to the model. An all-reduce fully overlapped with backward costs nothing and counts nothing.
 COMM_BOUND_SHARE = 0.25
-# Peak reserved / device total. The CUDA context, cuDNN/cuBLAS workspaces and NCCL buffers live
-# outside PyTorch's reservations (about 0.5-1.5 GiB, 1-2% of an 80 GiB GPU, several % of a 16 GiB
-# one) and the caching allocator fragments; past 92% there is no room left to grow the batch.
+# Peak allocated over the measured steps / device total. The CUDA context, cuDNN/cuBLAS workspaces and
+# NCCL buffers live outside PyTorch's allocations (about 0.5-1.5 GiB, 1-2% of an 80 GiB GPU, several % of
+# a 16 GiB one) and the caching allocator fragments; past 92% there is no room left to grow the batch.
+# Allocated, not reserved: torch.cuda.reset_peak_memory_stats restarts each peak from the current value
+# (torch/cuda/memory.py:381, the "peak" of memory_stats), and the reserved pool still holds the blocks
+# cached before the window (cuDNN's autotuning workspaces in warm-up, validation's), which the steps reuse.
 MEMORY_BOUND_FRACTION = 0.92
 # NVML utilisation is the share of time any kernel was running. Below 70% the GPU idles for over
 # 30% of the time: more than the < 25% data wait (INPUT_BOUND_SHARE) can explain, so the host is
@@ -283,11 +345,12 @@ class Measurements:
     data_time_share: float
     """Share of the measured step time spent blocked in next(loader), 0..1."""
     gpu_util_pct_mean: float | None
-    """Mean NVML GPU utilisation over the run, %; None without NVML or on the CPU."""
+    """Mean NVML GPU utilisation over the measured steps' window, %; None without NVML or on the CPU."""
     allreduce_share: float | None
-    """Share of the step time in all-reduce (from the profiling pass), 0..1; None without DDP."""
+    """Share of the step time in communication not overlapped with compute (the profiling pass's trace on
+    CUDA; the all_reduce phase's host share on the CPU), 0..1; None without DDP or unmeasured."""
     peak_mem_fraction: float | None
-    """Peak reserved device memory / device total, 0..1; None on the CPU."""
+    """Peak allocated device memory over the measured steps / device total, 0..1; None on the CPU."""
     cpu_quota_cores: float | None
     """CPU cores this job may use (cgroup quota or affinity); None when unlimited / unknown."""
     workers: int
@@ -378,7 +441,8 @@ def _findings(m: Measurements) -> list[Verdict]:
         found.append(
             Verdict(
                 "communication-bound",
-                f"all-reduce {_pct(m.allreduce_share)} of step time across {m.processes} process(es)",
+                f"exposed all-reduce {_pct(m.allreduce_share)} of step time (not hidden behind compute) "
+                f"across {m.processes} process(es)",
                 "raise the per-GPU batch so each all-reduce buys more compute, use bf16 gradients "
                 "(DDP comm hook), check NCCL uses NVLink/InfiniBand (NCCL_DEBUG=INFO)",
             )
@@ -387,7 +451,7 @@ def _findings(m: Measurements) -> list[Verdict]:
         found.append(
             Verdict(
                 "memory-capacity-bound",
-                f"peak reserved memory {_pct(m.peak_mem_fraction)} of the device",
+                f"peak allocated memory {_pct(m.peak_mem_fraction)} of the device during the measured steps",
                 "use bf16 autocast or activation checkpointing to free memory; a larger batch will not fit",
             )
         )

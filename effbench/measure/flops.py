@@ -21,10 +21,28 @@ from typing import Any, NamedTuple
 
 
 class StepFlops(NamedTuple):
-    """FLOPs of one training step per image: the whole step, and its forward alone."""
+    """FLOPs of one training step per image: the whole step, its forward alone, and the step's FLOPs in
+    matmul-kind ops (`MATMUL_OPS`: cuBLAS's, under torch.backends.cuda.matmul.allow_tf32), the rest being
+    convolutions (cuDNN's, under torch.backends.cudnn.allow_tf32): MFU holds each against its own peak."""
 
     per_image: float
     forward_per_image: float
+    matmul_per_image: float = 0.0
+
+
+# The ops of torch's flop_registry (torch/utils/flop_counter.py:822-843) that are not convolutions: matrix
+# products (cuBLAS, under the matmul switch) and attention (matrix products too, never under cuDNN's conv
+# switch; its fp32 kernels have no datasheet rate of their own, so the matmul column is the nearer peak).
+# Every other counted op is a convolution (aten.convolution, _convolution, cudnn_convolution,
+# convolution_overrideable, _slow_conv2d_forward, convolution_backward).
+def is_matmul_op(op: Any) -> bool:
+    """True for FlopCounterMode's matmul / attention ops, by the op's name ("aten.addmm", "aten.mm")."""
+    return "conv" not in str(op).lower()
+
+
+def matmul_flops(counts: dict[str, dict[Any, int]]) -> float:
+    """The matmul-kind FLOPs in FlopCounterMode.get_flop_counts()'s "Global" table (its every op's total)."""
+    return float(sum(n for op, n in (counts.get("Global") or {}).items() if is_matmul_op(op)))
 
 
 def conv_forward_flops(x_shape: Any, w_shape: Any, out_shape: Any, *, transposed: bool) -> int:
@@ -108,6 +126,7 @@ def step_flops(
             forward = counter.get_total_flops()  # the sum so far: the forward and the loss
             loss.backward()
         total = counter.get_total_flops()
+        matmul = matmul_flops(counter.get_flop_counts())
     finally:
         for p, g in zip(params, saved_grads, strict=True):
             p.grad = g
@@ -116,7 +135,9 @@ def step_flops(
                 if name in buffers:
                     b.copy_(buffers[name])
         model.train(was_training)
-    return StepFlops(per_image=float(total) / batch, forward_per_image=float(forward) / batch)
+    return StepFlops(
+        per_image=float(total) / batch, forward_per_image=float(forward) / batch, matmul_per_image=matmul / batch
+    )
 
 
 def flops_per_image(model: Any, images: Any, labels: Any, **kwargs: Any) -> float:

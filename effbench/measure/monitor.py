@@ -31,6 +31,12 @@ CUDA's and NVML's integer orders differ (CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER
 the UUID does not. Columns are then named by the CUDA index (`gpu0_*` is cuda:0 of this process), and
 a UUID NVML does not know is listed in the summary's `gpus_unmapped` (and voids the energy total).
 Under torchrun each rank passes its own GPU; under DataParallel the process passes all of its GPUs.
+
+The measured window: the trainer calls `window(True)` as the measured steps begin and `window(False)` as they
+end (each epoch's validation, warm-up and compile lie outside). Each call reads every GPU's energy counter at
+that moment, so `summary()["measured_window"]` holds the energy of the window alone (the sum over its spans
+of counter(end) - counter(start)) and the means of the rows sampled inside it: the figures the verdict and
+images per joule read, rather than the whole block's.
 `gpu_indices` (NVML's own PCI-order indices) and the default (every GPU NVML sees) are for tools that
 have no CUDA context. Without pynvml, or when nvmlInit fails, every UUID in `gpu_uuids` is unmapped: a
 rank that sampled nothing voids the job's energy rather than drop out of its sum.
@@ -45,6 +51,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -141,6 +148,13 @@ class _GpuProbe:
             return float(self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle))
         except Exception:  # NVMLError_NotSupported on pre-Volta GPUs, or any transient failure
             return None
+
+    def energy_j_now(self) -> float | None:
+        """The energy counter since this probe started, J, read now (None without a counter)."""
+        energy = self._energy_mj()
+        if energy is None or self._energy0_mj is None:
+            return None
+        return (energy - self._energy0_mj) / 1000.0
 
     def read(self) -> dict[str, float]:
         nv, h = self.nvml, self.handle
@@ -393,11 +407,13 @@ class UtilizationSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
+        self._marks: list[tuple[float, bool, dict[int, float | None]]] = []  # (t_s, opens, energy J per GPU)
         self.sample_errors = 0  # samples lost to an unexpected error (the thread keeps going)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def __enter__(self) -> UtilizationSampler:
         self._gpus, self._rows, self.gpus_unmapped = [], [], []  # a sampler used twice starts afresh
+        self._marks = []
         self._start_nvml()
         try:
             import psutil
@@ -416,6 +432,7 @@ class UtilizationSampler:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self.window(False)  # a window still open (a failure mid-epoch) ends with the block
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -470,6 +487,32 @@ class UtilizationSampler:
                 self._nvml.nvmlShutdown()
             self._nvml = None
 
+    def window(self, opens: bool) -> None:
+        """The measured window opens (True) or closes (False) now: its time and every GPU's energy
+        counter, read here (a few NVML calls, outside the step timers). A repeated call changes nothing."""
+        is_open = bool(self._marks) and self._marks[-1][1]
+        if opens == is_open:
+            return
+        t = time.monotonic() - self._t0
+        energy = {g.index: g.energy_j_now() for g in self._gpus}
+        with self._lock:
+            self._marks.append((t, opens, energy))
+
+    def window_spans(self) -> list[tuple[float, float]]:
+        """The measured window's (start, end) spans in t_s seconds; an open one ends now."""
+        with self._lock:
+            marks = list(self._marks)
+        spans, start = [], None
+        for t, opens, _ in marks:
+            if opens:
+                start = t
+            elif start is not None:
+                spans.append((start, t))
+                start = None
+        if start is not None:
+            spans.append((start, time.monotonic() - self._t0))
+        return spans
+
     def _run(self) -> None:
         k = 1
         while True:
@@ -518,7 +561,7 @@ class UtilizationSampler:
     def summary(self) -> dict[str, Any]:
         """Mean/max per metric and totals of the since-start counters; unmeasured keys are absent."""
         rows = self.samples
-        out: dict[str, Any] = {"interval_s": self.interval_s, "samples": len(rows)}
+        out: dict[str, Any] = {"interval_s": self.interval_s, "samples": len(rows), "hostname": socket.gethostname()}
         if rows:
             out["duration_s"] = rows[-1]["t_s"]
         host: dict[str, Any] = {}
@@ -535,16 +578,10 @@ class UtilizationSampler:
             gpus = []
             for g in self._gpus:
                 entry: dict[str, Any] = {"index": g.index}
-                if g.uuid is not None:
-                    entry["uuid"] = g.uuid
-                if g.nvml_uuid is not None:
-                    entry["nvml_uuid"] = g.nvml_uuid
-                if g.name is not None:
-                    entry["name"] = g.name
-                for metric in _GPU_STATS:
-                    s = _stats([r.get(gpu_column(g.index, metric)) for r in rows])
-                    if s is not None:
-                        entry[metric] = s
+                for key in ("uuid", "nvml_uuid", "name"):
+                    if getattr(g, key) is not None:
+                        entry[key] = getattr(g, key)
+                entry.update(_gpu_stats(rows, g.index))
                 energy = _last(rows, gpu_column(g.index, "energy_j"))
                 if energy is not None:
                     entry["energy_j"] = energy
@@ -552,7 +589,60 @@ class UtilizationSampler:
             out["gpus"] = gpus
         if self.gpus_unmapped:
             out["gpus_unmapped"] = [dict(u) for u in self.gpus_unmapped]
+        window = self._window_summary(rows)
+        if window is not None:
+            out["measured_window"] = window
         return out
+
+    def _window_summary(self, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """The rows sampled inside the measured window (a row's rates cover the interval before it, so a
+        row in (start, end] of a span) and the energy counted between the window's own marks; None when
+        no window was marked."""
+        with self._lock:
+            marks = list(self._marks)
+        if not marks:
+            return None
+        spans = self.window_spans()
+        inside = [r for r in rows if any(a < r["t_s"] <= b for a, b in spans)]
+        out: dict[str, Any] = {"duration_s": sum(b - a for a, b in spans), "spans": len(spans), "samples": len(inside)}
+        host = {k: s for k in _HOST_STATS if (s := _stats([r.get(k) for r in inside])) is not None}
+        out["host"] = host
+        if self._gpus:
+            gpus = []
+            for g in self._gpus:
+                entry: dict[str, Any] = {"index": g.index, **_gpu_stats(inside, g.index)}
+                energy = _window_energy_j(marks, g.index)
+                if energy is not None:
+                    entry["energy_j"] = energy
+                gpus.append(entry)
+            out["gpus"] = gpus
+        return out
+
+
+def _gpu_stats(rows: Sequence[Mapping[str, Any]], index: int) -> dict[str, Any]:
+    """Mean/max of each sampled metric of GPU `index` over `rows`; unmeasured metrics absent."""
+    out = {}
+    for metric in _GPU_STATS:
+        s = _stats([r.get(gpu_column(index, metric)) for r in rows])
+        if s is not None:
+            out[metric] = s
+    return out
+
+
+def _window_energy_j(marks: Sequence[tuple[float, bool, Mapping[int, float | None]]], index: int) -> float | None:
+    """Energy of one GPU inside the window: the counter at each close minus at the open before it; None
+    when any mark lacks the counter (a partial sum would understate it). An open span counts to no close."""
+    total, start = 0.0, None
+    for _, opens, energy in marks:
+        value = energy.get(index)
+        if value is None:
+            return None
+        if opens:
+            start = value
+        elif start is not None:
+            total += value - start
+            start = None
+    return total
 
 
 def energy_j(summary: Mapping[str, Any], job_gpus: int | None = None) -> float | None:

@@ -4,6 +4,8 @@ count_flops(...)      FLOPs per training image and its forward, before training 
 job_cuda_indices(...) the CUDA devices this process trains on (one per DDP rank, all of them under dp)
 sampler_for(...)      the utilisation sampler for those devices, found in NVML by UUID (monitor.py)
 peak_memory(...)      peak allocated / reserved memory of each of those devices
+MeasuredWindow        opens and closes the measured window on the trainer's phases: the sampler's marks
+                      (energy, utilisation) and the peak memory, both of the measured steps alone
 profile(...)          the profiling pass after the timed run (profiling.py)
 summarize(...)        pure: everything above + the run record -> the keys, the MFU and the verdict
 """
@@ -60,7 +62,7 @@ def reset_peak_memory(cuda_indices: Sequence[int]) -> None:
         torch.cuda.reset_peak_memory_stats(i)
 
 
-def peak_memory(cuda_indices: Sequence[int]) -> list[dict[str, float]]:
+def peak_memory(cuda_indices: Sequence[int]) -> list[dict[str, Any]]:
     """Peak allocated and reserved GiB on each of these GPUs since the last reset; [] on the CPU."""
     if not cuda_indices:
         return []
@@ -75,6 +77,61 @@ def peak_memory(cuda_indices: Sequence[int]) -> list[dict[str, float]]:
         }
         for i in cuda_indices
     ]
+
+
+class MeasuredWindow:
+    """The measured steps' window, opened and closed by the trainer's phases (run/train.py `on_phase`):
+    "epochs" opens it (warm-up is over, or a later epoch starts), anything else ("validation",
+    "warm-up") closes it. Opening resets each GPU's peak memory and marks the sampler; closing reads
+    the peaks and marks the sampler again. So the peak memory and the sampler's window figures cover the
+    measured training steps only: not warm-up (compile, cuDNN autotuning), validation, nor the profiling
+    pass after the run. `reset` / `read` are observe's own functions unless a test passes fakes."""
+
+    def __init__(
+        self,
+        sampler: UtilizationSampler,
+        cuda_indices: Sequence[int],
+        *,
+        reset: Any = None,
+        read: Any = None,
+    ) -> None:
+        self.sampler = sampler
+        self.cuda_indices = list(cuda_indices)
+        self._reset = reset or reset_peak_memory
+        self._read = read or peak_memory
+        self.is_open = False
+        self._peaks: dict[int, dict[str, Any]] = {}
+
+    def on_phase(self, name: str) -> None:
+        if name == "epochs":
+            self.open()
+        else:
+            self.close()
+
+    def open(self) -> None:
+        if self.is_open:
+            return
+        self._reset(self.cuda_indices)
+        self.sampler.window(True)
+        self.is_open = True
+
+    def close(self) -> None:
+        if not self.is_open:
+            return
+        self.sampler.window(False)
+        for row in self._read(self.cuda_indices):  # the peaks since open(): one span's
+            old = self._peaks.get(row["cuda_index"])
+            if old is None:
+                self._peaks[row["cuda_index"]] = dict(row)
+            else:
+                for key in ("peak_mem_allocated_gib", "peak_mem_reserved_gib"):
+                    old[key] = max(old[key], row[key])
+        self.is_open = False
+
+    def peak_memory(self) -> list[dict[str, Any]]:
+        """Each GPU's peaks over the window's spans; [] when no span closed (nothing measured, or the CPU)."""
+        self.close()
+        return [dict(v) for _, v in sorted(self._peaks.items())]
 
 
 def profile(
@@ -96,6 +153,59 @@ def profile(
     return run_profile_pass(step, iter(loader), device_type=device_type, out_dir=out_dir, rank=rank, active=active)
 
 
+def _energy(record: Mapping[str, Any], utilization: Mapping[str, Any] | None, job_gpus: int | None) -> dict[str, Any]:
+    """energy_j and images_per_j of the measured steps alone (the counter read as the window opened and
+    closed, monitor.py; not warm-up, compile, validation) over the same steps' images (every rank's), or
+    energy_note saying why there is none. `job_gpus`: the job's GPU count; None on the CPU."""
+    out: dict[str, Any] = {}
+    window = (utilization or {}).get("measured_window")
+    energy = None
+    if utilization and window is not None:
+        in_window = {"gpus": window.get("gpus") or [], "gpus_unmapped": utilization.get("gpus_unmapped")}
+        energy = energy_j(in_window, job_gpus)
+    sampled = len((utilization or {}).get("gpus") or [])
+    if energy is None and job_gpus is not None and utilization and sampled < job_gpus:
+        # e.g. a failed multi-rank run (no gather after a failure: rank 0's sampler alone), a rank whose
+        # NVML did not start; a partial sum would make energy per image look N times better
+        out["energy_note"] = f"not measured on every GPU: {sampled} of the job's {job_gpus} sampled"
+    elif energy is None and job_gpus is not None and utilization and window is None:
+        out["energy_note"] = "no measured window was marked (no measured step ended)"
+    if energy is not None:
+        out["energy_j"] = energy
+        per_j = analysis.images_per_joule(int((record.get("measured") or {}).get("images") or 0), energy)
+        if per_j is not None:
+            out["images_per_j"] = per_j
+    return out
+
+
+def _verdict_scope(utilization: Mapping[str, Any] | None) -> tuple[float | None, Mapping[str, Any]]:
+    """(mean GPU utilisation, host summary) for the verdict: the measured window's samples, as the data-wait
+    share it is set against. A window too short to hold a CPU sample (a few CPU steps) takes the whole
+    block's host figures rather than give no CPU verdict at all; no window at all: the whole block's."""
+    window = (utilization or {}).get("measured_window")
+    scope = window if window is not None else (utilization or {})
+    gpu_util = None
+    means = [g["util_pct"]["mean"] for g in scope.get("gpus") or [] if g.get("util_pct")]
+    if means:
+        gpu_util = sum(means) / len(means)
+    host = scope.get("host") or {}
+    if not host.get("proc_cpu_pct"):
+        host = (utilization or {}).get("host") or {}
+    return gpu_util, host
+
+
+def _allreduce_share(
+    profile_info: Mapping[str, Any] | None, phases: Sequence[Mapping[str, Any]], device_type: str
+) -> float | None:
+    """The verdict's communication share. On CUDA: the exposed share measured on the trace's timeline
+    (profiling.exposed_communication: collective kernels not hidden behind compute on other streams);
+    the all_reduce phase's device time would count an all-reduce that overlaps backward in full. On the
+    CPU (gloo): the all_reduce phase's host share, as before. None when not measured."""
+    if device_type == "cuda":
+        return (profile_info or {}).get("exposed_comm_share")
+    return _phase_share(phases, "all_reduce", False)
+
+
 def _phase_share(phases: Sequence[Mapping[str, Any]], name: str, device: bool) -> float | None:
     for row in phases:
         if row.get("phase") == name and row.get("calls"):
@@ -103,18 +213,60 @@ def _phase_share(phases: Sequence[Mapping[str, Any]], name: str, device: bool) -
     return None
 
 
+# The process tree's CPU (monitor.py), summed over the ranks of rank 0's node for the CPU verdict. cpu_pct (the
+# whole host's) and the byte counters (host-wide) are rank 0's alone, as every rank's would be the same; the
+# tree's memory (rss_gib, pss_gib) stays rank 0's, with the max the sweep tables read (a sum of the ranks'
+# maxes would be a bound, not a peak).
+_TREE_KEYS = ("proc_cpu_pct",)
+
+
+def _node_host(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Rank 0's host summary with its process tree's keys summed over `summaries` (every rank on its node).
+
+    Under torchrun the ranks are siblings, each sampling its own tree (its loader workers included), so
+    rank 0's tree alone is 1/N of the job's CPU use against the node's whole allowance (`--nproc 2` read
+    0.54 cores of 2 and called its own second rank "other processes"). The sum of each tree's mean is the
+    mean of the sum (one mean per rank over the same run); a max of the sum is not known from the ranks'
+    maxes, so a summed key keeps its mean alone, with `ranks`: how many trees it adds up."""
+    host = dict(summaries[0].get("host") or {})
+    if len(summaries) < 2:
+        return host
+    for key in _TREE_KEYS:
+        means = [((u.get("host") or {}).get(key) or {}).get("mean") for u in summaries]
+        if all(m is not None for m in means):
+            host[key] = {"mean": float(sum(means)), "ranks": len(means)}
+        else:  # a rank that did not sample it: a partial sum would understate the node's use
+            host.pop(key, None)
+    return host
+
+
 def merge_utilization(per_rank: Sequence[Mapping[str, Any] | None]) -> dict[str, Any] | None:
-    """Rank 0's host summary and every rank's GPU rows (each rank samples only its own GPUs)."""
-    present = [u for u in per_rank if u]
+    """One summary for the job: every rank's GPU rows (each rank samples only its own GPUs) and the host
+    figures of rank 0's node, its process tree's CPU and memory summed over every rank on that node (a
+    summary's `hostname`, monitor.py; rank 0 first). Ranks on other hosts are left out of the host sums."""
+    present = [(u, u.get("hostname")) for u in per_rank if u]
     if not present:
         return None
-    merged = dict(present[0])
+    on_node = {present[0][1]}  # a summary without a hostname (an older writer): one node
+    node = [u for u, h in present if h in on_node]
+    merged = dict(present[0][0])
+    merged["host"] = _node_host(node)
     for key in ("gpus", "gpus_unmapped"):
-        rows = [g for u in present for g in u.get(key, [])]
+        rows = [g for u, _ in present for g in u.get(key, [])]
         if rows:
             merged[key] = rows
         else:
             merged.pop(key, None)
+    windows = [u.get("measured_window") for u, _ in present]
+    if all(windows):
+        window = dict(windows[0])
+        window["host"] = _node_host([w for (_, h), w in zip(present, windows, strict=True) if h in on_node])
+        rows = [g for w in windows for g in w.get("gpus", [])]
+        if rows:
+            window["gpus"] = rows
+        merged["measured_window"] = window
+    else:
+        merged.pop("measured_window", None)  # some rank marked none: no job-wide window figures
     return merged
 
 
@@ -142,6 +294,8 @@ def summarize(
     tf32_enabled: bool,
     timed_step_times_s: Sequence[float] = (),
     run_dir: Path | None = None,
+    flops_matmul_image: float | None = None,
+    tf32_matmul_enabled: bool = False,
 ) -> dict[str, Any]:
     """The observability keys of results.json, from the measurements. Pure: no torch, no I/O.
 
@@ -149,7 +303,17 @@ def summarize(
     `run_dir`: profile files are recorded relative to it, so the folder can move (readers resolve them
     with `results.in_run_dir`).
 
-    `memory` holds one entry per GPU the job used (every rank's, every DataParallel device's)."""
+    `memory` holds one entry per GPU the job used (every rank's, every DataParallel device's), each the
+    peak of the measured window (MeasuredWindow).
+
+    `flops_matmul_image`: the part of `flops_image` in matmuls and attention (the rest is convolutions),
+    each held against its own peak (analysis.kind_precisions): in fp32 cuDNN's convolutions run on TF32
+    tensor cores when `tf32_enabled` (torch.backends.cudnn.allow_tf32, on by default), cuBLAS's matmuls only
+    when `tf32_matmul_enabled` (torch.backends.cuda.matmul.allow_tf32, off by default).
+
+    The verdict's GPU utilisation and process CPU, and images per joule, read the utilisation summary's
+    `measured_window` (the measured steps alone). A summary without one (no window marked) has no energy;
+    its utilisation, and the CPU figures of a window too short to hold a sample, are the whole block's."""
     out: dict[str, Any] = {}
     device_type = run_device_type(record)
     gpu_names = [g.get("name") for g in (record.get("env") or {}).get("gpus", [])]
@@ -167,14 +331,18 @@ def summarize(
         out["flops_per_image"] = flops_image
         if flops_forward_image is not None:  # to hold against published forward GMACs (x 2)
             out["flops_forward_per_image"] = flops_forward_image
+        capability = analysis.parse_capability(gpu_caps[0]) if device_type == "cuda" and gpu_caps else None
         eff = analysis.compute_efficiency(
             flops_image,
             throughput,
             gpu_name=gpu_names[0] if device_type == "cuda" and gpu_names else None,
-            precision=analysis.peak_precision(
+            precision=analysis.kind_precisions(
                 record.get("precision", "fp32"),
-                tf32_enabled=tf32_enabled,
-                capability=analysis.parse_capability(gpu_caps[0]) if device_type == "cuda" and gpu_caps else None,
+                flops_image,
+                flops_matmul_image,
+                conv_tf32=tf32_enabled,
+                matmul_tf32=tf32_matmul_enabled,
+                capability=capability,
             ),
             world_size=devices,
         )
@@ -183,21 +351,9 @@ def summarize(
         if "mfu" in eff:
             out["mfu"] = eff["mfu"]
             out["mfu_peak_tflops_per_device"] = eff["peak_tflops_per_device"]
+            out["mfu_peak_precision"] = eff["precision"]
     # the job's GPUs: every rank's under DDP, every DataParallel device (LaunchPlan.devices)
-    job_gpus = devices if device_type == "cuda" else None
-    energy = energy_j(utilization, job_gpus) if utilization else None
-    sampled = len((utilization or {}).get("gpus") or [])
-    if energy is None and job_gpus is not None and utilization and sampled < job_gpus:
-        # e.g. a failed multi-rank run (no gather after a failure: rank 0's sampler alone), a rank whose
-        # NVML did not start; a partial sum would make energy per image look N times better
-        out["energy_note"] = f"not measured on every GPU: {sampled} of the job's {job_gpus} sampled"
-    if energy is not None:
-        # the sampler spans the timed epochs (validation included) on every GPU of the job
-        images = sum(e.get("images") or 0 for e in record.get("epochs") or [])
-        out["energy_j"] = energy
-        per_j = analysis.images_per_joule(images, energy)
-        if per_j is not None:
-            out["images_per_j"] = per_j
+    out.update(_energy(record, utilization, devices if device_type == "cuda" else None))
     if profile_info:
         timed = list(timed_step_times_s)
         out["profile"] = {
@@ -209,18 +365,19 @@ def summarize(
             "timed_step_time_s": sum(timed) / len(timed) if timed else None,
             **analysis.profiler_overhead(profile_info.get("profiled_step_times_s") or [], timed),
         }
+        for key in ("comm_kernel_s", "exposed_comm_s", "exposed_comm_share", "exposed_comm_error"):  # CUDA: the trace
+            if profile_info.get(key) is not None:
+                out["profile"][key] = profile_info[key]
     phases = (profile_info or {}).get("phases") or []
-    gpu_util = None
-    if utilization and utilization.get("gpus"):
-        means = [g["util_pct"]["mean"] for g in utilization["gpus"] if g.get("util_pct")]
-        gpu_util = sum(means) / len(means) if means else None
+    gpu_util, host = _verdict_scope(utilization)
     peak_fraction = None
     if mems:
-        peak_fraction = max(m["peak_mem_reserved_gib"] / m["mem_total_gib"] for m in mems if m.get("mem_total_gib"))
+        # allocated: the reserved pool keeps blocks cached before the window (see MEMORY_BOUND_FRACTION)
+        peak_fraction = max(m["peak_mem_allocated_gib"] / m["mem_total_gib"] for m in mems if m.get("mem_total_gib"))
     m = analysis.Measurements(
         data_time_share=record.get("data_time_share") or 0.0,
         gpu_util_pct_mean=gpu_util,
-        allreduce_share=_phase_share(phases, "all_reduce", device_type == "cuda") if devices > 1 else None,
+        allreduce_share=_allreduce_share(profile_info, phases, device_type) if devices > 1 else None,
         peak_mem_fraction=peak_fraction,
         cpu_quota_cores=cpu_quota_cores,
         workers=workers_per_process * processes_per_node,
@@ -228,8 +385,8 @@ def summarize(
         mfu=out.get("mfu"),
         device_type=device_type,
         measured_steps=int((record.get("measured") or {}).get("steps") or 0),
-        proc_cpu_pct_mean=(((utilization or {}).get("host") or {}).get("proc_cpu_pct") or {}).get("mean"),
-        host_cpu_pct_mean=(((utilization or {}).get("host") or {}).get("cpu_pct") or {}).get("mean"),
+        proc_cpu_pct_mean=(host.get("proc_cpu_pct") or {}).get("mean"),
+        host_cpu_pct_mean=(host.get("cpu_pct") or {}).get("mean"),
         threads_per_process=(record.get("launch") or {}).get("threads_per_proc"),
     )
     v = analysis.verdict(m)

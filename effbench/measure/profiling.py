@@ -11,6 +11,10 @@ It writes, in `out_dir` (names without the `_rank{r}` suffix on rank 0):
   time and by self CPU time (on a CPU-only run the "device" file says so and holds the CPU table);
 - `profile_phases.txt`: the step's phases (PHASES plus data_wait) with their times and shares.
 
+On CUDA it also measures, on the trace's device timeline, how much of the collective (NCCL) kernels' time
+no compute kernel overlapped (`exposed_communication`): the verdict's "communication-bound" reads that, not
+the all-reduce's whole device time, which counts an all-reduce hidden behind backward in full.
+
 The caller's step labels its phases with `torch.profiler.record_function(name)` for the names in
 PHASES; this pass adds `data_wait` around `next(batches)` and `step` around the call.
 """
@@ -71,6 +75,61 @@ def _merge_overlaps(spans: list[tuple[float, float]]) -> list[tuple[float, float
 def _is_allreduce(name: str) -> bool:
     key = name.lower().replace("_", "")
     return "allreduce" in key and key != PHASE_ALL_REDUCE.replace("_", "")
+
+
+def _is_comm_kernel(name: str) -> bool:
+    """NCCL's device kernels: ncclKernel_AllReduce_... (NCCL < 2.19), ncclDevKernel_AllReduce_... (later)."""
+    return name.lower().startswith("nccl")
+
+
+def _covered_us(spans: list[tuple[float, float]], cover: list[tuple[float, float]]) -> float:
+    """Length of the merged `spans` that the merged `cover` overlaps (both sorted, disjoint)."""
+    total, j = 0.0, 0
+    for start, end in spans:
+        while j < len(cover) and cover[j][1] <= start:
+            j += 1
+        k = j
+        while k < len(cover) and cover[k][0] < end:
+            total += min(end, cover[k][1]) - max(start, cover[k][0])
+            k += 1
+    return total
+
+
+def exposed_communication(trace_events: Iterable[dict[str, Any]]) -> dict[str, float]:
+    """Communication time on the device timeline of a Chrome trace (torch.profiler's export_chrome_trace
+    events), in seconds: `comm_kernel_s`, the union of the collective (NCCL) kernels' spans, and
+    `exposed_comm_s`, the part of it during which no compute kernel ran on the same device. DDP launches
+    its all-reduces on NCCL's own stream while backward's kernels run on the compute stream; an all-reduce
+    that ran entirely beside backward kernels costs the step nothing and is not exposed. Kernel events are
+    written as {"ph": "X", "cat": "kernel", "pid": device, "tid": stream, "ts", "dur" (us), "args": {"device",
+    "stream", ...}} (torch/profiler/_chrome_trace_export.py:195-210; _trace_validator.py:146-149 reads them
+    by args device and stream the same way); memory copies and annotations are neither communication nor
+    compute here. Compute on the comm kernel's own stream cannot overlap it, so all other kernels count."""
+    comm: dict[Any, list[tuple[float, float]]] = {}
+    compute: dict[Any, list[tuple[float, float]]] = {}
+    for evt in trace_events:
+        if evt.get("ph") != "X" or str(evt.get("cat", "")).lower() != "kernel":
+            continue
+        start = float(evt["ts"])
+        span = (start, start + float(evt.get("dur") or 0.0))
+        device = (evt.get("args") or {}).get("device", evt.get("pid"))
+        (comm if _is_comm_kernel(str(evt.get("name", ""))) else compute).setdefault(device, []).append(span)
+    total_us = exposed_us = 0.0
+    for device, spans in comm.items():
+        merged = _merge_overlaps(spans)
+        length = sum(e - s for s, e in merged)
+        total_us += length
+        exposed_us += length - _covered_us(merged, _merge_overlaps(compute.get(device, [])))
+    return {"comm_kernel_s": total_us / 1e6, "exposed_comm_s": exposed_us / 1e6}
+
+
+def read_trace_events(path: Path) -> list[dict[str, Any]]:
+    """The `traceEvents` of a Chrome trace file (plain or gzipped JSON)."""
+    import json
+
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return list(json.load(f).get("traceEvents") or [])
 
 
 def phase_breakdown(events: Iterable[Any], *, with_device: bool) -> list[dict[str, Any]]:
@@ -249,8 +308,15 @@ def run_profile_pass(
             prof.step()
     # Leaving the profiler ends a cut-short active window and fires on_trace_ready; a pass that
     # never reached the active steps has no trace.
+    comm: dict[str, Any] = {}
     try:
         if plain_trace.exists():
+            if on_cuda and active_times_s:  # the collectives on the device timeline, before the file is gzipped
+                try:
+                    comm = exposed_communication(read_trace_events(plain_trace))
+                    comm["exposed_comm_share"] = comm["exposed_comm_s"] / sum(active_times_s)
+                except (ValueError, KeyError, TypeError) as e:  # an unreadable trace: no share, the pass goes on
+                    comm = {"exposed_comm_error": f"{type(e).__name__}: {e}".splitlines()[0]}
             _gzip_file(plain_trace, trace)
     finally:
         # A trace cut short (disk full) is never left behind, nor torch's own temporary file.
@@ -292,4 +358,5 @@ def run_profile_pass(
         "wait_steps": counts["wait"],
         "warmup_steps": counts["warmup"],
         "device_table": on_cuda,
+        **comm,  # CUDA: comm_kernel_s, exposed_comm_s, exposed_comm_share (of the active steps' wall time)
     }

@@ -52,6 +52,7 @@ def summary_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
         ),
         ("loader / workers", f"{fmt_value(loader)} / {fmt_value(workers)}"),
         (HEADLINE_ROW, fmt_value(results.get("throughput_img_s"), 1)),
+        ("throughput timing", HEADLINE_TIMING),
         (WINDOWS_ROW, _windows(results)),
         ("measured steps / images", f"{fmt_value(measured.get('steps'))} / {fmt_value(measured.get('images'), 3)}"),
         # results.json's data_time_share (the headline's: null without a measured step), never a 0% nobody measured
@@ -111,7 +112,18 @@ def _no_ci(s: Mapping[str, Any], w: Mapping[str, Any]) -> str:
 
 def _stat(d: Mapping[str, Any] | None, key: str, digits: int = 1) -> str:
     v = (d or {}).get(key)
-    return "-" if not v else f"{v['mean']:.{digits}f} mean / {v['max']:.{digits}f} max"
+    if not v:
+        return "-"
+    if "max" not in v:  # summed over ranks (observe.merge_utilization): a mean, no max of the sum
+        return f"{v['mean']:.{digits}f} mean, {v.get('ranks', '?')} ranks summed"
+    return f"{v['mean']:.{digits}f} mean / {v['max']:.{digits}f} max"
+
+
+HEADLINE_TIMING = (
+    "per-step synced: each step ends with a host sync (torch.cuda.synchronize on CUDA; run/timing.py), like "
+    "timm's benchmark.py; a pipelined loop, one sync per window, may be faster on CUDA for steps of a few ms "
+    "(selftest 'pipelined loop vs harness' measures the gap)"
+)
 
 
 def observability_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -128,24 +140,15 @@ def observability_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
         rows.append(
             (
                 "MFU",
-                f"{100 * results['mfu']:.1f}% of {fmt_value(results.get('mfu_peak_tflops_per_device'), 1)} TFLOP/s per device",
+                f"{100 * results['mfu']:.1f}% of {fmt_value(results.get('mfu_peak_tflops_per_device'), 1)} TFLOP/s per device"
+                + (f" ({results['mfu_peak_precision']})" if results.get("mfu_peak_precision") else ""),
             )
         )
-    util = results.get("utilization") or {}
-    host = util.get("host") or {}
-    if host:
-        rows.append(("host CPU % (system)", _stat(host, "cpu_pct")))
-        rows.append(("run CPU % (process tree)", _stat(host, "proc_cpu_pct")))
-        rows.append(("run resident memory, RSS summed (GiB)", _stat(host, "rss_gib", 2)))
-        if host.get("pss_gib"):
-            rows.append(("run memory, PSS (GiB)", _stat(host, "pss_gib", 2)))
-    for g in util.get("gpus", []):
-        rows.append((f"GPU {g.get('index')} utilisation %", _stat(g, "util_pct")))
-        rows.append((f"GPU {g.get('index')} power (W)", _stat(g, "power_w")))
+    rows += _utilization_rows(results.get("utilization") or {})
     if results.get("peak_mem_gib") is not None:
         rows.append(
             (
-                "peak device memory (GiB)",
+                "peak device memory, measured steps (GiB)",
                 f"{results['peak_mem_gib']:.2f} allocated / {results.get('peak_mem_reserved_gib', 0):.2f} reserved",
             )
         )
@@ -165,6 +168,28 @@ def observability_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
     verdict = results.get("verdict")
     if verdict:  # never a label without the measurements behind it
         rows.append(("bottleneck", f"{verdict.get('bottleneck', '-')} ({verdict.get('evidence', '')})"))
+    return rows
+
+
+def _utilization_rows(util: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The sampler's host and GPU figures over the whole block, then the measured window's (the verdict's)."""
+    rows: list[tuple[str, str]] = []
+    host = util.get("host") or {}
+    if host:
+        rows.append(("host CPU % (system)", _stat(host, "cpu_pct")))
+        rows.append(("run CPU % (process tree)", _stat(host, "proc_cpu_pct")))
+        rows.append(("run resident memory, RSS summed (GiB)", _stat(host, "rss_gib", 2)))
+        if host.get("pss_gib"):
+            rows.append(("run memory, PSS (GiB)", _stat(host, "pss_gib", 2)))
+    for g in util.get("gpus", []):
+        rows.append((f"GPU {g.get('index')} utilisation %", _stat(g, "util_pct")))
+        rows.append((f"GPU {g.get('index')} power (W)", _stat(g, "power_w")))
+    window = util.get("measured_window") or {}  # what the verdict reads (observe.summarize)
+    if (window.get("host") or {}).get("proc_cpu_pct"):
+        rows.append(("run CPU %, measured steps only", _stat(window["host"], "proc_cpu_pct")))
+    for g in window.get("gpus", []):
+        if g.get("util_pct"):
+            rows.append((f"GPU {g.get('index')} utilisation %, measured steps only", _stat(g, "util_pct")))
     return rows
 
 

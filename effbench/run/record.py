@@ -246,6 +246,8 @@ class Conditions:
     tf32_enabled: bool
     cpu_quota_cores: float | None
     run_dir: Path | None  # profile files are recorded relative to it
+    flops_matmul_per_image: float | None = None  # the matmul / attention part of flops_per_image (flops.py)
+    tf32_matmul_enabled: bool = False  # torch.backends.cuda.matmul.allow_tf32 (cudnn's is tf32_enabled)
 
 
 def finish(opened: Mapping[str, Any], m: Measured, c: Conditions) -> Row:
@@ -276,6 +278,8 @@ def finish(opened: Mapping[str, Any], m: Measured, c: Conditions) -> Row:
             tf32_enabled=c.tf32_enabled,
             timed_step_times_s=m.measured.step_times_s,
             run_dir=c.run_dir,
+            flops_matmul_image=c.flops_matmul_per_image,
+            tf32_matmul_enabled=c.tf32_matmul_enabled,
         )
     )
     if c.data_only:  # no model ran: a training bottleneck verdict would mislead

@@ -431,6 +431,7 @@ class Measurement:
     profile_error: str | None = None
     failure: BaseException | None = None
     outcome: dict[str, Any] = dataclasses.field(default_factory=lambda: {"status": "ok"})  # rec.outcome_of(failure)
+    window: observe.MeasuredWindow | None = None  # opened / closed by the trainer's phases
 
 
 def _run_benchmark(
@@ -598,7 +599,7 @@ def _measure(
     in `failure` (classified by rec.outcome_of), never raised."""
     gpus = observe.job_cuda_indices(prep.rt.device.type, plan.mode, plan.nproc_per_node, dist.local_rank)
     m = Measurement(sampler=observe.sampler_for(gpus, prep.cfg.sample_interval_s), gpus=gpus, t0=0.0)
-    observe.reset_peak_memory(gpus)
+    m.window = observe.MeasuredWindow(m.sampler, gpus)  # peak memory and the sampler's window: measured steps only
     m.t0 = time.perf_counter()
     try:
         if received:  # a signal arrived while the run folder was made
@@ -611,7 +612,7 @@ def _measure(
             {
                 "row": _rank_row(dist, prep.rt, m.measured),
                 "util": m.sampler.summary(),
-                "mem": observe.peak_memory(gpus),
+                "mem": m.window.peak_memory(),
                 "steps": m.rank_steps,  # every rank's measured steps, for windows of the same definition
             }
         )
@@ -645,6 +646,11 @@ def _epochs(
     ):
         faults.inject_oom(prep.batch)  # test hook EFFBENCH_FAULT_OOM_AT_BATCH (faults.py); off unless set
 
+        def on_phase(name: str) -> None:
+            phase.enter(name)
+            if m.window is not None:  # outside the step timers: run/train.py calls it between steps
+                m.window.on_phase(name)
+
         def on_step(warmup: bool, t: StepTime, images: int) -> None:
             # every warm-up step as it ends: one cut short by a signal in warm-up still reports the ones that ran
             if warmup:
@@ -652,11 +658,11 @@ def _epochs(
             prog.step(warmup, t.total_s, images)  # the progress lines' img/s: measured steps, as the headline
 
         epochs_iter = (
-            data_epochs(data, rt, cfg, on_progress=prog.update, on_phase=phase.enter, on_step=on_step)
+            data_epochs(data, rt, cfg, on_progress=prog.update, on_phase=on_phase, on_step=on_step)
             if cfg.data_only
             else train_epochs(
                 prep.model, data, prep.optimizer, prep.scheduler, rt, cfg, on_progress=prog.update,
-                on_phase=phase.enter, on_step=on_step, scaler=prep.scaler,
+                on_phase=on_phase, on_step=on_step, scaler=prep.scaler,
             )
         )  # fmt: skip
         for er in epochs_iter:
@@ -684,6 +690,8 @@ def _epochs(
                 prog.log(f"val top-1 {merged['val_top1']:.4f} >= --target-top1 {cfg.target_top1:g}: stopping")
                 epochs_iter.close()
                 break
+        if m.window is not None:  # the last span ends with the epochs (data-only passes have no validation)
+            m.window.close()
 
 
 def _wait_for_rank0s_write(dist: DistContext, rt: Runtime) -> None:
@@ -708,7 +716,7 @@ def _measured(prep: Prepared, dist: DistContext, m: Measurement) -> rec.Measured
         steps_by_rank = [g["steps"] for g in sorted(m.gathered, key=lambda g: g["row"]["rank"])]
     else:  # windows only when this rank is the whole job (its steps alone are not the job's)
         ranks = rec.ranks_after_failure(m.epoch_ranks, _rank_row(dist, prep.rt, m.measured), dist.world_size)
-        utilization, memory = [m.sampler.summary()], observe.peak_memory(m.gpus)
+        utilization, memory = [m.sampler.summary()], m.window.peak_memory() if m.window else []
         steps_by_rank = [m.rank_steps] if dist.world_size == 1 else []
     return rec.Measured(
         outcome=m.outcome,
@@ -742,6 +750,8 @@ def _conditions(prep: Prepared, plan: LaunchPlan, run_dir: Path | None) -> rec.C
         tf32_enabled=bool(torch.backends.cudnn.allow_tf32),
         cpu_quota_cores=_cpu_limit(),
         run_dir=run_dir,
+        flops_matmul_per_image=prep.flops.matmul_per_image if prep.flops else None,
+        tf32_matmul_enabled=bool(torch.backends.cuda.matmul.allow_tf32),
     )
 
 

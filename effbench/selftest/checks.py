@@ -625,6 +625,69 @@ def check_data_path(ctx: Context) -> list[Check]:
     ]
 
 
+PIPELINED_NAME = "pipelined loop vs harness"
+# CIFAR-sized resnet18 steps of a few ms on a datacenter GPU: where one host sync per step costs most
+PIPELINED_RUN: dict[str, Any] = {"arch": "resnet18", "image_size": 32, "batch_size": 128}
+PIPELINED_WINDOW = 10  # steps per window: the pipelined loop syncs once per window; the harness is cut alike
+# alternating rounds a side: a side's best is read against its next round's (compare_fastest_steps)
+PIPELINED_ROUNDS = 4
+PIPELINED_CPU_SKIP = (
+    "CUDA only: on the CPU each op runs to completion on the host before the next is issued, so a loop has "
+    "nothing to pipeline and the harness's per-step sync costs nothing"
+)
+
+
+def window_img_s(steps: list[tuple[int, float, float]], window: int) -> list[float]:
+    """Images/s of consecutive windows of `window` measured steps (images, data s, compute s), a last part
+    window dropped: the harness's steps cut as the pipelined loop's windows are."""
+    out = []
+    for i in range(0, len(steps) - window + 1, window):
+        part = steps[i : i + window]
+        out.append(sum(n for n, _, _ in part) / sum(d + c for _, d, c in part))
+    return out
+
+
+def check_pipelined(ctx: Context) -> list[Check]:
+    """The headline's timing (one host sync per step, run/timing.py) beside a pipelined loop of the same
+    model (one sync per PIPELINED_WINDOW steps): how much faster the GPU runs when the host may queue the
+    next step while the last one computes. A measurement with its range, not a defect: PASS unless the
+    pipelined loop is slower beyond the range (which would mean the comparison itself is broken)."""
+    if not ctx.cuda:
+        return [Check(PIPELINED_NAME, SKIP, reason=PIPELINED_CPU_SKIP)]
+    from effbench.config import RunConfig
+    from effbench.data.synthetic import NUM_CLASSES
+    from effbench.models import build_model
+    from effbench.selftest.reference import BareLoop
+
+    cfg, shape = ctx.cfg, dict(PIPELINED_RUN)
+    windows = max(5, cfg.steps // PIPELINED_WINDOW)  # 50+ steps a round: a few ms each on a GPU
+    rc = RunConfig(dataset="synthetic", weights="none", freeze="none", **shape)
+    loop = BareLoop(build_model(rc, NUM_CLASSES).model, batch=shape["batch_size"], image_size=shape["image_size"],
+                    classes=NUM_CLASSES, device=ctx.device)  # fmt: skip
+    for _ in range(cfg.warmup_steps):
+        loop.step()
+    harness_rounds: list[list[float]] = []
+    pipelined_rounds: list[list[float]] = []
+    for _ in range(PIPELINED_ROUNDS):  # alternating, so both sides meet the same moments of the machine
+        res = harness(ctx, precision="fp32", channels_last=False, optimizer_impl="foreach", **shape,
+                      max_steps=cfg.warmup_steps + windows * PIPELINED_WINDOW, warmup_steps=cfg.warmup_steps)  # fmt: skip
+        harness_rounds.append(window_img_s(measured_steps(Path(res["_run_dir"]) / "steps.csv"), PIPELINED_WINDOW))
+        pipelined_rounds.append([loop.pipelined_img_s(PIPELINED_WINDOW) for _ in range(windows)])
+    status, ratio, best_p, best_h, why = compare_fastest_steps(pipelined_rounds, harness_rounds, min_ratio=0.97)
+    return [
+        Check(
+            PIPELINED_NAME,
+            FAIL if status == FAIL else PASS,
+            f"{best_p:.1f} img/s pipelined ({ratio - 1:+.1%} vs the harness)",
+            f"{best_h:.1f} img/s harness",
+            "gap reported; FAIL only if pipelined < 0.97x",
+            f"fastest window of {PIPELINED_WINDOW} steps, {PIPELINED_ROUNDS} alternating rounds a side; {why}; the "
+            f"headline is the harness's (per-step synced, like timm's benchmark.py); {shape['arch']} "
+            f"{shape['image_size']} px batch {shape['batch_size']} fp32",
+        )  # fmt: skip
+    ]
+
+
 CHECKS: dict[str, Callable[[Context], list[Check]]] = {
     "flops": check_flops,
     "harness": check_harness_vs_bare,
@@ -633,6 +696,7 @@ CHECKS: dict[str, Callable[[Context], list[Check]]] = {
     "nvml": check_nvml,
     "ddp": check_ddp,
     "data": check_data_path,
+    "pipelined": check_pipelined,
 }
 
 

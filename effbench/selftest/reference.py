@@ -35,7 +35,8 @@ class BareLoop:
         self.x = torch.randn(batch, 3, image_size, image_size, generator=g).to(device)
         self.y = torch.randint(0, classes, (batch,), generator=g).to(device)
 
-    def step(self) -> None:
+    def step(self, *, sync: bool = True) -> None:
+        """One step; `sync` False leaves its kernels queued (the pipelined loop's steps)."""
         import torch
 
         with torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
@@ -43,8 +44,23 @@ class BareLoop:
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()
-        if self.device.type == "cuda":
+        if sync and self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+    def pipelined_img_s(self, steps: int) -> float:
+        """`steps` steps with one device sync after the last (and one before the first, so the window starts
+        with the device idle): the host queues step i+1 while the device still runs step i. Images/s."""
+        import torch
+
+        cuda = self.device.type == "cuda"
+        if cuda:
+            torch.cuda.synchronize(self.device)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            self.step(sync=False)
+        if cuda:
+            torch.cuda.synchronize(self.device)
+        return steps * self.batch / (time.perf_counter() - t0)
 
     def timed_step_img_s(self) -> float:
         """One step, timed by the wall clock around it: images/s."""

@@ -1,0 +1,457 @@
+"""Issue 27, items 3-9 and the pipelined question: what a GPU (or a multi-rank) run measures and how the
+verdict reads it, each tested on the CPU with fakes (NVML, device names, allocator, profiler traces)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import types
+
+import pytest
+
+from effbench.analysis import efficiency as eff
+from effbench.measure import monitor, observe
+
+
+def _summ(record, **kw):
+    args = dict(flops_image=None, utilization=None, memory=[], profile_info=None, cpu_quota_cores=None,
+                workers_per_process=0, processes_per_node=1, tf32_enabled=False)  # fmt: skip
+    args.update(kw)
+    return observe.summarize(record, **args)
+
+
+def _cuda_record(**kw):
+    rec = {"precision": "fp32", "devices": 1, "world_size": 1, "throughput_img_s": 1000.0, "data_time_share": 0.02,
+           "measured": {"steps": 50, "time_s": 1.0, "images": 1000}, "epochs": [{"images": 1200}],
+           "launch": {"mode": "inprocess", "device_type": "cuda"},
+           "env": {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "capability": "9.0"}]}}  # fmt: skip
+    rec.update(kw)
+    return rec
+
+
+# ------------------------------------------------------------------------------------------------
+# 3. The CPU verdict under DDP: every local rank's process tree against the node's allowance
+# ------------------------------------------------------------------------------------------------
+def _rank_summary(proc_cpu_mean: float, host: str = "n1", cpu_pct: float = 99.0) -> dict:
+    """One rank's sampler summary (monitor.UtilizationSampler.summary's keys): its own tree's CPU."""
+    return {"hostname": host, "host": {"cpu_pct": {"mean": cpu_pct, "max": 100.0},
+                                       "proc_cpu_pct": {"mean": proc_cpu_mean, "max": proc_cpu_mean + 5},
+                                       "rss_gib": {"mean": 1.0, "max": 1.1}}}  # fmt: skip
+
+
+def test_two_ranks_trees_are_summed_so_a_saturated_node_is_not_called_contended():
+    # `--nproc 2 --device cpu` on 2 cores: each rank's tree used 0.95 cores. Rank 0's alone (today) read
+    # 0.95 of 2 and "cpu-contended: other processes took the rest", the other process being rank 1.
+    merged = observe.merge_utilization([_rank_summary(95.0), _rank_summary(95.0)])
+    assert merged["host"]["proc_cpu_pct"] == {"mean": 190.0, "ranks": 2}
+    assert merged["host"]["cpu_pct"]["mean"] == 99.0  # host-wide: rank 0's, not summed
+    rec = {"precision": "fp32", "devices": 2, "world_size": 2, "throughput_img_s": 10.0, "data_time_share": 0.4,
+           "measured": {"steps": 10, "images": 100}, "launch": {"device_type": "cpu", "threads_per_proc": 1}}  # fmt: skip
+    v = _summ(rec, utilization=merged, cpu_quota_cores=2.0, workers_per_process=1, processes_per_node=2)["verdict"]
+    # 2 processes + 2 workers on 2 cores, 1.90 cores used, 40% data wait: cpu-starved fires with two ranks
+    assert v["bottleneck"] == "cpu-starved", v
+    assert "cpu-contended" not in v["evidence"]
+    assert v["evidence"].startswith("run's processes used 1.90 cores of 2 allowed")
+
+
+def test_ranks_on_another_host_stay_out_of_the_node_sum():
+    merged = observe.merge_utilization(
+        [_rank_summary(80.0, "n1"), _rank_summary(70.0, "n1"), _rank_summary(90.0, "n2")]
+    )
+    assert merged["host"]["proc_cpu_pct"]["mean"] == 150.0
+    # a rank that did not sample its tree: no partial sum (it would understate the node's use)
+    lost = _rank_summary(70.0)
+    del lost["host"]["proc_cpu_pct"]
+    assert "proc_cpu_pct" not in observe.merge_utilization([_rank_summary(80.0), lost])["host"]
+
+
+def test_the_sampler_summary_names_its_host():
+    import socket
+
+    with monitor.UtilizationSampler(interval_s=10, gpu_indices=[]) as mon:
+        pass
+    assert mon.summary()["hostname"] == socket.gethostname()
+
+
+def test_summed_tree_cpu_renders_as_a_mean_of_ranks():
+    from effbench.report.tables import observability_rows
+
+    rows = dict(
+        observability_rows({"utilization": observe.merge_utilization([_rank_summary(60.0), _rank_summary(70.0)])})
+    )
+    assert rows["run CPU % (process tree)"] == "130.0 mean, 2 ranks summed"
+
+
+# ------------------------------------------------------------------------------------------------
+# 4. MIG slices get no peak
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "name",
+    [
+        "NVIDIA A100-SXM4-40GB MIG 1g.5gb",  # NVML's / torch's name of a MIG device (1 of 7 GPCs)
+        "NVIDIA A100-SXM4-80GB MIG 3g.40gb",
+        "NVIDIA H100 80GB HBM3 MIG 1g.10gb",
+        "NVIDIA H100 PCIe MIG 7g.80gb",
+    ],
+)
+def test_mig_slices_get_no_peak_and_no_mfu(name):
+    assert eff.gpu_model(name) is None and eff.peak_tflops(name, "bf16") is None
+    rec = _cuda_record(precision="bf16", env={"gpus": [{"name": name, "capability": "8.0"}]})
+    out = _summ(rec, flops_image=1e9)
+    assert "mfu" not in out and out["achieved_tflops"] == pytest.approx(1.0)
+
+
+def test_whole_gpus_still_have_their_peak():
+    assert eff.gpu_model("NVIDIA A100-SXM4-40GB") == "A100"
+    assert eff.gpu_model("NVIDIA H100 80GB HBM3") == "H100 SXM"
+
+
+# ------------------------------------------------------------------------------------------------
+# 5. fp32 MFU: convolutions at the TF32 peak (cudnn.allow_tf32), matmuls at FP32 (cuda.matmul.allow_tf32)
+# ------------------------------------------------------------------------------------------------
+def test_step_flops_splits_matmuls_from_convolutions():
+    import torch
+
+    from effbench.measure.flops import step_flops
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Flatten(), torch.nn.Linear(8 * 14 * 14, 10))
+    x, y = torch.randn(2, 3, 16, 16), torch.tensor([1, 2])
+    got = step_flops(model, x, y)
+    # written apart: per image, the conv's forward 2 * (8*14*14) * (3*3*3) and its weight gradient (the input
+    # is a leaf: no input gradient); the linear's forward 2 * 1568 * 10, its input and weight gradients
+    conv = 2 * (8 * 14 * 14) * 27 * 2
+    linear = 2 * 1568 * 10 * 3
+    assert got.matmul_per_image == linear
+    assert got.per_image == conv + linear
+
+
+def test_torch_defaults_leave_matmuls_in_full_fp32():
+    import torch
+
+    # the pinned torch's defaults (torch/backends/cudnn/__init__.py flags(allow_tf32=True);
+    # torch/backends/cuda/__init__.py reads cuBLAS's switch, which follows float32_matmul_precision "highest")
+    assert torch.backends.cudnn.allow_tf32 is True
+    assert torch.backends.cuda.matmul.allow_tf32 is False and torch.get_float32_matmul_precision() == "highest"
+
+
+def test_fp32_vit_like_step_is_held_against_fp32_for_its_matmuls():
+    # 90% of the FLOPs in matmuls (a ViT), 10% in the patch convolution, fp32 on an H100 SXM (datasheet:
+    # FP32 67, TF32 494.5 dense) with torch's defaults: the convolution may use TF32, the matmuls may not.
+    rec = _cuda_record(throughput_img_s=20_000.0)
+    out = _summ(rec, flops_image=1e9, flops_matmul_image=0.9e9, tf32_enabled=True, tf32_matmul_enabled=False)
+    peak = 1e9 / (0.1e9 / 494.5 + 0.9e9 / 67.0)  # the step's time at each part's own peak, written apart
+    assert out["mfu_peak_tflops_per_device"] == pytest.approx(peak)
+    assert out["mfu"] == pytest.approx(20.0 / peak)  # 20 TFLOP/s achieved
+    assert out["mfu_peak_precision"] == "tf32 10% + fp32 90%"
+    # today's code held all of it against TF32: MFU 20 / 494.5, 6.6x lower than the above
+    assert out["mfu"] > 5 * 20.0 / 494.5
+    # with set_float32_matmul_precision("high") the matmuls may use TF32 too
+    high = _summ(rec, flops_image=1e9, flops_matmul_image=0.9e9, tf32_enabled=True, tf32_matmul_enabled=True)
+    assert high["mfu_peak_tflops_per_device"] == pytest.approx(494.5) and high["mfu_peak_precision"] == "tf32"
+
+
+def test_a_cnn_and_autocast_runs_keep_one_peak():
+    rec = _cuda_record(throughput_img_s=20_000.0)
+    cnn = _summ(rec, flops_image=1e9, flops_matmul_image=0.0, tf32_enabled=True)
+    assert cnn["mfu_peak_tflops_per_device"] == pytest.approx(494.5)
+    bf16 = _summ(_cuda_record(precision="bf16"), flops_image=1e9, flops_matmul_image=0.9e9, tf32_enabled=True)
+    assert bf16["mfu_peak_tflops_per_device"] == pytest.approx(989.5) and bf16["mfu_peak_precision"] == "bf16"
+    # a Volta has no TF32: both parts at FP32 whatever the switches say
+    v100 = _cuda_record(env={"gpus": [{"name": "Tesla V100-SXM2-32GB", "capability": "7.0"}]})
+    assert _summ(v100, flops_image=1e9, flops_matmul_image=0.5e9, tf32_enabled=True)["mfu_peak_precision"] == "fp32"
+
+
+# ------------------------------------------------------------------------------------------------
+# 6 + 8. Energy and GPU utilisation over the measured window only
+# ------------------------------------------------------------------------------------------------
+class EnergyNVML:
+    """One GPU whose energy counter (mJ) and utilisation the test sets (pynvml's call names)."""
+
+    def __init__(self) -> None:
+        self.energy_mj = 1_000.0
+        self.util = 10
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceIsMigDeviceHandle(self, h: int) -> int:
+        return 0
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> float:
+        return self.energy_mj
+
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> types.SimpleNamespace:
+        return types.SimpleNamespace(gpu=self.util, memory=0)
+
+
+def test_window_energy_is_read_at_the_windows_own_marks():
+    nvml = EnergyNVML()
+    with monitor.UtilizationSampler(interval_s=60, gpu_indices=[0], nvml=nvml) as mon:
+        nvml.energy_mj = 5_000.0  # warm-up and compile: 4 J
+        mon.window(True)
+        nvml.energy_mj = 8_000.0  # measured steps of epoch 1: 3 J
+        mon.window(False)
+        nvml.energy_mj = 20_000.0  # validation: 12 J
+        mon.window(True)
+        mon.window(True)  # a repeated open changes nothing
+        nvml.energy_mj = 21_000.0  # epoch 2's measured steps: 1 J
+        mon.window(False)
+        nvml.energy_mj = 30_000.0  # the last validation: 9 J
+    s = mon.summary()
+    assert s["gpus"][0]["energy_j"] == pytest.approx(29.0)  # the whole block
+    w = s["measured_window"]
+    assert w["spans"] == 2 and w["gpus"][0]["energy_j"] == pytest.approx(4.0)
+    assert monitor.energy_j({"gpus": w["gpus"]}) == pytest.approx(4.0)
+
+
+def test_images_per_joule_uses_the_measured_windows_energy_and_images():
+    whole = [{"index": 0, "util_pct": {"mean": 40.0, "max": 99.0}, "energy_j": 600.0}]
+    window = [{"index": 0, "util_pct": {"mean": 96.0, "max": 99.0}, "energy_j": 250.0}]
+    util = {"host": {}, "gpus": whole, "measured_window": {"host": {}, "gpus": window, "samples": 8}}
+    out = _summ(_cuda_record(precision="bf16"), utilization=util)
+    # 1000 measured images over the 250 J of the measured steps; today: the epochs' 1200 images (warm-up
+    # included) over 600 J (warm-up, compile, validation included)
+    assert out["energy_j"] == 250.0 and out["images_per_j"] == pytest.approx(1000 / 250)
+
+
+def test_gpu_utilisation_for_the_verdict_is_the_measured_windows():
+    # --compile: the whole block's utilisation (40%) is dragged down by compile, warm-up and validation,
+    # while the measured steps kept the GPU 96% busy with 2% data wait: compute-bound, not host/launch-bound
+    whole = [{"index": 0, "util_pct": {"mean": 40.0, "max": 99.0}}]
+    window = [{"index": 0, "util_pct": {"mean": 96.0, "max": 99.0}}]
+    util = {"host": {}, "gpus": whole, "measured_window": {"host": {}, "gpus": window, "samples": 8}}
+    v = _summ(_cuda_record(precision="bf16"), utilization=util)["verdict"]
+    assert v["bottleneck"] == "compute-bound" and "GPU utilisation 96%" in v["evidence"], v
+    # and the other way round: a window that idled is host/launch-bound even if the block looked busy
+    util = {"host": {}, "gpus": window, "measured_window": {"host": {}, "gpus": whole, "samples": 8}}
+    assert _summ(_cuda_record(precision="bf16"), utilization=util)["verdict"]["bottleneck"] == "host/launch-bound"
+
+
+def test_the_report_shows_the_windows_utilisation_beside_the_blocks():
+    from effbench.report.tables import observability_rows
+
+    whole = [{"index": 0, "util_pct": {"mean": 40.0, "max": 99.0}}]
+    window = [{"index": 0, "util_pct": {"mean": 96.0, "max": 99.0}}]
+    util = {"host": {}, "gpus": whole, "measured_window": {"host": {}, "gpus": window}}
+    rows = dict(observability_rows({"utilization": util}))
+    assert rows["GPU 0 utilisation %"] == "40.0 mean / 99.0 max"
+    assert rows["GPU 0 utilisation %, measured steps only"] == "96.0 mean / 99.0 max"
+
+
+def test_window_utilisation_uses_only_rows_sampled_inside_it():
+    nvml = EnergyNVML()
+    with monitor.UtilizationSampler(interval_s=60, gpu_indices=[0], nvml=nvml) as mon:
+        pass
+    # rows as the thread would have taken them (t_s, util): 10% before, 95% inside, 5% after the window
+    mon._rows = [{"t_s": t, "gpu0_util_pct": u} for t, u in ((0.5, 10.0), (1.5, 95.0), (2.5, 95.0), (3.5, 5.0))]
+    mon._marks = [(1.0, True, {0: 0.0}), (3.0, False, {0: 2.0})]
+    w = mon.summary()["measured_window"]
+    assert w["samples"] == 2 and w["gpus"][0]["util_pct"] == {"mean": 95.0, "max": 95.0}
+
+
+# ------------------------------------------------------------------------------------------------
+# 7. Peak memory of the measured window: reset as it opens, read as it closes
+# ------------------------------------------------------------------------------------------------
+class FakeAllocator:
+    """torch.cuda's peak counters as the caching allocator keeps them: reset_peak_memory_stats restarts the
+    peak from the current value (torch/cuda/memory.py:381)."""
+
+    def __init__(self) -> None:
+        self.current = 1.0
+        self.peak = 1.0
+        self.events: list[str] = []
+
+    def alloc(self, gib: float) -> None:
+        self.peak = max(self.peak, self.current + gib)
+
+    def reset(self, indices):
+        self.events.append("reset")
+        self.peak = self.current
+
+    def read(self, indices):
+        self.events.append("read")
+        return [{"cuda_index": i, "peak_mem_allocated_gib": self.peak, "peak_mem_reserved_gib": self.peak + 2,
+                 "mem_total_gib": 32.0} for i in indices]  # fmt: skip
+
+
+def test_measured_window_excludes_autotuning_validation_and_profiling():
+    a = FakeAllocator()
+    with monitor.UtilizationSampler(interval_s=60, gpu_indices=[]) as mon:
+        w = observe.MeasuredWindow(mon, [0], reset=a.reset, read=a.read)
+        w.on_phase("warm-up")
+        a.alloc(29.0)  # cuDNN autotuning workspaces in warm-up
+        w.on_phase("epochs")
+        a.alloc(4.0)  # the measured steps
+        w.on_phase("validation")
+        a.alloc(20.0)  # validation at a bigger batch
+        w.on_phase("epochs")
+        a.alloc(5.0)
+        w.on_phase("validation")
+    a.alloc(30.0)  # the profiling pass, after the timed run
+    (peak,) = w.peak_memory()
+    assert peak["peak_mem_allocated_gib"] == 6.0 and a.events == ["reset", "read", "reset", "read"]
+    out = _summ(_cuda_record(), memory=[peak])
+    assert out["peak_mem_gib"] == 6.0 and out["verdict"]["bottleneck"] != "memory-capacity-bound"
+
+
+def test_a_full_device_in_the_measured_steps_is_still_memory_capacity_bound():
+    mem = [{"cuda_index": 0, "peak_mem_allocated_gib": 30.0, "peak_mem_reserved_gib": 31.0, "mem_total_gib": 32.0}]
+    v = _summ(_cuda_record(), memory=mem)["verdict"]
+    assert v["bottleneck"] == "memory-capacity-bound" and "during the measured steps" in v["evidence"]
+
+
+def test_the_runner_resets_and_reads_peak_memory_at_the_windows_edges(tmp_path, capsys, monkeypatch):
+    """A real 2-epoch CPU run with a fake GPU index: the runner resets the peak only as measured steps begin
+    and reads it as they end (today: one reset before warm-up, one read after everything)."""
+    from effbench.cli import app as cli
+    from effbench.run import phases
+
+    log: list[tuple[str, str]] = []
+    enter = phases.Phase.enter
+
+    def logged_enter(self, name):
+        log.append(("phase", name))
+        return enter(self, name)
+
+    monkeypatch.setattr(phases.Phase, "enter", logged_enter)
+    monkeypatch.setattr(observe, "job_cuda_indices", lambda *a: [0])
+    monkeypatch.setattr(observe, "sampler_for", lambda idx, interval_s: monitor.UtilizationSampler(interval_s, []))
+    monkeypatch.setattr(observe, "reset_peak_memory", lambda idx: log.append(("reset", "")))
+    fake = [{"cuda_index": 0, "peak_mem_allocated_gib": 1.0, "peak_mem_reserved_gib": 2.0, "mem_total_gib": 32.0}]
+    monkeypatch.setattr(observe, "peak_memory", lambda idx: log.append(("read", "")) or fake)
+    args = ["run", "--dataset", "synthetic", "--arch", "resnet18", "--image-size", "16", "--weights", "none",
+            "--device", "cpu", "--workers", "0", "--batch-size", "2", "--epochs", "2", "--max-steps", "3",
+            "--warmup-steps", "1", "--no-profile", "--quiet", "--output", str(tmp_path)]  # fmt: skip
+    with pytest.raises(SystemExit) as info:
+        cli.main(args)
+    assert info.value.code == 0, capsys.readouterr().err
+    events = [e for e in log if e[0] != "phase" or e[1] in ("warm-up", "epochs", "validation")]
+    assert events == [
+        ("phase", "warm-up"), ("phase", "epochs"), ("reset", ""), ("phase", "validation"), ("read", ""),
+        ("phase", "epochs"), ("reset", ""), ("phase", "validation"), ("read", ""),
+    ]  # fmt: skip
+    (run,) = list(tmp_path.iterdir())
+    r = json.loads((run / "results.json").read_text())
+    assert r["peak_mem_gib"] == 1.0
+    assert r["utilization"]["measured_window"]["spans"] == 2
+    assert 0 < r["utilization"]["measured_window"]["duration_s"] < r["utilization"]["duration_s"]
+
+
+# ------------------------------------------------------------------------------------------------
+# 9. Exposed communication on the trace's device timeline
+# ------------------------------------------------------------------------------------------------
+def _kernel(name: str, ts: float, dur: float, stream: int, device: int = 0) -> dict:
+    """A kernel event as torch.profiler's export_chrome_trace writes it (Kineto: cat "kernel", us)."""
+    return {"ph": "X", "cat": "kernel", "name": name, "pid": device, "tid": stream, "ts": ts, "dur": dur,
+            "args": {"device": device, "stream": stream}}  # fmt: skip
+
+
+ALLREDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+
+
+def test_an_allreduce_hidden_behind_backward_is_not_exposed():
+    from effbench.measure.profiling import exposed_communication
+
+    # backward kernels on stream 7 from 0 to 1000 us; DDP's bucketed all-reduces on NCCL's stream 21 inside it
+    trace = [_kernel(f"sm90_xmma_dgrad_{i}", 100.0 * i, 100.0, 7) for i in range(10)]
+    trace += [_kernel(ALLREDUCE, 200.0, 300.0, 21), _kernel(ALLREDUCE, 600.0, 350.0, 21)]
+    trace += [{"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": 0.0, "dur": 2000.0}]
+    got = exposed_communication(trace)
+    assert got == {"comm_kernel_s": pytest.approx(650e-6), "exposed_comm_s": pytest.approx(0.0)}
+
+
+def test_an_allreduce_after_backward_is_exposed():
+    from effbench.measure.profiling import exposed_communication
+
+    trace = [_kernel("volta_scudnn_128x64_relu", 0.0, 400.0, 7), _kernel("sgd_kernel", 900.0, 50.0, 7)]
+    trace += [_kernel(ALLREDUCE, 300.0, 500.0, 21)]  # 100 us overlapped, 400 us alone
+    trace += [_kernel("ncclKernel_AllReduce_RING_LL_Sum_float", 950.0, 100.0, 21, device=0)]  # older NCCL's name
+    trace += [_kernel("elementwise_kernel", 950.0, 100.0, 7, device=1)]  # another device's compute hides nothing
+    got = exposed_communication(trace)
+    assert got["comm_kernel_s"] == pytest.approx(600e-6) and got["exposed_comm_s"] == pytest.approx(500e-6)
+
+
+def test_trace_file_round_trip(tmp_path):
+    from effbench.measure.profiling import exposed_communication, read_trace_events
+
+    path = tmp_path / "trace_rank0.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump({"traceEvents": [_kernel(ALLREDUCE, 0.0, 10.0, 21)]}, f)
+    assert exposed_communication(read_trace_events(path))["exposed_comm_s"] == pytest.approx(10e-6)
+
+
+def test_communication_bound_reads_exposed_time_not_all_nccl_time():
+    rec = _cuda_record(devices=2, world_size=2, launch={"mode": "torchrun", "device_type": "cuda"})
+    # the all_reduce phase's device time is half the step's (overlapped with backward); none of it exposed
+    phases = [{"phase": "all_reduce", "calls": 3, "cpu_time_s": 0.01, "cpu_share_of_step": 0.1,
+               "device_time_s": 0.05, "device_share_of_step": 0.5}]  # fmt: skip
+    hidden = {"phases": phases, "exposed_comm_s": 0.0, "comm_kernel_s": 0.05, "exposed_comm_share": 0.0}
+    out = _summ(rec, profile_info=hidden, processes_per_node=2)
+    assert out["verdict"]["bottleneck"] != "communication-bound", out["verdict"]
+    assert out["profile"]["exposed_comm_share"] == 0.0 and out["profile"]["comm_kernel_s"] == 0.05
+    exposed = {**hidden, "exposed_comm_s": 0.03, "exposed_comm_share": 0.3}
+    v = _summ(rec, profile_info=exposed, processes_per_node=2)["verdict"]
+    assert v["bottleneck"] == "communication-bound" and "exposed all-reduce 30% of step time" in v["evidence"]
+
+
+# ------------------------------------------------------------------------------------------------
+# The measured question: a pipelined loop beside the harness (CUDA only)
+# ------------------------------------------------------------------------------------------------
+def test_pipelined_check_skips_on_the_cpu_with_its_reason(tmp_path):
+    import torch
+
+    from effbench.selftest import checks as st
+
+    ctx = st.Context(cfg=st.SelftestConfig(device="cpu", output=tmp_path), device=torch.device("cpu"),
+                     folder=tmp_path, echo=lambda _: None)  # fmt: skip
+    (row,) = st.check_pipelined(ctx)
+    assert row.name == st.PIPELINED_NAME and row.status == st.SKIP and row.reason.startswith("CUDA only")
+    assert "pipelined" in st.CHECKS
+    assert st.PIPELINED_NAME.startswith(_ci_gpu_only())  # CI lets it SKIP on the CPU
+
+
+def _ci_gpu_only() -> tuple[str, ...]:
+    import ast
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
+    return ast.literal_eval(re.search(r"gpu_only = (\(.*\))", text).group(1))
+
+
+def test_harness_windows_are_cut_like_the_pipelined_loops():
+    from effbench.selftest.checks import window_img_s
+
+    steps = [(10, 0.0, 0.1)] * 5 + [(10, 0.05, 0.05)] * 5 + [(10, 0.0, 1.0)]  # the last, part of a window: dropped
+    assert window_img_s(steps, 5) == [pytest.approx(100.0), pytest.approx(100.0)]
+
+
+def test_pipelined_loop_syncs_once_a_window():
+    import torch
+
+    from effbench.selftest.reference import BareLoop
+
+    loop = BareLoop(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 10)), batch=4, image_size=8,
+                    classes=10, device=torch.device("cpu"))  # fmt: skip
+    before = [p.detach().clone() for p in loop.model.parameters()]
+    assert loop.pipelined_img_s(3) > 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, loop.model.parameters(), strict=True))
+
+
+def test_the_report_says_which_timing_the_headline_is():
+    from effbench.report.tables import summary_rows
+
+    rows = dict(summary_rows({"throughput_img_s": 100.0, "data": {}, "config": {}}))
+    assert (
+        rows["throughput timing"].startswith("per-step synced") and "timm's benchmark.py" in rows["throughput timing"]
+    )
