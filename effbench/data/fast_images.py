@@ -258,7 +258,9 @@ def decode_out_of_memory(e: BaseException, n: int, device: torch.device) -> torc
 
 def undecodable_batch(paths: Sequence[str]) -> EffbenchError:
     """A training batch with no image left to train on: skipping it would leave this rank one step short
-    of the others (DDP would wait in the next all-reduce until the process group's timeout)."""
+    of the others (DDP would wait in the next all-reduce until the process group's timeout). A worker that
+    looks for a stand-in may try one file several times: each is named once."""
+    paths = list(dict.fromkeys(paths))
     shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
     return EffbenchError(
         "--data-dir",
