@@ -46,7 +46,8 @@ FLIP_P = 0.5
 PIL_RESIZE = (
     "image files: the torchvision loader resizes to the base square with PIL (bilinear, antialiased, "
     "uint8), the fast loader with torchvision's tensor resize (bilinear, antialias=True, uint8): "
-    "the same filter, pixels within 2 of 255 levels except at sharp edges (mean abs difference < 1 level)"
+    "the same filter; pixels within 2 of 255 levels, mean abs difference under 0.5 level (measured: max 1, "
+    "mean 0.003)"
 )
 JPEG_DECODE = (
     "image files: JPEGs are decoded by PIL in the torchvision loader and by decode_jpeg in the fast "

@@ -244,7 +244,9 @@ def crop_flip_rotate(
     return out * inside[:, None].to(out.dtype)
 
 
-def random_crop_flip_rotate(images: torch.Tensor, size: int, max_deg: float, generator: torch.Generator) -> torch.Tensor:
+def random_crop_flip_rotate(
+    images: torch.Tensor, size: int, max_deg: float, generator: torch.Generator
+) -> torch.Tensor:
     """RandomCrop(size) + RandomHorizontalFlip(0.5) + RandomRotation(max_deg) on a whole uint8 batch."""
     dy, dx, flip, angle = crop_flip_rotate_params(images.shape[0], *images.shape[-2:], size, max_deg, generator)
     return crop_flip_rotate(images, size, dy, dx, flip, angle)
