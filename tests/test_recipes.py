@@ -315,3 +315,33 @@ def test_imagenet_recipe_draws_torchvisions_boxes_in_both_loaders(dataset, size,
     # PIL's and torch's antialiased bilinear: up to 2 levels apart (recipes.PIL_RESIZE, RRC_RESAMPLE)
     z_mean, z_var = compare_pixels(levels["torchvision"], levels["fast"], slack=2.0)
     assert z_mean < Z_PIXEL and z_var < Z_PIXEL, (z_mean, z_var)
+
+
+# --------------------------------------------------------------------------------------------------
+# The record: config.json and results.json; a bad name
+# --------------------------------------------------------------------------------------------------
+def test_run_records_the_recipe_in_config_and_results(imagefolder_split_dir, tmp_path, capsys):
+    import json
+
+    from clitools import invoke, only_run
+
+    from effbench.results import read_results
+
+    code, _, err = invoke(["run", "--arch", "resnet18", "--dataset", "imagefolder", "--data-dir", imagefolder_split_dir,
+                           "--image-size", 16, "--augment", "imagenet", "--loader", "torchvision", "--epochs", 1,
+                           "--max-steps", 1, "--max-val-steps", 1, "--batch-size", 4, "--weights", "none",
+                           "--device", "cpu", "--workers", 0, "--output", tmp_path, "--quiet"], capsys)  # fmt: skip
+    assert code == 0, err
+    run = only_run(tmp_path)
+    config = json.loads((run / "config.json").read_text())
+    results = read_results(run / "results.json")
+    assert config["augment"] == "imagenet"
+    assert config["augment_recipe"] == results["data"]["augment"] == resolve("imagenet", "imagefolder", 16).record()
+
+
+def test_an_unknown_recipe_is_one_line_and_exit_2(capsys):
+    from clitools import invoke
+
+    code, out, err = invoke(["run", "--dataset", "synthetic", "--augment", "autoaugment"], capsys)
+    assert code == 2 and "--augment" in err and "seed" in err and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1
