@@ -26,6 +26,7 @@ from effbench.datasets import (
     with_image_files,
 )
 from effbench.errors import EffbenchError
+from effbench.recipes import AUGMENTS
 
 # Native input resolution of each EfficientNet (Tan & Le 2019, Table 1 / efficientnet-pytorch's
 # `efficientnet_params`).
@@ -216,6 +217,10 @@ class RunConfig:
     loader: str = "auto"
     """fast (uint8 batches, augmentation batched on the device; CIFAR held on the device),
     torchvision (per-sample PIL transforms in DataLoader workers, as the seeds ran), or auto (fast)."""
+    augment: str = "seed"
+    """Training recipe, the same in both loaders (effbench/recipes.py, docs/recipes.md): seed (the seeds':
+    CIFAR crop+pad 4+flip at 32 px then upscale; files resize+random crop+flip+rotation 10), imagenet
+    (RandomResizedCrop+flip) or none (resize + center crop only)."""
     gpu_decode: bool = False
     """Fast loader on food101/imagefolder: decode JPEGs on the GPU (nvjpeg) instead of in the workers."""
     data_only: bool = False
@@ -389,6 +394,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "precision": PRECISIONS,
     "device": DEVICES,
     "loader": LOADERS,
+    "augment": AUGMENTS,
     "optimizer_impl": OPTIMIZER_IMPLS,
     "strategy": STRATEGIES,
     "scaling": SCALING_MODES,
@@ -658,6 +664,8 @@ def resolved_record(
         d["requested"] = requested
     if no_effect:
         d["no_effect"] = no_effect
+    if data_info.get("augment") is not None:  # the recipe that ran, every parameter beside its name
+        d["augment_recipe"] = data_info["augment"]
     return d
 
 
@@ -679,6 +687,9 @@ def _unused_options(cfg: RunConfig, device_type: str) -> dict[str, tuple[bool, A
                          f"{cfg.dataset} data is generated: it has no training set to split, and validates on "
                          "generated batches of its own"),
         "download": (generated and cfg.download, False, f"{cfg.dataset} data is generated: there is nothing to download"),
+        # the default (seed) is not flagged: only a recipe the user chose can have been expected to act
+        "augment": (generated and cfg.augment != "seed", "none",
+                    f"{cfg.dataset} data is generated on the device, not augmented: no recipe applies"),
         "cudnn_benchmark": (cpu and bool(cfg.cudnn_benchmark), False,
                             "cudnn.benchmark autotunes cuDNN's CUDA convolutions; a CPU run has none"),
         "pin_memory": (cpu and bool(cfg.pin_memory), False,

@@ -29,6 +29,29 @@ class _Model(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
 
 
+class Augment(_Model):
+    """The training recipe (--augment) that ran, effbench.recipes.Recipe.record(); absent before it existed."""
+
+    name: str
+    kind: str | None = None
+    steps: str | None = None
+    image_size: int | None = None
+    base: int | None = None
+    pad: int | None = None
+    crop: str | None = None
+    crop_size: int | None = None
+    flip_p: Frac = None
+    rotation_deg: Pos = None
+    upscale: int | None = None
+    val_crop: str | None = None
+    rrc_scale: list[float] | None = None
+    rrc_ratio: list[float] | None = None
+    interpolation: str | None = None
+    mean: list[float] | None = None
+    std: list[float] | None = None
+    inexact: list[str] | None = None
+
+
 class Config(_Model):
     arch: str | None = None
     dataset: str | None = None
@@ -38,6 +61,8 @@ class Config(_Model):
     image_size: int | None = None
     loader: str | None = None
     gpu_decode: bool | None = None
+    augment: str | None = None
+    augment_recipe: Augment | None = None
     data_only: bool | None = None
     workers: int | None = None
     batch_size: int | None = None
@@ -203,6 +228,7 @@ class Data(_Model):
     batches_on_device: bool | None = None
     workers: int | None = None
     corrupt_images_skipped: int | None = None
+    augment: Augment | None = None
 
 
 class Results(_Model):

@@ -92,7 +92,9 @@ def test_cifar_at_another_size_is_resized_with_imagenet_statistics(cifar100_dir)
     x, _ = next(iter(data.train))
     vx, _ = next(iter(data.val))
     assert x.shape == vx.shape == (4, 3, 48, 48)
-    assert data.info["mean"] == list(IMAGENET_MEAN) and "resize 55" in data.info["transforms"]
+    # the seed recipe: crop 32 pad 4 + flip at 32 px, then the fast loader's upscale (tests/test_recipes.py)
+    assert data.info["mean"] == list(IMAGENET_MEAN) and "pad 4" in data.info["transforms"]
+    assert "upscale to 48" in data.info["transforms"] and data.info["augment"]["upscale"] == 48
 
 
 def test_food101_builds_from_the_official_layout(food101_dir):

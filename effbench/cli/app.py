@@ -107,6 +107,12 @@ def run(
             "Input pipeline: fast (uint8 batches augmented on the device), torchvision (per-sample, as the seeds), synthetic (generated data's own), auto. [default: auto = fast; synthetic on --dataset synthetic]"
         ),
     ] = None,
+    augment: Annotated[
+        str | None,
+        _opt(
+            "Training recipe, the same in both loaders: seed (the seeds': CIFAR crop+pad+flip, files resize+crop+flip+rotate 10), imagenet (random-resized crop+flip), none (resize + center crop); docs/recipes.md. [default: seed]"
+        ),
+    ] = None,
     gpu_decode: Annotated[
         bool | None,
         _opt(
@@ -311,7 +317,7 @@ def run(
         "scaling": scaling, "nnodes": nnodes, "node_rank": node_rank, "rdzv_endpoint": rdzv_endpoint,
         "rdzv_id": rdzv_id, "pg_timeout_s": pg_timeout_s, "profile": profile, "profile_steps": profile_steps,
         "sample_interval_s": sample_interval_s, "repeats": repeats,
-        "gpu_decode": gpu_decode, "data_only": data_only, "cudnn_benchmark": cudnn_benchmark, "pin_memory": pin_memory,
+        "gpu_decode": gpu_decode, "augment": augment, "data_only": data_only, "cudnn_benchmark": cudnn_benchmark, "pin_memory": pin_memory,
         "optimizer_impl": optimizer_impl, "compile": compile,
         "target_top1": target_top1, "stop_at_target": stop_at_target,
     }  # fmt: skip

@@ -13,7 +13,8 @@ dataset is downloaded only with --download (effbench.data.archives).
 
 Two loaders (--loader): `torchvision`, per-sample PIL transforms in DataLoader workers as the seeds
 ran; `fast`, uint8 batches augmented on the device (effbench.data.augment): CIFAR held whole on the
-device (fast_cifar), image files decoded small in workers (fast_images).
+device (fast_cifar), image files decoded small in workers (fast_images). Both train the same
+--augment recipe (effbench.recipes), recorded under info["augment"].
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ from effbench.config import RunConfig, offset_seed
 from effbench.data import cifar, fast_cifar, fast_images, synthetic
 from effbench.data.loaders import LoaderOptions, SkipLog, train_loader, val_loader
 from effbench.data.source import Source, seeded_split
-from effbench.data.transforms import build_transforms
-from effbench.datasets import IMAGENET_MEAN, IMAGENET_STD, dataset_spec
+from effbench.data.transforms import recipe_transforms
+from effbench.datasets import dataset_spec
 from effbench.errors import EffbenchError
+from effbench.recipes import Recipe
+from effbench.recipes import resolve as resolve_recipe
 from effbench.system.hardware import usable_cores
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -133,10 +136,13 @@ def build_data(
         "split": split,
         **({"split_seed": cfg.seed} if cfg.val_fraction is not None else {}),
     }
+    # one recipe for both loaders (--augment): its record goes into config.json and results.json
+    recipe = resolve_recipe(cfg.augment, cfg.dataset, image_size)
+    common["augment"] = recipe.record()
     if cfg.loader == "fast":
-        return _fast(cfg, src, train_ex, val_ex, opts, device, image_size, common)
+        return _fast(cfg, src, train_ex, val_ex, opts, device, recipe, common)
 
-    tf = build_transforms(cfg.dataset, image_size)
+    tf = recipe_transforms(recipe)
     log = SkipLog()
     train, sampler = train_loader(train_ex.dataset(tf.train, train=True), opts, log)
     val = val_loader(val_ex.dataset(tf.val, train=False), opts, log)
@@ -152,14 +158,16 @@ def _fast(
     val_ex: Any,
     opts: LoaderOptions,
     device: torch.device,
-    image_size: int,
+    recipe: Recipe,
     common: dict[str, Any],
 ) -> DataBundle:
     """--loader fast: batches made on the device (see fast_cifar and fast_images)."""
     channels_last = bool(cfg.channels_last)
+    image_size, mean, std = recipe.image_size, recipe.mean, recipe.std
     if isinstance(train_ex, cifar.ArrayExamples):
-        prep_train, mean, std, recipe = fast_cifar.cifar_recipe(image_size, train=True, channels_last=channels_last)
-        prep_val, *_ = fast_cifar.cifar_recipe(image_size, train=False, channels_last=channels_last)
+        prep_train = fast_cifar.cifar_recipe(recipe, train=True, channels_last=channels_last)
+        prep_val = fast_cifar.cifar_recipe(recipe, train=False, channels_last=channels_last)
+        steps = recipe.steps() + " (on the device)"
 
         def on_device(ex: cifar.ArrayExamples, prepare: Any, train: bool) -> fast_cifar.DeviceArrayLoader:
             labels = torch.from_numpy(ex.labels).to(device)
@@ -182,17 +190,16 @@ def _fast(
                 "--gpu-decode",
                 f"decodes with nvjpeg on a CUDA device, but this run is on {device.type}; drop --gpu-decode or use --device cuda",
             )
-        train, val, set_epoch, log, recipe = fast_images.build_loaders(
-            train_ex, val_ex, opts, device, image_size, channels_last=channels_last, gpu_decode=cfg.gpu_decode,
+        train, val, set_epoch, log, steps = fast_images.build_loaders(
+            train_ex, val_ex, opts, device, recipe, channels_last=channels_last, gpu_decode=cfg.gpu_decode,
         )  # fmt: skip
-        mean, std = IMAGENET_MEAN, IMAGENET_STD
         hooks = [set_epoch]
         facts = {
             "workers": opts.workers,
             "pin_memory": opts.pin_memory and not cfg.gpu_decode,
             "gpu_decode": cfg.gpu_decode,
         }
-    return _file_bundle(src, image_size, train, val, train_ex, val_ex, opts, common, mean, std, recipe, "fast", facts,
+    return _file_bundle(src, image_size, train, val, train_ex, val_ex, opts, common, mean, std, steps, "fast", facts,
                         hooks=hooks, log=log, on_device=True)  # fmt: skip
 
 

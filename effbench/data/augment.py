@@ -7,6 +7,7 @@ batch's device), so a seeded generator gives the same batch every time.
     x = random_crop_flip(images_u8, pad=4, generator=g)        # CIFAR: RandomCrop(32, 4) + flip
     x = normalize(x, mean, std)                               # ToTensor + Normalize, float32
     x = random_resized_crop_flip(x, 224, generator=g)         # RandomResizedCrop(224) + flip
+    x = random_crop_flip_rotate(u8, 224, 10.0, generator=g)   # RandomCrop + flip + RandomRotation(10)
 """
 
 from __future__ import annotations
@@ -19,10 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-# torchvision.transforms.RandomResizedCrop's defaults (scale of the area, aspect ratio w/h); the
-# ImageNet recipe of Szegedy et al. 2015 that torchvision's references use.
-RRC_SCALE = (0.08, 1.0)
-RRC_RATIO = (3 / 4, 4 / 3)
+from effbench.recipes import RRC_RATIO, RRC_SCALE, RRC_TRIES
 
 
 @contextmanager
@@ -110,6 +108,59 @@ def resize(images: torch.Tensor, size: int) -> torch.Tensor:
     return F.interpolate(images, size=(size, size), mode="bilinear", align_corners=False, antialias=False)
 
 
+def rrc_boxes(
+    n: int,
+    height: int,
+    width: int,
+    generator: torch.Generator,
+    scale: tuple[float, float] = RRC_SCALE,
+    ratio: tuple[float, float] = RRC_RATIO,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(top, left, h, w, flip) per image, integer boxes drawn as RandomResizedCrop.get_params draws
+    them (torchvision/transforms/transforms.py): up to 10 tries of an area fraction uniform in
+    `scale` and a log aspect ratio uniform in `ratio`, w and h rounded, the first box that fits
+    kept, its corner uniform over the positions; no fit in 10 tries: the central crop clamped to
+    `ratio`. Flip with p = 0.5. All tries are drawn at once, so the batch costs a few kernels."""
+    device = generator.device
+    u = torch.rand((n, RRC_TRIES, 2), generator=generator, device=device, dtype=torch.float64)
+    area = height * width * (scale[0] + (scale[1] - scale[0]) * u[..., 0])
+    log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
+    aspect = torch.exp(log_lo + (log_hi - log_lo) * u[..., 1])
+    ws = torch.round(torch.sqrt(area * aspect)).long()  # round half to even, as Python's round()
+    hs = torch.round(torch.sqrt(area / aspect)).long()
+    fits = (ws > 0) & (ws <= width) & (hs > 0) & (hs <= height)
+    first = fits.to(torch.int8).argmax(dim=1, keepdim=True)  # index of the first fit (0 when none)
+    any_fit = fits.any(dim=1)
+    # torchvision's fallback: the whole image, or its center at the nearest allowed ratio
+    in_ratio = width / height
+    fb_w, fb_h = width, height
+    if in_ratio < min(ratio):
+        fb_h = int(round(width / min(ratio)))
+    elif in_ratio > max(ratio):
+        fb_w = int(round(height * max(ratio)))
+    w = torch.where(any_fit, ws.gather(1, first)[:, 0], fb_w)
+    h = torch.where(any_fit, hs.gather(1, first)[:, 0], fb_h)
+    pos = torch.rand((n, 2), generator=generator, device=device, dtype=torch.float64)
+    # randint(0, height - h + 1): uniform over the h positions; floor of a uniform draw
+    top = torch.where(any_fit, (pos[:, 0] * (height - h + 1)).floor().long(), (height - fb_h) // 2)
+    left = torch.where(any_fit, (pos[:, 1] * (width - w + 1)).floor().long(), (width - fb_w) // 2)
+    flip = torch.randint(0, 2, (n,), generator=generator, device=device).bool()
+    return top, left, h, w, flip
+
+
+def box_theta(
+    top: torch.Tensor, left: torch.Tensor, h: torch.Tensor, w: torch.Tensor, flip: torch.Tensor, height: int, width: int
+) -> torch.Tensor:
+    """Affine matrices (n, 2, 3) for affine_grid (align_corners=False) that map an output grid onto
+    each pixel box, mirrored where `flip`."""
+    theta = torch.zeros((len(top), 2, 3), device=top.device)
+    theta[:, 0, 0] = (w / width) * torch.where(flip, -1.0, 1.0)
+    theta[:, 0, 2] = (2 * left + w) / width - 1  # the box's center in [-1, 1]
+    theta[:, 1, 1] = h / height
+    theta[:, 1, 2] = (2 * top + h) / height - 1
+    return theta
+
+
 def rrc_params(
     n: int,
     side: int,
@@ -117,26 +168,8 @@ def rrc_params(
     scale: tuple[float, float] = RRC_SCALE,
     ratio: tuple[float, float] = RRC_RATIO,
 ) -> torch.Tensor:
-    """Affine matrices (n, 2, 3) that map an output grid onto a random crop of a side x side image,
-    mirrored with p = 0.5. Area fraction uniform in `scale`, log aspect ratio uniform in `ratio`
-    (RandomResizedCrop's distribution); a box wider or taller than the image is clamped to it rather
-    than re-drawn (torchvision re-draws up to 10 times, then falls back to a center crop)."""
-    device = generator.device
-    u = torch.rand((n, 4), generator=generator, device=device)
-    area = scale[0] + (scale[1] - scale[0]) * u[:, 0]
-    log_r = math.log(ratio[0]) + (math.log(ratio[1]) - math.log(ratio[0])) * u[:, 1]
-    aspect = torch.exp(log_r)
-    w = torch.sqrt(area * aspect).clamp(max=1.0)  # fractions of the side
-    h = torch.sqrt(area / aspect).clamp(max=1.0)
-    cx = (w / 2) + (1 - w) * u[:, 2]  # box center, fraction of the side, box inside the image
-    cy = (h / 2) + (1 - h) * u[:, 3]
-    flip = torch.randint(0, 2, (n,), generator=generator, device=device).to(torch.float32) * -2 + 1
-    theta = torch.zeros((n, 2, 3), device=device)
-    theta[:, 0, 0] = w * flip
-    theta[:, 0, 2] = 2 * cx - 1
-    theta[:, 1, 1] = h
-    theta[:, 1, 2] = 2 * cy - 1
-    return theta
+    """rrc_boxes of a side x side image as affine matrices (n, 2, 3) for affine_crop."""
+    return box_theta(*rrc_boxes(n, side, side, generator, scale, ratio), side, side)
 
 
 def affine_crop(images: torch.Tensor, theta: torch.Tensor, size: int) -> torch.Tensor:
@@ -146,31 +179,77 @@ def affine_crop(images: torch.Tensor, theta: torch.Tensor, size: int) -> torch.T
 
 
 def random_resized_crop_flip(images: torch.Tensor, size: int, generator: torch.Generator) -> torch.Tensor:
-    """RandomResizedCrop(size) + RandomHorizontalFlip(0.5) on a float batch of square images."""
-    theta = rrc_params(images.shape[0], images.shape[-1], generator)
+    """RandomResizedCrop(size) + RandomHorizontalFlip(0.5) on a float batch (one grid_sample, bilinear,
+    no antialiasing: the CUDA path)."""
+    theta = box_theta(*rrc_boxes(images.shape[0], images.shape[-2], images.shape[-1], generator), *images.shape[-2:])
     return affine_crop(images, theta, size)
 
 
 def random_resized_crop_flip_uint8(images: torch.Tensor, size: int, generator: torch.Generator) -> torch.Tensor:
     """The same crops as random_resized_crop_flip (same draws from `generator`), cut from a uint8
-    batch image by image and resized with torch's uint8 SIMD bilinear (antialiased) kernel.
+    batch image by image and resized with torch's uint8 SIMD bilinear (antialiased) kernel, as PIL
+    resizes the torchvision loader's crops.
 
     For the CPU: one Python step per image, but on a 2-core CPU a batch of 32 at 256 -> 224 px took
     13.7 ms this way against 44 ms for float conversion + grid_sample (docs/PERFORMANCE.md). On
     CUDA, grid_sample's single kernel is the better choice.
     """
     n, c, side_h, side_w = images.shape
-    theta = rrc_params(n, side_w, generator).tolist()
+    boxes = [b.tolist() for b in rrc_boxes(n, side_h, side_w, generator)]
     out = torch.empty((n, c, size, size), dtype=images.dtype, device=images.device)
-    for i, ((sx, _, tx), (_, sy, ty)) in enumerate(theta):
-        w = max(1, min(side_w, round(abs(sx) * side_w)))
-        h = max(1, min(side_h, round(sy * side_h)))
-        left = min(max(0, round((tx + 1) / 2 * side_w - w / 2)), side_w - w)
-        top = min(max(0, round((ty + 1) / 2 * side_h - h / 2)), side_h - h)
+    for i, (top, left, h, w, flip) in enumerate(zip(*boxes, strict=True)):
         crop = images[i : i + 1, :, top : top + h, left : left + w]
         resized = F.interpolate(crop, size=(size, size), mode="bilinear", align_corners=False, antialias=True)[0]
-        out[i] = resized.flip(-1) if sx < 0 else resized
+        out[i] = resized.flip(-1) if flip else resized
     return out
+
+
+def crop_flip_rotate_params(
+    n: int, height: int, width: int, size: int, max_deg: float, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dy, dx, flip, angle_deg): RandomCrop(size) offsets uniform over the positions, flip with
+    p = 0.5, RandomRotation(max_deg)'s angle uniform in [-max_deg, max_deg]."""
+    device = generator.device
+    dy = torch.randint(0, height - size + 1, (n,), generator=generator, device=device)
+    dx = torch.randint(0, width - size + 1, (n,), generator=generator, device=device)
+    flip = torch.randint(0, 2, (n,), generator=generator, device=device).bool()
+    angle = (torch.rand((n,), generator=generator, device=device) * 2 - 1) * max_deg
+    return dy, dx, flip, angle
+
+
+def crop_flip_rotate(
+    images: torch.Tensor, size: int, dy: torch.Tensor, dx: torch.Tensor, flip: torch.Tensor, angle_deg: torch.Tensor
+) -> torch.Tensor:
+    """RandomCrop(size) at (dy, dx), then a horizontal flip where `flip`, then a rotation by
+    `angle_deg` about the crop's center (nearest, zero fill): one gather over the uint8 batch.
+
+    The rotation is PIL's Image.rotate, which torchvision's RandomRotation calls on PIL images
+    (PIL/Image.py rotate + libImaging/Geometry.c affine_transform): output pixel (x, y) reads the
+    input at floor(M @ (x + 0.5 - c, y + 0.5 - c) + c), M the rotation by -angle, c = size / 2,
+    and gets the fill where that falls outside the crop.
+    """
+    n, c, height, width = images.shape
+    dev = images.device
+    a = torch.deg2rad(-angle_deg.to(torch.float32))
+    cos, sin = torch.cos(a)[:, None, None], torch.sin(a)[:, None, None]
+    p = torch.arange(size, device=dev, dtype=torch.float32) + 0.5 - size / 2
+    xs, ys = p[None, None, :], p[None, :, None]
+    col = torch.floor(cos * xs + sin * ys + size / 2).long()  # (n, size, size), in the flipped crop
+    row = torch.floor(-sin * xs + cos * ys + size / 2).long()
+    inside = (col >= 0) & (col < size) & (row >= 0) & (row < size)
+    col = torch.where(flip[:, None, None], size - 1 - col, col)  # the flipped crop's column -> the crop's
+    src = (dy[:, None, None] + row.clamp(0, size - 1)) * width + dx[:, None, None] + col.clamp(0, size - 1)
+    flat = images.reshape(n, c, height * width)
+    out = torch.gather(flat, 2, src.reshape(n, 1, size * size).expand(n, c, size * size)).reshape(n, c, size, size)
+    return out * inside[:, None].to(out.dtype)
+
+
+def random_crop_flip_rotate(
+    images: torch.Tensor, size: int, max_deg: float, generator: torch.Generator
+) -> torch.Tensor:
+    """RandomCrop(size) + RandomHorizontalFlip(0.5) + RandomRotation(max_deg) on a whole uint8 batch."""
+    dy, dx, flip, angle = crop_flip_rotate_params(images.shape[0], *images.shape[-2:], size, max_deg, generator)
+    return crop_flip_rotate(images, size, dy, dx, flip, angle)
 
 
 def center_crop(images: torch.Tensor, size: int) -> torch.Tensor:

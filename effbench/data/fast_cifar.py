@@ -20,8 +20,7 @@ import torch
 from effbench.config import offset_seed
 from effbench.data import augment
 from effbench.data.augment import stream_seed
-from effbench.data.transforms import CIFAR_PAD, CIFAR_SIZE
-from effbench.datasets import CIFAR_MEAN, CIFAR_STD, IMAGENET_MEAN, IMAGENET_STD
+from effbench.recipes import Recipe
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -99,27 +98,32 @@ class DeviceArrayLoader:
 
 
 def cifar_recipe(
-    image_size: int, *, train: bool, channels_last: bool
-) -> tuple[Callable[[torch.Tensor, torch.Generator], torch.Tensor], tuple, tuple, str]:
-    """(prepare, mean, std, recipe): the seeds' CIFAR augmentation, batched.
+    recipe: Recipe, *, train: bool, channels_last: bool
+) -> Callable[[torch.Tensor, torch.Generator], torch.Tensor]:
+    """`prepare` for 32 px uint8 CIFAR batches: the recipe's augmentation, batched (the torchvision
+    loader builds the same recipe per sample in effbench.data.transforms).
 
-    At 32 px: RandomCrop(32, padding=4) + flip + Normalize(CIFAR stats), as the torchvision loader.
-    At another size the same crop and flip, then a bilinear upscale on the device and ImageNet
-    statistics (what pretrained weights expect, and what the torchvision loader uses there).
+    seed: RandomCrop(32, padding=4) + flip, Normalize, then (another size) the bilinear upscale;
+    imagenet: RandomResizedCrop straight to the size + flip, Normalize; none: Normalize (+ upscale).
+    Validation: Normalize (+ upscale).
     """
-    native = image_size == CIFAR_SIZE
-    mean, std = (CIFAR_MEAN, CIFAR_STD) if native else (IMAGENET_MEAN, IMAGENET_STD)
+    assert recipe.kind == "cifar"
     fmt = torch.channels_last if channels_last else torch.contiguous_format
+    size, mean, std = recipe.image_size, recipe.mean, recipe.std
 
     def prepare(batch: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        if train:
-            batch = augment.random_crop_flip(batch, CIFAR_PAD, generator)
+        if train and recipe.crop == "random-resized":
+            if batch.device.type == "cpu":  # per image, uint8 antialiased (as PIL resizes the crop)
+                x = augment.random_resized_crop_flip_uint8(batch, size, generator)
+            else:
+                x = augment.random_resized_crop_flip(batch.to(torch.float32), size, generator)
+            return augment.normalize(x, mean, std, memory_format=fmt)
+        if train and recipe.crop == "random":
+            batch = augment.random_crop_flip(batch, recipe.pad, generator)
         x = augment.normalize(batch, mean, std, memory_format=fmt)
-        return augment.resize(x, image_size).contiguous(memory_format=fmt)
+        return augment.resize(x, size).contiguous(memory_format=fmt)
 
-    scale = "" if native else f", bilinear upscale to {image_size}"
-    recipe = f"cifar on device: crop {CIFAR_SIZE} pad {CIFAR_PAD}, flip{scale}; val normalize only{scale}"
-    return prepare, mean, std, recipe
+    return prepare
 
 
 def to_device_uint8(images_hwc: np.ndarray, device: torch.device) -> torch.Tensor:

@@ -2,10 +2,10 @@
 
 Workers read each file, decode it (JPEG: TorchCodec's libjpeg-turbo `decode_jpeg`; other formats: PIL,
 as the torchvision loader; both give PIL's pixels bit for bit, docs/decoding.md), resize the shorter
-side to `side` = 8/7 of the input size and cut the central side x side square, all on uint8 tensors. Batches travel as uint8 (a quarter of float32's
-bytes through shared memory and over PCIe), pinned on CUDA and copied with non_blocking=True. On the
-device: RandomResizedCrop + flip (train) or CenterCrop (val), then Normalize, batched
-(effbench.data.augment).
+side to `side` = 8/7 of the input size and cut the central side x side square, all on uint8 tensors.
+Batches travel as uint8 (a quarter of float32's bytes through shared memory and over PCIe), pinned on CUDA and copied with non_blocking=True. On the
+device: the --augment recipe's crop, flip and rotation (train) or CenterCrop (val), then Normalize,
+batched (effbench.data.augment; the recipes in effbench.recipes).
 
 With --gpu-decode the workers only read the bytes; JPEGs are decoded in batches on the GPU (TorchCodec's
 nvJPEG `decode_jpeg(device="cuda")`, on the current stream) and resized there. Other formats are still
@@ -30,9 +30,8 @@ from effbench.data import augment
 from effbench.data.augment import stream_seed
 from effbench.data.images import MAX_STAND_INS, FileExamples, over_pixel_limit
 from effbench.data.loaders import LoaderOptions, ShardSampler, SkipLog, collate_samples, seeded_sampler
-from effbench.data.transforms import resize_side
-from effbench.datasets import IMAGENET_MEAN, IMAGENET_STD
 from effbench.errors import EffbenchError
+from effbench.recipes import Recipe
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 JPEG_MAGIC = b"\xff\xd8\xff"
@@ -336,25 +335,26 @@ class DeviceAugmentLoader:
 
 
 def image_recipe(
-    image_size: int, *, train: bool, channels_last: bool
-) -> tuple[Callable[[torch.Tensor, torch.Generator], torch.Tensor], str]:
-    """(prepare, recipe) for uint8 side x side squares on the device."""
+    recipe: Recipe, *, train: bool, channels_last: bool
+) -> Callable[[torch.Tensor, torch.Generator], torch.Tensor]:
+    """`prepare` for uint8 base x base squares on the device: the recipe's augmentation, batched (the
+    torchvision loader builds the same recipe per sample in effbench.data.transforms)."""
+    assert recipe.kind == "files"
     fmt = torch.channels_last if channels_last else torch.contiguous_format
+    size = recipe.image_size
 
     def prepare(batch: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        if not train:
-            x = augment.center_crop(batch, image_size)
+        if not train or recipe.crop == "center":
+            x = augment.center_crop(batch, recipe.crop_size)
+        elif recipe.crop == "random":  # crop + flip + rotation: one uint8 gather, on any device
+            x = augment.random_crop_flip_rotate(batch, recipe.crop_size, recipe.rotation_deg, generator)
         elif batch.device.type == "cpu":  # uint8 per image: 3x faster than grid_sample on the CPU
-            x = augment.random_resized_crop_flip_uint8(batch, image_size, generator)
+            x = augment.random_resized_crop_flip_uint8(batch, size, generator)
         else:  # one grid_sample kernel for the whole batch
-            x = augment.random_resized_crop_flip(
-                batch.to(dtype=torch.float32, memory_format=fmt), image_size, generator
-            )
-        return augment.normalize(x, IMAGENET_MEAN, IMAGENET_STD, memory_format=fmt)
+            x = augment.random_resized_crop_flip(batch.to(dtype=torch.float32, memory_format=fmt), size, generator)
+        return augment.normalize(x, recipe.mean, recipe.std, memory_format=fmt)
 
-    side = resize_side(image_size)
-    recipe = f"workers: decode, resize {side}, center square {side}; device: random-resized-crop {image_size}, flip; val center crop {image_size}"
-    return prepare, recipe
+    return prepare
 
 
 class _WithPaths(Dataset):
@@ -385,19 +385,19 @@ def build_loaders(
     val_ex: FileExamples,
     opts: LoaderOptions,
     device: torch.device,
-    image_size: int,
+    recipe: Recipe,
     *,
     channels_last: bool,
     gpu_decode: bool,
 ) -> tuple[DeviceAugmentLoader, DeviceAugmentLoader, Callable[[int], None], SkipLog, str]:
     """(train, val, set_epoch, skip log, recipe) for one rank; set_epoch reshuffles and reseeds
     the device generator from (seed, rank, epoch)."""
-    side = resize_side(image_size)
+    side = recipe.base
     jpeg_decoder()  # here, in the training process: its error is one line before any worker starts
     reader = read_encoded if gpu_decode else read_square
     log = SkipLog()
-    train_prep, recipe = image_recipe(image_size, train=True, channels_last=channels_last)
-    val_prep, _ = image_recipe(image_size, train=False, channels_last=channels_last)
+    train_prep = image_recipe(recipe, train=True, channels_last=channels_last)
+    val_prep = image_recipe(recipe, train=False, channels_last=channels_last)
     gen = torch.Generator(device=device).manual_seed(stream_seed(opts.seed, opts.rank, 0))
 
     def make(ex: FileExamples, train: bool) -> tuple[DeviceAugmentLoader, Any]:
@@ -434,5 +434,5 @@ def build_loaders(
         val,
         set_epoch,
         log,
-        recipe + (" (JPEG decode on the GPU, nvjpeg)" if gpu_decode else " (libjpeg-turbo decode_jpeg)"),
+        recipe.steps() + (" (JPEG decode on the GPU, nvjpeg)" if gpu_decode else " (libjpeg-turbo decode_jpeg)"),
     )

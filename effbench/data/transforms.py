@@ -1,26 +1,21 @@
-"""Per-sample torchvision transforms for the `torchvision` loader, train and val.
+"""Per-sample torchvision transforms for the `torchvision` loader, train and val, built from a Recipe.
 
-Kept apart from the loaders so a faster pipeline (e.g. batched on the device) can sit beside
-this one and reuse the same normalisation constants and crop geometry.
+The `fast` loader builds the same recipe batched on the device (effbench.data.fast_cifar,
+fast_images); both read their parameters from effbench.recipes, so the crops, flips, rotations,
+interpolation and normalisation are the same whichever loader runs (docs/recipes.md).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from torchvision import transforms as T
 
-from effbench.datasets import IMAGENET_MEAN, IMAGENET_STD, dataset_spec
+from effbench.recipes import CIFAR_SIZE, RESIZE_RATIO, Recipe, resize_side, resolve
 
-# Resize the shorter side to 8/7 of the crop before cropping: ImageNet's 256 -> 224 ratio
-# (torchvision references/classification, resize_size=256 crop_size=224).
-RESIZE_RATIO = 8 / 7
-# CIFAR's native side and its 4-pixel padded random crop (He et al. 2016, sec. 4.2).
-CIFAR_SIZE = 32
-CIFAR_PAD = 4
-# Small rotations for the resized pipeline: the recipe effbench specifies for Food-101 and folders.
-ROTATION_DEG = 10
+__all__ = ["CIFAR_SIZE", "RESIZE_RATIO", "TransformPair", "build_transforms", "recipe_transforms", "resize_side"]
 
 
 @dataclass(frozen=True)
@@ -30,41 +25,36 @@ class TransformPair:
     mean: tuple[float, float, float]
     std: tuple[float, float, float]
     recipe: str
-    """Short description for the result record."""
+    """Short description for the result record (Recipe.steps())."""
+    record: dict[str, Any]
+    """The recipe's full record (Recipe.record())."""
 
 
-def build_transforms(dataset: str, image_size: int) -> TransformPair:
-    """A dataset stored at one size (CIFAR) keeps the padded-crop recipe at that size; everything else is resized."""
-    spec = dataset_spec(dataset)
-    if spec.native_size == image_size:
-        return _native(image_size, spec.mean, spec.std)
-    return _resized(image_size)
+def build_transforms(dataset: str, image_size: int, augment: str = "seed") -> TransformPair:
+    """The per-sample transforms of `--augment augment` for `dataset` at `image_size`."""
+    return recipe_transforms(resolve(augment, dataset, image_size))
 
 
-def resize_side(image_size: int) -> int:
-    return round(image_size * RESIZE_RATIO)
-
-
-def _native(size: int, mean: tuple[float, float, float], std: tuple[float, float, float]) -> TransformPair:
-    norm = T.Normalize(mean, std)
-    train = T.Compose([T.RandomCrop(size, padding=CIFAR_PAD), T.RandomHorizontalFlip(0.5), T.ToTensor(), norm])
-    val = T.Compose([T.ToTensor(), norm])
-    return TransformPair(train, val, mean, std, f"cifar: crop {size} pad {CIFAR_PAD}, flip")
-
-
-def _resized(size: int) -> TransformPair:
-    norm = T.Normalize(IMAGENET_MEAN, IMAGENET_STD)
-    side = resize_side(size)
-    train = T.Compose(
-        [
-            T.Resize(side),
-            T.RandomCrop(size),
-            T.RandomHorizontalFlip(0.5),
-            T.RandomRotation(ROTATION_DEG),
-            T.ToTensor(),
-            norm,
-        ]
-    )
-    val = T.Compose([T.Resize(side), T.CenterCrop(size), T.ToTensor(), norm])
-    recipe = f"resize {side}, random crop {size}, flip, rotate {ROTATION_DEG}; val center crop {size}"
-    return TransformPair(train, val, IMAGENET_MEAN, IMAGENET_STD, recipe)
+def recipe_transforms(r: Recipe) -> TransformPair:
+    norm = [T.ToTensor(), T.Normalize(r.mean, r.std)]
+    # CIFAR at another size: the normalized 32 px tensor upscaled as the fast loader upscales it
+    # (F.interpolate bilinear, align_corners=False, no antialias), so the two match to float rounding
+    up = [T.Resize([r.upscale, r.upscale], T.InterpolationMode.BILINEAR, antialias=False)] if r.upscale else []
+    # image files: the shorter side to `base`, then the central base x base square (the fast loader's workers)
+    square = [T.Resize(r.base), T.CenterCrop(r.base)] if r.kind == "files" else []
+    flip = [T.RandomHorizontalFlip(r.flip_p)] if r.flip_p else []
+    if r.crop == "random":
+        crop = [T.RandomCrop(r.crop_size, padding=r.pad or None)]
+        rotate = [T.RandomRotation(r.rotation_deg)] if r.rotation_deg else []  # nearest, fill 0 (defaults)
+        train = square + crop + flip + rotate + norm + up
+    elif r.crop == "random-resized":
+        assert r.rrc_scale is not None and r.rrc_ratio is not None
+        rrc = T.RandomResizedCrop(r.image_size, scale=r.rrc_scale, ratio=r.rrc_ratio)  # bilinear (default)
+        train = square + [rrc] + flip + norm
+    elif r.crop == "center":
+        train = square + [T.CenterCrop(r.crop_size)] + norm + up
+    else:  # full: the stored image as it is
+        train = square + norm + up
+    val_crop = [T.CenterCrop(r.crop_size)] if r.val_crop == "center" else []
+    val = square + val_crop + norm + up
+    return TransformPair(T.Compose(train), T.Compose(val), r.mean, r.std, r.steps(), r.record())

@@ -598,29 +598,37 @@ def check_ddp(ctx: Context) -> list[Check]:
 
 
 def check_data_path(ctx: Context) -> list[Check]:
+    """fast vs torchvision on the same work: both loaders train the same --augment recipe (the seed
+    recipe of image files: resize, random crop, flip, rotation), and each run's recorded recipe is
+    compared, so the speedup never compares two amounts of work."""
     from effbench.selftest.reference import write_image_folder
 
     root = write_image_folder(ctx.folder / "images", classes=4, per_class=48, size=40)
     rounds: dict[str, list[list[float]]] = {"fast": [], "torchvision": []}
     images: dict[str, set[int]] = {"fast": set(), "torchvision": set()}
+    recipes: dict[str, Any] = {}
     for r in range(DATA_ROUNDS):
         for loader in ("fast", "torchvision") if r % 2 == 0 else ("torchvision", "fast"):
             res = harness(ctx, dataset="imagefolder", data_dir=root, data_only=True, loader=loader, image_size=32,
-                          batch_size=16, max_steps=None, warmup_steps=1, val_fraction=0.25)  # fmt: skip
+                          batch_size=16, max_steps=None, warmup_steps=1, val_fraction=0.25, augment="seed")  # fmt: skip
             rounds[loader].append(step_img_s(Path(res["_run_dir"]) / "steps.csv"))
             images[loader].add(int(res["measured"]["images"]))
+            recipes[loader] = (res.get("data") or {}).get("augment")
     same = len(images["fast"] | images["torchvision"]) == 1
+    same_recipe = recipes["fast"] is not None and recipes["fast"] == recipes["torchvision"]
     status, ratio, best_fast, best_tv, why = compare_fastest_steps(rounds["fast"], rounds["torchvision"], min_ratio=0.9)
+    steps = (recipes["fast"] or {}).get("steps", "no recipe recorded")
     return [
         Check(
             "data path: fast vs torchvision loader",
-            status if same else FAIL,
+            status if same and same_recipe else FAIL,
             f"{best_fast:.1f} img/s ({ratio:.3f}x)",
             f"{best_tv:.1f} img/s",
-            "ratio >= 0.9, same images",
+            "ratio >= 0.9, same images, same recipe",
             f"fastest batch of {DATA_ROUNDS} alternating --data-only rounds each, {why}; {root.name}/: 192 generated "
-            "JPEGs 40 px (144 train), 32 px crops, batch 16, 0 workers"
-            + ("" if same else f"; the loaders delivered different image counts {images}"),
+            f"JPEGs 40 px (144 train), batch 16, 0 workers, both loaders --augment {steps}"
+            + ("" if same else f"; the loaders delivered different image counts {images}")
+            + ("" if same_recipe else f"; the loaders recorded different recipes {recipes}"),
         )  # fmt: skip
     ]
 
