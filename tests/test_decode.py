@@ -387,6 +387,7 @@ def test_a_torchcodec_that_cannot_load_stops_the_run_and_is_never_counted_as_cor
 
     from effbench.data.fast_images import build_loaders
     from effbench.data.images import FileExamples
+    from effbench.recipes import resolve
     from effbench.data.loaders import LoaderOptions
 
     path = tmp_path / "a.jpg"
@@ -397,5 +398,5 @@ def test_a_torchcodec_that_cannot_load_stops_the_run_and_is_never_counted_as_cor
     assert info.value.option == "--loader" and "--loader torchvision" in info.value.message
     examples = FileExamples((str(path),), np.array([0]))
     with pytest.raises(EffbenchError, match="TorchCodec"):  # in the training process, before any worker
-        build_loaders(examples, examples, LoaderOptions(batch_size=1, workers=0, seed=0), torch.device("cpu"), 8,
-                      channels_last=False, gpu_decode=False)  # fmt: skip
+        build_loaders(examples, examples, LoaderOptions(batch_size=1, workers=0, seed=0), torch.device("cpu"),
+                      resolve("seed", "imagefolder", 8), channels_last=False, gpu_decode=False)  # fmt: skip
