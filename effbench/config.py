@@ -25,23 +25,10 @@ from effbench.datasets import (
     dataset_spec,
     with_image_files,
 )
+from effbench.archs import ARCH_ALIASES, ARCHS, EFFICIENTNET_NATIVE_SIZE
 from effbench.errors import EffbenchError
 from effbench.recipes import AUGMENTS
 
-# Native input resolution of each EfficientNet (Tan & Le 2019, Table 1 / efficientnet-pytorch's
-# `efficientnet_params`).
-EFFICIENTNET_NATIVE_SIZE = {
-    "efficientnet-b0": 224,
-    "efficientnet-b1": 240,
-    "efficientnet-b2": 260,
-    "efficientnet-b3": 300,
-    "efficientnet-b4": 380,
-    "efficientnet-b5": 456,
-    "efficientnet-b6": 528,
-    "efficientnet-b7": 600,
-}
-ARCHS = (*EFFICIENTNET_NATIVE_SIZE, "resnet18")
-ARCH_ALIASES = {f"b{i}": f"efficientnet-b{i}" for i in range(8)}
 
 OPTIMIZERS = ("sgd", "sgd-nesterov", "adagrad", "adadelta", "adam", "adamw")
 # Starting learning rates per optimizer: 0.1 for SGD on CIFAR ResNets (He et al. 2016, and the
@@ -143,7 +130,7 @@ def canonical_arch(value: str) -> str:
     key = value.strip().lower()
     if ARCH_ALIASES.get(key, key) in ARCHS:
         return ARCH_ALIASES.get(key, key)
-    from effbench.models.catalog import resolve
+    from effbench.archs import resolve
 
     return resolve(value)
 
@@ -566,7 +553,7 @@ def default_image_size(arch: str, dataset: str) -> int:
         return dataset_spec(dataset).native_size or DEFAULT_IMAGE_SIZE
     if arch in EFFICIENTNET_NATIVE_SIZE:
         return EFFICIENTNET_NATIVE_SIZE[arch]
-    from effbench.models.catalog import native_image_size  # torchvision's / timm's own metadata
+    from effbench.archs import native_image_size  # torchvision's / timm's own metadata
 
     return native_image_size(arch)
 

@@ -17,9 +17,11 @@ from functools import partial
 
 import torch
 
-from effbench.config import EFFICIENTNET_NATIVE_SIZE, RunConfig
+from effbench.archs import EFFICIENTNET_NATIVE_SIZE
+from effbench.config import RunConfig
 from effbench.errors import EffbenchError
-from effbench.models import catalog, efficientnet, external, resnet
+from effbench import archs
+from effbench.models import efficientnet, external, resnet
 from effbench.models.staged import FreezableStages, Stage
 from effbench.models.weights import load_weights
 
@@ -47,7 +49,7 @@ def spec_for(arch: str) -> ArchSpec:
     """How to build a canonical `--arch` (RunConfig resolved it through catalog.resolve)."""
     if arch in REGISTRY:
         return REGISTRY[arch]
-    source, name = catalog.split(arch)
+    source, name = archs.split(arch)
     build = {"torchvision": external.build_torchvision, "timm": external.build_timm}[source]
     url, file = external.imagenet_source(arch)
     return ArchSpec(partial(build, name), url, partial(external.describe, arch), file)

@@ -1,119 +1,37 @@
-"""Which architectures exist: effbench's own, torchvision's classification models, timm's (optional).
+"""`effbench models`: one row per architecture, effbench's own counted on the meta device.
 
-Names: `efficientnet-b0..b7` (b0..b7) and `resnet18` are effbench's own; `torchvision:NAME` is any
-model of `torchvision.models.list_models(module=torchvision.models)` (the classification ones: the
-detection, segmentation, video and quantization submodules are other modules); `timm:NAME` any of
-`timm.list_models()`. A bare torchvision name (`resnet50`, `vit_b_16`) means torchvision's, except
-`resnet18`, which stays effbench's own. Facts shown by `effbench models` come from the libraries'
-own metadata (torchvision's weights `meta`, timm's `pretrained_cfg`), never from a table here; effbench's own
-models' parameters and GFLOPs are counted on the meta device (`own_counts`).
+The names and the libraries' metadata live in effbench/archs.py (torch-free, read by config); this module
+adds what needs effbench's own model code: the weights file names and the parameters and GFLOPs of
+effbench's own models, which no library publishes.
 """
 
 from __future__ import annotations
 
-import difflib
 import functools
-from dataclasses import asdict, dataclass
-from typing import Any
 
-from effbench.config import ARCH_ALIASES, ARCHS, EFFICIENTNET_NATIVE_SIZE
-from effbench.errors import EffbenchError
-
-SOURCES = ("effbench", "torchvision", "timm")
-TIMM_HINT = "pip install 'effbench[timm]'"
-SUGGESTIONS = 3
-
-
-@dataclass(frozen=True)
-class ArchInfo:
-    """One row of `effbench models`."""
-
-    name: str
-    """What --arch takes (canonical)."""
-    source: str
-    params: int | None
-    """Parameters at 1000 classes, from the library's metadata (effbench's own: counted, `own_counts`); None where
-    it does not say."""
-    image_size_px: int
-    """Native input resolution (what --image-size defaults to)."""
-    fixed_image_size: bool
-    """The architecture is built for one input size (ViT-style position embeddings)."""
-    weights: str | None
-    """File name of the default ImageNet weights (--weights imagenet), None if there are none."""
-    forward_gflops: float | None
-    """Forward GFLOPs (2 per multiply-add) per image at the native size, from the library's metadata
-    (2 x torchvision's `_ops`, a multiply-add count; effbench's own: counted, `own_counts`); None where the
-    library does not publish it."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def split(canonical: str) -> tuple[str, str]:
-    """ "torchvision:resnet50" -> ("torchvision", "resnet50"); own names -> ("effbench", name)."""
-    source, sep, name = canonical.partition(":")
-    return (source, name) if sep else ("effbench", canonical)
-
-
-def torchvision_names() -> list[str]:
-    import torchvision.models as tvm
-
-    return list(tvm.list_models(module=tvm))
-
-
-def _timm() -> Any:
-    try:
-        import timm
-    except ImportError:
-        raise EffbenchError("--arch", f"timm models need timm, which is not installed; {TIMM_HINT}") from None
-    return timm
-
-
-def timm_installed() -> bool:
-    try:
-        import timm  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _unknown(value: str, candidates: list[str]) -> EffbenchError:
-    if not value.rpartition(":")[2].strip():  # `--arch ""`, `--arch torchvision:`
-        return EffbenchError(
-            "--arch",
-            f"{value!r} names no model; pass one such as resnet18 or torchvision:resnet50 (`effbench models` lists them)",
-        )
-    # resnet18 is effbench's own and a torchvision name: one suggestion, not "resnet18, resnet18"
-    candidates = list(dict.fromkeys(candidates))
-    near = difflib.get_close_matches(value.lower(), candidates, n=SUGGESTIONS, cutoff=0.6)
-    hint = f"did you mean {', '.join(near)}? " if near else ""
-    return EffbenchError("--arch", f"unknown architecture {value!r}; {hint}(`effbench models` lists them)")
-
-
-def resolve(value: str) -> str:
-    """The canonical name of `--arch value`, or a one-line error suggesting the nearest names."""
-    key = value.strip()
-    low = key.lower()
-    if ARCH_ALIASES.get(low, low) in ARCHS:
-        return ARCH_ALIASES.get(low, low)
-    source, sep, name = key.partition(":")
-    if sep:
-        source = source.lower()
-        if source == "torchvision":
-            names = torchvision_names()
-            if name.lower() in names:
-                return f"torchvision:{name.lower()}"
-            raise _unknown(key, [f"torchvision:{n}" for n in names])
-        if source == "timm":
-            timm = _timm()
-            if name in timm.list_models():
-                return f"timm:{name}"
-            raise _unknown(key, [f"timm:{n}" for n in timm.list_models()])
-        raise EffbenchError("--arch", f"unknown source {source!r} in {key!r}; use torchvision:NAME or timm:NAME")
-    names = torchvision_names()
-    if low in names:
-        return f"torchvision:{low}"
-    raise _unknown(key, [*ARCHS, *ARCH_ALIASES, *names])
+from effbench.archs import (
+    ARCH_ALIASES,
+    ARCHS,
+    EFFICIENTNET_NATIVE_SIZE,
+    SOURCES,
+    TIMM_HINT,
+    TORCHVISION_SIZE_KWARG,
+    ArchInfo,
+    _own_native_size,
+    _timm,
+    _timm_info,
+    _torchvision_info,
+    native_image_size,
+    resolve,
+    split,
+    timm_cfg,
+    timm_installed,
+    timm_weights_file,
+    timm_weights_url,
+    torchvision_names,
+    torchvision_weights,
+    tv_min_size,
+)
 
 
 def info(canonical: str) -> ArchInfo:
@@ -128,10 +46,6 @@ def info(canonical: str) -> ArchInfo:
     url = efficientnet.IMAGENET_URLS.get(canonical, resnet.IMAGENET_URL)
     params, gflops = own_counts(canonical)
     return ArchInfo(canonical, "effbench", params, size, False, url.rsplit("/", 1)[-1], gflops)
-
-
-def _own_native_size(canonical: str) -> int:
-    return EFFICIENTNET_NATIVE_SIZE.get(canonical, 224)  # resnet18: ImageNet's 224 (CIFAR: 32, in config)
 
 
 # The classes of the ImageNet head the libraries' published counts are for (torchvision's `num_params`).
@@ -162,83 +76,6 @@ def own_counts(canonical: str) -> tuple[int, float]:
     return params, flops / 1e9
 
 
-def native_image_size(canonical: str) -> int:
-    if split(canonical)[0] == "effbench":
-        return _own_native_size(canonical)  # no model built for it
-    return info(canonical).image_size_px
-
-
-def torchvision_weights(name: str) -> Any:
-    """torchvision's default weights enum entry for `name` (every classification model has one)."""
-    import torchvision.models as tvm
-
-    return tvm.get_model_weights(name).DEFAULT
-
-
-def _torchvision_info(name: str) -> ArchInfo:
-    w = torchvision_weights(name)
-    # The weights' preprocessing is a partial of ImageClassification(crop_size=...): the size the
-    # weights were evaluated at (torchvision/models/_api.py, transforms/_presets.py).
-    crop = w.transforms.keywords.get("crop_size", 224)
-    # torchvision's meta "_ops" (shown as "GFLOPS" in its docs) counts multiply-adds: FlopCounterMode
-    # (2 FLOPs per multiply-add) gives 8.18 G for resnet50 (`_ops` 4.089) and 35.13 G for vit_b_16
-    # (17.564) at 224 px; tests/test_external_models.py checks the factor of 2.
-    ops = w.meta.get("_ops")
-    return ArchInfo(
-        name=f"torchvision:{name}",
-        source="torchvision",
-        params=int(w.meta["num_params"]),
-        image_size_px=int(crop[0] if isinstance(crop, (list, tuple)) else crop),
-        fixed_image_size=name in TORCHVISION_SIZE_KWARG,
-        weights=w.url.rsplit("/", 1)[-1],
-        forward_gflops=2 * float(ops) if ops is not None else None,
-    )
-
-
-TORCHVISION_SIZE_KWARG = {
-    **{n: "image_size" for n in ("vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14")},
-    "maxvit_t": "input_size",
-}
-"""Builders that take the input size (torchvision/models/vision_transformer.py `image_size`,
-maxvit.py `input_size`): built at --image-size without weights, at the weights' size with them."""
-
-
-def tv_min_size(name: str) -> int:
-    """The smallest input torchvision's weights meta says the model runs on (`min_size`: Swin 224,
-    Inception 75, ViT its size), so a smaller --image-size fails in one line, not in a reshape."""
-    return int(torchvision_weights(name).meta.get("min_size", (1, 1))[0])
-
-
-def timm_cfg(name: str) -> dict[str, Any]:
-    timm = _timm()
-    cfg = timm.get_pretrained_cfg(name)
-    return cfg.to_dict() if cfg is not None else {}
-
-
-def _timm_info(name: str) -> ArchInfo:
-    cfg = timm_cfg(name)
-    size = int(cfg.get("input_size", (3, 224, 224))[-1])
-    hub = cfg.get("hf_hub_id")
-    return ArchInfo(
-        name=f"timm:{name}",
-        source="timm",
-        params=None,  # timm publishes no count without building the model
-        image_size_px=size,
-        fixed_image_size=bool(cfg.get("fixed_input_size", False)),
-        weights=timm_weights_file(hub) if hub else None,
-        forward_gflops=None,
-    )
-
-
-def timm_weights_file(hf_hub_id: str) -> str:
-    """Cache name of a timm checkpoint: the hub id made a file name (HF files are all model.safetensors)."""
-    return f"{hf_hub_id.replace('/', '--')}.safetensors"  # timm/resnet50.a1_in1k -> timm--resnet50.a1_in1k
-
-
-def timm_weights_url(hf_hub_id: str) -> str:
-    return f"https://huggingface.co/{hf_hub_id}/resolve/main/model.safetensors"
-
-
 def catalog(sources: tuple[str, ...] = ("effbench", "torchvision")) -> list[ArchInfo]:
     """Every architecture of `sources`, in the order `effbench models` shows them."""
     rows: list[ArchInfo] = []
@@ -251,4 +88,8 @@ def catalog(sources: tuple[str, ...] = ("effbench", "torchvision")) -> list[Arch
     return rows
 
 
-__all__ = ["SOURCES", "ArchInfo", "catalog", "info", "native_image_size", "resolve", "split"]
+__all__ = [
+    "ARCHS", "ARCH_ALIASES", "EFFICIENTNET_NATIVE_SIZE", "SOURCES", "TIMM_HINT", "TORCHVISION_SIZE_KWARG", "ArchInfo",
+    "catalog", "info", "native_image_size", "own_counts", "resolve", "split", "timm_cfg", "timm_installed",
+    "timm_weights_file", "timm_weights_url", "torchvision_names", "torchvision_weights", "tv_min_size",
+]  # fmt: skip

@@ -33,7 +33,7 @@ from torch import nn
 
 from effbench.config import RunConfig
 from effbench.errors import EffbenchError
-from effbench.models import catalog
+from effbench import archs as catalog  # names and metadata (torch-free)
 from effbench.models.staged import FreezableStages, Stage
 
 HEAD_ATTRS = ("fc", "classifier", "heads", "head")
