@@ -514,7 +514,7 @@ def check_dp_precision(ctx: Context) -> list[Check]:
 
 
 def check_nvml(ctx: Context) -> list[Check]:
-    from effbench.system.hardware import nvml_session
+    from effbench.system.nvml import nvml_session
 
     names = ("NVML: sampled device is the job's (UUID)", "NVML: energy vs integral of power")
     if not ctx.cuda:

@@ -193,7 +193,7 @@ def read_image_cuda(
 
 def read_driver() -> DriverFacts:
     """NVML's view of the driver; empty without NVML (no driver, no GPU), never an exception."""
-    from effbench.system.hardware import nvml_session
+    from effbench.system.nvml import nvml_session
 
     def text(v: object) -> str:
         return v.decode() if isinstance(v, bytes) else str(v)

@@ -10,19 +10,19 @@ A limit that is not set ("max", or the v1 "unlimited" sentinel) reads as None.
 
 from __future__ import annotations
 
-import contextlib
 
 import importlib.metadata
 import os
 import platform
 import socket
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from effbench.fmt import GIB
 from effbench.system.mounts import container_signs, read_mountinfo
+from effbench.system.nvml import nvml_session
 
 # cgroup v1 writes "no limit" as a huge page-rounded number (9223372036854771712 on 4 KiB pages,
 # PAGE_COUNTER_MAX * PAGE_SIZE in the kernel's mm/page_counter.c); anything past 2**60 bytes is
@@ -65,24 +65,6 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
-
-
-@contextlib.contextmanager
-def nvml_session() -> Iterator[Any]:
-    """pynvml, initialised, or None when there is no NVML (no library, driver or GPU); shut down
-    on exit. Any NVML error inside the block ends the block only: callers get what they had."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:  # ImportError, NVMLError and friends: NVML is simply absent
-        yield None
-        return
-    try:
-        yield pynvml
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
 
 
 def _decode(value: Any) -> str:

@@ -151,7 +151,7 @@ def probe_gpus() -> GpuState:
 
 
 def _nvml_state() -> dict[str, object]:
-    from effbench.system.hardware import nvml_session
+    from effbench.system.nvml import nvml_session
 
     with nvml_session() as nvml:
         if nvml is None:
