@@ -577,6 +577,16 @@ def smoke_overrides() -> dict[str, Any]:
     )
 
 
+def preset_conflicts(explicit: dict[str, Any], *, gpus: str | None) -> None:
+    """--smoke chose --device cpu; a GPU option the user gave must not be blamed on a --device
+    they never typed (RunConfig's own message says "--device cpu was given")."""
+    if gpus is not None and "device" not in explicit:
+        raise EffbenchError(
+            "--gpus", "counts GPUs, but --smoke runs on the CPU (the preset's --device cpu); add --device cuda "
+            "to run the smoke preset on GPUs, or use --nproc N for CPU processes"
+        )  # fmt: skip
+
+
 def resolve_for_device(cfg: RunConfig, device_type: str) -> RunConfig:
     """The device-dependent defaults made explicit, so config.json says what ran. Pure (no torch).
 

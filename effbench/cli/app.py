@@ -304,7 +304,7 @@ def run(
 ) -> None:
     """Train one model, measure it, and write a run folder with config, env, results and reports."""
     from effbench.run import runner
-    from effbench.config import RunConfig, smoke_overrides
+    from effbench.config import RunConfig, preset_conflicts, smoke_overrides
     from effbench.launch.plan import kubeflow_settings, parse_counts, slurm_settings
 
     given = {
@@ -360,16 +360,6 @@ def run(
     worst = next((o for o in series.outcomes if o.results.get("status") != "ok"), None)
     if worst is not None:
         _exit_for(worst)
-
-
-def preset_conflicts(explicit: dict[str, Any], *, gpus: str | None) -> None:
-    """--smoke chose --device cpu; a GPU option the user gave must not be blamed on a --device
-    they never typed (RunConfig's own message says "--device cpu was given")."""
-    if gpus is not None and "device" not in explicit:
-        raise EffbenchError(
-            "--gpus", "counts GPUs, but --smoke runs on the CPU (the preset's --device cpu); add --device cuda "
-            "to run the smoke preset on GPUs, or use --nproc N for CPU processes"
-        )  # fmt: skip
 
 
 def _warn_if_output_is_lost(output: Path) -> None:

@@ -21,7 +21,7 @@ import typer
 
 from effbench.system import preflight
 from effbench.cli.common import opt as _opt
-from effbench.config import RunConfig, smoke_overrides, with_range
+from effbench.config import RunConfig, preset_conflicts, smoke_overrides, with_range
 from effbench.datasets import datasets_help
 
 STATUS = {"ok": "ok", "warning": "WARN", "error": "FAIL"}
@@ -113,8 +113,6 @@ def doctor(
     if requested:
         explicit["gpus"] = requested
     if smoke:
-        from effbench.cli.app import preset_conflicts
-
         preset_conflicts(explicit, gpus=gpus)
     cfg = RunConfig(**({**smoke_overrides(), **explicit} if smoke else explicit))
     gpu = preflight.probe_gpus()
