@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -250,12 +251,33 @@ def columns(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     return [*COLUMNS, *swept, *sorted(extra - set(swept))]
 
 
+# A spreadsheet runs a cell that starts with one of these as a formula (OWASP, "CSV Injection"): a run name
+# or arch of `=cmd|' /C calc'!A0` would. Such text cells get a leading single quote; numbers stay numbers.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def csv_cell(value: Any) -> Any:
+    """A value as a CSV cell a spreadsheet shows as text: a text cell that would start a formula is quoted
+    with a leading `'` (a negative number written as text, `-3`, stays a number)."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS) and not _NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
 def to_csv(rows: Sequence[Mapping[str, Any]]) -> str:
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=columns(rows), lineterminator="\n")
-    w.writeheader()
+    cols = columns(rows)
+    # the csv module quotes a field holding a character of its line terminator, not a lone "\r" (3.11's
+    # _csv.c): a text with one would end the row early for a reader, so such a file quotes every cell
+    stray_cr = any(isinstance(v, str) and "\r" in v for r in rows for v in [*r.values(), *r.keys()])
+    quoting = csv.QUOTE_ALL if stray_cr else csv.QUOTE_MINIMAL
+    w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n", quoting=quoting)
+    w.writerow({c: csv_cell(c) for c in cols})  # header: config keys come from the run's files too
     for r in rows:
-        w.writerow({k: "" if v is None else v for k, v in r.items()})
+        w.writerow({k: csv_cell(v) for k, v in r.items()})
     return buf.getvalue()
 
 
