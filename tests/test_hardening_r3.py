@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-from pathlib import Path
 
 import pytest
 from clitools import invoke
@@ -41,7 +40,7 @@ def test_export_csv_quotes_every_text_cell_a_spreadsheet_would_run(tmp_path, cap
     assert code == 0, err
     rows = list(csv.reader(io.StringIO(out)))
     header, row = rows[0], rows[1]
-    cells = dict(zip(header, row))
+    cells = dict(zip(header, row, strict=True))
     for col in ("run_name", "config.arch", "config.note"):
         assert cells[col] == "'" + text, (col, cells[col])
     # no text cell of the file starts a formula, whatever its column
@@ -59,3 +58,42 @@ def test_csv_cell_keeps_numbers_and_numeric_text_unquoted():
     assert ex.csv_cell("-3") == "-3" and ex.csv_cell("-1.5e-3") == "-1.5e-3" and ex.csv_cell("+2") == "+2"
     assert ex.csv_cell("-x") == "'-x" and ex.csv_cell("-") == "'-" and ex.csv_cell(None) == ""
     assert ex.csv_cell("plain") == "plain"
+
+
+# --- 7. Sweep size ----------------------------------------------------------------------------------
+def _values(n: int, start: int = 1) -> str:
+    return ",".join(str(i) for i in range(start, start + n))
+
+
+@pytest.mark.parametrize(
+    "lists",
+    [
+        ["--batch-size", _values(1000), "--workers", _values(1000, 0)],  # the red team's million cells
+        ["--batch-size", _values(30), "--workers", _values(30, 0), "--nproc", _values(30)],  # 27,000: three lists
+        ["--batch-size", _values(10_001)],  # one list past the bound
+    ],
+)
+def test_a_sweep_past_the_cell_bound_is_one_line_before_any_planning(tmp_path, capsys, lists):
+    import time
+
+    from effbench.sweep.spec import MAX_CELLS
+
+    t0 = time.perf_counter()
+    code, out, err = invoke(
+        ["sweep", *lists, "--dataset", "synthetic", "--device", "cpu", "--output", tmp_path / "o"], capsys
+    )
+    elapsed = time.perf_counter() - t0
+    line = one_error_line(err)
+    assert code == 2 and f"{MAX_CELLS:,}" in line, line
+    assert not (tmp_path / "o").exists()
+    assert elapsed < 30  # planning a million cells took a minute; generous for a loaded machine
+
+
+def test_cell_count_is_the_product_or_the_zipped_length():
+    from effbench.sweep.spec import cell_count, check_size
+
+    dims = {"batch_size": tuple(range(1000)), "workers": tuple(range(1000))}
+    assert cell_count(dims, zipped=False) == 1_000_000
+    assert cell_count(dims, zipped=True) == 1000
+    check_size(dims, zipped=True)  # 1,000 paired cells are allowed
+    assert cell_count({}, zipped=False) == 1
