@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from pathlib import Path
 
 import pytest
 from clitools import invoke
@@ -97,3 +98,70 @@ def test_cell_count_is_the_product_or_the_zipped_length():
     assert cell_count(dims, zipped=True) == 1000
     check_size(dims, zipped=True)  # 1,000 paired cells are allowed
     assert cell_count({}, zipped=False) == 1
+
+
+# --- 1. Two sweeps into one folder ------------------------------------------------------------------
+REPO = Path(__file__).resolve().parents[1]
+TINY_SWEEP = ["sweep", "--batch-size", "2,4", "--dataset", "synthetic", "--arch", "resnet18", "--image-size", "16",
+              "--weights", "none", "--device", "cpu", "--workers", "0", "--max-steps", "2", "--warmup-steps", "1",
+              "--epochs", "1", "--no-profile", "--name", "shared"]  # fmt: skip
+
+
+def test_a_second_sweep_into_a_folder_in_use_is_refused_and_the_first_finishes_ok(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from effbench.run import faults
+
+    out, release = tmp_path / "out", tmp_path / "release"
+    base_env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "effbench", *TINY_SWEEP, "--output", str(out)]
+    # the first sweep holds in its first cell's epochs, its run folder live in cells/<key>/, until released
+    first = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**base_env, faults.FAULT_HOLD_ENV: "epochs", faults.FAULT_HOLD_RELEASE_ENV: str(release)},
+    )  # fmt: skip
+    try:
+        assert first.stderr is not None
+        deadline = time.monotonic() + 300  # importing torch on a loaded machine; no speed asserted
+        for line in first.stderr:
+            if line.startswith(f"{faults.HOLD_MARK} epochs"):
+                break
+            assert time.monotonic() < deadline
+        else:
+            raise AssertionError(f"the first sweep ended before its first cell trained: {first.communicate()}")
+        live = sorted((out / "shared" / "cells").glob("*/*/results.json"))
+        assert len(live) == 1
+        # the second sweep, the same command (the red team's two identical sweeps 12 s apart)
+        second = subprocess.run(cmd, capture_output=True, text=True, env=base_env, timeout=300)
+        assert second.returncode == 2, second.stderr
+        line = one_error_line(second.stderr)
+        assert str(out / "shared") in line and "in use by another sweep" in line and f"pid {first.pid}" in line
+        assert sorted((out / "shared" / "cells").glob("*/*/results.json")) == live  # the live folder stayed
+        assert not (out / "shared" / "attempts").exists()
+        release.touch()
+        _, err = first.communicate(timeout=300)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0, err
+    manifest = json.loads((out / "shared" / "sweep.json").read_text())
+    assert [c["status"] for c in manifest["cells"]] == ["ok", "ok"]
+    assert [c["attempts"] for c in manifest["cells"]] == [1, 1]
+    # the lock dies with its holder: the same command again resumes (nothing left to run)
+    again = subprocess.run(cmd, capture_output=True, text=True, env=base_env, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "2 already ok, 0 to run" in again.stdout
+
+
+def test_the_sweep_lock_is_refused_while_held_and_free_once_released(tmp_path):
+    from effbench.errors import EffbenchError
+    from effbench.sweep import manifest as M
+
+    # a second open file description: flock conflicts within one process as across two
+    with M.locked(tmp_path), pytest.raises(EffbenchError, match="in use by another sweep"), M.locked(tmp_path):
+        pass
+    with M.locked(tmp_path):
+        pass
