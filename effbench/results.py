@@ -125,12 +125,12 @@ def read_json_file(path: Path, *, missing: str, fix: str) -> Any:
 
     A missing file is one EffbenchError naming it and `missing` (what to pass instead); an unreadable one
     (permissions, bad UTF-8, broken JSON) names it, the reason and `fix`."""
+    from effbench import safe_files  # a regular file, bounded in size, depth and numbers
+
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        return safe_files.load_json(path, fix=fix)
     except FileNotFoundError:
         raise EffbenchError(str(path), f"not found; {missing}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise EffbenchError(str(path), f"is not readable JSON ({e}); {fix}") from None
 
 
 def read_results(path: Path) -> dict[str, Any]:

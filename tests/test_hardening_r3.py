@@ -165,3 +165,112 @@ def test_the_sweep_lock_is_refused_while_held_and_free_once_released(tmp_path):
         pass
     with M.locked(tmp_path):
         pass
+
+
+# --- 3. Every file effbench reads -----------------------------------------------------------------
+@pytest.fixture
+def deadline():
+    """A reader that blocks (a FIFO with no writer) fails the test instead of hanging it."""
+    import signal
+
+    def _raise(*_):
+        raise TimeoutError("effbench blocked reading a file")
+
+    old = signal.signal(signal.SIGALRM, _raise)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+def _hostile(kind: str, path: Path, valid: str, token: str) -> None:
+    """Replace `path` (a file effbench wrote, text `valid`, holding the number `token`) by a hostile one of `kind`."""
+    import os
+
+    def poison(number: str) -> str:
+        return valid.replace(token, token[0] + number + token[-1] if path.suffix == ".csv" else number, 1)
+
+    path.unlink(missing_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "device":
+        path.symlink_to("/dev/zero")
+    elif kind == "deep":
+        path.write_text("[" * 100_000 + "]" * 100_000 if path.suffix == ".json" else valid)
+    elif kind == "long-int":
+        path.write_text(poison("1" * 5000))
+    elif kind == "huge-float":
+        path.write_text(poison("1.7e308"))
+    elif kind == "nan":
+        path.write_text(poison("NaN"))
+
+
+def _sweep_folder(root: Path) -> Path:
+    from effbench.sweep import manifest as M
+
+    folder = root / "sweep-x"
+    run = make_run(folder / "cells" / "000_batch-size-32" / "r", [100.0, 100.0, 100.0])
+    m = M.new_manifest(name="sweep-x", preset=None, dims={"batch_size": (32,)}, zipped=False, command=["effbench"],
+                       cells=[{"key": "000_batch-size-32", "params": {"batch_size": 32}, "config": {"lr": 1.0}}])  # fmt: skip
+    m = M.update_cell(m, "000_batch-size-32", status="ok", run_dir=str(run.relative_to(folder)))
+    M.write_manifest(folder, m)
+    return folder
+
+
+HOSTILE = ["fifo", "folder", "device", "deep", "long-int", "huge-float", "nan"]
+# (file, commands that read it); {run} / {sweep} / {other} are filled in
+READERS = {
+    "results.json": [
+        ["report", "{run}"],
+        ["compare", "{run}", "{other}", "--fail-if-slower", "5"],
+        ["export", "{run}"],
+    ],
+    "env.json": [["export", "{run}"], ["report", "{run}"]],
+    "sweep.json": [["report", "{sweep}"], ["compare", "{sweep}", "{sweep}"], ["export", "{sweep}"]],
+    "steps.csv": [["report", "{run}"], ["compare", "{run}", "{other}", "--fail-if-slower", "5"], ["export", "{run}"]],
+}
+
+
+@pytest.mark.parametrize("kind", HOSTILE)
+@pytest.mark.parametrize("name", list(READERS))
+def test_every_file_effbench_reads_refuses_hostile_content_in_one_line(tmp_path, capsys, deadline, name, kind):
+    if name == "steps.csv" and kind == "deep":
+        pytest.skip("a CSV does not nest")
+    sweep = _sweep_folder(tmp_path)
+    run = next((sweep / "cells").glob("*/r"))
+    other = make_run(tmp_path / "other", [100.0, 100.0, 100.0])
+    target = sweep / name if name == "sweep.json" else run / name
+    if name == "steps.csv":  # 1 s steps of 100 images: a ",1," to poison is in every row
+        target.write_text(target.read_text().replace(",100,", ",1,", 1))
+    valid = target.read_text()
+    token = {"steps.csv": ",1,", "env.json": "16.0"}.get(name, "1.0")
+    assert token in valid
+    _hostile(kind, target, valid, token)
+    for args in READERS[name]:
+        args = [str(a).format(run=run, sweep=sweep, other=other) for a in args]
+        code, out, err = invoke(args, capsys)
+        assert code == 2, (args, out, err)
+        line = one_error_line(err)
+        assert name in line, line
+
+
+def test_the_safe_reader_bounds_size_and_depth_and_skips_brackets_in_strings(tmp_path, monkeypatch):
+    from effbench import safe_files
+    from effbench.errors import EffbenchError
+
+    assert safe_files.json_depth('{"a": "[[[[{{{{", "b": [[1]]}') == 3
+    assert safe_files.json_depth('["\\"[[[", [2]]') == 2
+    f = tmp_path / "x.json"
+    f.write_text("[" * safe_files.MAX_DEPTH + "]" * safe_files.MAX_DEPTH)
+    assert safe_files.load_json(f, fix="x") is not None  # at the bound: read
+    f.write_text("[" * (safe_files.MAX_DEPTH + 1) + "]" * (safe_files.MAX_DEPTH + 1))
+    with pytest.raises(EffbenchError, match="nests 101 levels"):
+        safe_files.load_json(f, fix="x")
+    f.write_text('{"a": ' + "1" * 100 + "}")
+    monkeypatch.setattr(safe_files, "MAX_JSON_BYTES", 50)
+    with pytest.raises(EffbenchError, match="more than effbench reads"):
+        safe_files.read_bytes(f, limit=safe_files.MAX_JSON_BYTES)
+    with pytest.raises(FileNotFoundError):
+        safe_files.load_json(tmp_path / "missing.json", fix="x")

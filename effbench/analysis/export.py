@@ -15,13 +15,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from effbench import results
+from effbench import results, safe_files
 from effbench.analysis import windows
 from effbench.errors import EffbenchError
 from effbench.sweep import manifest as M
@@ -109,7 +110,7 @@ def _scaling_dim(record: Mapping[str, Any]) -> dict[str, Any]:
 def locate(run_dir: Path) -> RunFolder:
     """What holds a run folder: a sweep (sweep.json lists it), a scaling series (scaling.json beside it) or nothing."""
     for parent in list(run_dir.resolve().parents)[:3]:  # cells/<key>/<run>/, attempts/<key>/<run>/
-        if (parent / M.MANIFEST_FILE).is_file():
+        if os.path.lexists(parent / M.MANIFEST_FILE):  # in any form: read_manifest says what is wrong with it
             found = _cell_of(parent, run_dir)
             if found is not None:
                 return RunFolder(run_dir, found[0], parent, found[1])
@@ -144,9 +145,9 @@ def find_runs(paths: Sequence[Path]) -> list[Path]:
 
 def _read_env(run_dir: Path, record: Mapping[str, Any]) -> dict[str, Any]:
     """env.json as the run wrote it; the copy inside results.json when the file is gone (a lone results.json)."""
-    try:
-        data = json.loads((run_dir / results.ENV_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    try:  # a FIFO, a 100,000-deep or a 5,000-digit env.json is one line (safe_files), a missing one the copy
+        data = safe_files.load_json(run_dir / results.ENV_FILE, fix="restore the env.json the run wrote, or delete it")
+    except FileNotFoundError:
         data = None
     return data if isinstance(data, dict) else dict(record.get("env") or {})
 

@@ -5,6 +5,7 @@ matplotlib only inside plots.py."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+import os
 from pathlib import Path
 
 from tabulate import tabulate
@@ -26,7 +27,9 @@ HEADERS = ("machine", "status", "img/s", "95% CI", "vs best", "gap to best", "en
 def is_collection(path: Path) -> bool:
     """A folder that is neither a run nor a sweep but holds run folders below it."""
     path = Path(path)
-    if not path.is_dir() or (path / results.RESULTS_FILE).is_file() or (path / M.MANIFEST_FILE).is_file():
+    # a results.json or sweep.json present in any form (a FIFO, a link) makes it a run or sweep, whose reader
+    # then says what is wrong with the file
+    if not path.is_dir() or any(os.path.lexists(path / f) for f in (results.RESULTS_FILE, M.MANIFEST_FILE)):
         return False
     return next(path.rglob(results.RESULTS_FILE), None) is not None
 

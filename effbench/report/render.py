@@ -12,7 +12,7 @@ value) is named in the report instead; it never stops the others.
 from __future__ import annotations
 
 import functools
-import json
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -20,7 +20,7 @@ from typing import Any
 
 from effbench.report import html as H
 from effbench.sweep import manifest as M
-from effbench import results
+from effbench import results, safe_files
 from effbench.report import tables as report
 from effbench.report import sweep_tables as sweep_report
 from effbench.analysis import epoch_time, scaling, windows
@@ -206,9 +206,11 @@ def write_run_reports(run_dir: Path) -> list[Path]:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object the run wrote beside results.json (env.json); None when absent (results.json has a copy).
+    Anything but a small regular file of plain JSON is one line (safe_files), as for results.json."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = safe_files.load_json(path, fix="restore the file the run wrote, or delete it")
+    except FileNotFoundError:
         return None
     return data if isinstance(data, dict) else None
 
@@ -439,9 +441,10 @@ def write_sweep_reports(folder: Path, *, cells: bool = False) -> list[Path]:
 def folder_kind(path: Path) -> str:
     """'sweep' or 'run'; anything else is a one-line error naming the folder."""
     path = Path(path)
-    if (path / M.MANIFEST_FILE).is_file():
+    # present in any form (a FIFO, a folder, a link): the reader then says what is wrong with it
+    if os.path.lexists(path / M.MANIFEST_FILE):
         return "sweep"
-    if (path / results.RESULTS_FILE).is_file():
+    if os.path.lexists(path / results.RESULTS_FILE):
         return "run"
     if not path.exists():
         raise EffbenchError(
