@@ -274,3 +274,185 @@ def test_the_safe_reader_bounds_size_and_depth_and_skips_brackets_in_strings(tmp
         safe_files.read_bytes(f, limit=safe_files.MAX_JSON_BYTES)
     with pytest.raises(FileNotFoundError):
         safe_files.load_json(tmp_path / "missing.json", fix="x")
+
+
+# --- 4. Writes outside a run or sweep folder --------------------------------------------------------
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _planted(kind: str, tmp_path: Path) -> tuple[list[str], Path, str]:
+    """(report args, the folder whose output place is a link, the linked name) for each kind of folder."""
+    if kind == "run":
+        run = make_run(tmp_path / "runs" / "r", [100.0, 100.0, 100.0])
+        return ["report", str(run)], run, "plots"
+    if kind == "sweep":
+        sweep = _sweep_folder(tmp_path)
+        return ["report", str(sweep)], sweep, "plots"
+    if kind == "sweep-cell":
+        sweep = _sweep_folder(tmp_path)
+        return ["report", str(sweep)], next((sweep / "cells").glob("*/r")), "plots"
+    root = tmp_path / "many"  # a leaderboard folder
+    make_run(root / "a", [100.0, 100.0, 100.0])
+    make_run(root / "b", [90.0, 100.0, 110.0], host="node-b")
+    return ["report", str(root)], root, "plots"
+
+
+@pytest.mark.parametrize("kind", ["run", "sweep", "sweep-cell", "leaderboard"])
+def test_report_never_writes_through_a_folder_link_that_leaves_the_folder(tmp_path, capsys, kind):
+    args, holder, name = _planted(kind, tmp_path)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    for png in ("time_per_epoch.png", "top1_per_epoch.png", "throughput.png", "leaderboard.png", "x.png"):
+        (outside / png).write_bytes(b"precious")
+    before = _snapshot(outside)
+    (holder / name).symlink_to(outside)
+    code, out, err = invoke(args, capsys)
+    line = one_error_line(err)
+    assert code == 2 and str(holder / name) in line and "outside" in line, line
+    assert _snapshot(outside) == before
+    assert sorted(p.name for p in outside.iterdir()) == sorted(before)
+
+
+@pytest.mark.parametrize("name", ["report.html", "report.txt", "report.md"])
+def test_a_file_link_in_a_run_folder_is_replaced_never_written_through(tmp_path, capsys, name):
+    run = make_run(tmp_path / "r", [100.0, 100.0, 100.0])
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    (run / name).symlink_to(victim)
+    code, _, err = invoke(["report", run], capsys)
+    assert code == 0, err
+    assert victim.read_text() == "precious"
+    assert not (run / name).is_symlink() and (run / name).stat().st_size > 0
+
+
+def test_a_link_that_stays_inside_the_run_folder_is_written_through(tmp_path, capsys):
+    run = make_run(tmp_path / "r", [100.0, 100.0, 100.0])
+    (run / "charts").mkdir()
+    (run / "plots").symlink_to("charts")
+    code, _, err = invoke(["report", run], capsys)
+    assert code == 0, err
+    assert (run / "report.html").is_file()
+
+
+def test_plots_never_write_through_a_link_planted_at_a_temporary_name(tmp_path):
+    pytest.importorskip("matplotlib")
+    from effbench.report import plots
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    out = tmp_path / "plots"
+    out.mkdir()
+    (out / ".time.png.tmp").symlink_to(victim)  # the fixed temporary name the writer used to take
+    plots.stacked_time_bars(["e1"], [0.1], [0.9], out / "time.png", title="t", ylabel="s", warmup_s=[0.0])
+    assert victim.read_text() == "precious" and (out / "time.png").read_bytes().startswith(b"\x89PNG")
+
+
+# --- 5. Output targets ------------------------------------------------------------------------------
+@pytest.fixture
+def read_only(tmp_path):
+    """A read-only bind mount of tmp_path/"src" at tmp_path/"ro" where this machine allows mounts (root, CI);
+    else None (tests run as root, and chmod does not stop root)."""
+    import subprocess
+
+    src, ro = tmp_path / "src", tmp_path / "ro"
+    src.mkdir()
+    ro.mkdir()
+    made = subprocess.run(["mount", "--bind", str(src), str(ro)], capture_output=True).returncode == 0
+    if made and subprocess.run(["mount", "-o", "remount,ro,bind", str(ro)], capture_output=True).returncode != 0:
+        subprocess.run(["umount", "-l", str(ro)], capture_output=True)
+        made = False
+    try:
+        yield (src, ro) if made else None
+    finally:
+        if made:
+            subprocess.run(["umount", "-l", str(ro)], capture_output=True)
+
+
+def _refuse_writes_under(monkeypatch, root: Path) -> None:
+    """Without a mount: every atomic write under `root` fails as on a read-only mount (EROFS)."""
+    import errno
+    import tempfile
+
+    real = tempfile.mkstemp
+
+    def mkstemp(*a, dir=None, **kw):
+        if dir is not None and Path(dir).resolve().is_relative_to(root.resolve()):
+            raise OSError(errno.EROFS, "Read-only file system", str(dir))
+        return real(*a, dir=dir, **kw)
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+
+
+@pytest.mark.parametrize("kind", ["run", "sweep", "leaderboard"])
+def test_report_on_a_read_only_folder_is_one_line_and_output_renders_elsewhere(
+    tmp_path, capsys, monkeypatch, read_only, kind
+):
+    if read_only is None:
+        src = tmp_path / "src"
+        src.mkdir()
+        ro = src
+    else:
+        src, ro = read_only
+    args, _, _ = _planted(kind, src)
+    args = [a.replace(str(src), str(ro)) for a in args]
+    if read_only is None:
+        _refuse_writes_under(monkeypatch, src)
+    before = _snapshot(src)
+    code, _, err = invoke(args, capsys)
+    line = one_error_line(err)
+    assert code == 2 and "cannot be written" in line and "--output" in line, line
+    assert str(ro) in line
+    elsewhere = tmp_path / "rendered"
+    code, out, err = invoke([*args, "--output", elsewhere], capsys)
+    assert code == 0, err
+    assert (elsewhere / "report.html").is_file()
+    assert _snapshot(src) == before  # nothing written into the folder reported on
+
+
+@pytest.mark.parametrize("target", ["/proc/x.csv", "/proc/self/x.csv", "/sys/x.csv"])
+def test_export_to_a_place_that_refuses_writes_is_one_line(tmp_path, capsys, target):
+    run = make_run(tmp_path / "r", [100.0, 100.0, 100.0])
+    code, _, err = invoke(["export", run, "-o", target], capsys)
+    line = one_error_line(err)
+    assert code == 2 and line.startswith("error: --output:") and target in line, line
+
+
+def test_export_onto_a_read_only_mount_is_one_line(tmp_path, capsys, monkeypatch, read_only):
+    run = make_run(tmp_path / "r", [100.0, 100.0, 100.0])
+    if read_only is None:
+        ro = tmp_path / "src"
+        ro.mkdir()
+        _refuse_writes_under(monkeypatch, ro)
+    else:
+        ro = read_only[1]
+    code, _, err = invoke(["export", run, "-o", ro / "runs.csv"], capsys)
+    line = one_error_line(err)
+    assert code == 2 and "--output" in line and str(ro / "runs.csv") in line, line
+
+
+# --- 10. Control characters in a path -------------------------------------------------------------
+@pytest.mark.parametrize("text", ["out\nput", "out\rput", "out\tput", "out\x1b[2Jput", "out\x7fput"])
+@pytest.mark.parametrize("command", ["run", "sweep", "export", "report"])
+def test_a_control_character_in_an_output_path_is_refused(tmp_path, capsys, text, command):
+    run = make_run(tmp_path / "r", [100.0, 100.0, 100.0])
+    args = {
+        "run": ["run", "--dataset", "synthetic", "--device", "cpu", "--output", str(tmp_path / text)],
+        "sweep": [
+            "sweep",
+            "--batch-size",
+            "2,4",
+            "--dataset",
+            "synthetic",
+            "--device",
+            "cpu",
+            "--output",
+            str(tmp_path / text),
+        ],
+        "export": ["export", str(run), "--output", str(tmp_path / text)],
+        "report": ["report", str(run), "--output", str(tmp_path / text)],
+    }[command]
+    code, _, err = invoke(args, capsys)
+    line = one_error_line(err)
+    assert code == 2 and "--output" in line and "control character" in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]
