@@ -456,3 +456,57 @@ def test_a_control_character_in_an_output_path_is_refused(tmp_path, capsys, text
     line = one_error_line(err)
     assert code == 2 and "--output" in line and "control character" in line, line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]
+
+
+# --- 2. A disk that fills at any phase ------------------------------------------------------------
+TINY_TWO_EPOCHS = ["run", "--dataset", "synthetic", "--arch", "resnet18", "--image-size", "16", "--weights", "none",
+                   "--device", "cpu", "--workers", "0", "--max-steps", "2", "--warmup-steps", "1", "--epochs", "2",
+                   "--batch-size", "4", "--no-profile", "--quiet"]  # fmt: skip
+# (file, which write of it fills the disk) in the order a run writes them; before the run folder is opened
+# whole (config.json, env.json, the full record) nothing is measured and no folder stays
+BEFORE_OPEN = [("results.json", 1), ("results.json", 2), ("results.json", 3), ("config.json", 1),
+               ("env.json", 1), ("results.json", 4)]  # fmt: skip
+AFTER_OPEN = [("epochs.csv", 1), ("steps.csv", 1), ("results.json", 5), ("epochs.csv", 2), ("results.json", 6),
+              ("utilization.csv", 1), ("report.txt", 1), ("report.md", 1), ("report.html", 1),
+              ("epochs.csv", 3), ("steps.csv", 3), ("results.json", 7)]  # fmt: skip
+
+
+def _fill_disk_at(monkeypatch, name: str, nth: int) -> dict[str, int]:
+    """From the nth atomic write of `name` on, every atomic write fails as on a full disk (ENOSPC, which
+    results.atomic_write_bytes turns into results.no_space_error): the disk stays full once it is."""
+    from effbench import results
+
+    real, seen, full = results.atomic_write_bytes, {}, []
+
+    def write(path, data):
+        path = Path(path)
+        seen[path.name] = seen.get(path.name, 0) + 1
+        if full or (path.name == name and seen[name] == nth):
+            full.append(path.name)
+            raise results.no_space_error(path)
+        real(path, data)
+
+    monkeypatch.setattr(results, "atomic_write_bytes", write)
+    return seen
+
+
+@pytest.mark.parametrize("name, nth", BEFORE_OPEN + AFTER_OPEN)
+def test_a_disk_that_fills_at_any_phase_ends_failed_or_leaves_no_folder(tmp_path, capsys, monkeypatch, name, nth):
+    from effbench.results import read_results
+
+    seen = _fill_disk_at(monkeypatch, name, nth)
+    out = tmp_path / "out"
+    code, _, err = invoke([*TINY_TWO_EPOCHS, "--output", out], capsys)
+    assert seen.get(name, 0) >= nth, f"the run never wrote {name} #{nth}: {seen}"
+    line = one_error_line(err)
+    assert code == 2 and "no space left" in line and name in line, line
+    runs = [p for p in out.iterdir() if p.is_dir()]
+    if (name, nth) in BEFORE_OPEN:
+        assert runs == []
+        return
+    (run,) = runs
+    record = read_results(run)
+    assert record["status"] == "failed", record["status"]
+    assert "no space left" in record["error"]["message"] and name in record["error"]["message"]
+    assert len(record["epochs"]) >= 1  # what was measured is kept
+    assert not [f for f in run.iterdir() if f.name.endswith(".tmp")]

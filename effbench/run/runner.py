@@ -15,6 +15,7 @@ says how it ended.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -25,7 +26,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -404,6 +405,18 @@ class Measurement:
     outcome: dict[str, Any] = dataclasses.field(default_factory=lambda: {"status": "ok"})  # rec.outcome_of(failure)
 
 
+@contextlib.contextmanager
+def _first_no_space(failure: BaseException | None) -> Iterator[None]:
+    """The disk filled while the epochs were written, and the final files could not be written either: the
+    one line names the first file that did not fit, as results.json does."""
+    try:
+        yield
+    except results.NoSpaceError:
+        if isinstance(failure, results.NoSpaceError):
+            raise failure from None
+        raise
+
+
 def _run_benchmark(
     cfg: RunConfig,
     *,
@@ -431,7 +444,7 @@ def _run_benchmark(
     batch = per_device_batch(cfg, plan.devices)
     # A signal while the folder is made is recorded, then raised once it is whole.
     with deferred(received):
-        start = _start_run_folder(cfg, plan, dist, rt, batch, run_dir, command)
+        start = _start_run_folder(cfg, plan, dist, rt, batch, run_dir, command)  # a full disk: no folder, one line
     try:
         if received:
             raise Interrupted(received[0], phase.name)
@@ -445,13 +458,17 @@ def _run_benchmark(
     run_dir = start.run_dir
     # The full record replaces the first one: a signal is recorded while it and the first files are
     # written (so they are whole), then raised at the start of the measurement.
-    with deferred(received):
-        opened = _open_run_folder(prep, plan, dist, start, echo)
+    try:
+        with deferred(received):
+            opened = _open_run_folder(prep, plan, dist, start, echo)
+    except results.NoSpaceError:  # nothing measured yet: no folder, as for a bad input
+        _discard(start)
+        raise
     m = _measure(prep, plan, dist, opened, run_dir, progress=progress, phase=phase, received=received)
     # The files that say how the run ended are written whole: a signal now is recorded, and once
     # they are written, an `ok` run becomes `interrupted` in phase `report` and they are rewritten.
     writer = dist.is_main
-    with deferred(received):
+    with deferred(received), _first_no_space(m.failure):
         signals_before = len(received)
         phase.enter("report")
         final = rec.finish(opened, _measured(prep, dist, m), _conditions(prep, plan, run_dir))
@@ -691,12 +708,39 @@ def _write_final(
     sampler: Any,
 ) -> None:
     assert run_dir is not None
-    sampler.write_csv(run_dir / UTILIZATION_FILE)
-    results.atomic_write_text(run_dir / results.REPORT_TXT, report.render(record, "text"))
-    results.atomic_write_text(run_dir / results.REPORT_MD, report.render(record, "md"))
-    render.write_run_html_safely(run_dir, record, steps)  # plots + report.html; a warning if not, on stderr
-    # results.json last: a full disk above leaves the last epoch's record (never `ok` with a report missing)
-    _write_progress(run_dir, record, epochs, steps)
+    try:
+        sampler.write_csv(run_dir / UTILIZATION_FILE)
+        results.atomic_write_text(run_dir / results.REPORT_TXT, report.render(record, "text"))
+        results.atomic_write_text(run_dir / results.REPORT_MD, report.render(record, "md"))
+        render.write_run_html_safely(run_dir, record, steps)  # plots + report.html; a warning if not, on stderr
+        # results.json last: never `ok` with a report missing
+        _write_progress(run_dir, record, epochs, steps)
+    except results.NoSpaceError as e:  # never `running` forever: `failed`, the reason and the epochs measured
+        _record_no_space(run_dir, record, e)
+        raise
+
+
+# Keys of the final record left out of the last-resort copy on a full disk, so it fits where the last epoch's
+# record lay (observe.summarize's extras; the epochs and the headline stay)
+_BULKY = ("utilization", "throughput_windows", "profile", "memory", "observations")
+
+
+def _record_no_space(run_dir: Path, record: dict[str, Any], e: results.NoSpaceError) -> None:
+    """results.json says `failed` with the full-disk error (which file), keeping the epochs: written whole when
+    the disk still takes it, else compact over the last epoch's record (results.overwrite_json_in_place)."""
+    first = record.get("error") if record.get("status") == "failed" else None  # the run's own, when that was it
+    if not (first and "no space left" in str(first.get("message"))):
+        first = {"type": "NoSpaceError", "message": str(e)}
+    failed = {**record, "status": "failed", "error": first}
+    failed.pop("signal", None)
+    try:
+        results.write_json(run_dir / results.RESULTS_FILE, failed)
+    except results.NoSpaceError:
+        # on failure too the one-line error still says it, and the last epoch's record stays
+        with contextlib.suppress(OSError):
+            results.overwrite_json_in_place(
+                run_dir / results.RESULTS_FILE, {k: v for k, v in failed.items() if k not in _BULKY}
+            )
 
 
 @dataclass
@@ -759,7 +803,11 @@ def _start_run_folder(
     }
     if writer:
         assert run_dir is not None
-        results.write_json(run_dir / results.RESULTS_FILE, record)
+        try:
+            results.write_json(run_dir / results.RESULTS_FILE, record)
+        except results.NoSpaceError:  # the folder holds nothing: it goes, the one line says why
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise
     return Started(run_dir, writer, started, record)
 
 
