@@ -510,3 +510,83 @@ def test_a_disk_that_fills_at_any_phase_ends_failed_or_leaves_no_folder(tmp_path
     assert "no space left" in record["error"]["message"] and name in record["error"]["message"]
     assert len(record["epochs"]) >= 1  # what was measured is kept
     assert not [f for f in run.iterdir() if f.name.endswith(".tmp")]
+
+
+# --- 8. Image-folder links that leave --data-dir; 10. empty classes; a bad dataset leaves no folder ---
+IMAGE_RUN = ["run", "--dataset", "imagefolder", "--arch", "resnet18", "--image-size", "16", "--weights", "none",
+             "--device", "cpu", "--workers", "0", "--max-steps", "2", "--warmup-steps", "1", "--epochs", "1",
+             "--batch-size", "2", "--no-profile", "--quiet"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["class-folder", "nested-folder", "val-class-folder", "train-folder"],
+)
+@pytest.mark.parametrize("target", ["/", "sibling"])
+def test_a_folder_link_leaving_the_data_dir_is_refused_naming_the_link(tmp_path, capsys, where, target):
+    from fakedata import make_imagefolder
+
+    root = make_imagefolder(tmp_path / "img", classes=2, per_class=4, size=16, split=True, val_per_class=1)
+    outside = Path("/") if target == "/" else make_imagefolder(tmp_path / "elsewhere", classes=1, per_class=2, size=16)
+    link = {
+        "class-folder": root / "train" / "class_2",
+        "nested-folder": root / "train" / "class_0" / "more",
+        "val-class-folder": root / "val" / "class_1" / "more",
+        "train-folder": tmp_path / "img2" / "train",
+    }[where]
+    if where == "train-folder":  # the split's train/ itself a link out of --data-dir
+        (tmp_path / "img2").mkdir()
+        (tmp_path / "img2" / "val").symlink_to(root / "val")
+        root = tmp_path / "img2"
+    link.symlink_to(outside)
+    code, _, err = invoke([*IMAGE_RUN, "--data-dir", root, "--output", tmp_path / "out"], capsys)
+    line = one_error_line(err)
+    assert code == 2 and line.startswith("error: --data-dir:") and str(link) in line and "outside" in line, line
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_links_that_stay_inside_the_data_dir_and_loops_still_work(tmp_path, capsys):
+    from fakedata import make_imagefolder
+
+    root = make_imagefolder(tmp_path / "img", classes=2, per_class=4, size=16, split=True, val_per_class=1)
+    (root / "shared").mkdir()
+    (root / "train" / "class_0").rename(root / "shared" / "class_0")
+    (root / "train" / "class_0").symlink_to(root / "shared" / "class_0")  # inside --data-dir: followed
+    (root / "train" / "class_1" / "loop").symlink_to(root / "train" / "class_1")  # a loop: each file once
+    code, _, err = invoke([*IMAGE_RUN, "--data-dir", root, "--output", tmp_path / "out"], capsys)
+    assert code == 0, err
+    (run,) = (tmp_path / "out").iterdir()
+    record = json.loads((run / "results.json").read_text())
+    assert record["data"]["train_size"] == 8 and record["data"]["num_classes"] == 2
+
+
+def test_empty_class_folders_are_warned_about_with_their_count_and_a_few_names(tmp_path, capsys):
+    from fakedata import make_imagefolder
+
+    from effbench.data import imagefolder
+
+    root = make_imagefolder(tmp_path / "img", classes=2, per_class=4, size=16, split=True, val_per_class=1)
+    for i in range(40):
+        (root / "train" / f"zz_empty_{i:02d}").mkdir()
+    src = imagefolder.load(root, val_fraction=None)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(lines) == 1, err
+    assert "40 of 42 class folders" in lines[0] and "zz_empty_00" in lines[0] and "42-way head" in lines[0]
+    assert src.num_classes == 42
+    imagefolder.load(
+        make_imagefolder(tmp_path / "full", classes=2, per_class=2, size=16, split=True), val_fraction=None
+    )
+    assert "warning" not in capsys.readouterr().err  # no empty class: no warning
+
+
+def test_a_dataset_found_bad_once_read_leaves_no_run_folder(tmp_path, capsys):
+    from fakedata import corrupt_file, make_imagefolder
+
+    root = make_imagefolder(tmp_path / "img", classes=2, per_class=4, size=16, split=True, val_per_class=1)
+    for f in (root / "train").rglob("img_*"):
+        corrupt_file(f)
+    code, _, err = invoke([*IMAGE_RUN, "--data-dir", root, "--output", tmp_path / "out"], capsys)
+    line = one_error_line(err)
+    assert code == 2 and line.startswith("error: --data-dir"), line
+    assert list((tmp_path / "out").iterdir()) == []  # README: a bad input leaves no run folder

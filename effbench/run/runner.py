@@ -7,8 +7,9 @@
 Order matters for honesty: the inputs that need no data (config, launch, device, precision, output
 folder, batch split) are checked before the run folder exists; it is made then, with a `running`
 results.json naming the phase, so a signal while the dataset or model is built (or downloaded) is
-recorded `interrupted` there. A bad input found while building them (dataset, weights, warm-up) removes
-the folder before its one-line error: a bad input never leaves a folder behind. Once training starts,
+recorded `interrupted` there. A bad input found while building them (dataset, weights, warm-up), or once
+the data is read before an epoch is measured (no training image readable), removes the folder before its
+one-line error: a bad input never leaves a folder behind unless it holds measured epochs. Once training starts,
 results.json is rewritten after every epoch, so an interruption or a crash keeps what was measured and
 says how it ended.
 """
@@ -465,6 +466,9 @@ def _run_benchmark(
         _discard(start)
         raise
     m = _measure(prep, plan, dist, opened, run_dir, progress=progress, phase=phase, received=received)
+    if isinstance(m.failure, EffbenchError) and not isinstance(m.failure, results.NoSpaceError) and not m.epochs:
+        _discard(start)  # bad input seen once the data is read (no image readable), nothing measured: no folder
+        raise m.failure
     # The files that say how the run ended are written whole: a signal now is recorded, and once
     # they are written, an `ok` run becomes `interrupted` in phase `report` and they are rewritten.
     writer = dist.is_main
@@ -480,7 +484,7 @@ def _run_benchmark(
                 _write_final(run_dir, final, m.epochs, m.steps, m.sampler)
         if writer:
             echo(report.render(final, "text"))
-    if isinstance(m.failure, EffbenchError):  # bad input seen only once the data is read: recorded, then exit 2
+    if isinstance(m.failure, EffbenchError):  # bad input seen after an epoch was measured: recorded, then exit 2
         raise m.failure
     return RunOutcome(run_dir=run_dir, results=final)
 
