@@ -590,3 +590,78 @@ def test_a_dataset_found_bad_once_read_leaves_no_run_folder(tmp_path, capsys):
     line = one_error_line(err)
     assert code == 2 and line.startswith("error: --data-dir"), line
     assert list((tmp_path / "out").iterdir()) == []  # README: a bad input leaves no run folder
+
+
+# --- 9. A killed DDP rank: torchrun's traceback goes to the log, the terminal gets one line -------
+CHILD_OUTPUT = r"""
+import sys
+err = sys.stderr
+err.write("epoch 1/1 step 1/9 loss 2.3 (warm-up, 600 ms/step)\n")
+err.write("warning: a rank's own warning\n")
+err.write("W1125 06:28:43.286000 6199 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 1 closing signal SIGTERM\n")
+err.write("E1125 06:28:45.019000 6199 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9) local_rank: 1\n")
+err.write("Traceback (most recent call last):\n  File \"run.py\", line 1142, in <module>\n    main()\n")
+err.write("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n" + "=" * 60 + "\n")
+err.write("Root Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 6212)\n")
+err.write("  traceback : Signal 9 (SIGKILL) received by PID 6212\n" + "=" * 60 + "\n")
+sys.exit(1)
+"""
+
+
+def test_torchruns_own_output_goes_to_the_log_and_the_terminal_keeps_the_ranks_lines(tmp_path):
+    import os
+    import sys
+
+    from effbench.launch.supervise import run_supervised
+
+    terminal = io.StringIO()
+    with open(tmp_path / "torchrun.log", "w") as log:
+        result = run_supervised([sys.executable, "-c", CHILD_OUTPUT], dict(os.environ), stderr=terminal, log=log)
+    shown = terminal.getvalue()
+    assert shown.splitlines() == ["epoch 1/1 step 1/9 loss 2.3 (warm-up, 600 ms/step)", "warning: a rank's own warning"]
+    logged = (tmp_path / "torchrun.log").read_text()
+    assert "Traceback" in logged and "Sending process 1" in logged and "epoch 1/1 step 1/9" in logged
+    assert result.failure is not None and result.failure.rank == 1 and result.failure.exitcode == -9
+
+
+@pytest.mark.slow
+def test_a_killed_rank_prints_one_line_and_keeps_torchruns_traceback_in_the_run_folder(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "effbench", "run", "--dataset", "synthetic", "--arch", "resnet18", "--image-size", "16",
+         "--weights", "none", "--device", "cpu", "--workers", "0", "--no-profile", "--batch-size", "4",
+         "--max-steps", "100000", "--epochs", "1", "--warmup-steps", "1", "--nproc", "2", "--pg-timeout-s", "30",
+         "--log-interval", "1", "--output", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**__import__("os").environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while not list(out.glob("*/config.json")) and time.monotonic() < deadline:  # rank 0 built the run
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        time.sleep(10)  # a few training steps, each with its progress line (--log-interval 1)
+        rank1 = next(
+            p for p in psutil.Process(proc.pid).children(recursive=True)
+            if "worker" in " ".join(p.cmdline()) and p.environ().get("RANK") == "1"
+        )  # fmt: skip
+        rank1.send_signal(signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            for p in psutil.Process(proc.pid).children(recursive=True):
+                p.kill()
+            proc.kill()
+    assert proc.returncode not in (0, None)
+    assert "Traceback" not in err and "ChildFailedError: \n" not in err and "torch/distributed" not in err, err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "rank 1" in errors[0] and "torchrun.log" in errors[0], err
+    assert "epoch 1/1 step" in err  # the run's own progress lines still show
+    (run,) = out.iterdir()
+    assert "Traceback (most recent call last):" in (run / "torchrun.log").read_text()

@@ -214,7 +214,10 @@ def _run_in_child(
     echo(f"launching: {' '.join(argv)}")
     child = "torchrun" if plan.mode == "torchrun" else "the effbench worker"
     env = {**os.environ, **plan.env}
-    outcome = run_supervised(argv, env)
+    log_name = "torchrun.log" if plan.mode == "torchrun" else "worker.log"
+    with open(spec_path.parent / log_name, "w", encoding="utf-8", errors="replace") as log:
+        outcome = run_supervised(argv, env, log=log)  # the terminal gets the ranks' lines, the log everything
+    _keep_log(spec_path.parent / log_name, run_dir)
     user_errors = sorted(spec_path.parent.glob("error-rank*.txt"))
     if user_errors:  # a rank hit a bad input (missing dataset, weights...): report it like in-process
         _discard_unmeasured(run_dir)
@@ -230,10 +233,21 @@ def _run_in_child(
         return RunOutcome(None, rec.record_without_results(outcome, ooms, child, diverged))
     written = results.read_results(run_dir)
     settled = rec.settle_with_torchrun(written, outcome, ooms)
+    if settled.get("status") == "failed" and settled.get("error") and (run_dir / log_name).is_file():
+        # the terminal had only the ranks' lines: say where torchrun's own tracebacks are
+        error = settled["error"]
+        settled["error"] = {**error, "message": f"{error.get('message')}; {child}'s whole output is in {log_name}"}
     results.write_json(run_dir / results.RESULTS_FILE, settled)
     if settled != written and (run_dir / results.REPORT_TXT).exists():
         _rewrite_reports(run_dir, settled)
     return RunOutcome(run_dir, settled)
+
+
+def _keep_log(log: Path, run_dir: Path) -> None:
+    """torchrun's whole output (its tracebacks included) into the run folder, when rank 0 made one here."""
+    if run_dir.is_dir() and log.stat().st_size:
+        with contextlib.suppress(OSError):  # a full disk: the run's own one-line error says so
+            results.atomic_write_bytes(run_dir / log.name, log.read_bytes())
 
 
 def _rewrite_reports(run_dir: Path, record: dict[str, Any]) -> None:
