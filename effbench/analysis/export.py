@@ -274,8 +274,9 @@ def to_csv(rows: Sequence[Mapping[str, Any]]) -> str:
     # the csv module quotes a field holding a character of its line terminator, not a lone "\r" (3.11's
     # _csv.c): a text with one would end the row early for a reader, so such a file quotes every cell
     stray_cr = any(isinstance(v, str) and "\r" in v for r in rows for v in [*r.values(), *r.keys()])
-    quoting = csv.QUOTE_ALL if stray_cr else csv.QUOTE_MINIMAL
-    w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n", quoting=quoting)
+    w = csv.DictWriter(
+        buf, fieldnames=cols, lineterminator="\n", quoting=csv.QUOTE_ALL if stray_cr else csv.QUOTE_MINIMAL
+    )
     w.writerow({c: csv_cell(c) for c in cols})  # header: config keys come from the run's files too
     for r in rows:
         w.writerow({k: csv_cell(v) for k, v in r.items()})
