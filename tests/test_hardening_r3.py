@@ -665,3 +665,30 @@ def test_a_killed_rank_prints_one_line_and_keeps_torchruns_traceback_in_the_run_
     assert "epoch 1/1 step" in err  # the run's own progress lines still show
     (run,) = out.iterdir()
     assert "Traceback (most recent call last):" in (run / "torchrun.log").read_text()
+
+
+@pytest.mark.parametrize("link", ["cells", "attempts", "cells/000_batch-size-2", "attempts/000_batch-size-2"])
+def test_a_sweep_never_runs_a_cell_through_a_folder_link_out_of_its_folder(tmp_path, capsys, link):
+    from effbench.sweep import manifest as M
+    from effbench.sweep.spec import SweepSpec, config_identity, plan_cells
+
+    out = tmp_path / "out"
+    args = ["--dataset", "synthetic", "--arch", "resnet18", "--image-size", "16", "--weights", "none", "--device",
+            "cpu", "--workers", "0", "--max-steps", "2", "--warmup-steps", "1", "--epochs", "1", "--no-profile",
+            "--name", "s", "--output", str(out)]  # fmt: skip
+    # the manifest an interrupted first run of this sweep left: its cell still to run
+    plan = plan_cells(SweepSpec(lists={"batch_size": (2, 4)}, options={"dataset": "synthetic", "arch": "resnet18",
+        "image_size": 16, "weights": "none", "device": "cpu", "workers": 0, "max_steps": 2, "warmup_steps": 1,
+        "epochs": 1, "profile": False}, output=out, name="s"))  # fmt: skip
+    fresh = M.new_manifest(name="s", preset=None, dims=plan.dims, zipped=False, command=["effbench"],
+                           cells=[{"key": c.key, "params": c.params, "config": config_identity(c.config)} for c in plan.cells])  # fmt: skip
+    (out / "s").mkdir(parents=True)
+    M.write_manifest(out / "s", fresh)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (out / "s" / link).parent.mkdir(parents=True, exist_ok=True)
+    (out / "s" / link).symlink_to(outside)
+    code, _, err = invoke(["sweep", "--batch-size", "2,4", *args], capsys)
+    line = one_error_line(err)
+    assert code == 2 and str(out / "s" / link) in line and "outside" in line, line
+    assert list(outside.iterdir()) == []

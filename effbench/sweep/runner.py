@@ -31,7 +31,7 @@ from typing import Any
 
 from effbench.sweep import manifest as M
 from effbench import results
-from effbench.report import render
+from effbench.report import outputs, render
 from effbench.errors import EffbenchError
 from effbench.report.sweep_tables import host_peak_gib
 from effbench.sweep.spec import CELLS_DIR, SweepPlan, SweepSpec, config_identity, plan_cells
@@ -184,6 +184,9 @@ def _run_cells(
     )  # fmt: skip
     existing = M.read_manifest(folder) if (folder / M.MANIFEST_FILE).exists() else None
     m = M.resume(existing, fresh, folder)
+    # cells/, attempts/ and each cell's folders: never through a link out of the sweep folder (one line)
+    for sub in (CELLS_DIR, ATTEMPTS_DIR, *(f"{d}/{c.key}" for c in plan.cells for d in (CELLS_DIR, ATTEMPTS_DIR))):
+        outputs.folder(folder, sub)
     M.write_manifest(folder, m)
     todo = M.to_run(m)
     echo(f"sweep {folder}: {len(plan.cells)} cells, {len(plan.cells) - len(todo)} already ok, {len(todo)} to run")
