@@ -8,7 +8,7 @@ EffbenchError naming the file, at once:
                             is opened O_NONBLOCK and fstat'ed), at most MAX_JSON_BYTES / MAX_CSV_BYTES
     load_json(path)         nesting at most MAX_DEPTH (counted before json.loads: its recursion dies near
                             1,000 levels), integers of at most MAX_INT_DIGITS digits (int() refuses more,
-                            sys.int_max_str_digits), no NaN / Infinity, no number beyond FIGURE_MAX
+                            sys.int_max_str_digits), no NaN / Infinity, no number beyond FIGURE_MAX (1e50)
     read_csv_rows(path)     the same bounds on a CSV, rows as dicts of strings
     check_figure(x)         a number a figure may hold (finite, |x| <= FIGURE_MAX)
 
@@ -37,9 +37,10 @@ MAX_CSV_BYTES = 2**30
 MAX_DEPTH = 100
 # CPython refuses to parse longer integers (sys.int_max_str_digits, 4,300 by default) with a ValueError.
 MAX_INT_DIGITS = 4300
-# No figure a run records comes near 1e100 (a run's FLOPs are below 1e25); beyond it, arithmetic on two such
-# figures (a ratio, a square in a variance) can overflow: 1.7e308 passed the schema and `compare` died.
-FIGURE_MAX = 1e100
+# No figure a run records comes near 1e50 (a run's FLOPs are below 1e25, its bytes below 1e20). Statistics
+# raise figures to the 4th power (Welch's degrees of freedom square a variance): 1e50**4 = 1e200 still fits a
+# float, while 1e96 overflowed in `compare` (and 1.7e308 passed the schema, then `compare` died).
+FIGURE_MAX = 1e50
 
 # A JSON string, linear-time (no nested quantifier can backtrack): its brackets are not structure.
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
@@ -107,14 +108,14 @@ def _parse_int(text: str) -> int:
         raise _Refused(f"an integer of {len(text.lstrip('-')):,} digits (at most {MAX_INT_DIGITS:,})")
     value = int(text)
     if abs(value) > FIGURE_MAX:
-        raise _Refused(f"the number {text[:20]}{'...' if len(text) > 20 else ''}, beyond any figure (at most 1e100)")
+        raise _Refused(f"the number {text[:20]}{'...' if len(text) > 20 else ''}, beyond any figure (at most 1e50)")
     return value
 
 
 def _parse_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value) or abs(value) > FIGURE_MAX:
-        raise _Refused(f"the number {text[:40]}, beyond any figure a run records (at most 1e100)")
+        raise _Refused(f"the number {text[:40]}, beyond any figure a run records (at most 1e50)")
     return value
 
 

@@ -692,3 +692,17 @@ def test_a_sweep_never_runs_a_cell_through_a_folder_link_out_of_its_folder(tmp_p
     line = one_error_line(err)
     assert code == 2 and str(out / "s" / link) in line and "outside" in line, line
     assert list(outside.iterdir()) == []
+
+
+def test_figures_up_to_the_bound_are_computed_without_overflow(tmp_path, capsys):
+    # the largest figures the reader lets through reach every statistic (Welch's df squares a variance): a
+    # bound of 1e100 overflowed there at 1e96; none may end in a traceback
+    from effbench.safe_files import FIGURE_MAX
+
+    big = FIGURE_MAX / 100  # sums of three stay under the bound
+    a = make_run(tmp_path / "runs" / "a", [big, 9 * big, 5 * big])
+    b = make_run(tmp_path / "runs" / "b", [big / 10, big, 3 * big])
+    for args in (["compare", a, b, "--fail-if-slower", "5"], ["report", a], ["report", tmp_path / "runs"],
+                 ["export", tmp_path / "runs"]):  # fmt: skip
+        code, _, err = invoke(args, capsys)
+        assert code in (0, 1) and "Traceback" not in err, (args, err)
