@@ -506,6 +506,9 @@ def check_path(option: str, path: str | Path, example: str | None = None) -> Non
     if not str(path).strip():
         example = example or _PATH_EXAMPLES.get(option, f"{option} ./results")
         raise EffbenchError(option, f"is empty; pass a path, e.g. {example}")
+    control = next((c for c in str(path) if ord(c) < 32 or ord(c) == 127), None)
+    if control is not None:  # a newline in a folder name splits every line that prints it, and every log
+        raise EffbenchError(option, f"holds the control character {control!r}; pass a path without newlines or tabs")
     path = Path(path)
     raw = os.fsencode(path)
     if len(raw) >= PATH_MAX_BYTES:

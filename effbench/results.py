@@ -83,8 +83,12 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 
+class NoSpaceError(EffbenchError):
+    """A full disk or quota while effbench wrote a file: one line naming the file, as for a bad input."""
+
+
 def no_space_error(path: Path) -> EffbenchError:
-    return EffbenchError(
+    return NoSpaceError(
         "--output", f"no space left on the device of {Path(path).parent} while writing {Path(path).name}; "
         "free space there or point --output at a larger filesystem"
     )  # fmt: skip
@@ -125,12 +129,12 @@ def read_json_file(path: Path, *, missing: str, fix: str) -> Any:
 
     A missing file is one EffbenchError naming it and `missing` (what to pass instead); an unreadable one
     (permissions, bad UTF-8, broken JSON) names it, the reason and `fix`."""
+    from effbench import safe_files  # a regular file, bounded in size, depth and numbers
+
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        return safe_files.load_json(path, fix=fix)
     except FileNotFoundError:
         raise EffbenchError(str(path), f"not found; {missing}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise EffbenchError(str(path), f"is not readable JSON ({e}); {fix}") from None
 
 
 def read_results(path: Path) -> dict[str, Any]:
@@ -214,3 +218,18 @@ def check_output_writable(output: Path) -> None:
             "--output",
             f"{output} is not writable by uid {os.getuid()} ({e.strerror}); choose another --output or fix its permissions",
         ) from None
+
+
+def overwrite_json_in_place(path: Path, obj: Any) -> None:
+    """The last resort on a full disk, once an atomic write of `path` failed: its bytes replaced where they lie
+    (truncating frees its blocks, the new bytes reuse them), compact, so a record no bigger than the one there
+    fits. Not atomic: a failure halfway leaves a truncated file, which the reader refuses in one line."""
+    data = (json.dumps(_json_safe(obj), separators=(",", ":")) + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -414,7 +414,8 @@ def test_a_full_disk_is_one_clear_error_and_leaves_no_half_written_file(tmp_path
         elif f.suffix == ".csv":
             rows = list(csv.reader(f.open()))
             assert rows and all(len(r) == len(rows[0]) for r in rows), f.name
-    assert read_results(run)["status"] != "ok"
+    record = read_results(run)
+    assert record["status"] == "failed" and "no space left" in record["error"]["message"]  # never `running`
 
 
 def test_a_corrupt_food101_jpeg_is_skipped_and_counted_in_results_json(tmp_path, capsys):

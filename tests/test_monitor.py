@@ -356,3 +356,21 @@ def test_pss_reads_that_cost_more_come_less_often(monkeypatch):
     assert "pss_gib" in rows[0] and len(rows) > 5
     assert not any("pss_gib" in r for r in rows[1:]), "read again within 2 s"
     assert "pss_gib" in probe.read(final=True)
+
+
+def test_host_busy_share_trims_counters_that_go_backwards():
+    """Linux's iowait can decrease between two /proc/stat reads (psutil issues 392, 645, 1210): psutil trims each
+    field's delta at 0, and so does the sampler, so the share stays within 0..100. Worked by hand below."""
+    from collections import namedtuple
+
+    from effbench.measure.monitor import host_busy_pct
+
+    T = namedtuple("T", "user nice system idle iowait irq softirq steal guest guest_nice")
+    a = T(100.0, 0.0, 50.0, 800.0, 40.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    # 3 s user, 1 s system, 4 s idle; iowait went back 30 s (a sum-based ratio read (4 + 30) / (8 - 30): -155%)
+    b = T(103.0, 0.0, 51.0, 804.0, 10.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    assert host_busy_pct(a, b) == pytest.approx(100.0 * 4 / 8)
+    assert host_busy_pct(a, a) is None  # no time passed: no rate
+    # guest time is inside user (Linux): it is not counted twice
+    c = T(104.0, 0.0, 50.0, 802.0, 40.0, 0.0, 0.0, 0.0, 4.0, 0.0)
+    assert host_busy_pct(a, c) == pytest.approx(100.0 * 4 / 6)

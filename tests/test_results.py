@@ -147,7 +147,7 @@ def test_report_renders_summary_and_epoch_tables():
         (lambda p: None, "not found; pass X"),  # no file
         (lambda p: p.write_text("{not json"), "is not readable JSON (Expecting property name"),
         (lambda p: p.write_bytes(b'{"a": "\xff"}'), "is not readable JSON ('utf-8' codec"),
-        (lambda p: p.mkdir(), "is not readable JSON ([Errno 21]"),  # a folder where the file should be
+        (lambda p: p.mkdir(), "is a folder, not a regular file"),  # a folder where the file should be
     ],
 )
 def test_read_json_file_gives_one_error_naming_the_file_and_the_callers_fix(tmp_path, setup, needle):

@@ -15,12 +15,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from effbench import results
+from effbench import results, safe_files
 from effbench.analysis import time_to_accuracy, windows
 from effbench.errors import EffbenchError
 from effbench.sweep import manifest as M
@@ -115,7 +117,7 @@ def _scaling_dim(record: Mapping[str, Any]) -> dict[str, Any]:
 def locate(run_dir: Path) -> RunFolder:
     """What holds a run folder: a sweep (sweep.json lists it), a scaling series (scaling.json beside it) or nothing."""
     for parent in list(run_dir.resolve().parents)[:3]:  # cells/<key>/<run>/, attempts/<key>/<run>/
-        if (parent / M.MANIFEST_FILE).is_file():
+        if os.path.lexists(parent / M.MANIFEST_FILE):  # in any form: read_manifest says what is wrong with it
             found = _cell_of(parent, run_dir)
             if found is not None:
                 return RunFolder(run_dir, found[0], parent, found[1])
@@ -150,9 +152,9 @@ def find_runs(paths: Sequence[Path]) -> list[Path]:
 
 def _read_env(run_dir: Path, record: Mapping[str, Any]) -> dict[str, Any]:
     """env.json as the run wrote it; the copy inside results.json when the file is gone (a lone results.json)."""
-    try:
-        data = json.loads((run_dir / results.ENV_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    try:  # a FIFO, a 100,000-deep or a 5,000-digit env.json is one line (safe_files), a missing one the copy
+        data = safe_files.load_json(run_dir / results.ENV_FILE, fix="restore the env.json the run wrote, or delete it")
+    except FileNotFoundError:
         data = None
     return data if isinstance(data, dict) else dict(record.get("env") or {})
 
@@ -278,12 +280,34 @@ def columns(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     return [*COLUMNS, *swept, *sorted(extra - set(swept))]
 
 
+# A spreadsheet runs a cell that starts with one of these as a formula (OWASP, "CSV Injection"): a run name
+# or arch of `=cmd|' /C calc'!A0` would. Such text cells get a leading single quote; numbers stay numbers.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def csv_cell(value: Any) -> Any:
+    """A value as a CSV cell a spreadsheet shows as text: a text cell that would start a formula is quoted
+    with a leading `'` (a negative number written as text, `-3`, stays a number)."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS) and not _NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
 def to_csv(rows: Sequence[Mapping[str, Any]]) -> str:
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=columns(rows), lineterminator="\n")
-    w.writeheader()
+    cols = columns(rows)
+    # the csv module quotes a field holding a character of its line terminator, not a lone "\r" (3.11's
+    # _csv.c): a text with one would end the row early for a reader, so such a file quotes every cell
+    stray_cr = any(isinstance(v, str) and "\r" in v for r in rows for v in [*r.values(), *r.keys()])
+    w = csv.DictWriter(
+        buf, fieldnames=cols, lineterminator="\n", quoting=csv.QUOTE_ALL if stray_cr else csv.QUOTE_MINIMAL
+    )
+    w.writerow({c: csv_cell(c) for c in cols})  # header: config keys come from the run's files too
     for r in rows:
-        w.writerow({k: "" if v is None else v for k, v in r.items()})
+        w.writerow({k: csv_cell(v) for k, v in r.items()})
     return buf.getvalue()
 
 

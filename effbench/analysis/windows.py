@@ -12,12 +12,11 @@ Works on the step rows the training loop yields and on rows read back from steps
 
 from __future__ import annotations
 
-import csv
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from effbench import safe_files
 from effbench.analysis import stats
 from effbench.analysis.throughput import job_throughput, slowest
 from effbench.errors import EffbenchError
@@ -141,13 +140,12 @@ def throughput_windows(step_rows: Iterable[Mapping[str, Any]], repeats: int | No
 def read_steps(run_dir: Path) -> list[dict[str, str]]:
     """steps.csv of a run folder as rows of strings; [] when absent (a run that never stepped)."""
     path = Path(run_dir) / STEPS_FILE
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return []
-    try:
-        with path.open(newline="", encoding="utf-8") as f:
-            rows = list(csv.DictReader(f))
-    except (OSError, UnicodeDecodeError, csv.Error) as e:
-        raise EffbenchError(str(path), f"is not a readable CSV ({e}); rerun the benchmark") from None
+    try:  # a regular file of bounded size only (a FIFO would block the reader forever)
+        rows = safe_files.read_csv_rows(path, fix="rerun the benchmark")
+    except FileNotFoundError:
+        return []
     for i, row in enumerate(rows, start=2):  # line 1 is the header
         if None in row or None in row.values():  # DictReader: extra fields under None, missing ones as None
             raise EffbenchError(
@@ -159,7 +157,7 @@ def read_steps(run_dir: Path) -> list[dict[str, str]]:
             if value in (None, ""):
                 continue
             try:
-                ok = math.isfinite(float(value))
+                ok = safe_files.check_figure(float(value))
             except ValueError:
                 ok = False
             if not ok:

@@ -334,6 +334,7 @@ def run(
         if kubeflow.nnodes > 1:
             explicit.setdefault("nnodes", kubeflow.nnodes)
             explicit.setdefault("node_rank", kubeflow.node_rank)
+            assert kubeflow.rdzv_endpoint is not None  # kubeflow_settings refuses PET_NNODES > 1 with no master
             explicit.setdefault("rdzv_endpoint", kubeflow.rdzv_endpoint)
             explicit.setdefault("rdzv_id", kubeflow.rdzv_id)
         if kubeflow.nproc_per_node is not None and gpus is None and nproc is None:  # nprocPerNode: a number

@@ -57,5 +57,10 @@ def export(
     if target is None:
         typer.echo(text, nl=False)
         return
-    results.atomic_write_text(target, text)
+    try:
+        results.atomic_write_text(target, text)
+    except OSError as e:  # a read-only mount, /proc, no permission: where, and what to do
+        raise EffbenchError(
+            "--output", f"cannot write {target} ({e.strerror}); write to a file on a writable filesystem"
+        ) from None
     typer.echo(f"exported {len(runs)} runs to {target}", err=True)

@@ -220,12 +220,28 @@ def report(
             show_default=False,
         ),
     ],
+    output: Annotated[
+        str | None,
+        typer.Option(
+            "--output",
+            "-o",
+            show_default=False,
+            help="Write the reports into this folder instead of FOLDER (FOLDER may be read-only). [default: FOLDER]",
+        ),
+    ] = None,
 ) -> None:
     """Re-render every table, plot and report.html of a run or sweep folder from its saved JSON (no torch);
     for a folder of runs from several machines or sweeps, write a leaderboard per configuration."""
+    from effbench.config import check_path
     from effbench.report import render
 
-    kind, files = render.write_reports(folder)
+    dest = None
+    if output is not None:
+        check_path("--output", output, example="--output reports/")
+        dest = Path(output)
+        if dest.exists() and not dest.is_dir():
+            raise EffbenchError("--output", f"{dest} is a file; pass a folder to write the reports into")
+    kind, files = render.write_reports(folder, dest)
     if kind == "leaderboard":
         typer.echo(files[0].read_text(encoding="utf-8"))
     typer.echo(f"{kind} {folder}: wrote {len(files)} files")

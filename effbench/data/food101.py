@@ -10,7 +10,6 @@ unreadable is skipped and counted at load time (effbench.data.images).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,7 @@ from effbench.config import RunConfig
 from effbench.data.archives import ARCHIVES, ensure_present
 from effbench.data.images import FileExamples
 from effbench.data.source import Source
+from effbench import safe_files
 from effbench.errors import EffbenchError
 
 
@@ -30,9 +30,12 @@ def _broken(path: Path, why: str) -> EffbenchError:
 
 def read_classes(path: Path) -> list[str]:
     try:
-        names = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        text = safe_files.read_bytes(path, fix="delete it and rerun with --download, or restore it").decode("utf-8")
+        names = [line.strip() for line in text.splitlines() if line.strip()]
     except FileNotFoundError:
         raise EffbenchError("--data-dir", f"{path} is missing; rerun with --download, or restore it") from None
+    except EffbenchError as e:
+        raise _broken(path, e.message.split("; ")[0]) from None
     except (OSError, UnicodeDecodeError) as e:
         raise _broken(path, str(e)) from None
     if not names:
@@ -44,12 +47,12 @@ def read_classes(path: Path) -> list[str]:
 
 def read_split(path: Path, classes: list[str], images_dir: Path) -> FileExamples:
     """The image paths and labels listed in train.json or test.json, in classes.txt order."""
-    try:
-        listing = json.loads(path.read_text(encoding="utf-8"))
+    try:  # a regular file, bounded in size, depth and numbers (safe_files)
+        listing = safe_files.load_json(path, fix="delete it and rerun with --download, or restore it")
     except FileNotFoundError:
         raise EffbenchError("--data-dir", f"{path} is missing; rerun with --download, or restore it") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise _broken(path, str(e)) from None
+    except EffbenchError as e:
+        raise _broken(path, e.message.split("; ")[0]) from None
     if not isinstance(listing, dict):
         raise _broken(path, f"expected an object of class -> ids, found {type(listing).__name__}")
     unknown = sorted(set(listing) - set(classes))

@@ -6,11 +6,17 @@
 Class folders are sorted by name to give labels (as torchvision's ImageFolder does); hidden
 folders are ignored. Image files are not opened here; unreadable ones are skipped and counted at
 load time (effbench.data.images).
+
+Linked folders are followed while they stay inside --data-dir; one that leaves it (a class folder linked to
+`/` walked the whole filesystem) is refused in one line naming the link. A linked image file is read where it
+points (a subset built of links into a shared store is common; each is one file, decoded or skipped). Class
+folders without an image still count as classes (the head's width), with one warning naming a few.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,19 +34,31 @@ def class_folders(root: Path) -> list[str]:
     return sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
 
 
-def scan(root: Path, classes: list[str]) -> FileExamples:
+def _outside(link: str, boundary: Path) -> EffbenchError:
+    return EffbenchError(
+        "--data-dir",
+        f"{link} is a link to {os.path.realpath(link)}, outside {boundary}; effbench follows folder links only "
+        "inside --data-dir: move or copy that folder in, or point --data-dir at a folder holding both",
+    )
+
+
+def scan(root: Path, classes: list[str], boundary: Path | None = None) -> FileExamples:
     """Every image file under root/<class>/, walked in sorted order so labels and order are stable.
-    Linked folders are followed, but each real folder and each real file counts once: a link back
-    up the tree (`loop -> .`) would otherwise list its files again at every level until ELOOP."""
+    Linked folders are followed inside `boundary` (--data-dir; default root) and refused outside it, and
+    each real folder and each real file counts once: a link back up the tree (`loop -> .`) would otherwise
+    list its files again at every level until ELOOP."""
     paths: list[str] = []
     labels: list[int] = []
     seen_dirs: set[tuple[int, int]] = set()
     seen_files: set[tuple[int, int]] = set()
+    inside = Path(os.path.realpath(boundary if boundary is not None else root))
     for label, name in enumerate(classes):
         folder = root / name
         if not folder.is_dir():
             continue
         for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
+            if not Path(os.path.realpath(dirpath)).is_relative_to(inside):  # checked before anything below is listed
+                raise _outside(dirpath, Path(boundary if boundary is not None else root))
             st = os.stat(dirpath)
             if (st.st_dev, st.st_ino) in seen_dirs:
                 dirnames[:] = []
@@ -70,6 +88,19 @@ def _no_images(root: Path) -> EffbenchError:
     )
 
 
+def warn_empty_classes(where: Path, classes: list[str], examples: FileExamples) -> str | None:
+    """The warning for class folders that hold no image (they still widen the head), or None."""
+    counts = np.bincount(examples.labels, minlength=len(classes)) if len(classes) else np.zeros(0, dtype=np.int64)
+    empty = [classes[i] for i in np.flatnonzero(counts == 0)]
+    if not empty:
+        return None
+    few = ", ".join(empty[:3]) + (", ..." if len(empty) > 3 else "")
+    return (
+        f"warning: --data-dir: {len(empty):,} of {len(classes):,} class folders in {where} hold no image ({few}); "
+        f"they still count as classes (a {len(classes):,}-way head): remove them or add their images"
+    )
+
+
 def load(data_dir: Path, *, val_fraction: float | None) -> Source:
     root = Path(data_dir)
     if not root.is_dir():
@@ -78,10 +109,15 @@ def load(data_dir: Path, *, val_fraction: float | None) -> Source:
     split = train_dir.is_dir()
     if not split:
         train_dir = root
+    if not Path(os.path.realpath(train_dir)).is_relative_to(Path(os.path.realpath(root))):
+        raise _outside(str(train_dir), root)
     classes = class_folders(train_dir)
-    train = scan(train_dir, classes)
+    train = scan(train_dir, classes, boundary=root)
     if len(train) == 0:
         raise _no_images(train_dir)
+    message = warn_empty_classes(train_dir, classes, train)
+    if message and os.environ.get("RANK", "0") == "0":  # once per job, not once per rank
+        print(message, file=sys.stderr)
 
     val, val_label = None, ""
     val_dir = next((root / v for v in VAL_FOLDERS if (root / v).is_dir()), None) if split else None
@@ -101,7 +137,9 @@ def load(data_dir: Path, *, val_fraction: float | None) -> Source:
                 "--data-dir",
                 f"{val_dir} has class folders missing from {train_dir}: {', '.join(extra[:3])}; make the class sets match",
             )
-        val = scan(val_dir, classes)
+        if not Path(os.path.realpath(val_dir)).is_relative_to(Path(os.path.realpath(root))):
+            raise _outside(str(val_dir), root)
+        val = scan(val_dir, classes, boundary=root)
         if len(val) == 0:
             raise _no_images(val_dir)
         val_label = f"{val_dir.name}/ folder"

@@ -2,8 +2,10 @@
 
 - SIGINT/SIGTERM to effbench are forwarded to the whole torchrun process group; if it has not
   exited after a grace period it is killed, so no process is left behind. Exit code 128 + signal.
-- torchrun's stderr is passed through line by line and its failure summary is read, so the
-  caller can name the rank that failed and its exit code in one line.
+- torchrun's stderr is read line by line: all of it goes to `log` (the caller keeps it in the run folder as
+  torchrun.log), and the terminal gets the ranks' own lines (progress, warnings) but not torchrun's logger
+  lines nor anything from the first traceback on (torchrun's ~30-line ChildFailedError, a rank's crash):
+  the caller names the rank that failed and its exit code in one line, read from torchrun's failure summary.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ class SupervisedResult:
     failure: ChildFailure | None
 
 
+# torchrun's logger (torch/distributed/elastic, glog-like): "W1125 06:28:43.286000 6199 torch/.../api.py:1028] ..."
+_TORCHRUN_LOG_RE = re.compile(r"^[IWEDF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\] ")
+TRACEBACK_START = "Traceback (most recent call last):"
 _RANK_RE = re.compile(r"^\s*rank\s*:\s*(\d+)")
 _EXIT_RE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
 _TRACE_RE = re.compile(r"^\s*traceback\s*:\s*(.+)$")
@@ -71,10 +76,21 @@ def parse_failure(lines: Sequence[str]) -> ChildFailure | None:
     return ChildFailure(rank=rank, exitcode=code, detail=detail)
 
 
+def for_terminal(line: str, *, after_traceback: bool) -> bool:
+    """Whether a line of torchrun's stderr goes to the terminal (every line goes to the log)."""
+    return not after_traceback and not _TORCHRUN_LOG_RE.match(line) and not line.startswith(TRACEBACK_START)
+
+
 def run_supervised(
-    argv: Sequence[str], env: Mapping[str, str], *, stderr: TextIO | None = None, grace_s: float = GRACE_S
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    stderr: TextIO | None = None,
+    grace_s: float = GRACE_S,
+    log: TextIO | None = None,
 ) -> SupervisedResult:
-    """Run `argv` (never through a shell) in its own process group and wait for it."""
+    """Run `argv` (never through a shell) in its own process group and wait for it; its whole stderr goes to
+    `log`, the lines for_terminal keeps to `stderr` (without a log, every line goes there)."""
     out = stderr or sys.stderr
     parent = os.getpid()
     proc = subprocess.Popen(
@@ -85,10 +101,19 @@ def run_supervised(
 
     def pump() -> None:
         assert proc.stderr is not None
+        after_traceback = False
         for line in proc.stderr:
             lines.append(line)
-            out.write(line)
-            out.flush()
+            if log is None:
+                out.write(line)
+                out.flush()
+                continue
+            log.write(line)
+            log.flush()
+            after_traceback = after_traceback or line.startswith(TRACEBACK_START)
+            if for_terminal(line, after_traceback=after_traceback):
+                out.write(line)
+                out.flush()
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()

@@ -204,17 +204,13 @@ class _HostProbe:
         self._net0 = self._net()
         self._disk0 = self._disk()
 
-    def _cpu_busy_total(self) -> tuple[float, float] | None:
-        """(busy, total) CPU seconds of the whole host, kept here rather than in psutil's
-        module-global cpu_percent state, which any other caller would reset."""
+    def _cpu_busy_total(self) -> Any | None:
+        """The host's CPU times (psutil's scputimes), kept here rather than in psutil's module-global
+        cpu_percent state, which any other caller would reset; host_busy_pct turns two into a share."""
         try:
-            t = self.ps.cpu_times()
+            return self.ps.cpu_times()
         except Exception:
             return None
-        # psutil's own accounting: guest time is already inside user/nice (Linux), iowait is idle.
-        total = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
-        idle = t.idle + getattr(t, "iowait", 0.0)
-        return total - idle, total
 
     def _net(self) -> tuple[int, int] | None:
         try:
@@ -301,8 +297,9 @@ class _HostProbe:
         dt = now - self._last_wall
         cpu = self._cpu_busy_total()
         rate_ok = not self._first and dt >= self.min_window_s
-        if rate_ok and cpu is not None and self._cpu_last is not None and cpu[1] > self._cpu_last[1]:
-            row["cpu_pct"] = 100.0 * (cpu[0] - self._cpu_last[0]) / (cpu[1] - self._cpu_last[1])
+        busy_pct = host_busy_pct(self._cpu_last, cpu) if cpu is not None and self._cpu_last is not None else None
+        if rate_ok and busy_pct is not None:
+            row["cpu_pct"] = busy_pct
         if cpu is not None:
             self._cpu_last = cpu
         try:
@@ -369,6 +366,19 @@ def _last(rows: list[dict[str, Any]], key: str) -> float | None:
         if row.get(key) is not None:
             return row[key]
     return None
+
+
+def host_busy_pct(before: Any, after: Any) -> float | None:
+    """The host's busy share in percent between two psutil.cpu_times() readings, as psutil.cpu_percent counts
+    it: guest time is already inside user/nice (Linux), iowait is idle, and each field's delta is trimmed at 0
+    (psutil/__init__.py `_cpu_times_deltas`: Linux's idle and iowait counters can go backwards, which made a
+    busy/total ratio of the sums read above 100% or below 0 on a loaded machine). None when no time passed."""
+    deltas = {f: max(0.0, getattr(after, f) - getattr(before, f)) for f in after._fields}
+    total = sum(deltas.values()) - deltas.get("guest", 0.0) - deltas.get("guest_nice", 0.0)
+    idle = deltas.get("idle", 0.0) + deltas.get("iowait", 0.0)
+    if total <= 0:
+        return None
+    return 100.0 * min(1.0, max(0.0, (total - idle) / total))
 
 
 class UtilizationSampler:

@@ -5,6 +5,7 @@ matplotlib only inside plots.py."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+import os
 from pathlib import Path
 
 from tabulate import tabulate
@@ -26,7 +27,9 @@ HEADERS = ("machine", "status", "img/s", "95% CI", "vs best", "gap to best", "en
 def is_collection(path: Path) -> bool:
     """A folder that is neither a run nor a sweep but holds run folders below it."""
     path = Path(path)
-    if not path.is_dir() or (path / results.RESULTS_FILE).is_file() or (path / M.MANIFEST_FILE).is_file():
+    # a results.json or sweep.json present in any form (a FIFO, a link) makes it a run or sweep, whose reader
+    # then says what is wrong with the file
+    if not path.is_dir() or any(os.path.lexists(path / f) for f in (results.RESULTS_FILE, M.MANIFEST_FILE)):
         return False
     return next(path.rglob(results.RESULTS_FILE), None) is not None
 
@@ -88,13 +91,20 @@ def html(groups: Sequence[lb.Group], *, title: str, charts: Sequence[str], probl
     return H.page(title, f"{n} runs in {len(groups)} configurations", sections)
 
 
-def write_reports(folder: Path) -> list[Path]:
+def write_reports(folder: Path, dest: Path | None = None) -> list[Path]:
+    """leaderboard.txt/.md, its chart and report.html, into the folder or `dest`, never through a link leaving it."""
+    from effbench.report import outputs
+
     folder = Path(folder)
     groups = lb.leaderboard(export.collect([folder]))
     title = f"effbench leaderboard {folder.name}"
-    results.atomic_write_text(folder / LEADERBOARD_TXT, render(groups, title=title, fmt="text"))
-    results.atomic_write_text(folder / LEADERBOARD_MD, render(groups, title=title, fmt="md"))
-    written = [folder / LEADERBOARD_TXT, folder / LEADERBOARD_MD]
+    out = Path(dest) if dest is not None else folder
+    out.mkdir(parents=True, exist_ok=True)
+    txt, md, html_file = (outputs.file(out, n) for n in (LEADERBOARD_TXT, LEADERBOARD_MD, REPORT_HTML))
+    plots_dir = outputs.folder(out, PLOTS_DIR)
+    results.atomic_write_text(txt, render(groups, title=title, fmt="text"))
+    results.atomic_write_text(md, render(groups, title=title, fmt="md"))
+    written = [txt, md]
     from effbench.report import plots, render as R  # render imports this module lazily: no cycle at import
 
     entries = [(g, e) for g in groups for e in g.entries]
@@ -105,9 +115,9 @@ def write_reports(folder: Path) -> list[Path]:
     # one chart that cannot be drawn (no matplotlib, a bad value) is named on the page, never fatal
     R._draw(made, problems, "Throughput per machine (each run's own figure), 95% CI whiskers", lambda: plots.throughput_bars(
         labels, [e.throughput for _, e in entries], [e.ci_low for _, e in entries], [e.ci_high for _, e in entries],
-        folder / PLOTS_DIR / "leaderboard.png", title="Throughput per machine",
+        plots_dir / "leaderboard.png", title="Throughput per machine",
         notes=["" if e.throughput is not None else e.status.upper() for _, e in entries]))  # fmt: skip
     written += [p for p, _ in made]
     charts = R._images(made)
-    results.atomic_write_text(folder / REPORT_HTML, html(groups, title=title, charts=charts, problems=problems))
-    return [*written, folder / REPORT_HTML]
+    results.atomic_write_text(html_file, html(groups, title=title, charts=charts, problems=problems))
+    return [*written, html_file]

@@ -12,15 +12,16 @@ value) is named in the report instead; it never stops the others.
 from __future__ import annotations
 
 import functools
-import json
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from effbench.report import html as H
+from effbench.report import outputs
 from effbench.sweep import manifest as M
-from effbench import results
+from effbench import results, safe_files
 from effbench.report import tables as report
 from effbench.report import sweep_tables as sweep_report
 from effbench.analysis import epoch_time, scaling, windows
@@ -162,13 +163,17 @@ def run_html(
     return H.page(title, subtitle, sections)
 
 
-def write_run_html(run_dir: Path, record: Mapping[str, Any], steps: Sequence[Mapping[str, Any]]) -> list[Path]:
-    """Charts under plots/ and report.html in a run folder."""
+def write_run_html(
+    run_dir: Path, record: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], dest: Path | None = None
+) -> list[Path]:
+    """Charts under plots/ and report.html in a run folder (or in `dest`), never through a link leaving it."""
     run_dir = Path(run_dir)
-    plots, problems = run_plots(record, run_dir / PLOTS_DIR)
+    dest = Path(dest) if dest is not None else run_dir
+    plots, problems = run_plots(record, outputs.folder(dest, PLOTS_DIR))
     env = _read_json(run_dir / results.ENV_FILE) or record.get("env") or {}
-    results.atomic_write_text(run_dir / REPORT_HTML, run_html(record, steps, plots, problems, env))
-    return [p for p, _ in plots] + [run_dir / REPORT_HTML]
+    html_file = outputs.file(dest, REPORT_HTML)
+    results.atomic_write_text(html_file, run_html(record, steps, plots, problems, env))
+    return [p for p, _ in plots] + [html_file]
 
 
 def write_run_html_safely(
@@ -192,23 +197,26 @@ def write_run_html_safely(
         warn(f"report.html not written ({type(e).__name__}: {e}); `effbench report {run_dir}` retries")
 
 
-def write_run_reports(run_dir: Path) -> list[Path]:
-    """Everything a run folder's reports hold, re-rendered from results.json and steps.csv."""
+def write_run_reports(run_dir: Path, dest: Path | None = None) -> list[Path]:
+    """Everything a run folder's reports hold, re-rendered from results.json and steps.csv, into the run
+    folder or `dest` (`report --output`: the run folder may be on a read-only share)."""
     run_dir = Path(run_dir)
+    dest = Path(dest) if dest is not None else run_dir
     record = results.read_results(run_dir)
-    results.atomic_write_text(run_dir / results.REPORT_TXT, report.render(record, "text"))
-    results.atomic_write_text(run_dir / results.REPORT_MD, report.render(record, "md"))
-    return [
-        run_dir / results.REPORT_TXT,
-        run_dir / results.REPORT_MD,
-        *write_run_html(run_dir, record, windows.read_steps(run_dir)),
-    ]
+    steps = windows.read_steps(run_dir)
+    dest.mkdir(parents=True, exist_ok=True)
+    txt, md = outputs.file(dest, results.REPORT_TXT), outputs.file(dest, results.REPORT_MD)
+    results.atomic_write_text(txt, report.render(record, "text"))
+    results.atomic_write_text(md, report.render(record, "md"))
+    return [txt, md, *write_run_html(run_dir, record, steps, dest)]
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object the run wrote beside results.json (env.json); None when absent (results.json has a copy).
+    Anything but a small regular file of plain JSON is one line (safe_files), as for results.json."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = safe_files.load_json(path, fix="restore the file the run wrote, or delete it")
+    except FileNotFoundError:
         return None
     return data if isinstance(data, dict) else None
 
@@ -418,44 +426,43 @@ def sweep_html(
     )
 
 
-def write_sweep_reports(folder: Path, *, cells: bool = False) -> list[Path]:
+def write_sweep_reports(folder: Path, *, cells: bool = False, dest: Path | None = None) -> list[Path]:
     """sweep.txt, sweep.md, summary.json, plots/ and report.html of a sweep folder (and, with
-    `cells`, every cell's own reports)."""
+    `cells`, every cell's own reports), into the folder or `dest` (cells under dest/<their run folder>)."""
     folder = Path(folder)
+    dest = Path(dest) if dest is not None else folder
     m, rows = load_sweep(folder)
     written: list[Path] = []
     if cells:
         for r in rows:
             if r.get("record") is not None and r.get("run_dir"):
-                written += write_run_reports(folder / r["run_dir"])
+                written += write_run_reports(folder / r["run_dir"], outputs.folder(dest, r["run_dir"]))
     dims = _dims(m)
     title = f"effbench sweep {m.get('name')}"
-    results.atomic_write_text(folder / SWEEP_TXT, sweep_report.render(rows, dims, title=title, fmt="text"))
-    results.atomic_write_text(folder / SWEEP_MD, sweep_report.render(rows, dims, title=title, fmt="md"))
-    results.write_json(folder / SWEEP_SUMMARY, {"schema_version": M.MANIFEST_SCHEMA, "name": m.get("name"), "dims": dims,
-                                                "verdicts": sweep_report.verdicts(rows, dims),
-                                                "cells": [{k: v for k, v in r.items() if k != "record"} for r in rows]})  # fmt: skip
-    plots, problems = sweep_plots(rows, dims, folder / PLOTS_DIR)
+    dest.mkdir(parents=True, exist_ok=True)
+    txt, md, summary, html_file = (outputs.file(dest, n) for n in (SWEEP_TXT, SWEEP_MD, SWEEP_SUMMARY, REPORT_HTML))
+    plots_dir = outputs.folder(dest, PLOTS_DIR)
+    results.atomic_write_text(txt, sweep_report.render(rows, dims, title=title, fmt="text"))
+    results.atomic_write_text(md, sweep_report.render(rows, dims, title=title, fmt="md"))
+    results.write_json(summary, {"schema_version": M.MANIFEST_SCHEMA, "name": m.get("name"), "dims": dims,
+                                 "verdicts": sweep_report.verdicts(rows, dims),
+                                 "cells": [{k: v for k, v in r.items() if k != "record"} for r in rows]})  # fmt: skip
+    plots, problems = sweep_plots(rows, dims, plots_dir)
     for name in SWEEP_CHARTS:  # a chart this report did not draw (an earlier render's) must not outlive it
-        stale = folder / PLOTS_DIR / name
+        stale = plots_dir / name
         if stale not in [p for p, _ in plots]:
             stale.unlink(missing_ok=True)
-    results.atomic_write_text(folder / REPORT_HTML, sweep_html(m, rows, plots, problems, folder))
-    return written + [
-        folder / SWEEP_TXT,
-        folder / SWEEP_MD,
-        folder / SWEEP_SUMMARY,
-        *[p for p, _ in plots],
-        folder / REPORT_HTML,
-    ]
+    results.atomic_write_text(html_file, sweep_html(m, rows, plots, problems, folder))
+    return written + [txt, md, summary, *[p for p, _ in plots], html_file]
 
 
 def folder_kind(path: Path) -> str:
     """'sweep' or 'run'; anything else is a one-line error naming the folder."""
     path = Path(path)
-    if (path / M.MANIFEST_FILE).is_file():
+    # present in any form (a FIFO, a folder, a link): the reader then says what is wrong with it
+    if os.path.lexists(path / M.MANIFEST_FILE):
         return "sweep"
-    if (path / results.RESULTS_FILE).is_file():
+    if os.path.lexists(path / results.RESULTS_FILE):
         return "run"
     if not path.exists():
         raise EffbenchError(
@@ -466,12 +473,16 @@ def folder_kind(path: Path) -> str:
     )
 
 
-def write_reports(path: Path) -> tuple[str, list[Path]]:
-    """`effbench report DIR`: re-render everything from the saved JSON; a folder of runs from several
-    machines or sweeps (neither a run nor a sweep itself) gets a leaderboard."""
+def write_reports(path: Path, dest: Path | None = None) -> tuple[str, list[Path]]:
+    """`effbench report DIR [--output OUT]`: re-render everything from the saved JSON, into DIR or OUT; a
+    folder of runs from several machines or sweeps (neither a run nor a sweep itself) gets a leaderboard.
+    A file the filesystem will not take (a read-only share) is one line naming it and --output."""
     from effbench.report import leaderboard
 
-    if leaderboard.is_collection(path):
-        return "leaderboard", leaderboard.write_reports(path)
-    kind = folder_kind(path)
-    return kind, (write_sweep_reports(path, cells=True) if kind == "sweep" else write_run_reports(path))
+    with outputs.writing(Path(dest if dest is not None else path)):
+        if leaderboard.is_collection(path):
+            return "leaderboard", leaderboard.write_reports(path, dest)
+        kind = folder_kind(path)
+        if kind == "sweep":
+            return kind, write_sweep_reports(path, cells=True, dest=dest)
+        return kind, write_run_reports(path, dest)

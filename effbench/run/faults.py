@@ -14,7 +14,9 @@ case of one DDP rank out of memory while the others wait in the next all-reduce:
 
 Test hook: with `EFFBENCH_FAULT_HOLD_PHASE=<phase>`, a run that enters that phase (run/phases.py)
 says so on stderr and waits there for a signal (at most HOLD_MAX_S), so a test can signal it in
-any phase without racing the machine's speed.
+any phase without racing the machine's speed. With `EFFBENCH_FAULT_HOLD_RELEASE=<file>` beside it, the
+hold also ends when that file exists, so a test can let the run go on and finish `ok` (two sweeps into one
+folder: the first holds in its first cell while the second is refused).
 
 Test hook: with `EFFBENCH_FAULT_NAN_LOSS=RANK:STEP`, the rank whose RANK (torchrun's variable; 0 outside
 torchrun) matches records a NaN loss from the run's step STEP on (warm-up included, counted from 1 as the
@@ -35,6 +37,7 @@ from collections.abc import Callable, Mapping
 
 FAULT_OOM_ENV = "EFFBENCH_FAULT_OOM_AT_BATCH"
 FAULT_HOLD_ENV = "EFFBENCH_FAULT_HOLD_PHASE"
+FAULT_HOLD_RELEASE_ENV = "EFFBENCH_FAULT_HOLD_RELEASE"
 HOLD_MARK = "effbench-test-hook: holding phase"
 HOLD_MAX_S = 120.0  # a test that never signals still ends
 FAULT_NAN_ENV = "EFFBENCH_FAULT_NAN_LOSS"
@@ -55,7 +58,8 @@ def hold_phase(name: str, until: Callable[[], bool], env: Mapping[str, str] = os
         return
     print(f"{HOLD_MARK} {name}", file=sys.stderr, flush=True)
     deadline = time.monotonic() + HOLD_MAX_S
-    while not until() and time.monotonic() < deadline:
+    release = env.get(FAULT_HOLD_RELEASE_ENV, "").strip()
+    while not until() and time.monotonic() < deadline and not (release and os.path.exists(release)):
         time.sleep(0.02)
 
 

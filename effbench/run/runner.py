@@ -7,14 +7,16 @@
 Order matters for honesty: the inputs that need no data (config, launch, device, precision, output
 folder, batch split) are checked before the run folder exists; it is made then, with a `running`
 results.json naming the phase, so a signal while the dataset or model is built (or downloaded) is
-recorded `interrupted` there. A bad input found while building them (dataset, weights, warm-up) removes
-the folder before its one-line error: a bad input never leaves a folder behind. Once training starts,
+recorded `interrupted` there. A bad input found while building them (dataset, weights, warm-up), or once
+the data is read before an epoch is measured (no training image readable), removes the folder before its
+one-line error: a bad input never leaves a folder behind unless it holds measured epochs. Once training starts,
 results.json is rewritten after every epoch, so an interruption or a crash keeps what was measured and
 says how it ended.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -25,7 +27,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -240,7 +242,10 @@ def _run_in_child(
     echo(f"launching: {' '.join(argv)}")
     child = "torchrun" if plan.mode == "torchrun" else "the effbench worker"
     env = {**os.environ, **plan.env}
-    outcome = run_supervised(argv, env)
+    log_name = "torchrun.log" if plan.mode == "torchrun" else "worker.log"
+    with open(spec_path.parent / log_name, "w", encoding="utf-8", errors="replace") as log:
+        outcome = run_supervised(argv, env, log=log)  # the terminal gets the ranks' lines, the log everything
+    _keep_log(spec_path.parent / log_name, run_dir)
     user_errors = sorted(spec_path.parent.glob("error-rank*.txt"))
     if user_errors:  # a rank hit a bad input (missing dataset, weights...): report it like in-process
         _discard_unmeasured(run_dir)
@@ -256,10 +261,21 @@ def _run_in_child(
         return RunOutcome(None, rec.record_without_results(outcome, ooms, child, diverged))
     written = results.read_results(run_dir)
     settled = rec.settle_with_torchrun(written, outcome, ooms)
+    if settled.get("status") == "failed" and settled.get("error") and (run_dir / log_name).is_file():
+        # the terminal had only the ranks' lines: say where torchrun's own tracebacks are
+        error = settled["error"]
+        settled["error"] = {**error, "message": f"{error.get('message')}; {child}'s whole output is in {log_name}"}
     results.write_json(run_dir / results.RESULTS_FILE, settled)
     if settled != written and (run_dir / results.REPORT_TXT).exists():
         _rewrite_reports(run_dir, settled)
     return RunOutcome(run_dir, settled)
+
+
+def _keep_log(log: Path, run_dir: Path) -> None:
+    """torchrun's whole output (its tracebacks included) into the run folder, when rank 0 made one here."""
+    if run_dir.is_dir() and log.stat().st_size:
+        with contextlib.suppress(OSError):  # a full disk: the run's own one-line error says so
+            results.atomic_write_bytes(run_dir / log.name, log.read_bytes())
 
 
 def _rewrite_reports(run_dir: Path, record: dict[str, Any]) -> None:
@@ -434,6 +450,18 @@ class Measurement:
     window: observe.MeasuredWindow | None = None  # opened / closed by the trainer's phases
 
 
+@contextlib.contextmanager
+def _first_no_space(failure: BaseException | None) -> Iterator[None]:
+    """The disk filled while the epochs were written, and the final files could not be written either: the
+    one line names the first file that did not fit, as results.json does."""
+    try:
+        yield
+    except results.NoSpaceError:
+        if isinstance(failure, results.NoSpaceError):
+            raise failure from None
+        raise
+
+
 def _run_benchmark(
     cfg: RunConfig,
     *,
@@ -461,7 +489,7 @@ def _run_benchmark(
     batch = per_device_batch(cfg, plan.devices)
     # A signal while the folder is made is recorded, then raised once it is whole.
     with deferred(received):
-        start = _start_run_folder(cfg, plan, dist, rt, batch, run_dir, command)
+        start = _start_run_folder(cfg, plan, dist, rt, batch, run_dir, command)  # a full disk: no folder, one line
     try:
         if received:
             raise Interrupted(received[0], phase.name)
@@ -475,13 +503,20 @@ def _run_benchmark(
     run_dir = start.run_dir
     # The full record replaces the first one: a signal is recorded while it and the first files are
     # written (so they are whole), then raised at the start of the measurement.
-    with deferred(received):
-        opened = _open_run_folder(prep, plan, dist, start, echo)
+    try:
+        with deferred(received):
+            opened = _open_run_folder(prep, plan, dist, start, echo)
+    except results.NoSpaceError:  # nothing measured yet: no folder, as for a bad input
+        _discard(start)
+        raise
     m = _measure(prep, plan, dist, opened, run_dir, progress=progress, phase=phase, received=received)
+    if isinstance(m.failure, EffbenchError) and not isinstance(m.failure, results.NoSpaceError) and not m.epochs:
+        _discard(start)  # bad input seen once the data is read (no image readable), nothing measured: no folder
+        raise m.failure
     # The files that say how the run ended are written whole: a signal now is recorded, and once
     # they are written, an `ok` run becomes `interrupted` in phase `report` and they are rewritten.
     writer = dist.is_main
-    with deferred(received):
+    with deferred(received), _first_no_space(m.failure):
         signals_before = len(received)
         phase.enter("report")
         final = rec.finish(opened, _measured(prep, dist, m), _conditions(prep, plan, run_dir))
@@ -493,7 +528,7 @@ def _run_benchmark(
                 _write_final(run_dir, final, m.epochs, m.steps, m.sampler)
         if writer:
             echo(report.render(final, "text"))
-    if isinstance(m.failure, EffbenchError):  # bad input seen only once the data is read: recorded, then exit 2
+    if isinstance(m.failure, EffbenchError):  # bad input seen after an epoch was measured: recorded, then exit 2
         raise m.failure
     return RunOutcome(run_dir=run_dir, results=final)
 
@@ -763,12 +798,39 @@ def _write_final(
     sampler: Any,
 ) -> None:
     assert run_dir is not None
-    sampler.write_csv(run_dir / UTILIZATION_FILE)
-    results.atomic_write_text(run_dir / results.REPORT_TXT, report.render(record, "text"))
-    results.atomic_write_text(run_dir / results.REPORT_MD, report.render(record, "md"))
-    render.write_run_html_safely(run_dir, record, steps)  # plots + report.html; a warning if not, on stderr
-    # results.json last: a full disk above leaves the last epoch's record (never `ok` with a report missing)
-    _write_progress(run_dir, record, epochs, steps)
+    try:
+        sampler.write_csv(run_dir / UTILIZATION_FILE)
+        results.atomic_write_text(run_dir / results.REPORT_TXT, report.render(record, "text"))
+        results.atomic_write_text(run_dir / results.REPORT_MD, report.render(record, "md"))
+        render.write_run_html_safely(run_dir, record, steps)  # plots + report.html; a warning if not, on stderr
+        # results.json last: never `ok` with a report missing
+        _write_progress(run_dir, record, epochs, steps)
+    except results.NoSpaceError as e:  # never `running` forever: `failed`, the reason and the epochs measured
+        _record_no_space(run_dir, record, e)
+        raise
+
+
+# Keys of the final record left out of the last-resort copy on a full disk, so it fits where the last epoch's
+# record lay (observe.summarize's extras; the epochs and the headline stay)
+_BULKY = ("utilization", "throughput_windows", "profile", "memory", "observations")
+
+
+def _record_no_space(run_dir: Path, record: dict[str, Any], e: results.NoSpaceError) -> None:
+    """results.json says `failed` with the full-disk error (which file), keeping the epochs: written whole when
+    the disk still takes it, else compact over the last epoch's record (results.overwrite_json_in_place)."""
+    first = record.get("error") if record.get("status") == "failed" else None  # the run's own, when that was it
+    if not (first and "no space left" in str(first.get("message"))):
+        first = {"type": "NoSpaceError", "message": str(e)}
+    failed = {**record, "status": "failed", "error": first}
+    failed.pop("signal", None)
+    try:
+        results.write_json(run_dir / results.RESULTS_FILE, failed)
+    except results.NoSpaceError:
+        # on failure too the one-line error still says it, and the last epoch's record stays
+        with contextlib.suppress(OSError):
+            results.overwrite_json_in_place(
+                run_dir / results.RESULTS_FILE, {k: v for k, v in failed.items() if k not in _BULKY}
+            )
 
 
 @dataclass
@@ -831,7 +893,11 @@ def _start_run_folder(
     }
     if writer:
         assert run_dir is not None
-        results.write_json(run_dir / results.RESULTS_FILE, record)
+        try:
+            results.write_json(run_dir / results.RESULTS_FILE, record)
+        except results.NoSpaceError:  # the folder holds nothing: it goes, the one line says why
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise
     return Started(run_dir, writer, started, record)
 
 

@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import fcntl
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+import os
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +27,7 @@ from effbench import results
 from effbench.errors import EffbenchError
 
 MANIFEST_FILE = "sweep.json"
+LOCK_FILE = ".sweep.lock"  # held (flock) by the sweep running in the folder, for its whole life
 MANIFEST_SCHEMA = 1
 CELL_STATUSES = ("pending", "running", "ok", "oom", "diverged", "failed", "interrupted", "skipped")
 DONE = "ok"
@@ -154,3 +159,34 @@ def counts(manifest: Mapping[str, Any]) -> dict[str, int]:
     for c in manifest["cells"]:
         out[c["status"]] = out.get(c["status"], 0) + 1
     return out
+
+
+@contextmanager
+def locked(folder: Path) -> Iterator[None]:
+    """Hold the sweep folder for one sweep: an exclusive flock on LOCK_FILE in it, taken without waiting.
+
+    A second sweep into a folder in use is refused in one line: it would take the first one's cell in flight
+    for a dead attempt and move its live run folder to attempts/. The kernel drops the lock when the holder
+    exits, SIGKILL included, so a stale lock file never blocks a resume. Where the filesystem has no locks
+    (ENOLCK, some network mounts) the sweep goes on, saying so."""
+    path = Path(folder) / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+            raise EffbenchError(
+                str(folder),
+                f"is in use by another sweep{f' (pid {holder})' if holder.isdigit() else ''}; wait for it to "
+                "finish and run this command again to resume, or pass another --name or --output",
+            ) from None
+        except OSError as e:
+            print(f"warning: {folder}: cannot lock the sweep folder ({e.strerror}); do not start a second sweep "
+                  "into it while this one runs", file=sys.stderr)  # fmt: skip
+        else:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock; the file stays (removing it would race a sweep that opened it)

@@ -32,7 +32,7 @@ from typing import Any
 from effbench.analysis.time_to_accuracy import describe as describe_tta
 from effbench.sweep import manifest as M
 from effbench import results
-from effbench.report import render
+from effbench.report import outputs, render
 from effbench.errors import EffbenchError
 from effbench.report.sweep_tables import host_peak_gib
 from effbench.sweep.spec import CELLS_DIR, SweepPlan, SweepSpec, config_identity, plan_cells
@@ -144,23 +144,51 @@ def run_sweep(
     spec: SweepSpec, *, command: Sequence[str], echo: Callable[[str], None] = print, progress: bool = False
 ) -> SweepOutcome:
     """Plan, check, then run every cell that is not ok yet; returns the final manifest."""
-    from effbench.run import runner
-
     plan = plan_sweep(spec)
     results.check_output_writable(spec.output)
     blocked = blocked_cells(plan, spec.output)
     if len(blocked) == len(plan.cells):  # nothing could run: a bad input, not data
         raise next(iter(blocked.values()))
     folder = plan.folder
+    if (
+        folder.is_dir()
+        and not (folder / M.MANIFEST_FILE).exists()
+        and any(p.name != M.LOCK_FILE for p in folder.iterdir())
+    ):
+        raise EffbenchError(str(folder), "exists and is not a sweep folder; choose another --name or --output")
+    made = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        with M.locked(folder):  # the manifest is read only once this sweep holds the folder
+            return _run_cells(spec, plan, blocked, command=command, echo=echo, progress=progress)
+    except EffbenchError:
+        if made and not (folder / M.MANIFEST_FILE).exists():  # a bad input leaves no folder behind
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+
+def _run_cells(
+    spec: SweepSpec,
+    plan: SweepPlan,
+    blocked: dict[str, EffbenchError],
+    *,
+    command: Sequence[str],
+    echo: Callable[[str], None],
+    progress: bool,
+) -> SweepOutcome:
+    """Every cell that is not ok yet, then the reports; the caller holds the sweep folder's lock."""
+    from effbench.run import runner
+
+    folder = plan.folder
     fresh = M.new_manifest(
         name=plan.name, preset=spec.preset, dims=plan.dims, zipped=spec.zip, command=command,
         cells=[{"key": c.key, "params": c.params, "config": config_identity(c.config)} for c in plan.cells],
     )  # fmt: skip
     existing = M.read_manifest(folder) if (folder / M.MANIFEST_FILE).exists() else None
-    if existing is None and folder.is_dir() and any(folder.iterdir()):
-        raise EffbenchError(str(folder), "exists and is not a sweep folder; choose another --name or --output")
     m = M.resume(existing, fresh, folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    # cells/, attempts/ and each cell's folders: never through a link out of the sweep folder (one line)
+    for sub in (CELLS_DIR, ATTEMPTS_DIR, *(f"{d}/{c.key}" for c in plan.cells for d in (CELLS_DIR, ATTEMPTS_DIR))):
+        outputs.folder(folder, sub)
     M.write_manifest(folder, m)
     todo = M.to_run(m)
     echo(f"sweep {folder}: {len(plan.cells)} cells, {len(plan.cells) - len(todo)} already ok, {len(todo)} to run")

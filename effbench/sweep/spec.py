@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,9 @@ DIMENSIONS: dict[str, str] = {
 _ON = ("on", "yes", "true", "with", "1")
 _OFF = ("off", "no", "false", "without", "0")
 CELLS_DIR = "cells"
+# The most cells one sweep may plan: each cell is a whole run (minutes), so 10,000 is weeks of machine time,
+# and planning a million cells took 2.1 GB and a minute before anything was said (issue 28).
+MAX_CELLS = 10_000
 
 
 def dim_option(field_name: str) -> str:
@@ -76,13 +80,18 @@ def _parse_item(option: str, item: str, kind: str) -> Any:
 def parse_list(option: str, text: str, kind: str = "str") -> tuple[Any, ...]:
     """`"32,64"` -> (32, 64). An empty item (`32,,64`) or a repeated value is an error."""
     items = [t.strip() for t in str(text).split(",")]
+    if len(items) > MAX_CELLS:
+        raise EffbenchError(
+            option, f"lists {len(items):,} values, more than a sweep may run ({MAX_CELLS:,} cells); list fewer"
+        )
     if any(not t for t in items):
         raise EffbenchError(option, f"{text!r} has an empty item; separate values with single commas, like 32,64,128")
     values = tuple(_parse_item(option, t, kind) for t in items)
-    keys = [str(v).lower() for v in values]
-    dup = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
-    if dup is not None:
-        raise EffbenchError(option, f"{text!r} lists {dup} twice; list each value once")
+    seen: set[str] = set()
+    for key in (str(v).lower() for v in values):
+        if key in seen:
+            raise EffbenchError(option, f"{text!r} lists {key} twice; list each value once")
+        seen.add(key)
     return values
 
 
@@ -179,7 +188,27 @@ def default_name(spec: SweepSpec, dims: Mapping[str, Any]) -> str:
     return results.safe_name("sweep-" + "-".join(k.replace("_", "-") for k in dims))
 
 
+def cell_count(dims: Mapping[str, tuple[Any, ...]], zipped: bool) -> int:
+    """How many cells the lists make, counted before any is built."""
+    if zipped:
+        return max((len(v) for v in dims.values()), default=1)
+    return math.prod(len(v) for v in dims.values())
+
+
+def check_size(dims: Mapping[str, tuple[Any, ...]], zipped: bool) -> None:
+    """Refuse a sweep of more than MAX_CELLS cells in one line, before planning any of them."""
+    n = cell_count(dims, zipped)
+    if n > MAX_CELLS:
+        sizes = " x ".join(f"{len(v):,} {dim_option(k)}" for k, v in dims.items() if len(v) > 1)
+        raise EffbenchError(
+            dim_option(max(dims, key=lambda k: len(dims[k]))),
+            f"the sweep would run {n:,} cells ({sizes}), more than {MAX_CELLS:,}; list fewer values or split it "
+            "into several sweeps",
+        )
+
+
 def _combinations(dims: Mapping[str, tuple[Any, ...]], zipped: bool) -> list[dict[str, Any]]:
+    check_size(dims, zipped)
     keys = list(dims)
     if not zipped:
         return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(dims[k] for k in keys))]

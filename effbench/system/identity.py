@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import json
 import os
 import re
 from pathlib import Path
@@ -48,9 +47,12 @@ def image_info(environ: dict[str, str] | None = None) -> dict[str, Any] | None:
     """The image's identity file, or None outside the image (or when it cannot be read)."""
     env = os.environ if environ is None else environ
     path = Path(env.get(IMAGE_INFO_ENV) or IMAGE_INFO)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    from effbench import safe_files
+    from effbench.errors import EffbenchError
+
+    try:  # a regular file of plain JSON only (safe_files): never a hang on a FIFO, never a RecursionError
+        data = safe_files.load_json(path, fix="rebuild the image")
+    except (OSError, EffbenchError):
         return None
     return data if isinstance(data, dict) else None
 
