@@ -105,19 +105,20 @@ def write_reports(folder: Path, dest: Path | None = None) -> list[Path]:
     results.atomic_write_text(txt, render(groups, title=title, fmt="text"))
     results.atomic_write_text(md, render(groups, title=title, fmt="md"))
     written = [txt, md]
-    from effbench.report import plots, render as R  # render imports this module lazily: no cycle at import
+    from effbench.report import plots
+    from effbench.report.charts import Plot, draw, images
 
     entries = [(g, e) for g in groups for e in g.entries]
     # short tick labels "group.row machine" (the tables number groups the same way); long ones squeeze the axes
     labels = [_short(f"{gi + 1}.{ri + 1} {e.machine}") for gi, g in enumerate(groups) for ri, e in enumerate(g.entries)]
-    made: list[R.Plot] = []
+    made: list[Plot] = []
     problems: list[str] = []
     # one chart that cannot be drawn (no matplotlib, a bad value) is named on the page, never fatal
-    R._draw(made, problems, "Throughput per machine (each run's own figure), 95% CI whiskers", lambda: plots.throughput_bars(
+    draw(made, problems, "Throughput per machine (each run's own figure), 95% CI whiskers", lambda: plots.throughput_bars(
         labels, [e.throughput for _, e in entries], [e.ci_low for _, e in entries], [e.ci_high for _, e in entries],
         plots_dir / "leaderboard.png", title="Throughput per machine",
         notes=["" if e.throughput is not None else e.status.upper() for _, e in entries]))  # fmt: skip
     written += [p for p, _ in made]
-    charts = R._images(made)
+    charts = images(made)
     results.atomic_write_text(html_file, html(groups, title=title, charts=charts, problems=problems))
     return [*written, html_file]

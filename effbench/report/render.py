@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from effbench.report import html as H
+from effbench.report.charts import Plot
+from effbench.report.charts import draw as _draw
+from effbench.report.charts import images as _images
 from effbench.report import outputs
 from effbench.sweep import manifest as M
 from effbench import results, safe_files
@@ -35,7 +38,6 @@ SWEEP_TXT = "sweep.txt"
 SWEEP_MD = "sweep.md"
 SWEEP_SUMMARY = "summary.json"
 
-Plot = tuple[Path, str]  # (png path, caption)
 # Every chart sweep_plots may draw under plots/.
 SWEEP_CHARTS = ("time_breakdown.png", "throughput.png", "top1_per_epoch.png", "throughput_vs_batch.png",
                 "data_time_vs_workers.png", "scaling.png", "time_to_accuracy_vs_batch.png")  # fmt: skip
@@ -44,20 +46,6 @@ SWEEP_CHARTS = ("time_breakdown.png", "throughput.png", "top1_per_epoch.png", "t
 def warn(message: str) -> None:
     """Warnings go to stderr, one line, so stdout holds only what was asked for."""
     print("warning: " + " ".join(message.split()), file=sys.stderr)
-
-
-def _draw(made: list[Plot], problems: list[str], caption: str, fn: Callable[[], Path]) -> None:
-    """Draw one chart; a failure becomes a line in the report, not an exception."""
-    try:
-        made.append((fn(), caption))
-    except ImportError as e:
-        problems.append(f"{caption}: not drawn, matplotlib is not importable ({e})")
-    except Exception as e:  # noqa: BLE001 - one chart must never cost the report
-        problems.append(f"{caption}: not drawn ({type(e).__name__}: {e})".splitlines()[0])
-
-
-def _images(plots: Sequence[Plot]) -> list[str]:
-    return [H.image(p.read_bytes(), alt=p.stem.replace("_", " "), caption=cap) for p, cap in plots if p.is_file()]
 
 
 # --------------------------------------------------------------------------------------------------
