@@ -119,11 +119,10 @@ def _stat(d: Mapping[str, Any] | None, key: str, digits: int = 1) -> str:
     return f"{v['mean']:.{digits}f} mean / {v['max']:.{digits}f} max"
 
 
-HEADLINE_TIMING = (
-    "per-step synced: each step ends with a host sync (torch.cuda.synchronize on CUDA; run/timing.py), like "
-    "timm's benchmark.py; a pipelined loop, one sync per window, may be faster on CUDA for steps of a few ms "
-    "(selftest 'pipelined loop vs harness' measures the gap)"
-)
+# Which timing the headline is (docs/gpu-truth.md, "Pipelined timing"): every step ends with a host sync
+# (torch.cuda.synchronize on CUDA; run/timing.py), as timm's benchmark.py times; a pipelined loop (one sync per
+# window) may be faster on CUDA for steps of a few ms, and the selftest's 'pipelined loop vs harness' measures it.
+HEADLINE_TIMING = "per-step synced, like timm's benchmark.py (selftest: pipelined loop vs harness)"
 
 
 def observability_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
