@@ -39,7 +39,7 @@ def test_readme_is_a_front_page_that_links_every_docs_page():
     readme = (ROOT / "README.md").read_text()
     lines = readme.splitlines()
     assert len(lines) <= 200, f"README.md has {len(lines)} lines: reference belongs in docs/"
-    assert max(len(line) for line in lines) <= 120
+    assert max(len(line) for line in check_docs.prose_lines(readme)) <= 120  # a sample's lines may be wider
     for page in sorted((ROOT / "docs").glob("*.md")):
         assert f"(docs/{page.name})" in readme, f"README.md does not link docs/{page.name}"
     # the two set-up commands come first
