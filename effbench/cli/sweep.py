@@ -106,6 +106,9 @@ def sweep(
     optimizer_impl: Annotated[
         str | None, _one("auto, fused, foreach or for-loop optimizer kernels. [default: auto]")
     ] = None,
+    augment: Annotated[
+        str | None, _one("Training recipe in every cell: seed, imagenet or none (docs/recipes.md). [default: seed]")
+    ] = None,
     compile_: Annotated[
         bool | None, _opt("torch.compile the model (compile time reported apart).", "--compile/--no-compile")
     ] = None,
@@ -161,6 +164,7 @@ def sweep(
         "sample_interval_s": one_value("--sample-interval-s", sample_interval_s, float),
         "log_interval": one_value("--log-interval", log_interval, int),
         "optimizer_impl": one_value("--optimizer-impl", optimizer_impl),
+        "augment": one_value("--augment", augment),
         "data_dir": data_dir, "download": download, "channels_last": channels_last, "profile": profile,
         "cudnn_benchmark": cudnn_benchmark, "pin_memory": pin_memory, "gpu_decode": gpu_decode,
         "compile": compile_, "data_only": data_only,
