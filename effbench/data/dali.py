@@ -23,7 +23,6 @@ See docs/dali.md.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -34,9 +33,9 @@ from effbench.data.images import FileExamples
 from effbench.data.loaders import LoaderOptions
 from effbench.errors import EffbenchError
 from effbench.recipes import Recipe
+from effbench.system.preflight import DALI_INSTALL
 
 Batch = tuple[torch.Tensor, torch.Tensor]
-INSTALL = "pip install 'effbench[dali]' (nvidia-dali-cuda130)"
 READER = "Reader"
 # DALI seeds are 32-bit signed in its pipeline and reader arguments
 SEED_MOD = 2**31
@@ -47,7 +46,7 @@ def require_dali() -> Any:
     try:
         import nvidia.dali as dali
     except ImportError as e:
-        raise EffbenchError("--loader", f"dali needs NVIDIA DALI, which is not installed ({e}); {INSTALL}") from None
+        raise EffbenchError("--loader", f"dali needs NVIDIA DALI, which is not installed ({e}); {DALI_INSTALL}") from None
     return dali
 
 
@@ -173,18 +172,16 @@ def _base_square(images: Any, shape: Any, base: int) -> Any:
     return fn.crop(images, crop=(base, base), crop_pos_x=pos(rw), crop_pos_y=pos(rh), rounding="truncate")
 
 
-_FILE_RE = re.compile(r"(/[^\s'\"]+\.\w+)")
-
-
 def decode_failure(err: Exception) -> EffbenchError:
-    """DALI's multi-line error as one line naming the file when DALI names it."""
-    text = str(err)
-    m = _FILE_RE.search(text)
-    what = f"{m.group(1)}" if m else text.strip().splitlines()[0][:200] if text.strip() else type(err).__name__
+    """DALI's multi-line error (it names the operator and the codec's failure, not the file) as one line."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    cause = next((ln for ln in lines if "failure" in ln.lower() or "unsupported" in ln.lower()), None)
+    op = next((ln.split("`")[1] for ln in lines if ln.startswith("Error in") and "`" in ln), None)
+    what = ", ".join(x for x in (op, cause) if x) or (lines[0][:200] if lines else type(err).__name__)
     return EffbenchError(
         "--loader",
-        f"dali could not read or decode an image ({what}); remove or convert the file, or use --loader fast "
-        "or torchvision, which skip and count unreadable files",
+        f"dali stopped on an image it cannot read or decode ({what}); DALI does not name the file: find it with "
+        "--loader fast or torchvision, which skip, count and name unreadable files, or use one of them",
     )
 
 
@@ -192,21 +189,29 @@ class DaliBatches:
     """Re-iterable over a DALIGenericIterator: (float32 NCHW, int64) on the training device.
 
     Training yields exactly `steps` batches per pass from a stream that continues across DALI's
-    epochs (an early break, --max-steps, resumes there next pass); validation one DALI epoch."""
+    epochs (an early break, --max-steps, resumes there next pass). Validation yields one DALI epoch
+    of this rank's shard; a pass left early (--max-val-steps) rebuilds the pipeline, since a DALI
+    iterator cannot be rewound mid-epoch, so every pass starts at the shard's first image."""
 
-    def __init__(self, pipe: Any, device: torch.device, *, train: bool, steps: int) -> None:
-        from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
-
+    def __init__(self, make_pipe: Callable[[], Any], device: torch.device, *, train: bool, steps: int) -> None:
+        self.make_pipe = make_pipe
         self.device = device
         self.train = train
         self.steps = steps
+        self.it = self._iterator()
+        self.mid_epoch = False
+
+    def _iterator(self) -> Any:
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
         try:
+            pipe = self.make_pipe()
             pipe.build()
-            self.it = DALIGenericIterator(
+            return DALIGenericIterator(
                 pipe,
                 ["images", "labels"],
                 reader_name=READER,
-                last_batch_policy=LastBatchPolicy.DROP if train else LastBatchPolicy.PARTIAL,
+                last_batch_policy=LastBatchPolicy.DROP if self.train else LastBatchPolicy.PARTIAL,
                 auto_reset=True,
             )
         except RuntimeError as e:
@@ -223,16 +228,26 @@ class DaliBatches:
 
     def _next(self) -> Batch | None:
         try:
-            return self._convert(next(self.it))
+            batch = self._convert(next(self.it))
         except StopIteration:
+            self.mid_epoch = False
             return None
         except RuntimeError as e:
             raise decode_failure(e) from None
+        self.mid_epoch = True
+        return batch
 
     def __iter__(self) -> Iterator[Batch]:
         if not self.train:
+            if self.mid_epoch:  # the last pass stopped early: start again at the shard's first image
+                del self.it
+                self.it = self._iterator()
+                self.mid_epoch = False
             while (batch := self._next()) is not None:
-                yield batch
+                # the iterator gives every shard the batches of the largest (the reader's padded epoch):
+                # a shard one image shorter can end on a batch with no image in it
+                if len(batch[1]):
+                    yield batch
             return
         for _ in range(self.steps):
             batch = self._next()
@@ -249,11 +264,16 @@ def build_loaders(
     require_dali()
     assert recipe.kind == "files", "config refuses --loader dali on array datasets"
     per_rank = len(train_ex) // opts.world_size
-    train_pipe = _pipeline(train_ex, recipe, opts, device, train=True, seed=stream_seed(opts.seed, opts.rank, 0))
-    val_pipe = _pipeline(val_ex, recipe, opts, device, train=False, seed=stream_seed(opts.seed, opts.rank, 1))
-    train = DaliBatches(train_pipe, device, train=True, steps=per_rank // opts.batch_size)
+    train_seed, val_seed = stream_seed(opts.seed, opts.rank, 0), stream_seed(opts.seed, opts.rank, 1)
+    train = DaliBatches(
+        lambda: _pipeline(train_ex, recipe, opts, device, train=True, seed=train_seed),
+        device, train=True, steps=per_rank // opts.batch_size,
+    )  # fmt: skip
     lo, hi = shard_bounds(len(val_ex), opts.rank, opts.world_size)
-    val = DaliBatches(val_pipe, device, train=False, steps=-(-(hi - lo) // opts.batch_size))
+    val = DaliBatches(
+        lambda: _pipeline(val_ex, recipe, opts, device, train=False, seed=val_seed),
+        device, train=False, steps=-(-(hi - lo) // opts.batch_size),
+    )  # fmt: skip
 
     def set_epoch(epoch: int) -> None:
         """DALI reshuffles by itself at each of its epochs (shuffle_after_epoch, seeded); nothing to do."""
