@@ -147,7 +147,9 @@ def test_base_square_is_the_fast_loaders_within_the_recorded_bound(tmp_path, sha
 def dali_outputs_val(recipe, path) -> np.ndarray:
     ex = FileExamples((str(path),), np.zeros(1, dtype=np.int64))
     opts = LoaderOptions(batch_size=1, workers=1, seed=0)
-    val = dali.DaliBatches(lambda: dali._pipeline(ex, recipe, opts, CPU, train=False, seed=0), CPU, train=False, steps=1)
+    val = dali.DaliBatches(
+        lambda: dali._pipeline(ex, recipe, opts, CPU, train=False, seed=0), CPU, train=False, steps=1
+    )
     (x, _), *_ = list(val)
     return to_levels(x)[0]
 

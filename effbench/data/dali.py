@@ -46,7 +46,9 @@ def require_dali() -> Any:
     try:
         import nvidia.dali as dali
     except ImportError as e:
-        raise EffbenchError("--loader", f"dali needs NVIDIA DALI, which is not installed ({e}); {DALI_INSTALL}") from None
+        raise EffbenchError(
+            "--loader", f"dali needs NVIDIA DALI, which is not installed ({e}); {DALI_INSTALL}"
+        ) from None
     return dali
 
 
