@@ -454,7 +454,8 @@ _FEATURE_RULES = (
           lambda c: f"synthetic is the loader of generated data (--dataset synthetic), not of {c.dataset}; "
           "use fast or torchvision"),
     # DALI reads files (fn.readers.file); CIFAR's pickled arrays go through the loaders that take arrays
-    _Rule("--loader", lambda c: c.loader == "dali" and not dataset_spec(c.dataset).image_files,
+    _Rule("--loader", lambda c: c.loader == "dali" and dataset_spec(c.dataset).storage != "generated"
+          and not dataset_spec(c.dataset).image_files,
           lambda c: f"dali reads image files, not {c.dataset}'s arrays; use --loader fast or torchvision, or a "
           + " or ".join(with_image_files()) + " dataset"),
     _Rule("--gpu-decode", lambda c: c.gpu_decode and (c.loader != "fast" or not dataset_spec(c.dataset).image_files),

@@ -206,14 +206,20 @@ def _fast(
 
 
 def _dali(
-    src: Source, train_ex: Any, val_ex: Any, opts: LoaderOptions, device: torch.device, recipe: Recipe,
+    src: Source,
+    train_ex: Any,
+    val_ex: Any,
+    opts: LoaderOptions,
+    device: torch.device,
+    recipe: Recipe,
     common: dict[str, Any],
 ) -> DataBundle:
     """--loader dali: a DALI pipeline per split (effbench.data.dali); batches arrive on the device."""
     from effbench.data import dali
 
     train, val, set_epoch, steps = dali.build_loaders(train_ex, val_ex, opts, device, recipe)
-    facts = {"workers": max(1, opts.workers), "worker_kind": "DALI CPU threads", "dali_version": dali._version()}
+    # --workers sizes DALI's CPU thread pool (0: one thread; DALI starts no processes)
+    facts = {"workers": opts.workers, "dali_threads": max(1, opts.workers), "dali_version": dali._version()}
     bundle = _file_bundle(src, recipe.image_size, train, val, train_ex, val_ex, opts, common, recipe.mean, recipe.std,
                           steps, "dali", facts, hooks=[set_epoch], log=SkipLog(), on_device=True)  # fmt: skip
     bundle.augments_on_device = device.type == "cuda"  # DALI's GPU work is queued; on the CPU it is done

@@ -839,11 +839,30 @@ def module_present(name: str) -> bool:
 
 def check_loader(cfg: RunConfig, present: Callable[[str], bool] = module_present) -> list[Finding]:
     """--loader dali needs the optional nvidia-dali wheel: said before torch loads, with the install line."""
-    if cfg.loader != "dali":
+    if cfg.loader != "dali" or not dataset_spec(cfg.dataset).image_files:  # generated data ignores --loader
         return []
     if present("nvidia.dali"):
         return [Finding("ok", "loader", "NVIDIA DALI is installed")]
-    return [Finding("error", "loader", "dali needs NVIDIA DALI, which is not installed", DALI_INSTALL, option="--loader")]
+    return [
+        Finding("error", "loader", "dali needs NVIDIA DALI, which is not installed", DALI_INSTALL, option="--loader")
+    ]
+
+
+def check_gpu_decode(cfg: RunConfig, gpu: GpuState | None) -> list[Finding]:
+    """--gpu-decode decodes with nvjpeg: refused before the run when the run will be on the CPU."""
+    if not cfg.gpu_decode or (cfg.device != "cpu" and gpu is not None and gpu.visible):
+        return []
+    where = "--device cpu was given" if cfg.device == "cpu" else "no GPU is visible"
+    fix = "drop --gpu-decode, or run on a CUDA device (--device cuda)"
+    return [
+        Finding(
+            "error",
+            "gpu-decode",
+            f"decodes JPEGs with nvjpeg on a CUDA device, but {where}",
+            fix,
+            option="--gpu-decode",
+        )
+    ]
 
 
 def batch_bytes(batch_size: int, image_size: int) -> int:
@@ -930,6 +949,7 @@ def run_checks(
         findings += check_gpus(cfg, gpu, env, requested)
         if cfg.device != "cpu" and gpu.visible:
             findings += check_memlock(probes.memlock(), processes, cfg.nnodes)
+    findings += check_gpu_decode(cfg, gpu)
     return findings + late
 
 
