@@ -330,6 +330,8 @@ def verdicts(rows: Sequence[Mapping[str, Any]], dims: Mapping[str, Sequence[Any]
     names = list(dims)
     for dim in varied(dims):
         for group, members in groups(rows, names, dim).items():
+            if len({show(r["params"].get(dim)) for r in members}) < 2:  # a preset left out the others (keep)
+                continue
             where = f" [{group}]" if group else ""
             lines += [f"{line}{where}" for line in _dimension_verdicts(dim, members)]
     bad = [r for r in rows if r.get("status") in ("failed", "diverged", "skipped", "interrupted", "pending", "running")]
