@@ -40,14 +40,14 @@ def selftest(
     ] = None,
 ) -> None:
     """Check effbench's figures here against references that share none of its code."""
-    from effbench.selftest.checks import SelftestConfig, run_selftest, table
+    from effbench.selftest.checks import DATA_LOADERS, SelftestConfig, run_selftest, table
 
     cfg = SelftestConfig(
         device=device,
         output=output if output is not None else "results",
         pairs=pairs,
         only=tuple(s.strip() for s in only.split(",")) if only is not None else (),
-        **({"data_loaders": tuple(s.strip() for s in data_loaders.split(","))} if data_loaders is not None else {}),
+        data_loaders=tuple(s.strip() for s in data_loaders.split(",")) if data_loaders is not None else DATA_LOADERS,
     )
     outcome = run_selftest(cfg, echo=typer.echo)
     typer.echo(table(outcome.checks))

@@ -66,7 +66,7 @@ class SelftestConfig:
     """Steps excluded from every timed figure."""
     only: tuple[str, ...] = ()
     """Run only the checks whose names start with one of these (empty: all); each must select a check."""
-    data_loaders: tuple[str, str] = DATA_LOADERS
+    data_loaders: tuple[str, ...] = DATA_LOADERS
     """The two loaders the data path check compares on the same recipe (--data-loaders fast,dali)."""
 
     def __post_init__(self) -> None:
