@@ -6,9 +6,10 @@
 
 - effbench: `--loader fast`: workers read and decode each JPEG with torchvision.io.decode_jpeg
   (libjpeg-turbo), resize its shorter side to 8/7 of the input size and cut the central square, uint8;
-  on the device: random-resized-crop, flip, normalize, batched.
-- reference: `torchvision.datasets.ImageFolder` over food-101/images with the seeds' PIL transforms
-  (Resize(8/7 size), RandomCrop, RandomHorizontalFlip, RandomRotation(10), ToTensor, Normalize) in a
+  on the device: the `--augment seed` recipe (random crop, flip, rotation 10, normalize), batched.
+- reference: `torchvision.datasets.ImageFolder` over food-101/images with the same recipe as per-sample PIL
+  transforms (Resize(8/7 size), CenterCrop, RandomCrop, RandomHorizontalFlip, RandomRotation(10),
+  ToTensor, Normalize; effbench.data.transforms, docs/recipes.md) in a
   DataLoader with the same workers and batch, shuffled.
 Both are iterated the same way (next(), copy to the device, device sync; first batches excluded),
 alternating A/B; the ratio is the median of the per-round ratios. Generated images are photo-like

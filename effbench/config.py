@@ -657,6 +657,9 @@ def _unused_options(cfg: RunConfig, device_type: str) -> dict[str, tuple[bool, A
                          f"{cfg.dataset} data is generated: it has no training set to split, and validates on "
                          "generated batches of its own"),
         "download": (generated and cfg.download, False, f"{cfg.dataset} data is generated: there is nothing to download"),
+        # the default (seed) is not flagged: only a recipe the user chose can have been expected to act
+        "augment": (generated and cfg.augment != "seed", "none",
+                    f"{cfg.dataset} data is generated on the device, not augmented: no recipe applies"),
         "cudnn_benchmark": (cpu and bool(cfg.cudnn_benchmark), False,
                             "cudnn.benchmark autotunes cuDNN's CUDA convolutions; a CPU run has none"),
         "pin_memory": (cpu and bool(cfg.pin_memory), False,

@@ -14,7 +14,8 @@ The record travels into config.json and results.json (`Recipe.record()`). Torch-
 Image files are first made square in both loaders: shorter side resized to `base` (8/7 of the
 size) and the central base x base window kept. Every random crop is drawn from that square, so the
 fast loader's workers can ship small uint8 squares and the torchvision loader crops from the same
-pixels. See docs/recipes.md.
+pixels. See docs/recipes.md. This module sits at the package top, beside datasets.py, because config
+and the CLI read it (AUGMENTS) and must stay torch-free; importing effbench.data imports torch.
 """
 
 from __future__ import annotations

@@ -345,3 +345,12 @@ def test_an_unknown_recipe_is_one_line_and_exit_2(capsys):
     code, out, err = invoke(["run", "--dataset", "synthetic", "--augment", "autoaugment"], capsys)
     assert code == 2 and "--augment" in err and "seed" in err and "Traceback" not in err, err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_recipe_on_generated_data_is_said_to_have_no_effect():
+    from effbench.config import resolved_record
+
+    cfg = RunConfig(dataset="synthetic", augment="imagenet", device="cpu")
+    out = resolved_record(cfg, device_type="cpu", precision="fp32", repeats=1, data_info={})
+    assert out["augment"] == "none" and out["requested"]["augment"] == "imagenet"
+    assert "augment" in out["no_effect"] and "augment_recipe" not in out
