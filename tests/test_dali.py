@@ -281,3 +281,21 @@ def test_dali_learns_the_digits_as_the_fast_loader_does(tmp_path_factory, tmp_pa
     # test_digits_learns' bounds: at least 90%, within 3 points of the plain loop
     assert dali_top1 >= 0.90 and abs(dali_top1 - reference) <= 0.03, (dali_top1, reference)
     assert abs(dali_top1 - fast_top1) <= 0.03, (dali_top1, fast_top1)
+
+
+def test_dali_feeds_the_plain_loops_inputs_on_the_digits(tmp_path):
+    # test_digits_learns' input check with --loader dali: real images, what the model sees, held to the
+    # plain loop's own PIL resize + crop + normalisation within recipes.DALI_RESIZE's 2 levels
+    from test_digits_learns import BATCH, SEED, STD, reference_inputs, write_digits
+
+    root = write_digits(tmp_path / "digits")
+    tol = 2 / 255 / min(STD) + 1e-5
+    data = build(root, size=16, batch_size=BATCH, workers=1, seed=SEED)
+    xva, yva = reference_inputs(root, "val")
+    got = torch.cat([x for x, _ in data.val])
+    assert torch.equal(torch.cat([y for _, y in data.val]), yva)  # in order, every image once
+    assert got.shape == xva.shape and (got - xva).abs().max() <= tol, (got - xva).abs().max()
+    xtr, ytr = reference_inputs(root, "train")
+    x, y = next(iter(data.train))
+    nearest = torch.cdist(x.flatten(1), xtr.flatten(1)).argmin(1)
+    assert (x - xtr[nearest]).abs().amax(dim=(1, 2, 3)).max() <= tol and torch.equal(ytr[nearest], y)
