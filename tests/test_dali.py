@@ -299,3 +299,22 @@ def test_dali_feeds_the_plain_loops_inputs_on_the_digits(tmp_path):
     x, y = next(iter(data.train))
     nearest = torch.cdist(x.flatten(1), xtr.flatten(1)).argmin(1)
     assert (x - xtr[nearest]).abs().amax(dim=(1, 2, 3)).max() <= tol and torch.equal(ytr[nearest], y)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_mixed_decode_on_cuda_gives_the_cpu_pipelines_batches(imagefolder_split_dir):
+    # DALI's GPU path: nvjpeg ("mixed") and the operators on the device; the same counts, batches on the
+    # device, and pixels within the decoders' difference of the CPU pipeline's (unverified without a GPU)
+    cuda = torch.device("cuda")
+    cfg = RunConfig(arch="resnet18", dataset="imagefolder", data_dir=imagefolder_split_dir, image_size=32,
+                    batch_size=4, workers=1, loader="dali", augment="none", device="cuda")  # fmt: skip
+    gpu = build_data(cfg, cuda)
+    assert gpu.augments_on_device and "nvjpeg" in gpu.info["transforms"]
+    x, y = next(iter(gpu.train))
+    assert x.device.type == "cuda" and y.device.type == "cuda" and x.dtype == torch.float32 and y.dtype == torch.int64
+    got = torch.cat([x for x, _ in gpu.val]).cpu()
+    ref = torch.cat([x for x, _ in build(imagefolder_split_dir).val])
+    assert got.shape == ref.shape == (6, 3, 32, 32)
+    levels = (got - ref).abs() * 255 * 0.229  # normalized units back to levels (the smallest ImageNet std)
+    assert levels.mean() < 1.0, levels.mean()
