@@ -32,7 +32,7 @@ from effbench.data.augment import stream_seed
 from effbench.data.images import FileExamples
 from effbench.data.loaders import LoaderOptions
 from effbench.errors import EffbenchError
-from effbench.recipes import Recipe
+from effbench.recipes import RRC_TRIES, Recipe
 from effbench.system.preflight import DALI_INSTALL
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -117,7 +117,7 @@ def _pipeline(
                 size=(recipe.image_size, recipe.image_size),
                 random_area=list(recipe.rrc_scale),
                 random_aspect_ratio=list(recipe.rrc_ratio),
-                num_attempts=10,
+                num_attempts=RRC_TRIES,
                 interp_type=types.INTERP_LINEAR,
                 antialias=True,
             )
