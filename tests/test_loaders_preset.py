@@ -67,3 +67,19 @@ def test_loaders_sweep_runs_on_the_cpu_and_skips_gpu_decode_with_its_reason(tmp_
     assert "img/s" in report and "data %" in report
     for backend in ("torchvision", "fast", "dali"):
         assert backend in report
+
+
+def test_preflight_says_how_to_install_dali_and_refuses_gpu_decode_on_the_cpu(tmp_path):
+    from effbench.config import RunConfig
+    from effbench.system.preflight import DALI_INSTALL, check_gpu_decode, check_loader
+
+    cfg = RunConfig(dataset="imagefolder", data_dir=tmp_path, loader="dali", val_fraction=0.2, device="cpu")
+    (err,) = check_loader(cfg, present=lambda name: name != "nvidia.dali")
+    assert err.level == "error" and err.option == "--loader" and err.fix == DALI_INSTALL
+    assert "effbench[dali]" in DALI_INSTALL
+    assert check_loader(cfg, present=lambda name: True)[0].level == "ok"
+    # generated data has its own loader whatever --loader says: nothing to install for it
+    assert check_loader(RunConfig(dataset="synthetic", loader="dali"), present=lambda name: False) == []
+    fast = RunConfig(dataset="imagefolder", data_dir=tmp_path, val_fraction=0.2, gpu_decode=True, device="cpu")
+    (gd,) = check_gpu_decode(fast, None)
+    assert gd.level == "error" and gd.option == "--gpu-decode" and "--device cpu" in gd.message
