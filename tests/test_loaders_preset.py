@@ -65,8 +65,11 @@ def test_loaders_sweep_runs_on_the_cpu_and_skips_gpu_decode_with_its_reason(tmp_
     # the report: img/s and the data wait share of every backend side by side
     report = (folder / "sweep.md").read_text()
     assert "img/s" in report and "data %" in report
+    html = (folder / "report.html").read_text()
     for backend in ("torchvision", "fast", "dali"):
-        assert backend in report
+        assert backend in report and backend in html
+    assert "data %" in html and "img/s" in html
+    assert (folder / "plots" / "throughput.png").is_file() and (folder / "plots" / "time_breakdown.png").is_file()
 
 
 def test_preflight_says_how_to_install_dali_and_refuses_gpu_decode_on_the_cpu(tmp_path):
