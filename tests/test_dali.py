@@ -244,10 +244,16 @@ def test_missing_dali_is_one_line_with_the_install_command(imagefolder_split_dir
         build(imagefolder_split_dir)
 
 
-def test_a_file_dali_cannot_decode_is_one_line_and_exit_2(tmp_path, capsys):
+@pytest.mark.parametrize("content", ["garbage", "gif"])
+def test_a_file_dali_cannot_decode_is_one_line_and_exit_2(tmp_path, capsys, content):
+    # every extension effbench lists (jpg png bmp webp tif ppm pgm) decodes in DALI 2.4 (tried 2026-11-25);
+    # GIF does not: a GIF named .jpg is the format case, bytes of no image the corrupt one
     root = fakedata.make_imagefolder(tmp_path / "d", classes=2, per_class=4, split=True, val_per_class=1, size=24)
     bad = root / "val" / "class_1" / "img_000.jpg"
-    bad.write_bytes(b"not an image at all")
+    if content == "gif":
+        Image.new("RGB", (24, 24), (200, 10, 10)).save(bad, format="GIF")
+    else:
+        bad.write_bytes(b"not an image at all")
     code, out, err = invoke(["run", "--arch", "resnet18", "--dataset", "imagefolder", "--data-dir", root,
                              "--loader", "dali", "--image-size", 32, "--batch-size", 2, "--epochs", 1,
                              "--weights", "none", "--device", "cpu", "--output", tmp_path / "o", "--quiet"],
