@@ -86,3 +86,19 @@ def test_preflight_says_how_to_install_dali_and_refuses_gpu_decode_on_the_cpu(tm
     fast = RunConfig(dataset="imagefolder", data_dir=tmp_path, val_fraction=0.2, gpu_decode=True, device="cpu")
     (gd,) = check_gpu_decode(fast, None)
     assert gd.level == "error" and gd.option == "--gpu-decode" and "--device cpu" in gd.message
+
+
+def test_without_dali_its_cells_are_skipped_with_the_install_line(tmp_path, monkeypatch):
+    import sys
+
+    from effbench.sweep.runner import blocked_cells
+
+    root = fakedata.make_imagefolder(tmp_path / "data", classes=2, per_class=4, split=True, val_per_class=1, size=24)
+    monkeypatch.setitem(sys.modules, "nvidia.dali", None)  # as if not installed
+    plan = plan_cells(SweepSpec(preset="loaders", options={"dataset": "imagefolder", "data_dir": root,
+                                                           "device": "cpu"}, output=tmp_path), cores=2)  # fmt: skip
+    blocked = blocked_cells(plan, tmp_path / "out")
+    by_backend = {(c.config.loader, c.config.gpu_decode): blocked.get(c.key) for c in plan.cells}
+    assert by_backend[("torchvision", False)] is None and by_backend[("fast", False)] is None
+    assert by_backend[("dali", False)].option == "--loader" and "effbench[dali]" in str(by_backend[("dali", False)])
+    assert by_backend[("fast", True)].option == "--gpu-decode"
