@@ -324,3 +324,17 @@ def test_mixed_decode_on_cuda_gives_the_cpu_pipelines_batches(imagefolder_split_
     assert got.shape == ref.shape == (6, 3, 32, 32)
     levels = (got - ref).abs() * 255 * 0.229  # normalized units back to levels (the smallest ImageNet std)
     assert levels.mean() < 1.0, levels.mean()
+
+
+@pytest.mark.slow  # two ranks through torchrun: ~40 s on 2 loaded cores
+def test_two_cpu_ranks_validate_every_image_once(tmp_path, capsys):
+    root = fakedata.make_imagefolder(tmp_path / "d", classes=3, per_class=7, split=True, val_per_class=3, size=40)
+    code, _, err = invoke(["run", "--arch", "resnet18", "--dataset", "imagefolder", "--data-dir", root,
+                           "--loader", "dali", "--image-size", 32, "--batch-size", 2, "--epochs", 2,
+                           "--weights", "none", "--device", "cpu", "--nproc", 2, "--workers", 1,
+                           "--output", tmp_path / "o", "--quiet"], capsys)  # fmt: skip
+    assert code == 0, err
+    res = json.loads((only_run(tmp_path / "o") / "results.json").read_text())
+    # 9 validation images in shards of 4 and 5, summed over the ranks; 21 training images: 10 a rank, 5 steps
+    assert [e["val_images"] for e in res["epochs"]] == [9, 9] and res["data"]["val_size"] == 9
+    assert res["data"]["steps_per_epoch"] == 5 and "contiguous DALI shards" in res["data"]["val_sharding"]
