@@ -48,7 +48,7 @@ DEVICES = ("auto", "cpu", "cuda")
 # auto resolves to fast: faster than torchvision on every dataset measured (docs/PERFORMANCE.md).
 # synthetic: the loader of generated data (--dataset synthetic), what auto resolves to there; no other
 # loader applies to it, so config.json records it as the loader that ran whatever was asked.
-LOADERS = ("auto", "fast", "torchvision", "synthetic")
+LOADERS = ("auto", "fast", "torchvision", "synthetic", "dali")
 OPTIMIZER_IMPLS = ("auto", "fused", "foreach", "for-loop")
 # Optimizers with a fused kernel per device type in torch >= 2.4 (torch.optim docs: SGD, Adam, AdamW
 # on CUDA and CPU; Adagrad on CPU only).
@@ -203,7 +203,8 @@ class RunConfig:
     """Input resolution in pixels; None resolves to the architecture's native size."""
     loader: str = "auto"
     """fast (uint8 batches, augmentation batched on the device; CIFAR held on the device),
-    torchvision (per-sample PIL transforms in DataLoader workers, as the seeds ran), or auto (fast)."""
+    torchvision (per-sample PIL transforms in DataLoader workers, as the seeds ran), dali (an NVIDIA DALI
+    pipeline on image files; effbench[dali], docs/dali.md), or auto (fast)."""
     augment: str = "seed"
     """Training recipe, the same in both loaders (effbench/recipes.py, docs/recipes.md): seed (the seeds':
     CIFAR crop+pad 4+flip at 32 px then upscale; files resize+random crop+flip+rotation 10), imagenet
@@ -464,6 +465,11 @@ _FEATURE_RULES = (
     _Rule("--loader", lambda c: c.loader == "synthetic" and dataset_spec(c.dataset).storage != "generated",
           lambda c: f"synthetic is the loader of generated data (--dataset synthetic), not of {c.dataset}; "
           "use fast or torchvision"),
+    # DALI reads files (fn.readers.file); CIFAR's pickled arrays go through the loaders that take arrays
+    _Rule("--loader", lambda c: c.loader == "dali" and dataset_spec(c.dataset).storage != "generated"
+          and not dataset_spec(c.dataset).image_files,
+          lambda c: f"dali reads image files, not {c.dataset}'s arrays; use --loader fast or torchvision, or a "
+          + " or ".join(with_image_files()) + " dataset"),
     _Rule("--gpu-decode", lambda c: c.gpu_decode and (c.loader != "fast" or not dataset_spec(c.dataset).image_files),
           lambda c: "decodes image files in the fast loader; use it with --loader fast and --dataset "
           + " or ".join(with_image_files())),

@@ -59,3 +59,18 @@ def test_every_script_documents_its_commands():
     for name in (*SCRIPTS, "timm_compare"):
         text = (ROOT / "benchmarks" / f"{name}.py").read_text()
         assert f"benchmarks/{name}.py" in text and "--tiny" in text
+
+
+def test_dali_loaders_tiny_prints_each_backend_and_dalis_costs():
+    pytest.importorskip("nvidia.dali")
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "dali_loaders.py"), "--tiny", "--workers", "0"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=240,
+                         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"})  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "load average" in res.stdout and "| backend" in res.stdout and "vs torchvision" in res.stdout
+    rows = re.findall(r"^\| 0 +\| (\w+) +\|", res.stdout, re.M)
+    assert rows == ["torchvision", "fast", "dali"], res.stdout
+    assert re.search(r"DALI [\d.]+ adds [\d,]+ MiB installed: nvidia-dali-cuda130", res.stdout)
+    assert re.search(r"start-up, build_data to the first batch.*dali [\d.]+ s", res.stdout)
+    text = (ROOT / "benchmarks" / "dali_loaders.py").read_text()
+    assert "benchmarks/dali_loaders.py" in text and "--tiny" in text

@@ -34,7 +34,7 @@ def test_defaults_resolve_for_resnet18_from_scratch():
         ({"optimizer": "lbfgs"}, "--optimizer"),
         ({"precision": "fp8"}, "--precision"),
         ({"device": "tpu"}, "--device"),
-        ({"loader": "dali"}, "--loader"),
+        ({"loader": "magic"}, "--loader"),
         ({"batch_size": 0}, "--batch-size"),
         ({"batch_size": -4}, "--batch-size"),
         ({"epochs": 0}, "--epochs"),

@@ -167,7 +167,7 @@ def test_fast_options_map_to_config_fields(captured, capsys):
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["run", "--loader", "dali"], "--loader: unknown value"),
+        (["run", "--loader", "magic"], "--loader: unknown value"),  # dali is a loader since issue 26
         (["run", "--optimizer-impl", "magic"], "--optimizer-impl: unknown value"),
         (["run", "--smoke", "--data-only", "--compile"], "--compile"),
         (["run", "--smoke", "--compile", "--warmup-steps", "0"], "--warmup-steps"),

@@ -71,6 +71,9 @@ def test_only_runs_the_named_checks(tmp_path, capsys, monkeypatch):
         (["--only", ""], "--only"),
         (["--only", "good,,bad"], "--only"),
         (["--only", "good,good"], "--only: lists good twice"),
+        (["--data-loaders", "fast"], "--data-loaders"),
+        (["--data-loaders", "fast,fast"], "--data-loaders"),
+        (["--data-loaders", "fast,synthetic"], "--data-loaders"),
     ]
     + ([] if torch.cuda.is_available() else [(["--device", "cuda"], "--device")]),
 )
@@ -329,3 +332,14 @@ def test_selftest_runs_take_one_gpu_unless_a_check_asks_for_more(device, overrid
     ctx = st.Context(st.SelftestConfig(device=device, output=tmp_path), torch.device(device), tmp_path, print)
     st.harness(ctx, **overrides)
     assert seen["cfg"].gpus == gpus
+
+
+def test_the_data_path_check_compares_the_two_loaders_named(tmp_path, capsys):
+    pytest.importorskip("nvidia.dali")
+    code, out, err = invoke(["selftest", "--device", "cpu", "--output", tmp_path, "--only", "data",
+                             "--data-loaders", "dali,fast"], capsys)  # fmt: skip
+    assert code == 0, out + err
+    (check,) = json.loads((only_run(tmp_path) / "selftest.json").read_text())["checks"]
+    assert check["name"] == "data path: dali vs fast loader" and check["status"] == "PASS", check
+    # the same recipe, recorded by both runs, and no goal on the ratio of a pair other than the default
+    assert "same images, same recipe" in check["tolerance"] and "random crop 32" in check["reason"]

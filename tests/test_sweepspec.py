@@ -259,6 +259,7 @@ def test_presets_module_lists_the_seed_experiments():
         "scaling",
         "models",
         "yardstick",
+        "loaders",
     }
     assert Path(presets.__file__).read_text().count("import torch") == 0
 

@@ -104,7 +104,7 @@ def run(
     loader: Annotated[
         str | None,
         _opt(
-            "Input pipeline: fast (uint8 batches augmented on the device), torchvision (per-sample, as the seeds), synthetic (generated data's own), auto. [default: auto = fast; synthetic on --dataset synthetic]"
+            "Input pipeline: fast (uint8 batches augmented on the device), torchvision (per-sample, as the seeds), dali (NVIDIA DALI on image files; effbench[dali], docs/dali.md), synthetic (generated data's own), auto. [default: auto = fast; synthetic on --dataset synthetic]"
         ),
     ] = None,
     augment: Annotated[

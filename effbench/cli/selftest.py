@@ -2,6 +2,7 @@
 
     effbench selftest                       # the first command on a new GPU machine (auto = cuda when visible)
     effbench selftest --device cpu          # what CI runs: CPU checks PASS, GPU checks SKIP with the reason
+    effbench selftest --only data --data-loaders fast,dali   # any two loaders on the same recipe
     docker run --rm --gpus all effbench selftest
     singularity exec --nv effbench.sif effbench selftest
 
@@ -33,15 +34,20 @@ def selftest(
         str | None,
         _opt("Comma-separated checks to run: flops, harness, precision, dp, nvml, ddp, data. [default: all]"),
     ] = None,
+    data_loaders: Annotated[
+        str | None,
+        _opt("The two loaders the data check compares on one recipe, e.g. fast,dali. [default: fast,torchvision]"),
+    ] = None,
 ) -> None:
     """Check effbench's figures here against references that share none of its code."""
-    from effbench.selftest.checks import SelftestConfig, run_selftest, table
+    from effbench.selftest.checks import DATA_LOADERS, SelftestConfig, run_selftest, table
 
     cfg = SelftestConfig(
         device=device,
         output=output if output is not None else "results",
         pairs=pairs,
         only=tuple(s.strip() for s in only.split(",")) if only is not None else (),
+        data_loaders=tuple(s.strip() for s in data_loaders.split(",")) if data_loaders is not None else DATA_LOADERS,
     )
     outcome = run_selftest(cfg, echo=typer.echo)
     typer.echo(table(outcome.checks))

@@ -141,6 +141,8 @@ def build_data(
     common["augment"] = recipe.record()
     if cfg.loader == "fast":
         return _fast(cfg, src, train_ex, val_ex, opts, device, recipe, common)
+    if cfg.loader == "dali":
+        return _dali(src, train_ex, val_ex, opts, device, recipe, common)
 
     tf = recipe_transforms(recipe)
     log = SkipLog()
@@ -201,6 +203,29 @@ def _fast(
         }
     return _file_bundle(src, image_size, train, val, train_ex, val_ex, opts, common, mean, std, steps, "fast", facts,
                         hooks=hooks, log=log, on_device=True)  # fmt: skip
+
+
+def _dali(
+    src: Source,
+    train_ex: Any,
+    val_ex: Any,
+    opts: LoaderOptions,
+    device: torch.device,
+    recipe: Recipe,
+    common: dict[str, Any],
+) -> DataBundle:
+    """--loader dali: a DALI pipeline per split (effbench.data.dali); batches arrive on the device."""
+    from effbench.data import dali
+
+    train, val, set_epoch, steps = dali.build_loaders(train_ex, val_ex, opts, device, recipe)
+    # --workers sizes DALI's CPU thread pool (0: one thread; DALI starts no processes)
+    facts = {"workers": opts.workers, "dali_threads": max(1, opts.workers), "dali_version": dali._version()}
+    bundle = _file_bundle(src, recipe.image_size, train, val, train_ex, val_ex, opts, common, recipe.mean, recipe.std,
+                          steps, "dali", facts, hooks=[set_epoch], log=SkipLog(), on_device=True)  # fmt: skip
+    bundle.augments_on_device = device.type == "cuda"  # DALI's GPU work is queued; on the CPU it is done
+    if opts.world_size > 1:
+        bundle.info["val_sharding"] = "contiguous DALI shards, padding dropped; sum counts over ranks"
+    return bundle
 
 
 def _file_bundle(

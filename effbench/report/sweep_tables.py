@@ -403,6 +403,8 @@ def verdicts(rows: Sequence[Mapping[str, Any]], dims: Mapping[str, Sequence[Any]
     names = list(dims)
     for dim in varied(dims):
         for group, members in groups(rows, names, dim).items():
+            if len({show(r["params"].get(dim)) for r in members}) < 2:  # a preset left out the others (keep)
+                continue
             where = f" [{group}]" if group else ""
             lines += [f"{line}{where}" for line in _dimension_verdicts(dim, members)]
             if target_of(members) is not None and no_effect(dim, members) is None:

@@ -12,11 +12,13 @@ given on the command line replaces the preset's value (a list replaces a swept d
     models       EfficientNet b0, b3, b5 (the EfficientNet project)
     yardstick    ResNet-50, ResNet-101, ConvNeXt-T, ViT-B/16 at 224 px: the models published throughput
                  tables use (docs/PERFORMANCE.md lists them beside these runs)
+    loaders      each input pipeline (torchvision, fast, dali, and fast with --gpu-decode) x --workers,
+                 data-only and training, one recipe: img/s and data wait side by side (docs/dali.md)
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +39,17 @@ class Preset:
     device_counts_from_machine: bool = False
     """Also sweeps the device count, 1..all visible GPUs (or CPU processes 1..cores), read on the machine at
     hand unless --gpus or --nproc is given."""
+    keep: Callable[[Mapping[str, Any]], bool] | None = None
+    """Which cells are runs, given each cell's config fields (None: all of them)."""
+
+
+def _backend(cell: Mapping[str, Any]) -> bool:
+    """--gpu-decode decodes image files in the fast loader: with another loader, or on generated data
+    (--smoke), the combination is not a run. `cell`: the cell's config fields."""
+    from effbench.datasets import dataset_spec
+
+    files = dataset_spec(cell.get("dataset", "cifar100")).image_files
+    return not cell.get("gpu_decode") or (cell.get("loader", "fast") in ("fast", "auto") and files)
 
 
 PRESETS: dict[str, Preset] = {
@@ -86,6 +99,21 @@ PRESETS: dict[str, Preset] = {
             {"arch": ("resnet50", "resnet101", "convnext_tiny", "vit_b_16")},
             {"dataset": "synthetic", "image_size": 224, "weights": "none"},
         ),
+        # The seeds' DataLoader lab extended to the backends people choose between (NVIDIA's
+        # DeepLearningExamples offer pytorch | dali-cpu | dali-gpu): Food-101's JPEGs, one recipe. gpu-decode
+        # cells are skipped without a GPU, dali cells without DALI, each with its reason (preflight).
+        Preset(
+            "loaders",
+            "torchvision, fast, dali (and fast --gpu-decode on CUDA) x --workers 0,2,4, data-only and training",
+            {
+                "loader": ("torchvision", "fast", "dali"),
+                "gpu_decode": (False, True),
+                "workers": (0, 2, 4),
+                "data_only": (True, False),
+            },
+            {"arch": "resnet18", "dataset": "food101", "augment": "seed", "epochs": 1, "max_steps": 40},
+            keep=_backend,
+        ),  # fmt: skip
     )
 }
 

@@ -41,7 +41,11 @@ DIMENSIONS: dict[str, str] = {
     "precision": "str",
     "freeze": "str",
     "loader": "str",
+    "gpu_decode": "onoff",
+    "data_only": "onoff",
 }
+# Swept by presets only (the loaders preset); on the command line they are single flags.
+PRESET_ONLY = ("gpu_decode", "data_only")
 
 _ON = ("on", "yes", "true", "with", "1")
 _OFF = ("off", "no", "false", "without", "0")
@@ -56,7 +60,7 @@ def dim_option(field_name: str) -> str:
 
 
 def list_options() -> str:
-    return ", ".join(dim_option(d) for d in DIMENSIONS)
+    return ", ".join(dim_option(d) for d in DIMENSIONS if d not in PRESET_ONLY)
 
 
 def _parse_item(option: str, item: str, kind: str) -> Any:
@@ -258,7 +262,11 @@ def plan_cells(spec: SweepSpec, *, visible_gpus: int = 0, cores: int = 1) -> Swe
     base = {**fixed, **(smoke_overrides() if spec.smoke else {}), **spec.options}
     cells: list[Cell] = []
     seen: dict[str, str] = {}
-    for i, params in enumerate(_combinations(dims, spec.zip)):
+    combos = _combinations(dims, spec.zip)
+    keep = presets.get_preset(spec.preset).keep if spec.preset else None
+    if keep is not None:  # a preset may leave out combinations that are not runs (gpu-decode on another loader)
+        combos = [c for c in combos if keep({**base, **c})]
+    for i, params in enumerate(combos):
         key = cell_key(i, params)
         cfg = RunConfig(**{**base, **params, "output": folder / CELLS_DIR / key})
         identity = json.dumps(config_identity(cfg), sort_keys=True)

@@ -846,6 +846,50 @@ def check_weights(cfg: RunConfig) -> list[Finding]:
     ]
 
 
+# the optional extra (pyproject.toml) that brings nvidia-dali for torch's CUDA build
+DALI_INSTALL = "pip install 'effbench[dali]' (nvidia-dali-cuda130)"
+
+
+def module_present(name: str) -> bool:
+    """Whether `name` can be imported, without importing it (nor torch with it)."""
+    import importlib.util
+
+    if name in sys.modules:
+        return sys.modules[name] is not None  # None: import blocked (python -X importtime, tests)
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a parent package missing
+        return False
+
+
+def check_loader(cfg: RunConfig, present: Callable[[str], bool] = module_present) -> list[Finding]:
+    """--loader dali needs the optional nvidia-dali wheel: said before torch loads, with the install line."""
+    if cfg.loader != "dali" or not dataset_spec(cfg.dataset).image_files:  # generated data ignores --loader
+        return []
+    if present("nvidia.dali"):
+        return [Finding("ok", "loader", "NVIDIA DALI is installed")]
+    return [
+        Finding("error", "loader", "dali needs NVIDIA DALI, which is not installed", DALI_INSTALL, option="--loader")
+    ]
+
+
+def check_gpu_decode(cfg: RunConfig, gpu: GpuState | None) -> list[Finding]:
+    """--gpu-decode decodes with nvjpeg: refused before the run when the run will be on the CPU."""
+    if not cfg.gpu_decode or (cfg.device != "cpu" and gpu is not None and gpu.visible):
+        return []
+    where = "--device cpu was given" if cfg.device == "cpu" else "no GPU is visible"
+    fix = "drop --gpu-decode, or run on a CUDA device (--device cuda)"
+    return [
+        Finding(
+            "error",
+            "gpu-decode",
+            f"decodes JPEGs with nvjpeg on a CUDA device, but {where}",
+            fix,
+            option="--gpu-decode",
+        )
+    ]
+
+
 def batch_bytes(batch_size: int, image_size: int) -> int:
     """One float32 input batch of 3 x size x size images: the least a step must hold in memory."""
     return batch_size * 3 * image_size * image_size * 4
@@ -920,7 +964,7 @@ def run_checks(
     findings = check_output(cfg.output, probes)
     findings += check_output_persists(cfg.output, runtime, probes)
     findings += check_home_and_caches(env, probes)
-    late = (check_dataset(cfg, env, probes, runtime) if check_data else []) + check_weights(cfg)
+    late = (check_dataset(cfg, env, probes, runtime) if check_data else []) + check_weights(cfg) + check_loader(cfg)
     if gpu is None and cfg.device != "cpu":
         if errors(findings + late):
             return findings + late
@@ -932,6 +976,7 @@ def run_checks(
         findings += check_gpus(cfg, gpu, env, requested)
         if cfg.device != "cpu" and gpu.visible:
             findings += check_memlock(probes.memlock(), processes, cfg.nnodes)
+    findings += check_gpu_decode(cfg, gpu)
     return findings + late
 
 
