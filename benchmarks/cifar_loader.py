@@ -48,7 +48,7 @@ def main() -> None:
     import torch
 
     from effbench.config import RunConfig
-    from effbench.data import build_data
+    from effbench.data.build import build_data
 
     n, batch, rounds = (2000, 64, 1) if a.tiny else (50_000, 256, 3)
     n, batch, rounds = a.images or n, a.batch_size or batch, a.rounds or rounds

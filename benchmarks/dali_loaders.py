@@ -82,7 +82,7 @@ def main() -> None:
     from tabulate import tabulate
 
     from effbench.config import RunConfig
-    from effbench.data import build_data
+    from effbench.data.build import build_data
 
     n, size, batch, batches, rounds = (96, 64, 8, 4, 1) if a.tiny else (2000, 224, 32, 15, 3)
     n, size, batch = a.images or n, a.image_size or size, a.batch_size or batch

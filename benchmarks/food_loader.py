@@ -100,7 +100,7 @@ def main() -> None:
     from torchvision.datasets import ImageFolder
 
     from effbench.config import RunConfig
-    from effbench.data import build_data
+    from effbench.data.build import build_data
     from effbench.data.transforms import build_transforms
 
     n, size, batch, rounds = (96, 64, 8, 1) if a.tiny else (1000, 224, 32, 3)

@@ -46,7 +46,7 @@ def test_a_new_entry_is_a_valid_dataset_with_its_alias(tiny):
 def test_the_build_path_loads_a_new_entry_through_its_loader(tiny):
     import torch
 
-    from effbench.data import build_data, load_source
+    from effbench.data.build import build_data, load_source
 
     cfg = RunConfig(dataset="tinyset", data_dir=tiny, batch_size=4, image_size=16, loader="torchvision", workers=0)
     assert load_source(cfg).name == "tinyset"

@@ -26,7 +26,8 @@ from clitools import invoke, only_run
 pytest.importorskip("nvidia.dali")
 
 from effbench.config import RunConfig  # noqa: E402
-from effbench.data import build_data, dali  # noqa: E402
+from effbench.data.build import build_data  # noqa: E402
+from effbench.data import dali  # noqa: E402
 from effbench.data.fast_images import read_square  # noqa: E402
 from effbench.data.images import FileExamples  # noqa: E402
 from effbench.data.loaders import LoaderOptions  # noqa: E402

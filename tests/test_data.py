@@ -14,7 +14,7 @@ import torch
 
 import fakedata
 from effbench.config import RunConfig
-from effbench.data import DataBundle, build_data
+from effbench.data.build import DataBundle, build_data
 from effbench.data.cifar import RestrictedUnpickler, read_batch
 from effbench.data.source import seeded_split
 from effbench.data.transforms import build_transforms

@@ -142,7 +142,7 @@ def test_effbench_feeds_the_plain_loops_inputs(digits_root, loader):
     # what the model sees, not only what it learns: with BatchNorm a run whose normalisation was dropped
     # still learns the digits (measured 97.8% against 96.4%), so the inputs are held to the plain loop's
     from effbench.config import RunConfig
-    from effbench.data import build_data
+    from effbench.data.build import build_data
 
     cfg = RunConfig(arch="resnet18", dataset="imagefolder", data_dir=digits_root, image_size=SIZE, augment="none",
                     loader=loader, batch_size=BATCH, workers=0, device="cpu", weights="none", seed=SEED)  # fmt: skip

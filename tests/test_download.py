@@ -13,7 +13,8 @@ import torch
 
 import fakedata
 from effbench.config import RunConfig
-from effbench.data import archives, build_data, prepare_data
+from effbench.data.build import build_data, prepare_data
+from effbench.data import archives
 from effbench.errors import EffbenchError
 
 ARCHIVE = "cifar-10-python.tar.gz"

@@ -14,7 +14,8 @@ import torch
 
 import fakedata
 from effbench.config import RunConfig, resolve_for_device
-from effbench.data import DataBundle, augment, build_data
+from effbench.data.build import DataBundle, build_data
+from effbench.data import augment
 from effbench.datasets import CIFAR_MEAN, CIFAR_STD, IMAGENET_MEAN
 from effbench.errors import EffbenchError
 from effbench.recipes import resolve

@@ -166,7 +166,7 @@ def _torchrun_two_ranks(script: Path, *args: str) -> None:
 
 def test_ddp_ranks_draw_their_own_dropout_masks_from_the_same_weights_and_data_order(tmp_path, cifar10_dir):
     from effbench.config import resolve_for_device
-    from effbench.data import build_data
+    from effbench.data.build import build_data
     from effbench.run.runner import seed_everything
 
     cfg = RunConfig(**{**TINY, "dataset": "cifar10"}, data_dir=cifar10_dir, max_steps=3, epochs=1, output=tmp_path)

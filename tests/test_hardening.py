@@ -747,7 +747,7 @@ def test_a_seed_at_the_top_of_the_range_seeds_every_generator():
 def test_workers_beyond_the_cores_are_capped_and_said_once(requested, cores, started):
     import io
 
-    from effbench.data import capped_workers
+    from effbench.data.build import capped_workers
 
     for rank in (0, 1):
         stream = io.StringIO()

@@ -21,7 +21,7 @@ import torch
 from PIL import Image
 
 from effbench.config import RunConfig
-from effbench.data import build_data
+from effbench.data.build import build_data
 from effbench.data.fast_cifar import cifar_recipe
 from effbench.data.fast_images import image_recipe
 from effbench.data.transforms import recipe_transforms

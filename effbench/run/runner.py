@@ -47,7 +47,7 @@ from effbench.run.phases import Interrupted, Phase, deferred, interrupt_on_signa
 from effbench.run.timing import StepTime, Tally
 
 if TYPE_CHECKING:
-    from effbench.data import DataBundle
+    from effbench.data.build import DataBundle
     from effbench.measure.flops import StepFlops
     from effbench.measure.monitor import UtilizationSampler
     from effbench.models import ModelBundle
@@ -543,7 +543,7 @@ def _prepare(
 ) -> Prepared:
     """Backend flags, data, model, optimizer, FLOPs. A bad input here (dataset, weights, warm-up) is an
     EffbenchError; the caller removes the run folder. `enter(phase)`: the phase changes (recorded)."""
-    from effbench.data import build_data
+    from effbench.data.build import build_data
     from effbench.models import build_model
     from effbench.config import resolve_warmup
     from effbench.run.runtime import apply_backend_flags

@@ -732,24 +732,11 @@ def check_memlock(limit: int | None, processes: int, nnodes: int) -> list[Findin
 
 
 def _archives() -> Any:
-    """effbench.data.archives without effbench.data's __init__, which imports torch (seconds to a
-    minute on a busy machine): a missing dataset is then reported before torch is loaded. The module
-    is registered under its own name, so a later `import effbench.data.archives` reuses it."""
-    name = "effbench.data.archives"
-    if name in sys.modules:
-        return sys.modules[name]
-    import importlib.util
+    """effbench.data.archives, torch-free (effbench/data/__init__.py imports nothing): a missing dataset is
+    reported before torch is loaded."""
+    from effbench.data import archives
 
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "data" / "archives.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is built
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
+    return archives
 
 
 def _parent_hint(root: Path, folder: str) -> str:
