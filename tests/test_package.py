@@ -109,3 +109,101 @@ TOP_LEVEL = {
     "schema.py": "the pydantic schema of results.json and sweep.json",
     "safe_files.py": "the one bounded reader of files effbench reads back (JSON and CSV)",
 }
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, at module level or inside functions (a lazy import is
+    still a dependency), relative imports resolved; `from pkg import sub` imports the submodule pkg.sub,
+    `from pkg import name` the package's __init__ (a child reading its parent's __init__ while that
+    __init__ imports the child is a circle); imports under `if TYPE_CHECKING:` are not run, so not counted."""
+    root = package.parent
+    modules = {}
+    for f in package.rglob("*.py"):
+        name = ".".join(f.relative_to(root).with_suffix("").parts)
+        modules[name.removesuffix(".__init__")] = f
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, f in modules.items():
+        pkg = name if f.name == "__init__.py" else name.rpartition(".")[0]
+        skip: set[int] = set()
+        tree = ast.parse(f.read_text())
+        for node in ast.walk(tree):
+            if _is_type_checking(node):
+                skip |= {id(n) for n in ast.walk(node)}
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
+                    base = ".".join(parts + ([node.module] if node.module else []))
+                # `from pkg import sub` imports the submodule; `from pkg import name` needs pkg's __init__
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            else:
+                continue
+            for t in targets:
+                while t and t not in modules:  # a name inside a module: the module
+                    t = t.rpartition(".")[0]
+                if t and t != name:
+                    graph[name].add(t)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_import_graph_sees_lazy_imports_and_a_circle(tmp_path):
+    # guards the graph itself on a package made here: a lazy import closes a circle, TYPE_CHECKING does not
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg.sub import b\n")
+    (pkg / "sub" / "b.py").write_text("def f():\n    from .. import a\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n")
+    graph = import_graph(pkg)
+    assert graph["pkg.a"] == {"pkg.sub.b"} and graph["pkg.sub.b"] == {"pkg.a"}
+    assert "pkg.a" not in graph["pkg.c"]
+    assert circles(graph) == [["pkg.a", "pkg.sub.b"]]
+
+
+def test_the_package_has_no_import_circle():
+    assert circles(import_graph()) == []
