@@ -1166,8 +1166,9 @@ def test_a_diverged_sweep_cell_is_named_in_the_verdicts_with_its_message():
     from effbench.report.sweep_tables import verdicts
 
     rows = [
-        {"key": "000_lr-0.1", "status": "ok", "lr": 0.1},
-        {"key": "001_lr-1000", "status": "diverged", "lr": 1000, "error": "loss became nan at step 3"},
+        # as cell_row makes them: the swept values under "params"
+        {"key": "000_lr-0.1", "status": "ok", "params": {"lr": 0.1}},
+        {"key": "001_lr-1000", "status": "diverged", "params": {"lr": 1000}, "error": "loss became nan at step 3"},
     ]
     lines = verdicts(rows, {"lr": (0.1, 1000)})
     assert "cell 001_lr-1000: diverged (loss became nan at step 3)" in lines
