@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
 import check_docs  # noqa: E402
+import gen_cli_docs  # noqa: E402
 
 
 def test_no_doc_has_a_broken_link():
@@ -92,3 +93,20 @@ def test_the_readme_ci_gate_runs_as_written(tmp_path):
 @pytest.mark.parametrize("script", ["check_docs.py"])
 def test_the_docs_check_runs_in_make_lint(script):
     assert f"tools/{script}" in (ROOT / ".ci" / "lint.sh").read_text()
+
+
+def test_the_cli_reference_is_generated_from_the_cli_and_fresh():
+    page = (ROOT / "docs" / "cli.md").read_text()
+    assert gen_cli_docs.render(page) == page, "docs/cli.md is stale: run .venv/bin/python tools/gen_cli_docs.py"
+    # every option `effbench run --help` offers is in the table (the generator cannot skip one silently)
+    from typer.testing import CliRunner
+
+    from effbench.cli.app import app
+
+    help_text = CliRunner().invoke(app, ["run", "--help"], terminal_width=200).output
+    run_table = page.split("### `effbench run`")[1].split("### ")[0]
+    for opt in set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]+", help_text)) - {"--help"}:
+        assert f"`{opt}" in run_table or f"/ {opt}" in run_table or f", {opt}" in run_table, opt
+    # a stale table is caught: one option's help changed by hand
+    stale = page.replace("Images per device per step.", "Images per step.")
+    assert gen_cli_docs.render(stale) != stale
