@@ -17,9 +17,12 @@ import re
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from effbench.errors import EffbenchError
+
+if TYPE_CHECKING:
+    from effbench import schema
 
 SCHEMA_VERSION = 1
 STATUSES = ("running", "ok", "failed", "interrupted", "oom", "diverged")
@@ -135,6 +138,20 @@ def read_json_file(path: Path, *, missing: str, fix: str) -> Any:
         return safe_files.load_json(path, fix=fix)
     except FileNotFoundError:
         raise EffbenchError(str(path), f"not found; {missing}") from None
+
+
+def load_record(path: Path) -> schema.Results:
+    """A run folder's results.json (or the file itself), checked and typed: what every reader uses."""
+    from effbench import schema
+
+    return schema.Results.model_validate(read_results(path))
+
+
+def record_of(data: Mapping[str, Any]) -> schema.Results:
+    """A record held in memory (a producer's dict, a test's fixture) as the typed model; a bad value raises."""
+    from effbench import schema
+
+    return schema.Results.model_validate(data)
 
 
 def read_results(path: Path) -> dict[str, Any]:
