@@ -103,6 +103,10 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def _json_safe(obj: Any) -> Any:
     """NaN and inf are not JSON: store them as null so every reader can parse the file."""
+    from pydantic import BaseModel
+
+    if isinstance(obj, BaseModel):  # a typed record: the fields it was given, as written
+        obj = obj.model_dump(exclude_unset=True)
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, Mapping):
@@ -147,11 +151,13 @@ def load_record(path: Path) -> schema.Results:
     return schema.Results.model_validate(read_results(path))
 
 
-def record_of(data: Mapping[str, Any]) -> schema.Results:
+def record_of(data: Mapping[str, Any] | schema.Results) -> schema.Results:
     """A record held in memory (a producer's dict, a test's fixture) as the typed model; a bad value raises."""
     from effbench import schema
 
-    return schema.Results.model_validate(data)
+    if isinstance(data, schema.Results):
+        return data
+    return schema.Results.model_validate(dict(data))
 
 
 def read_results(path: Path) -> dict[str, Any]:

@@ -36,6 +36,22 @@ Count = Annotated[int, Field(ge=0)] | None
 class _Model(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False, use_attribute_docstrings=True)
 
+    # TRANSITION (issue 24 item 2): dict-style reads, so a reader not yet moved onto attributes works on the
+    # model while the others move. Removed once no reader uses them; do not call them in new code.
+    def get(self, key: str, default: Any = None) -> Any:
+        value = getattr(self, key, None) if key in type(self).model_fields else (self.model_extra or {}).get(key)
+        if value is None and key not in self.model_fields_set:
+            return default
+        return value
+
+    def __getitem__(self, key: str) -> Any:
+        if key in type(self).model_fields or key in (self.model_extra or {}):
+            return getattr(self, key)
+        raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and (key in self.model_fields_set or key in (self.model_extra or {}))
+
 
 def _none_is_empty(value: Any) -> Any:
     return {} if value is None else value
