@@ -115,7 +115,9 @@ def test_the_cli_reference_is_generated_from_the_cli_and_fresh():
 
 def test_the_results_json_reference_is_generated_from_the_record_model_and_fresh():
     page = (ROOT / "docs" / "outputs.md").read_text()
-    assert gen_record_docs.render(page) == page, "docs/outputs.md is stale: run .venv/bin/python tools/gen_record_docs.py"
+    assert gen_record_docs.render(page) == page, (
+        "docs/outputs.md is stale: run .venv/bin/python tools/gen_record_docs.py"
+    )
     tables = page.split(gen_record_docs.BEGIN)[1].split(gen_record_docs.END)[0]
     # every field of the headline record is there with a meaning, none left blank
     from effbench import schema
