@@ -110,11 +110,11 @@ def option_help(name: str, extra: str = "") -> str:
     return " ".join(p for p in parts if p)
 
 
-def _is_bool(name: str) -> bool:
+def is_bool_field(name: str) -> bool:
     return _fields()[name].type in ("bool", "bool | None")
 
 
-def _value_type(name: str) -> type:
+def field_kind(name: str) -> type:
     t = str(_fields()[name].type).replace(" | None", "")
     return {"int": int, "float": float, "bool": bool}.get(t, str)  # str and Path: the text as typed
 
@@ -124,10 +124,10 @@ def config_option(name: str, *, as_text: bool = False, extra: str = "") -> inspe
     as a list 1,2,4), defaulting to None so that only what was typed reaches the command."""
     meta = _fields()[name].metadata
     decls: list[str] = []
-    if _is_bool(name) and not as_text:
+    if is_bool_field(name) and not as_text:
         flag = option_name(name)
         decls.append(f"{flag}/--no-{flag[2:]}")
-    kind: type = str if as_text else _value_type(name)
+    kind: type = str if as_text else field_kind(name)
     info = typer.Option(
         *decls,
         help=option_help(name, extra),
