@@ -22,7 +22,7 @@ from effbench.cli.common import invocation
 from effbench.cli.common import opt as _opt
 from effbench.cli.options import config_options, field_kind, is_bool_field, with_config_options
 from effbench.sweep.presets import presets_help
-from effbench.sweep.spec import DIMENSIONS
+from effbench.sweep.spec import DIMENSIONS, PRESET_ONLY
 from effbench.config import Range, RunConfig, option_name
 from effbench.errors import EffbenchError
 
@@ -33,18 +33,17 @@ GATE_RANGE = Range(0.0, 100.0, hi_open=True)
 
 # RunConfig's fields a sweep takes (effbench/cli/options.py), the swept dimensions (a comma list) first: all but
 # the multi-node ones (a sweep runs on one node), and --smoke and --output, which mean the sweep's own here.
+# The dimensions only a preset sweeps (--gpu-decode, --data-only) are single flags on the command line.
 _NOT_SWEPT = ("nnodes", "node_rank", "rdzv_endpoint", "rdzv_id", "smoke", "output")
-SWEEP_FIELDS = [
-    *DIMENSIONS,
-    *(f for f in RunConfig.__dataclass_fields__ if f not in DIMENSIONS and f not in _NOT_SWEPT),
-]
+LISTED = [d for d in DIMENSIONS if d not in PRESET_ONLY]
+SWEEP_FIELDS = [*LISTED, *(f for f in RunConfig.__dataclass_fields__ if f not in LISTED and f not in _NOT_SWEPT)]
 
 
-_FLAGS = [f for f in SWEEP_FIELDS if f not in DIMENSIONS and is_bool_field(f)]  # --profile/--no-profile, as run's
+_FLAGS = [f for f in SWEEP_FIELDS if f not in LISTED and is_bool_field(f)]  # --profile/--no-profile, as run's
 SWEEP_OPTIONS = config_options(
     SWEEP_FIELDS,
     as_text=[f for f in SWEEP_FIELDS if f not in _FLAGS],  # parsed here: a comma list, or exactly one value
-    extra={f: "A comma list sweeps it." if f in DIMENSIONS else "One value for every cell." for f in SWEEP_FIELDS
+    extra={f: "A comma list sweeps it." if f in LISTED else "One value for every cell." for f in SWEEP_FIELDS
            if f not in _FLAGS},
 )  # fmt: skip
 
@@ -80,7 +79,7 @@ def sweep(
     from effbench.sweep import runner as sweeper
     from effbench.sweep.spec import SweepSpec, dim_option, one_value, parse_list
 
-    lists = {k: parse_list(dim_option(k), given.pop(k), kind) for k, kind in DIMENSIONS.items() if given[k] is not None}
+    lists = {k: parse_list(dim_option(k), given.pop(k), DIMENSIONS[k]) for k in LISTED if given[k] is not None}
     # the rest takes one value (a list is an error naming the swept options), parsed as the field's type
     singles = {k: v if is_bool_field(k) or k == "data_dir" else one_value(option_name(k), v, field_kind(k))
                for k, v in given.items()}  # fmt: skip
