@@ -591,19 +591,6 @@ def check_path(option: str, path: str | Path, example: str | None = None) -> Non
         )
 
 
-def numeric_range(name: str) -> Range | None:
-    """The declared range of a RunConfig field, or None for a non-numeric one."""
-    f = {f.name: f for f in dataclasses.fields(RunConfig)}[name]
-    return f.metadata.get("range")
-
-
-def with_range(name: str, help: str) -> str:
-    """CLI help text with the field's declared range appended: one source for validation and --help."""
-    rng = numeric_range(name)
-    assert rng is not None, f"{name} declares no range"
-    return f"{help} [range: {rng.text()}]"
-
-
 # 5 warm-up steps unless the run is too short for them: then half the steps, so a short run still
 # measures (cudnn autotuning and the first allocations fall in the first steps).
 DEFAULT_WARMUP_STEPS = 5

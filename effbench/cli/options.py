@@ -36,7 +36,10 @@ def field_docs(cls: type = RunConfig) -> dict[str, str]:
     torchtitan do: Python keeps no attribute docstrings at runtime."""
     import sys
 
-    source = Path(sys.modules[cls.__module__].__file__ or "").read_text(encoding="utf-8")
+    try:
+        source = Path(sys.modules[cls.__module__].__file__ or "").read_text(encoding="utf-8")
+    except OSError:  # installed without sources: options without help, rather than no CLI
+        return {}
     (node,) = [n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == cls.__name__]
     docs: dict[str, str] = {}
     for stmt, after in zip(node.body, node.body[1:], strict=False):  # each statement and the one under it
@@ -62,9 +65,7 @@ class FieldHelp:
 
 def field_help(name: str) -> FieldHelp:
     f = _fields()[name]
-    doc = field_docs().get(name)
-    if not doc:
-        raise AssertionError(f"RunConfig.{name} has no docstring: it is the option's help")
+    doc = field_docs().get(name) or ""  # tests/test_options.py: every field has one
     first, *rest = [" ".join(p.split()) for p in doc.split("\n\n")]
     m = _DEFAULT.search(first)
     written = m.group(1) if m else None
