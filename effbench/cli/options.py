@@ -111,6 +111,10 @@ def option_help(name: str, extra: str = "") -> str:
     return " ".join(p for p in parts if p)
 
 
+def is_field(name: str) -> bool:
+    return name in _fields()
+
+
 def is_bool_field(name: str) -> bool:
     return _fields()[name].type in ("bool", "bool | None")
 
