@@ -157,7 +157,7 @@ NEW_FIELD = '''    grad_accum: int = _ranged(1, 1, 64)
     """Micro-batches accumulated per optimizer step."""
 '''
 NEW_HELP = "Micro-batches accumulated per optimizer step. [default: 1] [range: 1..64]"
-PROBE = r'''
+PROBE = r"""
 import contextlib, io, json, sys
 from pathlib import Path
 sys.path.insert(0, "tools")
@@ -197,7 +197,7 @@ print(json.dumps({
     "stale": gen_cli_docs.main(["--check"]), "old_page": page,
     "written": gen_cli_docs.main([]), "fresh": gen_cli_docs.main(["--check"]), "page": gen_cli_docs.PAGE.read_text(),
 }))
-'''
+"""
 
 
 def test_adding_a_run_option_is_one_field_in_runconfig(tmp_path):
