@@ -2,7 +2,7 @@
 CLI from its job_config dataclasses): a field's name is the option's (`batch_size` -> `--batch-size`, a bool
 `--x/--no-x`), its type the option's, its docstring and `Range` the help, its metadata the rest (`env`,
 `metavar`, `names`). Adding a run option is adding a RunConfig field; the commands declare only what is theirs
-(`--smoke`, `--quiet`, a sweep's `--preset`), and docs/cli.md's tables are drawn from the same (tools/gen_docs.py).
+(`--smoke`, `--quiet`, a sweep's `--preset`), and docs/cli.md's tables are drawn from the same (tools/gen_cli_docs.py).
 
     @with_config_options(config_options(exclude=("smoke",)))
     def run(ctx: typer.Context, *, smoke: Annotated[bool, typer.Option(...)] = False, **given: Any) -> None: ...
