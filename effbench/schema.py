@@ -19,9 +19,9 @@ instant.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
 
 from effbench.errors import EffbenchError
 
@@ -90,58 +90,31 @@ class Augment(_Model):
     inexact: list[str] | None = None
 
 
-class Config(_Model):
-    arch: str | None = None
-    dataset: str | None = None
-    data_dir: str | None = None
-    download: bool | None = None
-    val_fraction: Num = None
-    image_size: int | None = None
-    loader: str | None = None
-    gpu_decode: bool | None = None
-    augment: str | None = None
-    augment_recipe: Augment | None = None
-    """The recipe --augment resolved to (effbench/recipes.py)."""
-    data_only: bool | None = None
-    workers: int | None = None
-    batch_size: int | None = None
-    epochs: int | None = None
-    max_steps: int | None = None
-    max_val_steps: int | None = None
-    warmup_steps: int | None = None
-    optimizer: str | None = None
-    lr: Num = None
-    momentum: Num = None
-    weight_decay: Num = None
-    precision: str | None = None
-    channels_last: bool | None = None
-    cudnn_benchmark: bool | None = None
-    pin_memory: bool | None = None
-    optimizer_impl: str | None = None
-    compile: bool | None = None
-    device: str | None = None
-    seed: int | None = None
-    freeze: str | None = None
-    weights: str | None = None
-    batch_norm: bool | None = None
-    gpus: int | None = None
-    nproc: int | None = None
-    strategy: str | None = None
-    scaling: str | None = None
-    nnodes: int | None = None
-    node_rank: int | None = None
-    rdzv_endpoint: str | None = None
-    rdzv_id: str | None = None
-    pg_timeout_s: Num = None
-    output: str | None = None
-    profile: bool | None = None
-    profile_steps: int | None = None
-    sample_interval_s: Num = None
-    log_interval: int | None = None
-    repeats: int | None = None
-    smoke: bool | None = None
-    target_top1: Frac = None
-    stop_at_target: bool | None = None
+def _config_model() -> type[_Model]:
+    """config.json's model, one field per RunConfig field (effbench/config.py), so a new run option is typed
+    here without being written again: its type, optional (an older file lacks it), Path as its text."""
+    import dataclasses
+
+    from effbench.config import RunConfig
+
+    kinds: dict[str, Any] = {"str": str, "Path": str, "int": int, "float": float, "bool": bool}
+    fields: dict[str, Any] = {
+        f.name: (kinds[str(f.type).replace(" | None", "")] | None, None) for f in dataclasses.fields(RunConfig)
+    }
+    fields["target_top1"] = (Frac, None)  # a fraction, as its Range says
+    # the recipe that ran, beside its name
+    fields["augment_recipe"] = (Augment | None, Field(None, description="The recipe --augment resolved to."))
+    doc = "The resolved run options (config.json's), one per RunConfig field."
+    return create_model("Config", __base__=_Model, __doc__=doc, **fields)
+
+
+if TYPE_CHECKING:
+
+    class Config(_Model):
+        def __getattr__(self, name: str) -> Any: ...  # built at import from RunConfig: its fields are runtime facts
+
+else:
+    Config = _config_model()
 
 
 class Epoch(_Model):
