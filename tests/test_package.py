@@ -21,7 +21,7 @@ MODULES = sorted(m.name for m in pkgutil.walk_packages([str(PACKAGE)], prefix="e
 
 def test_the_walk_finds_the_stages():
     # guards the walk itself: an empty list would make the tests below vacuous
-    for name in ("effbench.cli.app", "effbench.run.runner", "effbench.data.cifar", "effbench.report.tables"):
+    for name in ("effbench.cli.app", "effbench.run.launch", "effbench.run.rank", "effbench.run.folder", "effbench.data.cifar", "effbench.report.tables"):
         assert name in MODULES
 
 
