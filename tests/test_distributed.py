@@ -273,9 +273,12 @@ def test_one_rank_out_of_memory_makes_the_job_oom_naming_that_rank(tmp_path):
     assert r["error"]["message"].startswith(
         "rank 1: OutOfMemoryError: injected by EFFBENCH_FAULT_OOM_AT_BATCH=1:4: batch size per device 4 >= 4"
     )
-    # rank 0 wrote its reports as `failed` / `interrupted`: they are rewritten with the settled record
+    # the reports are drawn once, by the launcher, with the settled record: rank 0 printed its own `failed` /
+    # `interrupted` report before, and the launcher redrew the files `oom` (tests/test_run_reports.py)
     status_rows = [line.split() for line in (run / "report.txt").read_text().splitlines() if line.startswith("status ")]
     assert status_rows == [["status", "oom"]]
+    printed = [line.split() for line in res.stdout.splitlines() if line.startswith("status ")]
+    assert printed == [["status", "oom"]], res.stdout[-3000:]
 
 
 def _torch_oom(message: str) -> BaseException:

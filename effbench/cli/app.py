@@ -303,6 +303,7 @@ def run(
     quiet: Annotated[bool, _opt("No progress lines; the final report is still printed.")] = False,
 ) -> None:
     """Train one model, measure it, and write a run folder with config, env, results and reports."""
+    from effbench.report.run_reports import RUN_REPORTS
     from effbench.run import launch
     from effbench.config import RunConfig, preset_conflicts, smoke_overrides
     from effbench.launch.plan import kubeflow_settings, parse_counts, slurm_settings
@@ -350,7 +351,7 @@ def run(
     configs = [RunConfig(**base, gpus=g, nproc=p) for g in gpu_counts for p in proc_counts]
     command = invocation(ctx)
     if len(configs) == 1:
-        outcome = launch.run(configs[0], command=command, echo=typer.echo, progress=not quiet)
+        outcome = launch.run(configs[0], command=command, echo=typer.echo, progress=not quiet, reports=RUN_REPORTS)
         _warn_if_output_is_lost(configs[0].output)
         _exit_for(outcome)
         return

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from effbench import results
 from effbench.analysis import windows
@@ -25,8 +25,6 @@ from effbench.config import RunConfig
 from effbench.errors import EffbenchError
 from effbench.launch.distributed import DistContext
 from effbench.launch.plan import LaunchPlan
-from effbench.report import render
-from effbench.report import tables as report
 from effbench.run import record as rec
 from effbench.run.phases import Interrupted, Phase, deferred
 
@@ -35,6 +33,16 @@ if TYPE_CHECKING:
     from effbench.run.runtime import Runtime
 
 Echo = Callable[[str], None]
+
+
+class Reports(Protocol):
+    """The reports the caller draws from a run's settled record (report/run_reports.py; run/ imports nothing
+    from report/). run/ calls `write` once per run, where the outcome is settled: rank 0's final write in one
+    process, the launcher once torchrun has ended (the ranks get none); a full disk raises NoSpaceError."""
+
+    def write(self, run_dir: Path, record: dict[str, Any], steps: list[dict[str, Any]]) -> None: ...
+
+    def text(self, record: dict[str, Any]) -> str: ...
 
 
 def run_name(cfg: RunConfig, device_label: str, precision: str, when: dt.datetime) -> str:
@@ -87,17 +95,21 @@ def write_final(
     epochs: list[dict[str, Any]],
     steps: list[dict[str, Any]],
     sampler: Any,
+    reports: Reports | None,
 ) -> None:
+    """utilization.csv, the caller's reports (none on a torchrun rank: its launcher draws them once torchrun
+    has ended), then the CSVs and results.json."""
     assert run_dir is not None
     try:
-        sampler.write_csv(run_dir / UTILIZATION_FILE)
-        results.atomic_write_text(run_dir / results.REPORT_TXT, report.render(record, "text"))
-        results.atomic_write_text(run_dir / results.REPORT_MD, report.render(record, "md"))
-        render.write_run_html_safely(run_dir, record, steps)  # plots + report.html; a warning if not, on stderr
+        sampler.write_csv(
+            run_dir / UTILIZATION_FILE
+        )  # first: the launcher reads it as "rank 0 reached its final write"
+        if reports is not None:
+            reports.write(run_dir, record, steps)
         # results.json last: never `ok` with a report missing
         write_progress(run_dir, record, epochs, steps)
     except results.NoSpaceError as e:  # never `running` forever: `failed`, the reason and the epochs measured
-        _record_no_space(run_dir, record, e)
+        record_no_space(run_dir, record, e)
         raise
 
 
@@ -106,7 +118,7 @@ def write_final(
 _BULKY = ("utilization", "throughput_windows", "profile", "memory", "observations")
 
 
-def _record_no_space(run_dir: Path, record: dict[str, Any], e: results.NoSpaceError) -> None:
+def record_no_space(run_dir: Path, record: dict[str, Any], e: results.NoSpaceError) -> None:
     """results.json says `failed` with the full-disk error (which file), keeping the epochs: written whole when
     the disk still takes it, else compact over the last epoch's record (results.overwrite_json_in_place)."""
     first = record.get("error") if record.get("status") == "failed" else None  # the run's own, when that was it

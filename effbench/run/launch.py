@@ -24,11 +24,9 @@ from effbench.analysis import windows
 from effbench.config import RunConfig
 from effbench.errors import EffbenchError
 from effbench.launch.plan import LaunchPlan
-from effbench.report import render
-from effbench.report import tables as report
 from effbench.run import folder
 from effbench.run import record as rec
-from effbench.run.folder import Echo
+from effbench.run.folder import Echo, Reports
 from effbench.run.phases import Interrupted
 from effbench.run.rank import RunOutcome, per_device_batch, run_benchmark
 
@@ -72,6 +70,7 @@ def run(
     progress: bool = True,
     isolate: bool = False,
     said_warnings: set[str] | None = None,
+    reports: Reports | None = None,
 ) -> RunOutcome:
     """Check, then run in-process or under torchrun; returns the run folder and its results.
 
@@ -81,6 +80,8 @@ def run(
     `isolate`: a run that would be in this process (one device, or DataParallel) runs in a child
     `effbench worker` instead, so it neither inherits nor leaves behind a CUDA context and cached memory
     (a scaling series runs every member so: no member measures on memory another one holds).
+    `reports`: the caller's reports (report/run_reports.py), drawn once from the settled record: by this
+    process in one process, else here once the child has ended (a torchrun rank draws none); None: none.
     `said_warnings`: preflight's warnings already printed by the command that runs this run among others
     (preflight.raise_on_errors), so a sweep or the selftest says each once."""
     from effbench.system.preflight import raise_on_errors, run_checks
@@ -100,8 +101,10 @@ def run(
         elif isolate:  # the worker outside torchrun (no RANK in its env) is one process: distributed.py
             argv = [sys.executable, "-m", "effbench", "worker", "--spec", str(spec_path)]
         else:
-            return run_benchmark(cfg, plan=plan, command=command, echo=echo or _silent, progress=progress)
-        return _run_in_child(cfg, plan, spec_path, argv, command=command, echo=echo, progress=progress)
+            return run_benchmark(
+                cfg, plan=plan, command=command, echo=echo or _silent, progress=progress, reports=reports
+            )
+        return _run_in_child(cfg, plan, spec_path, argv, command=command, echo=echo, progress=progress, reports=reports)
     except Interrupted as e:  # in the checks above (main's handler), before any run folder
         e.phase = e.phase or "setup"
         raise
@@ -136,8 +139,10 @@ def _run_in_child(
     command: list[str],
     echo: Echo | None,
     progress: bool,
+    reports: Reports | None,
 ) -> RunOutcome:
-    """Run `argv` (torchrun, or one `effbench worker`) on the spec and settle its record with how it ended."""
+    """Run `argv` (torchrun, or one `effbench worker`) on the spec, settle its record with how it ended, then
+    draw the reports once from the settled record."""
     import torch
 
     from effbench.run.runtime import resolve_precision
@@ -153,7 +158,7 @@ def _run_in_child(
         "command": command,
         "plan": folder.plan_dict(plan),
         "progress": progress,
-        "echo": echo is not None,  # rank 0 prints its run folder and report only where the caller would
+        "echo": echo is not None,  # rank 0 prints its run folder line only where the caller would
     }
     spec_path.write_text(json.dumps(spec))
     echo = echo or _silent
@@ -183,9 +188,18 @@ def _run_in_child(
         # the terminal had only the ranks' lines: say where torchrun's own tracebacks are
         error = settled["error"]
         settled["error"] = {**error, "message": f"{error.get('message')}; {child}'s whole output is in {log_name}"}
+    # rank 0 reached its final write (utilization.csv comes first): the reports it would have drawn in one
+    # process, drawn here once, with the end torchrun settled; results.json last, as in one process
+    drawn = reports if (run_dir / folder.UTILIZATION_FILE).exists() else None
+    if drawn is not None:
+        try:
+            drawn.write(run_dir, settled, windows.read_steps(run_dir))
+        except results.NoSpaceError as e:  # `failed` naming the file, as rank 0 records it in one process
+            folder.record_no_space(run_dir, settled, e)
+            raise
     results.write_json(run_dir / results.RESULTS_FILE, settled)
-    if settled != written and (run_dir / results.REPORT_TXT).exists():
-        _rewrite_reports(run_dir, settled)
+    if drawn is not None:
+        echo(drawn.text(settled))
     return RunOutcome(run_dir, settled)
 
 
@@ -194,14 +208,6 @@ def _keep_log(log: Path, run_dir: Path) -> None:
     if run_dir.is_dir() and log.stat().st_size:
         with contextlib.suppress(OSError):  # a full disk: the run's own one-line error says so
             results.atomic_write_bytes(run_dir / log.name, log.read_bytes())
-
-
-def _rewrite_reports(run_dir: Path, record: dict[str, Any]) -> None:
-    """Rank 0 wrote its reports with the end it saw (a broken collective, torchrun's stop): they say the
-    settled one, as results.json does."""
-    results.atomic_write_text(run_dir / results.REPORT_TXT, report.render(record, "text"))
-    results.atomic_write_text(run_dir / results.REPORT_MD, report.render(record, "md"))
-    render.write_run_html_safely(run_dir, record, windows.read_steps(run_dir))
 
 
 def _discard_unmeasured(run_dir: Path) -> None:

@@ -33,10 +33,9 @@ from effbench.errors import EffbenchError
 from effbench.launch.distributed import DistContext
 from effbench.launch.plan import LaunchPlan
 from effbench.measure import observe
-from effbench.report import tables as report
 from effbench.run import faults, folder
 from effbench.run import record as rec
-from effbench.run.folder import Echo
+from effbench.run.folder import Echo, Reports
 from effbench.run.phases import Interrupted, Phase, deferred, interrupt_on_signals
 from effbench.run.timing import StepTime, Tally
 
@@ -103,20 +102,21 @@ def run_benchmark(
     command: list[str] | None = None,
     echo: Echo = print,
     progress: bool = True,
+    reports: Reports | None = None,
 ) -> RunOutcome:
     """Validate, build, train and (rank 0) write one run folder.
 
     A signal in any phase ends the run `interrupted`, with the phase in results.json (`interrupted_phase`):
     the run folder is made once the inputs that need no data are checked (output, device, precision, batch
     split), so a signal in setup, dataset (and its download) or model finds it; the reports are written
-    once the run has measured something. Only a signal during those first checks, or the launcher's
+    once the run has measured something, by `reports` (the caller's; None: none). Only a signal during those first checks, or the launcher's
     preflight, reaches the caller as `Interrupted` with no folder (nothing to record)."""
     received: list[int] = []
     phase = Phase(received)
     with interrupt_on_signals(received, phase):
         return _run_benchmark(
             cfg, plan=plan, dist=dist, run_dir=run_dir, command=command, echo=echo, progress=progress,
-            phase=phase, received=received,
+            reports=reports, phase=phase, received=received,
         )  # fmt: skip
 
 
@@ -169,6 +169,7 @@ def _run_benchmark(
     command: list[str] | None,
     echo: Echo,
     progress: bool,
+    reports: Reports | None,
     phase: Phase,
     received: list[int],
 ) -> RunOutcome:
@@ -221,13 +222,13 @@ def _run_benchmark(
         phase.enter("report")
         final = rec.finish(opened, _measured(prep, dist, m), _conditions(prep, plan, run_dir))
         if writer:
-            folder.write_final(run_dir, final, m.epochs, m.steps, m.sampler)
+            folder.write_final(run_dir, final, m.epochs, m.steps, m.sampler, reports)
         if len(received) > signals_before and final["status"] == "ok":  # a failure keeps its own status
             final = {**final, **rec.interrupted(received[signals_before], "report")}
             if writer:
-                folder.write_final(run_dir, final, m.epochs, m.steps, m.sampler)
-        if writer:
-            echo(report.render(final, "text"))
+                folder.write_final(run_dir, final, m.epochs, m.steps, m.sampler, reports)
+        if writer and reports is not None:
+            echo(reports.text(final))
     if isinstance(m.failure, EffbenchError):  # bad input seen after an epoch was measured: recorded, then exit 2
         raise m.failure
     return RunOutcome(run_dir=run_dir, results=final)

@@ -177,6 +177,7 @@ def _run_cells(
     progress: bool,
 ) -> SweepOutcome:
     """Every cell that is not ok yet, then the reports; the caller holds the sweep folder's lock."""
+    from effbench.report.run_reports import RUN_REPORTS
     from effbench.run import launch
     from effbench.run.phases import Interrupted, interrupt_on_signals
 
@@ -223,7 +224,12 @@ def _run_cells(
                 echo(f"{where}: running")
                 try:
                     outcome = launch.run(
-                        cell.config, command=list(command), echo=None, progress=progress, said_warnings=said
+                        cell.config,
+                        command=list(command),
+                        echo=None,
+                        progress=progress,
+                        said_warnings=said,
+                        reports=RUN_REPORTS,
                     )
                 except (
                     EffbenchError

@@ -29,6 +29,7 @@ class SeriesOutcome:
 def run_scaling_series(
     configs: Sequence[RunConfig], *, command: list[str], echo: Callable[[str], None], progress: bool
 ) -> SeriesOutcome:
+    from effbench.report.run_reports import RUN_REPORTS
     from effbench.run import launch, rank
     from effbench.system.preflight import raise_on_errors, run_checks
 
@@ -52,6 +53,7 @@ def run_scaling_series(
             progress=progress,
             isolate=True,
             said_warnings=said,
+            reports=RUN_REPORTS,
         )
         outcomes.append(outcome)
     rows = scaling.scaling_rows([o.results for o in outcomes])
