@@ -84,7 +84,8 @@ def run(
     **given: Any,
 ) -> None:
     """Train one model, measure it, and write a run folder with config, env, results and reports."""
-    from effbench.run import runner
+    from effbench.report.run_reports import RUN_REPORTS
+    from effbench.run import launch
     from effbench.config import RunConfig, preset_conflicts, smoke_overrides
     from effbench.launch.plan import kubeflow_settings, parse_counts, slurm_settings
 
@@ -118,7 +119,7 @@ def run(
     configs = [RunConfig(**base, gpus=g, nproc=p) for g in gpu_counts for p in proc_counts]
     command = invocation(ctx)
     if len(configs) == 1:
-        outcome = runner.run(configs[0], command=command, echo=typer.echo, progress=not quiet)
+        outcome = launch.run(configs[0], command=command, echo=typer.echo, progress=not quiet, reports=RUN_REPORTS)
         _warn_if_output_is_lost(configs[0].output)
         _exit_for(outcome)
         return
@@ -158,7 +159,7 @@ def _exit_for(outcome: Any) -> None:
 @app.command(hidden=True)
 def worker(spec: Annotated[Path, typer.Option(help="Launch spec written by `effbench run`.")]) -> None:
     """One torchrun rank of `effbench run` (started by effbench itself, not by hand)."""
-    from effbench.run.runner import worker_main
+    from effbench.run.launch import worker_main
 
     raise typer.Exit(worker_main(spec))
 

@@ -159,7 +159,8 @@ TINY_RUN: dict[str, Any] = {"image_size": 16, "batch_size": 2, "max_steps": 3, "
 def harness(ctx: Context, **overrides: Any) -> dict[str, Any]:
     """One `effbench run` (in-process or under torchrun, as the CLI would), its results.json as a dict."""
     from effbench.config import RunConfig
-    from effbench.run import runner
+    from effbench.report.run_reports import RUN_REPORTS
+    from effbench.run import launch
 
     base: dict[str, Any] = dict(
         dataset="synthetic", weights="none", freeze="none", epochs=1, max_val_steps=1, workers=0,
@@ -172,8 +173,13 @@ def harness(ctx: Context, **overrides: Any) -> dict[str, Any]:
     cfg = RunConfig(**base)
     from effbench.analysis.export import SELFTEST_COMMAND  # export and the leaderboard tell these runs by it
 
-    outcome = runner.run(
-        cfg, command=list(SELFTEST_COMMAND), echo=None, progress=False, said_warnings=ctx.said_warnings
+    outcome = launch.run(
+        cfg,
+        command=list(SELFTEST_COMMAND),
+        echo=None,
+        progress=False,
+        said_warnings=ctx.said_warnings,
+        reports=RUN_REPORTS,
     )
     if outcome.results.get("status") != "ok":
         err = outcome.results.get("error") or {}
