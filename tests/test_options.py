@@ -165,13 +165,13 @@ import gen_cli_docs
 from effbench import schema
 from effbench.cli import app as cli
 from effbench.errors import EffbenchError
-from effbench.run import runner
+from effbench.run import launch
 
 seen = []
 def fake_run(cfg, **kw):  # the leaf: what reaches the runner
     seen.append(cfg.grad_accum)
     raise SystemExit(0)
-runner.run = fake_run
+launch.run = fake_run
 
 def invoke(*args):
     out, err = io.StringIO(), io.StringIO()
