@@ -168,7 +168,7 @@ def test_manifest_roundtrip_update_and_resume(tmp_path):
     done = manifest.update_cell(back, first, status="ok", run_dir="cells/x/run")
     assert back["cells"][0]["status"] == "pending"  # a copy, not a mutation
     assert manifest.to_run(done) == [plan.cells[1].key]
-    assert manifest.counts(done) == {"ok": 1, "pending": 1}
+    assert manifest.counts(manifest.typed(done)) == {"ok": 1, "pending": 1}
     assert manifest.resume(done, m, plan.folder)["cells"][0]["status"] == "ok"  # same sweep: keeps progress
     assert not list(plan.folder.glob(".*.tmp"))  # atomic writes leave no temporary files
 
