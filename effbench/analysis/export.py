@@ -64,6 +64,12 @@ class Column:
     value: Callable[[Source], Any]
 
 
+# Names of the columns that are the export's own (no field of the record holds them as they are).
+PATH, KIND, HOST, GPU_MODEL = "path", "kind", "host", "gpu_model"
+CPU_QUOTA_CORES, SHM_GIB, IMAGE_REVISION, SM_CLOCK_MHZ = "cpu_quota_cores", "shm_gib", "image_revision", "sm_clock_mhz"
+CI_LOW, CI_HIGH, TIME_TO_TARGET_S = "throughput_ci_low_img_s", "throughput_ci_high_img_s", "time_to_target_s"
+
+
 def _field(getter: Callable[[schema.Results], Any], doc: str) -> Column:
     """A column holding a field of the record, named by its path: final.val_loss -> final_val_loss."""
     return Column(column_name(getter), doc, lambda s: getter(s.record))
@@ -71,13 +77,23 @@ def _field(getter: Callable[[schema.Results], Any], doc: str) -> Column:
 
 def _env(getter: Callable[[schema.Env], Any], doc: str) -> Column:
     """A column holding a field of env.json, named by it."""
-    return Column(schema.field_path(getter, schema.Env), doc, lambda s: getter(s.env))
+    return Column(env_column(getter), doc, lambda s: getter(s.env))
+
+
+def env_column(getter: Callable[[schema.Env], Any]) -> str:
+    """The export column holding a field of env.json."""
+    return schema.field_path(getter, schema.Env)
+
+
+def tta_column(getter: Callable[[schema.TimeToAccuracy], Any]) -> str:
+    """The export column holding a field of --target-top1's record (but TIME_TO_TARGET_S, named apart)."""
+    return schema.field_path(getter, schema.TimeToAccuracy)
 
 
 def _tta(getter: Callable[[schema.TimeToAccuracy], Any], doc: str, name: str | None = None) -> Column:
     """A column of --target-top1's record (analysis/time_to_accuracy), named by its field unless `name`;
     empty without a target."""
-    tta_name = name or schema.field_path(getter, schema.TimeToAccuracy)
+    tta_name = name or tta_column(getter)
     return Column(tta_name, doc, lambda s: getter(s.record.time_to_accuracy) if s.record.time_to_accuracy else None)
 
 
@@ -103,38 +119,38 @@ def _energy_per_image_j(record: schema.Results) -> float | None:
 
 # The columns in order; the "Export columns" table of docs/sweeps-and-reports.md is their (name, doc).
 COLUMN_SPEC: tuple[Column, ...] = (
-    Column("path", "the run folder", lambda s: str(s.folder.path)),
-    Column("kind", "run, sweep-cell, sweep-attempt (an earlier try of a cell, superseded) or scaling-member",
+    Column(PATH, "the run folder", lambda s: str(s.folder.path)),
+    Column(KIND, "run, sweep-cell, sweep-attempt (an earlier try of a cell, superseded) or scaling-member",
            lambda s: s.kind),
     Column("group", "the sweep or scaling-series folder holding it; empty for a lone run",
            lambda s: str(s.folder.group) if s.folder.group else None),
     _field(lambda r: r.status, "ok, failed, interrupted, oom or running"),
     _field(lambda r: r.run_name, "the run's folder name when it ran"),
     _field(lambda r: r.started_at, "ISO 8601 start time"),
-    Column("host", "hostname (env.json)", lambda s: s.env.hostname),
-    Column("gpu_model", "name of GPU 0; empty without GPUs", lambda s: s.env.gpus[0].name if s.env.gpus else None),
+    Column(HOST, "hostname (env.json)", lambda s: s.env.hostname),
+    Column(GPU_MODEL, "name of GPU 0; empty without GPUs", lambda s: s.env.gpus[0].name if s.env.gpus else None),
     _env(lambda e: e.gpu_count, "GPUs visible to the run"),
     _env(lambda e: e.driver_version, "NVIDIA driver (NVML)"),
     _env(lambda e: e.cuda_build, "CUDA version torch was built with"),
     _env(lambda e: e.torch, "torch version"),
     _env(lambda e: e.cpu_model, "CPU model"),
     _env(lambda e: e.cpu_cores_usable, "cores the run could use (affinity)"),
-    Column("cpu_quota_cores", "cgroup CPU quota in cores; empty when unlimited",
+    Column(CPU_QUOTA_CORES, "cgroup CPU quota in cores; empty when unlimited",
            lambda s: s.env.cgroup_cpu_quota_cores),
-    Column("shm_gib", "size of /dev/shm in GiB", lambda s: s.env.shm_size_gib),
+    Column(SHM_GIB, "size of /dev/shm in GiB", lambda s: s.env.shm_size_gib),
     _env(lambda e: e.container_runtime, "docker, podman, apptainer or none"),
-    Column("image_revision",
+    Column(IMAGE_REVISION,
            "the git revision the image was built from (env.json image.revision); empty outside the image",
            lambda s: s.env.image.revision if s.env.image else None),
-    Column("sm_clock_mhz", "mean SM clock over the run, GPU mean; empty without NVML", lambda s: _clock_mhz(s.record)),
+    Column(SM_CLOCK_MHZ, "mean SM clock over the run, GPU mean; empty without NVML", lambda s: _clock_mhz(s.record)),
     _field(lambda r: r.device, "device the run trained on"),
     _field(lambda r: r.world_size, "processes in the job"),
     _field(lambda r: r.global_batch_size, "images per optimizer step over all processes"),
     _field(lambda r: r.throughput_img_s, "headline throughput: measured images / (data wait + compute)"),
     Column("throughput_median_img_s", "median over the throughput windows", lambda s: _throughput(s).median),
-    Column("throughput_ci_low_img_s", "95% Student's t interval of the window mean, low end",
+    Column(CI_LOW, "95% Student's t interval of the window mean, low end",
            lambda s: _throughput(s).ci_low),
-    Column("throughput_ci_high_img_s", "95% Student's t interval of the window mean, high end",
+    Column(CI_HIGH, "95% Student's t interval of the window mean, high end",
            lambda s: _throughput(s).ci_high),
     Column("throughput_windows", "windows behind the median and interval", lambda s: s.windows.windows or 0),
     Column("data_wait_share", "share of step time waiting on the input pipeline (0..1)",
@@ -151,7 +167,7 @@ COLUMN_SPEC: tuple[Column, ...] = (
     _tta(lambda t: t.reached_target, "whether a validation reached the target top-1"),
     _tta(lambda t: t.train_time_to_target_s,
          "training seconds (timed steps, validation excluded) to the first validation at the target",
-         name="time_to_target_s"),
+         name=TIME_TO_TARGET_S),
     _tta(lambda t: t.epochs_to_target, "epochs trained to the first validation at the target"),
     _tta(lambda t: t.best_val_top1, "best validation top-1 over the epochs run with a target (0..1)"),
 )  # fmt: skip
