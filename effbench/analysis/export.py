@@ -105,7 +105,8 @@ def column_name(getter: Callable[[schema.Results], Any]) -> str:
 def _throughput(s: Source) -> schema.Stat:
     """The windows' throughput summary (median, 95% interval); an empty one without windows."""
     key = schema.field_path(lambda w: w.throughput_img_s, schema.Windows)  # the summary is keyed by the list's name
-    return (s.windows.summary or {}).get(key) or schema.Stat()
+    stat = s.windows.summary.get(key) if s.windows.summary else None
+    return stat or schema.Stat()
 
 
 def _clock_mhz(record: schema.Results) -> float | None:

@@ -49,25 +49,26 @@ def cell_row(
         return row
     from effbench import schema
 
-    # the windows' lists and summary entries are keyed by schema.Windows' field names
-    thr_key, share_key = (schema.field_path(f, schema.Windows) for f in (_thr_of, _share_of))
+    # the windows' summary is keyed by the name of the list it summarises
+    thr_key = schema.field_path(_thr_of, schema.Windows)
     epochs = record.epochs
     w = windows.windows_of(record, steps)
-    summ = (w.get("summary") or {}).get(thr_key)
+    typed_windows = schema.Windows.model_validate(w)
+    summ = typed_windows.summary.get(thr_key) if typed_windows.summary else None
     final = record.final
     config = record.config.model_dump(exclude_unset=True)  # the values that ran (config.json is resolved)
     row.update(
         status=record.status,
         error=(record.error.message if record.error else None) or row["error"],
         throughput_img_s=record.throughput_img_s,
-        thr_median=summ["median"] if summ else None,
-        thr_ci_low=summ["ci_low"] if summ else None,
-        thr_ci_high=summ["ci_high"] if summ else None,
-        thr_samples=list(w.get(thr_key) or []),
-        share_samples=list(w.get(share_key) or []),
+        thr_median=summ.median if summ else None,
+        thr_ci_low=summ.ci_low if summ else None,
+        thr_ci_high=summ.ci_high if summ else None,
+        thr_samples=list(_thr_of(typed_windows) or []),
+        share_samples=list(_share_of(typed_windows) or []),
         no_effect=dict(config.get(NO_EFFECT) or {}),
         resolved=config,
-        windows=w.get("windows"),
+        windows=typed_windows.windows,
         # every step, warm-up included (summary.json only; epochs.csv's data_time_s / compute_time_s)
         data_time_per_epoch_s=_mean([e.data_time_s for e in epochs]),
         compute_time_per_epoch_s=_mean([e.compute_time_s for e in epochs]),
@@ -90,7 +91,7 @@ def cell_row(
         # the run's own verdict: a busy host set its pace (analysis/efficiency.py), so its figures rank nothing
         contended=record.verdict is not None and record.verdict.bottleneck == CONTENDED,
         # windows travel with the record (compare.py)
-        record=record.model_copy(update={"throughput_windows": schema.Windows.model_validate(w)}),
+        record=record.model_copy(update={"throughput_windows": typed_windows}),
     )
     return row
 
