@@ -284,7 +284,7 @@ def test_every_file_effbench_reads_refuses_hostile_content_in_one_line(tmp_path,
         took = time.monotonic() - start
         assert code == 2, (args, out, err)
         line = one_error_line(err)
-        assert name in line, (args, line)
+        assert name in line and "not found" not in line, (args, line)  # the file is there: it is refused
         assert took < READ_BOUND_S, (args, took)
 
 

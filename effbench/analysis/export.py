@@ -268,7 +268,8 @@ class Run:
 
 def read_run(results_file: Path) -> Run:
     run_dir = results_file.parent
-    record = results.load_record(results_file)
+    # by its folder when it is a run's results.json: a folder in its place is then refused as one, not looked into
+    record = results.load_record(run_dir if results_file.name == results.RESULTS_FILE else results_file)
     steps = windows.read_steps(run_dir)
     where = locate(run_dir)
     swept = where.swept or (_scaling_dim(record) if where.kind == "scaling-member" else {})
