@@ -19,6 +19,8 @@ instant.
 from __future__ import annotations
 
 from pathlib import Path
+import typing
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
@@ -834,6 +836,34 @@ class Manifest(_Model):
     """ISO 8601 time of the last cell's change."""
     cells: list[Cell]
     """One per point of the grid, in run order."""
+
+
+class _Reads:
+    """Records the attribute names read from it: field_path's stand-in for a record."""
+
+    def __init__(self, parts: tuple[str, ...] = ()) -> None:
+        self.parts_read = parts
+
+    def __getattr__(self, name: str) -> _Reads:
+        return _Reads((*self.parts_read, name))
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((m for arg in typing.get_args(annotation) if (m := _model_in(arg)) is not None), None)
+
+
+def field_path(getter: Callable[[Any], Any], model: type[BaseModel] = Results) -> str:
+    """The dotted name of the field a getter reads, checked against `model`: `field_path(lambda r: r.final.val_top1)`
+    is "final.val_top1". A table that names a field (an export column) takes the name from the code that reads it."""
+    parts: tuple[str, ...] = getter(_Reads()).parts_read
+    owner: type[BaseModel] | None = model
+    for part in parts:
+        if owner is None or part not in owner.model_fields:
+            raise AttributeError(f"{model.__name__} has no field {'.'.join(parts)}")
+        owner = _model_in(owner.model_fields[part].annotation)
+    return ".".join(parts)
 
 
 def _where(loc: tuple[Any, ...]) -> str:

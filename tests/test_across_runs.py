@@ -174,8 +174,12 @@ def test_slower_within_noise_passes(tmp_path, capsys):
 def test_a_gate_that_cannot_tell_names_what_gives_each_short_side_more_windows():
     from effbench.analysis import compare as cmp
 
-    a = {"status": "ok", "throughput_img_s": 100.0, "measured": {"steps": 10}}  # --repeats 1: 1 window of 10
-    b = {"status": "ok", "throughput_img_s": 90.0, "measured": {"steps": 1}}  # 1 measured step: 1 window
+    def rec(thr: float, steps: int):
+        tally = {"steps": steps, "images": 0, "data_time_s": 0.0, "compute_time_s": 0.0, "time_s": 0.0}
+        return results.record_of({"schema_version": 1, "status": "ok", "throughput_img_s": thr, "measured": tally})
+
+    a = rec(100.0, 10)  # --repeats 1: 1 window of 10
+    b = rec(90.0, 1)  # 1 measured step: 1 window
     line = cmp.slower_gate(a, [100.0], b, [90.0], 5.0).line
     assert line == (
         "PASS --fail-if-slower 5: cannot tell (A 100.0 img/s, B 90.0 img/s): too few windows to judge (needs 3 "

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from effbench import results
+from effbench import results, schema
 from effbench.sweep import manifest
 from effbench.report import render
 from effbench.report import sweep_tables as sweep_report
@@ -268,7 +268,13 @@ def test_the_sweeps_time_columns_and_chart_split_the_measured_steps_with_warm_up
     cells = [({"key": "000", "params": {"optimizer": "sgd"}}, _split_record("sgd")),
              ({"key": "001", "params": {"optimizer": "adam"}}, _split_record("adam", old=True)),
              ({"key": "002", "params": {"optimizer": "adagrad"}}, _split_record("adagrad", old=True, totals=False))]  # fmt: skip
-    rows = [sweep_report.cell_row(cell, record) for cell, record in cells]
+    rows = [
+        sweep_report.cell_row(
+            schema.Cell.model_validate({**cell, "index": i, "config": {}, "status": "ok"}),
+            results.record_of({"schema_version": 1, **record}),
+        )
+        for i, (cell, record) in enumerate(cells)
+    ]
     headers, body = sweep_report.summary_table(rows, ["optimizer"])
     new, old, unknown = (dict(zip(headers, b, strict=True)) for b in body)
     measured = ("data s/epoch (measured)", "compute s/epoch (measured)", "data % (measured)", "warm-up s/epoch")

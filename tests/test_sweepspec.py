@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from effbench import results
 from effbench.analysis import compare
 from effbench.run import faults
 from effbench.report import html as html_report
@@ -168,7 +169,7 @@ def test_manifest_roundtrip_update_and_resume(tmp_path):
     done = manifest.update_cell(back, first, status="ok", run_dir="cells/x/run")
     assert back["cells"][0]["status"] == "pending"  # a copy, not a mutation
     assert manifest.to_run(done) == [plan.cells[1].key]
-    assert manifest.counts(done) == {"ok": 1, "pending": 1}
+    assert manifest.counts(manifest.typed(done)) == {"ok": 1, "pending": 1}
     assert manifest.resume(done, m, plan.folder)["cells"][0]["status"] == "ok"  # same sweep: keeps progress
     assert not list(plan.folder.glob(".*.tmp"))  # atomic writes leave no temporary files
 
@@ -243,6 +244,7 @@ def test_html_is_escaped_and_self_contained():
 def test_compare_a_run_with_itself_is_within_noise():
     record = {"throughput_windows": {"windows": 4, "throughput_img_s": [10.0, 11.0, 9.5, 10.5], "step_time_ms": [4.0, 4.1, 3.9, 4.0],
                                      "data_time_share": [0.1, 0.12, 0.09, 0.1]}, "final": {"train_loss": 1.0}, "config": {"a": 1}}  # fmt: skip
+    record = results.record_of({"schema_version": 1, "status": "ok", **record})
     deltas = compare.compare_runs(record, [], record, [])
     assert all(d.significant is not True for d in deltas)
     text = compare.render_runs(deltas, a_name="A", b_name="B", differences=compare.config_differences(record, record))

@@ -14,6 +14,7 @@ import pytest
 
 from clitools import invoke, only_run
 from effbench import config as config_mod
+from effbench import results
 from effbench.analysis import compare, stats, windows
 from effbench.analysis.throughput import job_throughput
 from effbench.config import RunConfig
@@ -165,15 +166,21 @@ def test_config_json_holds_resolved_values_and_what_had_no_effect():
     )  # fmt: skip
     assert set(explicit["no_effect"]) == {"loader"}
     # two CPU runs, one asked for auto and one for cpu: compare sees no device difference
-    a = {"config": d}
-    b = {"config": {**d, "requested": {"precision": "auto"}}}
+    a = _typed({"config": d})
+    b = _typed({"config": {**d, "requested": {"precision": "auto"}}})
     assert compare.config_differences(a, b) == []
 
 
-def _record(thr: float, windows_thr: list[float], shares: list[float], steps: int = 10, status: str = "ok") -> dict:
+def _typed(record: dict):
+    """A record held in memory, typed as the readers take it (results.record_of)."""
+    return results.record_of({"schema_version": results.SCHEMA_VERSION, "status": "ok", **record})
+
+
+def _record(thr: float, windows_thr: list[float], shares: list[float], steps: int = 10, status: str = "ok"):
     w = {"windows": len(windows_thr), "throughput_img_s": windows_thr, "step_time_ms": [10.0] * len(windows_thr),
          "data_time_share": shares}  # fmt: skip
-    return {"status": status, "throughput_img_s": thr, "throughput_windows": w, "measured": {"steps": steps}}
+    tally = {"steps": steps, "images": 0, "data_time_s": 0.0, "compute_time_s": 0.0, "time_s": 0.0}
+    return _typed({"status": status, "throughput_img_s": thr, "throughput_windows": w, "measured": tally})
 
 
 def test_compare_prints_the_reports_throughput_and_no_share_change_of_1e6_outside_noise():
@@ -190,8 +197,7 @@ def test_compare_prints_the_reports_throughput_and_no_share_change_of_1e6_outsid
 
 def test_compare_on_a_run_with_no_measured_step_names_that_reason():
     a = _record(4.4, [4.0, 4.5, 5.5], [0.1, 0.1, 0.1])
-    b = {"status": "interrupted", "throughput_img_s": None, "throughput_windows": {"windows": 0},
-         "measured": {"steps": 0}}  # fmt: skip
+    b = _record(0.0, [], [], steps=0, status="interrupted").model_copy(update={"throughput_img_s": None})
     rows = compare.compare_runs(a, [], b, [])
     assert rows[0].verdict == "B: no measured step (status interrupted)"
     assert compare.conclusion(rows) == "Throughput: cannot tell (B: no measured step (status interrupted))."
@@ -267,8 +273,7 @@ def test_two_windows_are_too_few_to_judge_anywhere_as_they_are_too_few_for_the_r
         assert (r.verdict, r.significant, r.ci) == (TOO_FEW, None, "-")
     assert compare.conclusion(rows) == f"Throughput: cannot tell ({TOO_FEW})."
     # the CI gate: B 48% slower by the runs' figures, but 2 windows cannot say it is outside noise
-    gate = compare.slower_gate({"status": "ok", "throughput_img_s": 21.0}, three,
-                               {"status": "ok", "throughput_img_s": 11.0}, two, 5.0)  # fmt: skip
+    gate = compare.slower_gate(_typed({"throughput_img_s": 21.0}), three, _typed({"throughput_img_s": 11.0}), two, 5.0)
     assert not gate.failed and gate.line.endswith(f"{TOO_FEW}: B: raise --repeats to 3 or more")
     # a sweep's verdict
     cells = [{"key": k, "params": {"optimizer": k}, "status": "ok", "throughput_img_s": t, "thr_samples": w}
@@ -285,8 +290,7 @@ def test_two_windows_are_too_few_to_judge_anywhere_as_they_are_too_few_for_the_r
 def test_compare_shows_the_runs_own_throughput_beside_an_unmeasured_run_and_shares_in_percent():
     # A's figure is 4.4 (the report's headline); its windows' mean is (4.0 + 4.5 + 5.5) / 3 = 4.67
     a = _record(4.4, [4.0, 4.5, 5.5], [0.00001, 0.00002, 0.00003])
-    b = {"status": "interrupted", "throughput_img_s": None, "throughput_windows": {"windows": 0},
-         "measured": {"steps": 0}}  # fmt: skip
+    b = _record(0.0, [], [], steps=0, status="interrupted").model_copy(update={"throughput_img_s": None})
     rows = compare.compare_runs(a, [], b, [])
     assert (rows[0].a, rows[0].b) == ("4.40", "-")
     # shares 0.001%, 0.002%, 0.003% of the step: mean 0.002%, not "0.00" (nor "0.0000")
@@ -314,7 +318,7 @@ def test_loader_on_synthetic_data_records_the_loader_that_ran_so_compare_and_swe
         "--loader torchvision does not apply to synthetic data: synthetic (on device) fed the run"
     )
     assert RunConfig.from_dict(cfgs[0]).loader == "synthetic"  # still a valid config
-    assert compare.config_differences({"config": cfgs[0]}, {"config": cfgs[1]}) == []
+    assert compare.config_differences(_typed({"config": cfgs[0]}), _typed({"config": cfgs[1]})) == []
     # a sweep --loader fast,torchvision on synthetic data: no effect, not "within noise" nor a winner
     rows = [{"key": f"00{i}", "params": {"loader": x}, "status": "ok", "throughput_img_s": t,
              "thr_samples": [t - 1, t, t + 1], "resolved": c, "no_effect": c["no_effect"]}

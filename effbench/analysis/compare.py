@@ -14,10 +14,10 @@ cannot say how much they vary. No torch import; only `resolve_folder` reads the 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
 
@@ -28,25 +28,42 @@ from effbench.errors import EffbenchError
 from effbench.fmt import decimals, interval, num
 from effbench.sweep.manifest import MANIFEST_FILE
 
-# (key in windows, label, higher is better)
+if TYPE_CHECKING:
+    from effbench import schema
+
+
+@dataclass(frozen=True)
+class WindowMetric:
+    """A figure measured per throughput window: its list in the windows (schema.Windows)."""
+
+    of: Callable[[schema.Windows], Any]
+    label: str
+    higher_better: bool
+    percent: bool = False
+    """A share: a fraction in the windows, printed in percent (units in the label), so the delta is in percentage
+    points and `decimals` keeps the digits a share of 0.0012% needs."""
+
+    @property
+    def key(self) -> str:
+        from effbench import schema
+
+        return schema.field_path(self.of, schema.Windows)
+
+
 WINDOW_METRICS = (
-    ("throughput_img_s", "throughput (img/s)", True),
-    ("step_time_ms", "step time (ms)", False),
-    ("data_time_share", "data-wait share (% of step time)", False),
+    WindowMetric(lambda w: w.throughput_img_s, "throughput (img/s)", True),
+    WindowMetric(lambda w: w.step_time_ms, "step time (ms)", False),
+    WindowMetric(lambda w: w.data_time_share, "data-wait share (% of step time)", False, percent=True),
 )
-# Shares are fractions in the windows and printed in percent (units in the label): the delta is then
-# in percentage points, and `decimals` keeps the digits a share of 0.0012% needs.
-PERCENT = {"data_time_share"}
-# (getter name, label, higher is better)
-SINGLE_METRICS = (
-    ("train_loss", "final train loss", False),
-    ("train_top1", "final train top-1", True),
-    ("val_top1", "final val top-1", True),
-    ("peak_mem_gib", "peak device memory (GiB)", False),
+# (the run's figure, label, higher is better)
+SINGLE_METRICS: tuple[tuple[Callable[[schema.Results], float | None], str, bool], ...] = (
+    (lambda r: r.final.train_loss, "final train loss", False),
+    (lambda r: r.final.train_top1, "final train top-1", True),
+    (lambda r: r.final.val_top1, "final val top-1", True),
+    (lambda r: r.peak_mem_gib, "peak device memory (GiB)", False),
 )
-# Config fields that differ between any two runs and say nothing about the measurement.
-# requested / no_effect: what was asked and why it did not take effect; the values that ran are compared.
-_IGNORED_CONFIG = ("output", "requested", "no_effect")
+# config.json's notes beside the values that ran: what was asked and why it did not take effect (config.py)
+CONFIG_NOTES = ("requested", "no_effect")
 
 
 @dataclass(frozen=True)
@@ -112,12 +129,16 @@ def window_delta(
     return MetricDelta(label, side(pa, sa), side(pb, sb), f"{delta:+,.{k}f}", pct, ci, verdict, significant)
 
 
-def no_measurement(record: Mapping[str, Any]) -> str | None:
+def _measured_steps(record: schema.Results) -> int | None:
+    return record.measured.steps if record.measured else None
+
+
+def no_measurement(record: schema.Results) -> str | None:
     """Why a run has no windowed figures, in the run's own terms; None when it has measured steps."""
-    steps = (record.get("measured") or {}).get("steps")
+    steps = _measured_steps(record)
     if steps:
         return None
-    status = record.get("status") or "unknown"
+    status = record.status or "unknown"
     return f"no measured step (status {status})" if steps == 0 or status != "ok" else "no measured step"
 
 
@@ -131,33 +152,28 @@ def single_delta(label: str, a: float | None, b: float | None) -> MetricDelta:
     return MetricDelta(label, num(a, k), num(b, k), f"{delta:+,.{k}f}", pct, "-", verdict, None if delta else False)
 
 
-def _single(record: Mapping[str, Any], key: str) -> float | None:
-    if key == "peak_mem_gib":
-        return record.get("peak_mem_gib")
-    return (record.get("final") or {}).get(key)
-
-
 def compare_runs(
-    a: Mapping[str, Any],
+    a: schema.Results,
     a_steps: Sequence[Mapping[str, Any]],
-    b: Mapping[str, Any],
+    b: schema.Results,
     b_steps: Sequence[Mapping[str, Any]],
 ) -> list[MetricDelta]:
     wa, wb = windows.windows_of(a, a_steps), windows.windows_of(b, b_steps)
     why_a, why_b = no_measurement(a), no_measurement(b)
     rows = []
-    for key, label, higher in WINDOW_METRICS:
-        scale = 100.0 if key in PERCENT else 1.0
+    for i, metric in enumerate(WINDOW_METRICS):
+        label, higher, key = metric.label, metric.higher_better, metric.key
+        scale = 100.0 if metric.percent else 1.0
         xa, xb = [scale * x for x in wa.get(key) or []], [scale * x for x in wb.get(key) or []]
-        # throughput: each run's own figure, the one `report` prints (never the mean of its windows)
-        pa, pb = (a.get("throughput_img_s"), b.get("throughput_img_s")) if key == "throughput_img_s" else (None, None)
+        # throughput (the first): each run's own figure, the one `report` prints (never the mean of its windows)
+        pa, pb = (a.throughput_img_s, b.throughput_img_s) if i == 0 else (None, None)
         if xa and xb:
-            rows.append(window_delta(label, xa, xb, higher, points=(pa, pb), upper=scale if key in PERCENT else None))
+            rows.append(window_delta(label, xa, xb, higher, points=(pa, pb), upper=scale if metric.percent else None))
         else:
             reasons = [f"{n}: {w}" for n, w in (("A", why_a), ("B", why_b)) if w]
             means = [stats.mean(x) if x else None for x in (xa, xb)]
             shown = [p if p is not None else m for p, m in zip((pa, pb), means, strict=True)]
-            k = decimals(shown) if key in PERCENT else _digits(label)
+            k = decimals(shown) if metric.percent else _digits(label)
             rows.append(
                 MetricDelta(
                     label,
@@ -170,21 +186,21 @@ def compare_runs(
                     None,
                 )
             )
-    for key, label, _higher in SINGLE_METRICS:
-        rows.append(single_delta(label, _single(a, key), _single(b, key)))
+    for figure, label, _higher in SINGLE_METRICS:
+        rows.append(single_delta(label, figure(a), figure(b)))
     return rows + target_deltas(a, b)
 
 
 TARGET_METRIC = "time to target"  # the label's start: render_sweeps shows these rows beside throughput
 
 
-def target_deltas(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[MetricDelta]:
+def target_deltas(a: schema.Results, b: schema.Results) -> list[MetricDelta]:
     """--target-top1 (analysis/time_to_accuracy): training seconds and epochs to the target, B - A, when
     either run has one; one value per run, so no interval. Different targets are not compared."""
-    ta, tb = a.get("time_to_accuracy"), b.get("time_to_accuracy")
-    if not ta and not tb:
+    ta, tb = a.time_to_accuracy, b.time_to_accuracy
+    if ta is None and tb is None:
         return []
-    targets = [t.get("target_top1") if t else None for t in (ta, tb)]
+    targets = [t.target_top1 if t else None for t in (ta, tb)]
     label = f"{TARGET_METRIC}: train s to val top-1 >= {targets[0] if targets[0] is not None else targets[1]:g}"
     if targets[0] != targets[1]:
         shown = ["-" if t is None else f"target {t:g}" for t in targets]
@@ -192,20 +208,22 @@ def target_deltas(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[MetricDelt
             MetricDelta(label, shown[0], shown[1], "-", "-", "-", "different targets (or none): not compared", None)
         ]
 
-    def side(t: Mapping[str, Any], key: str, k: int) -> str:
-        if t.get("reached_target"):
-            return num(t.get(key), k)
-        best = t.get("best_val_top1")
+    def side(t: schema.TimeToAccuracy | None, figure: Callable[[schema.TimeToAccuracy], Any], k: int) -> str:
+        if t is not None and t.reached_target:
+            return num(figure(t), k)
+        best = t.best_val_top1 if t is not None else None
         return "not reached" + ("" if best is None else f" (best {best:.4f})")
 
     out = []
-    for key, what, k in (("train_time_to_target_s", label, 3), ("epochs_to_target", f"{TARGET_METRIC}: epochs", 0)):
-        xa, xb = (ta or {}).get(key), (tb or {}).get(key)
+    figures: tuple[tuple[Callable[[schema.TimeToAccuracy], Any], str, int], ...] = (
+        (lambda t: t.train_time_to_target_s, label, 3),
+        (lambda t: t.epochs_to_target, f"{TARGET_METRIC}: epochs", 0),
+    )
+    for figure, what, k in figures:
+        xa, xb = (figure(t) if t is not None else None for t in (ta, tb))
         if xa is None or xb is None:
             out.append(
-                MetricDelta(
-                    what, side(ta or {}, key, k), side(tb or {}, key, k), "-", "-", "-", "not reached on both", None
-                )
+                MetricDelta(what, side(ta, figure, k), side(tb, figure, k), "-", "-", "-", "not reached on both", None)
             )
             continue
         delta = xb - xa
@@ -217,11 +235,16 @@ def target_deltas(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[MetricDelt
     return out
 
 
-def config_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
-    ca, cb = a.get("config") or {}, b.get("config") or {}
+def config_differences(a: schema.Results, b: schema.Results) -> list[str]:
+    """The resolved configuration's values that differ, but for where the run wrote (output) and the notes beside
+    them: the values that ran are compared."""
+    from effbench import schema
+
+    ignored = (schema.field_path(lambda c: c.output, schema.Config), *CONFIG_NOTES)
+    ca, cb = a.config.model_dump(exclude_unset=True), b.config.model_dump(exclude_unset=True)
     out = []
     for k in sorted(set(ca) | set(cb)):
-        if k not in _IGNORED_CONFIG and ca.get(k) != cb.get(k):
+        if k not in ignored and ca.get(k) != cb.get(k):
             out.append(f"{k}: {json.dumps(ca.get(k))} -> {json.dumps(cb.get(k))}")
     return out
 
@@ -317,7 +340,7 @@ class GateOutcome:
     """The one line that decided, for the CI log."""
 
 
-def slower_gate(a: Mapping[str, Any], a_windows: Sequence[float], b: Mapping[str, Any], b_windows: Sequence[float], pct: float) -> GateOutcome:  # fmt: skip
+def slower_gate(a: schema.Results, a_windows: Sequence[float], b: schema.Results, b_windows: Sequence[float], pct: float) -> GateOutcome:  # fmt: skip
     """Fail when B's throughput is below A's by more than `pct` percent and Welch's 95% interval of
     mean(B) - mean(A) over the throughput windows lies below 0.
 
@@ -327,10 +350,10 @@ def slower_gate(a: Mapping[str, Any], a_windows: Sequence[float], b: Mapping[str
     interval `compare` prints): a run figure that says slower while the interval says faster passes.
     """
     opt = f"--fail-if-slower {pct:g}"
-    tb = b.get("throughput_img_s")
-    if b.get("status") != "ok" or not b_windows or not tb:
-        return GateOutcome(True, f"FAIL {opt}: B measured no throughput (status {b.get('status')})")
-    ta = a.get("throughput_img_s")
+    tb = b.throughput_img_s
+    if b.status != "ok" or not b_windows or not tb:
+        return GateOutcome(True, f"FAIL {opt}: B measured no throughput (status {b.status})")
+    ta = a.throughput_img_s
     if not a_windows:  # a bad baseline is bad input (exit 2), not a regression of B
         raise EffbenchError(
             "--fail-if-slower",
@@ -350,7 +373,7 @@ def slower_gate(a: Mapping[str, Any], a_windows: Sequence[float], b: Mapping[str
     if too_few:
         # per side, what gives it the windows: --repeats while its measured steps allow, else more steps
         fixes = "; ".join(
-            f"{side}: {windows.more_windows_fix((r.get('measured') or {}).get('steps'), stats.MIN_SAMPLES_FOR_CI)}"
+            f"{side}: {windows.more_windows_fix(_measured_steps(r), stats.MIN_SAMPLES_FOR_CI)}"
             for side, r, w in (("A", a, a_windows), ("B", b, b_windows))
             if len(w) < stats.MIN_SAMPLES_FOR_CI
         )
@@ -373,21 +396,27 @@ def slower_gate(a: Mapping[str, Any], a_windows: Sequence[float], b: Mapping[str
     return GateOutcome(True, f"FAIL {opt}: B is {-rel:.1f}% slower than A ({figures}; {ci} excludes 0)")
 
 
-def top1_of(record: Mapping[str, Any], key: str) -> float | None:
-    return (record.get("final") or {}).get(key)
-
-
-def accuracy_gate(a: Mapping[str, Any], b: Mapping[str, Any], points: float) -> GateOutcome:
+def accuracy_gate(a: schema.Results, b: schema.Results, points: float) -> GateOutcome:
     """Fail when B's final top-1 is below A's by more than `points` percentage points. Validation
     top-1 when both runs have it, else train top-1. One value per run: no interval exists, so the
     threshold is the only noise allowance (set it above the run-to-run spread of your seed)."""
+    from effbench import schema
+
     opt = f"--fail-if-less-accurate {points:g}"
-    key = "val_top1" if top1_of(a, "val_top1") is not None and top1_of(b, "val_top1") is not None else "train_top1"
-    ta, tb = top1_of(a, key), top1_of(b, key)
+
+    def val(r: schema.Results) -> float | None:
+        return r.final.val_top1
+
+    def train(r: schema.Results) -> float | None:
+        return r.final.train_top1
+
+    top1 = val if val(a) is not None and val(b) is not None else train
+    key = schema.field_path(top1, schema.Results).rsplit(".", 1)[-1]  # the lines name the field, val_top1
+    ta, tb = top1(a), top1(b)
     if ta is None:
         return GateOutcome(True, f"FAIL {opt}: the baseline A has no final {key}")
     if tb is None:
-        return GateOutcome(True, f"FAIL {opt}: B has no final {key} (status {b.get('status')})")
+        return GateOutcome(True, f"FAIL {opt}: B has no final {key} (status {b.status})")
     drop = 100.0 * (ta - tb)
     values = f"{key} A {100 * ta:.2f}%, B {100 * tb:.2f}%"
     if drop > points:

@@ -6,8 +6,9 @@
 A row is one run and nothing else (no summary rows, no nesting), so pandas, DuckDB or a spreadsheet
 read it as is. Column names are stable: the fixed ones in COLUMNS (documented in docs/sweeps-and-reports.md, "Export
 columns"), then `swept.<dim>` for the values a sweep or scaling series chose, then `config.<key>` for
-the resolved configuration. Every record goes through results.read_results, so a newer schema is
-refused with one line rather than exported half-understood.
+the resolved configuration. Every record goes through results.load_record, so a newer schema is
+refused with one line rather than exported half-understood. A column that holds a field of the record takes its
+name from the field's path (final.val_loss -> final_val_loss, schema.field_path), so the two cannot drift.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ import io
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from effbench import results, safe_files
-from effbench.analysis import time_to_accuracy, windows
+from effbench import results, safe_files, schema
+from effbench.analysis import windows
 from effbench.errors import EffbenchError
 from effbench.sweep import manifest as M
 
@@ -31,53 +32,6 @@ SCALING_JSON = "scaling.json"  # effbench.sweep.series.SCALING_JSON (that module
 # The command the selftest records in its internal runs (selftest/checks.py): how they are told from a user's.
 SELFTEST_COMMAND = ["effbench", "selftest"]
 FORMATS = ("csv", "jsonl")
-
-# (column, what it holds); the "Export columns" table of docs/sweeps-and-reports.md is this list (tests/test_docs.py).
-COLUMN_DOCS: tuple[tuple[str, str], ...] = (
-    ("path", "the run folder"),
-    ("kind", "run, sweep-cell, sweep-attempt (an earlier try of a cell, superseded) or scaling-member"),
-    ("group", "the sweep or scaling-series folder holding it; empty for a lone run"),
-    ("status", "ok, failed, interrupted, oom or running"),
-    ("run_name", "the run's folder name when it ran"),
-    ("started_at", "ISO 8601 start time"),
-    ("host", "hostname (env.json)"),
-    ("gpu_model", "name of GPU 0; empty without GPUs"),
-    ("gpu_count", "GPUs visible to the run"),
-    ("driver_version", "NVIDIA driver (NVML)"),
-    ("cuda_build", "CUDA version torch was built with"),
-    ("torch", "torch version"),
-    ("cpu_model", "CPU model"),
-    ("cpu_cores_usable", "cores the run could use (affinity)"),
-    ("cpu_quota_cores", "cgroup CPU quota in cores; empty when unlimited"),
-    ("shm_gib", "size of /dev/shm in GiB"),
-    ("container_runtime", "docker, podman, apptainer or none"),
-    ("image_revision", "the git revision the image was built from (env.json image.revision); empty outside the image"),
-    ("sm_clock_mhz", "mean SM clock over the run, GPU mean; empty without NVML"),
-    ("device", "device the run trained on"),
-    ("world_size", "processes in the job"),
-    ("global_batch_size", "images per optimizer step over all processes"),
-    ("throughput_img_s", "headline throughput: measured images / (data wait + compute)"),
-    ("throughput_median_img_s", "median over the throughput windows"),
-    ("throughput_ci_low_img_s", "95% Student's t interval of the window mean, low end"),
-    ("throughput_ci_high_img_s", "95% Student's t interval of the window mean, high end"),
-    ("throughput_windows", "windows behind the median and interval"),
-    ("data_wait_share", "share of step time waiting on the input pipeline (0..1)"),
-    ("mfu", "model FLOPs utilisation (0..1); empty for devices with no datasheet peak"),
-    ("energy_per_image_j", "GPU energy per trained image in joules; empty without an energy counter"),
-    ("peak_mem_gib", "peak device memory allocated, GiB"),
-    ("final_train_loss", "train loss of the last epoch"),
-    ("final_val_loss", "validation loss of the last epoch"),
-    ("final_train_top1", "train top-1 of the last epoch (0..1)"),
-    ("final_val_top1", "validation top-1 of the last epoch (0..1)"),
-    ("target_top1", "--target-top1 of the run; empty without one (docs/time-to-accuracy.md)"),
-    ("reached_target", "whether a validation reached the target top-1"),
-    ("time_to_target_s", "training seconds (timed steps, validation excluded) to the first validation at the target"),
-    ("epochs_to_target", "epochs trained to the first validation at the target"),
-    ("best_val_top1", "best validation top-1 over the epochs run with a target (0..1)"),
-)
-COLUMNS = tuple(name for name, _ in COLUMN_DOCS)
-# Config keys that name where a run wrote or read, not what it measured.
-PLACE_CONFIG = ("output", "data_dir")
 
 
 @dataclass(frozen=True)
@@ -90,6 +44,139 @@ class RunFolder:
     swept: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Source:
+    """What one row is read from: the run folder's place, its record, its env.json and its throughput windows."""
+
+    folder: RunFolder
+    kind: str
+    """folder.kind, or selftest for the selftest's internal runs."""
+    record: schema.Results
+    env: schema.Env
+    windows: schema.Windows
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    doc: str
+    """What it holds: the "Export columns" table of docs/sweeps-and-reports.md (tests/test_docs.py)."""
+    value: Callable[[Source], Any]
+
+
+# Names of the columns that are the export's own (no field of the record holds them as they are).
+PATH, KIND, HOST, GPU_MODEL = "path", "kind", "host", "gpu_model"
+CPU_QUOTA_CORES, SHM_GIB, IMAGE_REVISION, SM_CLOCK_MHZ = "cpu_quota_cores", "shm_gib", "image_revision", "sm_clock_mhz"
+CI_LOW, CI_HIGH, TIME_TO_TARGET_S = "throughput_ci_low_img_s", "throughput_ci_high_img_s", "time_to_target_s"
+
+
+def _field(getter: Callable[[schema.Results], Any], doc: str) -> Column:
+    """A column holding a field of the record, named by its path: final.val_loss -> final_val_loss."""
+    return Column(column_name(getter), doc, lambda s: getter(s.record))
+
+
+def _env(getter: Callable[[schema.Env], Any], doc: str) -> Column:
+    """A column holding a field of env.json, named by it."""
+    return Column(env_column(getter), doc, lambda s: getter(s.env))
+
+
+def env_column(getter: Callable[[schema.Env], Any]) -> str:
+    """The export column holding a field of env.json."""
+    return schema.field_path(getter, schema.Env)
+
+
+def tta_column(getter: Callable[[schema.TimeToAccuracy], Any]) -> str:
+    """The export column holding a field of --target-top1's record (but TIME_TO_TARGET_S, named apart)."""
+    return schema.field_path(getter, schema.TimeToAccuracy)
+
+
+def _tta(getter: Callable[[schema.TimeToAccuracy], Any], doc: str, name: str | None = None) -> Column:
+    """A column of --target-top1's record (analysis/time_to_accuracy), named by its field unless `name`;
+    empty without a target."""
+    tta_name = name or tta_column(getter)
+    return Column(tta_name, doc, lambda s: getter(s.record.time_to_accuracy) if s.record.time_to_accuracy else None)
+
+
+def column_name(getter: Callable[[schema.Results], Any]) -> str:
+    """The export column holding a field of the record (the leaderboard reads rows by it)."""
+    return schema.field_path(getter).replace(".", "_")
+
+
+def _throughput(s: Source) -> schema.Stat:
+    """The windows' throughput summary (median, 95% interval); an empty one without windows."""
+    key = schema.field_path(lambda w: w.throughput_img_s, schema.Windows)  # the summary is keyed by the list's name
+    stat = s.windows.summary.get(key) if s.windows.summary else None
+    return stat or schema.Stat()
+
+
+def _clock_mhz(record: schema.Results) -> float | None:
+    means = [g.sm_clock_mhz.mean for g in record.utilization.gpus if g.sm_clock_mhz and g.sm_clock_mhz.mean is not None]
+    return sum(means) / len(means) if means else None
+
+
+def _energy_per_image_j(record: schema.Results) -> float | None:
+    return 1.0 / record.images_per_j if record.images_per_j else None
+
+
+# The columns in order; the "Export columns" table of docs/sweeps-and-reports.md is their (name, doc).
+COLUMN_SPEC: tuple[Column, ...] = (
+    Column(PATH, "the run folder", lambda s: str(s.folder.path)),
+    Column(KIND, "run, sweep-cell, sweep-attempt (an earlier try of a cell, superseded) or scaling-member",
+           lambda s: s.kind),
+    Column("group", "the sweep or scaling-series folder holding it; empty for a lone run",
+           lambda s: str(s.folder.group) if s.folder.group else None),
+    _field(lambda r: r.status, "ok, failed, interrupted, oom or running"),
+    _field(lambda r: r.run_name, "the run's folder name when it ran"),
+    _field(lambda r: r.started_at, "ISO 8601 start time"),
+    Column(HOST, "hostname (env.json)", lambda s: s.env.hostname),
+    Column(GPU_MODEL, "name of GPU 0; empty without GPUs", lambda s: s.env.gpus[0].name if s.env.gpus else None),
+    _env(lambda e: e.gpu_count, "GPUs visible to the run"),
+    _env(lambda e: e.driver_version, "NVIDIA driver (NVML)"),
+    _env(lambda e: e.cuda_build, "CUDA version torch was built with"),
+    _env(lambda e: e.torch, "torch version"),
+    _env(lambda e: e.cpu_model, "CPU model"),
+    _env(lambda e: e.cpu_cores_usable, "cores the run could use (affinity)"),
+    Column(CPU_QUOTA_CORES, "cgroup CPU quota in cores; empty when unlimited",
+           lambda s: s.env.cgroup_cpu_quota_cores),
+    Column(SHM_GIB, "size of /dev/shm in GiB", lambda s: s.env.shm_size_gib),
+    _env(lambda e: e.container_runtime, "docker, podman, apptainer or none"),
+    Column(IMAGE_REVISION,
+           "the git revision the image was built from (env.json image.revision); empty outside the image",
+           lambda s: s.env.image.revision if s.env.image else None),
+    Column(SM_CLOCK_MHZ, "mean SM clock over the run, GPU mean; empty without NVML", lambda s: _clock_mhz(s.record)),
+    _field(lambda r: r.device, "device the run trained on"),
+    _field(lambda r: r.world_size, "processes in the job"),
+    _field(lambda r: r.global_batch_size, "images per optimizer step over all processes"),
+    _field(lambda r: r.throughput_img_s, "headline throughput: measured images / (data wait + compute)"),
+    Column("throughput_median_img_s", "median over the throughput windows", lambda s: _throughput(s).median),
+    Column(CI_LOW, "95% Student's t interval of the window mean, low end",
+           lambda s: _throughput(s).ci_low),
+    Column(CI_HIGH, "95% Student's t interval of the window mean, high end",
+           lambda s: _throughput(s).ci_high),
+    Column("throughput_windows", "windows behind the median and interval", lambda s: s.windows.windows or 0),
+    Column("data_wait_share", "share of step time waiting on the input pipeline (0..1)",
+           lambda s: s.record.data_time_share),
+    _field(lambda r: r.mfu, "model FLOPs utilisation (0..1); empty for devices with no datasheet peak"),
+    Column("energy_per_image_j", "GPU energy per trained image in joules; empty without an energy counter",
+           lambda s: _energy_per_image_j(s.record)),
+    _field(lambda r: r.peak_mem_gib, "peak device memory allocated, GiB"),
+    _field(lambda r: r.final.train_loss, "train loss of the last epoch"),
+    _field(lambda r: r.final.val_loss, "validation loss of the last epoch"),
+    _field(lambda r: r.final.train_top1, "train top-1 of the last epoch (0..1)"),
+    _field(lambda r: r.final.val_top1, "validation top-1 of the last epoch (0..1)"),
+    _tta(lambda t: t.target_top1, "--target-top1 of the run; empty without one (docs/time-to-accuracy.md)"),
+    _tta(lambda t: t.reached_target, "whether a validation reached the target top-1"),
+    _tta(lambda t: t.train_time_to_target_s,
+         "training seconds (timed steps, validation excluded) to the first validation at the target",
+         name=TIME_TO_TARGET_S),
+    _tta(lambda t: t.epochs_to_target, "epochs trained to the first validation at the target"),
+    _tta(lambda t: t.best_val_top1, "best validation top-1 over the epochs run with a target (0..1)"),
+)  # fmt: skip
+# (column, what it holds)
+COLUMN_DOCS: tuple[tuple[str, str], ...] = tuple((c.name, c.doc) for c in COLUMN_SPEC)
+COLUMNS = tuple(name for name, _ in COLUMN_DOCS)
+
+
 def _results_file(path: Path) -> Path:
     return path if path.is_file() else path / results.RESULTS_FILE
 
@@ -97,21 +184,23 @@ def _results_file(path: Path) -> Path:
 def _cell_of(sweep_dir: Path, run_dir: Path) -> tuple[str, dict[str, Any]] | None:
     """(kind, swept values) of a run folder inside a sweep: the cell's current run, or an earlier
     attempt the runner moved to attempts/<key>/ before rerunning the cell; None when not its own."""
-    cells = M.read_manifest(sweep_dir)["cells"]
+    cells = M.load_manifest(sweep_dir).cells
     for cell in cells:
-        if cell.get("run_dir") and (sweep_dir / cell["run_dir"]).resolve() == run_dir.resolve():
-            return "sweep-cell", dict(cell.get("params") or {})
+        if cell.run_dir and (sweep_dir / cell.run_dir).resolve() == run_dir.resolve():
+            return "sweep-cell", dict(cell.params)
     rel = run_dir.resolve().relative_to(sweep_dir.resolve()).parts
     if len(rel) == 3 and rel[0] == "attempts":
-        cell = next((c for c in cells if c.get("key") == rel[1]), None)
-        return "sweep-attempt", dict((cell or {}).get("params") or {})
+        found = next((c for c in cells if c.key == rel[1]), None)
+        return "sweep-attempt", dict(found.params) if found else {}
     return None
 
 
-def _scaling_dim(record: Mapping[str, Any]) -> dict[str, Any]:
-    config = record.get("config") or {}
-    dim = "nproc" if config.get("nproc") is not None else "gpus"
-    return {dim: config.get(dim)}
+def _scaling_dim(record: schema.Results) -> dict[str, Any]:
+    """The device count a scaling series varied: processes (--nproc) when set, else GPUs."""
+    config = record.config
+    if config.nproc is not None:
+        return {schema.field_path(lambda c: c.nproc, schema.Config): config.nproc}
+    return {schema.field_path(lambda c: c.gpus, schema.Config): config.gpus}
 
 
 def locate(run_dir: Path) -> RunFolder:
@@ -150,62 +239,18 @@ def find_runs(paths: Sequence[Path]) -> list[Path]:
     return unique
 
 
-def _read_env(run_dir: Path, record: Mapping[str, Any]) -> dict[str, Any]:
+def _read_env(run_dir: Path, record: schema.Results) -> schema.Env:
     """env.json as the run wrote it; the copy inside results.json when the file is gone (a lone results.json)."""
+    path = run_dir / results.ENV_FILE
+    fix = "restore the env.json the run wrote, or delete it"
     try:  # a FIFO, a 100,000-deep or a 5,000-digit env.json is one line (safe_files), a missing one the copy
-        data = safe_files.load_json(run_dir / results.ENV_FILE, fix="restore the env.json the run wrote, or delete it")
+        data = safe_files.load_json(path, fix=fix)
     except FileNotFoundError:
         data = None
-    return data if isinstance(data, dict) else dict(record.get("env") or {})
-
-
-def _clock_mhz(record: Mapping[str, Any]) -> float | None:
-    gpus = (record.get("utilization") or {}).get("gpus") or []
-    means = [g["sm_clock_mhz"]["mean"] for g in gpus if isinstance(g.get("sm_clock_mhz"), Mapping)]
-    return sum(means) / len(means) if means else None
-
-
-def machine(record: Mapping[str, Any], env: Mapping[str, Any]) -> dict[str, Any]:
-    """The machine columns, read from env.json's keys as hardware.env_snapshot writes them."""
-    gpus = [g for g in env.get("gpus") or [] if isinstance(g, Mapping)]
-    return {
-        "host": env.get("hostname"),
-        "gpu_model": gpus[0].get("name") if gpus else None,
-        "gpu_count": env.get("gpu_count"),
-        "driver_version": env.get("driver_version"),
-        "cuda_build": env.get("cuda_build"),
-        "torch": env.get("torch"),
-        "cpu_model": env.get("cpu_model"),
-        "cpu_cores_usable": env.get("cpu_cores_usable"),
-        "cpu_quota_cores": env.get("cgroup_cpu_quota_cores"),
-        "shm_gib": env.get("shm_size_gib"),
-        "container_runtime": env.get("container_runtime"),
-        "image_revision": (env.get("image") or {}).get("revision"),
-        "sm_clock_mhz": _clock_mhz(record),
-    }
-
-
-def figures(record: Mapping[str, Any], steps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    w = windows.windows_of(record, steps)
-    s = (w.get("summary") or {}).get("throughput_img_s") or {}
-    final = record.get("final") or {}
-    per_j = record.get("images_per_j")
-    return {
-        "throughput_img_s": record.get("throughput_img_s"),
-        "throughput_median_img_s": s.get("median"),
-        "throughput_ci_low_img_s": s.get("ci_low"),
-        "throughput_ci_high_img_s": s.get("ci_high"),
-        "throughput_windows": w.get("windows") or 0,
-        "data_wait_share": record.get("data_time_share"),
-        "mfu": record.get("mfu"),
-        "energy_per_image_j": 1.0 / per_j if per_j else None,
-        "peak_mem_gib": record.get("peak_mem_gib"),
-        "final_train_loss": final.get("train_loss"),
-        "final_val_loss": final.get("val_loss"),
-        "final_train_top1": final.get("train_top1"),
-        "final_val_top1": final.get("val_top1"),
-        **time_to_accuracy.cell_fields(record),  # --target-top1; empty without
-    }
+    if not isinstance(data, dict):
+        return record.env
+    schema.check(schema.Env, data, path, fix)  # a bad value: one line naming the file and the field
+    return schema.Env.model_validate(data)
 
 
 def _flat(value: Any) -> Any:
@@ -223,29 +268,19 @@ class Run:
 
 def read_run(results_file: Path) -> Run:
     run_dir = results_file.parent
-    record = results.read_results(results_file)
+    # by its folder when it is a run's results.json: a folder in its place is then refused as one, not looked into
+    record = results.load_record(run_dir if results_file.name == results.RESULTS_FILE else results_file)
     steps = windows.read_steps(run_dir)
     where = locate(run_dir)
     swept = where.swept or (_scaling_dim(record) if where.kind == "scaling-member" else {})
-    selftest = record.get("command") == SELFTEST_COMMAND
-    row: dict[str, Any] = {
-        "path": str(run_dir),
-        "kind": "selftest" if selftest else where.kind,
-        "group": str(where.group) if where.group else None,
-        "status": record.get("status"),
-        "run_name": record.get("run_name"),
-        "started_at": record.get("started_at"),
-        **machine(record, _read_env(run_dir, record)),
-        "device": record.get("device"),
-        "world_size": record.get("world_size"),
-        "global_batch_size": record.get("global_batch_size"),
-        **figures(record, steps),
-    }
+    kind = "selftest" if record.command == SELFTEST_COMMAND else where.kind
+    w = schema.Windows.model_validate(windows.windows_of(record, steps))
+    source = Source(where, kind, record, _read_env(run_dir, record), w)
+    row: dict[str, Any] = {c.name: c.value(source) for c in COLUMN_SPEC}
     row.update({f"swept.{k}": _flat(v) for k, v in sorted(swept.items())})
-    config = record.get("config") or {}
+    config = record.config.model_dump(exclude_unset=True)
     row.update({f"config.{k}": _flat(v) for k, v in sorted(config.items())})
-    thr = windows.windows_of(record, steps).get("throughput_img_s") or []
-    return Run(row, [float(x) for x in thr])
+    return Run(row, [float(x) for x in w.throughput_img_s or [] if x is not None])
 
 
 def collect(paths: Sequence[Path]) -> list[Run]:

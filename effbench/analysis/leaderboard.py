@@ -18,15 +18,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from effbench import schema
+from effbench.analysis import export as ex
 from effbench.analysis import stats
 from effbench.analysis.export import Run
 
 # Config keys that say where a run read and wrote or how it logged, not what it measured; and what was
 # asked for where it differs from what ran (requested, no_effect): runs are grouped by what ran.
-IGNORED_CONFIG = ("output", "data_dir", "download", "log_interval", "node_rank", "rdzv_endpoint", "rdzv_id",
-                  "requested", "no_effect")  # fmt: skip
+IGNORED_CONFIG = (
+    *(schema.field_path(f, schema.Config) for f in (
+        lambda c: c.output, lambda c: c.data_dir, lambda c: c.download, lambda c: c.log_interval,
+        lambda c: c.node_rank, lambda c: c.rdzv_endpoint, lambda c: c.rdzv_id,
+    )),
+    "requested", "no_effect",  # config.json's notes beside the values (config.py), not fields
+)  # fmt: skip
 # Keys named in every group label, then whatever else differs between groups.
-LABEL_KEYS = ("arch", "dataset", "batch_size", "precision", "device")
+LABEL_KEYS = tuple(
+    schema.field_path(f, schema.Config)
+    for f in (lambda c: c.arch, lambda c: c.dataset, lambda c: c.batch_size, lambda c: c.precision, lambda c: c.device)
+)
+# The export columns a leaderboard row reads (analysis/export.py)
+STATUS = ex.column_name(lambda r: r.status)
+HEADLINE = ex.column_name(lambda r: r.throughput_img_s)
+GPU_COUNT = ex.env_column(lambda e: e.gpu_count)
+CPU_MODEL = ex.env_column(lambda e: e.cpu_model)
+CPU_CORES = ex.env_column(lambda e: e.cpu_cores_usable)
+TARGET = ex.tta_column(lambda t: t.target_top1)
+REACHED = ex.tta_column(lambda t: t.reached_target)
+EPOCHS_TO_TARGET = ex.tta_column(lambda t: t.epochs_to_target)
+BEST_VAL_TOP1 = ex.tta_column(lambda t: t.best_val_top1)
 
 
 def _shown(v: Any, digits: int = 1) -> str:
@@ -38,18 +58,18 @@ def _shown(v: Any, digits: int = 1) -> str:
 # (label, export column, digits): compared as shown, so a difference below the printed precision
 # (clock jitter of a few MHz, shm 23.54 vs 23.55 GiB) is not called a difference.
 ENV_FIELDS = (
-    ("GPU", "gpu_model", 0),
-    ("GPUs", "gpu_count", 0),
-    ("driver", "driver_version", 0),
-    ("SM clock MHz", "sm_clock_mhz", 0),
-    ("CUDA build", "cuda_build", 0),
-    ("torch", "torch", 0),
-    ("container", "container_runtime", 0),
-    ("image", "image_revision", 0),
-    ("shm GiB", "shm_gib", 1),
-    ("CPU quota cores", "cpu_quota_cores", 1),
-    ("CPU cores", "cpu_cores_usable", 0),
-    ("CPU", "cpu_model", 0),
+    ("GPU", ex.GPU_MODEL, 0),
+    ("GPUs", GPU_COUNT, 0),
+    ("driver", ex.env_column(lambda e: e.driver_version), 0),
+    ("SM clock MHz", ex.SM_CLOCK_MHZ, 0),
+    ("CUDA build", ex.env_column(lambda e: e.cuda_build), 0),
+    ("torch", ex.env_column(lambda e: e.torch), 0),
+    ("container", ex.env_column(lambda e: e.container_runtime), 0),
+    ("image", ex.IMAGE_REVISION, 0),
+    ("shm GiB", ex.SHM_GIB, 1),
+    ("CPU quota cores", ex.CPU_QUOTA_CORES, 1),
+    ("CPU cores", CPU_CORES, 0),
+    ("CPU", CPU_MODEL, 0),
 )
 
 
@@ -59,10 +79,10 @@ def config_key(row: Mapping[str, Any]) -> str:
 
 
 def machine_label(row: Mapping[str, Any]) -> str:
-    host = row.get("host") or "?"
-    if row.get("gpu_count"):
-        return f"{host} ({row['gpu_count']}x {row.get('gpu_model') or 'GPU'})"
-    return f"{host} ({row.get('cpu_model') or 'CPU'}, {_shown(row.get('cpu_cores_usable'))} cores)"
+    host = row.get(ex.HOST) or "?"
+    if row.get(GPU_COUNT):
+        return f"{host} ({row[GPU_COUNT]}x {row.get(ex.GPU_MODEL) or 'GPU'})"
+    return f"{host} ({row.get(CPU_MODEL) or 'CPU'}, {_shown(row.get(CPU_CORES))} cores)"
 
 
 def env_differences(row: Mapping[str, Any], best: Mapping[str, Any]) -> list[str]:
@@ -129,7 +149,7 @@ class Group:
 def _headline(run: Run) -> float | None:
     """The run's throughput as its report prints it (one definition, analysis/throughput): ranking by
     the windows' median instead could order two machines opposite to their own reports."""
-    return run.row.get("throughput_img_s")
+    return run.row.get(HEADLINE)
 
 
 def _gap(best: Run, run: Run) -> str:
@@ -146,11 +166,11 @@ def _gap(best: Run, run: Run) -> str:
 
 def _time_to_target(row: Mapping[str, Any]) -> str | None:
     """An export row's time-to-accuracy figures as the leaderboard prints them (None: no target)."""
-    if row.get("target_top1") in (None, ""):
+    if row.get(TARGET) in (None, ""):
         return None
-    if row.get("reached_target") is True and row.get("time_to_target_s") is not None:
-        return f"{row['time_to_target_s']:.3f} s, {row['epochs_to_target']} epoch(s)"
-    best = row.get("best_val_top1")
+    if row.get(REACHED) is True and row.get(ex.TIME_TO_TARGET_S) is not None:
+        return f"{row[ex.TIME_TO_TARGET_S]:.3f} s, {row[EPOCHS_TO_TARGET]} epoch(s)"
+    best = row.get(BEST_VAL_TOP1)
     return "not reached" + ("" if best in (None, "") else f" (best {best:.4f})")
 
 
@@ -164,13 +184,13 @@ def leaderboard(runs: Sequence[Run]) -> list[Group]:
     """Groups in order of first appearance; rows by the runs' throughput, fastest first, unmeasured last."""
     by: dict[str, list[Run]] = {}
     for r in runs:
-        if r.row.get("kind") == "sweep-attempt":  # superseded by the cell's rerun
+        if r.row.get(ex.KIND) == "sweep-attempt":  # superseded by the cell's rerun
             continue
         by.setdefault(config_key(r.row), []).append(r)
     configs = [json.loads(k) for k in by]
     groups = []
     for label, cfg, members in zip(_labels(configs), configs, by.values(), strict=True):
-        figures = {id(m): v for m in members if m.row.get("status") == "ok" and (v := _headline(m))}
+        figures = {id(m): v for m in members if m.row.get(STATUS) == "ok" and (v := _headline(m))}
         measured = sorted((m for m in members if id(m) in figures), key=lambda m: -figures[id(m)])
         rest = [m for m in members if id(m) not in figures]
         best = measured[0] if measured else None
@@ -179,15 +199,15 @@ def leaderboard(runs: Sequence[Run]) -> list[Group]:
         for m, name in zip(measured + rest, names, strict=True):
             thr = figures.get(id(m))
             if names.count(name) > 1:  # several runs of one machine: tell them apart by folder
-                name = f"{name} {Path(str(m.row.get('path'))).name}"
+                name = f"{name} {Path(str(m.row.get(ex.PATH))).name}"
             entries.append(
                 Entry(
                     machine=name,
-                    path=str(m.row.get("path")),
-                    status=str(m.row.get("status")),
+                    path=str(m.row.get(ex.PATH)),
+                    status=str(m.row.get(STATUS)),
                     throughput=thr,
-                    ci_low=m.row.get("throughput_ci_low_img_s") if thr is not None else None,
-                    ci_high=m.row.get("throughput_ci_high_img_s") if thr is not None else None,
+                    ci_low=m.row.get(ex.CI_LOW) if thr is not None else None,
+                    ci_high=m.row.get(ex.CI_HIGH) if thr is not None else None,
                     relative=thr / figures[id(best)] if thr is not None and best is not None else None,
                     gap=_gap(best, m) if thr is not None and best is not None else "not measured",
                     differences=env_differences(m.row, best.row) if best is not None and m is not best else [],

@@ -178,6 +178,7 @@ def windows_of(record: Mapping[str, Any], step_rows: Sequence[Mapping[str, Any]]
     than rank 0's figures passed off as the job's.
     """
     saved = record.get("throughput_windows")
+    saved = saved.model_dump(exclude_unset=True) if hasattr(saved, "model_dump") else saved  # TRANSITION: typed
     if isinstance(saved, Mapping) and saved.get("windows") is not None:
         return dict(saved)
     if int(record.get("world_size") or 1) > 1:

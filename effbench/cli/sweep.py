@@ -214,7 +214,7 @@ def compare(
             str(b), f"is a {kinds[1]} folder but {a} is a {kinds[0]}; compare a run with a run or a sweep with a sweep"
         )
     if kinds[0] == "run":
-        ra, rb = results.read_results(a), results.read_results(b)
+        ra, rb = results.load_record(a), results.load_record(b)
         sa, sb = windows.read_steps(run_dir(a)), windows.read_steps(run_dir(b))
         deltas = cmp.compare_runs(ra, sa, rb, sb)
         typer.echo(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from effbench import results
+from effbench import results, schema
 from effbench.analysis import export
 from effbench.analysis import leaderboard as lb
 from effbench.fmt import interval, num
@@ -40,7 +40,7 @@ def _short(text: str, n: int = 32) -> str:
 
 def _target(group: lb.Group) -> str | None:
     """The group's --target-top1 column header (every run of a group has the same configuration), else None."""
-    target = group.config.get("target_top1")
+    target = group.config.get(schema.field_path(lambda c: c.target_top1, schema.Config))
     return None if target is None else f"train s to val top-1 >= {target:g}"
 
 

@@ -215,14 +215,14 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 def load_sweep(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The manifest and one row per cell (results read from each cell's run folder)."""
     folder = Path(folder)
-    m = M.read_manifest(folder)
+    m = M.load_manifest(folder)
     rows = []
     for cell in m["cells"]:
         record, steps = None, None
         if cell.get("run_dir"):
             run_dir = folder / cell["run_dir"]
             if (run_dir / results.RESULTS_FILE).exists() or cell.get("status") == "ok":
-                record = results.read_results(run_dir)
+                record = results.load_record(run_dir)
                 steps = windows.read_steps(run_dir)
         rows.append(sweep_report.cell_row(cell, record, steps))
     return m, rows

@@ -11,7 +11,7 @@ CI of its windows' mean (windows.py); "within noise" means Welch's 95% interval 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
 
@@ -24,6 +24,9 @@ from effbench.analysis.efficiency import BOTTLENECKS
 from effbench.fmt import fmt_value, interval
 from effbench.sweep.spec import dim_option, show, varied
 
+if TYPE_CHECKING:
+    from effbench import schema
+
 
 def _mean(xs: Sequence[float | None]) -> float | None:
     vals = [x for x in xs if x is not None]
@@ -31,61 +34,78 @@ def _mean(xs: Sequence[float | None]) -> float | None:
 
 
 def cell_row(
-    cell: Mapping[str, Any], record: Mapping[str, Any] | None, steps: Sequence[Mapping[str, Any]] | None = None
+    cell: schema.Cell, record: schema.Results | None, steps: Sequence[Mapping[str, Any]] | None = None
 ) -> dict[str, Any]:
-    """Everything the tables and plots need about one cell."""
+    """Everything the tables and plots need about one cell (its keys are summary.json's, render.py)."""
     row: dict[str, Any] = {
-        "key": cell["key"],
-        "params": dict(cell.get("params") or {}),
-        "status": cell.get("status"),
-        "run_dir": cell.get("run_dir"),
-        "error": (cell.get("error") or {}).get("message")
-        if isinstance(cell.get("error"), Mapping)
-        else cell.get("error"),
-        "batch_size_per_device": (cell.get("config") or {}).get("batch_size"),
+        "key": cell.key,
+        "params": dict(cell.params),
+        "status": cell.status,
+        "run_dir": cell.run_dir,
+        "error": cell.error.message if cell.error else None,
+        "batch_size_per_device": cell.config.get("batch_size"),  # the config identity: a plain dict
     }
     if record is None:
         return row
-    epochs = record.get("epochs") or []
+    from effbench import schema
+
+    # the windows' summary is keyed by the name of the list it summarises
+    thr_key = schema.field_path(_thr_of, schema.Windows)
+    epochs = record.epochs
     w = windows.windows_of(record, steps)
-    summ = (w.get("summary") or {}).get("throughput_img_s")
-    final = record.get("final") or {}
+    typed_windows = schema.Windows.model_validate(w)
+    summ = typed_windows.summary.get(thr_key) if typed_windows.summary else None
+    final = record.final
+    config = record.config.model_dump(exclude_unset=True)  # the values that ran (config.json is resolved)
     row.update(
-        status=record.get("status", row["status"]),
-        error=(record.get("error") or {}).get("message") or row["error"],
-        throughput_img_s=record.get("throughput_img_s"),
-        thr_median=summ["median"] if summ else None,
-        thr_ci_low=summ["ci_low"] if summ else None,
-        thr_ci_high=summ["ci_high"] if summ else None,
-        thr_samples=list(w.get("throughput_img_s") or []),
-        share_samples=list(w.get("data_time_share") or []),
-        no_effect=dict((record.get("config") or {}).get("no_effect") or {}),
-        resolved=dict(record.get("config") or {}),  # the values that ran (config.json is resolved)
-        windows=w.get("windows"),
+        status=record.status,
+        error=(record.error.message if record.error else None) or row["error"],
+        throughput_img_s=record.throughput_img_s,
+        thr_median=summ.median if summ else None,
+        thr_ci_low=summ.ci_low if summ else None,
+        thr_ci_high=summ.ci_high if summ else None,
+        thr_samples=list(_thr_of(typed_windows) or []),
+        share_samples=list(_share_of(typed_windows) or []),
+        no_effect=dict(config.get(NO_EFFECT) or {}),
+        resolved=config,
+        windows=typed_windows.windows,
         # every step, warm-up included (summary.json only; epochs.csv's data_time_s / compute_time_s)
-        data_time_per_epoch_s=_mean([e.get("data_time_s") for e in epochs]),
-        compute_time_per_epoch_s=_mean([e.get("compute_time_s") for e in epochs]),
+        data_time_per_epoch_s=_mean([e.data_time_s for e in epochs]),
+        compute_time_per_epoch_s=_mean([e.compute_time_s for e in epochs]),
         # what the tables and charts show: the measured steps (the headline's), warm-up apart, and their source
         **epoch_time.per_epoch(record),
-        data_time_share=record.get("data_time_share"),
-        train_loss=final.get("train_loss"),
-        train_top1=final.get("train_top1"),
-        val_top1=final.get("val_top1"),
-        train_top1_per_epoch=[e.get("train_top1") for e in epochs],
-        val_top1_per_epoch=[e.get("val_top1") for e in epochs],
-        batch_size_per_device=record.get("batch_size_per_device", row["batch_size_per_device"]),
-        global_batch_size=record.get("global_batch_size"),
-        devices=record.get("devices") or record.get("world_size"),
-        peak_mem_gib=record.get("peak_mem_gib"),
+        data_time_share=record.data_time_share,
+        train_loss=final.train_loss,
+        train_top1=final.train_top1,
+        val_top1=final.val_top1,
+        train_top1_per_epoch=[e.train_top1 for e in epochs],
+        val_top1_per_epoch=[e.val_top1 for e in epochs],
+        batch_size_per_device=record.batch_size_per_device or row["batch_size_per_device"],
+        global_batch_size=record.global_batch_size,
+        devices=record.devices or record.world_size,
+        peak_mem_gib=record.peak_mem_gib,
         peak_host_gib=host_peak_gib(record),
-        wall_time_s=record.get("wall_time_s"),
-        device=record.get("device"),
+        wall_time_s=record.wall_time_s,
+        device=record.device,
         **time_to_accuracy.cell_fields(record),  # --target-top1: time and epochs to it (None without)
         # the run's own verdict: a busy host set its pace (analysis/efficiency.py), so its figures rank nothing
-        contended=(record.get("verdict") or {}).get("bottleneck") == CONTENDED,
-        record={**record, "throughput_windows": w},  # windows travel with the record (compare.py)
+        contended=record.verdict is not None and record.verdict.bottleneck == CONTENDED,
+        # windows travel with the record (compare.py)
+        record=record.model_copy(update={"throughput_windows": typed_windows}),
     )
     return row
+
+
+def _thr_of(w: schema.Windows) -> Any:
+    return w.throughput_img_s
+
+
+def _share_of(w: schema.Windows) -> Any:
+    return w.data_time_share
+
+
+# config.json's note of the options that changed nothing, and why (config.py); not a field of schema.Config.
+NO_EFFECT = "no_effect"
 
 
 def throughput_cell(row: Mapping[str, Any]) -> str:
@@ -147,13 +167,12 @@ def chart_groups(
     return out
 
 
-def host_peak_gib(record: Mapping[str, Any]) -> float | None:
+def host_peak_gib(record: schema.Results) -> float | None:
     """Peak host memory of a run's process tree: PSS when sampled (shared pages counted once), else RSS."""
-    host = (record.get("utilization") or {}).get("host") or {}
-    for key in ("pss_gib", "rss_gib"):
-        peak = (host.get(key) or {}).get("max")
-        if peak is not None:
-            return peak
+    host = record.utilization.host
+    for sampled in (host.pss_gib, host.rss_gib):
+        if sampled is not None and sampled.max is not None:
+            return sampled.max
     return None
 
 
@@ -557,11 +576,8 @@ def render(
             for group, members in groups(rows, names, dim).items():
                 srows = scaling_rows(members)
                 if srows:
-                    mode = (
-                        members[0]["params"].get("scaling")
-                        or (members[0].get("record") or {}).get("config", {}).get("scaling")
-                        or "weak"
-                    )
+                    record = members[0].get("record")
+                    mode = members[0]["params"].get("scaling") or (record and record.config.scaling) or "weak"
                     text = scaling_table.render(srows, scaling=mode, fmt=fmt).split("\n", 2)[-1]
                     parts += [h(f"Scaling [{group}]" if group else "Scaling"), text.strip()]
     parts.append(

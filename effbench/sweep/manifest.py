@@ -21,10 +21,13 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from effbench import results
 from effbench.errors import EffbenchError
+
+if TYPE_CHECKING:
+    from effbench import schema
 
 MANIFEST_FILE = "sweep.json"
 LOCK_FILE = ".sweep.lock"  # held (flock) by the sweep running in the folder, for its whole life
@@ -106,6 +109,19 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     return data
 
 
+def load_manifest(folder: Path) -> schema.Manifest:
+    """sweep.json checked (read_manifest) and typed: what every reader uses; the sweep runner keeps the dict it
+    writes."""
+    return typed(read_manifest(folder))
+
+
+def typed(manifest: Mapping[str, Any]) -> schema.Manifest:
+    """A manifest held in memory (the one a sweep writes) as the typed model."""
+    from effbench import schema
+
+    return schema.Manifest.model_validate(dict(manifest))
+
+
 def write_manifest(folder: Path, manifest: Mapping[str, Any]) -> None:
     results.write_json(Path(folder) / MANIFEST_FILE, {**manifest, "updated_at": now()})
 
@@ -154,10 +170,10 @@ def cell(manifest: Mapping[str, Any], key: str) -> dict[str, Any]:
     return next(c for c in manifest["cells"] if c["key"] == key)
 
 
-def counts(manifest: Mapping[str, Any]) -> dict[str, int]:
+def counts(manifest: schema.Manifest) -> dict[str, int]:
     out: dict[str, int] = {}
-    for c in manifest["cells"]:
-        out[c["status"]] = out.get(c["status"], 0) + 1
+    for c in manifest.cells:
+        out[c.status] = out.get(c.status, 0) + 1
     return out
 
 

@@ -27,7 +27,7 @@ import signal as signals
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from effbench.analysis.time_to_accuracy import describe as describe_tta
 from effbench.sweep import manifest as M
@@ -36,6 +36,10 @@ from effbench.report import outputs, render
 from effbench.errors import EffbenchError
 from effbench.report.sweep_tables import host_peak_gib
 from effbench.sweep.spec import CELLS_DIR, SweepPlan, SweepSpec, config_identity, plan_cells
+
+if TYPE_CHECKING:
+    from effbench import schema
+    from effbench.run.runner import RunOutcome
 
 ATTEMPTS_DIR = "attempts"
 # What a cell's run status becomes in the manifest; a run never left "running" behind a return.
@@ -52,7 +56,8 @@ _CELL_STATUS = {
 @dataclass
 class SweepOutcome:
     folder: Path
-    manifest: dict[str, Any]
+    manifest: schema.Manifest
+    """The manifest as written last."""
     signal: int | None = None
     """The signal that stopped the sweep, if one did."""
     report_error: str | None = None
@@ -107,28 +112,40 @@ def _stash_attempts(folder: Path, key: str) -> None:
         shutil.move(str(old), str(dest))
 
 
-def cell_summary(record: dict[str, Any]) -> dict[str, Any]:
+def cell_summary(record: schema.Results) -> schema.CellSummary:
     """The few numbers the manifest keeps per cell (the report reads the run folder for the rest)."""
-    host = ((record.get("utilization") or {}).get("host") or {}).get("rss_gib") or {}
-    thr = ((record.get("throughput_windows") or {}).get("summary") or {}).get("throughput_img_s") or {}
-    return {
-        "throughput_img_s": record.get("throughput_img_s"),
-        "throughput_median_img_s": thr.get("median"),
-        "throughput_ci95_img_s": [thr.get("ci_low"), thr.get("ci_high")] if thr.get("ci_low") is not None else None,
-        "batch_size_per_device": record.get("batch_size_per_device"),
-        "global_batch_size": record.get("global_batch_size"),
-        "peak_mem_gib": record.get("peak_mem_gib"),
-        "peak_rss_gib": host.get("max"),
-        "peak_host_gib": host_peak_gib(record),
-        "final": record.get("final"),
-        "wall_time_s": record.get("wall_time_s"),
-        "time_to_accuracy": record.get("time_to_accuracy"),  # --target-top1; None without
-    }
+    from effbench import schema
+
+    rss = record.utilization.host.rss_gib
+    summary = record.throughput_windows.summary if record.throughput_windows else None
+    key = schema.field_path(lambda w: w.throughput_img_s, schema.Windows)  # the summary: by the list's name
+    thr = (summary.get(key) if summary else None) or schema.Stat()
+    return schema.CellSummary(
+        throughput_img_s=record.throughput_img_s,
+        throughput_median_img_s=thr.median,
+        throughput_ci95_img_s=[thr.ci_low, thr.ci_high] if thr.ci_low is not None else None,
+        batch_size_per_device=record.batch_size_per_device,
+        global_batch_size=record.global_batch_size,
+        peak_mem_gib=record.peak_mem_gib,
+        peak_rss_gib=rss.max if rss else None,
+        peak_host_gib=host_peak_gib(record),
+        final=record.final,
+        wall_time_s=record.wall_time_s,
+        time_to_accuracy=record.time_to_accuracy,  # --target-top1; None without
+    )
 
 
-def _error(record: dict[str, Any]) -> dict[str, Any] | None:
-    err = record.get("error")
-    return {k: v for k, v in err.items() if k != "traceback"} if isinstance(err, dict) else None
+def cell_record(outcome: RunOutcome) -> schema.Results:
+    """The cell's record as the run wrote it (NaN stored as null); a run that made no folder (it failed before
+    one) has only its status and error, in memory."""
+    if outcome.run_dir is not None and (outcome.run_dir / results.RESULTS_FILE).is_file():
+        return results.load_record(outcome.run_dir)
+    return results.record_of({"schema_version": results.SCHEMA_VERSION, **outcome.results})
+
+
+def _error(record: schema.Results) -> dict[str, Any] | None:
+    """The run's error as the manifest keeps it: its traceback stays in the run's results.json."""
+    return record.error.model_dump(exclude_unset=True, exclude={"traceback"}) if record.error else None
 
 
 def _free_device_memory() -> None:
@@ -247,8 +264,8 @@ def _run_cells(
                     if spec.fail_fast:
                         break
                     continue
-                record = outcome.results
-                status = _CELL_STATUS.get(str(record.get("status")), "failed")
+                record = cell_record(outcome)
+                status = _CELL_STATUS.get(record.status, "failed")
                 run_dir = str(outcome.run_dir.relative_to(folder)) if outcome.run_dir is not None else None
                 m = M.update_cell(
                     m,
@@ -264,7 +281,7 @@ def _run_cells(
                 echo(f"{where}: {_describe(status, record)}")
                 _free_device_memory()
                 if status == "interrupted":
-                    stopped = int(record.get("signal") or 2)
+                    stopped = int(record.signal or 2)
                     break
                 if status == "failed" and spec.fail_fast:
                     break
@@ -282,22 +299,22 @@ def _run_cells(
         raise
     except Exception as e:  # noqa: BLE001 - the cells are measured; a report problem is said, not fatal
         report_error = f"{type(e).__name__}: {e}".splitlines()[0]
-    return SweepOutcome(folder=folder, manifest=m, signal=stopped, report_error=report_error)
+    return SweepOutcome(folder=folder, manifest=M.typed(m), signal=stopped, report_error=report_error)
 
 
-def _describe(status: str, record: dict[str, Any]) -> str:
+def _describe(status: str, record: schema.Results) -> str:
     if status == "ok":
-        thr = record.get("throughput_img_s")
-        tta = describe_tta(record.get("time_to_accuracy"))  # --target-top1, beside the throughput
+        thr = record.throughput_img_s
+        tta = describe_tta(record.time_to_accuracy)  # --target-top1, beside the throughput
         return ("ok" + (f", {thr:,.1f} img/s" if thr else "")) + (f"; {tta}" if tta else "")
-    err = _error(record) or {}
     if status == "oom":
-        mem, host = record.get("peak_mem_gib"), host_peak_gib(record)
+        mem, host = record.peak_mem_gib, host_peak_gib(record)
         extra = (
             f", peak {mem:.2f} GiB" if mem is not None else f", peak {host:.2f} GiB host" if host is not None else ""
         )
-        return f"oom at batch size {record.get('batch_size_per_device')} per device{extra}"
-    return f"{status}" + (f" ({err.get('type')}: {err.get('message')})" if err else "")
+        return f"oom at batch size {record.batch_size_per_device} per device{extra}"
+    err = record.error
+    return f"{status}" + (f" ({err.type}: {err.message})" if err else "")
 
 
 def exit_message(outcome: SweepOutcome) -> tuple[int, str | None]:
@@ -311,19 +328,20 @@ def exit_message(outcome: SweepOutcome) -> tuple[int, str | None]:
             128 + outcome.signal,
             f"error: sweep interrupted by {name} ({done} of {total} cells ok); rerun the same command to resume",
         )
-    cells = outcome.manifest["cells"]
-    failed = [c for c in cells if c["status"] in ("failed", "interrupted", "pending", "running")]
-    errors = [c.get("error") or {} for c in cells]
-    if len(failed) == len(cells) and all(e.get("type") == "EffbenchError" for e in errors):
+    cells = outcome.manifest.cells
+    failed = [c for c in cells if c.status in ("failed", "interrupted", "pending", "running")]
+    errors = [c.error for c in cells]
+    if len(failed) == len(cells) and all(e is not None and e.type == "EffbenchError" for e in errors):
         # no cell ran: each refused its input (weights neither cached nor downloadable, ...), as `run` refuses it
-        messages = {str(e.get("message")) for e in errors}
-        which = "this input" if len(messages) == 1 else f"bad input ({failed[0]['key']}'s shown; sweep.json has each)"
-        return 2, f"error: {errors[0].get('message')}; every cell ({total}) failed on {which}, none ran"
+        messages = {str(e.message) for e in errors if e is not None}
+        which = "this input" if len(messages) == 1 else f"bad input ({failed[0].key}'s shown; sweep.json has each)"
+        first_error = errors[0].message if errors[0] is not None else None
+        return 2, f"error: {first_error}; every cell ({total}) failed on {which}, none ran"
     if failed:
         first = failed[0]
-        why = (first.get("error") or {}).get("message") or first["status"]
+        why = (first.error.message if first.error else None) or first.status
         return (
             1,
-            f"error: sweep: {len(failed)} of {total} cells did not finish ({first['key']}: {why}); rerun the same command to retry them",
+            f"error: sweep: {len(failed)} of {total} cells did not finish ({first.key}: {why}); rerun the same command to retry them",
         )
     return 0, None
