@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/harness_overhead.py --tiny     # seconds: resnet18 at 16 px, batch 4, 3 steps, 1 round (CI)
     .venv/bin/python benchmarks/harness_overhead.py --device cuda --arch b0 --image-size 224 --batch-size 128
 
-effbench side: `effbench run` in this process (runner.run, synthetic data, no profiling pass) and
+effbench side: `effbench run` in this process (launch.run, synthetic data, no profiling pass) and
 its reported `measured.throughput_img_s` (warm-up excluded). Reference: the same model built by
 effbench.models.build_model from the same seed, the same optimizer and schedule, the same batches
 already on the device, the same precision as effbench's run recorded (results.json `precision`: autocast
@@ -45,10 +45,10 @@ def bare_amp(precision: str, device_type: str) -> tuple[Any, Any]:
 
 
 def effbench_throughput(cfg_kw: dict, out: Path) -> tuple[float, int, str]:
-    from effbench.run import runner
+    from effbench.run import launch
     from effbench.config import RunConfig
 
-    outcome = runner.run(
+    outcome = launch.run(
         RunConfig(**cfg_kw, output=out), command=["harness_overhead.py"], echo=lambda _s: None, progress=False
     )
     r = outcome.results

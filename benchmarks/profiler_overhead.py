@@ -32,7 +32,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=None)
     a = p.parse_args()
     quiet_torch_warnings()
-    from effbench.run import runner
+    from effbench.run import launch
     from effbench.config import RunConfig, smoke_overrides
 
     steps, rounds = (3, 1) if a.tiny else (60, 3)
@@ -45,7 +45,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="effbench-bench-") as tmp:
 
         def wall(profile: bool) -> float:
-            out = runner.run(RunConfig(**base, profile=profile, output=Path(tmp)), command=["profiler_overhead.py"],
+            out = launch.run(RunConfig(**base, profile=profile, output=Path(tmp)), command=["profiler_overhead.py"],
                              echo=lambda _s: None, progress=False)  # fmt: skip
             r = out.results
             assert r["status"] == "ok", r.get("error")

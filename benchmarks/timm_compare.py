@@ -72,13 +72,13 @@ def timm_img_s(arch: str, size: int, batch: int, steps: int, warmup: int, compil
 
 
 def effbench_img_s(arch: str, size: int, batch: int, steps: int, warmup: int, compile_: bool, out: Path) -> float:
-    from effbench.run import runner
+    from effbench.run import launch
     from effbench.config import RunConfig
 
     cfg = RunConfig(arch=arch, dataset="synthetic", weights="none", freeze="none", image_size=size, batch_size=batch, epochs=1,
                     max_steps=warmup + steps, warmup_steps=warmup, device="cuda", gpus=1, compile=compile_, profile=False,
                     output=out, log_interval=10_000)  # fmt: skip
-    r = runner.run(cfg, command=["timm_compare.py"], echo=lambda _s: None, progress=False).results
+    r = launch.run(cfg, command=["timm_compare.py"], echo=lambda _s: None, progress=False).results
     assert r["status"] == "ok", r.get("error")
     return float(r["throughput_img_s"])
 
