@@ -18,6 +18,7 @@ instant.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -135,6 +136,12 @@ class Config(_Model):
     smoke: bool | None = None
     target_top1: Frac = None
     stop_at_target: bool | None = None
+    dataset_shape: str | None = None
+    """Generated data's shape in words (config.resolved_record)."""
+    requested: dict[str, Any] | None = None
+    """The values asked for where they differ from what ran (config.resolved_record)."""
+    no_effect: dict[str, str] | None = None
+    """Per option that changed nothing, why (config.resolved_record)."""
 
 
 class Epoch(_Model):
@@ -611,6 +618,31 @@ class Manifest(_Model):
     created_at: str | None = None
     updated_at: str | None = None
     cells: list[Cell]
+
+
+class _FieldPath:
+    """Records the attributes a getter reads, checking each is a field of the model it stands for."""
+
+    def __init__(self, model: Any, parts: tuple[str, ...] = ()) -> None:
+        self._model, self._parts = model, parts
+
+    def __getattr__(self, name: str) -> _FieldPath:
+        fields = getattr(self._model, "model_fields", {})
+        if name not in fields:
+            raise AttributeError(f"{getattr(self._model, '__name__', self._model)} has no field {name!r}")
+        annotation = fields[name].annotation
+        # the model inside `X | None` (a section) or `list[X]`, so the path can go on into it
+        inner = next(
+            (a for a in getattr(annotation, "__args__", ()) if isinstance(a, type) and issubclass(a, BaseModel)),
+            annotation,
+        )
+        return _FieldPath(inner, (*self._parts, name))
+
+
+def field_path(model: type[BaseModel], getter: Callable[[Any], Any]) -> str:
+    """`field_path(Results, lambda r: r.measured.throughput_img_s)` -> "measured.throughput_img_s": a field's name
+    taken from the model (a column, a summary key), never retyped; a name the model lacks raises."""
+    return ".".join(getter(_FieldPath(model))._parts)
 
 
 def _where(loc: tuple[Any, ...]) -> str:
