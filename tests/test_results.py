@@ -123,9 +123,9 @@ def _record():
         "world_size": 1,
         "precision": "fp32",
         "throughput_img_s": 123.456,
-        "measured": {"steps": 4, "images": 32, "data_time_s": 0.25, "time_s": 1.0},
+        "measured": {"steps": 4, "images": 32, "data_time_s": 0.25, "compute_time_s": 0.75, "time_s": 1.0},
         "data_time_share": 0.25,  # record.finish: measured data_time_s / time_s, the figure the report prints
-        "warmup": {"steps": 1, "time_s": 0.5},
+        "warmup": {"steps": 1, "images": 8, "data_time_s": 0.1, "compute_time_s": 0.4, "time_s": 0.5},
         "epochs": [
             {"epoch": 0, "images": 40, "data_time_s": 0.25, "compute_time_s": 0.75, "total_time_s": 1.0, "train_loss": 2.3,
              "train_top1": 0.1, "val_top1": 0.2, "val_time_s": 0.1, "throughput_img_s": 40.0}

@@ -251,7 +251,7 @@ def _split_record(optimizer: str, *, old: bool = False, totals: bool = True) -> 
     if old:
         drop = ("warmup_time_s", "measured_data_time_s", "measured_compute_time_s")
         epochs = [{k: v for k, v in e.items() if k not in drop} for e in epochs]
-    record = {"status": "ok", "throughput_img_s": 40.0, "epochs": epochs, "data_time_share": 0.06 / 0.62,
+    record = {"schema_version": 1, "status": "ok", "throughput_img_s": 40.0, "epochs": epochs, "data_time_share": 0.06 / 0.62,
               "config": {"optimizer": optimizer}, "throughput_windows": {"windows": 0}}  # fmt: skip
     if totals:
         record["measured"] = {"steps": 5, "images": 20, "data_time_s": 0.06, "compute_time_s": 0.56, "time_s": 0.62}

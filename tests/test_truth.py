@@ -14,6 +14,7 @@ import pytest
 
 from clitools import invoke, only_run
 from effbench import config as config_mod
+from effbench import results
 from effbench.analysis import compare, stats, windows
 from effbench.analysis.throughput import job_throughput
 from effbench.config import RunConfig
@@ -173,7 +174,14 @@ def test_config_json_holds_resolved_values_and_what_had_no_effect():
 def _record(thr: float, windows_thr: list[float], shares: list[float], steps: int = 10, status: str = "ok") -> dict:
     w = {"windows": len(windows_thr), "throughput_img_s": windows_thr, "step_time_ms": [10.0] * len(windows_thr),
          "data_time_share": shares}  # fmt: skip
-    return {"status": status, "throughput_img_s": thr, "throughput_windows": w, "measured": {"steps": steps}}
+    measured = {"steps": steps, "images": 0, "data_time_s": 0.0, "compute_time_s": 0.0, "time_s": 0.0}
+    return {
+        "schema_version": 1,
+        "status": status,
+        "throughput_img_s": thr,
+        "throughput_windows": w,
+        "measured": measured,
+    }
 
 
 def test_compare_prints_the_reports_throughput_and_no_share_change_of_1e6_outside_noise():
@@ -190,23 +198,24 @@ def test_compare_prints_the_reports_throughput_and_no_share_change_of_1e6_outsid
 
 def test_compare_on_a_run_with_no_measured_step_names_that_reason():
     a = _record(4.4, [4.0, 4.5, 5.5], [0.1, 0.1, 0.1])
-    b = {"status": "interrupted", "throughput_img_s": None, "throughput_windows": {"windows": 0},
-         "measured": {"steps": 0}}  # fmt: skip
+    b = {"schema_version": 1, "status": "interrupted", "throughput_img_s": None, "throughput_windows": {"windows": 0},
+         "measured": {"steps": 0, "images": 0, "data_time_s": 0.0, "compute_time_s": 0.0, "time_s": 0.0}}  # fmt: skip
     rows = compare.compare_runs(a, [], b, [])
     assert rows[0].verdict == "B: no measured step (status interrupted)"
     assert compare.conclusion(rows) == "Throughput: cannot tell (B: no measured step (status interrupted))."
 
 
 def test_report_rows_show_what_fed_the_run_the_images_validated_and_the_evidence():
-    record = {
+    record = results.record_of({
+        "schema_version": 1,
         "status": "ok",
         "config": {"loader": "fast", "workers": 0, "dataset": "synthetic",
                    "no_effect": {"workers": "synthetic (on device) starts no DataLoader worker processes"}},
         "data": {"loader": "synthetic (on device)", "workers": 0, "train_size": 1024, "val_size": 32},
-        "epochs": [{"val_images": 16}],
+        "epochs": [{"epoch": 1, "val_images": 16}],
         "verdict": {"bottleneck": "compute-bound", "evidence": "CPU run: data wait 0.5% of step time", "advice": "x"},
         "profile": {"profiler_overhead": None, "profiler_overhead_note": "within noise (-27%)"},
-    }  # fmt: skip
+    })  # fmt: skip
     rows = dict(tables.summary_rows(record))
     assert rows["loader / workers"] == "synthetic (on device) / 0"  # as results.json's data section says
     assert rows["validation images per epoch (used)"] == "16"  # not the split's 32
@@ -285,8 +294,8 @@ def test_two_windows_are_too_few_to_judge_anywhere_as_they_are_too_few_for_the_r
 def test_compare_shows_the_runs_own_throughput_beside_an_unmeasured_run_and_shares_in_percent():
     # A's figure is 4.4 (the report's headline); its windows' mean is (4.0 + 4.5 + 5.5) / 3 = 4.67
     a = _record(4.4, [4.0, 4.5, 5.5], [0.00001, 0.00002, 0.00003])
-    b = {"status": "interrupted", "throughput_img_s": None, "throughput_windows": {"windows": 0},
-         "measured": {"steps": 0}}  # fmt: skip
+    b = {"schema_version": 1, "status": "interrupted", "throughput_img_s": None, "throughput_windows": {"windows": 0},
+         "measured": {"steps": 0, "images": 0, "data_time_s": 0.0, "compute_time_s": 0.0, "time_s": 0.0}}  # fmt: skip
     rows = compare.compare_runs(a, [], b, [])
     assert (rows[0].a, rows[0].b) == ("4.40", "-")
     # shares 0.001%, 0.002%, 0.003% of the step: mean 0.002%, not "0.00" (nor "0.0000")

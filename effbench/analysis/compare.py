@@ -143,7 +143,7 @@ def compare_runs(
     b: Mapping[str, Any],
     b_steps: Sequence[Mapping[str, Any]],
 ) -> list[MetricDelta]:
-    wa, wb = windows.windows_of(a, a_steps), windows.windows_of(b, b_steps)
+    wa, wb = windows.windows_of(results.record_of(a), a_steps), windows.windows_of(results.record_of(b), b_steps)
     why_a, why_b = no_measurement(a), no_measurement(b)
     rows = []
     for key, label, higher in WINDOW_METRICS:

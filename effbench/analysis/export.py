@@ -186,7 +186,7 @@ def machine(record: Mapping[str, Any], env: Mapping[str, Any]) -> dict[str, Any]
 
 
 def figures(record: Mapping[str, Any], steps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    w = windows.windows_of(record, steps)
+    w = windows.windows_of(results.record_of(record), steps)
     s = (w.get("summary") or {}).get("throughput_img_s") or {}
     final = record.get("final") or {}
     per_j = record.get("images_per_j")
@@ -244,7 +244,7 @@ def read_run(results_file: Path) -> Run:
     row.update({f"swept.{k}": _flat(v) for k, v in sorted(swept.items())})
     config = record.get("config") or {}
     row.update({f"config.{k}": _flat(v) for k, v in sorted(config.items())})
-    thr = windows.windows_of(record, steps).get("throughput_img_s") or []
+    thr = windows.windows_of(results.record_of(record), steps).get("throughput_img_s") or []
     return Run(row, [float(x) for x in thr])
 
 

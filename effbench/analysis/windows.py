@@ -12,15 +12,18 @@ Works on the step rows the training loop yields and on rows read back from steps
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from effbench import safe_files
 from effbench.analysis import stats
 from effbench.analysis.throughput import job_throughput, slowest
 from effbench.errors import EffbenchError
 from effbench.results import STEPS_FILE
+
+if TYPE_CHECKING:
+    from effbench import schema
 
 DEFAULT_WINDOWS = 5
 
@@ -106,23 +109,21 @@ def more_windows_fix(steps: int | None, needed: int) -> str:
     return f"raise --repeats to {needed} or more"
 
 
-def window_sizes(w: Mapping[str, Any]) -> list[int] | None:
+def window_sizes(w: schema.Windows) -> list[int] | None:
     """The measured steps in each window: recorded, or for a record written before `window_steps` existed,
     the split that made them (stats.window_bounds of its steps and requested windows); None when unknown."""
-    sizes = w.get("window_steps")
-    if isinstance(sizes, list) and all(isinstance(x, int) for x in sizes):
-        return list(sizes)
-    steps, requested, made = w.get("steps"), w.get("requested"), w.get("windows")
-    if not isinstance(steps, int) or not isinstance(requested, int) or not made:
+    if w.window_steps is not None:
+        return list(w.window_steps)
+    if w.steps is None or w.requested is None or not w.windows:
         return None
-    bounds = stats.window_bounds(steps, requested)
-    return [e - b for b, e in bounds] if len(bounds) == made else None
+    bounds = stats.window_bounds(w.steps, w.requested)
+    return [e - b for b, e in bounds] if len(bounds) == w.windows else None
 
 
-def describe_windows(w: Mapping[str, Any]) -> str:
+def describe_windows(w: schema.Windows) -> str:
     """ "5 windows of 2 measured steps each", or "5 windows (2 of 2 measured steps, 3 of 1)" when the steps
     do not divide evenly: what each window's throughput sample covers."""
-    n = w.get("windows")
+    n = w.windows
     sizes = window_sizes(w)
     if not sizes:
         return f"{n} windows"
@@ -130,6 +131,14 @@ def describe_windows(w: Mapping[str, Any]) -> str:
     if hi == lo:
         return f"{n} windows of {hi} measured step{'s' if hi != 1 else ''} each"
     return f"{n} windows ({sizes.count(hi)} of {hi} measured steps, {sizes.count(lo)} of {lo})"
+
+
+def summary_of(w: schema.Windows, samples: Callable[[schema.Windows], Any]) -> schema.Stat | None:
+    """The summary of one of the windows' sample lists: `summary_of(w, lambda w: w.throughput_img_s)`
+    (the summary is keyed by the samples' field name, as rank_windows writes it)."""
+    from effbench import schema
+
+    return w.summary.get(schema.field_path(schema.Windows, samples)) if w.summary else None
 
 
 def throughput_windows(step_rows: Iterable[Mapping[str, Any]], repeats: int | None) -> dict[str, Any]:
@@ -171,23 +180,24 @@ def read_steps(run_dir: Path) -> list[dict[str, str]]:
 _STEP_NUMBERS = ("images", "data_time_s", "compute_time_s")  # not loss: a diverged run writes nan there
 
 
-def windows_of(record: Mapping[str, Any], step_rows: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+def windows_of(record: schema.Results, step_rows: Sequence[Mapping[str, Any]] | None = None) -> schema.Windows:
     """The run's windows: recorded in results.json when the run wrote them, else from its steps.
 
     steps.csv holds rank 0's steps only, so a multi-rank run without recorded windows gets none rather
     than rank 0's figures passed off as the job's.
     """
-    saved = record.get("throughput_windows")
-    if isinstance(saved, Mapping) and saved.get("windows") is not None:
-        return dict(saved)
-    if int(record.get("world_size") or 1) > 1:
-        return {"windows": 0, "steps": 0, "note": "multi-rank run without recorded windows"}
-    repeats = (record.get("config") or {}).get("repeats")
-    return throughput_windows(step_rows or [], repeats)
+    from effbench import schema
+
+    saved = record.throughput_windows
+    if saved is not None and saved.windows is not None:
+        return saved
+    if (record.world_size or 1) > 1:
+        return schema.Windows(windows=0, steps=0, note="multi-rank run without recorded windows")
+    return schema.Windows.model_validate(throughput_windows(step_rows or [], record.config.repeats))
 
 
 def throughput_summary(
-    record: Mapping[str, Any], step_rows: Sequence[Mapping[str, Any]] | None = None
+    record: schema.Results, step_rows: Sequence[Mapping[str, Any]] | None = None
 ) -> stats.Summary | None:
-    s = (windows_of(record, step_rows).get("summary") or {}).get("throughput_img_s")
-    return stats.Summary.from_dict(s) if s else None
+    s = summary_of(windows_of(record, step_rows), lambda w: w.throughput_img_s)
+    return stats.Summary.from_stat(s) if s else None

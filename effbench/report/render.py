@@ -102,7 +102,7 @@ def run_html(
     problems: Sequence[str],
     env: Mapping[str, Any] | None = None,
 ) -> str:
-    w = windows.windows_of(record, steps)
+    w = windows.windows_of(results.record_of(record), steps)
     sections = []
     verdict = report.verdict_line(record)
     top = [H.bullets([verdict])] if verdict else []

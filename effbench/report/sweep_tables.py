@@ -15,6 +15,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from effbench import results
 from effbench.analysis import epoch_time
 from effbench.analysis import scaling as scaling_table
 from effbench.analysis import stats
@@ -47,7 +48,7 @@ def cell_row(
     if record is None:
         return row
     epochs = record.get("epochs") or []
-    w = windows.windows_of(record, steps)
+    w = windows.windows_of(results.record_of(record), steps)
     summ = (w.get("summary") or {}).get("throughput_img_s")
     final = record.get("final") or {}
     row.update(

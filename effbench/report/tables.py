@@ -14,6 +14,8 @@ from effbench.analysis.time_to_accuracy import describe as describe_tta
 from effbench.config import typed_option
 from effbench.analysis.windows import describe_windows, more_windows_fix
 from effbench.fmt import decimals, fmt_value, interval
+from effbench.results import record_of
+from effbench.schema import Windows
 
 
 def _pct(part: float | None, whole: float | None) -> str:
@@ -94,7 +96,7 @@ def _dataset(cfg: Mapping[str, Any], data: Mapping[str, Any], epochs: list[Any])
 
 def _windows(results: Mapping[str, Any]) -> str:
     """`--repeats`: the median over the throughput windows and the 95% CI of their mean (windows.py)."""
-    w = results.get("throughput_windows") or {}
+    w = record_of(results).throughput_windows or Windows()
     s = (w.get("summary") or {}).get("throughput_img_s")
     if not s:
         return "-"
