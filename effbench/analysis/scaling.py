@@ -12,6 +12,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from effbench import results
 from effbench.analysis import epoch_time
 from effbench.fmt import fmt_value
 
@@ -46,7 +47,7 @@ def scaling_rows(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for r in ordered:
         n = r.get("devices") or r.get("world_size") or 1
         thr = r.get("throughput_img_s") if r.get("status") == "ok" else None
-        split = epoch_time.per_epoch(r)
+        split = epoch_time.per_epoch(results.record_of(r))
         data, compute = split["measured_data_time_per_epoch_s"], split["measured_compute_time_per_epoch_s"]
         measured_total = data + compute if data is not None and compute is not None else None
         row: dict[str, Any] = {

@@ -54,7 +54,7 @@ def warn(message: str) -> None:
 def run_plots(record: Mapping[str, Any], out_dir: Path) -> tuple[list[Plot], list[str]]:
     from effbench.report import plots
 
-    epochs = record.get("epochs") or []
+    epochs = results.record_of(record).epochs
     made: list[Plot] = []
     problems: list[str] = []
     if epochs:

@@ -67,7 +67,7 @@ def cell_row(
         data_time_per_epoch_s=_mean([e.get("data_time_s") for e in epochs]),
         compute_time_per_epoch_s=_mean([e.get("compute_time_s") for e in epochs]),
         # what the tables and charts show: the measured steps (the headline's), warm-up apart, and their source
-        **epoch_time.per_epoch(record),
+        **epoch_time.per_epoch(results.record_of(record)),
         data_time_share=record.get("data_time_share"),
         train_loss=final.get("train_loss"),
         train_top1=final.get("train_top1"),

@@ -236,7 +236,7 @@ EPOCH_HEADERS = (
 
 def epoch_rows(results: Mapping[str, Any]) -> list[list[str]]:
     rows = []
-    for e in results.get("epochs", []):
+    for e in record_of(results).epochs:
         data, compute = epoch_measured(e)
         total = data + compute if data is not None and compute is not None else None
         rows.append(
