@@ -204,7 +204,7 @@ def figures(record: Mapping[str, Any], steps: Sequence[Mapping[str, Any]]) -> di
         "final_val_loss": final.get("val_loss"),
         "final_train_top1": final.get("train_top1"),
         "final_val_top1": final.get("val_top1"),
-        **time_to_accuracy.cell_fields(record),  # --target-top1; empty without
+        **time_to_accuracy.cell_fields(results.record_of(record)),  # --target-top1; empty without
     }
 
 

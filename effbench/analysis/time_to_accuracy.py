@@ -15,7 +15,10 @@ docs/time-to-accuracy.md describes the fields. No torch, no I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from effbench import schema
 
 
 def reached(epoch: Mapping[str, Any], target_top1: float) -> bool:
@@ -81,29 +84,36 @@ def summarize(
     }
 
 
-def describe(tta: Mapping[str, Any] | None) -> str | None:
+def describe(tta: schema.TimeToAccuracy | None) -> str | None:
     """One line for the reports: `61.2 s train (+4.1 s validation) in 3 epochs to val top-1 >= 0.9`, or
     `not reached in 5 epochs (best val top-1 0.8123, epoch 4)`; None without a target."""
-    if not tta:
+    if tta is None:
         return None
-    target = f"val top-1 >= {tta['target_top1']:g}"
-    if tta.get("reached_target"):
-        stopped = ", run stopped there" if tta.get("stopped_at_target") else ""
-        train_s, val_s = tta.get("train_time_to_target_s"), tta.get("val_time_to_target_s")
+    target = f"val top-1 >= {tta.target_top1:g}"
+    if tta.reached_target:
+        stopped = ", run stopped there" if tta.stopped_at_target else ""
+        train_s, val_s = tta.train_time_to_target_s, tta.val_time_to_target_s
         took = "no time recorded" if train_s is None else f"{train_s:.3f} s training (+{val_s or 0.0:.3f} s validation)"
-        return f"{took} in {tta.get('epochs_to_target')} epoch(s) to {target}{stopped}"
-    best = tta.get("best_val_top1")
-    best_text = "no validation" if best is None else f"best val top-1 {best:.4f}, epoch {tta.get('best_epoch')}"
-    return f"{target} not reached in {tta.get('epochs_run')} epoch(s) ({best_text})"
+        return f"{took} in {tta.epochs_to_target} epoch(s) to {target}{stopped}"
+    best = tta.best_val_top1
+    best_text = "no validation" if best is None else f"best val top-1 {best:.4f}, epoch {tta.best_epoch}"
+    return f"{target} not reached in {tta.epochs_run} epoch(s) ({best_text})"
 
 
-def cell_fields(record: Mapping[str, Any]) -> dict[str, Any]:
-    """The flat figures a sweep row, an export row and a leaderboard row carry (all None without a target)."""
-    tta = record.get("time_to_accuracy") or {}
+def cell_fields(record: schema.Results) -> dict[str, Any]:
+    """The flat figures a sweep row, an export row and a leaderboard row carry (all None without a target);
+    the column names are the model's fields, but time_to_target_s (train_time_to_target_s: training alone)."""
+    from effbench import schema
+
+    tta = record.time_to_accuracy
+
+    def name(getter: Any) -> str:
+        return schema.field_path(schema.TimeToAccuracy, getter)
+
     return {
-        "target_top1": tta.get("target_top1"),
-        "reached_target": tta.get("reached_target"),
-        "time_to_target_s": tta.get("train_time_to_target_s"),
-        "epochs_to_target": tta.get("epochs_to_target"),
-        "best_val_top1": tta.get("best_val_top1"),
+        name(lambda t: t.target_top1): tta.target_top1 if tta else None,
+        name(lambda t: t.reached_target): tta.reached_target if tta else None,
+        "time_to_target_s": tta.train_time_to_target_s if tta else None,
+        name(lambda t: t.epochs_to_target): tta.epochs_to_target if tta else None,
+        name(lambda t: t.best_val_top1): tta.best_val_top1 if tta else None,
     }

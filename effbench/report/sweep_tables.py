@@ -81,7 +81,8 @@ def cell_row(
         peak_host_gib=host_peak_gib(record),
         wall_time_s=record.get("wall_time_s"),
         device=record.get("device"),
-        **time_to_accuracy.cell_fields(record),  # --target-top1: time and epochs to it (None without)
+        # --target-top1: time and epochs to it (None without)
+        **time_to_accuracy.cell_fields(results.record_of(record)),
         # the run's own verdict: a busy host set its pace (analysis/efficiency.py), so its figures rank nothing
         contended=(record.get("verdict") or {}).get("bottleneck") == CONTENDED,
         record={**record, "throughput_windows": w},  # windows travel with the record (compare.py)

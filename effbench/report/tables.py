@@ -62,7 +62,7 @@ def summary_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("warm-up steps (excluded)", f"{fmt_value(warmup.get('steps'))} in {fmt_value(warmup.get('time_s'), 3)} s"),
         ("final val top-1", fmt_value(results.get("final", {}).get("val_top1"), 4)),
     ]
-    tta = describe_tta(results.get("time_to_accuracy"))
+    tta = describe_tta(record_of(results).time_to_accuracy)
     if tta:  # --target-top1: training seconds (validation apart) and epochs to the target
         rows.append(("time to accuracy", tta))
     if results.get("data_only"):
