@@ -304,7 +304,7 @@ def test_the_scaling_tables_seconds_per_epoch_split_the_measured_steps_with_warm
     # the table said 0.28, 1.28 and 1.56
     runs = [{**_split_record("sgd"), "devices": 1, "global_batch_size": 4},
             {**_split_record("sgd", old=True), "devices": 2, "global_batch_size": 8, "throughput_img_s": 60.0}]  # fmt: skip
-    rows = scaling.scaling_rows(runs)
+    rows = scaling.scaling_rows([results.record_of(r) for r in runs])
     cols = [dict(zip(scaling.HEADERS, r, strict=True)) for r in scaling.table_rows(rows)]
     shown = ("data s/epoch (measured)", "compute s/epoch (measured)", "total s/epoch (measured)", "warm-up s/epoch")
     assert [[c[h] for h in shown] for c in cols] == [["0.03", "0.28", "0.31", "1.25"]] * 2

@@ -529,7 +529,7 @@ def _dimension_verdicts(dim: str, rows: Sequence[Mapping[str, Any]]) -> list[str
 
 def scaling_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """scaling.py's rows from the cells' results (cells that never ran are left out)."""
-    return scaling_table.scaling_rows([r["record"] for r in rows if r.get("record")])
+    return scaling_table.scaling_rows([results.record_of(r["record"]) for r in rows if r.get("record")])
 
 
 def _table(headers: Sequence[str], body: Sequence[Sequence[str]], fmt: str) -> str:

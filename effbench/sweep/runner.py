@@ -281,7 +281,8 @@ def _run_cells(
 def _describe(status: str, record: dict[str, Any]) -> str:
     if status == "ok":
         thr = record.get("throughput_img_s")
-        tta = describe_tta(results.record_of(record).time_to_accuracy)  # --target-top1, beside the throughput
+        typed = results.record_of({"schema_version": results.SCHEMA_VERSION, **record})  # an outcome held in memory
+        tta = describe_tta(typed.time_to_accuracy)  # --target-top1, beside the throughput
         return ("ok" + (f", {thr:,.1f} img/s" if thr else "")) + (f"; {tta}" if tta else "")
     err = _error(record) or {}
     if status == "oom":
