@@ -170,3 +170,12 @@ def test_results_and_manifest_readers_name_their_own_fix(tmp_path):
     (tmp_path / manifest.MANIFEST_FILE).write_text("{")
     with pytest.raises(EffbenchError, match="delete the sweep folder and run the sweep again"):
         manifest.read_manifest(tmp_path)
+
+
+def test_record_of_types_a_producers_record_as_results_json_will_hold_it():
+    # an epoch with no step holds a nan loss in memory (run/train.py); write_json stores null, and the
+    # reports the runner draws from the in-memory record must read the same, not refuse it
+    producer = {**_record(), "epochs": [{"epoch": 1, "train_loss": float("nan"), "train_top1": float("inf")}]}
+    typed = results.record_of(producer)
+    assert (typed.epochs[0].train_loss, typed.epochs[0].train_top1) == (None, None)
+    assert "nan" not in report.render(typed, "text").lower()
