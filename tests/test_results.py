@@ -135,8 +135,8 @@ def _record():
 
 
 def test_report_renders_summary_and_epoch_tables():
-    text = report.render(_record(), "text")
-    md = report.render(_record(), "md")
+    text = report.render(results.record_of(_record()), "text")
+    md = report.render(results.record_of(_record()), "md")
     assert "123.5" in text and "25.0%" in text and "resnet18" in text
     assert md.startswith("# effbench run r1") and "| epoch" in md and "| throughput (img/s)" in md
 

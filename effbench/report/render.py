@@ -102,15 +102,16 @@ def run_html(
     problems: Sequence[str],
     env: Mapping[str, Any] | None = None,
 ) -> str:
-    w = windows.windows_of(results.record_of(record), steps)
+    typed = results.record_of(record)
+    w = windows.windows_of(typed, steps)
     sections = []
-    verdict = report.verdict_line(record)
+    verdict = report.verdict_line(typed)
     top = [H.bullets([verdict])] if verdict else []
     if record.get("error"):
         err = record["error"]
         top.append(H.paragraph(f"{record.get('status')}: {err.get('type')}: {err.get('message')}", cls="error"))
     sections.append(H.Section("Verdict", top))
-    sections.append(H.Section("Summary", [H.key_values(report.summary_rows(record), table_id="summary")]))
+    sections.append(H.Section("Summary", [H.key_values(report.summary_rows(typed), table_id="summary")]))
     sections.append(
         H.Section(
             "Throughput windows",
@@ -122,8 +123,8 @@ def run_html(
             else [],
         )
     )
-    sections.append(H.Section("Epochs", [H.table(report.EPOCH_HEADERS, report.epoch_rows(record), table_id="epochs")]))
-    phases = report.phase_rows(record)
+    sections.append(H.Section("Epochs", [H.table(report.EPOCH_HEADERS, report.epoch_rows(typed), table_id="epochs")]))
+    phases = report.phase_rows(typed)
     if phases:
         sections.append(
             H.Section(
@@ -194,8 +195,8 @@ def write_run_reports(run_dir: Path, dest: Path | None = None) -> list[Path]:
     steps = windows.read_steps(run_dir)
     dest.mkdir(parents=True, exist_ok=True)
     txt, md = outputs.file(dest, results.REPORT_TXT), outputs.file(dest, results.REPORT_MD)
-    results.atomic_write_text(txt, report.render(record, "text"))
-    results.atomic_write_text(md, report.render(record, "md"))
+    results.atomic_write_text(txt, report.render(results.record_of(record), "text"))
+    results.atomic_write_text(md, report.render(results.record_of(record), "md"))
     return [txt, md, *write_run_html(run_dir, record, steps, dest)]
 
 

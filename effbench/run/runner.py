@@ -281,8 +281,8 @@ def _keep_log(log: Path, run_dir: Path) -> None:
 def _rewrite_reports(run_dir: Path, record: dict[str, Any]) -> None:
     """Rank 0 wrote its reports with the end it saw (a broken collective, torchrun's stop): they say the
     settled one, as results.json does."""
-    results.atomic_write_text(run_dir / results.REPORT_TXT, report.render(record, "text"))
-    results.atomic_write_text(run_dir / results.REPORT_MD, report.render(record, "md"))
+    results.atomic_write_text(run_dir / results.REPORT_TXT, report.render(results.record_of(record), "text"))
+    results.atomic_write_text(run_dir / results.REPORT_MD, report.render(results.record_of(record), "md"))
     render.write_run_html_safely(run_dir, record, windows.read_steps(run_dir))
 
 
@@ -527,7 +527,7 @@ def _run_benchmark(
             if writer:
                 _write_final(run_dir, final, m.epochs, m.steps, m.sampler)
         if writer:
-            echo(report.render(final, "text"))
+            echo(report.render(results.record_of(final), "text"))
     if isinstance(m.failure, EffbenchError):  # bad input seen after an epoch was measured: recorded, then exit 2
         raise m.failure
     return RunOutcome(run_dir=run_dir, results=final)
@@ -800,8 +800,8 @@ def _write_final(
     assert run_dir is not None
     try:
         sampler.write_csv(run_dir / UTILIZATION_FILE)
-        results.atomic_write_text(run_dir / results.REPORT_TXT, report.render(record, "text"))
-        results.atomic_write_text(run_dir / results.REPORT_MD, report.render(record, "md"))
+        results.atomic_write_text(run_dir / results.REPORT_TXT, report.render(results.record_of(record), "text"))
+        results.atomic_write_text(run_dir / results.REPORT_MD, report.render(results.record_of(record), "md"))
         render.write_run_html_safely(run_dir, record, steps)  # plots + report.html; a warning if not, on stderr
         # results.json last: never `ok` with a report missing
         _write_progress(run_dir, record, epochs, steps)
