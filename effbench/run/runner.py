@@ -283,7 +283,7 @@ def _rewrite_reports(run_dir: Path, record: dict[str, Any]) -> None:
     settled one, as results.json does."""
     results.atomic_write_text(run_dir / results.REPORT_TXT, report.render(results.record_of(record), "text"))
     results.atomic_write_text(run_dir / results.REPORT_MD, report.render(results.record_of(record), "md"))
-    render.write_run_html_safely(run_dir, record, windows.read_steps(run_dir))
+    render.write_run_html_safely(run_dir, results.record_of(record), windows.read_steps(run_dir))
 
 
 def _discard_unmeasured(run_dir: Path) -> None:
@@ -802,7 +802,8 @@ def _write_final(
         sampler.write_csv(run_dir / UTILIZATION_FILE)
         results.atomic_write_text(run_dir / results.REPORT_TXT, report.render(results.record_of(record), "text"))
         results.atomic_write_text(run_dir / results.REPORT_MD, report.render(results.record_of(record), "md"))
-        render.write_run_html_safely(run_dir, record, steps)  # plots + report.html; a warning if not, on stderr
+        # plots + report.html; a warning if not, on stderr
+        render.write_run_html_safely(run_dir, results.record_of(record), steps)
         # results.json last: never `ok` with a report missing
         _write_progress(run_dir, record, epochs, steps)
     except results.NoSpaceError as e:  # never `running` forever: `failed`, the reason and the epochs measured
