@@ -53,7 +53,8 @@ def measured_steps(step_rows: Iterable[Mapping[str, Any]]) -> list[dict[str, flo
 
 
 def rank_windows(steps_by_rank: Sequence[Sequence[Mapping[str, Any]]], repeats: int | None) -> dict[str, Any]:
-    """Per-window samples and their summaries; {"windows": 0} when nothing was measured.
+    """Per-window samples and their summaries (results.json's throughput_windows, built through schema.Windows);
+    no window when nothing was measured.
 
     `steps_by_rank`: each rank's measured steps in order. Window i covers the same step indices on every
     rank, and its throughput is `job_throughput` of the ranks' images and times in it: the headline's
@@ -83,19 +84,28 @@ def rank_windows(steps_by_rank: Sequence[Sequence[Mapping[str, Any]]], repeats: 
         sizes.append(end - start)
         step_ms.append(1000.0 * slow["time_s"] / (end - start))
         share.append(slow["data_time_s"] / slow["time_s"])
-    out: dict[str, Any] = {"requested": k, "windows": len(thr), "steps": n, "ranks": len(ranks)}
-    if thr:
-        fix = more_windows_fix(n, stats.MIN_SAMPLES_FOR_CI)
-        out["window_steps"] = sizes
-        out["throughput_img_s"] = thr
-        out["step_time_ms"] = step_ms
-        out["data_time_share"] = share
-        out["summary"] = {
-            "throughput_img_s": stats.summarize(thr, lower=0.0, too_few_fix=fix).to_dict(),
-            "step_time_ms": stats.summarize(step_ms, lower=0.0, too_few_fix=fix).to_dict(),
-            "data_time_share": stats.summarize(share, lower=0.0, upper=1.0, too_few_fix=fix).to_dict(),
-        }
-    return out
+    from effbench import schema
+
+    if not thr:
+        return schema.Windows(requested=k, windows=0, steps=n, ranks=len(ranks)).model_dump(exclude_unset=True)
+    fix = more_windows_fix(n, stats.MIN_SAMPLES_FOR_CI)
+
+    def stat(samples: list[float], upper: float | None = None) -> schema.Stat:
+        return schema.Stat(**stats.summarize(samples, lower=0.0, upper=upper, too_few_fix=fix).to_dict())
+
+    def key(samples: Callable[[schema.Windows], Any]) -> str:  # a summary is keyed by its samples' field
+        return schema.field_path(schema.Windows, samples)
+
+    w = schema.Windows(
+        requested=k, windows=len(thr), steps=n, ranks=len(ranks), window_steps=sizes,
+        throughput_img_s=thr, step_time_ms=step_ms, data_time_share=share,
+        summary={
+            key(lambda w: w.throughput_img_s): stat(thr),
+            key(lambda w: w.step_time_ms): stat(step_ms),
+            key(lambda w: w.data_time_share): stat(share, upper=1.0),
+        },
+    )  # fmt: skip
+    return w.model_dump(exclude_unset=True)  # results.json's section, as the run writes it (a dict)
 
 
 def more_windows_fix(steps: int | None, needed: int) -> str:
