@@ -21,16 +21,24 @@ if TYPE_CHECKING:
     from effbench import schema
 
 
+def _row(epoch: Mapping[str, Any]) -> schema.Epoch:
+    """A producer's epoch row (run/record.merge_epoch) read through the model's names, unvalidated: in memory
+    it may hold a nan loss, which the file will store as null (results.write_json)."""
+    from effbench import schema
+
+    return schema.Epoch.model_construct(**epoch)
+
+
 def reached(epoch: Mapping[str, Any], target_top1: float) -> bool:
     """The epoch's validation top-1 is at or above the target (an epoch with no validation never is)."""
-    top1 = epoch.get("val_top1")
+    top1 = _row(epoch).val_top1
     return top1 is not None and top1 >= target_top1
 
 
-def _train_s(epoch: Mapping[str, Any]) -> float:
-    total = epoch.get("total_time_s")
+def _train_s(e: schema.Epoch) -> float:
+    total = e.total_time_s
     if total is None:  # an older row: its two parts
-        total = (epoch.get("data_time_s") or 0.0) + (epoch.get("compute_time_s") or 0.0)
+        total = (e.data_time_s or 0.0) + (e.compute_time_s or 0.0)
     return float(total)
 
 
@@ -41,47 +49,49 @@ def summarize(
     stop_at_target: bool = False,
     configured_epochs: int | None = None,
 ) -> dict[str, Any] | None:
-    """results.json's `time_to_accuracy` for the epochs run so far; None without a target."""
+    """results.json's `time_to_accuracy` for the epochs run so far (schema.TimeToAccuracy, as the dict the run
+    writes); None without a target."""
+    from effbench import schema
+
     if target_top1 is None:
         return None
     train_s = val_s = warmup_s = 0.0
     best: float | None = None
     best_epoch: int | None = None
-    for i, e in enumerate(epochs):
+    for i, row in enumerate(epochs):
+        e = _row(row)
         train_s += _train_s(e)
-        val_s += e.get("val_time_s") or 0.0
-        warmup_s += e.get("warmup_time_s") or 0.0
-        top1 = e.get("val_top1")
+        val_s += e.val_time_s or 0.0
+        warmup_s += e.warmup_time_s or 0.0
+        top1 = e.val_top1
         if top1 is not None and (best is None or top1 > best):
             best, best_epoch = top1, i + 1
-        if reached(e, target_top1):
-            return {
-                "target_top1": target_top1,
-                "reached_target": True,
-                "epochs_to_target": i + 1,
-                "train_time_to_target_s": train_s,
-                "val_time_to_target_s": val_s,
-                "warmup_time_included_s": warmup_s,
-                "best_val_top1": best,
-                "best_epoch": best_epoch,
-                "epochs_run": len(epochs),
+        if top1 is not None and top1 >= target_top1:
+            return schema.TimeToAccuracy.model_construct(
+                target_top1=target_top1,
+                reached_target=True,
+                epochs_to_target=i + 1,
+                train_time_to_target_s=train_s,
+                val_time_to_target_s=val_s,
+                warmup_time_included_s=warmup_s,
+                best_val_top1=best,
+                best_epoch=best_epoch,
+                epochs_run=len(epochs),
                 # the run ended here rather than at --epochs
-                "stopped_at_target": bool(stop_at_target)
-                and configured_epochs is not None
-                and i + 1 < configured_epochs,
-            }
-    return {
-        "target_top1": target_top1,
-        "reached_target": False,
-        "epochs_to_target": None,
-        "train_time_to_target_s": None,
-        "val_time_to_target_s": None,
-        "warmup_time_included_s": None,
-        "best_val_top1": best,
-        "best_epoch": best_epoch,
-        "epochs_run": len(epochs),
-        "stopped_at_target": False,
-    }
+                stopped_at_target=bool(stop_at_target) and configured_epochs is not None and i + 1 < configured_epochs,
+            ).model_dump()
+    return schema.TimeToAccuracy.model_construct(
+        target_top1=target_top1,
+        reached_target=False,
+        epochs_to_target=None,
+        train_time_to_target_s=None,
+        val_time_to_target_s=None,
+        warmup_time_included_s=None,
+        best_val_top1=best,
+        best_epoch=best_epoch,
+        epochs_run=len(epochs),
+        stopped_at_target=False,
+    ).model_dump()
 
 
 def describe(tta: schema.TimeToAccuracy | None) -> str | None:
