@@ -53,6 +53,7 @@ expect_ok "mypy (torch-free modules)" "$BIN/mypy"
 echo "== docs: every relative link and anchor resolves (tools/check_docs.py) =="
 expect_ok "docs links (README.md, docs/*.md)" "$BIN/python" tools/check_docs.py
 expect_ok "docs/cli.md generated from the CLI and fresh" "$BIN/python" tools/gen_cli_docs.py --check
+expect_ok "docs/outputs.md field reference generated from the record and fresh" "$BIN/python" tools/gen_record_docs.py --check
 
 echo "== hadolint (config .hadolint.yaml, failure-threshold inside) =="
 expect_ok "hadolint Dockerfile" "$BIN/hadolint" --config .hadolint.yaml Dockerfile

@@ -5,6 +5,8 @@ Not a test helper and not part of the package: the scripts import it from their 
 
 from __future__ import annotations
 
+import argparse
+
 import os
 import platform
 import statistics
@@ -111,3 +113,14 @@ def delivered_img_s(batches: object, device: object, warmup_batches: int) -> flo
             images += int(y.shape[0])
     assert t0 is not None and images > 0, "too few batches for the warm-up"
     return images / (time.perf_counter() - t0)
+
+
+def loader_parser(description: str, holds: str) -> argparse.ArgumentParser:
+    """The options every loader benchmark shares; `holds`: the dataset folder --data-dir must hold."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--tiny", action="store_true", help="a few seconds (CI)")
+    p.add_argument("--data-dir", type=Path, default=None, help=f"folder holding {holds} (default: generate one)")
+    p.add_argument("--images", type=int, default=None, help="training images to generate")
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--rounds", type=int, default=None)
+    return p

@@ -15,13 +15,22 @@ The sides alternate A/B; the ratio is the median of the per-round ratios. Goal: 
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, Row, alternate, delivered_img_s, fmt_rate, median_ratio, print_table, quiet_torch_warnings  # noqa: E402
+from _common import (
+    ROOT,
+    Row,
+    alternate,
+    delivered_img_s,
+    fmt_rate,
+    loader_parser,
+    median_ratio,
+    print_table,
+    quiet_torch_warnings,
+)  # noqa: E402
 
 GOAL = 5.0
 
@@ -33,15 +42,8 @@ def epoch_img_s(data: object, device: object, warmup_batches: int, epoch: int) -
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--tiny", action="store_true", help="a few seconds (CI)")
-    p.add_argument(
-        "--data-dir", type=Path, default=None, help="folder holding cifar-10-batches-py/ (default: generate one)"
-    )
-    p.add_argument("--images", type=int, default=None, help="training images to generate")
-    p.add_argument("--batch-size", type=int, default=None)
+    p = loader_parser(__doc__.splitlines()[0], "cifar-10-batches-py/")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--device", default="cpu")
     a = p.parse_args()
     quiet_torch_warnings()

@@ -18,7 +18,6 @@ the fast loader's.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import statistics
 import sys
@@ -27,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import conditions, delivered_img_s, quiet_torch_warnings  # noqa: E402
+from _common import conditions, delivered_img_s, loader_parser, quiet_torch_warnings  # noqa: E402
 from food_loader import make_food  # noqa: E402
 
 BACKENDS = ("torchvision", "fast", "dali")
@@ -67,15 +66,10 @@ def installed_mib(names: set[str]) -> dict[str, float]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--tiny", action="store_true", help="a few seconds (CI)")
-    p.add_argument("--data-dir", type=Path, default=None, help="folder holding food-101/ (default: generate one)")
-    p.add_argument("--images", type=int, default=None)
+    p = loader_parser(__doc__.splitlines()[0], "food-101/")
     p.add_argument("--image-size", type=int, default=None)
-    p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--batches", type=int, default=None, help="timed batches per measurement")
     p.add_argument("--workers", default="0,1,2", help="comma list of --workers values")
-    p.add_argument("--rounds", type=int, default=None)
     a = p.parse_args()
     quiet_torch_warnings()
     import torch

@@ -19,7 +19,6 @@ photos). Goal: >= 1.5x.
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import sys
@@ -27,7 +26,16 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import Row, alternate, delivered_img_s, fmt_rate, median_ratio, print_table, quiet_torch_warnings  # noqa: E402
+from _common import (
+    Row,
+    alternate,
+    delivered_img_s,
+    fmt_rate,
+    loader_parser,
+    median_ratio,
+    print_table,
+    quiet_torch_warnings,
+)  # noqa: E402
 
 GOAL = 1.5
 
@@ -84,14 +92,9 @@ def make_food(root: Path, n: int, classes: int = 4) -> Path:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--tiny", action="store_true", help="a few seconds (CI)")
-    p.add_argument("--data-dir", type=Path, default=None, help="folder holding food-101/ (default: generate one)")
-    p.add_argument("--images", type=int, default=None)
+    p = loader_parser(__doc__.splitlines()[0], "food-101/")
     p.add_argument("--image-size", type=int, default=None)
-    p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--device", default="cpu")
     a = p.parse_args()
     quiet_torch_warnings()

@@ -23,6 +23,7 @@ from effbench.datasets import (
     dataset_aliases,
     dataset_names,
     dataset_spec,
+    datasets_help,
     with_image_files,
 )
 from effbench.archs import ARCH_ALIASES, ARCHS, EFFICIENTNET_NATIVE_SIZE
@@ -93,8 +94,14 @@ def _num(x: float) -> str:
     return f"{x:g}"
 
 
-def _ranged(default: Any, lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False) -> Any:
-    return field(default=default, metadata={"range": Range(lo, hi, lo_open, hi_open)})
+def _ranged(default: Any, lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False, **cli: Any) -> Any:
+    return field(default=default, metadata={"range": Range(lo, hi, lo_open, hi_open), **cli})
+
+
+def _cli(default: Any, **cli: Any) -> Any:
+    """A field with what its CLI option needs beyond name, type and docstring (effbench/cli/options.py):
+    env (an environment default), metavar, names (a callable listing the accepted names, appended to the help)."""
+    return field(default=default, metadata=cli)
 
 
 # torch.manual_seed accepts [-0x8000_0000_0000_0000, 0xffff_ffff_ffff_ffff] (torch/random.py); the
@@ -183,118 +190,174 @@ def parse_freeze(value: str) -> tuple[str, int]:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """One training benchmark run, fully resolved. Field names match the CLI options."""
+    """One training benchmark run, fully resolved. Field names match the CLI options.
+
+    Every field is an option of `effbench run` (and of `sweep` and `doctor` where they take it): the options
+    are generated from these fields (effbench/cli/options.py). A field's docstring is its help: the first
+    paragraph is the `--help` text, a `[default: ...]` in it says a default that needs words (else the value
+    is shown), and later paragraphs add detail for the options table of docs/cli.md only."""
 
     arch: str = "efficientnet-b0"
-    """Model: efficientnet-b0..b7 (aliases b0..b7), resnet18 (effbench's own), torchvision:NAME, timm:NAME,
-    or a bare torchvision name (resnet50)."""
-    dataset: str = "cifar100"
-    """A name of the dataset catalog (effbench/datasets.py): cifar100 (cifar), cifar10, food101 (food), imagefolder,
-    synthetic (synthetic-cifar: CIFAR-100-shaped, resnet18 at 32 px), synthetic-imagenet (224 px, 1,000 classes)."""
-    data_dir: Path = Path("data")
-    """Folder holding the extracted datasets (cifar-100-python/, cifar-10-batches-py/, food-101/)
-    or, for imagefolder, the class-per-folder tree itself (train/ and val/ inside, or classes)."""
+    """efficientnet-b0..b7 (b0..b7), resnet18, torchvision:NAME (or bare: resnet50), timm:NAME; `effbench models`
+    lists them.
+
+    efficientnet-b0..b7 come from efficientnet-pytorch; resnet18 is effbench's own, written after He et al.
+    (a CIFAR stem at 32 px)."""
+    dataset: str = _cli("cifar100", names=datasets_help)
+    """Dataset (effbench/datasets.py; `effbench datasets` says which are here):"""
+    data_dir: Path = _cli(Path("data"), env="EFFBENCH_DATA")
+    """Folder with the extracted datasets.
+
+    The folder that *holds* the dataset's folder (./data, not ./data/cifar-100-python: pointed at the latter,
+    the error says to use its parent); for imagefolder, the class-per-folder tree itself (train/ and val/
+    inside, or classes)."""
     download: bool = False
-    """Download a missing dataset from its official URL (or EFFBENCH_MIRROR)."""
+    """Download a missing dataset (base URL from EFFBENCH_MIRROR when set).
+
+    From its official URL, checksum verified."""
     val_fraction: float | None = _ranged(None, 0.0, 1.0, lo_open=True, hi_open=True)
-    """Carve a seeded validation split of this fraction from the training set; None uses the
-    official test split."""
+    """Validate on a seeded fraction of the training set instead of the official test split. [default: the official
+    test split]"""
     image_size: int | None = _ranged(None, 16, 8192)
-    """Input resolution in pixels; None resolves to the architecture's native size."""
+    """Input size in px. [default: the arch's native size; resnet18 32 on CIFAR and synthetic (CIFAR-shaped),
+    224 on synthetic-imagenet]
+
+    b0 224, b3 300, b5 456; torchvision and timm models: their weights' size (`effbench models`)."""
     loader: str = "auto"
-    """fast (uint8 batches, augmentation batched on the device; CIFAR held on the device),
-    torchvision (per-sample PIL transforms in DataLoader workers, as the seeds ran), dali (an NVIDIA DALI
-    pipeline on image files; effbench[dali], docs/dali.md), or auto (fast)."""
+    """Input pipeline: fast (uint8 batches augmented on the device), torchvision (per-sample, as the seeds),
+    dali (NVIDIA DALI on image files; effbench[dali], docs/dali.md), synthetic (generated data's own), auto.
+    [default: auto = fast; synthetic on --dataset synthetic]
+
+    fast holds CIFAR whole on the device and decodes JPEGs small with decode_jpeg in the workers; torchvision
+    runs the seeds' per-sample PIL transforms in DataLoader workers; dali runs an NVIDIA DALI pipeline on
+    image files; synthetic is the only loader of generated data (fast or torchvision there has no effect:
+    warned, and config.json records synthetic)."""
     augment: str = "seed"
-    """Training recipe, the same in both loaders (effbench/recipes.py, docs/recipes.md): seed (the seeds':
-    CIFAR crop+pad 4+flip at 32 px then upscale; files resize+random crop+flip+rotation 10), imagenet
-    (RandomResizedCrop+flip) or none (resize + center crop only)."""
+    """Training recipe, the same in both loaders: seed (the seeds': CIFAR crop+pad+flip, files
+    resize+crop+flip+rotate 10), imagenet (random-resized crop+flip), none (resize + center crop);
+    docs/recipes.md.
+
+    The seed recipe crops CIFAR with a 4 px pad and flips at 32 px, then upscales (effbench/recipes.py);
+    docs/recipes.md says which dataset gets what and how to compare loaders fairly."""
     gpu_decode: bool = False
-    """Fast loader on food101/imagefolder: decode JPEGs on the GPU (nvjpeg) instead of in the workers."""
+    """Fast loader, food101/imagefolder: decode JPEGs on the GPU (nvjpeg).
+
+    Instead of in the loader's workers; an error without CUDA (docs/decoding.md)."""
     data_only: bool = False
-    """Iterate the loader (augmentation and copy to the device included) without a model: images/s delivered."""
+    """Iterate the loader and copy to the device, no model: images/s delivered.
+
+    Augmentation and the copy to the device included: throughput_img_s is then the images/s delivered, and
+    results.json says data_only: true."""
     workers: int = _ranged(2, 0, 1024)
-    """DataLoader worker processes (0 loads in the training process)."""
+    """DataLoader worker processes.
+
+    0 loads in the training process; more than the CPU cores this process may use starts as many as the cores,
+    said on stderr (data.workers in results.json is the number started)."""
     batch_size: int | None = _ranged(None, 1, 65536)
-    """Images per device per step; None resolves to 64 (EfficientNet) or 128 (ResNet-18)."""
+    """Images per device per step. [default: 64 EfficientNet, 128 resnet18]"""
     epochs: int = _ranged(5, 1, 100_000)
-    """Passes over the training split."""
+    """Epochs (passes over the training split)."""
     max_steps: int | None = _ranged(None, 1, STEPS_MAX)
-    """Cap on training steps per epoch (None: the whole split)."""
+    """Cap on training steps per epoch. [default: the whole split]"""
     max_val_steps: int | None = _ranged(None, 1, STEPS_MAX)
-    """Cap on validation batches per epoch (None: the whole validation split)."""
+    """Cap on validation batches per epoch. [default: the whole validation split]"""
     warmup_steps: int | None = _ranged(None, 0, STEPS_MAX)
-    """Steps at the start of the first epoch excluded from throughput and reported apart."""
+    """First steps excluded from throughput and reported apart. [default: 5, at most half the steps]"""
     optimizer: str = "sgd"
-    """sgd, sgd-nesterov, adagrad, adadelta, adam, adamw."""
+    """sgd, sgd-nesterov, adagrad, adadelta, adam, adamw.
+
+    The learning rate is cosine-annealed per step."""
     lr: float | None = _ranged(None, 0.0, 1000.0, lo_open=True)
-    """Peak learning rate; None resolves per optimizer (DEFAULT_LR)."""
+    """Learning rate. [default: per optimizer: sgd 0.1, adagrad 0.01, adadelta 1.0, adam(w) 1e-3]
+
+    The peak of the cosine schedule (DEFAULT_LR holds the defaults)."""
     momentum: float = _ranged(0.9, 0.0, 1.0, hi_open=True)
-    """Momentum for sgd and sgd-nesterov."""
+    """SGD momentum (sgd and sgd-nesterov)."""
     weight_decay: float = _ranged(5e-4, 0.0, 10.0)
-    """L2 weight decay (decoupled for adamw)."""
+    """Weight decay (L2; decoupled for adamw)."""
     precision: str = "auto"
-    """auto (bf16 autocast on CUDA devices that support it, fp32 on CPU), fp32, bf16, fp16."""
+    """auto, fp32, bf16, fp16. [default: auto = bf16 on capable CUDA, fp32 on CPU]
+
+    auto is bf16 autocast on CUDA devices that support it."""
     channels_last: bool | None = None
-    """Run the model and its inputs in channels_last memory format; None: on for CUDA, off on the CPU."""
+    """Use channels_last memory format. [default: on for CUDA, off on the CPU]
+
+    For the model and its inputs; config.json records the resolved value."""
     cudnn_benchmark: bool | None = None
-    """torch.backends.cudnn.benchmark (autotune convolutions in the warm-up steps); None: on for CUDA."""
+    """cudnn.benchmark autotuning (in the warm-up steps). [default: on for CUDA]"""
     pin_memory: bool | None = None
-    """Page-locked loader batches, copied with non_blocking=True; None: on for CUDA."""
+    """Pinned loader batches, non_blocking copies. [default: on for CUDA]"""
     optimizer_impl: str = "auto"
-    """fused, foreach or for-loop optimizer kernels; auto: fused on CUDA where the optimizer has one,
-    else foreach on CUDA, for-loop on the CPU (measured fastest there, docs/PERFORMANCE.md)."""
+    """fused, foreach, for-loop or auto. [default: auto = fused on CUDA where available, else foreach; for-loop on
+    CPU]
+
+    Fused kernels on CUDA: sgd, sgd-nesterov, adam, adamw. for-loop was measured fastest on the CPU
+    (docs/PERFORMANCE.md)."""
     compile: bool = False
-    """torch.compile the model; compilation happens in the warm-up steps and is reported apart."""
+    """torch.compile the model; compile time is reported apart (compile_time_s).
+
+    Compilation happens in the warm-up steps (at least 1)."""
     device: str = "auto"
-    """auto (cuda when visible), cpu or cuda."""
+    """auto, cpu or cuda.
+
+    auto is cuda when a GPU is visible; cuda without one is an error."""
     seed: int = _ranged(0, 0, SEED_MAX)
-    """Seed for weights init, data order, splits and augmentation."""
+    """Random seed (weights init, data order, splits and augmentation)."""
     freeze: str | None = None
-    """classifier (train only the new head; the base runs without autograd, BN stats fixed),
-    none (full fine-tune) or last:N; None resolves to classifier with pretrained weights, else none."""
+    """classifier, none or last:N. [default: classifier with pretrained weights, else none]
+
+    classifier trains only the new head (the base runs without autograd, BN stats fixed); none fine-tunes all;
+    last:N trains the last N blocks."""
     weights: str | None = None
-    """imagenet, none, or a local file; None resolves to imagenet for EfficientNet, none for ResNet-18."""
+    """imagenet, none or a local file. [default: imagenet for EfficientNet, none for resnet18]
+
+    A local file is loaded with weights_only=True."""
     batch_norm: bool = True
-    """Build resnet18 with BatchNorm (False: --no-batch-norm, the seed lab's C7)."""
+    """Build resnet18 with BatchNorm.
+
+    --no-batch-norm is the seed lab's C7; EfficientNet needs its BatchNorm."""
     gpus: int | None = _ranged(None, 1, 1024)
-    """GPUs to use, one process each (torchrun + DDP when more than one); None: every visible GPU."""
+    """GPUs, one process each (torchrun + DDP when > 1). [default: all visible]"""
     nproc: int | None = _ranged(None, 1, 1024)
-    """CPU processes (torchrun + gloo DDP) for --device cpu; None: one."""
+    """CPU processes (torchrun + gloo) with --device cpu. [default: 1]"""
     strategy: str = "ddp"
-    """ddp (one process per device under torchrun) or dp (DataParallel in one process, as the seeds ran)."""
+    """ddp (one process per device) or dp (DataParallel, as the seeds ran)."""
     scaling: str = "weak"
-    """weak: --batch-size is per device; strong: --batch-size is global and split across devices."""
+    """weak (--batch-size per device) or strong (--batch-size global, split)."""
     nnodes: int = _ranged(1, 1, 100_000)
-    """Nodes in a multi-node run (Slurm fills this in)."""
+    """Nodes in a multi-node run. [default: 1; SLURM_NNODES under srun]"""
     node_rank: int | None = _ranged(None, 0, 99_999)
-    """This node's rank in a multi-node run (Slurm's SLURM_NODEID)."""
+    """This node's rank. [default: SLURM_NODEID under srun]"""
     rdzv_endpoint: str | None = None
-    """HOST:PORT of the c10d rendezvous for multi-node runs (Slurm: the first host of the job)."""
+    """HOST:PORT of the c10d rendezvous. [default: under srun, the first Slurm host, port $MASTER_PORT or
+    20000 + SLURM_JOB_ID % 10000]"""
     rdzv_id: str | None = None
-    """Rendezvous id shared by the nodes of one run (Slurm: SLURM_JOB_ID)."""
+    """Rendezvous id shared by the nodes. [default: SLURM_JOB_ID under srun]"""
     pg_timeout_s: float = _ranged(300.0, 0.0, PG_TIMEOUT_MAX_S, lo_open=True)
-    """Process-group timeout: how long a rank waits on a dead peer inside a collective."""
-    output: Path = Path("results")
+    """Process-group timeout in seconds (a dead peer ends the job within it)."""
+    output: Path = _cli(Path("results"), env="EFFBENCH_OUTPUT")
     """Parent folder of run folders."""
     profile: bool = True
-    """Run the profiling pass (torch.profiler) after the timed training."""
+    """Profiling pass (torch.profiler) after the timed training."""
     profile_steps: int = _ranged(3, 1, 1000)
-    """Active steps recorded by the profiling pass (after 1 wait and 1 warm-up step)."""
+    """Active steps in the profiling pass (after 1 wait and 1 warm-up step)."""
     sample_interval_s: float = _ranged(0.5, 0.05, 3600.0)
-    """Interval of the utilisation sampler (GPU via NVML, host via psutil)."""
+    """Utilisation sampling interval in seconds (GPU via NVML, host via psutil)."""
     log_interval: int = _ranged(10, 1, STEPS_MAX)
-    """Steps between progress lines and device-to-host metric reads."""
+    """Steps between progress lines (and device-to-host metric reads)."""
     repeats: int | None = _ranged(None, 1, 1000)
-    """Throughput windows: the measured steps split into this many for a median and 95% CI
-    (effbench/analysis/windows.py); None: min(5, measured steps)."""
+    """Throughput windows: measured steps split into K for a median and 95% CI. [default: min(5, measured steps)]
+
+    K contiguous windows, as equal as the count allows (the first n mod K one step longer: 7 steps in 5
+    windows are 2, 2, 1, 1, 1): the median and the 95% CI of the mean in results.json (throughput_windows, the
+    steps of each in window_steps; effbench/analysis/windows.py)."""
     smoke: bool = False
-    """The offline 2-core smoke preset was applied."""
-    target_top1: float | None = _ranged(None, 0.0, 1.0, lo_open=True)
-    """Time-to-accuracy: record the training time and epochs to the first validation top-1 at or above this
-    fraction (docs/time-to-accuracy.md); None records none."""
+    """The offline 2-core smoke preset was applied (the CLI's --smoke, declared by the commands)."""
+    target_top1: float | None = _ranged(None, 0.0, 1.0, lo_open=True, metavar="F")
+    """Time-to-accuracy: record the training time and epochs to the first val top-1 >= F
+    (docs/time-to-accuracy.md)."""
     stop_at_target: bool = False
-    """End the run at the epoch whose validation first reaches --target-top1."""
+    """End the run at the epoch that reaches --target-top1."""
 
     # --- derived helpers (not options) -------------------------------------------------------
     @property
@@ -526,19 +589,6 @@ def check_path(option: str, path: str | Path, example: str | None = None) -> Non
             f"the name {long_part[:32]}... is {len(os.fsencode(long_part))} bytes; the OS allows {NAME_MAX_BYTES} "
             "per folder or file name (ENAMETOOLONG)",
         )
-
-
-def numeric_range(name: str) -> Range | None:
-    """The declared range of a RunConfig field, or None for a non-numeric one."""
-    f = {f.name: f for f in dataclasses.fields(RunConfig)}[name]
-    return f.metadata.get("range")
-
-
-def with_range(name: str, help: str) -> str:
-    """CLI help text with the field's declared range appended: one source for validation and --help."""
-    rng = numeric_range(name)
-    assert rng is not None, f"{name} declares no range"
-    return f"{help} [range: {rng.text()}]"
 
 
 # 5 warm-up steps unless the run is too short for them: then half the steps, so a short run still

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
 
 from effbench.errors import EffbenchError
 
@@ -68,6 +68,7 @@ class Augment(_Model):
     name: str
     kind: str | None = None
     steps: str | None = None
+    """The recipe in one line, as the report prints it."""
     image_size: int | None = None
     base: int | None = None
     pad: int | None = None
@@ -78,391 +79,581 @@ class Augment(_Model):
     upscale: int | None = None
     val_crop: str | None = None
     rrc_scale: list[float] | None = None
+    """RandomResizedCrop's area range."""
     rrc_ratio: list[float] | None = None
+    """RandomResizedCrop's aspect-ratio range."""
     interpolation: str | None = None
+    """The resize interpolation."""
     mean: list[float] | None = None
+    """Normalize's per-channel mean."""
     std: list[float] | None = None
+    """Normalize's per-channel std."""
     inexact: list[str] | None = None
 
 
-class Config(_Model):
-    arch: str | None = None
-    dataset: str | None = None
-    data_dir: str | None = None
-    download: bool | None = None
-    val_fraction: Num = None
-    image_size: int | None = None
-    loader: str | None = None
-    gpu_decode: bool | None = None
-    augment: str | None = None
-    augment_recipe: Augment | None = None
-    data_only: bool | None = None
-    workers: int | None = None
-    batch_size: int | None = None
-    epochs: int | None = None
-    max_steps: int | None = None
-    max_val_steps: int | None = None
-    warmup_steps: int | None = None
-    optimizer: str | None = None
-    lr: Num = None
-    momentum: Num = None
-    weight_decay: Num = None
-    precision: str | None = None
-    channels_last: bool | None = None
-    cudnn_benchmark: bool | None = None
-    pin_memory: bool | None = None
-    optimizer_impl: str | None = None
-    compile: bool | None = None
-    device: str | None = None
-    seed: int | None = None
-    freeze: str | None = None
-    weights: str | None = None
-    batch_norm: bool | None = None
-    gpus: int | None = None
-    nproc: int | None = None
-    strategy: str | None = None
-    scaling: str | None = None
-    nnodes: int | None = None
-    node_rank: int | None = None
-    rdzv_endpoint: str | None = None
-    rdzv_id: str | None = None
-    pg_timeout_s: Num = None
-    output: str | None = None
-    profile: bool | None = None
-    profile_steps: int | None = None
-    sample_interval_s: Num = None
-    log_interval: int | None = None
-    repeats: int | None = None
-    smoke: bool | None = None
-    target_top1: Frac = None
-    stop_at_target: bool | None = None
-    dataset_shape: str | None = None
-    """Generated data's shape in words (config.resolved_record)."""
-    requested: dict[str, Any] | None = None
-    """The values asked for where they differ from what ran (config.resolved_record)."""
-    no_effect: dict[str, str] | None = None
-    """Per option that changed nothing, why (config.resolved_record)."""
+def _config_model() -> type[_Model]:
+    """config.json's model, one field per RunConfig field (effbench/config.py), so a new run option is typed
+    here without being written again: its type, optional (an older file lacks it), Path as its text."""
+    import dataclasses
+
+    from effbench.config import RunConfig
+
+    kinds: dict[str, Any] = {"str": str, "Path": str, "int": int, "float": float, "bool": bool}
+    fields: dict[str, Any] = {
+        f.name: (kinds[str(f.type).replace(" | None", "")] | None, None) for f in dataclasses.fields(RunConfig)
+    }
+    fields["target_top1"] = (Frac, None)  # a fraction, as its Range says
+    # the recipe that ran, beside its name
+    fields["augment_recipe"] = (Augment | None, Field(None, description="The recipe --augment resolved to."))
+    # config.resolved_record's notes beside the options that ran
+    fields["dataset_shape"] = (str | None, Field(None, description="Generated data's shape in words."))
+    fields["requested"] = (
+        dict[str, Any] | None,
+        Field(None, description="The values asked for where they differ from what ran."),
+    )
+    fields["no_effect"] = (dict[str, str] | None, Field(None, description="Per option that changed nothing, why."))
+    doc = "The resolved run options (config.json's), one per RunConfig field."
+    return create_model("Config", __base__=_Model, __doc__=doc, **fields)
+
+
+if TYPE_CHECKING:
+
+    class Config(_Model):
+        def __getattr__(self, name: str) -> Any: ...  # built at import from RunConfig: its fields are runtime facts
+
+else:
+    Config = _config_model()
 
 
 class Epoch(_Model):
     epoch: int
+    """1-based, as everywhere."""
     steps: Count = None
+    """Training steps of the epoch, warm-up included."""
     images: Count = None
+    """Images trained on (all ranks), warm-up included."""
     data_time_s: Pos = None
+    """Waiting for the next batch, every step of the epoch, s."""
     compute_time_s: Pos = None
+    """Forward, backward and optimizer step, every step of the epoch, s."""
     total_time_s: Pos = None
+    """data_time_s + compute_time_s."""
     train_loss: Num = None
+    """Mean training loss of the epoch."""
     train_top1: Frac = None
+    """Training top-1 of the epoch, a fraction 0..1."""
     val_loss: Num = None
+    """Validation loss after the epoch."""
     val_top1: Frac = None
+    """Validation top-1 after the epoch, a fraction 0..1."""
     val_time_s: Pos = None
+    """Time of the validation pass, s (not in any throughput)."""
     val_images: Count = None
+    """Images validated."""
     throughput_img_s: Pos = None
+    """Images per second over the epoch's measured steps (warm-up excluded), all ranks."""
     warmup_steps: Count = None
+    """Steps left out of the measurement at the epoch's start."""
     warmup_time_s: Pos = None
+    """Their time, s."""
     measured_images: Count = None
+    """Images of the measured steps."""
     measured_time_s: Pos = None
+    """Time of the measured steps, s (the slowest rank's)."""
     measured_data_time_s: Pos = None
+    """Data wait of the measured steps, s."""
     measured_compute_time_s: Pos = None
+    """Compute of the measured steps, s."""
 
 
 class Tally(_Model):
     steps: Annotated[int, Field(ge=0)]
+    """Steps summed over epochs."""
     images: Annotated[int, Field(ge=0)]
+    """Images summed over epochs and ranks."""
     data_time_s: Annotated[float, Field(ge=0)]
+    """Data wait, s."""
     compute_time_s: Annotated[float, Field(ge=0)]
+    """Compute, s."""
     time_s: Annotated[float, Field(ge=0)]
+    """data_time_s + compute_time_s, s."""
     throughput_img_s: Pos = None
+    """images / time_s."""
 
 
 class Final(_Model):
     train_loss: Num = None
+    """The last epoch's mean training loss."""
     train_top1: Frac = None
+    """The last epoch's training top-1, 0..1."""
     val_loss: Num = None
+    """The last validation loss."""
     val_top1: Frac = None
+    """The last validation top-1, 0..1."""
 
 
 class Rank(_Model):
     rank: int
+    """The global rank."""
     local_rank: int | None = None
+    """The rank on its node."""
     host: str | None = None
+    """The node's hostname."""
     device: str | None = None
+    """The rank's device."""
     images: Count = None
+    """Images of its measured steps."""
     steps: Count = None
+    """Its measured steps."""
     data_time_s: Pos = None
+    """Its data wait over them, s."""
     compute_time_s: Pos = None
+    """Its compute over them, s."""
     time_s: Pos = None
+    """Its measured time, s."""
     throughput_img_s: Pos = None
+    """Its own images per second."""
 
 
 class Stat(_Model):
     """A figure over the throughput windows: median, mean, stdev and its confidence interval (analysis/stats.py)."""
 
     n: int | None = None
+    """How many windows."""
     median: Num = None
+    """The median window."""
     mean: Num = None
+    """The mean window."""
     stdev: Num = None
+    """The windows' standard deviation."""
     ci_low: Num = None
+    """Lower end of the median's 95% confidence interval (docs/methodology.md)."""
     ci_high: Num = None
+    """Upper end of it."""
     note: str | None = None
+    """Why no interval (too few windows)."""
 
 
 class Windows(_Model):
     requested: int | None = None
+    """Windows asked for (--repeats)."""
     windows: int | None = None
+    """Windows formed."""
     steps: int | None = None
+    """Measured steps cut into windows."""
     ranks: int | None = None
+    """Ranks whose steps the windows hold (the slowest rank sets each window's time)."""
     window_steps: list[int] | None = None
+    """Steps per window."""
     throughput_img_s: list[Pos] | None = None
+    """Images per second, per window."""
     step_time_ms: list[Pos] | None = None
+    """Mean step time per window, ms."""
     data_time_share: list[Frac] | None = None
+    """Data-wait share per window, 0..1."""
     summary: dict[str, Stat | None] | None = None
+    """Per figure (throughput_img_s, step_time_ms, data_time_share): median, mean and 95% interval."""
 
 
 class ProfilePhase(_Model):
     phase: str
+    """data, forward, backward, all_reduce, optimizer, ..."""
     calls: int | None = None
+    """Times the phase ran in the profiled steps."""
     cpu_time_s: Num = None
+    """Host time in the phase, s."""
     cpu_share_of_step: Num = None
+    """Its share of the profiled step's host time."""
     device_time_s: Num = None
+    """Device time in the phase, s (CUDA)."""
     device_share_of_step: Num = None
+    """Its share of the profiled step's device time."""
 
 
 class Profile(_Model):
     phases: list[ProfilePhase] | None = None
+    """Per phase of the step, from the profiler's record_function ranges."""
     tables: dict[str, str] | None = None
+    """The profiler's tables, files in the run folder."""
     trace: str | None = None
+    """The Chrome trace, a file in the run folder."""
     active_steps: int | None = None
+    """Steps the profiler recorded."""
     profiled_step_time_s: Num = None
+    """Median step time under the profiler, s."""
     profiled_step_times_s: list[float] | None = None
+    """Each profiled step's time, s."""
     timed_step_time_s: Num = None
+    """Median measured step time without it, s."""
     profiler_overhead: Num = None
+    """profiled / timed - 1: the profiler's own cost."""
     profiler_overhead_note: str | None = None
+    """Why the overhead is not given (within the steps' noise)."""
     exposed_comm_share: Frac = None
+    """Share of the step's device time in collectives not hidden behind compute (CUDA)."""
 
 
 class Verdict(_Model):
     bottleneck: str
+    """data, compute, communication, host, ... (analysis/efficiency.py BOTTLENECKS)."""
     evidence: str | None = None
+    """The figures the verdict rests on."""
     advice: str | None = None
+    """What to try."""
 
 
 class TimeToAccuracy(_Model):
     """--target-top1 (analysis/time_to_accuracy.py); the times and epochs are null while not reached."""
 
     target_top1: Annotated[float, Field(gt=0, le=1)]
+    """--target-top1, a fraction."""
     reached_target: bool
+    """Whether a validation top-1 reached it."""
     epochs_to_target: Count = None
+    """The first epoch that reached it."""
     train_time_to_target_s: Pos = None
+    """Training time up to that epoch, s."""
     val_time_to_target_s: Pos = None
+    """Validation time up to it, s."""
     warmup_time_included_s: Pos = None
+    """Warm-up time inside train_time_to_target_s, s."""
     best_val_top1: Frac = None
+    """The best validation top-1 so far."""
     best_epoch: Count = None
+    """Its epoch."""
     epochs_run: Count = None
+    """Epochs run."""
     stopped_at_target: bool | None = None
+    """The run ended at the target rather than at --epochs (--stop-at-target)."""
 
 
 class Error(_Model):
     type: str | None = None
+    """The exception's type."""
     message: str | None = None
+    """Its message."""
     traceback: str | None = None
+    """Its traceback (results.json only)."""
 
 
 class Download(_Model):
     downloaded: bool | None = None
+    """True when this run fetched the dataset."""
 
 
 class Data(_Model):
     """What fed the run: the dataset, its split sizes, the loader and what it skipped."""
 
     name: str | None = None
+    """--dataset."""
     root: str | None = None
+    """Where it was read from."""
     split: str | None = None
+    """The split trained on."""
     shape: str | None = None
+    """The synthetic shape."""
     loader: str | None = None
+    """The loader that fed the run (what ran, whatever was asked)."""
     pool_batches: int | None = None
+    """Synthetic data: distinct batches cycled through."""
     generated_on: str | None = None
+    """Synthetic data: the device it is made on."""
     download: Download | None = None
+    """Whether this run downloaded it."""
     corrupt_image_examples: list[str] | None = None
+    """Paths of some skipped images."""
     corrupt_image_reasons: dict[str, str] | None = None
+    """Why each of them was skipped."""
     num_classes: int | None = None
+    """Classes."""
     image_size: int | None = None
+    """Side of the trained images, px."""
     train_size: int | None = None
+    """Training images."""
     val_size: int | None = None
+    """Validation images."""
     steps_per_epoch: int | None = None
+    """Steps per epoch per rank."""
     batches_on_device: bool | None = None
+    """Synthetic batches made on the device (no loader cost)."""
     workers: int | None = None
+    """DataLoader workers per rank."""
     corrupt_images_skipped: int | None = None
+    """Images the loader could not decode and skipped."""
     augment: Augment | None = None
+    """The training recipe that ran (effbench/recipes.py)."""
 
 
 class MeanMax(_Model):
     """A sampled metric's mean and max over a block; `ranks`: how many process trees a summed mean adds up."""
 
     mean: Num = None
+    """Mean over the samples."""
     max: Num = None
+    """Max over the samples."""
     ranks: int | None = None
+    """Process trees a summed mean adds up."""
 
 
 class HostUse(_Model):
     """The host's figures (measure/monitor.py): CPU in percent (100 = one core), memory in GiB, byte totals."""
 
     cpu_pct: MeanMax | None = None
+    """The whole host's CPU use, percent of one core x cores."""
     proc_cpu_pct: MeanMax | None = None
+    """effbench's process tree (loader workers included), 100 = one core."""
     rss_gib: MeanMax | None = None
+    """The tree's resident memory, GiB."""
     pss_gib: MeanMax | None = None
+    """The tree's proportional set size (shared pages split), GiB."""
     net_sent_bytes: Num = None
+    """Bytes the host sent over the block."""
     net_recv_bytes: Num = None
+    """Bytes it received."""
     disk_read_bytes: Num = None
+    """Bytes read from disk."""
     disk_write_bytes: Num = None
+    """Bytes written."""
 
 
 class GpuUse(_Model):
     """One GPU's sampled figures (NVML) and its energy counter's reading, J."""
 
     index: int | None = None
+    """The CUDA index."""
     uuid: str | None = None
+    """The CUDA UUID."""
     nvml_uuid: str | None = None
+    """The UUID NVML matched."""
     name: str | None = None
+    """The GPU's name."""
     util_pct: MeanMax | None = None
+    """NVML utilisation, percent."""
     mem_used_gib: MeanMax | None = None
+    """Device memory in use, GiB."""
     power_w: MeanMax | None = None
+    """Power draw, W."""
     temp_c: MeanMax | None = None
+    """Temperature, C."""
     sm_clock_mhz: MeanMax | None = None
+    """SM clock, MHz."""
     energy_j: Num = None
+    """Energy counted over the block, J."""
 
 
 class UnmappedGpu(_Model):
     index: int | None = None
+    """The CUDA index."""
     uuid: str | None = None
+    """Its UUID."""
     reason: str | None = None
+    """Why NVML could not match it (its figures are absent)."""
 
 
 class MeasuredWindowUse(_Model):
     """The samples taken inside the measured steps alone (warm-up, validation and profiling left out)."""
 
     duration_s: Pos = None
+    """The measured steps' time, s."""
     spans: int | None = None
+    """Spans (one per epoch)."""
     samples: int | None = None
+    """Samples inside them."""
     host: Annotated[HostUse, EMPTY_IF_NULL] = HostUse()
+    """Host figures over them."""
     gpus: list[GpuUse] = []
+    """Per GPU over them (energy_j: the counter's reads at the window's edges)."""
 
 
 class Utilization(_Model):
     """The sampler's summary over the whole training block, and over its measured window."""
 
     interval_s: Pos = None
+    """The sampling interval, s."""
     samples: int | None = None
+    """Samples taken."""
     hostname: str | None = None
+    """The sampled host."""
     duration_s: Pos = None
+    """The sampled block, s."""
     host: Annotated[HostUse, EMPTY_IF_NULL] = HostUse()
+    """Host figures over the whole block."""
     gpus: list[GpuUse] = []
+    """Per GPU, over the whole block."""
     gpus_unmapped: list[UnmappedGpu] = []
+    """GPUs NVML could not match to a CUDA device."""
     measured_window: MeasuredWindowUse | None = None
+    """The same figures over the measured steps alone."""
 
 
 class EnvGpu(_Model):
     index: int | None = None
+    """The CUDA (or NVML) index."""
     name: str | None = None
+    """The GPU's name."""
     uuid: str | None = None
+    """Its UUID."""
     capability: str | None = None
     """Compute capability, "9.0"."""
     memory_total_gib: Num = None
+    """Its memory, GiB."""
 
 
 class ImageInfo(_Model):
     """The image's identity file (system/identity.py): None outside the image."""
 
     revision: str | None = None
+    """The git revision the image was built from."""
     flavour: str | None = None
+    """The lock flavour (cu130, cpu...)."""
     lock_sha256: str | None = None
+    """sha256 of the lock file installed."""
     created: str | None = None
+    """Build time."""
 
 
 class Env(_Model):
     """The software and hardware the run had (system/hardware.py env_snapshot): the result's conditions."""
 
     python: str | None = None
+    """Python version."""
     platform: str | None = None
+    """OS and kernel."""
     hostname: str | None = None
+    """Rank 0's host."""
     effbench: str | None = None
+    """effbench version."""
     torch: str | None = None
+    """torch version."""
     torchvision: str | None = None
+    """torchvision version."""
     torchcodec: str | None = None
+    """torchcodec version (the fast loader's decoders)."""
     efficientnet_pytorch: str | None = None
+    """efficientnet-pytorch version."""
     numpy: str | None = None
+    """numpy version."""
     cuda_build: str | None = None
+    """CUDA version torch was built with."""
     cudnn: int | None = None
+    """cuDNN version (e.g. 91000)."""
     cpu_model: str | None = None
+    """CPU model name."""
     cpu_cores_usable: int | None = None
+    """Cores this process may run on (affinity and cgroup quota)."""
     cpu_cores_total: int | None = None
+    """Cores of the host."""
     torch_threads: int | None = None
+    """torch's intra-op threads."""
     cuda_available: bool | None = None
+    """torch.cuda.is_available()."""
     gpu_count: int | None = None
+    """Visible GPUs."""
     gpus: list[EnvGpu] = []
+    """Per visible GPU, from torch."""
     cuda_compat: dict[str, Any] | None = None
+    """Driver CUDA, torch CUDA, the image's CUDA and the forward-compatibility libraries (system/cuda_compat.py)."""
     nccl_version: str | None = None
+    """NCCL version torch was built with."""
     container_runtime: str | None = None
+    """docker, podman, apptainer or none (system/hardware.py container_runtime)."""
     image: ImageInfo | None = None
+    """The image's identity: revision, flavour, lock hash, build time."""
     cgroup_cpu_quota_cores: Num = None
+    """The cgroup's CPU quota in cores."""
     cgroup_memory_limit_gib: Num = None
+    """The cgroup's memory limit, GiB."""
     shm_size_gib: Num = None
+    """Size of /dev/shm (DataLoader workers pass batches through it), GiB."""
     driver_version: str | None = None
+    """NVIDIA driver version (NVML)."""
     nvml_gpus: list[EnvGpu] = []
+    """Per GPU, from NVML."""
     env_vars: dict[str, str] | None = None
+    """Environment variables that change what runs (CUDA_VISIBLE_DEVICES, NCCL_*, OMP_NUM_THREADS...)."""
 
 
 class Launch(_Model):
     """How the run was launched (launch/plan.py LaunchPlan) and the rank-0 process that wrote the record."""
 
     mode: str | None = None
+    """local, torchrun or external (Slurm, Kubeflow)."""
     device_type: str | None = None
+    """cuda or cpu: what the ranks trained on."""
     nproc_per_node: int | None = None
+    """Processes per node."""
     nnodes: int | None = None
+    """Nodes."""
     threads_per_proc: int | None = None
+    """torch threads per process."""
     argv: list[str] | None = None
+    """The torchrun command line."""
     env: dict[str, str] | None = None
+    """Environment variables effbench set for the ranks."""
     pid: int | None = None
+    """Rank 0's process id."""
 
 
 class ModelInfo(_Model):
     """The network that trained: its parameters, weights, head and frozen blocks."""
 
     arch: str | None = None
+    """--arch."""
     total_params: int | None = None
+    """Parameters."""
     trainable_params: int | None = None
+    """Parameters trained (--freeze)."""
     num_classes: int | None = None
+    """Outputs of the head."""
     weights: str | None = None
+    """--weights."""
     head: str | None = None
+    """The classifier head."""
     freeze: str | None = None
+    """--freeze."""
     blocks: int | None = None
+    """Blocks of the backbone."""
     trainable_blocks: int | None = None
+    """Of them, trained."""
     trainable_stages: str | None = None
+    """Which stages train."""
 
 
 class Backend(_Model):
     """The backend switches as they ran (None: not applicable on this device)."""
 
     cudnn_benchmark: bool | None = None
+    """--cudnn-benchmark as it ran."""
     channels_last: bool | None = None
+    """--channels-last as it ran."""
     pin_memory: bool | None = None
+    """--pin-memory as it ran."""
     optimizer_impl: str | None = None
+    """foreach, fused or for-loop."""
     compile: bool | None = None
+    """--compile as it ran."""
     tf32_matmul: bool | None = None
+    """torch.backends.cuda.matmul.allow_tf32."""
 
 
 class Stragglers(_Model):
     """How far the slowest rank lagged the fastest over the measured steps (run/record.py straggler_spread)."""
 
     slowest_rank: int | None = None
+    """The rank with the longest measured time."""
     fastest_rank: int | None = None
+    """The rank with the shortest."""
     spread_s: Pos = None
+    """Their difference, s."""
     spread_pct: Pos = None
+    """It as a percent of the fastest."""
 
 
 class Diverged(_Model):
     step: int | None = None
+    """The step whose loss was not finite."""
     rank: int | None = None
+    """The rank that saw it (DDP)."""
 
 
 class Results(_Model):
@@ -580,44 +771,77 @@ class CellSummary(_Model):
     """The few figures sweep.json keeps per cell (sweep/runner.py cell_summary); the report reads the run for the rest."""
 
     throughput_img_s: Pos = None
+    """The run's headline throughput."""
     throughput_median_img_s: Pos = None
+    """Median of its throughput windows."""
     throughput_ci95_img_s: list[float | None] | None = None
+    """The median's 95% interval [low, high]."""
     batch_size_per_device: int | None = None
+    """Images per step per device."""
     global_batch_size: int | None = None
+    """Images per step over all devices."""
     peak_mem_gib: Num = None
+    """Peak allocated device memory of the measured steps, GiB."""
     peak_rss_gib: Num = None
+    """Peak resident memory of rank 0's process tree, GiB."""
     peak_host_gib: Num = None
+    """Peak host memory of the job (PSS where measured), GiB."""
     final: Annotated[Final, EMPTY_IF_NULL] = Final()
+    """The last epoch's losses and top-1."""
     wall_time_s: Pos = None
+    """The run's wall time, s."""
     time_to_accuracy: TimeToAccuracy | None = None
+    """--target-top1's outcome."""
 
 
 class Cell(_Model):
     index: int
+    """0-based place in the grid."""
     key: str
+    """The cell's options as one stable string (its identity on resume)."""
     params: dict[str, Any]
+    """The varied options' values."""
     config: dict[str, Any]
+    """The cell's whole run configuration."""
     status: str  # checked against manifest.CELL_STATUSES by the reader
+    """pending, running, ok, oom, diverged, failed, interrupted or skipped (manifest.CELL_STATUSES)."""
     run_dir: str | None = None
+    """Its run folder, relative to the sweep folder."""
     attempts: int = 0
+    """How many times it started."""
     error: Error | None = None
+    """What ended it, without the traceback (in its results.json)."""
     summary: CellSummary | None = None
+    """The few figures the sweep tables need without reading the run folder."""
     started_at: str | None = None
+    """ISO 8601 time it started."""
     finished_at: str | None = None
+    """ISO 8601 time it ended."""
 
 
 class Manifest(_Model):
     schema_version: int
+    """The file's format version."""
     kind: Literal["sweep"]
+    """Always sweep."""
     name: str
+    """The sweep's name (its folder)."""
     preset: str | None = None
+    """--preset, when the sweep came from one."""
     dims: dict[str, list[Any]]
+    """Each varied option and its values (the grid's axes)."""
     zip: bool = False
+    """True: the dims vary together (one cell per index), not as a product."""
     fingerprint: str
+    """A hash of the dims and fixed options: a resumed sweep must match it."""
     command: list[str] | None = None
+    """The command line as typed."""
     created_at: str | None = None
+    """ISO 8601 time the sweep was planned."""
     updated_at: str | None = None
+    """ISO 8601 time of the last cell's change."""
     cells: list[Cell]
+    """One per point of the grid, in run order."""
 
 
 class _FieldPath:

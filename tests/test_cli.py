@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from effbench.cli import app as cli
-from effbench.run import runner
+from effbench.run import launch
 from effbench.config import RunConfig
 from clitools import invoke
 
@@ -22,9 +22,9 @@ def captured(monkeypatch, tmp_path):
     def fake_run(cfg, **kw):
         seen["cfg"] = cfg
         seen.update(kw)
-        return runner.RunOutcome(run_dir=tmp_path, results={"status": "ok"})
+        return launch.RunOutcome(run_dir=tmp_path, results={"status": "ok"})
 
-    monkeypatch.setattr(runner, "run", fake_run)
+    monkeypatch.setattr(launch, "run", fake_run)
     return seen
 
 
@@ -69,9 +69,9 @@ def test_env_vars_give_path_defaults(captured, capsys, monkeypatch, tmp_path):
 
 def test_non_ok_run_exits_non_zero_with_one_line(monkeypatch, capsys, tmp_path):
     def failed(cfg, **kw):
-        return runner.RunOutcome(tmp_path, {"status": "failed", "error": {"type": "RuntimeError", "message": "boom"}})
+        return launch.RunOutcome(tmp_path, {"status": "failed", "error": {"type": "RuntimeError", "message": "boom"}})
 
-    monkeypatch.setattr(runner, "run", failed)
+    monkeypatch.setattr(launch, "run", failed)
     code, _, err = invoke(["run", "--smoke"], capsys)
     assert code == 1
     assert err.strip().count("\n") == 0 and "run failed (RuntimeError: boom)" in err

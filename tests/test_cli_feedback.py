@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from clitools import invoke
-from effbench.run import runner
+from effbench.run import launch
 from effbench.run.progress import Progress, fmt_duration
 from effbench.system import identity, preflight
 
@@ -125,7 +125,7 @@ def test_version_outside_the_image_says_so(tmp_path):
 
 
 def test_lost_output_is_warned_again_after_the_run(monkeypatch, capsys, tmp_path):
-    monkeypatch.setattr(runner, "run", lambda cfg, **kw: runner.RunOutcome(run_dir=tmp_path, results={"status": "ok"}))
+    monkeypatch.setattr(launch, "run", lambda cfg, **kw: launch.RunOutcome(run_dir=tmp_path, results={"status": "ok"}))
     monkeypatch.setattr(preflight, "output_loss_warning", lambda output: f"warning: output-mount: {output} lost")
     code, _, err = invoke(["run", "--smoke", "--output", "/results"], capsys)
     assert code == 0 and err.strip().splitlines()[-1] == "warning: output-mount: /results lost"

@@ -525,7 +525,7 @@ def test_pyxis_sbatch_gives_each_node_the_srun_plan(tmp_path, monkeypatch, capsy
     from clitools import invoke
 
     from effbench.launch.plan import plan_launch
-    from effbench.run import runner
+    from effbench.run import launch
 
     script = ROOT / "entrypoint" / "slurm-pyxis.sbatch"
     text = script.read_text()
@@ -548,7 +548,7 @@ def test_pyxis_sbatch_gives_each_node_the_srun_plan(tmp_path, monkeypatch, capsy
     assert command[command.index("--workers") + 1] == "7"  # 32 CPUs / 4 GPUs - 1 per rank
 
     seen = []
-    monkeypatch.setattr(runner, "run", lambda cfg, **kw: seen.append(cfg) or runner.RunOutcome(None, {"status": "ok"}))
+    monkeypatch.setattr(launch, "run", lambda cfg, **kw: seen.append(cfg) or launch.RunOutcome(None, {"status": "ok"}))
     for k in [k for k in os.environ if k.startswith(("SLURM_", "PET_")) or k == "MASTER_PORT"]:
         monkeypatch.delenv(k)
     task = {**job, "SLURM_NODEID": "1", "SLURM_PROCID": "1", "SLURM_NTASKS_PER_NODE": "1"}  # node 1's srun task

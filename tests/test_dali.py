@@ -34,13 +34,12 @@ from effbench.data.loaders import LoaderOptions  # noqa: E402
 from effbench.recipes import resolve  # noqa: E402
 from test_recipes import (  # noqa: E402
     BASE,
+    assert_seed_files_law,
     FLIP_TOL,
     KS_TWO,
     N,
     SIZE,
     Z_PIXEL,
-    chi2_bound,
-    chi2_uniform,
     compare_pixels,
     fit,
     ks_two,
@@ -165,19 +164,7 @@ def seed_outputs(tmp_path_factory):
 
 def test_seed_recipe_draws_torchvisions_crops_flips_and_angles(seed_outputs):
     r, out, _ = seed_outputs
-    f = fit(out, step=256 // BASE, border=0)
-    for k in ("cx", "cy"):
-        off = np.round(f[k] - SIZE / 2)
-        assert np.abs(f[k] - SIZE / 2 - off).max() < 0.2, k  # whole-pixel offsets
-        assert chi2_uniform(off.astype(int), BASE - SIZE + 1) < chi2_bound(BASE - SIZE + 1), k
-    assert abs(f["flip"].mean() - 0.5) < FLIP_TOL
-    # test_recipes' law for angles read by the fit (exact from 4 degrees)
-    big = np.abs(f["angle"]) >= 4
-    assert np.abs(f["angle"]).max() < r.rotation_deg + 0.15
-    assert abs(big.mean() - 0.6) < 4 * math.sqrt(0.24 / N) + 0.13 / 20 * 2
-    assert ks_uniform(np.abs(f["angle"][big]), 4, r.rotation_deg) < 1.95 / math.sqrt(big.sum()) + 0.13 / 6
-    assert abs((f["angle"][big] > 0).mean() - 0.5) < 4 * math.sqrt(0.25 / big.sum())
-    assert np.allclose(f["sx"], 1, atol=0.02) and np.allclose(f["sy"], 1, atol=0.02)
+    assert_seed_files_law(fit(out, step=256 // BASE, border=0), r.rotation_deg)
 
 
 def test_seed_recipe_pixels_agree_with_the_torchvision_loader(seed_outputs):

@@ -273,9 +273,12 @@ def test_one_rank_out_of_memory_makes_the_job_oom_naming_that_rank(tmp_path):
     assert r["error"]["message"].startswith(
         "rank 1: OutOfMemoryError: injected by EFFBENCH_FAULT_OOM_AT_BATCH=1:4: batch size per device 4 >= 4"
     )
-    # rank 0 wrote its reports as `failed` / `interrupted`: they are rewritten with the settled record
+    # the reports are drawn once, by the launcher, with the settled record: rank 0 printed its own `failed` /
+    # `interrupted` report before, and the launcher redrew the files `oom` (tests/test_run_reports.py)
     status_rows = [line.split() for line in (run / "report.txt").read_text().splitlines() if line.startswith("status ")]
     assert status_rows == [["status", "oom"]]
+    printed = [line.split() for line in res.stdout.splitlines() if line.startswith("status ")]
+    assert printed == [["status", "oom"]], res.stdout[-3000:]
 
 
 def _torch_oom(message: str) -> BaseException:
@@ -302,12 +305,12 @@ def test_a_rank_leaves_an_oom_marker_beside_the_spec_only_when_it_ran_out_of_mem
     from effbench.config import RunConfig
     from effbench.launch import supervise
     from effbench.launch.plan import LaunchPlan
-    from effbench.run import record, runner
+    from effbench.run import folder, launch, record
 
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({
         "config": RunConfig(arch="resnet18", dataset="synthetic", device="cpu").to_dict(), "run_dir": str(tmp_path / "run"),
-        "command": ["effbench"], "plan": runner._plan_dict(LaunchPlan("torchrun", "cpu", 2, 1, 1)), "progress": False,
+        "command": ["effbench"], "plan": folder.plan_dict(LaunchPlan("torchrun", "cpu", 2, 1, 1)), "progress": False,
     }))  # fmt: skip
     monkeypatch.setenv("RANK", "1")  # with WORLD_SIZE 1 process_group joins no group (distributed.torchrun_env)
     monkeypatch.setenv("WORLD_SIZE", "1")
@@ -316,14 +319,14 @@ def test_a_rank_leaves_an_oom_marker_beside_the_spec_only_when_it_ran_out_of_mem
     def run_benchmark(*_a, **_k):
         if how == "raises":
             raise exc
-        return runner.RunOutcome(None, record.outcome_of(exc, received=[], phase="epochs"))
+        return launch.RunOutcome(None, record.outcome_of(exc, received=[], phase="epochs"))
 
-    monkeypatch.setattr(runner, "run_benchmark", run_benchmark)
+    monkeypatch.setattr(launch, "run_benchmark", run_benchmark)
     if how == "raises":
         with pytest.raises(type(exc)):
-            runner.worker_main(spec)
+            launch.worker_main(spec)
     else:
-        assert runner.worker_main(spec) == 1
+        assert launch.worker_main(spec) == 1
     left = sorted(p.name for p in tmp_path.iterdir())
     if marker is None:
         assert left == ["spec.json"]
@@ -338,7 +341,7 @@ def test_a_child_that_left_only_an_oom_marker_is_oom_not_failed(monkeypatch, tmp
     from effbench.config import RunConfig
     from effbench.launch import supervise
     from effbench.launch.supervise import SupervisedResult
-    from effbench.run import runner
+    from effbench.run import launch
 
     def in_this_process(*_a, **_k):
         raise AssertionError("an isolated run must not train in the parent")
@@ -349,10 +352,10 @@ def test_a_child_that_left_only_an_oom_marker_is_oom_not_failed(monkeypatch, tmp
         (spec.parent / "oom-rank0.json").write_text(json.dumps({"rank": 0, "type": "RuntimeError", "message": message}))
         return SupervisedResult(returncode=1, signal=None, failure=None)
 
-    monkeypatch.setattr(runner, "run_benchmark", in_this_process)
+    monkeypatch.setattr(launch, "run_benchmark", in_this_process)
     monkeypatch.setattr(supervise, "run_supervised", child_ran_out)
     cfg = RunConfig(arch="resnet18", dataset="synthetic", device="cpu", weights="none", output=tmp_path)
-    outcome = runner.run(cfg, command=["t"], echo=lambda _s: None, progress=False, isolate=True)
+    outcome = launch.run(cfg, command=["t"], echo=lambda _s: None, progress=False, isolate=True)
     assert outcome.run_dir is None and outcome.exit_code == 1
     assert outcome.results == {"status": "oom", "error": {
         "type": "RuntimeError", "oom_ranks": [0],
@@ -385,20 +388,20 @@ def test_a_rank_that_stopped_on_a_nonfinite_loss_leaves_a_diverged_marker(tmp_pa
     from effbench.config import RunConfig
     from effbench.launch import supervise
     from effbench.launch.plan import LaunchPlan
-    from effbench.run import record, runner
+    from effbench.run import folder, launch, record
     from effbench.run.train import Diverged
 
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({
         "config": RunConfig(arch="resnet18", dataset="synthetic", device="cpu").to_dict(), "run_dir": str(tmp_path / "run"),
-        "command": ["effbench"], "plan": runner._plan_dict(LaunchPlan("torchrun", "cpu", 2, 1, 1)), "progress": False,
+        "command": ["effbench"], "plan": folder.plan_dict(LaunchPlan("torchrun", "cpu", 2, 1, 1)), "progress": False,
     }))  # fmt: skip
     monkeypatch.setenv("RANK", "1")  # with WORLD_SIZE 1 process_group joins no group (distributed.torchrun_env)
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setattr(supervise, "die_with_parent", lambda *_a: None)
     ended = record.outcome_of(Diverged(0, 3, 7, float("nan"), rank=0), received=[], phase="epochs")
-    monkeypatch.setattr(runner, "run_benchmark", lambda *_a, **_k: runner.RunOutcome(None, ended))
-    assert runner.worker_main(spec) == 1
+    monkeypatch.setattr(launch, "run_benchmark", lambda *_a, **_k: launch.RunOutcome(None, ended))
+    assert launch.worker_main(spec) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["diverged-rank1.json", "spec.json"]
     marker = json.loads((tmp_path / "diverged-rank1.json").read_text())
     assert marker["rank"] == 1 and marker["diverged"]["global_step"] == 7

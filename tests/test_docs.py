@@ -17,6 +17,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import check_docs  # noqa: E402
 import gen_cli_docs  # noqa: E402
+import gen_record_docs  # noqa: E402
 
 
 def test_no_doc_has_a_broken_link():
@@ -110,3 +111,29 @@ def test_the_cli_reference_is_generated_from_the_cli_and_fresh():
     # a stale table is caught: one option's help changed by hand
     stale = page.replace("Images per device per step.", "Images per step.")
     assert gen_cli_docs.render(stale) != stale
+
+
+def test_the_results_json_reference_is_generated_from_the_record_model_and_fresh():
+    page = (ROOT / "docs" / "outputs.md").read_text()
+    assert gen_record_docs.render(page) == page, (
+        "docs/outputs.md is stale: run .venv/bin/python tools/gen_record_docs.py"
+    )
+    tables = page.split(gen_record_docs.BEGIN)[1].split(gen_record_docs.END)[0]
+    # every field of the headline record is there with a meaning, none left blank
+    from effbench import schema
+
+    for name in schema.Results.model_fields:
+        assert f"| `{name}` |" in tables, name
+    assert not re.findall(r"^\| `\w+` \| [^|]+ \|\s*\|$", tables, re.M), "a field without a docstring"
+    # a new field shows up, and its docstring is its meaning
+    from pydantic import create_model
+
+    grown = create_model("Results", __base__=schema.Results, joules_per_epoch=(float | None, None))
+    grown.model_fields["joules_per_epoch"].description = "GPU energy per epoch, J."
+    original = schema.Results
+    try:
+        schema.Results = grown
+        fresh = gen_record_docs.render(page)
+    finally:
+        schema.Results = original
+    assert fresh != page and "| `joules_per_epoch` | number or null | GPU energy per epoch, J. |" in fresh

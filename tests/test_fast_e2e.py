@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from effbench.run import runner
+from effbench.run import launch
 from clitools import invoke, only_run
 
 FILES = ("config.json", "env.json", "results.json", "epochs.csv", "steps.csv", "report.txt", "report.md")
@@ -140,9 +140,9 @@ def captured(monkeypatch, tmp_path):
 
     def fake_run(cfg, **kw):
         seen["cfg"] = cfg
-        return runner.RunOutcome(run_dir=tmp_path, results={"status": "ok"})
+        return launch.RunOutcome(run_dir=tmp_path, results={"status": "ok"})
 
-    monkeypatch.setattr(runner, "run", fake_run)
+    monkeypatch.setattr(launch, "run", fake_run)
     return seen
 
 

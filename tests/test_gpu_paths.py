@@ -103,7 +103,7 @@ def test_dp_wrapper_replicates_as_dataparallel_does():
     ],
 )
 def test_data_parallel_gives_its_replicas_the_runs_dtype(monkeypatch, run_dtype, outer, expected):
-    """Through data_parallel(), what the runner calls (run/runner.py `_with_model`), not the wrapper alone."""
+    """Through data_parallel(), what the runner calls (run/rank.py `_with_model`), not the wrapper alone."""
     import importlib
     import types
 
@@ -377,16 +377,16 @@ def _two_rank_record(*, failed: bool) -> dict:
     import types
 
     from effbench.run import record as rec
-    from effbench.run import runner
+    from effbench.run import rank
 
     rows = [{"rank": r, "local_rank": r, "host": "n1", "device": f"cuda:{r}", "images": 500, "steps": 5,
              "data_time_s": 0.1, "compute_time_s": 0.9, "time_s": 1.0, "throughput_img_s": 500.0} for r in (0, 1)]  # fmt: skip
     utils = [{"host": {}, "gpus": [{"index": r, "uuid": U[r], "energy_j": e}],
               "measured_window": {"host": {}, "gpus": [{"index": r, "energy_j": e}]}}
              for r, e in ((0, 100.0), (1, 120.0))]  # fmt: skip
-    m = runner.Measurement(sampler=types.SimpleNamespace(summary=lambda: utils[0]), gpus=[], t0=time.perf_counter())
+    m = rank.Measurement(sampler=types.SimpleNamespace(summary=lambda: utils[0]), gpus=[], t0=time.perf_counter())
     m.epochs, m.epoch_ranks = [{"epoch": 1, "images": 1000}], rows  # the last epoch's gather: every rank's rows
-    if failed:  # a peer died: no final gather (run/runner.py `_measure` keeps the failure)
+    if failed:  # a peer died: no final gather (run/rank.py `_measure` keeps the failure)
         m.failure = RuntimeError("NCCL communicator was aborted")
         m.outcome = rec.outcome_of(m.failure, received=[], phase="epochs")
     else:
@@ -398,7 +398,7 @@ def _two_rank_record(*, failed: bool) -> dict:
     conditions = rec.Conditions(repeats=None, compile=False, data_only=False, flops_per_image=None,
                                 flops_forward_per_image=None, flops_error=None, workers_per_process=0,
                                 processes_per_node=2, tf32_enabled=False, cpu_quota_cores=None, run_dir=None)  # fmt: skip
-    return rec.finish(opened, runner._measured(prep, dist, m), conditions)
+    return rec.finish(opened, rank._measured(prep, dist, m), conditions)
 
 
 def test_a_failed_ddp_run_reports_no_energy_from_rank_0s_gpu_alone():
@@ -547,16 +547,16 @@ def test_fp32_on_an_a100_gets_the_tf32_peak():
 
 
 def _launch_record(mode: str, device_type: str, nproc: int, gpu: str) -> dict:
-    """The record's launch keys as the runner writes them (run/runner.py `_launch_facts`), on one A100 node."""
+    """The record's launch keys as the runner writes them (run/folder.py `launch_facts`), on one A100 node."""
     import types
 
     from effbench.launch.plan import LaunchPlan
-    from effbench.run import runner
+    from effbench.run import folder
 
     plan = LaunchPlan(mode, device_type, nproc, 1, 8)
     name = "cpu" if device_type == "cpu" else f"cuda:0 ({gpu})"
     rt = types.SimpleNamespace(device_name=name, precision="bf16")
-    facts = runner._launch_facts(plan, types.SimpleNamespace(world_size=plan.world_size), rt, 64)
+    facts = folder.launch_facts(plan, types.SimpleNamespace(world_size=plan.world_size), rt, 64)
     return {**facts, "throughput_img_s": 2000.0, "epochs": [], "env": {"gpus": [{"name": gpu, "capability": "8.0"}]}}
 
 
@@ -617,15 +617,15 @@ def test_master_port_is_honoured_and_checked():
 def test_srun_run_uses_master_port(monkeypatch, capsys, tmp_path):
     from clitools import invoke
 
-    from effbench.run import runner
+    from effbench.run import launch
 
     seen: dict = {}
 
     def fake_run(cfg, **kw):  # the side-effecting leaf, as tests/test_cli.py's `captured` patches it
         seen["cfg"] = cfg
-        return runner.RunOutcome(run_dir=tmp_path, results={"status": "ok"})
+        return launch.RunOutcome(run_dir=tmp_path, results={"status": "ok"})
 
-    monkeypatch.setattr(runner, "run", fake_run)
+    monkeypatch.setattr(launch, "run", fake_run)
     for k, v in {**SLURM, "MASTER_PORT": "31234"}.items():
         monkeypatch.setenv(k, v)
     assert invoke(["run", "--smoke"], capsys)[0] == 0
@@ -645,15 +645,15 @@ def test_a_single_node_srun_run_ignores_a_master_port_it_never_uses(monkeypatch,
     from clitools import invoke
 
     from effbench.launch.plan import slurm_settings
-    from effbench.run import runner
+    from effbench.run import launch
 
     seen: dict = {}
 
     def fake_run(cfg, **kw):  # the side-effecting leaf
         seen["cfg"] = cfg
-        return runner.RunOutcome(run_dir=tmp_path, results={"status": "ok"})
+        return launch.RunOutcome(run_dir=tmp_path, results={"status": "ok"})
 
-    monkeypatch.setattr(runner, "run", fake_run)
+    monkeypatch.setattr(launch, "run", fake_run)
     one_node = {**SLURM, "SLURM_NNODES": "1", "SLURM_JOB_NODELIST": "gpu01", "MASTER_PORT": "port"}
     _slurm_env(monkeypatch, one_node)
     assert slurm_settings(one_node).rdzv_port is None  # torchrun --standalone picks its own
@@ -665,12 +665,12 @@ def test_a_single_node_srun_run_ignores_a_master_port_it_never_uses(monkeypatch,
 def test_a_multi_node_srun_run_with_a_bad_master_port_is_one_line(monkeypatch, capsys, tmp_path):
     from clitools import invoke
 
-    from effbench.run import runner
+    from effbench.run import launch
 
     def never(*_a, **_k):
         raise AssertionError("a bad MASTER_PORT must stop the run before it starts")
 
-    monkeypatch.setattr(runner, "run", never)
+    monkeypatch.setattr(launch, "run", never)
     _slurm_env(monkeypatch, {**SLURM, "MASTER_PORT": "port"})
     code, out, err = invoke(["run", "--smoke", "--output", tmp_path], capsys)
     assert code == 2 and "Traceback" not in out + err
@@ -751,7 +751,7 @@ def test_isolated_single_device_run_goes_to_a_child_worker(monkeypatch, tmp_path
     from effbench.config import RunConfig
     from effbench.launch import supervise
     from effbench.launch.supervise import SupervisedResult
-    from effbench.run import runner
+    from effbench.run import launch
 
     def in_this_process(*_a, **_k):
         raise AssertionError("an isolated run must not train in the parent")
@@ -762,10 +762,10 @@ def test_isolated_single_device_run_goes_to_a_child_worker(monkeypatch, tmp_path
         launched.append(list(argv))
         return SupervisedResult(returncode=1, signal=None, failure=None)
 
-    monkeypatch.setattr(runner, "run_benchmark", in_this_process)
+    monkeypatch.setattr(launch, "run_benchmark", in_this_process)
     monkeypatch.setattr(supervise, "run_supervised", fake_supervised)
     cfg = RunConfig(arch="resnet18", dataset="synthetic", device="cpu", weights="none", output=tmp_path)
-    outcome = runner.run(cfg, command=["t"], echo=lambda _s: None, progress=False, isolate=True)
+    outcome = launch.run(cfg, command=["t"], echo=lambda _s: None, progress=False, isolate=True)
     (argv,) = launched
     assert argv[:5] == [sys.executable, "-m", "effbench", "worker", "--spec"]
     assert outcome.results["status"] == "failed"  # the child left no folder: reported, not hidden
@@ -774,16 +774,16 @@ def test_isolated_single_device_run_goes_to_a_child_worker(monkeypatch, tmp_path
 
 def test_scaling_series_isolates_every_member(monkeypatch, tmp_path):
     from effbench.config import RunConfig
-    from effbench.run import runner
+    from effbench.run import launch
     from effbench.sweep import series
 
     seen: list[tuple[int | None, bool]] = []
 
     def fake_run(cfg, **kw):
         seen.append((cfg.nproc, kw.get("isolate", False)))
-        return runner.RunOutcome(run_dir=None, results={"status": "failed"})
+        return launch.RunOutcome(run_dir=None, results={"status": "failed"})
 
-    monkeypatch.setattr(runner, "run", fake_run)
+    monkeypatch.setattr(launch, "run", fake_run)
     monkeypatch.setattr("effbench.system.preflight.run_checks", lambda *a, **k: [])
     base = dict(arch="resnet18", dataset="synthetic", device="cpu", weights="none", output=tmp_path, batch_size=4)
     configs = [RunConfig(**base, nproc=1), RunConfig(**base, nproc=2)]

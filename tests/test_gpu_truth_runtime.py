@@ -16,7 +16,7 @@ import torch
 
 from effbench.config import RunConfig
 from effbench.launch.distributed import DistContext
-from effbench.run import runner, runtime
+from effbench.run import folder, launch, rank, runtime
 
 TINY = dict(dataset="synthetic", arch="resnet18", image_size=16, weights="none", workers=0, batch_size=4)
 
@@ -34,7 +34,7 @@ def test_nproc_ranks_train_on_the_plans_cpu_even_where_gpus_are_visible(monkeypa
     with monkeypatch.context() as gpus:  # a machine with 2 GPUs (torch/cuda/__init__.py is_available, device_count)
         gpus.setattr(torch.cuda, "is_available", lambda: True)
         gpus.setattr(torch.cuda, "device_count", lambda: 2)
-        plan = runner.plan_for(cfg, ["effbench", "worker"])
+        plan = launch.plan_for(cfg, ["effbench", "worker"])
     assert (plan.mode, plan.device_type, plan.devices) == ("torchrun", "cpu", 2)
 
     real = runtime.resolve_device
@@ -52,7 +52,7 @@ def test_nproc_ranks_train_on_the_plans_cpu_even_where_gpus_are_visible(monkeypa
     monkeypatch.setattr(runtime, "resolve_device", resolve_where_gpus_are_visible)
     # local rank 1 of the torchrun job, as worker_main runs it from the spec's plan (no process group here)
     try:
-        outcome = runner.run_benchmark(
+        outcome = rank.run_benchmark(
             cfg, plan=plan, dist=DistContext(rank=0, local_rank=1), echo=lambda _m: None, progress=False
         )
     except _OnAGpu as e:
@@ -86,7 +86,7 @@ def test_fp16_profiling_pass_takes_the_timed_loops_scaler_at_its_scale(monkeypat
     scaler.update(1024.0)  # where a few overflowing steps of the timed loop would have left it
     model = torch.nn.Linear(4, 3)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    prep = runner.Prepared(
+    prep = rank.Prepared(
         cfg=RunConfig(**TINY), rt=rt, backend={}, batch=4, data=type("D", (), {"train": [(torch.ones(4, 4), torch.zeros(4, dtype=torch.long))]})(),
         n_steps=1, bundle=None, model=model, optimizer=optimizer,
         scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _s: 1.0), flops=None, flops_error=None,
@@ -94,7 +94,7 @@ def test_fp16_profiling_pass_takes_the_timed_loops_scaler_at_its_scale(monkeypat
     prep.scaler = scaler  # the run's, as _with_model makes it
     seen = []
     monkeypatch.setattr(observe, "profile", lambda step, _loader, **_kw: seen.append(step.scaler.get_scale()) or {})
-    info, error = runner._profile_pass(prep, DistContext(), None)
+    info, error = rank._profile_pass(prep, DistContext(), None)
     assert error is None and seen == [1024.0]
 
 
@@ -119,7 +119,7 @@ def test_an_fp16_run_makes_one_scaler_for_its_timed_loop_and_its_profiling_pass(
 
     monkeypatch.setattr(observe, "profile", profile)
     cfg = RunConfig(**TINY, max_steps=2, max_val_steps=1, epochs=1, warmup_steps=1, profile_steps=1, output=tmp_path)
-    outcome = runner.run_benchmark(
+    outcome = rank.run_benchmark(
         cfg, plan=LaunchPlan("inprocess", "cpu", 1, 1, 1), echo=lambda _m: None, progress=False
     )
     assert outcome.results["status"] == "ok", outcome.results.get("error")
@@ -139,14 +139,14 @@ import torch
 from effbench.config import RunConfig, resolve_for_device
 from effbench.launch.distributed import process_group
 from effbench.launch.plan import LaunchPlan
-from effbench.run import runner
+from effbench.run import folder, launch, rank
 from effbench.run.runtime import resolve_runtime
 
 cfg = resolve_for_device(RunConfig.from_dict(json.loads(sys.argv[1])), "cpu")  # as the runner resolves it
 out = Path(sys.argv[2])
 with process_group("cpu", 120) as dist:  # gloo, as torchrun + effbench worker would
     rt = resolve_runtime(cfg, dist.local_rank, "cpu")
-    prep = runner._prepare(cfg, LaunchPlan("torchrun", "cpu", 2, 1, 1), dist, rt, cfg.batch_size, lambda _p: None)
+    prep = rank._prepare(cfg, LaunchPlan("torchrun", "cpu", 2, 1, 1), dist, rt, cfg.batch_size, lambda _p: None)
     weights = hashlib.sha256(b"".join(t.numpy().tobytes() for t in prep.model.module.state_dict().values()))
     # nn.Dropout's draw: bernoulli on the default generator of the tensor's device (CPU here, CUDA's there)
     mask = torch.nn.functional.dropout(torch.ones(256), 0.5, training=True).nonzero().flatten().tolist()
@@ -167,7 +167,7 @@ def _torchrun_two_ranks(script: Path, *args: str) -> None:
 def test_ddp_ranks_draw_their_own_dropout_masks_from_the_same_weights_and_data_order(tmp_path, cifar10_dir):
     from effbench.config import resolve_for_device
     from effbench.data.build import build_data
-    from effbench.run.runner import seed_everything
+    from effbench.run.rank import seed_everything
 
     cfg = RunConfig(**{**TINY, "dataset": "cifar10"}, data_dir=cifar10_dir, max_steps=3, epochs=1, output=tmp_path)
     script = tmp_path / "probe.py"
@@ -191,9 +191,9 @@ _SLOW_WRITER = """
 import os, sys, time
 from pathlib import Path
 
-from effbench.run import runner
+from effbench.run import folder, launch, rank
 
-real, delay, done = runner._write_progress, float(sys.argv[2]), []
+real, delay, done = folder.write_progress, float(sys.argv[2]), []
 
 
 def slow_first_write(*a, **kw):  # rank 0's write after epoch 1, as on a slow disk: nothing else changes
@@ -203,8 +203,8 @@ def slow_first_write(*a, **kw):  # rank 0's write after epoch 1, as on a slow di
     return real(*a, **kw)
 
 
-runner._write_progress = slow_first_write
-sys.exit(runner.worker_main(Path(sys.argv[1])))
+folder.write_progress = slow_first_write
+sys.exit(launch.worker_main(Path(sys.argv[1])))
 """
 
 
@@ -221,7 +221,7 @@ def test_a_slow_rank0_write_between_epochs_is_in_no_ranks_measured_time(tmp_path
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({
         "config": cfg.to_dict(), "run_dir": str(out / "run"), "command": ["effbench"], "progress": False,
-        "echo": False, "plan": runner._plan_dict(LaunchPlan("torchrun", "cpu", 2, 1, 1)),
+        "echo": False, "plan": folder.plan_dict(LaunchPlan("torchrun", "cpu", 2, 1, 1)),
     }))  # fmt: skip
     script = tmp_path / "slow_writer.py"
     script.write_text(_SLOW_WRITER)
@@ -252,14 +252,14 @@ def test_each_compiled_sweep_cell_compiles_as_it_would_in_a_fresh_process(monkey
                       or any(isinstance(x, torch.SymInt) for x in example_inputs))  # fmt: skip
         return gm.forward
 
-    real_compile, real_run = torch.compile, runner.run
+    real_compile, real_run = torch.compile, launch.run
     monkeypatch.setattr(torch, "compile", lambda model, **_kw: real_compile(model, backend=counting_backend))
 
     def cell(*a, **kw):
         graphs.append("cell")
         return real_run(*a, **kw)
 
-    monkeypatch.setattr(runner, "run", cell)
+    monkeypatch.setattr(launch, "run", cell)
     options = {k: v for k, v in TINY.items() if k != "batch_size"}
     spec = SweepSpec(
         lists={"batch_size": (4, 8)},
@@ -285,15 +285,15 @@ def test_nproc_with_device_auto_says_the_visible_gpus_stay_idle(monkeypatch, cap
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     plans = []
-    monkeypatch.setattr(runner, "run_benchmark", lambda _cfg, *, plan, **_kw: plans.append(plan))
+    monkeypatch.setattr(launch, "run_benchmark", lambda _cfg, *, plan, **_kw: plans.append(plan))
     said: set[str] = set()
     for _ in range(2):  # two runs of one command (a sweep's cells): one line
-        runner.run(RunConfig(**TINY, nproc=1, output=tmp_path), command=["effbench"], said_warnings=said)
+        launch.run(RunConfig(**TINY, nproc=1, output=tmp_path), command=["effbench"], said_warnings=said)
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines == [
         "warning: --nproc: runs 1 CPU process(es); the 2 visible GPU(s) stay idle "
         "(use --gpus N for one process per GPU, or --device cpu to say so)"
     ]
     assert [p.device_type for p in plans] == ["cpu", "cpu"]
-    runner.run(RunConfig(**TINY, nproc=1, device="cpu", output=tmp_path), command=["effbench"])
+    launch.run(RunConfig(**TINY, nproc=1, device="cpu", output=tmp_path), command=["effbench"])
     assert capsys.readouterr().err == ""  # --device cpu asked for the CPU: nothing to say

@@ -735,7 +735,7 @@ def test_a_seed_at_the_top_of_the_range_seeds_every_generator():
     import torch
 
     from effbench.config import SEED_MAX, offset_seed
-    from effbench.run.runner import seed_everything
+    from effbench.run.rank import seed_everything
 
     seed_everything(SEED_MAX)
     for k in (0, 1, 7):  # rank and epoch offsets wrap instead of overflowing manual_seed's range

@@ -103,7 +103,7 @@ def test_the_run_command_takes_the_rendezvous_from_the_pod(monkeypatch, capsys, 
     nprocPerNode as the CPU process count of a --device cpu run)."""
     from clitools import invoke
 
-    from effbench.run import runner
+    from effbench.run import launch
 
     seen = []
 
@@ -114,7 +114,7 @@ def test_the_run_command_takes_the_rendezvous_from_the_pod(monkeypatch, capsys, 
         seen.append(cfg)
         raise Stop
 
-    monkeypatch.setattr(runner, "run", fake_run)
+    monkeypatch.setattr(launch, "run", fake_run)
     _pod_env(monkeypatch, pytorchjob_pod(1, nproc="2"))
     with pytest.raises(Stop):
         invoke(["run", "--smoke", "--output", tmp_path], capsys)

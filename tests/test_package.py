@@ -21,7 +21,14 @@ MODULES = sorted(m.name for m in pkgutil.walk_packages([str(PACKAGE)], prefix="e
 
 def test_the_walk_finds_the_stages():
     # guards the walk itself: an empty list would make the tests below vacuous
-    for name in ("effbench.cli.app", "effbench.run.runner", "effbench.data.cifar", "effbench.report.tables"):
+    for name in (
+        "effbench.cli.app",
+        "effbench.run.launch",
+        "effbench.run.rank",
+        "effbench.run.folder",
+        "effbench.data.cifar",
+        "effbench.report.tables",
+    ):
         assert name in MODULES
 
 
@@ -207,3 +214,15 @@ def test_the_import_graph_sees_lazy_imports_and_a_circle(tmp_path):
 
 def test_the_package_has_no_import_circle():
     assert circles(import_graph()) == []
+
+
+def test_run_imports_nothing_from_report():
+    # a lower floor never imports a higher one: the caller draws the reports from the settled outcome (issue 24)
+    upward = sorted(
+        f"{m} -> {t}"
+        for m, targets in import_graph().items()
+        if m == "effbench.run" or m.startswith("effbench.run.")
+        for t in targets
+        if t == "effbench.report" or t.startswith("effbench.report.")
+    )
+    assert upward == []

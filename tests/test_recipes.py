@@ -241,10 +241,9 @@ def seed_files():
     return r, to_levels(torchvision_outputs(r, img, N)), to_levels(fast_outputs(r, img, N))
 
 
-@pytest.mark.parametrize("loader", [1, 2], ids=["torchvision", "fast"])
-def test_seed_recipe_draws_torchvisions_crops_flips_and_angles(seed_files, loader):
-    r, *outs = seed_files
-    f = fit(outs[loader - 1], step=256 // BASE, border=0)
+def assert_seed_files_law(f: dict, rotation_deg: float) -> None:
+    """The seed recipe on files, as torchvision draws it, read back from a fit of `N` outputs: RandomCrop's
+    offsets, the flip's coin and RandomRotation's angle (also held against DALI's outputs, test_dali.py)."""
     # the crop's center sits at offset + SIZE / 2: offsets 0..8 uniform (RandomCrop.get_params)
     offsets = {k: np.round(f[k] - SIZE / 2) for k in ("cx", "cy")}
     for k, off in offsets.items():
@@ -256,11 +255,17 @@ def test_seed_recipe_draws_torchvisions_crops_flips_and_angles(seed_files, loade
     # degrees the fit is within 0.13 degree; the law is checked there: P(|angle| >= 4) = 0.6 and
     # |angle| uniform on [4, 10] given that, each with a slack for the 0.13 degree of fit error.
     big = np.abs(f["angle"]) >= 4
-    assert np.abs(f["angle"]).max() < r.rotation_deg + 0.15
+    assert np.abs(f["angle"]).max() < rotation_deg + 0.15
     assert abs(big.mean() - 0.6) < 4 * math.sqrt(0.24 / N) + 0.13 / 20 * 2
-    assert ks_uniform(np.abs(f["angle"][big]), 4, r.rotation_deg) < 1.95 / math.sqrt(big.sum()) + 0.13 / 6
+    assert ks_uniform(np.abs(f["angle"][big]), 4, rotation_deg) < 1.95 / math.sqrt(big.sum()) + 0.13 / 6
     assert abs((f["angle"][big] > 0).mean() - 0.5) < 4 * math.sqrt(0.25 / big.sum())
     assert np.allclose(f["sx"], 1, atol=0.02) and np.allclose(f["sy"], 1, atol=0.02)  # no resize
+
+
+@pytest.mark.parametrize("loader", [1, 2], ids=["torchvision", "fast"])
+def test_seed_recipe_draws_torchvisions_crops_flips_and_angles(seed_files, loader):
+    r, *outs = seed_files
+    assert_seed_files_law(fit(outs[loader - 1], step=256 // BASE, border=0), r.rotation_deg)
 
 
 def test_seed_recipe_pixels_agree_between_loaders(seed_files):

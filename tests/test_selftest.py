@@ -319,15 +319,15 @@ def test_allreduce_meets_under_a_relative_output_folder(tmp_path, monkeypatch):
 def test_selftest_runs_take_one_gpu_unless_a_check_asks_for_more(device, overrides, gpus, tmp_path, monkeypatch):
     """On a 4-GPU machine a run without --gpus takes all 4 under torchrun: the in-process checks (harness vs
     bare loop, precision, timing, NVML) must run on one GPU in this process."""
-    from effbench.run import runner
+    from effbench.run import launch
 
     seen = {}
 
     def fake_run(cfg, **_kw):
         seen["cfg"] = cfg
-        return runner.RunOutcome(tmp_path, {"status": "ok"})
+        return launch.RunOutcome(tmp_path, {"status": "ok"})
 
-    monkeypatch.setattr(runner, "run", fake_run)
+    monkeypatch.setattr(launch, "run", fake_run)
     ctx = st.Context(st.SelftestConfig(device=device, output=tmp_path), torch.device(device), tmp_path, print)
     st.harness(ctx, **overrides)
     assert seen["cfg"].gpus == gpus

@@ -312,15 +312,15 @@ def test_a_sweep_whose_every_cell_met_the_same_bad_input_exits_2_with_its_one_li
     # ImageNet weights neither cached nor downloadable offline fail in each cell's model build, after the
     # sweep's preflight: it said "error: sweep: 2 of 2 cells did not finish (...)" and exited 1, as for a crash
     from effbench.errors import EffbenchError
-    from effbench.run import runner
+    from effbench.run import launch
 
     def no_weights(cfg, **kw):
         if cfg.batch_size in refused:
             raise EffbenchError("--weights", "ImageNet weights for resnet18 are not cached; use --weights none")
         return real(cfg, **kw)
 
-    real, refused = runner.run, {4, 8}
-    monkeypatch.setattr(runner, "run", no_weights)
+    real, refused = launch.run, {4, 8}
+    monkeypatch.setattr(launch, "run", no_weights)
     code, _, err = invoke(["sweep", *TINY, "--batch-size", "4,8", "--output", tmp_path / "all"], capsys)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1, err

@@ -266,16 +266,16 @@ def test_presets_module_lists_the_seed_experiments():
 
 def test_run_repeats_reaches_the_config_and_is_validated(monkeypatch, tmp_path, capsys):
     from effbench.cli import app as cli
-    from effbench.run import runner
+    from effbench.run import launch
     from effbench.config import RunConfig
 
     seen = {}
 
     def fake_run(cfg, **kw):
         seen["cfg"] = cfg
-        return runner.RunOutcome(run_dir=tmp_path, results={"status": "ok"})
+        return launch.RunOutcome(run_dir=tmp_path, results={"status": "ok"})
 
-    monkeypatch.setattr(runner, "run", fake_run)
+    monkeypatch.setattr(launch, "run", fake_run)
     with pytest.raises(SystemExit) as info:
         cli.main(["run", "--smoke", "--repeats", "4", "--output", str(tmp_path)])
     assert info.value.code == 0 and seen["cfg"].repeats == 4

@@ -4,7 +4,8 @@
     .venv/bin/python tools/gen_cli_docs.py --check   # exit 1 when docs/cli.md is stale (tests/test_docs.py)
 
 The tables come from the click commands Typer builds (names, metavars, help with its [default] and [range]
-texts, which effbench derives from RunConfig's fields), between the two marker lines below.
+texts, which effbench derives from RunConfig's fields, effbench/cli/options.py), between the two marker lines
+below; `run`'s table adds each field docstring's later paragraphs, the detail too long for --help.
 """
 
 from __future__ import annotations
@@ -20,6 +21,17 @@ END = "<!-- end of generated tables -->"
 
 def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
+
+
+def _detail(command: str, name: str | None, help_text: str) -> str:
+    """The docs-only paragraphs of a RunConfig field's docstring, once: in `run`'s table, on an option generated
+    from the field (its help starts with the field's; a command's own --output or --smoke does not)."""
+    from effbench.cli.options import field_help, is_field
+
+    if command != "run" or name is None or not is_field(name):
+        return ""
+    h = field_help(name)
+    return f"<br>{_cell(h.detail)}" if h.detail and help_text.startswith(h.text) else ""
 
 
 def tables() -> str:
@@ -39,7 +51,7 @@ def tables() -> str:
             if record is None:  # an argument: its name and the command's docstring say what it is
                 rows.append(f"| `{_cell(param.human_readable_name)}` | (argument) |")
             elif record[0] != "--help":
-                rows.append(f"| `{_cell(record[0])}` | {_cell(record[1])} |")
+                rows.append(f"| `{_cell(record[0])}` | {_cell(record[1])}{_detail(name, param.name, record[1])} |")
         summary = _cell((cmd.help or "").split("\n\n")[0])
         out.append(f"### `effbench {name}`\n\n{summary}\n\n| option | meaning |\n| --- | --- |\n" + "\n".join(rows))
     return "\n\n".join(out)

@@ -15,14 +15,14 @@ Exit code 0 when nothing fails (warnings allowed), 2 when a check fails, like ev
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from effbench.system import preflight
 from effbench.cli.common import opt as _opt
-from effbench.config import RunConfig, preset_conflicts, smoke_overrides, with_range
-from effbench.datasets import datasets_help
+from effbench.cli.options import config_options, with_config_options
+from effbench.config import RunConfig, preset_conflicts, smoke_overrides
 
 STATUS = {"ok": "ok", "warning": "WARN", "error": "FAIL"}
 # Column widths that keep the table inside ~150 columns; tabulate wraps longer text.
@@ -72,42 +72,24 @@ def environment_summary(gpu: preflight.GpuState) -> list[tuple[str, str]]:
     ]  # fmt: skip
 
 
+# The RunConfig fields whose checks doctor makes (effbench/cli/options.py); --gpus takes run's list.
+DOCTOR_OPTIONS = config_options(
+    ["output", "data_dir", "dataset", "download", "arch", "workers", "batch_size", "image_size", "device", "gpus"],
+    as_text=["gpus"],
+    extra={"gpus": "A list like 1,2,4 checks the largest.", "download": "doctor checks that it can be downloaded."},
+)
+
+
+@with_config_options(DOCTOR_OPTIONS)
 def doctor(
-    output: Annotated[
-        str | None,  # text as typed: Path("") would be "." (RunConfig refuses an empty one)
-        _opt("Parent folder of run folders. [default: ./results; env EFFBENCH_OUTPUT]", envvar="EFFBENCH_OUTPUT"),
-    ] = None,
-    data_dir: Annotated[
-        str | None,
-        _opt("Folder with the extracted datasets. [default: ./data; env EFFBENCH_DATA]", envvar="EFFBENCH_DATA"),
-    ] = None,
-    dataset: Annotated[str | None, _opt(f"{datasets_help()} [default: cifar100]")] = None,
-    download: Annotated[
-        bool | None,
-        _opt("Check that a missing dataset can be downloaded. [default: no]", "--download/--no-download"),
-    ] = None,
-    arch: Annotated[str | None, _opt("Architecture (sets the default image size). [default: efficientnet-b0]")] = None,
-    workers: Annotated[int | None, _opt(with_range("workers", "DataLoader worker processes. [default: 2]"))] = None,
-    batch_size: Annotated[
-        int | None,
-        _opt(with_range("batch_size", "Images per device per step. [default: 64 EfficientNet, 128 resnet18]")),
-    ] = None,
-    image_size: Annotated[
-        int | None, _opt(with_range("image_size", "Input size in px. [default: the arch's native size]"))
-    ] = None,
-    device: Annotated[str | None, _opt("auto, cpu or cuda. [default: auto]")] = None,
-    gpus: Annotated[
-        str | None, _opt(with_range("gpus", "GPUs the run will ask for; a list like 1,2,4 checks the largest."))
-    ] = None,
+    *,
     smoke: Annotated[bool, _opt("Check the `effbench run --smoke` preset; other options still override.")] = False,
+    **given: Any,
 ) -> None:
     """Check this environment for a run: output, HOME and caches, /dev/shm, GPUs, driver, dataset."""
     from effbench.launch.plan import parse_counts
 
-    given = {
-        "output": output, "data_dir": data_dir, "dataset": dataset, "download": download, "arch": arch,
-        "workers": workers, "batch_size": batch_size, "image_size": image_size, "device": device,
-    }  # fmt: skip
+    gpus, dataset = given.pop("gpus"), given["dataset"]
     explicit = {k: v for k, v in given.items() if v is not None}
     requested = max(parse_counts("--gpus", gpus)) if gpus is not None else 0
     if requested:

@@ -20,9 +20,10 @@ import typer
 
 from effbench.cli.common import invocation
 from effbench.cli.common import opt as _opt
-from effbench.datasets import datasets_help
+from effbench.cli.options import config_options, field_kind, is_bool_field, with_config_options
 from effbench.sweep.presets import presets_help
-from effbench.config import Range, with_range
+from effbench.sweep.spec import DIMENSIONS, PRESET_ONLY
+from effbench.config import Range, RunConfig, option_name
 from effbench.errors import EffbenchError
 
 
@@ -30,115 +31,34 @@ from effbench.errors import EffbenchError
 GATE_RANGE = Range(0.0, 100.0, hi_open=True)
 
 
-def _list(help: str) -> Any:
-    return _opt(f"{help} A comma list sweeps it.")
+# RunConfig's fields a sweep takes (effbench/cli/options.py), the swept dimensions (a comma list) first: all but
+# the multi-node ones (a sweep runs on one node), and --smoke and --output, which mean the sweep's own here.
+# The dimensions only a preset sweeps (--gpu-decode, --data-only) are single flags on the command line.
+_NOT_SWEPT = ("nnodes", "node_rank", "rdzv_endpoint", "rdzv_id", "smoke", "output")
+LISTED = [d for d in DIMENSIONS if d not in PRESET_ONLY]
+SWEEP_FIELDS = [*LISTED, *(f for f in RunConfig.__dataclass_fields__ if f not in LISTED and f not in _NOT_SWEPT)]
 
 
-def _one(help: str, **kw: Any) -> Any:
-    return _opt(f"{help} One value for every cell.", **kw)
+_FLAGS = [f for f in SWEEP_FIELDS if f not in LISTED and is_bool_field(f)]  # --profile/--no-profile, as run's
+SWEEP_OPTIONS = config_options(
+    SWEEP_FIELDS,
+    as_text=[f for f in SWEEP_FIELDS if f not in _FLAGS],  # parsed here: a comma list, or exactly one value
+    extra={f: "A comma list sweeps it." if f in LISTED else "One value for every cell." for f in SWEEP_FIELDS
+           if f not in _FLAGS},
+)  # fmt: skip
 
 
+@with_config_options(SWEEP_OPTIONS)
 def sweep(
     ctx: typer.Context,
+    *,
     preset: Annotated[
         str | None,
         _opt(f"A seed experiment: {presets_help()}. Explicit options override it."),
     ] = None,
-    arch: Annotated[
-        str | None, _list("efficientnet-b0..b7 (b0..b7), resnet18, torchvision:NAME (bare: resnet50), timm:NAME.")
-    ] = None,
-    dataset: Annotated[str | None, _list(datasets_help())] = None,
-    gpus: Annotated[str | None, _list(with_range("gpus", "GPUs per run."))] = None,
-    nproc: Annotated[str | None, _list(with_range("nproc", "CPU processes per run (--device cpu)."))] = None,
-    batch_size: Annotated[str | None, _list(with_range("batch_size", "Images per device per step."))] = None,
-    workers: Annotated[str | None, _list(with_range("workers", "DataLoader workers."))] = None,
-    optimizer: Annotated[str | None, _list("sgd, sgd-nesterov, adagrad, adadelta, adam, adamw.")] = None,
-    batch_norm: Annotated[str | None, _list("resnet18 BatchNorm: on or off.")] = None,
-    device: Annotated[str | None, _list("cpu, cuda or auto.")] = None,
-    precision: Annotated[str | None, _list("auto, fp32, bf16, fp16.")] = None,
-    freeze: Annotated[str | None, _list("classifier, none or last:N.")] = None,
-    loader: Annotated[str | None, _list("Input pipeline.")] = None,
-    scaling: Annotated[str | None, _list("weak or strong.")] = None,
     zip_: Annotated[
         bool, _opt("Pair the lists element-wise (i-th values together) instead of every combination.", "--zip")
     ] = False,
-    repeats: Annotated[
-        str | None,
-        _one(
-            with_range(
-                "repeats", "Throughput windows per cell for the median and 95% CI. [default: min(5, measured steps)]"
-            )
-        ),
-    ] = None,
-    data_dir: Annotated[
-        str | None,  # text as typed: Path("") would be "." (the cells refuse an empty one)
-        _one("Folder with the extracted datasets. [default: ./data; env EFFBENCH_DATA]", envvar="EFFBENCH_DATA"),
-    ] = None,
-    download: Annotated[bool | None, _opt("Download a missing dataset.", "--download/--no-download")] = None,
-    val_fraction: Annotated[
-        str | None, _one(with_range("val_fraction", "Validate on a seeded fraction of the training set."))
-    ] = None,
-    image_size: Annotated[str | None, _one(with_range("image_size", "Input size in px."))] = None,
-    epochs: Annotated[str | None, _one(with_range("epochs", "Epochs. [default: 5]"))] = None,
-    max_steps: Annotated[str | None, _one(with_range("max_steps", "Cap on training steps per epoch."))] = None,
-    max_val_steps: Annotated[
-        str | None, _one(with_range("max_val_steps", "Cap on validation batches per epoch."))
-    ] = None,
-    warmup_steps: Annotated[
-        str | None,
-        _one(with_range("warmup_steps", "Steps excluded from throughput. [default: 5, at most half the steps]")),
-    ] = None,
-    lr: Annotated[str | None, _one(with_range("lr", "Learning rate. [default: per optimizer]"))] = None,
-    momentum: Annotated[str | None, _one(with_range("momentum", "SGD momentum. [default: 0.9]"))] = None,
-    weight_decay: Annotated[str | None, _one(with_range("weight_decay", "Weight decay. [default: 5e-4]"))] = None,
-    weights: Annotated[str | None, _one("imagenet, none or a local file.")] = None,
-    seed: Annotated[str | None, _one(with_range("seed", "Random seed. [default: 0]"))] = None,
-    strategy: Annotated[str | None, _one("ddp or dp. [default: ddp]")] = None,
-    channels_last: Annotated[
-        bool | None, _opt("channels_last memory format.", "--channels-last/--no-channels-last")
-    ] = None,
-    cudnn_benchmark: Annotated[
-        bool | None, _opt("cudnn.benchmark autotuning.", "--cudnn-benchmark/--no-cudnn-benchmark")
-    ] = None,
-    pin_memory: Annotated[bool | None, _opt("Pinned host memory for batches.", "--pin-memory/--no-pin-memory")] = None,
-    gpu_decode: Annotated[
-        bool | None, _opt("Decode JPEG batches on the GPU (nvjpeg).", "--gpu-decode/--no-gpu-decode")
-    ] = None,
-    optimizer_impl: Annotated[
-        str | None, _one("auto, fused, foreach or for-loop optimizer kernels. [default: auto]")
-    ] = None,
-    augment: Annotated[
-        str | None, _one("Training recipe in every cell: seed, imagenet or none (docs/recipes.md). [default: seed]")
-    ] = None,
-    compile_: Annotated[
-        bool | None, _opt("torch.compile the model (compile time reported apart).", "--compile/--no-compile")
-    ] = None,
-    data_only: Annotated[
-        bool | None, _opt("Time only the input pipeline (no model): images/s delivered.", "--data-only")
-    ] = None,
-    pg_timeout_s: Annotated[
-        str | None, _one(with_range("pg_timeout_s", "Process-group timeout in seconds. [default: 300]"))
-    ] = None,
-    profile: Annotated[
-        bool | None, _opt("Profiling pass after each cell's timed training. [default: on]", "--profile/--no-profile")
-    ] = None,
-    profile_steps: Annotated[
-        str | None, _one(with_range("profile_steps", "Active steps in the profiling pass. [default: 3]"))
-    ] = None,
-    sample_interval_s: Annotated[
-        str | None, _one(with_range("sample_interval_s", "Utilisation sampling interval in seconds. [default: 0.5]"))
-    ] = None,
-    log_interval: Annotated[
-        str | None, _one(with_range("log_interval", "Steps between progress lines. [default: 10]"))
-    ] = None,
-    target_top1: Annotated[
-        str | None,
-        _one(with_range("target_top1", "Time-to-accuracy: time and epochs to the first val top-1 >= F."), metavar="F"),
-    ] = None,
-    stop_at_target: Annotated[
-        bool | None,
-        _opt("End each cell at the epoch that reaches --target-top1.", "--stop-at-target/--no-stop-at-target"),
-    ] = None,
     output: Annotated[
         str | None,
         _opt("Parent folder of the sweep folder. [default: ./results; env EFFBENCH_OUTPUT]", envvar="EFFBENCH_OUTPUT"),
@@ -153,32 +73,16 @@ def sweep(
         bool, _opt("Start every cell from the --smoke preset (CPU, synthetic, tiny); other options override.")
     ] = False,
     quiet: Annotated[bool, _opt("No per-step progress; one line per cell and the summary are still printed.")] = False,
+    **given: Any,
 ) -> None:
     """Run every combination of the listed values (or a preset), one run folder per cell, resumable."""
     from effbench.sweep import runner as sweeper
-    from effbench.sweep.spec import DIMENSIONS, SweepSpec, dim_option, one_value, parse_list
+    from effbench.sweep.spec import SweepSpec, dim_option, one_value, parse_list
 
-    lists_given = {"arch": arch, "dataset": dataset, "gpus": gpus, "nproc": nproc, "batch_size": batch_size, "workers": workers,
-                   "optimizer": optimizer, "batch_norm": batch_norm, "device": device, "precision": precision, "freeze": freeze,
-                   "loader": loader, "scaling": scaling}  # fmt: skip
-    lists = {k: parse_list(dim_option(k), v, DIMENSIONS[k]) for k, v in lists_given.items() if v is not None}
-    singles = {
-        "repeats": one_value("--repeats", repeats, int), "val_fraction": one_value("--val-fraction", val_fraction, float),
-        "image_size": one_value("--image-size", image_size, int), "epochs": one_value("--epochs", epochs, int),
-        "max_steps": one_value("--max-steps", max_steps, int), "max_val_steps": one_value("--max-val-steps", max_val_steps, int),
-        "warmup_steps": one_value("--warmup-steps", warmup_steps, int), "lr": one_value("--lr", lr, float),
-        "momentum": one_value("--momentum", momentum, float), "weight_decay": one_value("--weight-decay", weight_decay, float),
-        "weights": one_value("--weights", weights), "seed": one_value("--seed", seed, int), "strategy": one_value("--strategy", strategy),
-        "pg_timeout_s": one_value("--pg-timeout-s", pg_timeout_s, float), "profile_steps": one_value("--profile-steps", profile_steps, int),
-        "sample_interval_s": one_value("--sample-interval-s", sample_interval_s, float),
-        "log_interval": one_value("--log-interval", log_interval, int),
-        "optimizer_impl": one_value("--optimizer-impl", optimizer_impl),
-        "augment": one_value("--augment", augment),
-        "data_dir": data_dir, "download": download, "channels_last": channels_last, "profile": profile,
-        "cudnn_benchmark": cudnn_benchmark, "pin_memory": pin_memory, "gpu_decode": gpu_decode,
-        "compile": compile_, "data_only": data_only,
-        "target_top1": one_value("--target-top1", target_top1, float), "stop_at_target": stop_at_target,
-    }  # fmt: skip
+    lists = {k: parse_list(dim_option(k), given.pop(k), DIMENSIONS[k]) for k in LISTED if given[k] is not None}
+    # the rest takes one value (a list is an error naming the swept options), parsed as the field's type
+    singles = {k: v if is_bool_field(k) or k == "data_dir" else one_value(option_name(k), v, field_kind(k))
+               for k, v in given.items()}  # fmt: skip
     options = {k: v for k, v in singles.items() if v is not None}
     options.update({k: v[0] for k, v in lists.items() if len(v) == 1})  # one value: the same for every cell
     lists = {k: v for k, v in lists.items() if len(v) > 1}

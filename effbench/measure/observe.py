@@ -272,7 +272,7 @@ def merge_utilization(per_rank: Sequence[Mapping[str, Any] | None]) -> dict[str,
 
 def run_device_type(record: Mapping[str, Any]) -> str:
     """The device type the run trained on ("cuda", "cpu"): the launch plan's, which the runner records as
-    `launch.device_type` (run/runner.py `_plan_dict`), else config.json's resolved `device` (resolved_record).
+    `launch.device_type` (run/folder.py `plan_dict`), else config.json's resolved `device` (resolved_record).
     Never read from the `device` label: a DataParallel run's starts with its GPU count ("1 x cuda:0 (...)
     (DataParallel)") and a one-GPU one has strategy "single", so a CUDA run read as a CPU one (no MFU)."""
     launch = record.get("launch") or {}

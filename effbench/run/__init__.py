@@ -1,2 +1,3 @@
-"""One run: the runner (prepare -> measure -> finish -> write), train loop, timing, runtime, optimizers, progress, fault hooks.
-May import launch/ (the process group), measure/, analysis/ and report/; nothing imports run/ but cli/ and sweep/."""
+"""One run: its launch (launch.py), each rank's body (rank.py: prepare -> measure -> finish), its run folder
+(folder.py), train loop, timing, runtime, optimizers, progress, fault hooks.
+May import launch/ (the process group), measure/ and analysis/, never report/ (the caller draws the reports); nothing imports run/ but cli/ and sweep/."""

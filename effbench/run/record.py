@@ -10,7 +10,7 @@
     settle_with_torchrun(...)    rank 0's record corrected by how torchrun ended and the ranks' OOM markers
     record_without_results(...)  the record when this node has no results.json (rank 0 elsewhere, or none)
 
-run/runner.py gathers the values (clock, devices, collectives) and writes the files.
+run/rank.py gathers the values (clock, devices, collectives); run/folder.py writes the files.
 """
 
 from __future__ import annotations

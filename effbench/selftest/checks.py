@@ -169,7 +169,8 @@ class Harnessed(NamedTuple):
 def harness(ctx: Context, **overrides: Any) -> Harnessed:
     """One `effbench run` (in-process or under torchrun, as the CLI would), its record typed."""
     from effbench.config import RunConfig
-    from effbench.run import runner
+    from effbench.report.run_reports import RUN_REPORTS
+    from effbench.run import launch
 
     base: dict[str, Any] = dict(
         dataset="synthetic", weights="none", freeze="none", epochs=1, max_val_steps=1, workers=0,
@@ -182,8 +183,13 @@ def harness(ctx: Context, **overrides: Any) -> Harnessed:
     cfg = RunConfig(**base)
     from effbench.analysis.export import SELFTEST_COMMAND  # export and the leaderboard tell these runs by it
 
-    outcome = runner.run(
-        cfg, command=list(SELFTEST_COMMAND), echo=None, progress=False, said_warnings=ctx.said_warnings
+    outcome = launch.run(
+        cfg,
+        command=list(SELFTEST_COMMAND),
+        echo=None,
+        progress=False,
+        said_warnings=ctx.said_warnings,
+        reports=RUN_REPORTS,
     )
     from effbench import results
 

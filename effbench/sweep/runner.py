@@ -1,4 +1,4 @@
-"""Run a sweep: every cell an ordinary run (runner.run: preflight, launch, torchrun all apply),
+"""Run a sweep: every cell an ordinary run (launch.run: preflight, launch, torchrun all apply),
 the manifest rewritten atomically around each cell, resumable, OOM recorded as data.
 
     effbench sweep --preset optimizers --device cpu --dataset synthetic --arch resnet18 --image-size 32 --max-steps 10
@@ -177,7 +177,9 @@ def _run_cells(
     progress: bool,
 ) -> SweepOutcome:
     """Every cell that is not ok yet, then the reports; the caller holds the sweep folder's lock."""
-    from effbench.run import runner
+    from effbench.report.run_reports import RUN_REPORTS
+    from effbench.run import launch
+    from effbench.run.phases import Interrupted, interrupt_on_signals
 
     folder = plan.folder
     fresh = M.new_manifest(
@@ -198,7 +200,7 @@ def _run_cells(
     received: list[int] = []
     said: set[str] = set()  # each preflight warning once for the sweep, not again for every cell
     try:
-        with runner.interrupt_on_signals(received):  # a signal between cells stops the sweep cleanly too
+        with interrupt_on_signals(received):  # a signal between cells stops the sweep cleanly too
             for n, key in enumerate(todo, 1):
                 cell = cells[key]
                 where = f"[{n}/{len(todo)}] {key}"
@@ -221,8 +223,13 @@ def _run_cells(
                 M.write_manifest(folder, m)
                 echo(f"{where}: running")
                 try:
-                    outcome = runner.run(
-                        cell.config, command=list(command), echo=None, progress=progress, said_warnings=said
+                    outcome = launch.run(
+                        cell.config,
+                        command=list(command),
+                        echo=None,
+                        progress=progress,
+                        said_warnings=said,
+                        reports=RUN_REPORTS,
                     )
                 except (
                     EffbenchError
@@ -261,7 +268,7 @@ def _run_cells(
                     break
                 if status == "failed" and spec.fail_fast:
                     break
-    except runner.Interrupted as e:
+    except Interrupted as e:
         stopped = e.signum
     except KeyboardInterrupt:
         stopped = 2

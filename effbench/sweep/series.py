@@ -29,7 +29,8 @@ class SeriesOutcome:
 def run_scaling_series(
     configs: Sequence[RunConfig], *, command: list[str], echo: Callable[[str], None], progress: bool
 ) -> SeriesOutcome:
-    from effbench.run import runner
+    from effbench.report.run_reports import RUN_REPORTS
+    from effbench.run import launch, rank
     from effbench.system.preflight import raise_on_errors, run_checks
 
     first = configs[0]
@@ -37,21 +38,22 @@ def run_scaling_series(
     raise_on_errors(run_checks(first, gpus_requested=max(c.gpus or 0 for c in configs)), said=said)
     results.check_output_writable(first.output)
     for cfg in configs:  # every count must be launchable before the first one runs
-        plan = runner.plan_for(cfg, ["effbench", "worker"])
-        runner.per_device_batch(cfg, plan.devices)
+        plan = launch.plan_for(cfg, ["effbench", "worker"])
+        rank.per_device_batch(cfg, plan.devices)
     kind = "cpu" if first.device == "cpu" or first.nproc is not None else "gpu"
     name = f"{dt.datetime.now():%Y%m%d-%H%M%S}_scaling_{first.arch}_{first.dataset}_{kind}_{first.scaling}"
     folder = results.create_run_dir(first.output, name)
     echo(f"scaling series: {len(configs)} runs into {folder}")
     outcomes = []
     for cfg in configs:  # each member in its own child process(es): none inherits another's CUDA context or memory
-        outcome = runner.run(
+        outcome = launch.run(
             dataclasses.replace(cfg, output=folder),
             command=command,
             echo=echo,
             progress=progress,
             isolate=True,
             said_warnings=said,
+            reports=RUN_REPORTS,
         )
         outcomes.append(outcome)
     # a member that left no results.json is in memory only (run/record.record_without_results: no schema_version)

@@ -1,0 +1,32 @@
+"""A run's reports, drawn once by whoever launched the run, from its settled record; run/ calls them through
+run/folder.py's `Reports` and imports nothing from report/.
+
+    RUN_REPORTS.write(run_dir, record, steps)   report.txt, report.md, the charts and report.html
+    RUN_REPORTS.text(record)                    the report printed on the terminal
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from effbench import results
+from effbench.report import render, tables
+
+
+class RunReports:
+    """What `effbench run`, a sweep and the selftest hand run/launch.run as `reports`."""
+
+    def write(self, run_dir: Path, record: Mapping[str, Any], steps: Sequence[Mapping[str, Any]]) -> None:
+        """A full disk raises results.NoSpaceError (run/ records it); a chart that cannot be drawn is a warning."""
+        typed = results.record_of(record)  # run/ holds the record as a dict; the reports read the typed model
+        results.atomic_write_text(run_dir / results.REPORT_TXT, tables.render(typed, "text"))
+        results.atomic_write_text(run_dir / results.REPORT_MD, tables.render(typed, "md"))
+        render.write_run_html_safely(run_dir, typed, steps)  # plots + report.html; a warning if not, on stderr
+
+    def text(self, record: Mapping[str, Any]) -> str:
+        return tables.render(results.record_of(record), "text")
+
+
+RUN_REPORTS = RunReports()

@@ -1,0 +1,310 @@
+"""The run folder's lifecycle, on rank 0: made with a `running` results.json at the start of setup, the phase kept
+current while the run is built, `interrupted` when a signal comes before anything is measured, removed after a
+bad input, opened with config.json / env.json, rewritten after every epoch, and its final write (results.json
+last; a full disk recorded as `failed`).
+
+    start_run_folder -> enter_phase ... -> open_run_folder -> write_progress (each epoch) -> write_final
+    interrupted_before_measuring / discard   how a run that measured nothing leaves its folder
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from effbench import results
+from effbench.analysis import windows
+from effbench.config import RunConfig
+from effbench.errors import EffbenchError
+from effbench.launch.distributed import DistContext
+from effbench.launch.plan import LaunchPlan
+from effbench.run import record as rec
+from effbench.run.phases import Interrupted, Phase, deferred
+
+if TYPE_CHECKING:
+    from effbench.run.rank import Prepared
+    from effbench.run.runtime import Runtime
+
+Echo = Callable[[str], None]
+
+
+class Reports(Protocol):
+    """The reports the caller draws from a run's settled record (report/run_reports.py; run/ imports nothing
+    from report/). run/ calls `write` once per run, where the outcome is settled: rank 0's final write in one
+    process, the launcher once torchrun has ended (the ranks get none); a full disk raises NoSpaceError."""
+
+    def write(self, run_dir: Path, record: dict[str, Any], steps: list[dict[str, Any]]) -> None: ...
+
+    def text(self, record: dict[str, Any]) -> str: ...
+
+
+def run_name(cfg: RunConfig, device_label: str, precision: str, when: dt.datetime) -> str:
+    """Conditions readable from the folder name: time, arch, dataset, device, precision, batch."""
+    return results.safe_name(
+        f"{when:%Y%m%d-%H%M%S}_{cfg.arch}_{cfg.dataset}_{device_label}_{precision}_bs{cfg.batch_size}"
+    )
+
+
+def device_label(plan: LaunchPlan) -> str:
+    n = plan.devices
+    return f"{plan.device_type}{n}" if n > 1 or plan.device_type == "cuda" else "cpu"
+
+
+def fresh_path(output: Path, name: str) -> Path:
+    for i in range(1000):
+        candidate = output / (name if i == 0 else f"{name}-{i}")
+        if not candidate.exists():
+            return candidate
+    raise EffbenchError("--output", f"too many run folders named {name} in {output}; clean it up")
+
+
+def plan_dict(plan: LaunchPlan) -> dict[str, Any]:
+    return {
+        "mode": plan.mode,
+        "device_type": plan.device_type,
+        "nproc_per_node": plan.nproc_per_node,
+        "nnodes": plan.nnodes,
+        "threads_per_proc": plan.threads_per_proc,
+        "argv": plan.argv,
+        "env": plan.env,
+    }
+
+
+@contextlib.contextmanager
+def first_no_space(failure: BaseException | None) -> Iterator[None]:
+    """The disk filled while the epochs were written, and the final files could not be written either: the
+    one line names the first file that did not fit, as results.json does."""
+    try:
+        yield
+    except results.NoSpaceError:
+        if isinstance(failure, results.NoSpaceError):
+            raise failure from None
+        raise
+
+
+def write_final(
+    run_dir: Path | None,
+    record: dict[str, Any],
+    epochs: list[dict[str, Any]],
+    steps: list[dict[str, Any]],
+    sampler: Any,
+    reports: Reports | None,
+) -> None:
+    """utilization.csv, the caller's reports (none on a torchrun rank: its launcher draws them once torchrun
+    has ended), then the CSVs and results.json."""
+    assert run_dir is not None
+    try:
+        sampler.write_csv(
+            run_dir / UTILIZATION_FILE
+        )  # first: the launcher reads it as "rank 0 reached its final write"
+        if reports is not None:
+            reports.write(run_dir, record, steps)
+        # results.json last: never `ok` with a report missing
+        write_progress(run_dir, record, epochs, steps)
+    except results.NoSpaceError as e:  # never `running` forever: `failed`, the reason and the epochs measured
+        record_no_space(run_dir, record, e)
+        raise
+
+
+# Keys of the final record left out of the last-resort copy on a full disk, so it fits where the last epoch's
+# record lay (observe.summarize's extras; the epochs and the headline stay)
+_BULKY = ("utilization", "throughput_windows", "profile", "memory", "observations")
+
+
+def record_no_space(run_dir: Path, record: dict[str, Any], e: results.NoSpaceError) -> None:
+    """results.json says `failed` with the full-disk error (which file), keeping the epochs: written whole when
+    the disk still takes it, else compact over the last epoch's record (results.overwrite_json_in_place)."""
+    first = record.get("error") if record.get("status") == "failed" else None  # the run's own, when that was it
+    if not (first and "no space left" in str(first.get("message"))):
+        first = {"type": "NoSpaceError", "message": str(e)}
+    failed = {**record, "status": "failed", "error": first}
+    failed.pop("signal", None)
+    try:
+        results.write_json(run_dir / results.RESULTS_FILE, failed)
+    except results.NoSpaceError:
+        # on failure too the one-line error still says it, and the last epoch's record stays
+        with contextlib.suppress(OSError):
+            results.overwrite_json_in_place(
+                run_dir / results.RESULTS_FILE, {k: v for k, v in failed.items() if k not in _BULKY}
+            )
+
+
+@dataclass
+class Started:
+    """The run folder as made at the start of setup: where (rank 0 only), when, and its first record."""
+
+    run_dir: Path | None  # on the other ranks: the launcher's name for it, or None
+    writer: bool
+    started: dt.datetime  # UTC; the folder's name and `started_at`
+    record: dict[str, Any]  # the `running` record it holds, `phase` kept current until training starts
+
+
+def launch_facts(plan: LaunchPlan, dist: DistContext, rt: Runtime, batch: int) -> dict[str, Any]:
+    """The record's device and launch keys, known before anything is built."""
+    import torch
+
+    return {
+        "device": rt.device_name if plan.mode != "dp" else f"{plan.nproc_per_node} x {rt.device_name} (DataParallel)",
+        "world_size": dist.world_size,
+        "devices": plan.devices,
+        "strategy": "single" if plan.devices == 1 else plan.mode if plan.mode == "dp" else "ddp",
+        "launch": {**plan_dict(plan), "threads_per_proc": torch.get_num_threads(), "pid": os.getpid()},
+        "precision": rt.precision,
+        "batch_size_per_device": batch,
+        "global_batch_size": batch * plan.devices,
+    }
+
+
+def start_run_folder(
+    cfg: RunConfig,
+    plan: LaunchPlan,
+    dist: DistContext,
+    rt: Runtime,
+    batch: int,
+    run_dir: Path | None,
+    command: list[str] | None,
+) -> Started:
+    """Rank 0 makes the run folder (named from the config, device and precision: all known here) with a
+    `running` results.json in phase `setup`, so a signal from here on is recorded in it."""
+    started = dt.datetime.now(dt.timezone.utc)
+    writer = dist.is_main
+    if writer:
+        if run_dir is None:
+            run_dir = results.create_run_dir(
+                cfg.output, run_name(cfg, device_label(plan), rt.precision, started.astimezone())
+            )
+        else:  # named by the launcher (torchrun, an isolated worker)
+            run_dir.mkdir(mode=0o755)
+    record: dict[str, Any] = {
+        "schema_version": results.SCHEMA_VERSION,
+        "status": "running",
+        "phase": "setup",
+        "run_name": run_dir.name if run_dir else None,
+        "command": list(command if command is not None else sys.argv),
+        "started_at": started.isoformat(),
+        "config": cfg.to_dict(),  # as given; config.json holds the resolved values once the data is open
+        **launch_facts(plan, dist, rt, batch),
+        "data_only": cfg.data_only,
+        "epochs": [],
+    }
+    if writer:
+        assert run_dir is not None
+        try:
+            results.write_json(run_dir / results.RESULTS_FILE, record)
+        except results.NoSpaceError:  # the folder holds nothing: it goes, the one line says why
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+    return Started(run_dir, writer, started, record)
+
+
+def enter_phase(phase: Phase, name: str, start: Started, received: list[int]) -> None:
+    """Enter a phase before training, and say so in results.json (written whole: signals wait)."""
+    with deferred(received):
+        start.record["phase"] = name
+        if start.writer:
+            assert start.run_dir is not None
+            results.write_json(start.run_dir / results.RESULTS_FILE, start.record)
+    if received:
+        raise Interrupted(received[0], phase.name)
+    phase.enter(name)
+
+
+def interrupted_before_measuring(start: Started, signum: int, phase: str, received: list[int]) -> dict[str, Any]:
+    """A signal in setup, dataset or model: results.json `interrupted`, the phase named; no report (nothing
+    was measured to report on). Returns the record written."""
+    with deferred(received):
+        record = {k: v for k, v in start.record.items() if k != "phase"}
+        record.update(rec.interrupted(signum, phase), finished_at=dt.datetime.now(dt.timezone.utc).isoformat())
+        if start.writer:
+            assert start.run_dir is not None
+            results.write_json(start.run_dir / results.RESULTS_FILE, record)
+    return record
+
+
+def discard(start: Started) -> None:
+    """Remove the folder made at the start of setup: a bad input never leaves a folder that looks like a run."""
+    if start.writer and start.run_dir is not None:
+        shutil.rmtree(start.run_dir, ignore_errors=True)
+
+
+def open_run_folder(prep: Prepared, plan: LaunchPlan, dist: DistContext, start: Started, echo: Echo) -> dict[str, Any]:
+    """Rank 0 writes config.json, env.json and the full `running` results.json into the run folder."""
+    from effbench.system.hardware import env_snapshot
+
+    cfg, rt, data, bundle = prep.cfg, prep.rt, prep.data, prep.bundle
+    record: dict[str, Any] = {
+        "schema_version": results.SCHEMA_VERSION,
+        "status": "running",
+        "run_name": start.record["run_name"],
+        "command": start.record["command"],
+        "started_at": start.record["started_at"],
+        "config": _config_json(cfg, rt, data.info, prep.n_steps, warn=start.writer, command=start.record["command"]),
+        "env": env_snapshot(),
+        **launch_facts(plan, dist, rt, prep.batch),
+        "model": {
+            "arch": bundle.arch,
+            "total_params": bundle.total_params,
+            "trainable_params": bundle.trainable_params,
+            **bundle.info,
+        }
+        if bundle is not None
+        else {"arch": None, "note": "--data-only: no model"},
+        "data_only": cfg.data_only,
+        "backend": prep.backend,
+        "data": {
+            "name": data.name,
+            "num_classes": data.num_classes,
+            "image_size": data.image_size,
+            "train_size": data.train_size,
+            "val_size": data.val_size,
+            "steps_per_epoch": prep.n_steps,
+            "batches_on_device": data.batches_on_device,
+            **data.info,
+        },
+        "throughput_img_s": None,
+        "compile_time_s": None,
+        "epochs": [],
+    }
+    if start.writer:
+        assert start.run_dir is not None
+        results.write_json(start.run_dir / results.CONFIG_FILE, record["config"])
+        results.write_json(start.run_dir / results.ENV_FILE, record["env"])
+        results.write_json(start.run_dir / results.RESULTS_FILE, record)
+        echo(f"run folder: {start.run_dir}")
+    return record
+
+
+UTILIZATION_FILE = "utilization.csv"
+
+
+def _config_json(
+    cfg: RunConfig, rt: Any, data_info: dict[str, Any], n_steps: int, *, warn: bool, command: list[str] | None = None
+) -> dict[str, Any]:
+    """config.json's resolved values (every option with no effect under `no_effect`); one the user typed in
+    `command` is also warned about on stderr (a default, such as --workers 2 on synthetic data, is not theirs
+    to fix)."""
+    from effbench.config import resolved_record, typed_option
+
+    measured_steps = cfg.epochs * n_steps - cfg.warmup_steps  # > 0: checked above (--warmup-steps)
+    repeats = cfg.repeats if cfg.repeats is not None else min(windows.DEFAULT_WINDOWS, measured_steps)
+    out = resolved_record(cfg, device_type=rt.device.type, precision=rt.precision, repeats=repeats, data_info=data_info)
+    for option, why in (out.get("no_effect") or {}).items() if warn else ():
+        if command is None or typed_option(command, option):
+            print(f"warning: --{option.replace('_', '-')} had no effect on this run: {why}", file=sys.stderr)
+    return out
+
+
+def write_progress(
+    run_dir: Path | None, record: dict[str, Any], epochs: list[dict[str, Any]], steps: list[dict[str, Any]]
+) -> None:
+    assert run_dir is not None
+    results.write_csv(run_dir / results.EPOCHS_FILE, results.EPOCH_FIELDS, epochs)
+    results.write_csv(run_dir / results.STEPS_FILE, results.STEP_FIELDS, steps)
+    results.write_json(run_dir / results.RESULTS_FILE, record)
