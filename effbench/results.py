@@ -157,7 +157,8 @@ def record_of(data: Mapping[str, Any] | schema.Results) -> schema.Results:
 
     if isinstance(data, schema.Results):
         return data
-    return schema.Results.model_validate(dict(data))
+    # as write_json stores it (NaN and inf as null: an epoch with no step holds a nan loss in memory)
+    return schema.Results.model_validate(_json_safe(dict(data)))
 
 
 def read_results(path: Path) -> dict[str, Any]:

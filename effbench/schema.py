@@ -18,9 +18,8 @@ instant.
 
 from __future__ import annotations
 
-from pathlib import Path
-import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
@@ -106,6 +105,13 @@ def _config_model() -> type[_Model]:
     fields["target_top1"] = (Frac, None)  # a fraction, as its Range says
     # the recipe that ran, beside its name
     fields["augment_recipe"] = (Augment | None, Field(None, description="The recipe --augment resolved to."))
+    # config.resolved_record's notes beside the options that ran
+    fields["dataset_shape"] = (str | None, Field(None, description="Generated data's shape in words."))
+    fields["requested"] = (
+        dict[str, Any] | None,
+        Field(None, description="The values asked for where they differ from what ran."),
+    )
+    fields["no_effect"] = (dict[str, str] | None, Field(None, description="Per option that changed nothing, why."))
     doc = "The resolved run options (config.json's), one per RunConfig field."
     return create_model("Config", __base__=_Model, __doc__=doc, **fields)
 
@@ -838,32 +844,29 @@ class Manifest(_Model):
     """One per point of the grid, in run order."""
 
 
-class _Reads:
-    """Records the attribute names read from it: field_path's stand-in for a record."""
+class _FieldPath:
+    """Records the attributes a getter reads, checking each is a field of the model it stands for."""
 
-    def __init__(self, parts: tuple[str, ...] = ()) -> None:
-        self.parts_read = parts
+    def __init__(self, model: Any, parts: tuple[str, ...] = ()) -> None:
+        self._model, self._parts = model, parts
 
-    def __getattr__(self, name: str) -> _Reads:
-        return _Reads((*self.parts_read, name))
+    def __getattr__(self, name: str) -> _FieldPath:
+        fields = getattr(self._model, "model_fields", {})
+        if name not in fields:
+            raise AttributeError(f"{getattr(self._model, '__name__', self._model)} has no field {name!r}")
+        annotation = fields[name].annotation
+        # the model inside `X | None` (a section) or `list[X]`, so the path can go on into it
+        inner = next(
+            (a for a in getattr(annotation, "__args__", ()) if isinstance(a, type) and issubclass(a, BaseModel)),
+            annotation,
+        )
+        return _FieldPath(inner, (*self._parts, name))
 
 
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    return next((m for arg in typing.get_args(annotation) if (m := _model_in(arg)) is not None), None)
-
-
-def field_path(getter: Callable[[Any], Any], model: type[BaseModel] = Results) -> str:
-    """The dotted name of the field a getter reads, checked against `model`: `field_path(lambda r: r.final.val_top1)`
-    is "final.val_top1". A table that names a field (an export column) takes the name from the code that reads it."""
-    parts: tuple[str, ...] = getter(_Reads()).parts_read
-    owner: type[BaseModel] | None = model
-    for part in parts:
-        if owner is None or part not in owner.model_fields:
-            raise AttributeError(f"{model.__name__} has no field {'.'.join(parts)}")
-        owner = _model_in(owner.model_fields[part].annotation)
-    return ".".join(parts)
+def field_path(model: type[BaseModel], getter: Callable[[Any], Any]) -> str:
+    """`field_path(Results, lambda r: r.measured.throughput_img_s)` -> "measured.throughput_img_s": a field's name
+    taken from the model (a column, a summary key), never retyped; a name the model lacks raises."""
+    return ".".join(getter(_FieldPath(model))._parts)
 
 
 def _where(loc: tuple[Any, ...]) -> str:

@@ -411,8 +411,11 @@ def test_a_failed_ddp_run_reports_no_energy_from_rank_0s_gpu_alone():
     assert "energy_j" not in failed and "images_per_j" not in failed
     assert failed["energy_note"] == "not measured on every GPU: 1 of the job's 2 sampled"
     from effbench.report.tables import observability_rows
+    from effbench.results import record_of
 
-    assert ("GPU energy (J)", "- (not measured on every GPU: 1 of the job's 2 sampled)") in observability_rows(failed)
+    assert ("GPU energy (J)", "- (not measured on every GPU: 1 of the job's 2 sampled)") in observability_rows(
+        record_of({"schema_version": 1, **failed})
+    )
 
 
 # --- items 5 and 9: out of memory stays out of memory ------------------------------------------------------

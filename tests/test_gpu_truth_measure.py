@@ -13,6 +13,13 @@ from effbench.analysis import efficiency as eff
 from effbench.measure import monitor, observe
 
 
+def _rec(**fields):
+    """A results.json record as the report reads it: typed, with the two fields every record has."""
+    from effbench import results
+
+    return results.record_of({"schema_version": 1, "status": "ok", **fields})
+
+
 def _summ(record, **kw):
     args = dict(flops_image=None, utilization=None, memory=[], profile_info=None, cpu_quota_cores=None,
                 workers_per_process=0, processes_per_node=1, tf32_enabled=False)  # fmt: skip
@@ -77,7 +84,7 @@ def test_summed_tree_cpu_renders_as_a_mean_of_ranks():
     from effbench.report.tables import observability_rows
 
     rows = dict(
-        observability_rows({"utilization": observe.merge_utilization([_rank_summary(60.0), _rank_summary(70.0)])})
+        observability_rows(_rec(utilization=observe.merge_utilization([_rank_summary(60.0), _rank_summary(70.0)])))
     )
     assert rows["run CPU % (process tree)"] == "130.0 mean, 2 ranks summed"
 
@@ -243,7 +250,7 @@ def test_the_report_shows_the_windows_utilisation_beside_the_blocks():
     whole = [{"index": 0, "util_pct": {"mean": 40.0, "max": 99.0}}]
     window = [{"index": 0, "util_pct": {"mean": 96.0, "max": 99.0}}]
     util = {"host": {}, "gpus": whole, "measured_window": {"host": {}, "gpus": window}}
-    rows = dict(observability_rows({"utilization": util}))
+    rows = dict(observability_rows(_rec(utilization=util)))
     assert rows["GPU 0 utilisation %"] == "40.0 mean / 99.0 max"
     assert rows["GPU 0 utilisation %, measured steps only"] == "96.0 mean / 99.0 max"
 
@@ -451,7 +458,7 @@ def test_pipelined_loop_syncs_once_a_window():
 def test_the_report_says_which_timing_the_headline_is():
     from effbench.report.tables import summary_rows
 
-    rows = dict(summary_rows({"throughput_img_s": 100.0, "data": {}, "config": {}}))
+    rows = dict(summary_rows(_rec(throughput_img_s=100.0, data={}, config={})))
     assert (
         rows["throughput timing"].startswith("per-step synced") and "timm's benchmark.py" in rows["throughput timing"]
     )

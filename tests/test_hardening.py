@@ -1155,8 +1155,10 @@ def test_a_dataset_whose_every_training_image_is_unreadable_is_one_error_exit_2(
                                                          (3, 20, 5, True), (1, 0, 0, False)])  # fmt: skip
 def test_more_than_a_tenth_of_the_images_skipped_is_a_warning_in_the_report(skipped, train, val, warned):
     from effbench.report.tables import skipped_images_warning
+    from effbench.results import record_of
 
-    line = skipped_images_warning({"data": {"corrupt_images_skipped": skipped, "train_size": train, "val_size": val}})
+    data = {"corrupt_images_skipped": skipped, "train_size": train, "val_size": val}
+    line = skipped_images_warning(record_of({"schema_version": 1, "status": "ok", "data": data}))
     assert (line is not None) == warned == (train + val > 0 and skipped / (train + val) > 0.1)
     if line:
         assert line.startswith("warning: ") and f"{skipped} of {train + val}" in line

@@ -113,8 +113,15 @@ def test_a_cpu_profiling_pass_leaks_no_cpu_allocator_warning(tmp_path, capfd):
 # --- 13: which throughput to quote, a CPU's TFLOP/s, what ran ---------------------------------------------------
 
 
+def _rec(**fields):
+    """A results.json record as the report reads it: typed, with the two fields every record has."""
+    from effbench import results
+
+    return results.record_of({"schema_version": 1, "status": "ok", **fields})
+
+
 def test_summary_names_the_figure_to_quote_and_what_the_windows_are():
-    rows = dict(tables.summary_rows({"throughput_img_s": 6.4}))
+    rows = dict(tables.summary_rows(_rec(throughput_img_s=6.4)))
     assert rows[tables.HEADLINE_ROW] == "6.4" and "to quote" in tables.HEADLINE_ROW
     assert "noise" in tables.WINDOWS_ROW
 
@@ -123,20 +130,23 @@ def test_summary_names_the_figure_to_quote_and_what_the_windows_are():
     "tflops, shown", [(0.002, "0.0020"), (0.03, "0.030"), (0.0000412, "0.000041"), (12.5, "12.500")]
 )
 def test_achieved_tflops_on_a_cpu_shows_its_value(tflops, shown):
-    assert dict(tables.summary_rows({"achieved_tflops": tflops}))["achieved TFLOP/s"] == shown
+    assert dict(tables.summary_rows(_rec(achieved_tflops=tflops)))["achieved TFLOP/s"] == shown
 
 
 def test_dataset_row_says_the_images_that_ran():
     record = {
         "config": {"dataset": "cifar100"},
         "data": {"train_size": 50_000, "val_size": 10_000},
-        "epochs": [{"images": 192}],
+        "epochs": [{"epoch": 1, "images": 192}],
     }
     assert (
-        dict(tables.summary_rows(record))["dataset"] == "cifar100 (192 of 50,000 train images per epoch / 10,000 val)"
+        dict(tables.summary_rows(_rec(**record)))["dataset"]
+        == "cifar100 (192 of 50,000 train images per epoch / 10,000 val)"
     )
-    record["epochs"] = [{"images": 50_000}]
-    assert dict(tables.summary_rows(record))["dataset"] == "cifar100 (50,000 train images per epoch / 10,000 val)"
+    record["epochs"] = [{"epoch": 1, "images": 50_000}]
+    assert (
+        dict(tables.summary_rows(_rec(**record)))["dataset"] == "cifar100 (50,000 train images per epoch / 10,000 val)"
+    )
 
 
 # --- 14: doctor on a fresh clone; 15: the dataset catalog -------------------------------------------------------

@@ -221,6 +221,6 @@ def test_forward_flops_are_recorded_apart_and_shown_beside_the_step():
 
     out = _summ(_record(), flops_image=3e9, flops_forward_image=1e9)
     assert out["flops_per_image"] == 3e9 and out["flops_forward_per_image"] == 1e9
-    rows = dict(observability_rows(out))
+    rows = dict(observability_rows(results.record_of({"schema_version": 1, "status": "ok", **out})))
     assert rows["GFLOP per training image"] == "3.000" and rows["GFLOP per image, forward only"] == "1.000"
     assert "flops_forward_per_image" not in _summ(_record(), flops_image=3e9)

@@ -123,9 +123,9 @@ def _record():
         "world_size": 1,
         "precision": "fp32",
         "throughput_img_s": 123.456,
-        "measured": {"steps": 4, "images": 32, "data_time_s": 0.25, "time_s": 1.0},
+        "measured": {"steps": 4, "images": 32, "data_time_s": 0.25, "compute_time_s": 0.75, "time_s": 1.0},
         "data_time_share": 0.25,  # record.finish: measured data_time_s / time_s, the figure the report prints
-        "warmup": {"steps": 1, "time_s": 0.5},
+        "warmup": {"steps": 1, "images": 8, "data_time_s": 0.1, "compute_time_s": 0.4, "time_s": 0.5},
         "epochs": [
             {"epoch": 0, "images": 40, "data_time_s": 0.25, "compute_time_s": 0.75, "total_time_s": 1.0, "train_loss": 2.3,
              "train_top1": 0.1, "val_top1": 0.2, "val_time_s": 0.1, "throughput_img_s": 40.0}
@@ -135,8 +135,8 @@ def _record():
 
 
 def test_report_renders_summary_and_epoch_tables():
-    text = report.render(_record(), "text")
-    md = report.render(_record(), "md")
+    text = report.render(results.record_of(_record()), "text")
+    md = report.render(results.record_of(_record()), "md")
     assert "123.5" in text and "25.0%" in text and "resnet18" in text
     assert md.startswith("# effbench run r1") and "| epoch" in md and "| throughput (img/s)" in md
 
@@ -170,3 +170,12 @@ def test_results_and_manifest_readers_name_their_own_fix(tmp_path):
     (tmp_path / manifest.MANIFEST_FILE).write_text("{")
     with pytest.raises(EffbenchError, match="delete the sweep folder and run the sweep again"):
         manifest.read_manifest(tmp_path)
+
+
+def test_record_of_types_a_producers_record_as_results_json_will_hold_it():
+    # an epoch with no step holds a nan loss in memory (run/train.py); write_json stores null, and the
+    # reports the runner draws from the in-memory record must read the same, not refuse it
+    producer = {**_record(), "epochs": [{"epoch": 1, "train_loss": float("nan"), "train_top1": float("inf")}]}
+    typed = results.record_of(producer)
+    assert (typed.epochs[0].train_loss, typed.epochs[0].train_top1) == (None, None)
+    assert "nan" not in report.render(typed, "text").lower()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -229,7 +228,7 @@ def test_the_harness_calls_between_steps_after_each_step_and_outside_its_timers(
 
     with between_steps(slow_gap):
         res = st.harness(ctx, **st.TINY_RUN)
-    steps = st.measured_steps(Path(res["_run_dir"]) / "steps.csv")
+    steps = st.measured_steps(res.run_dir / "steps.csv")
     assert len(calls) == st.TINY_RUN["max_steps"] and len(steps) == st.TINY_RUN["max_steps"] - 1
     assert all(d + c < 1.5 for _, d, c in steps), steps
     st.harness(ctx, **st.TINY_RUN)  # outside the block: no more calls

@@ -10,8 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from effbench.analysis import stats
+from effbench import results
 from effbench.analysis import windows
 from effbench.errors import EffbenchError
+from effbench.schema import Windows
 
 # Two-sided 95% critical values of Student's t (any statistics textbook's t table).
 T_975 = {1: 12.706, 2: 4.303, 4: 2.776, 9: 2.262, 10: 2.228, 30: 2.042, 120: 1.980}
@@ -112,21 +114,23 @@ def test_seven_steps_in_five_windows_are_2_2_1_1_1_and_every_report_says_so():
     w = windows.throughput_windows(rows, repeats=5)
     assert w["window_steps"] == [2, 2, 1, 1, 1] and w["steps"] == 7
     assert w["throughput_img_s"] == pytest.approx([8 / 0.3, 8 / 0.7, 4 / 0.5, 4 / 0.6, 4 / 0.7])
-    assert windows.describe_windows(w) == "5 windows (2 of 2 measured steps, 3 of 1)"
-    assert windows.describe_windows(windows.throughput_windows(rows[:5] * 2, repeats=5)) == (
+    typed = Windows.model_validate(w)
+    assert windows.describe_windows(typed) == "5 windows (2 of 2 measured steps, 3 of 1)"
+    assert windows.describe_windows(Windows.model_validate(windows.throughput_windows(rows[:5] * 2, repeats=5))) == (
         "5 windows of 2 measured steps each"
     )
     # a record written before window_steps existed: the split that made its windows
     old = {k: v for k, v in w.items() if k != "window_steps"}
-    assert windows.window_sizes(old) == [2, 2, 1, 1, 1]
+    assert windows.window_sizes(Windows.model_validate(old)) == [2, 2, 1, 1, 1]
     from effbench.report import render, tables
 
-    row = dict(tables.summary_rows({"throughput_windows": w}))[tables.WINDOWS_ROW]
+    record = results.record_of({"schema_version": 1, "status": "ok", "throughput_windows": w})
+    row = dict(tables.summary_rows(record))[tables.WINDOWS_ROW]
     assert row.endswith(" over 5 windows (2 of 2 measured steps, 3 of 1)")
-    assert render.window_line(w).startswith(
+    assert render.window_line(typed).startswith(
         "throughput over 5 windows (2 of 2 measured steps, 3 of 1), 7 measured steps in all: median "
     )
-    assert [r[1] for r in render.window_rows(w)] == ["2", "2", "1", "1", "1"]
+    assert [r[1] for r in render.window_rows(typed)] == ["2", "2", "1", "1", "1"]
 
 
 @pytest.mark.parametrize(
@@ -150,7 +154,8 @@ def test_too_few_windows_name_what_gives_an_interval(measured, repeats, fix):
     old["summary"]["throughput_img_s"]["note"] = f"{w['windows']} sample(s): too few (needs 3; raise --repeats)"
     from effbench.report import tables
 
-    row = dict(tables.summary_rows({"throughput_windows": old}))[tables.WINDOWS_ROW]
+    record = results.record_of({"schema_version": 1, "status": "ok", "throughput_windows": old})
+    row = dict(tables.summary_rows(record))[tables.WINDOWS_ROW]
     assert f"(needs 3; {fix}" in row
 
 
@@ -164,9 +169,16 @@ def test_config_refuses_the_repeats_the_old_advice_asked_for():
 
 
 def test_windows_of_prefers_the_recorded_ones():
-    recorded = {"throughput_windows": {"windows": 2, "throughput_img_s": [1.0, 2.0]}}
-    assert windows.windows_of(recorded, _steps(0, 10))["throughput_img_s"] == [1.0, 2.0]
-    assert windows.windows_of({"config": {"repeats": 2}}, _steps(0, 10))["windows"] == 2
+    recorded = {
+        "schema_version": 1,
+        "status": "ok",
+        "throughput_windows": {"windows": 2, "throughput_img_s": [1.0, 2.0]},
+    }
+    assert windows.windows_of(results.record_of(recorded), _steps(0, 10)).throughput_img_s == [1.0, 2.0]
+    unrecorded = results.record_of({"schema_version": 1, "status": "ok", "config": {"repeats": 2}})
+    assert windows.windows_of(unrecorded, _steps(0, 10)).windows == 2
+    multi = results.record_of({"schema_version": 1, "status": "ok", "world_size": 2})  # steps.csv is rank 0's only
+    assert windows.windows_of(multi, _steps(0, 10)).windows == 0
 
 
 def test_interval_stays_inside_the_quantitys_range():

@@ -251,7 +251,7 @@ def _split_record(optimizer: str, *, old: bool = False, totals: bool = True) -> 
     if old:
         drop = ("warmup_time_s", "measured_data_time_s", "measured_compute_time_s")
         epochs = [{k: v for k, v in e.items() if k not in drop} for e in epochs]
-    record = {"status": "ok", "throughput_img_s": 40.0, "epochs": epochs, "data_time_share": 0.06 / 0.62,
+    record = {"schema_version": 1, "status": "ok", "throughput_img_s": 40.0, "epochs": epochs, "data_time_share": 0.06 / 0.62,
               "config": {"optimizer": optimizer}, "throughput_windows": {"windows": 0}}  # fmt: skip
     if totals:
         record["measured"] = {"steps": 5, "images": 20, "data_time_s": 0.06, "compute_time_s": 0.56, "time_s": 0.62}
@@ -310,7 +310,7 @@ def test_the_scaling_tables_seconds_per_epoch_split_the_measured_steps_with_warm
     # the table said 0.28, 1.28 and 1.56
     runs = [{**_split_record("sgd"), "devices": 1, "global_batch_size": 4},
             {**_split_record("sgd", old=True), "devices": 2, "global_batch_size": 8, "throughput_img_s": 60.0}]  # fmt: skip
-    rows = scaling.scaling_rows(runs)
+    rows = scaling.scaling_rows([results.record_of(r) for r in runs])
     cols = [dict(zip(scaling.HEADERS, r, strict=True)) for r in scaling.table_rows(rows)]
     shown = ("data s/epoch (measured)", "compute s/epoch (measured)", "total s/epoch (measured)", "warm-up s/epoch")
     assert [[c[h] for h in shown] for c in cols] == [["0.03", "0.28", "0.31", "1.25"]] * 2

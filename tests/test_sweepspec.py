@@ -242,7 +242,7 @@ def test_html_is_escaped_and_self_contained():
 
 
 def test_compare_a_run_with_itself_is_within_noise():
-    record = {"throughput_windows": {"windows": 4, "throughput_img_s": [10.0, 11.0, 9.5, 10.5], "step_time_ms": [4.0, 4.1, 3.9, 4.0],
+    record = {"schema_version": 1, "status": "ok", "throughput_windows": {"windows": 4, "throughput_img_s": [10.0, 11.0, 9.5, 10.5], "step_time_ms": [4.0, 4.1, 3.9, 4.0],
                                      "data_time_share": [0.1, 0.12, 0.09, 0.1]}, "final": {"train_loss": 1.0}, "config": {"a": 1}}  # fmt: skip
     record = results.record_of({"schema_version": 1, "status": "ok", **record})
     deltas = compare.compare_runs(record, [], record, [])

@@ -274,7 +274,7 @@ def test_a_recorded_time_to_accuracy_is_checked_when_read_back(tmp_path):
     assert "time_to_accuracy" not in results.read_results(tmp_path / "old")  # written before the option existed
     edited = {**record, "time_to_accuracy": {"target_top1": 0.9, "reached_target": True, "epochs_to_target": 2}}
     results.write_json(tmp_path / "old" / "results.json", edited)
-    text = tables.render(results.read_results(tmp_path / "old"))
+    text = tables.render(results.load_record(tmp_path / "old"))
     assert "no time recorded in 2 epoch(s) to val top-1 >= 0.9" in text
     edited["time_to_accuracy"]["target_top1"] = 1.5
     results.write_json(tmp_path / "old" / "results.json", edited)

@@ -47,7 +47,7 @@ class WindowMetric:
     def key(self) -> str:
         from effbench import schema
 
-        return schema.field_path(self.of, schema.Windows)
+        return schema.field_path(schema.Windows, self.of)
 
 
 WINDOW_METRICS = (
@@ -158,7 +158,7 @@ def compare_runs(
     b: schema.Results,
     b_steps: Sequence[Mapping[str, Any]],
 ) -> list[MetricDelta]:
-    wa, wb = windows.windows_of(a, a_steps), windows.windows_of(b, b_steps)
+    wa, wb = windows.windows_of(results.record_of(a), a_steps), windows.windows_of(results.record_of(b), b_steps)
     why_a, why_b = no_measurement(a), no_measurement(b)
     rows = []
     for i, metric in enumerate(WINDOW_METRICS):
@@ -240,7 +240,7 @@ def config_differences(a: schema.Results, b: schema.Results) -> list[str]:
     them: the values that ran are compared."""
     from effbench import schema
 
-    ignored = (schema.field_path(lambda c: c.output, schema.Config), *CONFIG_NOTES)
+    ignored = (schema.field_path(schema.Config, lambda c: c.output), *CONFIG_NOTES)
     ca, cb = a.config.model_dump(exclude_unset=True), b.config.model_dump(exclude_unset=True)
     out = []
     for k in sorted(set(ca) | set(cb)):
@@ -411,7 +411,7 @@ def accuracy_gate(a: schema.Results, b: schema.Results, points: float) -> GateOu
         return r.final.train_top1
 
     top1 = val if val(a) is not None and val(b) is not None else train
-    key = schema.field_path(top1, schema.Results).rsplit(".", 1)[-1]  # the lines name the field, val_top1
+    key = schema.field_path(schema.Results, top1).rsplit(".", 1)[-1]  # the lines name the field, val_top1
     ta, tb = top1(a), top1(b)
     if ta is None:
         return GateOutcome(True, f"FAIL {opt}: the baseline A has no final {key}")

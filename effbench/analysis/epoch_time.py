@@ -13,8 +13,10 @@ shown as the split of the measured time.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from effbench import schema
 
 # per_epoch's sources: the epochs' own measured split (results.json since epochs held it), else the run's
 # measured and warm-up totals (results.json `measured` / `warmup`: the headline's own steps) over its epochs
@@ -23,23 +25,23 @@ FROM_RUN_TOTALS = "run totals"
 UNRECORDED = "unrecorded"  # epochs ran but nothing tells their measured steps from the warm-up
 
 
-def epoch_measured(e: Mapping[str, Any]) -> tuple[float | None, float | None]:
+def epoch_measured(e: schema.Epoch) -> tuple[float | None, float | None]:
     """(data, compute) seconds of an epoch's measured steps: the headline's definition (warm-up excluded).
 
     A record written before the epochs held them: the epoch's own times when it had no warm-up step (then
     every step was measured), else unknown (None), never the warm-up-included split passed off as it."""
-    if "measured_data_time_s" in e:
-        return e.get("measured_data_time_s"), e.get("measured_compute_time_s")
-    if e.get("warmup_steps") == 0:
-        return e.get("data_time_s"), e.get("compute_time_s")
+    if e.measured_data_time_s is not None:
+        return e.measured_data_time_s, e.measured_compute_time_s
+    if e.warmup_steps == 0:
+        return e.data_time_s, e.compute_time_s
     return None, None
 
 
-def epoch_warmup_s(e: Mapping[str, Any]) -> float | None:
+def epoch_warmup_s(e: schema.Epoch) -> float | None:
     """The epoch's warm-up seconds: recorded, or all its time less the measured time for an older record."""
-    if e.get("warmup_time_s") is not None:
-        return float(e["warmup_time_s"])
-    total, measured = e.get("total_time_s"), e.get("measured_time_s")
+    if e.warmup_time_s is not None:
+        return e.warmup_time_s
+    total, measured = e.total_time_s, e.measured_time_s
     return total - measured if total is not None and measured is not None else None
 
 
@@ -47,7 +49,7 @@ def _mean(xs: list[float | None]) -> float | None:
     return None if not xs or any(x is None for x in xs) else sum(x for x in xs if x is not None) / len(xs)
 
 
-def per_epoch(record: Mapping[str, Any]) -> dict[str, Any]:
+def per_epoch(record: schema.Results) -> dict[str, Any]:
     """A run's seconds per epoch (the mean over its epochs) of its measured steps' data wait and compute, and
     of its warm-up steps apart, with `time_split` naming the source:
 
@@ -57,7 +59,7 @@ def per_epoch(record: Mapping[str, Any]) -> dict[str, Any]:
       totals (the steps of the headline) over its epochs, the same steps and definition from another field;
     - UNRECORDED: neither: every figure None, never the warm-up-included epoch times in their place;
     - None: the run finished no epoch (nothing to split)."""
-    epochs = list(record.get("epochs") or [])
+    epochs = record.epochs
     out: dict[str, Any] = {
         "measured_data_time_per_epoch_s": None,
         "measured_compute_time_per_epoch_s": None,
@@ -74,14 +76,14 @@ def per_epoch(record: Mapping[str, Any]) -> dict[str, Any]:
             "warmup_time_per_epoch_s": _mean([epoch_warmup_s(e) for e in epochs]),
             "time_split": FROM_EPOCHS,
         }
-    measured, warmup = record.get("measured") or {}, record.get("warmup") or {}
-    if measured.get("data_time_s") is None or measured.get("compute_time_s") is None:
+    measured = record.measured
+    if measured is None:  # a tally's data and compute seconds are required: it has both or is absent
         return {**out, "time_split": UNRECORDED}
     n = len(epochs)
-    warm = warmup.get("time_s")
+    warm = record.warmup.time_s if record.warmup is not None else None
     return {
-        "measured_data_time_per_epoch_s": measured["data_time_s"] / n,
-        "measured_compute_time_per_epoch_s": measured["compute_time_s"] / n,
+        "measured_data_time_per_epoch_s": measured.data_time_s / n,
+        "measured_compute_time_per_epoch_s": measured.compute_time_s / n,
         "warmup_time_per_epoch_s": warm / n if warm is not None else None,
         "time_split": FROM_RUN_TOTALS,
     }

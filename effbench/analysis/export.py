@@ -82,12 +82,12 @@ def _env(getter: Callable[[schema.Env], Any], doc: str) -> Column:
 
 def env_column(getter: Callable[[schema.Env], Any]) -> str:
     """The export column holding a field of env.json."""
-    return schema.field_path(getter, schema.Env)
+    return schema.field_path(schema.Env, getter)
 
 
 def tta_column(getter: Callable[[schema.TimeToAccuracy], Any]) -> str:
     """The export column holding a field of --target-top1's record (but TIME_TO_TARGET_S, named apart)."""
-    return schema.field_path(getter, schema.TimeToAccuracy)
+    return schema.field_path(schema.TimeToAccuracy, getter)
 
 
 def _tta(getter: Callable[[schema.TimeToAccuracy], Any], doc: str, name: str | None = None) -> Column:
@@ -99,12 +99,12 @@ def _tta(getter: Callable[[schema.TimeToAccuracy], Any], doc: str, name: str | N
 
 def column_name(getter: Callable[[schema.Results], Any]) -> str:
     """The export column holding a field of the record (the leaderboard reads rows by it)."""
-    return schema.field_path(getter).replace(".", "_")
+    return schema.field_path(schema.Results, getter).replace(".", "_")
 
 
 def _throughput(s: Source) -> schema.Stat:
     """The windows' throughput summary (median, 95% interval); an empty one without windows."""
-    key = schema.field_path(lambda w: w.throughput_img_s, schema.Windows)  # the summary is keyed by the list's name
+    key = schema.field_path(schema.Windows, lambda w: w.throughput_img_s)  # the summary is keyed by the list's name
     stat = s.windows.summary.get(key) if s.windows.summary else None
     return stat or schema.Stat()
 
@@ -199,8 +199,8 @@ def _scaling_dim(record: schema.Results) -> dict[str, Any]:
     """The device count a scaling series varied: processes (--nproc) when set, else GPUs."""
     config = record.config
     if config.nproc is not None:
-        return {schema.field_path(lambda c: c.nproc, schema.Config): config.nproc}
-    return {schema.field_path(lambda c: c.gpus, schema.Config): config.gpus}
+        return {schema.field_path(schema.Config, lambda c: c.nproc): config.nproc}
+    return {schema.field_path(schema.Config, lambda c: c.gpus): config.gpus}
 
 
 def locate(run_dir: Path) -> RunFolder:

@@ -26,7 +26,7 @@ from effbench.analysis.export import Run
 # Config keys that say where a run read and wrote or how it logged, not what it measured; and what was
 # asked for where it differs from what ran (requested, no_effect): runs are grouped by what ran.
 IGNORED_CONFIG = (
-    *(schema.field_path(f, schema.Config) for f in (
+    *(schema.field_path(schema.Config, f) for f in (
         lambda c: c.output, lambda c: c.data_dir, lambda c: c.download, lambda c: c.log_interval,
         lambda c: c.node_rank, lambda c: c.rdzv_endpoint, lambda c: c.rdzv_id,
     )),
@@ -34,7 +34,7 @@ IGNORED_CONFIG = (
 )  # fmt: skip
 # Keys named in every group label, then whatever else differs between groups.
 LABEL_KEYS = tuple(
-    schema.field_path(f, schema.Config)
+    schema.field_path(schema.Config, f)
     for f in (lambda c: c.arch, lambda c: c.dataset, lambda c: c.batch_size, lambda c: c.precision, lambda c: c.device)
 )
 # The export columns a leaderboard row reads (analysis/export.py)

@@ -7,11 +7,12 @@ scaled speedup; under strong scaling the global batch is fixed (the seeds' ResNe
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tabulate import tabulate
 
+from effbench import schema
 from effbench.analysis import epoch_time
 from effbench.fmt import fmt_value
 
@@ -33,44 +34,55 @@ HEADERS = (
 # (epoch_time.per_epoch), the warm-up apart; the rows keep every step's too (data_time_per_epoch_s ...), unshown.
 
 
-def _per_epoch(results: Mapping[str, Any], key: str) -> float | None:
-    values = [e.get(key) for e in results.get("epochs", []) if e.get(key) is not None]
+# Row keys that are the record's own fields, named from the model (never retyped)
+DEVICES = schema.field_path(schema.Results, lambda r: r.devices)
+GLOBAL_BATCH = schema.field_path(schema.Results, lambda r: r.global_batch_size)
+STATUS = schema.field_path(schema.Results, lambda r: r.status)
+THROUGHPUT = schema.field_path(schema.Results, lambda r: r.throughput_img_s)
+RUN_NAME = schema.field_path(schema.Results, lambda r: r.run_name)
+
+
+def _per_epoch(record: schema.Results, seconds: Callable[[schema.Epoch], float | None]) -> float | None:
+    values = [v for v in (seconds(e) for e in record.epochs) if v is not None]
     return sum(values) / len(values) if values else None
 
 
-def scaling_rows(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _devices(record: schema.Results) -> int:
+    return record.devices or record.world_size or 1
+
+
+def scaling_rows(runs: Sequence[schema.Results]) -> list[dict[str, Any]]:
     """One row per run, ordered by device count; runs that did not finish keep their status."""
-    ordered = sorted(runs, key=lambda r: r.get("devices") or r.get("world_size") or 1)
-    base = next((r for r in ordered if r.get("status") == "ok" and r.get("throughput_img_s")), None)
+    ordered = sorted(runs, key=_devices)
+    base = next((r for r in ordered if r.status == "ok" and r.throughput_img_s), None)
     rows = []
     for r in ordered:
-        n = r.get("devices") or r.get("world_size") or 1
-        thr = r.get("throughput_img_s") if r.get("status") == "ok" else None
+        n = _devices(r)
+        thr = r.throughput_img_s if r.status == "ok" else None
         split = epoch_time.per_epoch(r)
         data, compute = split["measured_data_time_per_epoch_s"], split["measured_compute_time_per_epoch_s"]
         measured_total = data + compute if data is not None and compute is not None else None
         row: dict[str, Any] = {
-            "devices": n,
-            "global_batch_size": r.get("global_batch_size"),
-            "status": r.get("status"),
-            "throughput_img_s": thr,
+            DEVICES: n,
+            GLOBAL_BATCH: r.global_batch_size,
+            STATUS: r.status,
+            THROUGHPUT: thr,
             "speedup": None,
             "ideal_speedup": None,
             "efficiency": None,
             # every step, warm-up included (scaling.json only, as epochs.csv's data_time_s ...)
-            "data_time_per_epoch_s": _per_epoch(r, "data_time_s"),
-            "compute_time_per_epoch_s": _per_epoch(r, "compute_time_s"),
-            "total_time_per_epoch_s": _per_epoch(r, "total_time_s"),
+            "data_time_per_epoch_s": _per_epoch(r, lambda e: e.data_time_s),
+            "compute_time_per_epoch_s": _per_epoch(r, lambda e: e.compute_time_s),
+            "total_time_per_epoch_s": _per_epoch(r, lambda e: e.total_time_s),
             # what the table shows: the measured steps (the headline's), warm-up apart, and their source
             **split,
             "measured_time_per_epoch_s": measured_total,
-            "straggler_spread_pct": (r.get("stragglers") or {}).get("spread_pct"),
-            "run_name": r.get("run_name"),
+            "straggler_spread_pct": r.stragglers.spread_pct if r.stragglers else None,
+            RUN_NAME: r.run_name,
         }
-        if base is not None and thr:
-            base_n = base.get("devices") or base.get("world_size") or 1
-            row["speedup"] = thr / base["throughput_img_s"]
-            row["ideal_speedup"] = n / base_n
+        if base is not None and base.throughput_img_s and thr:
+            row["speedup"] = thr / base.throughput_img_s
+            row["ideal_speedup"] = n / _devices(base)
             row["efficiency"] = row["speedup"] / row["ideal_speedup"]
         rows.append(row)
     return rows
@@ -78,10 +90,10 @@ def scaling_rows(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 # (row key, decimals) of each HEADERS column, in order
 COLUMNS = (
-    ("devices", 2),
-    ("global_batch_size", 2),
-    ("status", 2),
-    ("throughput_img_s", 1),
+    (DEVICES, 2),
+    (GLOBAL_BATCH, 2),
+    (STATUS, 2),
+    (THROUGHPUT, 1),
     ("speedup", 2),
     ("ideal_speedup", 2),
     ("efficiency", 2),
@@ -117,5 +129,5 @@ def render(rows: Sequence[Mapping[str, Any]], *, scaling: str, fmt: str = "text"
 
 def split_notes(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """A line per row whose seconds per epoch are not its epochs' measured split (epoch_time.source_note)."""
-    notes = (epoch_time.source_note(r.get("time_split"), f"{r['devices']} devices") for r in rows)
+    notes = (epoch_time.source_note(r.get("time_split"), f"{r[DEVICES]} devices") for r in rows)
     return [n for n in notes if n]

@@ -16,7 +16,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from effbench import schema
 
 CONFIDENCE = 0.95
 
@@ -143,16 +146,12 @@ class Summary:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Summary:
-        return cls(
-            n=int(d["n"]),
-            median=float(d["median"]),
-            mean=float(d["mean"]),
-            stdev=float(d["stdev"]),
-            ci_low=d.get("ci_low"),
-            ci_high=d.get("ci_high"),
-            note=d.get("note"),  # absent in records written before it existed
-        )
+    def from_stat(cls, s: schema.Stat) -> Summary:
+        """A summary as results.json recorded it (the throughput windows' `summary`)."""
+        if s.n is None or s.median is None or s.mean is None or s.stdev is None:
+            raise ValueError(f"a recorded summary lacks n, median, mean or stdev: {s!r}")
+        # note: absent in records written before it existed
+        return cls(n=s.n, median=s.median, mean=s.mean, stdev=s.stdev, ci_low=s.ci_low, ci_high=s.ci_high, note=s.note)
 
 
 def too_few_note(n: int, fix: str = "raise --repeats") -> str:

@@ -15,19 +15,30 @@ docs/time-to-accuracy.md describes the fields. No torch, no I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from effbench import schema
+
+
+def _row(epoch: Mapping[str, Any]) -> schema.Epoch:
+    """A producer's epoch row (run/record.merge_epoch) read through the model's names, unvalidated: in memory
+    it may hold a nan loss, which the file will store as null (results.write_json)."""
+    from effbench import schema
+
+    return schema.Epoch.model_construct(**epoch)
 
 
 def reached(epoch: Mapping[str, Any], target_top1: float) -> bool:
     """The epoch's validation top-1 is at or above the target (an epoch with no validation never is)."""
-    top1 = epoch.get("val_top1")
+    top1 = _row(epoch).val_top1
     return top1 is not None and top1 >= target_top1
 
 
-def _train_s(epoch: Mapping[str, Any]) -> float:
-    total = epoch.get("total_time_s")
+def _train_s(e: schema.Epoch) -> float:
+    total = e.total_time_s
     if total is None:  # an older row: its two parts
-        total = (epoch.get("data_time_s") or 0.0) + (epoch.get("compute_time_s") or 0.0)
+        total = (e.data_time_s or 0.0) + (e.compute_time_s or 0.0)
     return float(total)
 
 
@@ -38,72 +49,81 @@ def summarize(
     stop_at_target: bool = False,
     configured_epochs: int | None = None,
 ) -> dict[str, Any] | None:
-    """results.json's `time_to_accuracy` for the epochs run so far; None without a target."""
+    """results.json's `time_to_accuracy` for the epochs run so far (schema.TimeToAccuracy, as the dict the run
+    writes); None without a target."""
+    from effbench import schema
+
     if target_top1 is None:
         return None
     train_s = val_s = warmup_s = 0.0
     best: float | None = None
     best_epoch: int | None = None
-    for i, e in enumerate(epochs):
+    for i, row in enumerate(epochs):
+        e = _row(row)
         train_s += _train_s(e)
-        val_s += e.get("val_time_s") or 0.0
-        warmup_s += e.get("warmup_time_s") or 0.0
-        top1 = e.get("val_top1")
+        val_s += e.val_time_s or 0.0
+        warmup_s += e.warmup_time_s or 0.0
+        top1 = e.val_top1
         if top1 is not None and (best is None or top1 > best):
             best, best_epoch = top1, i + 1
-        if reached(e, target_top1):
-            return {
-                "target_top1": target_top1,
-                "reached_target": True,
-                "epochs_to_target": i + 1,
-                "train_time_to_target_s": train_s,
-                "val_time_to_target_s": val_s,
-                "warmup_time_included_s": warmup_s,
-                "best_val_top1": best,
-                "best_epoch": best_epoch,
-                "epochs_run": len(epochs),
+        if top1 is not None and top1 >= target_top1:
+            return schema.TimeToAccuracy.model_construct(
+                target_top1=target_top1,
+                reached_target=True,
+                epochs_to_target=i + 1,
+                train_time_to_target_s=train_s,
+                val_time_to_target_s=val_s,
+                warmup_time_included_s=warmup_s,
+                best_val_top1=best,
+                best_epoch=best_epoch,
+                epochs_run=len(epochs),
                 # the run ended here rather than at --epochs
-                "stopped_at_target": bool(stop_at_target)
-                and configured_epochs is not None
-                and i + 1 < configured_epochs,
-            }
-    return {
-        "target_top1": target_top1,
-        "reached_target": False,
-        "epochs_to_target": None,
-        "train_time_to_target_s": None,
-        "val_time_to_target_s": None,
-        "warmup_time_included_s": None,
-        "best_val_top1": best,
-        "best_epoch": best_epoch,
-        "epochs_run": len(epochs),
-        "stopped_at_target": False,
-    }
+                stopped_at_target=bool(stop_at_target) and configured_epochs is not None and i + 1 < configured_epochs,
+            ).model_dump()
+    return schema.TimeToAccuracy.model_construct(
+        target_top1=target_top1,
+        reached_target=False,
+        epochs_to_target=None,
+        train_time_to_target_s=None,
+        val_time_to_target_s=None,
+        warmup_time_included_s=None,
+        best_val_top1=best,
+        best_epoch=best_epoch,
+        epochs_run=len(epochs),
+        stopped_at_target=False,
+    ).model_dump()
 
 
-def describe(tta: Mapping[str, Any] | None) -> str | None:
+def describe(tta: schema.TimeToAccuracy | None) -> str | None:
     """One line for the reports: `61.2 s train (+4.1 s validation) in 3 epochs to val top-1 >= 0.9`, or
     `not reached in 5 epochs (best val top-1 0.8123, epoch 4)`; None without a target."""
-    if not tta:
+    if tta is None:
         return None
-    target = f"val top-1 >= {tta['target_top1']:g}"
-    if tta.get("reached_target"):
-        stopped = ", run stopped there" if tta.get("stopped_at_target") else ""
-        train_s, val_s = tta.get("train_time_to_target_s"), tta.get("val_time_to_target_s")
+    target = f"val top-1 >= {tta.target_top1:g}"
+    if tta.reached_target:
+        stopped = ", run stopped there" if tta.stopped_at_target else ""
+        train_s, val_s = tta.train_time_to_target_s, tta.val_time_to_target_s
         took = "no time recorded" if train_s is None else f"{train_s:.3f} s training (+{val_s or 0.0:.3f} s validation)"
-        return f"{took} in {tta.get('epochs_to_target')} epoch(s) to {target}{stopped}"
-    best = tta.get("best_val_top1")
-    best_text = "no validation" if best is None else f"best val top-1 {best:.4f}, epoch {tta.get('best_epoch')}"
-    return f"{target} not reached in {tta.get('epochs_run')} epoch(s) ({best_text})"
+        return f"{took} in {tta.epochs_to_target} epoch(s) to {target}{stopped}"
+    best = tta.best_val_top1
+    best_text = "no validation" if best is None else f"best val top-1 {best:.4f}, epoch {tta.best_epoch}"
+    return f"{target} not reached in {tta.epochs_run} epoch(s) ({best_text})"
 
 
-def cell_fields(record: Mapping[str, Any]) -> dict[str, Any]:
-    """The flat figures a sweep row, an export row and a leaderboard row carry (all None without a target)."""
-    tta = record.get("time_to_accuracy") or {}
+def cell_fields(record: schema.Results) -> dict[str, Any]:
+    """The flat figures a sweep row, an export row and a leaderboard row carry (all None without a target);
+    the column names are the model's fields, but time_to_target_s (train_time_to_target_s: training alone)."""
+    from effbench import schema
+
+    tta = record.time_to_accuracy
+
+    def name(getter: Any) -> str:
+        return schema.field_path(schema.TimeToAccuracy, getter)
+
     return {
-        "target_top1": tta.get("target_top1"),
-        "reached_target": tta.get("reached_target"),
-        "time_to_target_s": tta.get("train_time_to_target_s"),
-        "epochs_to_target": tta.get("epochs_to_target"),
-        "best_val_top1": tta.get("best_val_top1"),
+        name(lambda t: t.target_top1): tta.target_top1 if tta else None,
+        name(lambda t: t.reached_target): tta.reached_target if tta else None,
+        "time_to_target_s": tta.train_time_to_target_s if tta else None,
+        name(lambda t: t.epochs_to_target): tta.epochs_to_target if tta else None,
+        name(lambda t: t.best_val_top1): tta.best_val_top1 if tta else None,
     }

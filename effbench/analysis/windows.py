@@ -12,15 +12,18 @@ Works on the step rows the training loop yields and on rows read back from steps
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from effbench import safe_files
 from effbench.analysis import stats
 from effbench.analysis.throughput import job_throughput, slowest
 from effbench.errors import EffbenchError
 from effbench.results import STEPS_FILE
+
+if TYPE_CHECKING:
+    from effbench import schema
 
 DEFAULT_WINDOWS = 5
 
@@ -50,7 +53,8 @@ def measured_steps(step_rows: Iterable[Mapping[str, Any]]) -> list[dict[str, flo
 
 
 def rank_windows(steps_by_rank: Sequence[Sequence[Mapping[str, Any]]], repeats: int | None) -> dict[str, Any]:
-    """Per-window samples and their summaries; {"windows": 0} when nothing was measured.
+    """Per-window samples and their summaries (results.json's throughput_windows, built through schema.Windows);
+    no window when nothing was measured.
 
     `steps_by_rank`: each rank's measured steps in order. Window i covers the same step indices on every
     rank, and its throughput is `job_throughput` of the ranks' images and times in it: the headline's
@@ -80,19 +84,28 @@ def rank_windows(steps_by_rank: Sequence[Sequence[Mapping[str, Any]]], repeats: 
         sizes.append(end - start)
         step_ms.append(1000.0 * slow["time_s"] / (end - start))
         share.append(slow["data_time_s"] / slow["time_s"])
-    out: dict[str, Any] = {"requested": k, "windows": len(thr), "steps": n, "ranks": len(ranks)}
-    if thr:
-        fix = more_windows_fix(n, stats.MIN_SAMPLES_FOR_CI)
-        out["window_steps"] = sizes
-        out["throughput_img_s"] = thr
-        out["step_time_ms"] = step_ms
-        out["data_time_share"] = share
-        out["summary"] = {
-            "throughput_img_s": stats.summarize(thr, lower=0.0, too_few_fix=fix).to_dict(),
-            "step_time_ms": stats.summarize(step_ms, lower=0.0, too_few_fix=fix).to_dict(),
-            "data_time_share": stats.summarize(share, lower=0.0, upper=1.0, too_few_fix=fix).to_dict(),
-        }
-    return out
+    from effbench import schema
+
+    if not thr:
+        return schema.Windows(requested=k, windows=0, steps=n, ranks=len(ranks)).model_dump(exclude_unset=True)
+    fix = more_windows_fix(n, stats.MIN_SAMPLES_FOR_CI)
+
+    def stat(samples: list[float], upper: float | None = None) -> schema.Stat:
+        return schema.Stat(**stats.summarize(samples, lower=0.0, upper=upper, too_few_fix=fix).to_dict())
+
+    def key(samples: Callable[[schema.Windows], Any]) -> str:  # a summary is keyed by its samples' field
+        return schema.field_path(schema.Windows, samples)
+
+    w = schema.Windows(
+        requested=k, windows=len(thr), steps=n, ranks=len(ranks), window_steps=sizes,
+        throughput_img_s=thr, step_time_ms=step_ms, data_time_share=share,
+        summary={
+            key(lambda w: w.throughput_img_s): stat(thr),
+            key(lambda w: w.step_time_ms): stat(step_ms),
+            key(lambda w: w.data_time_share): stat(share, upper=1.0),
+        },
+    )  # fmt: skip
+    return w.model_dump(exclude_unset=True)  # results.json's section, as the run writes it (a dict)
 
 
 def more_windows_fix(steps: int | None, needed: int) -> str:
@@ -106,23 +119,21 @@ def more_windows_fix(steps: int | None, needed: int) -> str:
     return f"raise --repeats to {needed} or more"
 
 
-def window_sizes(w: Mapping[str, Any]) -> list[int] | None:
+def window_sizes(w: schema.Windows) -> list[int] | None:
     """The measured steps in each window: recorded, or for a record written before `window_steps` existed,
     the split that made them (stats.window_bounds of its steps and requested windows); None when unknown."""
-    sizes = w.get("window_steps")
-    if isinstance(sizes, list) and all(isinstance(x, int) for x in sizes):
-        return list(sizes)
-    steps, requested, made = w.get("steps"), w.get("requested"), w.get("windows")
-    if not isinstance(steps, int) or not isinstance(requested, int) or not made:
+    if w.window_steps is not None:
+        return list(w.window_steps)
+    if w.steps is None or w.requested is None or not w.windows:
         return None
-    bounds = stats.window_bounds(steps, requested)
-    return [e - b for b, e in bounds] if len(bounds) == made else None
+    bounds = stats.window_bounds(w.steps, w.requested)
+    return [e - b for b, e in bounds] if len(bounds) == w.windows else None
 
 
-def describe_windows(w: Mapping[str, Any]) -> str:
+def describe_windows(w: schema.Windows) -> str:
     """ "5 windows of 2 measured steps each", or "5 windows (2 of 2 measured steps, 3 of 1)" when the steps
     do not divide evenly: what each window's throughput sample covers."""
-    n = w.get("windows")
+    n = w.windows
     sizes = window_sizes(w)
     if not sizes:
         return f"{n} windows"
@@ -130,6 +141,14 @@ def describe_windows(w: Mapping[str, Any]) -> str:
     if hi == lo:
         return f"{n} windows of {hi} measured step{'s' if hi != 1 else ''} each"
     return f"{n} windows ({sizes.count(hi)} of {hi} measured steps, {sizes.count(lo)} of {lo})"
+
+
+def summary_of(w: schema.Windows, samples: Callable[[schema.Windows], Any]) -> schema.Stat | None:
+    """The summary of one of the windows' sample lists: `summary_of(w, lambda w: w.throughput_img_s)`
+    (the summary is keyed by the samples' field name, as rank_windows writes it)."""
+    from effbench import schema
+
+    return w.summary.get(schema.field_path(schema.Windows, samples)) if w.summary else None
 
 
 def throughput_windows(step_rows: Iterable[Mapping[str, Any]], repeats: int | None) -> dict[str, Any]:
@@ -171,24 +190,24 @@ def read_steps(run_dir: Path) -> list[dict[str, str]]:
 _STEP_NUMBERS = ("images", "data_time_s", "compute_time_s")  # not loss: a diverged run writes nan there
 
 
-def windows_of(record: Mapping[str, Any], step_rows: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+def windows_of(record: schema.Results, step_rows: Sequence[Mapping[str, Any]] | None = None) -> schema.Windows:
     """The run's windows: recorded in results.json when the run wrote them, else from its steps.
 
     steps.csv holds rank 0's steps only, so a multi-rank run without recorded windows gets none rather
     than rank 0's figures passed off as the job's.
     """
-    saved = record.get("throughput_windows")
-    saved = saved.model_dump(exclude_unset=True) if hasattr(saved, "model_dump") else saved  # TRANSITION: typed
-    if isinstance(saved, Mapping) and saved.get("windows") is not None:
-        return dict(saved)
-    if int(record.get("world_size") or 1) > 1:
-        return {"windows": 0, "steps": 0, "note": "multi-rank run without recorded windows"}
-    repeats = (record.get("config") or {}).get("repeats")
-    return throughput_windows(step_rows or [], repeats)
+    from effbench import schema
+
+    saved = record.throughput_windows
+    if saved is not None and saved.windows is not None:
+        return saved
+    if (record.world_size or 1) > 1:
+        return schema.Windows(windows=0, steps=0, note="multi-rank run without recorded windows")
+    return schema.Windows.model_validate(throughput_windows(step_rows or [], record.config.repeats))
 
 
 def throughput_summary(
-    record: Mapping[str, Any], step_rows: Sequence[Mapping[str, Any]] | None = None
+    record: schema.Results, step_rows: Sequence[Mapping[str, Any]] | None = None
 ) -> stats.Summary | None:
-    s = (windows_of(record, step_rows).get("summary") or {}).get("throughput_img_s")
-    return stats.Summary.from_dict(s) if s else None
+    s = summary_of(windows_of(record, step_rows), lambda w: w.throughput_img_s)
+    return stats.Summary.from_stat(s) if s else None

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from effbench import schema
 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto; max-width: 1200px;
@@ -99,34 +102,30 @@ def page(title: str, subtitle: str, sections: Sequence[Section]) -> str:
     )
 
 
-ENV_KEYS = (
-    ("effbench", "effbench"),
-    ("python", "python"),
-    ("torch", "torch"),
-    ("torchvision", "torchvision"),
-    ("CUDA build", "cuda_build"),
-    ("cuDNN", "cudnn"),
-    ("CPU", "cpu_model"),
-    ("CPU cores usable / total", None),
-    ("GPUs", None),
-    ("driver", "driver_version"),
-    ("container runtime", "container_runtime"),
-    ("host", "hostname"),
-    ("platform", "platform"),
+# (label, figure) of the page's Environment table, in order
+ENV_ROWS: tuple[tuple[str, Callable[[schema.Env], Any]], ...] = (
+    ("effbench", lambda e: e.effbench),
+    ("python", lambda e: e.python),
+    ("torch", lambda e: e.torch),
+    ("torchvision", lambda e: e.torchvision),
+    ("CUDA build", lambda e: e.cuda_build),
+    ("cuDNN", lambda e: e.cudnn),
+    ("CPU", lambda e: e.cpu_model),
+    ("CPU cores usable / total", lambda e: f"{_or_dash(e.cpu_cores_usable)} / {_or_dash(e.cpu_cores_total)}"),
+    ("GPUs", lambda e: ", ".join(str(g.name) for g in e.gpus) or "none"),
+    ("driver", lambda e: e.driver_version),
+    ("container runtime", lambda e: e.container_runtime),
+    ("host", lambda e: e.hostname),
+    ("platform", lambda e: e.platform),
 )
 
 
-def environment_pairs(env: Mapping[str, Any]) -> list[tuple[str, Any]]:
+def _or_dash(value: Any) -> Any:
+    return "-" if value is None else value
+
+
+def environment_pairs(env: schema.Env) -> list[tuple[str, Any]]:
     """env.json as (label, value) rows; absent values show as '-'."""
-    pairs: list[tuple[str, Any]] = []
-    for lbl, key in ENV_KEYS:
-        if key is not None:
-            pairs.append((lbl, env.get(key)))
-        elif lbl.startswith("CPU cores"):
-            pairs.append((lbl, f"{env.get('cpu_cores_usable', '-')} / {env.get('cpu_cores_total', '-')}"))
-        else:
-            gpus = env.get("gpus") or []
-            pairs.append((lbl, ", ".join(str(g.get("name")) for g in gpus if isinstance(g, Mapping)) or "none"))
-    for k, v in sorted((env.get("env_vars") or {}).items()):
-        pairs.append((k, v))
+    pairs: list[tuple[str, Any]] = [(label, figure(env)) for label, figure in ENV_ROWS]
+    pairs += sorted(env.env_vars.items()) if env.env_vars else []
     return pairs

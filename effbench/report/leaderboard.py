@@ -40,7 +40,7 @@ def _short(text: str, n: int = 32) -> str:
 
 def _target(group: lb.Group) -> str | None:
     """The group's --target-top1 column header (every run of a group has the same configuration), else None."""
-    target = group.config.get(schema.field_path(lambda c: c.target_top1, schema.Config))
+    target = group.config.get(schema.field_path(schema.Config, lambda c: c.target_top1))
     return None if target is None else f"train s to val top-1 >= {target:g}"
 
 

@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from effbench.report import html as H
 from effbench.report.charts import Plot
@@ -31,6 +31,9 @@ from effbench.analysis import epoch_time, scaling, windows
 from effbench.errors import EffbenchError
 from effbench.fmt import interval
 from effbench.sweep.spec import dim_option, show, varied
+
+if TYPE_CHECKING:
+    from effbench import schema
 
 REPORT_HTML = "report.html"
 PLOTS_DIR = "plots"
@@ -51,14 +54,14 @@ def warn(message: str) -> None:
 # --------------------------------------------------------------------------------------------------
 # One run
 # --------------------------------------------------------------------------------------------------
-def run_plots(record: Mapping[str, Any], out_dir: Path) -> tuple[list[Plot], list[str]]:
+def run_plots(record: schema.Results, out_dir: Path) -> tuple[list[Plot], list[str]]:
     from effbench.report import plots
 
-    epochs = record.get("epochs") or []
+    epochs = record.epochs
     made: list[Plot] = []
     problems: list[str] = []
     if epochs:
-        labels = [f"epoch {int(e.get('epoch', i + 1))}" for i, e in enumerate(epochs)]  # 1-based in the record
+        labels = [f"epoch {e.epoch}" for e in epochs]  # 1-based in the record
         # the measured steps' split (the headline's data wait share, the epoch table's data %), warm-up apart
         measured = [epoch_time.epoch_measured(e) for e in epochs]
         _draw(made, problems, "Data loading vs training time per epoch: measured steps, warm-up apart", lambda: plots.stacked_time_bars(
@@ -66,13 +69,13 @@ def run_plots(record: Mapping[str, Any], out_dir: Path) -> tuple[list[Plot], lis
             out_dir / "time_per_epoch.png", title="Where each epoch's time goes", ylabel="seconds",
             warmup_s=[epoch_time.epoch_warmup_s(e) or 0.0 for e in epochs]))  # fmt: skip
         _draw(made, problems, "Top-1 accuracy per epoch", lambda: plots.top1_per_epoch(
-            {str((record.get("config") or {}).get("arch", "run")): {"train": [e.get("train_top1") for e in epochs], "val": [e.get("val_top1") for e in epochs]}},
+            {str(record.config.arch or "run"): {"train": [e.train_top1 for e in epochs], "val": [e.val_top1 for e in epochs]}},
             out_dir / "top1_per_epoch.png", title="Top-1 per epoch"))  # fmt: skip
     return made, problems
 
 
-def window_rows(w: Mapping[str, Any]) -> list[list[str]]:
-    thr, ms, share = w.get("throughput_img_s") or [], w.get("step_time_ms") or [], w.get("data_time_share") or []
+def window_rows(w: schema.Windows) -> list[list[str]]:
+    thr, ms, share = w.throughput_img_s or [], w.step_time_ms or [], w.data_time_share or []
     sizes = windows.window_sizes(w) or []
     return [
         [str(i + 1), str(sizes[i]) if i < len(sizes) else "-", f"{t:,.1f}", f"{m:,.2f}", f"{100 * s:.1f}%"]
@@ -80,35 +83,31 @@ def window_rows(w: Mapping[str, Any]) -> list[list[str]]:
     ]
 
 
-def window_line(w: Mapping[str, Any]) -> str:
-    s = (w.get("summary") or {}).get("throughput_img_s")
-    if not s:
+def window_line(w: schema.Windows) -> str:
+    s = windows.summary_of(w, lambda w: w.throughput_img_s)
+    if s is None or s.median is None:
         return "no measured steps: no throughput windows"
-    ci = (
-        f", 95% CI of the mean {interval(s['ci_low'], s['ci_high'])}"
-        if s.get("ci_low") is not None
-        else f" ({s.get('note') or 'no CI'})"
-    )
+    ci = f", 95% CI of the mean {interval(s.ci_low, s.ci_high)}" if s.ci_low is not None else f" ({s.note or 'no CI'})"
     return (
-        f"throughput over {windows.describe_windows(w)}, {w.get('steps')} measured steps in all: "
-        f"median {s['median']:,.1f} img/s{ci}"
+        f"throughput over {windows.describe_windows(w)}, {w.steps} measured steps in all: "
+        f"median {s.median:,.1f} img/s{ci}"
     )
 
 
 def run_html(
-    record: Mapping[str, Any],
+    record: schema.Results,
     steps: Sequence[Mapping[str, Any]],
     plots: Sequence[Plot],
     problems: Sequence[str],
-    env: Mapping[str, Any] | None = None,
+    env: schema.Env | None = None,
 ) -> str:
     w = windows.windows_of(record, steps)
     sections = []
     verdict = report.verdict_line(record)
     top = [H.bullets([verdict])] if verdict else []
-    if record.get("error"):
-        err = record["error"]
-        top.append(H.paragraph(f"{record.get('status')}: {err.get('type')}: {err.get('message')}", cls="error"))
+    err = record.error
+    if err is not None and (err.model_fields_set or err.model_extra):
+        top.append(H.paragraph(f"{record.status}: {err.type}: {err.message}", cls="error"))
     sections.append(H.Section("Verdict", top))
     sections.append(H.Section("Summary", [H.key_values(report.summary_rows(record), table_id="summary")]))
     sections.append(
@@ -118,7 +117,7 @@ def run_html(
                 H.paragraph(window_line(w)),
                 H.table(("window", "measured steps", "img/s", "step ms", "data %"), window_rows(w), table_id="windows"),
             ]
-            if w.get("windows")
+            if w.windows
             else [],
         )
     )
@@ -133,32 +132,31 @@ def run_html(
         )
     sections.append(H.Section("Charts", _images(plots) + [H.paragraph(p) for p in problems]))
     sections.append(
-        H.Section(
-            "Environment", [H.key_values(H.environment_pairs(env or record.get("env") or {}), table_id="environment")]
-        )
+        H.Section("Environment", [H.key_values(H.environment_pairs(env or record.env), table_id="environment")])
     )
     sections.append(
         H.Section(
             "Configuration",
             [
-                H.key_values(sorted((record.get("config") or {}).items()), table_id="config"),
-                H.preformatted(" ".join(record.get("command") or [])),
+                # every option as it ran, the notes beside them (requested, no_effect): the section as written
+                H.key_values(sorted(record.config.model_dump(exclude_unset=True).items()), table_id="config"),
+                H.preformatted(" ".join(record.command or [])),
             ],
         )
     )
-    title = f"effbench run {record.get('run_name') or ''}".strip()
-    subtitle = f"status {record.get('status')} · {record.get('device')} · started {record.get('started_at')}"
+    title = f"effbench run {record.run_name or ''}".strip()
+    subtitle = f"status {record.status} · {record.device} · started {record.started_at}"
     return H.page(title, subtitle, sections)
 
 
 def write_run_html(
-    run_dir: Path, record: Mapping[str, Any], steps: Sequence[Mapping[str, Any]], dest: Path | None = None
+    run_dir: Path, record: schema.Results, steps: Sequence[Mapping[str, Any]], dest: Path | None = None
 ) -> list[Path]:
     """Charts under plots/ and report.html in a run folder (or in `dest`), never through a link leaving it."""
     run_dir = Path(run_dir)
     dest = Path(dest) if dest is not None else run_dir
     plots, problems = run_plots(record, outputs.folder(dest, PLOTS_DIR))
-    env = _read_json(run_dir / results.ENV_FILE) or record.get("env") or {}
+    env = _read_env(run_dir / results.ENV_FILE) or record.env
     html_file = outputs.file(dest, REPORT_HTML)
     results.atomic_write_text(html_file, run_html(record, steps, plots, problems, env))
     return [p for p, _ in plots] + [html_file]
@@ -166,7 +164,7 @@ def write_run_html(
 
 def write_run_html_safely(
     run_dir: Path | None,
-    record: Mapping[str, Any],
+    record: schema.Results,
     steps: Sequence[Mapping[str, Any]],
     warn: Callable[[str], None] = warn,
 ) -> None:
@@ -190,13 +188,26 @@ def write_run_reports(run_dir: Path, dest: Path | None = None) -> list[Path]:
     folder or `dest` (`report --output`: the run folder may be on a read-only share)."""
     run_dir = Path(run_dir)
     dest = Path(dest) if dest is not None else run_dir
-    record = results.read_results(run_dir)
+    record = results.load_record(run_dir)
     steps = windows.read_steps(run_dir)
     dest.mkdir(parents=True, exist_ok=True)
     txt, md = outputs.file(dest, results.REPORT_TXT), outputs.file(dest, results.REPORT_MD)
     results.atomic_write_text(txt, report.render(record, "text"))
     results.atomic_write_text(md, report.render(record, "md"))
     return [txt, md, *write_run_html(run_dir, record, steps, dest)]
+
+
+def _read_env(path: Path) -> schema.Env | None:
+    """env.json, the snapshot the run wrote beside results.json, typed; None when absent (results.json has a
+    copy). Anything but a small regular file of plain JSON is one line (safe_files), as is a value the model
+    refuses (schema.check), as for results.json."""
+    from effbench import schema
+
+    data = _read_json(path)
+    if data is None:
+        return None
+    schema.check(schema.Env, data, path, "restore the file the run wrote, or delete it")
+    return schema.Env.model_validate(data)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -393,7 +404,8 @@ def sweep_html(
     if first is not None:
         sections.append(
             H.Section(
-                "Environment", [H.key_values(H.environment_pairs(first.get("env") or {}), table_id="environment")]
+                "Environment",
+                [H.key_values(H.environment_pairs(results.record_of(first).env), table_id="environment")],
             )
         )
     info = [("preset", m.get("preset") or "-"), ("swept", ", ".join(f"{dim_option(k)} {','.join(show(v) for v in vals)}" for k, vals in dims.items())),

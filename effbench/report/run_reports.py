@@ -20,12 +20,13 @@ class RunReports:
 
     def write(self, run_dir: Path, record: Mapping[str, Any], steps: Sequence[Mapping[str, Any]]) -> None:
         """A full disk raises results.NoSpaceError (run/ records it); a chart that cannot be drawn is a warning."""
-        results.atomic_write_text(run_dir / results.REPORT_TXT, tables.render(record, "text"))
-        results.atomic_write_text(run_dir / results.REPORT_MD, tables.render(record, "md"))
-        render.write_run_html_safely(run_dir, record, steps)  # plots + report.html; a warning if not, on stderr
+        typed = results.record_of(record)  # run/ holds the record as a dict; the reports read the typed model
+        results.atomic_write_text(run_dir / results.REPORT_TXT, tables.render(typed, "text"))
+        results.atomic_write_text(run_dir / results.REPORT_MD, tables.render(typed, "md"))
+        render.write_run_html_safely(run_dir, typed, steps)  # plots + report.html; a warning if not, on stderr
 
     def text(self, record: Mapping[str, Any]) -> str:
-        return tables.render(record, "text")
+        return tables.render(results.record_of(record), "text")
 
 
 RUN_REPORTS = RunReports()

@@ -50,7 +50,7 @@ def cell_row(
     from effbench import schema
 
     # the windows' summary is keyed by the name of the list it summarises
-    thr_key = schema.field_path(_thr_of, schema.Windows)
+    thr_key = schema.field_path(schema.Windows, _thr_of)
     epochs = record.epochs
     w = windows.windows_of(record, steps)
     typed_windows = schema.Windows.model_validate(w)

@@ -1,9 +1,8 @@
-"""Pure reporting: a results dict in, tables out (tabulate text and markdown). No torch import."""
+"""Pure reporting: a typed run record (schema.Results) in, tables out (tabulate text and markdown). No torch import."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
@@ -12,8 +11,13 @@ from effbench.analysis.epoch_time import epoch_measured, epoch_warmup_s
 from effbench.analysis import stats
 from effbench.analysis.time_to_accuracy import describe as describe_tta
 from effbench.config import typed_option
-from effbench.analysis.windows import describe_windows, more_windows_fix
+from effbench.analysis.windows import describe_windows, more_windows_fix, summary_of
 from effbench.fmt import decimals, fmt_value, interval
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from effbench import schema
 
 
 def _pct(part: float | None, whole: float | None) -> str:
@@ -23,57 +27,57 @@ def _pct(part: float | None, whole: float | None) -> str:
     return f"{100.0 * part / whole:.1f}%"
 
 
-def summary_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
-    cfg = results.get("config", {})
-    model = results.get("model", {})
-    data = results.get("data", {})
-    measured = results.get("measured", {})
-    warmup = results.get("warmup", {})
+def summary_rows(results: schema.Results) -> list[tuple[str, str]]:
+    cfg, model, data = results.config, results.model, results.data
+    measured, warmup = results.measured, results.warmup
     # what fed the run, as results.json's data section says (synthetic: "synthetic (on device)", 0 workers)
-    loader = data.get("loader", cfg.get("loader"))
-    workers = data.get("workers", cfg.get("workers"))
-    epochs = results.get("epochs") or []
-    val_used = epochs[-1].get("val_images") if epochs else None
+    loader = data.loader if data.loader is not None else cfg.loader
+    workers = data.workers if data.workers is not None else cfg.workers
+    epochs = results.epochs
+    val_used = epochs[-1].val_images if epochs else None
     rows = [
-        ("status", fmt_value(results.get("status"))),
-        ("arch", fmt_value(cfg.get("arch"))),
+        ("status", fmt_value(results.status)),
+        ("arch", fmt_value(cfg.arch)),
         ("dataset", _dataset(cfg, data, epochs)),
         ("validation images per epoch (used)", fmt_value(val_used)),
-        ("device", fmt_value(results.get("device"))),
-        ("world size", fmt_value(results.get("world_size"))),
-        ("precision", fmt_value(results.get("precision"))),
-        ("batch size per device", fmt_value(cfg.get("batch_size"))),
-        ("image size (px)", fmt_value(cfg.get("image_size"))),
-        ("optimizer / lr", f"{fmt_value(cfg.get('optimizer'))} / {fmt_value(cfg.get('lr'), 4)}"),
-        ("freeze / weights", f"{fmt_value(cfg.get('freeze'))} / {fmt_value(cfg.get('weights'))}"),
-        (
-            "params trainable / total",
-            f"{fmt_value(model.get('trainable_params'))} / {fmt_value(model.get('total_params'))}",
-        ),
+        ("device", fmt_value(results.device)),
+        ("world size", fmt_value(results.world_size)),
+        ("precision", fmt_value(results.precision)),
+        ("batch size per device", fmt_value(cfg.batch_size)),
+        ("image size (px)", fmt_value(cfg.image_size)),
+        ("optimizer / lr", f"{fmt_value(cfg.optimizer)} / {fmt_value(cfg.lr, 4)}"),
+        ("freeze / weights", f"{fmt_value(cfg.freeze)} / {fmt_value(cfg.weights)}"),
+        ("params trainable / total", f"{fmt_value(model.trainable_params)} / {fmt_value(model.total_params)}"),
         ("loader / workers", f"{fmt_value(loader)} / {fmt_value(workers)}"),
-        (HEADLINE_ROW, fmt_value(results.get("throughput_img_s"), 1)),
+        (HEADLINE_ROW, fmt_value(results.throughput_img_s, 1)),
         ("throughput timing", HEADLINE_TIMING),
         (WINDOWS_ROW, _windows(results)),
-        ("measured steps / images", f"{fmt_value(measured.get('steps'))} / {fmt_value(measured.get('images'), 3)}"),
+        (
+            "measured steps / images",
+            f"{fmt_value(measured.steps if measured else None)} / {fmt_value(measured.images if measured else None, 3)}",
+        ),
         # results.json's data_time_share (the headline's: null without a measured step), never a 0% nobody measured
-        ("data wait share", _pct(results.get("data_time_share"), 1.0)),
-        ("warm-up steps (excluded)", f"{fmt_value(warmup.get('steps'))} in {fmt_value(warmup.get('time_s'), 3)} s"),
-        ("final val top-1", fmt_value(results.get("final", {}).get("val_top1"), 4)),
+        ("data wait share", _pct(results.data_time_share, 1.0)),
+        (
+            "warm-up steps (excluded)",
+            f"{fmt_value(warmup.steps if warmup else None)} in {fmt_value(warmup.time_s if warmup else None, 3)} s",
+        ),
+        ("final val top-1", fmt_value(results.final.val_top1, 4)),
     ]
-    tta = describe_tta(results.get("time_to_accuracy"))
+    tta = describe_tta(results.time_to_accuracy)
     if tta:  # --target-top1: training seconds (validation apart) and epochs to the target
         rows.append(("time to accuracy", tta))
-    if results.get("data_only"):
+    if results.data_only:
         rows.insert(1, ("mode", "data-only: loader, augmentation and copy to the device; no model, img/s delivered"))
-    if results.get("compile_time_s") is not None:
-        rows.append(("torch.compile time (s, excluded)", fmt_value(results["compile_time_s"], 1)))
+    if results.compile_time_s is not None:
+        rows.append(("torch.compile time (s, excluded)", fmt_value(results.compile_time_s, 1)))
     rows += observability_rows(results)
-    command = results.get("command")
-    for option, why in (cfg.get("no_effect") or {}).items():
-        if not isinstance(command, list) or typed_option([str(t) for t in command], option):  # a default is not theirs
+    command = results.command
+    for option, why in cfg.no_effect.items() if cfg.no_effect else ():
+        if command is None or typed_option([str(t) for t in command], option):  # a default is not theirs
             rows.append((f"--{option.replace('_', '-')}: no effect", str(why)))
-    if results.get("error"):
-        rows.append(("error", fmt_value(results["error"].get("message"))))
+    if results.error is not None and _given(results.error):
+        rows.append(("error", fmt_value(results.error.message)))
     return rows
 
 
@@ -83,40 +87,39 @@ HEADLINE_ROW = "throughput (img/s), the figure to quote"
 WINDOWS_ROW = "throughput windows: median [95% CI of the mean], a noise check"
 
 
-def _dataset(cfg: Mapping[str, Any], data: Mapping[str, Any], epochs: list[Any]) -> str:
+def _dataset(cfg: schema.Config, data: schema.Data, epochs: list[schema.Epoch]) -> str:
     """What ran: the training images of an epoch that ran (a --max-steps run uses a part of the split), of the
     split's; the shape of generated data in words."""
-    name = data.get("shape") or cfg.get("dataset")  # synthetic: "synthetic, CIFAR-100-shaped"
-    size, ran = data.get("train_size"), epochs[-1].get("images") if epochs else None
+    name = data.shape or cfg.dataset  # synthetic: "synthetic, CIFAR-100-shaped"
+    size, ran = data.train_size, epochs[-1].images if epochs else None
     train = f"{fmt_value(size)} train" if ran is None or ran == size else f"{fmt_value(ran)} of {fmt_value(size)} train"
-    return f"{fmt_value(name)} ({train} images per epoch / {fmt_value(data.get('val_size'))} val)"
+    return f"{fmt_value(name)} ({train} images per epoch / {fmt_value(data.val_size)} val)"
 
 
-def _windows(results: Mapping[str, Any]) -> str:
+def _windows(results: schema.Results) -> str:
     """`--repeats`: the median over the throughput windows and the 95% CI of their mean (windows.py)."""
-    w = results.get("throughput_windows") or {}
-    s = (w.get("summary") or {}).get("throughput_img_s")
-    if not s:
+    w = results.throughput_windows
+    s = summary_of(w, lambda w: w.throughput_img_s) if w is not None else None
+    if w is None or s is None or s.median is None:
         return "-"
-    ci = f" {interval(s['ci_low'], s['ci_high'])}" if s.get("ci_low") is not None else f" ({_no_ci(s, w)})"
-    return f"{s['median']:,.1f}{ci} over {describe_windows(w)}"
+    ci = f" {interval(s.ci_low, s.ci_high)}" if s.ci_low is not None else f" ({_no_ci(s, w)})"
+    return f"{s.median:,.1f}{ci} over {describe_windows(w)}"
 
 
-def _no_ci(s: Mapping[str, Any], w: Mapping[str, Any]) -> str:
+def _no_ci(s: schema.Stat, w: schema.Windows) -> str:
     """Why a summary has no interval (stats.MIN_SAMPLES_FOR_CI) and what gives one: from the windows' measured
     steps, so a record written when the note said "raise --repeats" whatever the steps says what works."""
-    if isinstance(s.get("n"), int) and isinstance(w.get("steps"), int):
-        return stats.too_few_note(s["n"], more_windows_fix(w["steps"], stats.MIN_SAMPLES_FOR_CI))
-    return str(s.get("note") or f"{s.get('n')} window(s): no CI")
+    if s.n is not None and w.steps is not None:
+        return stats.too_few_note(s.n, more_windows_fix(w.steps, stats.MIN_SAMPLES_FOR_CI))
+    return str(s.note or f"{s.n} window(s): no CI")
 
 
-def _stat(d: Mapping[str, Any] | None, key: str, digits: int = 1) -> str:
-    v = (d or {}).get(key)
-    if not v:
+def _stat(v: schema.MeanMax | None, digits: int = 1) -> str:
+    if v is None or v.mean is None:
         return "-"
-    if "max" not in v:  # summed over ranks (observe.merge_utilization): a mean, no max of the sum
-        return f"{v['mean']:.{digits}f} mean, {v.get('ranks', '?')} ranks summed"
-    return f"{v['mean']:.{digits}f} mean / {v['max']:.{digits}f} max"
+    if v.max is None:  # summed over ranks (observe.merge_utilization): a mean, no max of the sum
+        return f"{v.mean:.{digits}f} mean, {v.ranks if v.ranks is not None else '?'} ranks summed"
+    return f"{v.mean:.{digits}f} mean / {v.max:.{digits}f} max"
 
 
 # Which timing the headline is (docs/gpu-truth.md, "Pipelined timing"): every step ends with a host sync
@@ -125,94 +128,101 @@ def _stat(d: Mapping[str, Any] | None, key: str, digits: int = 1) -> str:
 HEADLINE_TIMING = "per-step synced, like timm's benchmark.py (selftest: pipelined loop vs harness)"
 
 
-def observability_rows(results: Mapping[str, Any]) -> list[tuple[str, str]]:
+def observability_rows(results: schema.Results) -> list[tuple[str, str]]:
     """Efficiency, utilisation, memory, energy and the profiler's own cost; absent stays '-'."""
     rows: list[tuple[str, str]] = []
-    if results.get("flops_per_image") is not None:
-        rows.append(("GFLOP per training image", fmt_value(results["flops_per_image"] / 1e9, 3)))
-    if results.get("flops_forward_per_image") is not None:
-        rows.append(("GFLOP per image, forward only", fmt_value(results["flops_forward_per_image"] / 1e9, 3)))
-    if results.get("achieved_tflops") is not None:
-        tflops = results["achieved_tflops"]  # a CPU's 0.002 would print as 0.000 at a fixed 3 decimals
+    if results.flops_per_image is not None:
+        rows.append(("GFLOP per training image", fmt_value(results.flops_per_image / 1e9, 3)))
+    if results.flops_forward_per_image is not None:
+        rows.append(("GFLOP per image, forward only", fmt_value(results.flops_forward_per_image / 1e9, 3)))
+    if results.achieved_tflops is not None:
+        tflops = results.achieved_tflops  # a CPU's 0.002 would print as 0.000 at a fixed 3 decimals
         rows.append(("achieved TFLOP/s", fmt_value(tflops, max(3, decimals([tflops])))))
-    if results.get("mfu") is not None:
+    if results.mfu is not None:
         rows.append(
             (
                 "MFU",
-                f"{100 * results['mfu']:.1f}% of {fmt_value(results.get('mfu_peak_tflops_per_device'), 1)} TFLOP/s per device"
-                + (f" ({results['mfu_peak_precision']})" if results.get("mfu_peak_precision") else ""),
+                f"{100 * results.mfu:.1f}% of {fmt_value(results.mfu_peak_tflops_per_device, 1)} TFLOP/s per device"
+                + (f" ({results.mfu_peak_precision})" if results.mfu_peak_precision else ""),
             )
         )
-    rows += _utilization_rows(results.get("utilization") or {})
-    if results.get("peak_mem_gib") is not None:
+    rows += _utilization_rows(results.utilization)
+    if results.peak_mem_gib is not None:
         rows.append(
             (
                 "peak device memory, measured steps (GiB)",
-                f"{results['peak_mem_gib']:.2f} allocated / {results.get('peak_mem_reserved_gib', 0):.2f} reserved",
+                f"{results.peak_mem_gib:.2f} allocated / {results.peak_mem_reserved_gib or 0:.2f} reserved",
             )
         )
-    if results.get("energy_j") is not None:
-        rows.append(("GPU energy (J)", fmt_value(results["energy_j"], 0)))
-    elif results.get("energy_note"):
-        rows.append(("GPU energy (J)", f"- ({results['energy_note']})"))
-    if results.get("images_per_j") is not None:
-        rows.append(("images per joule", fmt_value(results["images_per_j"], 2)))
-    prof = results.get("profile") or {}
-    if prof.get("profiler_overhead") is not None:
-        rows.append(("profiler overhead", f"+{100 * prof['profiler_overhead']:.0f}% step time under the profiler"))
-    elif prof.get("profiler_overhead_note"):
-        note = str(prof["profiler_overhead_note"])
+    if results.energy_j is not None:
+        rows.append(("GPU energy (J)", fmt_value(results.energy_j, 0)))
+    elif results.energy_note:
+        rows.append(("GPU energy (J)", f"- ({results.energy_note})"))
+    if results.images_per_j is not None:
+        rows.append(("images per joule", fmt_value(results.images_per_j, 2)))
+    prof = results.profile
+    if prof is not None and prof.profiler_overhead is not None:
+        rows.append(("profiler overhead", f"+{100 * prof.profiler_overhead:.0f}% step time under the profiler"))
+    elif prof is not None and prof.profiler_overhead_note:
+        note = prof.profiler_overhead_note
         # an older record's "within noise (-27%)" carried a signed figure the interval did not support
         rows.append(("profiler overhead", WITHIN_NOISE if note.startswith("within noise") else note))
-    verdict = results.get("verdict")
-    if verdict:  # never a label without the measurements behind it
-        rows.append(("bottleneck", f"{verdict.get('bottleneck', '-')} ({verdict.get('evidence', '')})"))
+    verdict = results.verdict
+    if verdict is not None:  # never a label without the measurements behind it
+        rows.append(("bottleneck", f"{verdict.bottleneck} ({'' if verdict.evidence is None else verdict.evidence})"))
     return rows
 
 
-def _utilization_rows(util: Mapping[str, Any]) -> list[tuple[str, str]]:
+def _given(m: BaseModel | None) -> bool:
+    """A section that holds something (an absent or empty one, `{}` in the file, reads as empty: shown as none)."""
+    return m is not None and bool(m.model_fields_set or m.model_extra)
+
+
+def _utilization_rows(util: schema.Utilization) -> list[tuple[str, str]]:
     """The sampler's host and GPU figures over the whole block, then the measured window's (the verdict's)."""
     rows: list[tuple[str, str]] = []
-    host = util.get("host") or {}
-    if host:
-        rows.append(("host CPU % (system)", _stat(host, "cpu_pct")))
-        rows.append(("run CPU % (process tree)", _stat(host, "proc_cpu_pct")))
-        rows.append(("run resident memory, RSS summed (GiB)", _stat(host, "rss_gib", 2)))
-        if host.get("pss_gib"):
-            rows.append(("run memory, PSS (GiB)", _stat(host, "pss_gib", 2)))
-    for g in util.get("gpus", []):
-        rows.append((f"GPU {g.get('index')} utilisation %", _stat(g, "util_pct")))
-        rows.append((f"GPU {g.get('index')} power (W)", _stat(g, "power_w")))
-    window = util.get("measured_window") or {}  # what the verdict reads (observe.summarize)
-    if (window.get("host") or {}).get("proc_cpu_pct"):
-        rows.append(("run CPU %, measured steps only", _stat(window["host"], "proc_cpu_pct")))
-    for g in window.get("gpus", []):
-        if g.get("util_pct"):
-            rows.append((f"GPU {g.get('index')} utilisation %, measured steps only", _stat(g, "util_pct")))
+    host = util.host
+    if _given(host):
+        rows.append(("host CPU % (system)", _stat(host.cpu_pct)))
+        rows.append(("run CPU % (process tree)", _stat(host.proc_cpu_pct)))
+        rows.append(("run resident memory, RSS summed (GiB)", _stat(host.rss_gib, 2)))
+        if _given(host.pss_gib):
+            rows.append(("run memory, PSS (GiB)", _stat(host.pss_gib, 2)))
+    for g in util.gpus:
+        rows.append((f"GPU {g.index} utilisation %", _stat(g.util_pct)))
+        rows.append((f"GPU {g.index} power (W)", _stat(g.power_w)))
+    window = util.measured_window  # what the verdict reads (observe.summarize)
+    if window is None:
+        return rows
+    if _given(window.host.proc_cpu_pct):
+        rows.append(("run CPU %, measured steps only", _stat(window.host.proc_cpu_pct)))
+    for g in window.gpus:
+        if _given(g.util_pct):
+            rows.append((f"GPU {g.index} utilisation %, measured steps only", _stat(g.util_pct)))
     return rows
 
 
-def phase_rows(results: Mapping[str, Any]) -> list[list[str]]:
+def phase_rows(results: schema.Results) -> list[list[str]]:
     rows = []
-    for p in (results.get("profile") or {}).get("phases") or []:
+    for p in (results.profile.phases if results.profile else None) or []:
         rows.append(
             [
-                p.get("phase"),
-                fmt_value(p.get("calls")),
-                fmt_value(p.get("cpu_time_s"), 4),
-                _pct(p.get("cpu_share_of_step"), 1.0) if p.get("cpu_share_of_step") is not None else "-",
-                fmt_value(p.get("device_time_s"), 4),
-                _pct(p.get("device_share_of_step"), 1.0) if p.get("device_share_of_step") is not None else "-",
+                p.phase,
+                fmt_value(p.calls),
+                fmt_value(p.cpu_time_s, 4),
+                _pct(p.cpu_share_of_step, 1.0) if p.cpu_share_of_step is not None else "-",
+                fmt_value(p.device_time_s, 4),
+                _pct(p.device_share_of_step, 1.0) if p.device_share_of_step is not None else "-",
             ]
         )
     return rows
 
 
-def verdict_line(results: Mapping[str, Any]) -> str | None:
-    v = results.get("verdict")
-    if not v:
+def verdict_line(results: schema.Results) -> str | None:
+    v = results.verdict
+    if v is None:
         return None
-    return f"Verdict: {v.get('bottleneck')}: {v.get('evidence')}. Try: {v.get('advice')}"
+    return f"Verdict: {v.bottleneck}: {v.evidence}. Try: {v.advice}"
 
 
 EPOCH_HEADERS = (
@@ -232,26 +242,26 @@ EPOCH_HEADERS = (
 )
 
 
-def epoch_rows(results: Mapping[str, Any]) -> list[list[str]]:
+def epoch_rows(results: schema.Results) -> list[list[str]]:
     rows = []
-    for e in results.get("epochs", []):
+    for e in results.epochs:
         data, compute = epoch_measured(e)
         total = data + compute if data is not None and compute is not None else None
         rows.append(
             [
-                fmt_value(e.get("epoch")),
-                fmt_value(e.get("images"), 3),
-                fmt_value(e.get("warmup_steps")),
+                fmt_value(e.epoch),
+                fmt_value(e.images, 3),
+                fmt_value(e.warmup_steps),
                 fmt_value(epoch_warmup_s(e), 3),
                 fmt_value(data, 3),
                 fmt_value(compute, 3),
                 fmt_value(total, 3),
                 _pct(data, total),  # as the summary's data wait share: "-" when no step was measured
-                fmt_value(e.get("throughput_img_s"), 1),  # warm-up excluded, like the headline
-                fmt_value(e.get("train_loss"), 4),
-                fmt_value(e.get("train_top1"), 4),
-                fmt_value(e.get("val_top1"), 4),
-                fmt_value(e.get("val_time_s"), 3),
+                fmt_value(e.throughput_img_s, 1),  # warm-up excluded, like the headline
+                fmt_value(e.train_loss, 4),
+                fmt_value(e.train_top1, 4),
+                fmt_value(e.val_top1, 4),
+                fmt_value(e.val_time_s, 3),
             ]
         )
     return rows
@@ -261,17 +271,12 @@ def epoch_rows(results: Mapping[str, Any]) -> list[list[str]]:
 SKIPPED_WARN_SHARE = 0.10
 
 
-def skipped_images_warning(results: Mapping[str, Any]) -> str | None:
+def skipped_images_warning(results: schema.Results) -> str | None:
     """A warning line when more than SKIPPED_WARN_SHARE of the dataset's images were skipped. Pure."""
-    data = results.get("data") or {}
-    skipped = data.get("corrupt_images_skipped") or 0
-    total = (data.get("train_size") or 0) + (data.get("val_size") or 0)
-    if (
-        not isinstance(skipped, int)
-        or not isinstance(total, int)
-        or total <= 0
-        or skipped <= total * SKIPPED_WARN_SHARE
-    ):
+    data = results.data
+    skipped = data.corrupt_images_skipped or 0
+    total = (data.train_size or 0) + (data.val_size or 0)
+    if total <= 0 or skipped <= total * SKIPPED_WARN_SHARE:
         return None
     return (
         f"warning: {skipped} of {total} images ({skipped / total:.0%}) were unreadable and skipped, more than "
@@ -279,7 +284,7 @@ def skipped_images_warning(results: Mapping[str, Any]) -> str | None:
     )
 
 
-def render(results: Mapping[str, Any], fmt: str = "text") -> str:
+def render(results: schema.Results, fmt: str = "text") -> str:
     """The run report as text (`fmt="text"`) or markdown (`fmt="md"`)."""
     table_fmt = "github" if fmt == "md" else "simple"
     summary = tabulate(summary_rows(results), headers=("metric", "value"), tablefmt=table_fmt)
@@ -297,14 +302,14 @@ def render(results: Mapping[str, Any], fmt: str = "text") -> str:
     )
     verdict = verdict_line(results) or ""
     skipped = skipped_images_warning(results)
-    title = f"effbench run {results.get('run_name', '')}".strip()
+    title = f"effbench run {results.run_name or ''}".strip()
     notes = (
         "Throughput counts measured steps only (warm-up excluded): images / (data wait + compute), with several "
         "ranks all ranks' images over the slowest rank's time; the epoch table's measured columns are the same "
         "per epoch (images, loss and top-1 count every step). Data wait is host time blocked on the loader; "
         "compute ends with a device sync."
     )
-    if results.get("data_only"):
+    if results.data_only:
         notes = (
             "Data-only run: no model. Throughput is images delivered to the device per second over the "
             "measured steps (warm-up excluded): next() on the loader, the copy and a device sync."

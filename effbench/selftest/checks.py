@@ -19,11 +19,14 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from effbench.analysis import stats
 from effbench.config import check_path
 from effbench.errors import EffbenchError
+
+if TYPE_CHECKING:
+    from effbench import schema
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 DEVICES = ("auto", "cpu", "cuda")
@@ -156,8 +159,15 @@ DATA_ROUNDS = 4  # alternating rounds per loader of the data-path check: a best 
 TINY_RUN: dict[str, Any] = {"image_size": 16, "batch_size": 2, "max_steps": 3, "warmup_steps": 1}
 
 
-def harness(ctx: Context, **overrides: Any) -> dict[str, Any]:
-    """One `effbench run` (in-process or under torchrun, as the CLI would), its results.json as a dict."""
+class Harnessed(NamedTuple):
+    """A harness run: its record (results.json, typed) and the folder it wrote (steps.csv, utilization.csv)."""
+
+    record: schema.Results
+    run_dir: Path
+
+
+def harness(ctx: Context, **overrides: Any) -> Harnessed:
+    """One `effbench run` (in-process or under torchrun, as the CLI would), its record typed."""
     from effbench.config import RunConfig
     from effbench.report.run_reports import RUN_REPORTS
     from effbench.run import launch
@@ -181,12 +191,16 @@ def harness(ctx: Context, **overrides: Any) -> dict[str, Any]:
         said_warnings=ctx.said_warnings,
         reports=RUN_REPORTS,
     )
-    if outcome.results.get("status") != "ok":
-        err = outcome.results.get("error") or {}
-        raise RuntimeError(f"the run ended {outcome.results.get('status')}: {err.get('type')}: {err.get('message')}")
-    out = dict(outcome.results)
-    out["_run_dir"] = str(outcome.run_dir)
-    return out
+    from effbench import results
+
+    # a run that left no results.json is a record in memory without schema_version (record_without_results)
+    record = results.record_of({"schema_version": results.SCHEMA_VERSION, **outcome.results})
+    if record.status != "ok":
+        err = record.error
+        raise RuntimeError(
+            f"the run ended {record.status}: {err.type if err else None}: {err.message if err else None}"
+        )
+    return Harnessed(record, Path(str(outcome.run_dir)))
 
 
 @contextmanager
@@ -432,9 +446,11 @@ def check_harness_vs_bare(ctx: Context) -> list[Check]:
                 # the bare loop's optimizer kernel (foreach on CUDA, the per-parameter loop on the CPU): same math
                 optimizer_impl="foreach" if ctx.cuda else "for-loop",
             )  # fmt: skip
-        threads = int(res["launch"]["threads_per_proc"])
+        threads = res.record.launch.threads_per_proc
+        if threads is None:
+            raise RuntimeError("the harness run recorded no launch.threads_per_proc")
     torch.set_num_threads(threads_before)
-    steps = measured_steps(Path(res["_run_dir"]) / "steps.csv")
+    steps = measured_steps(res.run_dir / "steps.csv")
     harness_img_s = [images / (data_s + compute_s) for images, data_s, compute_s in steps]
     # what interleaving hides from the step ratio, measured apart and charged to the harness: its wall time
     # outside the step timers, and its side threads' CPU (on the shared core, both sides' steps paid it)
@@ -496,7 +512,7 @@ def check_precision_and_timing(ctx: Context) -> list[Check]:
     precision = "auto" if ctx.cuda else "bf16"  # the CPU runs bf16 only when asked; fp32 would show nothing
     with probed(ctx, "in-process") as (probe, _folder):
         res = harness(ctx, precision=precision, **(CUDA_RUN if ctx.cuda else TINY_RUN))
-    rows = [precision_row("precision: in-process", res.get("precision"), [probe.dtypes])]
+    rows = [precision_row("precision: in-process", res.record.precision, [probe.dtypes])]
     if not ctx.cuda:
         rows.append(
             Check(
@@ -507,9 +523,12 @@ def check_precision_and_timing(ctx: Context) -> list[Check]:
         )
         return rows
     steps = probe.step_times_s()[ctx.cfg.warmup_steps :]
-    measured = res["measured"]["compute_time_s"]
+    tally = res.record.measured
+    if tally is None:
+        raise RuntimeError("the harness run recorded no measured steps")
+    measured = tally.compute_time_s
     ref = sum(steps)
-    ok = len(steps) == res["measured"]["steps"] and _rel(measured, ref) <= 0.03
+    ok = len(steps) == tally.steps and _rel(measured, ref) <= 0.03
     rows.append(
         Check(
             "timing vs CUDA events",
@@ -534,7 +553,7 @@ def check_dp_precision(ctx: Context) -> list[Check]:
         ]
     with probed(ctx, "dp") as (probe, _folder):
         res = harness(ctx, precision="auto", strategy="dp", gpus=2, batch_size=64)
-    return [precision_row("precision: dp", res.get("precision"), [probe.dtypes])]
+    return [precision_row("precision: dp", res.record.precision, [probe.dtypes])]
 
 
 def check_nvml(ctx: Context) -> list[Check]:
@@ -557,22 +576,22 @@ def check_nvml(ctx: Context) -> list[Check]:
         batch_size=256,
         image_size=64,
     )
-    gpus = (res.get("utilization") or {}).get("gpus") or []
-    if not gpus:
+    gpus = res.record.utilization.gpus
+    if not gpus or gpus[0].index is None:
         return [Check(n, FAIL, reason="the run sampled no GPU") for n in names]
-    index = int(gpus[0]["index"])  # the CUDA index; the sampler found it in NVML by UUID (monitor.py)
-    sampled_uuid = str(gpus[0].get("nvml_uuid"))  # what NVML itself reported for the handle it sampled
+    index = gpus[0].index  # the CUDA index; the sampler found it in NVML by UUID (monitor.py)
+    sampled_uuid = str(gpus[0].nvml_uuid)  # what NVML itself reported for the handle it sampled
     job_uuid = str(torch.cuda.get_device_properties(ctx.device).uuid)  # NVML spells it "GPU-<uuid>"
     rows = [
         Check(names[0], PASS if job_uuid in sampled_uuid else FAIL, sampled_uuid, f"GPU-{job_uuid}", "equal",
               f"column gpu{index} sampled; torch device {ctx.device}"),
     ]  # fmt: skip
-    with open(Path(res["_run_dir"]) / "utilization.csv") as f:
+    with open(res.run_dir / "utilization.csv") as f:
         rows_csv = [r for r in csv.DictReader(f) if r.get(f"gpu{index}_power_w")]
     t = [float(r["t_s"]) for r in rows_csv]
     p = [float(r[f"gpu{index}_power_w"]) for r in rows_csv]
     integral = sum((t[i + 1] - t[i]) * (p[i + 1] + p[i]) / 2 for i in range(len(t) - 1))
-    energy = gpus[0].get("energy_j")
+    energy = gpus[0].energy_j
     if energy is None:
         rows.append(Check(names[1], SKIP, reason="this GPU has no energy counter (NVML)"))
     else:
@@ -602,19 +621,24 @@ def check_ddp(ctx: Context) -> list[Check]:
     where = "2 GPUs (NCCL)" if nccl else "2 CPU processes (gloo)"
     with probed(ctx, "ddp") as (_probe, folder):
         res = harness(ctx, precision="auto" if nccl else "bf16", **run_kw, **({} if nccl else TINY_RUN))
-    ranks = res.get("ranks") or []
-    if len(ranks) == 2:
-        ref = sum(r["images"] for r in ranks) / max(r["time_s"] for r in ranks)
-        got = res.get("throughput_img_s")
+    ranks = res.record.ranks
+    timed = [(r.images, r.time_s) for r in ranks if r.images is not None and r.time_s]
+    if len(ranks) == 2 and len(timed) == 2:
+        ref = sum(i for i, _ in timed) / max(t for _, t in timed)
+        got = res.record.throughput_img_s
         ok = got is not None and _rel(got, ref) <= 1e-9
         rows.append(Check("DDP: 2-rank throughput", PASS if ok else FAIL, got, ref, "1e-9 relative",
                           f"{where}: results.json vs sum of ranks' images / slowest rank's time"))  # fmt: skip
     else:
         rows.append(
-            Check("DDP: 2-rank throughput", FAIL, reason=f"results.json has {len(ranks)} rank rows, 2 expected")
+            Check(
+                "DDP: 2-rank throughput",
+                FAIL,
+                reason=f"results.json has {len(ranks)} rank rows ({len(timed)} with images and time), 2 expected",
+            )
         )
     probes = rank_probes(folder)
-    row = precision_row("precision: DDP", res.get("precision"), [p["dtypes"] for p in probes])
+    row = precision_row("precision: DDP", res.record.precision, [p["dtypes"] for p in probes])
     if len(probes) != 2:
         row.status, row.reason = FAIL, f"{len(probes)} rank probe(s) came back, 2 expected; " + row.reason
     rows.append(row)
@@ -637,14 +661,16 @@ def check_data_path(ctx: Context) -> list[Check]:
         for loader in (a, b) if r % 2 == 0 else (b, a):
             res = harness(ctx, dataset="imagefolder", data_dir=root, data_only=True, loader=loader, image_size=32,
                           batch_size=16, max_steps=None, warmup_steps=1, val_fraction=0.25, augment="seed")  # fmt: skip
-            rounds[loader].append(step_img_s(Path(res["_run_dir"]) / "steps.csv"))
-            images[loader].add(int(res["measured"]["images"]))
-            recipes[loader] = (res.get("data") or {}).get("augment")
+            rounds[loader].append(step_img_s(res.run_dir / "steps.csv"))
+            if res.record.measured is None:
+                raise RuntimeError(f"the {loader} run recorded no measured steps")
+            images[loader].add(res.record.measured.images)
+            recipes[loader] = res.record.data.augment
     same = len(images[a] | images[b]) == 1
     same_recipe = recipes[a] is not None and recipes[a] == recipes[b]
     # another pair has no goal: min_ratio 0 makes the ratio's range a report, the images and recipe the check
     status, ratio, best_a, best_b, why = compare_fastest_steps(rounds[a], rounds[b], min_ratio=0.9 if goal else 0.0)
-    steps = (recipes[a] or {}).get("steps", "no recipe recorded")
+    steps = recipes[a].steps if recipes[a] is not None and recipes[a].steps is not None else "no recipe recorded"
     return [
         Check(
             f"data path: {a} vs {b} loader",
@@ -708,7 +734,7 @@ def check_pipelined(ctx: Context) -> list[Check]:
     for _ in range(PIPELINED_ROUNDS):  # alternating, so both sides meet the same moments of the machine
         res = harness(ctx, precision="fp32", channels_last=False, optimizer_impl="foreach", **shape,
                       max_steps=cfg.warmup_steps + windows * PIPELINED_WINDOW, warmup_steps=cfg.warmup_steps)  # fmt: skip
-        harness_rounds.append(window_img_s(measured_steps(Path(res["_run_dir"]) / "steps.csv"), PIPELINED_WINDOW))
+        harness_rounds.append(window_img_s(measured_steps(res.run_dir / "steps.csv"), PIPELINED_WINDOW))
         pipelined_rounds.append([loop.pipelined_img_s(PIPELINED_WINDOW) for _ in range(windows)])
     status, ratio, best_p, best_h, why = compare_fastest_steps(pipelined_rounds, harness_rounds, min_ratio=0.97)
     return [

@@ -118,7 +118,7 @@ def cell_summary(record: schema.Results) -> schema.CellSummary:
 
     rss = record.utilization.host.rss_gib
     summary = record.throughput_windows.summary if record.throughput_windows else None
-    key = schema.field_path(lambda w: w.throughput_img_s, schema.Windows)  # the summary: by the list's name
+    key = schema.field_path(schema.Windows, lambda w: w.throughput_img_s)  # the summary: by the list's name
     thr = (summary.get(key) if summary else None) or schema.Stat()
     return schema.CellSummary(
         throughput_img_s=record.throughput_img_s,
