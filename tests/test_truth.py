@@ -19,6 +19,7 @@ from effbench.analysis import compare, stats, windows
 from effbench.analysis.throughput import job_throughput
 from effbench.config import RunConfig
 from effbench.report import tables
+from effbench.schema import Epoch
 from effbench.run import record
 from effbench.run.timing import StepTime, Tally
 from effbench.run.train import EpochResult
@@ -92,6 +93,11 @@ def _epoch(warm: list[tuple[float, float]], meas: list[tuple[float, float]], ima
                        warmup=w, measured=m, step_rows=[])  # fmt: skip
 
 
+def _rec(**fields):
+    """A results.json record as the reports read it: typed, with the two fields every record has."""
+    return results.record_of({"schema_version": 1, "status": "ok", **fields})
+
+
 def test_epoch_img_s_excludes_warmup_like_the_headline_and_epochs_are_one_based():
     e = _epoch(warm=[(0.5, 2.0)], meas=[(0.01, 0.1), (0.01, 0.1)]).to_dict()
     assert e["epoch"] == 1  # 1-based like the progress line "epoch 1/N" and the plots
@@ -99,7 +105,7 @@ def test_epoch_img_s_excludes_warmup_like_the_headline_and_epochs_are_one_based(
     assert e["warmup_steps"] == 1
     only_warmup = _epoch(warm=[(0.5, 2.0)], meas=[]).to_dict()
     assert only_warmup["throughput_img_s"] is None  # no measured step: "-", never a warm-up figure
-    row = tables.epoch_rows({"epochs": [e]})[0]
+    row = tables.epoch_rows(_rec(epochs=[e]))[0]
     assert row[0] == "1" and row[tables.EPOCH_HEADERS.index("img/s (measured)")] == f"{8 / 0.22:,.1f}"
 
 
@@ -112,20 +118,21 @@ def test_the_epoch_tables_data_share_is_the_headlines_measured_steps_only():
         tally.add(StepTime(d, c), 4)
     head = record.headline({"data": {}}, [e], Tally(), tally, {})
     assert head["data_time_share"] == pytest.approx(0.02 / 0.22)
-    row = dict(zip(tables.EPOCH_HEADERS, tables.epoch_rows({"epochs": [e]})[0], strict=True))
+    row = dict(zip(tables.EPOCH_HEADERS, tables.epoch_rows(_rec(epochs=[e]))[0], strict=True))
     assert row["data % (measured)"] == f"{100 * 0.02 / 0.22:.1f}%" == "9.1%"
     assert (row["data (s, measured)"], row["compute (s, measured)"], row["total (s, measured)"]) == (
         "0.020", "0.200", "0.220",
     )  # fmt: skip
     assert (row["warm-up steps"], row["warm-up (s)"]) == ("1", "2.500")
     # an epoch all warm-up measured nothing: "-", as the summary's data wait share
-    warm_row = tables.epoch_rows({"epochs": [_epoch([(0.5, 2.0)], []).to_dict()]})[0]
+    warm_row = tables.epoch_rows(_rec(epochs=[_epoch([(0.5, 2.0)], []).to_dict()]))[0]
     only_warmup = dict(zip(tables.EPOCH_HEADERS, warm_row, strict=True))
     assert only_warmup["data % (measured)"] == "-"
     # a record written before the epochs held the measured split: its warm-up-free epochs only
     old = {k: v for k, v in e.items() if not k.startswith("measured_data") and not k.startswith("measured_compute")}
-    assert tables.epoch_measured(old) == (None, None)
-    assert tables.epoch_measured({**old, "warmup_steps": 0}) == (old["data_time_s"], old["compute_time_s"])
+    assert tables.epoch_measured(Epoch.model_validate(old)) == (None, None)
+    no_warmup = Epoch.model_validate({**old, "warmup_steps": 0})
+    assert tables.epoch_measured(no_warmup) == (old["data_time_s"], old["compute_time_s"])
     # two ranks: the split of the rank whose measured steps took longest, as the headline takes the slowest's
     slow = _epoch(warm=[], meas=[(0.05, 0.1), (0.05, 0.1)]).to_dict()
     merged = record.merge_epoch([e, slow])
@@ -143,7 +150,7 @@ def test_the_time_per_epoch_chart_splits_the_measured_steps_and_shows_warm_up_ap
 
     monkeypatch.setattr(plots, "stacked_time_bars", stacked_time_bars)
     e = _epoch(warm=[(0.5, 2.0)], meas=[(0.01, 0.1), (0.01, 0.1)]).to_dict()
-    render.run_plots({"epochs": [e], "config": {"arch": "resnet18"}}, tmp_path)
+    render.run_plots(_rec(epochs=[e], config={"arch": "resnet18"}), tmp_path)
     # by hand: measured data 0.02 s and compute 0.2 s (the 9.1% of the table), the 2.5 s warm-up step apart
     assert got["labels"] == ["epoch 1"]
     assert got["data"] == [pytest.approx(0.02)] and got["compute"] == [pytest.approx(0.2)]
@@ -204,15 +211,16 @@ def test_compare_on_a_run_with_no_measured_step_names_that_reason():
 
 
 def test_report_rows_show_what_fed_the_run_the_images_validated_and_the_evidence():
-    record = {
+    record = results.record_of({
+        "schema_version": 1,
         "status": "ok",
         "config": {"loader": "fast", "workers": 0, "dataset": "synthetic",
                    "no_effect": {"workers": "synthetic (on device) starts no DataLoader worker processes"}},
         "data": {"loader": "synthetic (on device)", "workers": 0, "train_size": 1024, "val_size": 32},
-        "epochs": [{"val_images": 16}],
+        "epochs": [{"epoch": 1, "val_images": 16}],
         "verdict": {"bottleneck": "compute-bound", "evidence": "CPU run: data wait 0.5% of step time", "advice": "x"},
         "profile": {"profiler_overhead": None, "profiler_overhead_note": "within noise (-27%)"},
-    }  # fmt: skip
+    })  # fmt: skip
     rows = dict(tables.summary_rows(record))
     assert rows["loader / workers"] == "synthetic (on device) / 0"  # as results.json's data section says
     assert rows["validation images per epoch (used)"] == "16"  # not the split's 32
