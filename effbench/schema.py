@@ -634,8 +634,8 @@ class ModelInfo(_Model):
     """Blocks of the backbone."""
     trainable_blocks: int | None = None
     """Of them, trained."""
-    trainable_stages: str | None = None
-    """Which stages train."""
+    trainable_stages: list[str] | str | None = None
+    """Which stages train: their names (--freeze), or "all"."""
 
 
 class Backend(_Model):
