@@ -310,6 +310,12 @@ class Profile(_Model):
     """Why the overhead is not given (within the steps' noise)."""
     exposed_comm_share: Frac = None
     """Share of the step's device time in collectives not hidden behind compute (CUDA)."""
+    comm_kernel_s: Pos = None
+    """Device time in collective kernels over the profiled steps, s (CUDA)."""
+    exposed_comm_s: Pos = None
+    """Of it, not hidden behind compute on another stream, s (CUDA)."""
+    exposed_comm_error: str | None = None
+    """Why the exposed share could not be read from the trace."""
 
 
 class Verdict(_Model):
@@ -353,6 +359,10 @@ class Error(_Model):
     """Its message."""
     traceback: str | None = None
     """Its traceback (results.json only)."""
+    oom_ranks: list[int] | None = None
+    """The ranks that ran out of memory (a multi-rank `oom`)."""
+    rank0_error: Error | None = None
+    """Rank 0's own failure when another rank's ended the job."""
 
 
 class Download(_Model):
@@ -669,8 +679,14 @@ class Stragglers(_Model):
 
 
 class Diverged(_Model):
+    epoch: int | None = None
+    """The epoch it stopped in, from 1."""
     step: int | None = None
-    """The step whose loss was not finite."""
+    """The step of that epoch whose loss was not finite, from 1."""
+    global_step: int | None = None
+    """That step counted over the run (warm-up included), from 1."""
+    loss: str | None = None
+    """The loss it read (nan, inf), as text: JSON has no nan."""
     rank: int | None = None
     """The rank that saw it (DDP)."""
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from effbench import results
+from effbench import results, schema
 from effbench.run import faults
 from effbench.measure import observe
 from effbench.report import render
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from effbench.data.build import DataBundle
     from effbench.measure.flops import StepFlops
     from effbench.measure.monitor import UtilizationSampler
+    from effbench.measure.profiling import ProfileInfo
     from effbench.models import ModelBundle
     from effbench.run.runtime import Runtime
 
@@ -252,23 +253,35 @@ def _run_in_child(
         option, _, message = user_errors[0].read_text().partition("\t")
         raise EffbenchError(option or None, message)
     # the ranks of this node that ran out of memory (worker_main): torchrun names only the first rank to exit
-    ooms = [json.loads(p.read_text()) for p in sorted(spec_path.parent.glob(rec.OOM_MARKER_GLOB))]
-    diverged = [json.loads(p.read_text()) for p in sorted(spec_path.parent.glob(rec.DIVERGED_MARKER_GLOB))]
+    ooms = [
+        rec.OomMarker.model_validate_json(p.read_text()) for p in sorted(spec_path.parent.glob(rec.OOM_MARKER_GLOB))
+    ]
+    diverged = [
+        rec.DivergedMarker.model_validate_json(p.read_text())
+        for p in sorted(spec_path.parent.glob(rec.DIVERGED_MARKER_GLOB))
+    ]
     if not (run_dir / results.RESULTS_FILE).exists():
         if outcome.returncode == 0:
             echo(f"this node finished; the node that got rank 0 wrote the run folder ({cfg.nnodes} nodes)")
             return RunOutcome(None, {"status": "ok"})
-        return RunOutcome(None, rec.record_without_results(outcome, ooms, child, diverged))
-    written = results.read_results(run_dir)
+        return RunOutcome(None, _on_disk(rec.record_without_results(outcome, ooms, child, diverged)))
+    written = results.load_record(run_dir)
     settled = rec.settle_with_torchrun(written, outcome, ooms)
-    if settled.get("status") == "failed" and settled.get("error") and (run_dir / log_name).is_file():
+    if settled.status == "failed" and settled.error and (run_dir / log_name).is_file():
         # the terminal had only the ranks' lines: say where torchrun's own tracebacks are
-        error = settled["error"]
-        settled["error"] = {**error, "message": f"{error.get('message')}; {child}'s whole output is in {log_name}"}
+        error = settled.error.model_copy()
+        error.message = f"{error.message}; {child}'s whole output is in {log_name}"
+        settled.error = error
     results.write_json(run_dir / results.RESULTS_FILE, settled)
     if settled != written and (run_dir / results.REPORT_TXT).exists():
-        _rewrite_reports(run_dir, settled)
-    return RunOutcome(run_dir, settled)
+        _rewrite_reports(run_dir, _on_disk(settled))
+    return RunOutcome(run_dir, _on_disk(settled))
+
+
+def _on_disk(record: schema.Results) -> dict[str, Any]:
+    """The record as results.json holds it, for the readers not yet moved onto the typed model (report,
+    render, the CLI's and the sweep's RunOutcome.results)."""
+    return record.model_dump(exclude_unset=True)
 
 
 def _keep_log(log: Path, run_dir: Path) -> None:
@@ -353,8 +366,8 @@ def worker_main(spec_path: Path) -> int:
                 _leave_oom_marker(spec_dir, rank, rec.outcome_of(e, received=[], phase="setup"))
                 raise
             # before this rank exits: torchrun then stops the others, and names whichever rank exited first
-            _leave_oom_marker(spec_dir, rank, outcome.results)
-            _leave_diverged_marker(spec_dir, rank, outcome.results)
+            _leave_oom_marker(spec_dir, rank, results.record_of(outcome.results))
+            _leave_diverged_marker(spec_dir, rank, results.record_of(outcome.results))
             if outcome.results.get("status") == "diverged":
                 # The ranks agreed on it in a collective (train.py), so all are alive: wait for rank 0's record,
                 # as torchrun stops the whole group at the first non-zero exit.
@@ -366,7 +379,7 @@ def worker_main(spec_path: Path) -> int:
     return outcome.exit_code
 
 
-def _leave_diverged_marker(spec_dir: Path, rank: int, outcome: dict[str, Any]) -> None:
+def _leave_diverged_marker(spec_dir: Path, rank: int, outcome: rec.Outcome | schema.Results) -> None:
     """diverged-rank{N}.json beside the spec when this rank's run ended `diverged`: a node without rank 0
     has no results.json, and torchrun's exit code 1 says only that something failed."""
     marker = rec.diverged_marker(rank, outcome)
@@ -374,7 +387,7 @@ def _leave_diverged_marker(spec_dir: Path, rank: int, outcome: dict[str, Any]) -
         results.write_json(spec_dir / rec.diverged_marker_name(rank), marker)
 
 
-def _leave_oom_marker(spec_dir: Path, rank: int, outcome: dict[str, Any]) -> None:
+def _leave_oom_marker(spec_dir: Path, rank: int, outcome: rec.Outcome | schema.Results) -> None:
     """oom-rank{N}.json beside the spec when this rank's run ended `oom`, for _run_in_child to read."""
     marker = rec.oom_marker(rank, outcome)
     if marker is not None:
@@ -436,17 +449,17 @@ class Measurement:
     sampler: UtilizationSampler
     gpus: list[int]  # every GPU this process drives (all of them under DataParallel)
     t0: float
-    epochs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    epochs: list[schema.Epoch] = dataclasses.field(default_factory=list)
     steps: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # rank 0's
     warmup: Tally = dataclasses.field(default_factory=Tally)  # every warm-up step that ran, as it ended
     measured: Tally = dataclasses.field(default_factory=Tally)  # the finished epochs' measured steps
     rank_steps: list[dict[str, float]] = dataclasses.field(default_factory=list)  # this rank's measured steps
-    epoch_ranks: list[dict[str, Any]] | None = None  # the rank rows gathered with the last epoch
+    epoch_ranks: list[schema.Rank] | None = None  # the rank rows gathered with the last epoch
     gathered: list[dict[str, Any]] | None = None  # the final gather, when the run got that far
-    profile_info: dict[str, Any] | None = None
+    profile_info: ProfileInfo | None = None
     profile_error: str | None = None
     failure: BaseException | None = None
-    outcome: dict[str, Any] = dataclasses.field(default_factory=lambda: {"status": "ok"})  # rec.outcome_of(failure)
+    outcome: rec.Outcome = rec.OK  # rec.outcome_of(failure)
     window: observe.MeasuredWindow | None = None  # opened / closed by the trainer's phases
 
 
@@ -522,15 +535,15 @@ def _run_benchmark(
         final = rec.finish(opened, _measured(prep, dist, m), _conditions(prep, plan, run_dir))
         if writer:
             _write_final(run_dir, final, m.epochs, m.steps, m.sampler)
-        if len(received) > signals_before and final["status"] == "ok":  # a failure keeps its own status
-            final = {**final, **rec.interrupted(received[signals_before], "report")}
+        if len(received) > signals_before and final.status == "ok":  # a failure keeps its own status
+            final = rec.ended(final, rec.interrupted(received[signals_before], "report"))
             if writer:
                 _write_final(run_dir, final, m.epochs, m.steps, m.sampler)
         if writer:
-            echo(report.render(final, "text"))
+            echo(report.render(_on_disk(final), "text"))
     if isinstance(m.failure, EffbenchError):  # bad input seen after an epoch was measured: recorded, then exit 2
         raise m.failure
-    return RunOutcome(run_dir=run_dir, results=final)
+    return RunOutcome(run_dir=run_dir, results=_on_disk(final))
 
 
 def _prepare(
@@ -704,25 +717,24 @@ def _epochs(
             m.measured = rec.added(m.measured, er.measured)  # finished epochs: the rows of steps.csv
             # one small collective per epoch: the epoch rows and every rank's measured totals so far, so
             # the in-progress headline is the same all-ranks figure as the final one (analysis/throughput)
-            gathered = dist.gather({"epoch": er.to_dict(), "row": _rank_row(dist, rt, m.measured)})
+            gathered = dist.gather({"epoch": er.record(), "row": _rank_row(dist, rt, m.measured)})
             merged = rec.merge_epoch([g["epoch"] for g in gathered])
             m.epoch_ranks = rec.rank_rows([g["row"] for g in gathered])
             m.epochs.append(merged)
             m.steps.extend(er.step_rows)  # rank 0's steps
             m.rank_steps.extend(windows.measured_steps(er.step_rows))
             if writer:
-                now = {**opened, "ranks": m.epoch_ranks}
-                now.update(rec.headline(now, m.epochs, m.warmup, m.measured, data.stats()))
+                now = rec.with_headline(opened, m.epoch_ranks, m.epochs, m.warmup, m.measured, data.stats())
                 _write_progress(run_dir, now, m.epochs, m.steps)
             _wait_for_rank0s_write(dist, rt)
             prog.log(
-                f"epoch {merged['epoch']}/{cfg.epochs}: loss {_maybe(merged['train_loss'])} top-1 {_maybe(merged['train_top1'])} "
-                f"val top-1 {_maybe(merged['val_top1'])} data {merged['data_time_s']:.2f}s compute {merged['compute_time_s']:.2f}s"
+                f"epoch {merged.epoch}/{cfg.epochs}: loss {_maybe(merged.train_loss)} top-1 {_maybe(merged.train_top1)} "
+                f"val top-1 {_maybe(merged.val_top1)} data {merged.data_time_s or 0.0:.2f}s compute {merged.compute_time_s or 0.0:.2f}s"
             )
             # --stop-at-target: decided on the merged row, which every rank computed from the same all_gather
             # (the top-1 over all ranks' validation images), so every rank leaves after the same epoch
             if cfg.stop_at_target and cfg.target_top1 is not None and reached(merged, cfg.target_top1):
-                prog.log(f"val top-1 {merged['val_top1']:.4f} >= --target-top1 {cfg.target_top1:g}: stopping")
+                prog.log(f"val top-1 {merged.val_top1 or 0.0:.4f} >= --target-top1 {cfg.target_top1:g}: stopping")
                 epochs_iter.close()
                 break
         if m.window is not None:  # the last span ends with the epochs (data-only passes have no validation)
@@ -748,7 +760,7 @@ def _measured(prep: Prepared, dist: DistContext, m: Measurement) -> rec.Measured
         ranks = rec.rank_rows([g["row"] for g in m.gathered])
         utilization = [g["util"] for g in m.gathered]
         memory = [mem for g in m.gathered for mem in g["mem"]]
-        steps_by_rank = [g["steps"] for g in sorted(m.gathered, key=lambda g: g["row"]["rank"])]
+        steps_by_rank = [g["steps"] for g in sorted(m.gathered, key=lambda g: g["row"].rank)]
     else:  # windows only when this rank is the whole job (its steps alone are not the job's)
         ranks = rec.ranks_after_failure(m.epoch_ranks, _rank_row(dist, prep.rt, m.measured), dist.world_size)
         utilization, memory = [m.sampler.summary()], m.window.peak_memory() if m.window else []
@@ -792,17 +804,18 @@ def _conditions(prep: Prepared, plan: LaunchPlan, run_dir: Path | None) -> rec.C
 
 def _write_final(
     run_dir: Path | None,
-    record: dict[str, Any],
-    epochs: list[dict[str, Any]],
+    record: schema.Results,
+    epochs: list[schema.Epoch],
     steps: list[dict[str, Any]],
     sampler: Any,
 ) -> None:
     assert run_dir is not None
     try:
         sampler.write_csv(run_dir / UTILIZATION_FILE)
-        results.atomic_write_text(run_dir / results.REPORT_TXT, report.render(record, "text"))
-        results.atomic_write_text(run_dir / results.REPORT_MD, report.render(record, "md"))
-        render.write_run_html_safely(run_dir, record, steps)  # plots + report.html; a warning if not, on stderr
+        on_disk = _on_disk(record)
+        results.atomic_write_text(run_dir / results.REPORT_TXT, report.render(on_disk, "text"))
+        results.atomic_write_text(run_dir / results.REPORT_MD, report.render(on_disk, "md"))
+        render.write_run_html_safely(run_dir, on_disk, steps)  # plots + report.html; a warning if not, on stderr
         # results.json last: never `ok` with a report missing
         _write_progress(run_dir, record, epochs, steps)
     except results.NoSpaceError as e:  # never `running` forever: `failed`, the reason and the epochs measured
@@ -815,21 +828,20 @@ def _write_final(
 _BULKY = ("utilization", "throughput_windows", "profile", "memory", "observations")
 
 
-def _record_no_space(run_dir: Path, record: dict[str, Any], e: results.NoSpaceError) -> None:
+def _record_no_space(run_dir: Path, record: schema.Results, e: results.NoSpaceError) -> None:
     """results.json says `failed` with the full-disk error (which file), keeping the epochs: written whole when
     the disk still takes it, else compact over the last epoch's record (results.overwrite_json_in_place)."""
-    first = record.get("error") if record.get("status") == "failed" else None  # the run's own, when that was it
-    if not (first and "no space left" in str(first.get("message"))):
-        first = {"type": "NoSpaceError", "message": str(e)}
-    failed = {**record, "status": "failed", "error": first}
-    failed.pop("signal", None)
+    first = record.error if record.status == "failed" else None  # the run's own, when that was it
+    if not (first and "no space left" in str(first.message)):
+        first = schema.Error(type="NoSpaceError", message=str(e))
+    failed = rec.failed(record, first)
     try:
         results.write_json(run_dir / results.RESULTS_FILE, failed)
     except results.NoSpaceError:
         # on failure too the one-line error still says it, and the last epoch's record stays
         with contextlib.suppress(OSError):
             results.overwrite_json_in_place(
-                run_dir / results.RESULTS_FILE, {k: v for k, v in failed.items() if k not in _BULKY}
+                run_dir / results.RESULTS_FILE, failed.model_dump(exclude_unset=True, exclude=set(_BULKY))
             )
 
 
@@ -917,12 +929,15 @@ def _interrupted_before_measuring(start: Started, signum: int, phase: str, recei
     """A signal in setup, dataset or model: results.json `interrupted`, the phase named; no report (nothing
     was measured to report on)."""
     with deferred(received):
-        record = {k: v for k, v in start.record.items() if k != "phase"}
-        record.update(rec.interrupted(signum, phase), finished_at=dt.datetime.now(dt.timezone.utc).isoformat())
+        record = rec.ended(
+            {k: v for k, v in start.record.items() if k != "phase"},
+            rec.interrupted(signum, phase),
+            finished_at=dt.datetime.now(dt.timezone.utc).isoformat(),
+        )
         if start.writer:
             assert start.run_dir is not None
             results.write_json(start.run_dir / results.RESULTS_FILE, record)
-    return RunOutcome(run_dir=start.run_dir, results=record)
+    return RunOutcome(run_dir=start.run_dir, results=_on_disk(record))
 
 
 def _discard(start: Started) -> None:
@@ -1006,7 +1021,7 @@ def _cpu_limit() -> float | None:
     return min(quota, float(usable_cores())) if quota is not None else float(usable_cores())
 
 
-def _profile_pass(prep: Prepared, dist: DistContext, run_dir: Path | None) -> tuple[dict[str, Any] | None, str | None]:
+def _profile_pass(prep: Prepared, dist: DistContext, run_dir: Path | None) -> tuple[ProfileInfo | None, str | None]:
     """A few more steps under torch.profiler: (its info, None), or (None, the error): never fatal."""
     from effbench.run.train import TrainStep
 
@@ -1025,7 +1040,7 @@ def _profile_pass(prep: Prepared, dist: DistContext, run_dir: Path | None) -> tu
         return None, f"{type(e).__name__}: {e}".splitlines()[0]
 
 
-def _rank_row(dist: DistContext, rt: Runtime, measured: Tally) -> dict[str, Any]:
+def _rank_row(dist: DistContext, rt: Runtime, measured: Tally) -> schema.Rank:
     import socket
 
     return rec.rank_row(
@@ -1038,9 +1053,9 @@ def _maybe(v: float | None) -> str:
 
 
 def _write_progress(
-    run_dir: Path | None, record: dict[str, Any], epochs: list[dict[str, Any]], steps: list[dict[str, Any]]
+    run_dir: Path | None, record: schema.Results, epochs: list[schema.Epoch], steps: list[dict[str, Any]]
 ) -> None:
     assert run_dir is not None
-    results.write_csv(run_dir / results.EPOCHS_FILE, results.EPOCH_FIELDS, epochs)
+    results.write_csv(run_dir / results.EPOCHS_FILE, results.EPOCH_FIELDS, [e.model_dump() for e in epochs])
     results.write_csv(run_dir / results.STEPS_FILE, results.STEP_FIELDS, steps)
     results.write_json(run_dir / results.RESULTS_FILE, record)

@@ -25,6 +25,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from effbench import schema
 from effbench.config import RunConfig
 from effbench.errors import EffbenchError
 from effbench.launch.distributed import AgreeFn, agree_alone, nonfinite_agreement
@@ -72,10 +73,12 @@ class Diverged(Exception):
             "epoch, counted from 1 as in the progress lines); lower --lr or check the data"
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        # str(loss): JSON has no nan/inf
-        d = {"epoch": self.epoch, "step": self.step, "global_step": self.global_step, "loss": str(self.loss)}
-        return d if self.rank is None else {**d, "rank": self.rank}
+    def record(self) -> schema.Diverged:
+        # str(loss): JSON has no nan/inf; no rank when one process saw it (absent, not null)
+        d = schema.Diverged(epoch=self.epoch, step=self.step, global_step=self.global_step, loss=str(self.loss))
+        if self.rank is not None:
+            d.rank = self.rank
+        return d
 
 
 def check_finite(
@@ -123,29 +126,30 @@ class EpochResult:
     def total_time_s(self) -> float:
         return self.data_time_s + self.compute_time_s
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "epoch": self.epoch + 1,  # 1-based in every file and line (progress, tables, CSV, JSON, plots)
-            "steps": self.steps,
-            "images": self.images,
-            "data_time_s": self.data_time_s,
-            "compute_time_s": self.compute_time_s,
-            "total_time_s": self.total_time_s,
-            "train_loss": self.train_loss,
-            "train_top1": self.train_top1,
-            "val_loss": self.val_loss,
-            "val_top1": self.val_top1,
-            "val_time_s": self.val_time_s,
-            "val_images": self.val_images,
+    def record(self) -> schema.Epoch:
+        """The epoch's row of results.json and epochs.csv (this rank's; run/record.merge_epoch joins the ranks')."""
+        return schema.Epoch(
+            epoch=self.epoch + 1,  # 1-based in every file and line (progress, tables, CSV, JSON, plots)
+            steps=self.steps,
+            images=self.images,
+            data_time_s=self.data_time_s,
+            compute_time_s=self.compute_time_s,
+            total_time_s=self.total_time_s,
+            train_loss=self.train_loss,
+            train_top1=self.train_top1,
+            val_loss=self.val_loss,
+            val_top1=self.val_top1,
+            val_time_s=self.val_time_s,
+            val_images=self.val_images,
             # warm-up excluded, like the headline: the epoch's measured steps only (None: all warm-up)
-            "measured_images": self.measured.images,
-            "measured_time_s": self.measured.time_s,
-            "measured_data_time_s": self.measured.data_time_s,
-            "measured_compute_time_s": self.measured.compute_time_s,
-            "throughput_img_s": self.measured.throughput_img_s,
-            "warmup_steps": self.warmup.steps,
-            "warmup_time_s": self.warmup.time_s,
-        }
+            measured_images=self.measured.images,
+            measured_time_s=self.measured.time_s,
+            measured_data_time_s=self.measured.data_time_s,
+            measured_compute_time_s=self.measured.compute_time_s,
+            throughput_img_s=self.measured.throughput_img_s,
+            warmup_steps=self.warmup.steps,
+            warmup_time_s=self.warmup.time_s,
+        )
 
 
 def steps_per_epoch(cfg: RunConfig, available: int) -> int:
