@@ -1,9 +1,12 @@
-"""A run's record (results.json) from what it measured. Pure: no torch, no I/O, no clock.
+"""A run's record (results.json) from what it measured, as the typed model (effbench/schema.py): every
+field set by keyword or attribute, so a misspelt one fails mypy, and results.write_json writes the fields
+set (model_dump(exclude_unset=True): what was not set stays absent). Pure: no torch, no I/O, no clock.
 
-    merge_epoch(rows)            one epoch row from every rank's
-    rank_row / rank_rows         each rank's measured totals, in rank order; straggler_spread over them
-    headline(...)                the throughput and totals from the rank rows (in progress and at the end)
-    outcome_of(exc, ...)         which exception ends a run how: status ok/oom/diverged/failed/interrupted
+    merge_epoch(rows)            one schema.Epoch from every rank's
+    rank_row / rank_rows         each rank's measured totals (schema.Rank), in rank order; straggler_spread
+    with_headline(opened, ...)   the record with the rank rows and the headline: in progress and at the end
+    outcome_of(exc, ...)         which exception ends a run how (Outcome): ok/oom/diverged/failed/interrupted
+    ended(record, outcome)       the record with how it ended; failed(record, error) for a full disk
     finish(opened, measured, c)  the final record from the record opened with the run folder
     oom_marker(rank, outcome)    what a rank that ran out of memory tells the launcher (oom-rank{N}.json)
     diverged_marker(rank, ...)   what a rank that stopped on a non-finite loss tells it (diverged-rank{N}.json)
