@@ -395,3 +395,10 @@ def test_workers_capped_at_the_cores_say_so_not_that_the_loader_starts_none():
     assert d["no_effect"]["workers"] == (
         "more loader processes than the 2 CPU cores available only contend, so --workers 8 ran as 2"
     )
+
+
+def test_a_step_row_has_steps_csvs_columns_in_order():
+    from effbench import results
+    from effbench.run.train import StepRow
+
+    assert StepRow._fields == results.STEP_FIELDS

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from effbench import schema
 from effbench.config import RunConfig
@@ -103,6 +103,19 @@ def no_training_images(data: Any) -> EffbenchError:
         f"no training image could be read ({skipped} file(s) skipped as unreadable); "
         "check the dataset files (results.json lists examples) or restore the copy",
     )
+
+
+class StepRow(NamedTuple):
+    """One step's row of steps.csv (results.STEP_FIELDS, in that order), handed on as its dict."""
+
+    epoch: int
+    step: int
+    warmup: bool
+    images: int
+    loss: float | None
+    top1: float | None
+    data_time_s: float
+    compute_time_s: float
 
 
 @dataclass
@@ -314,16 +327,16 @@ def train_epochs(
         correct_list = correct[:done].tolist()
         images = sum(counts)
         step_rows = [
-            {
-                "epoch": epoch + 1,  # 1-based, as in EpochResult.to_dict
-                "step": i + 1,  # 1-based within the epoch, as progress lines and the divergence error count
-                "warmup": i < warmup.steps,
-                "images": counts[i],
-                "loss": loss_list[i],
-                "top1": correct_list[i] / counts[i],
-                "data_time_s": times[i].data_s,
-                "compute_time_s": times[i].compute_s,
-            }
+            StepRow(
+                epoch=epoch + 1,  # 1-based, as in EpochResult.record
+                step=i + 1,  # 1-based within the epoch, as progress lines and the divergence error count
+                warmup=i < warmup.steps,
+                images=counts[i],
+                loss=loss_list[i],
+                top1=correct_list[i] / counts[i],
+                data_time_s=times[i].data_s,
+                compute_time_s=times[i].compute_s,
+            )._asdict()
             for i in range(done)
         ]
         if on_phase:
@@ -424,8 +437,8 @@ def data_epochs(
             (warmup if global_step < cfg.warmup_steps else measured).add(t, images)
             if on_step:
                 on_step(global_step < cfg.warmup_steps, t, images)
-            rows.append({"epoch": epoch + 1, "step": step + 1, "warmup": global_step < cfg.warmup_steps, "images": images,
-                         "loss": None, "top1": None, "data_time_s": t.data_s, "compute_time_s": 0.0})  # fmt: skip
+            rows.append(StepRow(epoch=epoch + 1, step=step + 1, warmup=global_step < cfg.warmup_steps, images=images,
+                                loss=None, top1=None, data_time_s=t.data_s, compute_time_s=0.0)._asdict())  # fmt: skip
             global_step += 1
             if global_step == cfg.warmup_steps:
                 _phase_of(on_phase, global_step, cfg)
