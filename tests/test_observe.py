@@ -8,10 +8,10 @@ import json
 
 import pytest
 
+import typedrec
 from effbench import results, schema
 from effbench.cli import app as cli
 from effbench.measure import observe
-from effbench.measure.profiling import ProfileInfo
 
 
 def _record(**kw):
@@ -33,33 +33,13 @@ def _record(**kw):
     return base
 
 
-def _profile_info(phases=(), tables=None, trace=None, active_steps=3, profiled_step_times_s=()) -> ProfileInfo:
-    times = list(profiled_step_times_s)
-    return ProfileInfo(
-        phases=list(phases), phase_table="", tables=tables or {}, trace=trace,
-        profiled_step_time_s=sum(times) / len(times) if times else None, profiled_step_times_s=times,
-        active_steps=active_steps, wait_steps=1, warmup_steps=1, device_table=False,
-    )  # fmt: skip
-
-
-def _memory(allocated, reserved, total, index=0) -> observe.PeakMemory:
-    return observe.PeakMemory(cuda_index=index, allocated_gib=allocated, reserved_gib=reserved, total_gib=total)
-
-
 def _summ(record, **kw):
-    """observe.summarize on a record built as results.json holds it; the fields it sets, as written."""
     args = dict(
         flops_image=2e9, utilization=None, memory=[None], profile_info=None, cpu_quota_cores=8.0,
         workers_per_process=2, processes_per_node=1, tf32_enabled=False,
     )  # fmt: skip
     args.update(kw)
-    if args["utilization"] is not None:
-        args["utilization"] = schema.Utilization.model_validate(args["utilization"])
-    typed = results.record_of(record)
-    out = observe.summarize(typed, **args).model_dump(exclude_unset=True)
-    before = typed.model_dump(exclude_unset=True)
-    assert all(out[k] == v for k, v in before.items())  # the record's own fields are kept as they were
-    return {k: v for k, v in out.items() if k not in before}
+    return typedrec.summarize(record, **args)
 
 
 def test_cpu_run_has_flops_and_tflops_but_no_mfu_or_energy():
@@ -82,7 +62,7 @@ def test_gpu_run_gets_mfu_memory_energy_and_images_per_joule():
     util = {"host": {}, "gpus": gpus, "measured_window": {"host": {}, "gpus": gpus}}
     rec = _record(device="cuda:0 (NVIDIA H100 80GB HBM3)", precision="bf16", env={"gpus": [{"name": "NVIDIA H100 80GB HBM3"}]},
                   throughput_img_s=5000.0, launch={"mode": "inprocess", "device_type": "cuda"})  # fmt: skip
-    mem = [_memory(10.0, 12.0, 80.0)]
+    mem = [{"peak_mem_allocated_gib": 10.0, "peak_mem_reserved_gib": 12.0, "mem_total_gib": 80.0}]
     out = _summ(rec, flops_image=1e9, utilization=util, memory=mem)
     assert out["achieved_tflops"] == pytest.approx(5.0)
     assert 0 < out["mfu"] < 0.02  # 5 TFLOP/s of a ~990 TFLOP/s dense bf16 peak
@@ -104,8 +84,8 @@ def test_data_starved_run_is_input_bound():
 
 
 def test_profile_overhead_is_reported_against_the_timed_step():
-    info = _profile_info(profiled_step_times_s=[0.149, 0.15, 0.151])
-    assert info.profiled_step_time_s == pytest.approx(0.15)
+    info = {"phases": [], "tables": {}, "trace": None, "active_steps": 3, "profiled_step_time_s": 0.15,
+            "profiled_step_times_s": [0.149, 0.15, 0.151]}  # fmt: skip
     out = _summ(_record(), profile_info=info, timed_step_times_s=[0.099, 0.1, 0.101, 0.1])
     assert out["profile"]["timed_step_time_s"] == pytest.approx(0.1)
     assert out["profile"]["profiler_overhead"] == pytest.approx(0.5)
@@ -114,7 +94,7 @@ def test_profile_overhead_is_reported_against_the_timed_step():
 def test_profile_files_are_recorded_relative_to_the_run_folder(tmp_path):
     run = tmp_path / "runs" / "r1"
     run.mkdir(parents=True)
-    info = _profile_info(tables={"phases": run / "profile_phases.txt"}, trace=run / "trace_rank0.json.gz")
+    info = {"phases": [], "tables": {"phases": run / "profile_phases.txt"}, "trace": run / "trace_rank0.json.gz"}
     out = _summ(_record(), profile_info=info, run_dir=run)
     assert out["profile"]["trace"] == "trace_rank0.json.gz"
     assert out["profile"]["tables"] == {"phases": "profile_phases.txt"}
