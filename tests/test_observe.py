@@ -118,6 +118,10 @@ def test_merge_utilization_keeps_rank0_host_and_every_gpu():
     assert observe.merge_utilization([None]) is None
     alone = observe.merge_utilization([schema.Utilization.model_validate({"host": {}})])
     assert "gpus" not in alone.model_dump(exclude_unset=True)
+    # a rank that marked no measured window: no job-wide window figures (absent from the file, not null)
+    marked = {"host": {}, "measured_window": {"host": {}, "spans": 1}}
+    assert "measured_window" not in typedrec.merge(marked, {"host": {}})
+    assert typedrec.merge(marked, marked)["measured_window"]["spans"] == 1
 
 
 def _run(args, capsys):
