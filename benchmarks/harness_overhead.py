@@ -52,8 +52,8 @@ def effbench_throughput(cfg_kw: dict, out: Path) -> tuple[float, int, str]:
         RunConfig(**cfg_kw, output=out), command=["harness_overhead.py"], echo=lambda _s: None, progress=False
     )
     r = outcome.results
-    assert r["status"] == "ok", r.get("error")
-    return float(r["measured"]["throughput_img_s"]), int(r["launch"]["threads_per_proc"]), str(r["precision"])
+    assert r.status == "ok" and r.measured is not None and r.launch.threads_per_proc is not None, r.error
+    return float(r.measured.throughput_img_s or 0.0), int(r.launch.threads_per_proc), str(r.precision)
 
 
 def bare_throughput(cfg_kw: dict, threads: int, precision: str) -> float:

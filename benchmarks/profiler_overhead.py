@@ -48,13 +48,13 @@ def main() -> None:
             out = launch.run(RunConfig(**base, profile=profile, output=Path(tmp)), command=["profiler_overhead.py"],
                              echo=lambda _s: None, progress=False)  # fmt: skip
             r = out.results
-            assert r["status"] == "ok", r.get("error")
-            prof = r.get("profile") or {}
-            if profile and prof.get("profiler_overhead") is not None:
-                per_step.append(prof["profiler_overhead"])
-            elif profile and prof.get("profiler_overhead_note"):
-                notes.append(prof["profiler_overhead_note"])  # within noise: no figure, never a negative one
-            return float(r["wall_time_s"])
+            assert r.status == "ok" and r.wall_time_s is not None, r.error
+            prof = r.profile
+            if profile and prof is not None and prof.profiler_overhead is not None:
+                per_step.append(prof.profiler_overhead)
+            elif profile and prof is not None and prof.profiler_overhead_note:
+                notes.append(prof.profiler_overhead_note)  # within noise: no figure, never a negative one
+            return float(r.wall_time_s)
 
         without, with_ = alternate(lambda: wall(False), lambda: wall(True), rounds)
     ratio = median_ratio(without, with_)

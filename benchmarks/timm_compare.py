@@ -79,8 +79,8 @@ def effbench_img_s(arch: str, size: int, batch: int, steps: int, warmup: int, co
                     max_steps=warmup + steps, warmup_steps=warmup, device="cuda", gpus=1, compile=compile_, profile=False,
                     output=out, log_interval=10_000)  # fmt: skip
     r = launch.run(cfg, command=["timm_compare.py"], echo=lambda _s: None, progress=False).results
-    assert r["status"] == "ok", r.get("error")
-    return float(r["throughput_img_s"])
+    assert r.status == "ok" and r.throughput_img_s is not None, r.error
+    return float(r.throughput_img_s)
 
 
 def main() -> None:

@@ -253,6 +253,8 @@ class Windows(_Model):
     """Data-wait share per window, 0..1."""
     summary: dict[str, Stat | None] | None = None
     """Per figure (throughput_img_s, step_time_ms, data_time_share): median, mean and 95% interval."""
+    note: str | None = None
+    """Why there are no windows (a multi-rank run without recorded ones)."""
 
 
 class ProfilePhase(_Model):
@@ -291,6 +293,12 @@ class Profile(_Model):
     """Why the overhead is not given (within the steps' noise)."""
     exposed_comm_share: Frac = None
     """Share of the step's device time in collectives not hidden behind compute (CUDA)."""
+    comm_kernel_s: Pos = None
+    """Device time in collective kernels over the profiled steps, s (CUDA)."""
+    exposed_comm_s: Pos = None
+    """Of it, not hidden behind compute on another stream, s (CUDA)."""
+    exposed_comm_error: str | None = None
+    """Why the exposed share could not be read from the trace."""
 
 
 class Verdict(_Model):
@@ -334,6 +342,10 @@ class Error(_Model):
     """Its message."""
     traceback: str | None = None
     """Its traceback (results.json only)."""
+    oom_ranks: list[int] | None = None
+    """The ranks that ran out of memory (a multi-rank `oom`)."""
+    rank0_error: Error | None = None
+    """Rank 0's own failure when another rank's ended the job."""
 
 
 class Download(_Model):
@@ -615,8 +627,8 @@ class ModelInfo(_Model):
     """Blocks of the backbone."""
     trainable_blocks: int | None = None
     """Of them, trained."""
-    trainable_stages: str | None = None
-    """Which stages train."""
+    trainable_stages: list[str] | str | None = None
+    """Which stages train: their names (--freeze), or "all"."""
 
 
 class Backend(_Model):
@@ -650,8 +662,14 @@ class Stragglers(_Model):
 
 
 class Diverged(_Model):
+    epoch: int | None = None
+    """The epoch it stopped in, from 1."""
     step: int | None = None
-    """The step whose loss was not finite."""
+    """The step of that epoch whose loss was not finite, from 1."""
+    global_step: int | None = None
+    """That step counted over the run (warm-up included), from 1."""
+    loss: str | None = None
+    """The loss it read (nan, inf), as text: JSON has no nan."""
     rank: int | None = None
     """The rank that saw it (DDP)."""
 

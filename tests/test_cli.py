@@ -11,6 +11,7 @@ import pytest
 from effbench.cli import app as cli
 from effbench.run import launch
 from effbench.config import RunConfig
+from effbench.results import record_of
 from clitools import invoke
 
 
@@ -22,7 +23,7 @@ def captured(monkeypatch, tmp_path):
     def fake_run(cfg, **kw):
         seen["cfg"] = cfg
         seen.update(kw)
-        return launch.RunOutcome(run_dir=tmp_path, results={"status": "ok"})
+        return launch.RunOutcome(run_dir=tmp_path, results=record_of({"schema_version": 1, "status": "ok"}))
 
     monkeypatch.setattr(launch, "run", fake_run)
     return seen
@@ -69,7 +70,10 @@ def test_env_vars_give_path_defaults(captured, capsys, monkeypatch, tmp_path):
 
 def test_non_ok_run_exits_non_zero_with_one_line(monkeypatch, capsys, tmp_path):
     def failed(cfg, **kw):
-        return launch.RunOutcome(tmp_path, {"status": "failed", "error": {"type": "RuntimeError", "message": "boom"}})
+        return launch.RunOutcome(
+            tmp_path,
+            record_of({"schema_version": 1, "status": "failed", "error": {"type": "RuntimeError", "message": "boom"}}),
+        )
 
     monkeypatch.setattr(launch, "run", failed)
     code, _, err = invoke(["run", "--smoke"], capsys)

@@ -17,6 +17,7 @@ from clitools import invoke
 from effbench.run import launch
 from effbench.run.progress import Progress, fmt_duration
 from effbench.system import identity, preflight
+from effbench.results import record_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -125,7 +126,11 @@ def test_version_outside_the_image_says_so(tmp_path):
 
 
 def test_lost_output_is_warned_again_after_the_run(monkeypatch, capsys, tmp_path):
-    monkeypatch.setattr(launch, "run", lambda cfg, **kw: launch.RunOutcome(run_dir=tmp_path, results={"status": "ok"}))
+    monkeypatch.setattr(
+        launch,
+        "run",
+        lambda cfg, **kw: launch.RunOutcome(run_dir=tmp_path, results=record_of({"schema_version": 1, "status": "ok"})),
+    )
     monkeypatch.setattr(preflight, "output_loss_warning", lambda output: f"warning: output-mount: {output} lost")
     code, _, err = invoke(["run", "--smoke", "--output", "/results"], capsys)
     assert code == 0 and err.strip().splitlines()[-1] == "warning: output-mount: /results lost"

@@ -4,6 +4,8 @@ compose.yaml. No Docker engine, Apptainer or network; compose is resolved by Doc
 
 from __future__ import annotations
 
+from effbench.results import record_of
+
 import importlib.util
 import json
 import os
@@ -548,7 +550,11 @@ def test_pyxis_sbatch_gives_each_node_the_srun_plan(tmp_path, monkeypatch, capsy
     assert command[command.index("--workers") + 1] == "7"  # 32 CPUs / 4 GPUs - 1 per rank
 
     seen = []
-    monkeypatch.setattr(launch, "run", lambda cfg, **kw: seen.append(cfg) or launch.RunOutcome(None, {"status": "ok"}))
+    monkeypatch.setattr(
+        launch,
+        "run",
+        lambda cfg, **kw: seen.append(cfg) or launch.RunOutcome(None, record_of({"schema_version": 1, "status": "ok"})),
+    )
     for k in [k for k in os.environ if k.startswith(("SLURM_", "PET_")) or k == "MASTER_PORT"]:
         monkeypatch.delenv(k)
     task = {**job, "SLURM_NODEID": "1", "SLURM_PROCID": "1", "SLURM_NTASKS_PER_NODE": "1"}  # node 1's srun task

@@ -300,7 +300,7 @@ def test_gpu_decode_out_of_memory_is_the_runs_oom_not_corrupt_files(monkeypatch,
         decode_on_device(items, 8, torch.device("cpu"))
     assert "\n" not in str(info.value) and str(info.value).startswith("--gpu-decode: decoding 2 JPEGs")
     assert "lower --batch-size" in str(info.value) and info.value.__cause__ is not None
-    assert outcome_of(info.value, received=[], phase="epochs")["status"] == "oom"
+    assert outcome_of(info.value, received=[], phase="epochs").status == "oom"
 
 
 def test_nvjpeg_allocator_failure_of_every_checked_call_is_out_of_memory():

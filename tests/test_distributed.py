@@ -319,7 +319,11 @@ def test_a_rank_leaves_an_oom_marker_beside_the_spec_only_when_it_ran_out_of_mem
     def run_benchmark(*_a, **_k):
         if how == "raises":
             raise exc
-        return launch.RunOutcome(None, record.outcome_of(exc, received=[], phase="epochs"))
+        # the record run_benchmark returns
+        ended = record.ended(
+            {"schema_version": 1, "status": "running"}, record.outcome_of(exc, received=[], phase="epochs")
+        )
+        return launch.RunOutcome(None, ended)
 
     monkeypatch.setattr(launch, "run_benchmark", run_benchmark)
     if how == "raises":
@@ -357,7 +361,7 @@ def test_a_child_that_left_only_an_oom_marker_is_oom_not_failed(monkeypatch, tmp
     cfg = RunConfig(arch="resnet18", dataset="synthetic", device="cpu", weights="none", output=tmp_path)
     outcome = launch.run(cfg, command=["t"], echo=lambda _s: None, progress=False, isolate=True)
     assert outcome.run_dir is None and outcome.exit_code == 1
-    assert outcome.results == {"status": "oom", "error": {
+    assert outcome.results.model_dump(exclude_unset=True) == {"schema_version": 1, "status": "oom", "error": {
         "type": "RuntimeError", "oom_ranks": [0],
         "message": "rank 0: RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"}}  # fmt: skip
 
@@ -399,7 +403,8 @@ def test_a_rank_that_stopped_on_a_nonfinite_loss_leaves_a_diverged_marker(tmp_pa
     monkeypatch.setenv("RANK", "1")  # with WORLD_SIZE 1 process_group joins no group (distributed.torchrun_env)
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setattr(supervise, "die_with_parent", lambda *_a: None)
-    ended = record.outcome_of(Diverged(0, 3, 7, float("nan"), rank=0), received=[], phase="epochs")
+    outcome = record.outcome_of(Diverged(0, 3, 7, float("nan"), rank=0), received=[], phase="epochs")
+    ended = record.ended({"schema_version": 1, "status": "running"}, outcome)
     monkeypatch.setattr(launch, "run_benchmark", lambda *_a, **_k: launch.RunOutcome(None, ended))
     assert launch.worker_main(spec) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["diverged-rank1.json", "spec.json"]

@@ -10,6 +10,7 @@ import statistics
 import pytest
 
 from effbench.run import launch
+from effbench.results import record_of
 from clitools import invoke, only_run
 
 FILES = ("config.json", "env.json", "results.json", "epochs.csv", "steps.csv", "report.txt", "report.md")
@@ -140,7 +141,7 @@ def captured(monkeypatch, tmp_path):
 
     def fake_run(cfg, **kw):
         seen["cfg"] = cfg
-        return launch.RunOutcome(run_dir=tmp_path, results={"status": "ok"})
+        return launch.RunOutcome(run_dir=tmp_path, results=record_of({"schema_version": 1, "status": "ok"}))
 
     monkeypatch.setattr(launch, "run", fake_run)
     return seen

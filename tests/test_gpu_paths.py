@@ -5,13 +5,17 @@ Each test replays what the library does (its source line is cited) rather than m
 
 from __future__ import annotations
 
+from effbench.results import record_of
+
 import inspect
 import threading
 from pathlib import Path
 
 import pytest
 import torch
+import typedrec
 
+from effbench import schema
 from effbench.run.data_parallel import ReplicaAutocast
 
 
@@ -196,8 +200,8 @@ U = ["aaaa0000-0000-0000-0000-000000000000", "bbbb0000-0000-0000-0000-0000000000
      "cccc0000-0000-0000-0000-000000000000", "dddd0000-0000-0000-0000-000000000000"]  # fmt: skip
 
 
-def _power_by_column(summary: dict) -> dict[int, float]:
-    return {g["index"]: g["power_w"]["mean"] for g in summary["gpus"]}
+def _power_by_column(summary) -> dict[int, float]:
+    return {g.index: g.power_w.mean for g in summary.gpus}
 
 
 def test_sampler_finds_each_cuda_device_by_uuid_not_by_position():
@@ -209,9 +213,9 @@ def test_sampler_finds_each_cuda_device_by_uuid_not_by_position():
         pass
     s = mon.summary()
     assert _power_by_column(s) == {0: pytest.approx(300.0), 1: pytest.approx(100.0)}
-    assert [g["uuid"] for g in s["gpus"]] == [U[2], U[0]] and "gpus_unmapped" not in s
+    assert [g.uuid for g in s.gpus] == [U[2], U[0]] and "gpus_unmapped" not in s.model_dump(exclude_unset=True)
     # what NVML says of the handles it sampled (selftest's UUID check compares this with torch's)
-    assert [g["nvml_uuid"] for g in s["gpus"]] == ["GPU-" + U[2], "GPU-" + U[0]]
+    assert [g.nvml_uuid for g in s.gpus] == ["GPU-" + U[2], "GPU-" + U[0]]
 
 
 def test_mig_uuids_map_through_the_mig_prefix():
@@ -220,7 +224,7 @@ def test_mig_uuids_map_through_the_mig_prefix():
     nvml = UuidNVML(["GPU-" + U[0], "MIG-" + U[3]])
     with UtilizationSampler(interval_s=10, gpu_uuids={0: U[3]}, nvml=nvml) as mon:
         pass
-    assert [(g["index"], g["nvml_uuid"]) for g in mon.summary()["gpus"]] == [(0, "MIG-" + U[3])]
+    assert [(g.index, g.nvml_uuid) for g in mon.summary().gpus] == [(0, "MIG-" + U[3])]
     assert nvml.asked == ["GPU-" + U[3], "MIG-" + U[3]]
 
 
@@ -259,7 +263,7 @@ def test_a_mig_instance_has_no_power_or_energy_never_zero_or_the_whole_gpus(driv
     with UtilizationSampler(interval_s=10, gpu_uuids={0: U[3]}, nvml=driver(["GPU-" + U[0], "MIG-" + U[3]])) as mon:
         pass
     s = mon.summary()
-    (gpu,) = s["gpus"]
+    (gpu,) = s.model_dump(exclude_unset=True)["gpus"]
     assert "power_w" not in gpu and "energy_j" not in gpu
     assert not any(k.endswith(("_power_w", "_energy_j")) for row in mon.samples for k in row)
     assert energy_j(s) is None
@@ -272,8 +276,8 @@ def test_an_unknown_uuid_is_reported_and_voids_energy_never_another_gpu():
     with UtilizationSampler(interval_s=10, gpu_uuids={0: U[0], 1: U[2]}, nvml=nvml) as mon:
         pass
     s = mon.summary()
-    assert [g["index"] for g in s["gpus"]] == [0]
-    assert s["gpus_unmapped"][0]["index"] == 1 and U[2] in s["gpus_unmapped"][0]["reason"]
+    assert [g.index for g in s.gpus] == [0]
+    assert s.gpus_unmapped[0].index == 1 and U[2] in s.gpus_unmapped[0].reason
     assert energy_j(s) is None  # one GPU's energy is not the job's
 
 
@@ -296,9 +300,9 @@ def test_a_rank_whose_nvml_fails_to_start_voids_the_jobs_energy():
     with UtilizationSampler(interval_s=10, gpu_uuids={1: U[1]}, nvml=NVMLThatWillNotStart(["GPU-" + U[1]])) as rank1:
         pass
     s1 = rank1.summary()
-    assert "gpus" not in s1  # it sampled nothing...
-    (unmapped,) = s1["gpus_unmapped"]  # ...and says which GPU of the job it lost, and why
-    assert unmapped["index"] == 1 and unmapped["uuid"] == U[1] and "Driver Not Loaded" in unmapped["reason"]
+    assert "gpus" not in s1.model_dump(exclude_unset=True)  # it sampled nothing...
+    (unmapped,) = s1.gpus_unmapped  # ...and says which GPU of the job it lost, and why
+    assert unmapped.index == 1 and unmapped.uuid == U[1] and "Driver Not Loaded" in unmapped.reason
     assert energy_j(rank0.summary()) == 0.0  # rank 0 alone has a reading (the fake's counter stands still)
     assert energy_j(merge_utilization([rank0.summary(), s1])) is None  # not rank 0's 0 J as the job's
 
@@ -310,12 +314,12 @@ def test_without_pynvml_every_gpu_of_the_job_is_unmapped(monkeypatch):
     with monitor.UtilizationSampler(interval_s=10, gpu_uuids={0: U[0], 1: U[1]}) as mon:
         pass
     s = mon.summary()
-    assert [(u["index"], u["uuid"]) for u in s["gpus_unmapped"]] == [(0, U[0]), (1, U[1])]
+    assert [(u.index, u.uuid) for u in s.gpus_unmapped] == [(0, U[0]), (1, U[1])]
     assert monitor.energy_j(s) is None
     # a sampler that was never asked for GPUs (a CPU run) has nothing unmapped
     with monitor.UtilizationSampler(interval_s=10, gpu_indices=[]) as cpu:
         pass
-    assert "gpus_unmapped" not in cpu.summary()
+    assert "gpus_unmapped" not in cpu.summary().model_dump(exclude_unset=True)
 
 
 def test_nvml_uuid_spellings():
@@ -352,8 +356,6 @@ def test_sampler_for_samples_all_dp_gpus_by_uuid(monkeypatch):
 
 
 def test_summary_memory_and_energy_cover_every_gpu_of_a_dp_run():
-    from effbench.measure import observe
-
     record = {"device": "2 x cuda:0 (x) (DataParallel)", "strategy": "dp", "devices": 2, "precision": "bf16",
               "launch": {"mode": "dp", "device_type": "cuda"}, "env": {}, "epochs": [{"images": 1000}],
               "measured": {"images": 1000}}  # fmt: skip
@@ -363,9 +365,9 @@ def test_summary_memory_and_energy_cover_every_gpu_of_a_dp_run():
         {"cuda_index": 0, "peak_mem_allocated_gib": 3.0, "peak_mem_reserved_gib": 4.0, "mem_total_gib": 80.0},
         {"cuda_index": 1, "peak_mem_allocated_gib": 5.0, "peak_mem_reserved_gib": 6.0, "mem_total_gib": 80.0},
     ]
-    out = observe.summarize(record, flops_image=None, utilization=util, memory=mem, profile_info=None,
-                            cpu_quota_cores=None, workers_per_process=0, processes_per_node=1,
-                            tf32_enabled=False)  # fmt: skip
+    out = typedrec.summarize(record, flops_image=None, utilization=util, memory=mem, profile_info=None,
+                             cpu_quota_cores=None, workers_per_process=0, processes_per_node=1,
+                             tf32_enabled=False)  # fmt: skip
     assert out["energy_j"] == 200.0 and out["images_per_j"] == pytest.approx(1000 / 200.0)
     assert out["peak_mem_gib"] == 5.0 and out["peak_mem_reserved_gib"] == 6.0
 
@@ -379,13 +381,13 @@ def _two_rank_record(*, failed: bool) -> dict:
     from effbench.run import record as rec
     from effbench.run import rank
 
-    rows = [{"rank": r, "local_rank": r, "host": "n1", "device": f"cuda:{r}", "images": 500, "steps": 5,
-             "data_time_s": 0.1, "compute_time_s": 0.9, "time_s": 1.0, "throughput_img_s": 500.0} for r in (0, 1)]  # fmt: skip
-    utils = [{"host": {}, "gpus": [{"index": r, "uuid": U[r], "energy_j": e}],
-              "measured_window": {"host": {}, "gpus": [{"index": r, "energy_j": e}]}}
+    rows = [schema.Rank(rank=r, local_rank=r, host="n1", device=f"cuda:{r}", images=500, steps=5, data_time_s=0.1,
+                        compute_time_s=0.9, time_s=1.0, throughput_img_s=500.0) for r in (0, 1)]  # fmt: skip
+    utils = [typedrec.utilization({"host": {}, "gpus": [{"index": r, "uuid": U[r], "energy_j": e}],
+                                   "measured_window": {"host": {}, "gpus": [{"index": r, "energy_j": e}]}})
              for r, e in ((0, 100.0), (1, 120.0))]  # fmt: skip
     m = rank.Measurement(sampler=types.SimpleNamespace(summary=lambda: utils[0]), gpus=[], t0=time.perf_counter())
-    m.epochs, m.epoch_ranks = [{"epoch": 1, "images": 1000}], rows  # the last epoch's gather: every rank's rows
+    m.epochs, m.epoch_ranks = [schema.Epoch(epoch=1, images=1000)], rows  # the last epoch's gather: every rank's rows
     if failed:  # a peer died: no final gather (run/rank.py `_measure` keeps the failure)
         m.failure = RuntimeError("NCCL communicator was aborted")
         m.outcome = rec.outcome_of(m.failure, received=[], phase="epochs")
@@ -394,11 +396,12 @@ def _two_rank_record(*, failed: bool) -> dict:
     prep = types.SimpleNamespace(rt=types.SimpleNamespace(device=torch.device("cuda", 0)),
                                  data=types.SimpleNamespace(stats=lambda: {}))  # fmt: skip
     dist = types.SimpleNamespace(rank=0, local_rank=0, world_size=2)
-    opened = {**_launch_record("torchrun", "cuda", 2, "NVIDIA A100-SXM4-80GB"), "status": "running", "data": {}}
+    opened = {**_launch_record("torchrun", "cuda", 2, "NVIDIA A100-SXM4-80GB"), "schema_version": 1, "status": "running",
+              "data": {}}  # fmt: skip
     conditions = rec.Conditions(repeats=None, compile=False, data_only=False, flops_per_image=None,
                                 flops_forward_per_image=None, flops_error=None, workers_per_process=0,
                                 processes_per_node=2, tf32_enabled=False, cpu_quota_cores=None, run_dir=None)  # fmt: skip
-    return rec.finish(opened, rank._measured(prep, dist, m), conditions)
+    return rec.finish(opened, rank._measured(prep, dist, m), conditions).model_dump(exclude_unset=True)
 
 
 def test_a_failed_ddp_run_reports_no_energy_from_rank_0s_gpu_alone():
@@ -411,7 +414,6 @@ def test_a_failed_ddp_run_reports_no_energy_from_rank_0s_gpu_alone():
     assert "energy_j" not in failed and "images_per_j" not in failed
     assert failed["energy_note"] == "not measured on every GPU: 1 of the job's 2 sampled"
     from effbench.report.tables import observability_rows
-    from effbench.results import record_of
 
     assert ("GPU energy (J)", "- (not measured on every GPU: 1 of the job's 2 sampled)") in observability_rows(
         record_of({"schema_version": 1, **failed})
@@ -527,11 +529,9 @@ def _fp32_cuda_record(name: str, capability: str) -> dict:
 
 
 def _summary(record: dict) -> dict:
-    from effbench.measure import observe
-
-    return observe.summarize(record, flops_image=1e9, utilization=None, memory=[], profile_info=None,
-                             cpu_quota_cores=None, workers_per_process=0, processes_per_node=1,
-                             tf32_enabled=True)  # fmt: skip
+    return typedrec.summarize(record, flops_image=1e9, utilization=None, memory=[], profile_info=None,
+                              cpu_quota_cores=None, workers_per_process=0, processes_per_node=1,
+                              tf32_enabled=True)  # fmt: skip
 
 
 def test_fp32_on_a_t4_gets_the_fp32_peak_not_none():
@@ -623,7 +623,7 @@ def test_srun_run_uses_master_port(monkeypatch, capsys, tmp_path):
 
     def fake_run(cfg, **kw):  # the side-effecting leaf, as tests/test_cli.py's `captured` patches it
         seen["cfg"] = cfg
-        return launch.RunOutcome(run_dir=tmp_path, results={"status": "ok"})
+        return launch.RunOutcome(run_dir=tmp_path, results=record_of({"schema_version": 1, "status": "ok"}))
 
     monkeypatch.setattr(launch, "run", fake_run)
     for k, v in {**SLURM, "MASTER_PORT": "31234"}.items():
@@ -651,7 +651,7 @@ def test_a_single_node_srun_run_ignores_a_master_port_it_never_uses(monkeypatch,
 
     def fake_run(cfg, **kw):  # the side-effecting leaf
         seen["cfg"] = cfg
-        return launch.RunOutcome(run_dir=tmp_path, results={"status": "ok"})
+        return launch.RunOutcome(run_dir=tmp_path, results=record_of({"schema_version": 1, "status": "ok"}))
 
     monkeypatch.setattr(launch, "run", fake_run)
     one_node = {**SLURM, "SLURM_NNODES": "1", "SLURM_JOB_NODELIST": "gpu01", "MASTER_PORT": "port"}
@@ -768,8 +768,8 @@ def test_isolated_single_device_run_goes_to_a_child_worker(monkeypatch, tmp_path
     outcome = launch.run(cfg, command=["t"], echo=lambda _s: None, progress=False, isolate=True)
     (argv,) = launched
     assert argv[:5] == [sys.executable, "-m", "effbench", "worker", "--spec"]
-    assert outcome.results["status"] == "failed"  # the child left no folder: reported, not hidden
-    assert outcome.results["error"]["message"] == "the effbench worker exited with 1"
+    assert outcome.results.status == "failed"  # the child left no folder: reported, not hidden
+    assert outcome.results.error.message == "the effbench worker exited with 1"
 
 
 def test_scaling_series_isolates_every_member(monkeypatch, tmp_path):
@@ -781,7 +781,7 @@ def test_scaling_series_isolates_every_member(monkeypatch, tmp_path):
 
     def fake_run(cfg, **kw):
         seen.append((cfg.nproc, kw.get("isolate", False)))
-        return launch.RunOutcome(run_dir=None, results={"status": "failed"})
+        return launch.RunOutcome(run_dir=None, results=record_of({"schema_version": 1, "status": "failed"}))
 
     monkeypatch.setattr(launch, "run", fake_run)
     monkeypatch.setattr("effbench.system.preflight.run_checks", lambda *a, **k: [])

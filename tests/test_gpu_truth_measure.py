@@ -9,6 +9,7 @@ import types
 
 import pytest
 
+import typedrec
 from effbench.analysis import efficiency as eff
 from effbench.measure import monitor, observe
 
@@ -24,7 +25,7 @@ def _summ(record, **kw):
     args = dict(flops_image=None, utilization=None, memory=[], profile_info=None, cpu_quota_cores=None,
                 workers_per_process=0, processes_per_node=1, tf32_enabled=False)  # fmt: skip
     args.update(kw)
-    return observe.summarize(record, **args)
+    return typedrec.summarize(record, **args)
 
 
 def _cuda_record(**kw):
@@ -49,7 +50,7 @@ def _rank_summary(proc_cpu_mean: float, host: str = "n1", cpu_pct: float = 99.0)
 def test_two_ranks_trees_are_summed_so_a_saturated_node_is_not_called_contended():
     # `--nproc 2 --device cpu` on 2 cores: each rank's tree used 0.95 cores. Rank 0's alone (today) read
     # 0.95 of 2 and "cpu-contended: other processes took the rest", the other process being rank 1.
-    merged = observe.merge_utilization([_rank_summary(95.0), _rank_summary(95.0)])
+    merged = typedrec.merge(_rank_summary(95.0), _rank_summary(95.0))
     assert merged["host"]["proc_cpu_pct"] == {"mean": 190.0, "ranks": 2}
     assert merged["host"]["cpu_pct"]["mean"] == 99.0  # host-wide: rank 0's, not summed
     rec = {"precision": "fp32", "devices": 2, "world_size": 2, "throughput_img_s": 10.0, "data_time_share": 0.4,
@@ -62,14 +63,12 @@ def test_two_ranks_trees_are_summed_so_a_saturated_node_is_not_called_contended(
 
 
 def test_ranks_on_another_host_stay_out_of_the_node_sum():
-    merged = observe.merge_utilization(
-        [_rank_summary(80.0, "n1"), _rank_summary(70.0, "n1"), _rank_summary(90.0, "n2")]
-    )
+    merged = typedrec.merge(_rank_summary(80.0, "n1"), _rank_summary(70.0, "n1"), _rank_summary(90.0, "n2"))
     assert merged["host"]["proc_cpu_pct"]["mean"] == 150.0
     # a rank that did not sample its tree: no partial sum (it would understate the node's use)
     lost = _rank_summary(70.0)
     del lost["host"]["proc_cpu_pct"]
-    assert "proc_cpu_pct" not in observe.merge_utilization([_rank_summary(80.0), lost])["host"]
+    assert "proc_cpu_pct" not in typedrec.merge(_rank_summary(80.0), lost)["host"]
 
 
 def test_the_sampler_summary_names_its_host():
@@ -77,15 +76,13 @@ def test_the_sampler_summary_names_its_host():
 
     with monitor.UtilizationSampler(interval_s=10, gpu_indices=[]) as mon:
         pass
-    assert mon.summary()["hostname"] == socket.gethostname()
+    assert mon.summary().hostname == socket.gethostname()
 
 
 def test_summed_tree_cpu_renders_as_a_mean_of_ranks():
     from effbench.report.tables import observability_rows
 
-    rows = dict(
-        observability_rows(_rec(utilization=observe.merge_utilization([_rank_summary(60.0), _rank_summary(70.0)])))
-    )
+    rows = dict(observability_rows(_rec(utilization=typedrec.merge(_rank_summary(60.0), _rank_summary(70.0)))))
     assert rows["run CPU % (process tree)"] == "130.0 mean, 2 ranks summed"
 
 
@@ -215,10 +212,10 @@ def test_window_energy_is_read_at_the_windows_own_marks():
         mon.window(False)
         nvml.energy_mj = 30_000.0  # the last validation: 9 J
     s = mon.summary()
-    assert s["gpus"][0]["energy_j"] == pytest.approx(29.0)  # the whole block
-    w = s["measured_window"]
-    assert w["spans"] == 2 and w["gpus"][0]["energy_j"] == pytest.approx(4.0)
-    assert monitor.energy_j({"gpus": w["gpus"]}) == pytest.approx(4.0)
+    assert s.gpus[0].energy_j == pytest.approx(29.0)  # the whole block
+    w = s.measured_window
+    assert w.spans == 2 and w.gpus[0].energy_j == pytest.approx(4.0)
+    assert monitor.energy_j(typedrec.utilization({"gpus": w.model_dump()["gpus"]})) == pytest.approx(4.0)
 
 
 def test_images_per_joule_uses_the_measured_windows_energy_and_images():
@@ -262,7 +259,7 @@ def test_window_utilisation_uses_only_rows_sampled_inside_it():
     # rows as the thread would have taken them (t_s, util): 10% before, 95% inside, 5% after the window
     mon._rows = [{"t_s": t, "gpu0_util_pct": u} for t, u in ((0.5, 10.0), (1.5, 95.0), (2.5, 95.0), (3.5, 5.0))]
     mon._marks = [(1.0, True, {0: 0.0}), (3.0, False, {0: 2.0})]
-    w = mon.summary()["measured_window"]
+    w = mon.summary().model_dump(exclude_unset=True)["measured_window"]
     assert w["samples"] == 2 and w["gpus"][0]["util_pct"] == {"mean": 95.0, "max": 95.0}
 
 
@@ -287,8 +284,8 @@ class FakeAllocator:
 
     def read(self, indices):
         self.events.append("read")
-        return [{"cuda_index": i, "peak_mem_allocated_gib": self.peak, "peak_mem_reserved_gib": self.peak + 2,
-                 "mem_total_gib": 32.0} for i in indices]  # fmt: skip
+        return [observe.PeakMemory(cuda_index=i, allocated_gib=self.peak, reserved_gib=self.peak + 2, total_gib=32.0)
+                for i in indices]  # fmt: skip
 
 
 def test_measured_window_excludes_autotuning_validation_and_profiling():
@@ -306,7 +303,7 @@ def test_measured_window_excludes_autotuning_validation_and_profiling():
         w.on_phase("validation")
     a.alloc(30.0)  # the profiling pass, after the timed run
     (peak,) = w.peak_memory()
-    assert peak["peak_mem_allocated_gib"] == 6.0 and a.events == ["reset", "read", "reset", "read"]
+    assert peak.allocated_gib == 6.0 and a.events == ["reset", "read", "reset", "read"]
     out = _summ(_cuda_record(), memory=[peak])
     assert out["peak_mem_gib"] == 6.0 and out["verdict"]["bottleneck"] != "memory-capacity-bound"
 
@@ -334,7 +331,7 @@ def test_the_runner_resets_and_reads_peak_memory_at_the_windows_edges(tmp_path, 
     monkeypatch.setattr(observe, "job_cuda_indices", lambda *a: [0])
     monkeypatch.setattr(observe, "sampler_for", lambda idx, interval_s: monitor.UtilizationSampler(interval_s, []))
     monkeypatch.setattr(observe, "reset_peak_memory", lambda idx: log.append(("reset", "")))
-    fake = [{"cuda_index": 0, "peak_mem_allocated_gib": 1.0, "peak_mem_reserved_gib": 2.0, "mem_total_gib": 32.0}]
+    fake = [observe.PeakMemory(cuda_index=0, allocated_gib=1.0, reserved_gib=2.0, total_gib=32.0)]
     monkeypatch.setattr(observe, "peak_memory", lambda idx: log.append(("read", "")) or fake)
     args = ["run", "--dataset", "synthetic", "--arch", "resnet18", "--image-size", "16", "--weights", "none",
             "--device", "cpu", "--workers", "0", "--batch-size", "2", "--epochs", "2", "--max-steps", "3",
@@ -374,7 +371,7 @@ def test_an_allreduce_hidden_behind_backward_is_not_exposed():
     trace += [_kernel(ALLREDUCE, 200.0, 300.0, 21), _kernel(ALLREDUCE, 600.0, 350.0, 21)]
     trace += [{"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": 0.0, "dur": 2000.0}]
     got = exposed_communication(trace)
-    assert got == {"comm_kernel_s": pytest.approx(650e-6), "exposed_comm_s": pytest.approx(0.0)}
+    assert (got.comm_kernel_s, got.exposed_comm_s) == (pytest.approx(650e-6), pytest.approx(0.0))
 
 
 def test_an_allreduce_after_backward_is_exposed():
@@ -385,7 +382,7 @@ def test_an_allreduce_after_backward_is_exposed():
     trace += [_kernel("ncclKernel_AllReduce_RING_LL_Sum_float", 950.0, 100.0, 21, device=0)]  # older NCCL's name
     trace += [_kernel("elementwise_kernel", 950.0, 100.0, 7, device=1)]  # another device's compute hides nothing
     got = exposed_communication(trace)
-    assert got["comm_kernel_s"] == pytest.approx(600e-6) and got["exposed_comm_s"] == pytest.approx(500e-6)
+    assert got.comm_kernel_s == pytest.approx(600e-6) and got.exposed_comm_s == pytest.approx(500e-6)
 
 
 def test_trace_file_round_trip(tmp_path):
@@ -394,7 +391,7 @@ def test_trace_file_round_trip(tmp_path):
     path = tmp_path / "trace_rank0.json.gz"
     with gzip.open(path, "wt") as f:
         json.dump({"traceEvents": [_kernel(ALLREDUCE, 0.0, 10.0, 21)]}, f)
-    assert exposed_communication(read_trace_events(path))["exposed_comm_s"] == pytest.approx(10e-6)
+    assert exposed_communication(read_trace_events(path)).exposed_comm_s == pytest.approx(10e-6)
 
 
 def test_communication_bound_reads_exposed_time_not_all_nccl_time():

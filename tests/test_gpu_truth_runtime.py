@@ -59,7 +59,7 @@ def test_nproc_ranks_train_on_the_plans_cpu_even_where_gpus_are_visible(monkeypa
         pytest.fail(f"the plan says cpu, but the rank resolved --device auto to {e} and would train there")
     assert resolved == ["cpu"]
     record = outcome.results
-    assert record["status"] == "ok" and record["device"] == "cpu" and record["precision"] == "fp32"
+    assert record.status == "ok" and record.device == "cpu" and record.precision == "fp32"
     assert "_cpu2_fp32_" in outcome.run_dir.name
 
 
@@ -122,9 +122,9 @@ def test_an_fp16_run_makes_one_scaler_for_its_timed_loop_and_its_profiling_pass(
     outcome = rank.run_benchmark(
         cfg, plan=LaunchPlan("inprocess", "cpu", 1, 1, 1), echo=lambda _m: None, progress=False
     )
-    assert outcome.results["status"] == "ok", outcome.results.get("error")
-    assert outcome.results["precision"] == "fp16"
-    assert outcome.results.get("profile_error") is None
+    assert outcome.results.status == "ok", outcome.results.error
+    assert outcome.results.precision == "fp16"
+    assert outcome.results.profile_error is None
     assert len(made) == 1 and made[0].is_enabled()  # one scaler for the run, active under fp16
     assert profiled == [made[0]] and made[0]._scale is not None  # stepped by the timed loop, then profiled
 

@@ -11,6 +11,7 @@ import types
 
 import pytest
 
+from effbench import schema
 from effbench.measure import monitor
 from effbench.measure.monitor import UtilizationSampler, energy_j
 
@@ -138,14 +139,14 @@ def test_energy_is_the_delta_since_start(fake_run):
     # one baseline read at start, then one read per sample
     assert [r["gpu0_energy_j"] for r in rows] == pytest.approx([0.5 * (k + 1) for k in range(n)])
     s = mon.summary()
-    g0, g1 = s["gpus"]
-    assert g0["energy_j"] == pytest.approx(0.5 * n) and g1["energy_j"] == pytest.approx(0.25 * n)
+    g0, g1 = s.gpus
+    assert g0.energy_j == pytest.approx(0.5 * n) and g1.energy_j == pytest.approx(0.25 * n)
     assert energy_j(s) == pytest.approx(0.75 * n)
 
 
 def test_summary_shape(fake_run):
     mon, _, _ = fake_run
-    s = mon.summary()
+    s = mon.summary().model_dump(exclude_unset=True)  # as results.json holds it
     assert s["interval_s"] == 0.2 and s["samples"] == len(mon.samples)
     g0, g1 = s["gpus"]
     assert g0["index"] == 0 and g0["name"] == "NVIDIA H100 80GB HBM3"
@@ -199,7 +200,7 @@ def test_without_nvml_gpu_columns_are_absent(monkeypatch):
     with UtilizationSampler(interval_s=0.1) as mon:
         time.sleep(0.35)
     s = mon.summary()
-    assert "gpus" not in s and energy_j(s) is None
+    assert "gpus" not in s.model_dump(exclude_unset=True) and energy_j(s) is None
     assert mon.gpu_indices == []
     assert len(mon.samples) >= 3
     assert not any(k.startswith("gpu") for r in mon.samples for k in r)
@@ -208,13 +209,19 @@ def test_without_nvml_gpu_columns_are_absent(monkeypatch):
 def test_nvml_init_failure_means_no_gpus():
     with UtilizationSampler(interval_s=0.1, nvml=NoDriverNVML()) as mon:
         time.sleep(0.15)
-    assert "gpus" not in mon.summary() and mon.samples and "rss_gib" in mon.samples[0]
+    assert "gpus" not in mon.summary().model_dump(exclude_unset=True) and mon.samples and "rss_gib" in mon.samples[0]
 
 
 def test_energy_needs_every_gpu():
-    assert energy_j({"gpus": [{"index": 0, "energy_j": 2.0}, {"index": 1, "energy_j": 3.0}]}) == 5.0
-    assert energy_j({"gpus": [{"index": 0, "energy_j": 2.0}, {"index": 1}]}) is None
-    assert energy_j({"host": {}}) is None
+    def summary(d):
+        return schema.Utilization.model_validate(d)
+
+    assert energy_j(summary({"gpus": [{"index": 0, "energy_j": 2.0}, {"index": 1, "energy_j": 3.0}]})) == 5.0
+    assert energy_j(summary({"gpus": [{"index": 0, "energy_j": 2.0}, {"index": 1}]})) is None
+    assert energy_j(summary({"host": {}})) is None
+    unmapped = {"gpus": [{"index": 0, "energy_j": 2.0}], "gpus_unmapped": [{"index": 1, "reason": "no NVML"}]}
+    assert energy_j(summary(unmapped)) is None  # a GPU of the job never sampled: no partial sum
+    assert energy_j(summary({"gpus": [{"index": 0, "energy_j": 2.0}]}), job_gpus=2) is None
 
 
 def test_default_gpus_come_from_nvml(monkeypatch):
@@ -225,7 +232,8 @@ def test_default_gpus_come_from_nvml(monkeypatch):
         pass
     # the fake has no energy table for GPU 2, so its energy counter fails: absent, not zero
     assert mon.gpu_indices == [0, 1, 2]
-    assert "energy_j" not in mon.summary()["gpus"][2] and energy_j(mon.summary()) is None
+    assert mon.summary().gpus[2].energy_j is None and energy_j(mon.summary()) is None
+    assert "energy_j" not in mon.summary().gpus[2].model_dump(exclude_unset=True)
 
 
 def test_children_that_exit_are_handled():
@@ -328,7 +336,7 @@ def test_pss_counts_pages_forked_children_share_once(monkeypatch):
     peak_pss = max(r["pss_gib"] for r in with_pss)
     assert peak_rss > 0.75, peak_rss  # 4 x 200 MiB counted
     assert peak_pss < 0.45 * peak_rss, (peak_pss, peak_rss)  # ~200 MiB + interpreters
-    assert mon.summary()["host"]["pss_gib"]["max"] == peak_pss
+    assert mon.summary().host.pss_gib.max == peak_pss
 
 
 def test_pss_reads_that_cost_more_come_less_often(monkeypatch):
@@ -374,3 +382,12 @@ def test_host_busy_share_trims_counters_that_go_backwards():
     # guest time is inside user (Linux): it is not counted twice
     c = T(104.0, 0.0, 50.0, 802.0, 40.0, 0.0, 0.0, 0.0, 4.0, 0.0)
     assert host_busy_pct(a, c) == pytest.approx(100.0 * 4 / 6)
+
+
+def test_the_sample_columns_are_the_summarys_fields():
+    # utilization.csv's host and GPU columns are summarised under the same names in results.json: a column
+    # added to the sampler without a field in the record model (or the reverse) would be dropped silently
+    assert set(monitor.HOST_COLUMNS) == set(schema.HostUse.model_fields)
+    gpu_fields = set(schema.GpuUse.model_fields) - {"index", "uuid", "nvml_uuid", "name"}
+    assert set(monitor.GPU_METRICS) == gpu_fields
+    assert set(monitor._HOST_STATS) == {"cpu_pct", "proc_cpu_pct", "rss_gib", "pss_gib"}  # mean/max, not totals

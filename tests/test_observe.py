@@ -8,21 +8,24 @@ import json
 
 import pytest
 
-from effbench import results
+import typedrec
+from effbench import results, schema
 from effbench.cli import app as cli
 from effbench.measure import observe
 
 
 def _record(**kw):
     base = {
+        "schema_version": 1,
+        "status": "ok",
         "device": "cpu",
         "precision": "fp32",
         "devices": 1,
         "world_size": 1,
         "throughput_img_s": 100.0,
         "data_time_share": 0.05,
-        "measured": {"steps": 10, "time_s": 1.0, "images": 1000},
-        "epochs": [{"images": 1200}],
+        "measured": {"steps": 10, "time_s": 1.0, "images": 1000, "data_time_s": 0.05, "compute_time_s": 0.95},
+        "epochs": [{"epoch": 1, "images": 1200}],
         "env": {},
         "ranks": [],
     }
@@ -36,7 +39,7 @@ def _summ(record, **kw):
         workers_per_process=2, processes_per_node=1, tf32_enabled=False,
     )  # fmt: skip
     args.update(kw)
-    return observe.summarize(record, **args)
+    return typedrec.summarize(record, **args)
 
 
 def test_cpu_run_has_flops_and_tflops_but_no_mfu_or_energy():
@@ -101,17 +104,24 @@ def test_profile_files_are_recorded_relative_to_the_run_folder(tmp_path):
 
 
 def test_interrupted_run_with_no_measured_step_has_no_verdict():
-    out = _summ(_record(measured={"steps": 0, "time_s": 0.0, "images": 0}, data_time_share=None))
+    nothing = {"steps": 0, "time_s": 0.0, "images": 0, "data_time_s": 0.0, "compute_time_s": 0.0}
+    out = _summ(_record(measured=nothing, data_time_share=None))
     assert "verdict" not in out
 
 
 def test_merge_utilization_keeps_rank0_host_and_every_gpu():
     a = {"host": {"cpu_pct": {"mean": 1, "max": 2}}, "gpus": [{"index": 0}]}
     b = {"host": {"cpu_pct": {"mean": 9, "max": 9}}, "gpus": [{"index": 1}]}
-    m = observe.merge_utilization([a, b])
-    assert m["host"] == a["host"] and [g["index"] for g in m["gpus"]] == [0, 1]
+    ua, ub = schema.Utilization.model_validate(a), schema.Utilization.model_validate(b)
+    m = observe.merge_utilization([ua, ub])
+    assert m.host == ua.host and [g.index for g in m.gpus] == [0, 1]
     assert observe.merge_utilization([None]) is None
-    assert "gpus" not in observe.merge_utilization([{"host": {}}])
+    alone = observe.merge_utilization([schema.Utilization.model_validate({"host": {}})])
+    assert "gpus" not in alone.model_dump(exclude_unset=True)
+    # a rank that marked no measured window: no job-wide window figures (absent from the file, not null)
+    marked = {"host": {}, "measured_window": {"host": {}, "spans": 1}}
+    assert "measured_window" not in typedrec.merge(marked, {"host": {}})
+    assert typedrec.merge(marked, marked)["measured_window"]["spans"] == 1
 
 
 def _run(args, capsys):

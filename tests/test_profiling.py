@@ -54,8 +54,8 @@ def test_phase_names_are_shared_constants():
 
 def test_tables_exist_with_the_columns(profiled):
     info, out = profiled
-    by_cpu = info["tables"]["by_cpu_time"]
-    by_dev = info["tables"]["by_device_time"]
+    by_cpu = info.tables["by_cpu_time"]
+    by_dev = info.tables["by_device_time"]
     assert by_cpu == out / "profile_ops_by_cpu_time.txt" and by_dev == out / "profile_ops_by_device_time.txt"
     for path in (by_cpu, by_dev):
         text = path.read_text()
@@ -63,14 +63,14 @@ def test_tables_exist_with_the_columns(profiled):
             assert col in text, (path, col)
         assert "aten::" in text
     assert "no table by device time" in by_dev.read_text()
-    assert info["device_table"] is False
+    assert info.device_table is False
 
 
 def test_trace_is_gzipped_json_with_our_labels(profiled):
     info, out = profiled
-    assert info["trace"] == out / "trace_rank0.json.gz"
+    assert info.trace == out / "trace_rank0.json.gz"
     assert not (out / "trace_rank0.json").exists()
-    with gzip.open(info["trace"], "rt") as f:
+    with gzip.open(info.trace, "rt") as f:
         events = json.load(f)["traceEvents"]
     names = {e.get("name") for e in events}
     assert events and {"forward", "data_wait", "backward", "optimizer", "step"} <= names
@@ -78,7 +78,7 @@ def test_trace_is_gzipped_json_with_our_labels(profiled):
 
 def test_phases(profiled):
     info, out = profiled
-    rows = {r["phase"]: r for r in info["phases"]}
+    rows = {r.phase: r.model_dump(exclude_unset=True) for r in info.phases}
     assert list(rows) == ["data_wait", *PHASES]
     for name in ("forward", "backward", "optimizer"):
         assert rows[name]["calls"] == 3 and rows[name]["cpu_time_s"] > 0
@@ -87,24 +87,24 @@ def test_phases(profiled):
     assert "device_time_s" not in rows["forward"]
     assert sum(r["cpu_share_of_step"] for n, r in rows.items() if n != "data_wait") <= 1.0 + 1e-6
     text = (out / "profile_phases.txt").read_text()
-    assert "forward" in text and "cpu_share_of_step" in text and info["phase_table"] in text
+    assert "forward" in text and "cpu_share_of_step" in text and info.phase_table in text
 
 
 def test_step_counts_and_time(profiled):
     info, _ = profiled
-    assert (info["wait_steps"], info["warmup_steps"], info["active_steps"]) == (1, 1, 3)
-    assert 0 < info["profiled_step_time_s"] < 5
+    assert (info.wait_steps, info.warmup_steps, info.active_steps) == (1, 1, 3)
+    assert 0 < info.profiled_step_time_s < 5
 
 
 def test_other_ranks_get_suffixed_files_and_short_iterators_stop(tmp_path):
     info = run_profile_pass(make_step(), batches(3), device_type="cpu", out_dir=tmp_path, rank=3, active=4)
-    assert info["active_steps"] == 1  # 1 wait + 1 warm-up, then the batches ran out
-    assert info["tables"]["by_cpu_time"].name == "profile_ops_by_cpu_time_rank3.txt"
-    assert info["tables"]["by_device_time"].name == "profile_ops_by_device_time_rank3.txt"
-    assert info["trace"] == tmp_path / "trace_rank3.json.gz" and info["trace"].exists()
+    assert info.active_steps == 1  # 1 wait + 1 warm-up, then the batches ran out
+    assert info.tables["by_cpu_time"].name == "profile_ops_by_cpu_time_rank3.txt"
+    assert info.tables["by_device_time"].name == "profile_ops_by_device_time_rank3.txt"
+    assert info.trace == tmp_path / "trace_rank3.json.gz" and info.trace.exists()
     empty = run_profile_pass(make_step(), batches(1), device_type="cpu", out_dir=tmp_path / "e")
-    assert empty["active_steps"] == 0 and empty["profiled_step_time_s"] is None
-    assert "no active profiler steps" in empty["tables"]["by_cpu_time"].read_text()
+    assert empty.active_steps == 0 and empty.profiled_step_time_s is None
+    assert "no active profiler steps" in empty.tables["by_cpu_time"].read_text()
 
 
 def test_rejects_zero_active_steps(tmp_path):
@@ -143,7 +143,7 @@ def test_device_time_is_credited_by_launch_window():
         _evt("cudaStreamSynchronize", 970, 980, is_async=True, kernels_us=[5000]),
         _evt("aten::mul", 1200, 1210, kernels_us=[7]),  # outside every window
     ]
-    rows = {r["phase"]: r for r in phase_breakdown(events, with_device=True)}
+    rows = {r.phase: r.model_dump(exclude_unset=True) for r in phase_breakdown(events, with_device=True)}
     assert rows["forward"]["calls"] == 1  # the CUDA-side annotation is not a second call
     assert rows["forward"]["cpu_time_s"] == pytest.approx(300e-6)
     assert rows["forward"]["device_time_s"] == pytest.approx(320e-6)
@@ -171,7 +171,7 @@ def test_a_cpu_pass_prints_no_kineto_gpu_probe_error(tmp_path):
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); import test_profiling as t; from pathlib import Path\n"
         "info = t.run_profile_pass(t.make_step(), t.batches(4), device_type='cpu', out_dir=Path(sys.argv[2]), active=1)\n"
-        "print('active', info['active_steps'])"
+        "print('active', info.active_steps)"
     )
     env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
     res = subprocess.run(

@@ -11,15 +11,41 @@ from pathlib import Path
 
 import pytest
 
+from effbench import schema
 from effbench.errors import EffbenchError
 from effbench.launch.supervise import ChildFailure, SupervisedResult
 from effbench.run import record
 from effbench.run.phases import Interrupted
-from effbench.run.record import merge_epoch, settle_with_torchrun, straggler_spread
+from effbench.run.record import merge_epoch, straggler_spread
 from effbench.run.timing import Tally
 from effbench.run.train import Diverged
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _disk(model) -> dict:
+    """A typed record (or section) as results.json holds it: the fields it was given."""
+    return model.model_dump(exclude_unset=True)
+
+
+def _ended(o: record.Outcome) -> dict:
+    """An outcome as the keys it sets in the record."""
+    keys = {"status": o.status, "error": o.error, "diverged": o.diverged, "signal": o.signal,
+            "interrupted_phase": o.interrupted_phase}  # fmt: skip
+    return {k: _disk(v) if hasattr(v, "model_dump") else v for k, v in keys.items() if v is not None}
+
+
+def _rank(**kw) -> schema.Rank:
+    return schema.Rank(**kw)
+
+
+def settle_with_torchrun(rank0: dict, outcome, markers=()) -> dict:
+    """record.settle_with_torchrun on rank 0's record (as read from its results.json), as written back."""
+    typed = schema.Results.model_validate({"schema_version": 1, **rank0})
+    settled = record.settle_with_torchrun(typed, outcome, [record.OomMarker(**m) for m in markers])
+    out = _disk(settled)
+    assert out.pop("schema_version") == 1
+    return out
 
 
 def test_the_module_imports_no_torch():
@@ -46,17 +72,20 @@ def test_merge_epoch_sums_images_and_keeps_the_slowest_rank():
         val_top1=0.75,
         val_images=30,
     )
-    m = merge_epoch([a, b])
-    assert m["images"] == 64 and m["data_time_s"] == 1.5 and m["total_time_s"] == 2.0
-    assert m["train_loss"] == pytest.approx(3.0) and m["val_top1"] == pytest.approx((0.25 * 10 + 0.75 * 30) / 40)
-    assert m["throughput_img_s"] == pytest.approx((24 + 24) / 1.5)  # measured steps only, slowest rank's time
-    assert a["images"] == 32 and b["images"] == 32  # inputs untouched
+    ea, eb = schema.Epoch(**a), schema.Epoch(**b)
+    m = merge_epoch([ea, eb])
+    assert m.images == 64 and m.data_time_s == 1.5 and m.total_time_s == 2.0
+    assert m.train_loss == pytest.approx(3.0) and m.val_top1 == pytest.approx((0.25 * 10 + 0.75 * 30) / 40)
+    assert m.throughput_img_s == pytest.approx((24 + 24) / 1.5)  # measured steps only, slowest rank's time
+    assert ea.images == 32 and eb.images == 32  # inputs untouched
+    # the row written: the fields the ranks' rows had, the merged throughput and the slowest rank's split
+    assert set(_disk(m)) == {*a, "throughput_img_s", "measured_data_time_s", "measured_compute_time_s"}
 
 
 def test_straggler_spread():
-    s = straggler_spread([{"rank": 0, "time_s": 2.0}, {"rank": 1, "time_s": 2.5}])
-    assert s == {"slowest_rank": 1, "fastest_rank": 0, "spread_s": 0.5, "spread_pct": 25.0}
-    assert straggler_spread([{"rank": 0, "time_s": 1.0}]) is None
+    s = straggler_spread([_rank(rank=0, time_s=2.0), _rank(rank=1, time_s=2.5)])
+    assert s is not None and _disk(s) == {"slowest_rank": 1, "fastest_rank": 0, "spread_s": 0.5, "spread_pct": 25.0}
+    assert straggler_spread([_rank(rank=0, time_s=1.0)]) is None
 
 
 def test_added_tallies_sum_and_keep_step_order():
@@ -68,19 +97,21 @@ def test_added_tallies_sum_and_keep_step_order():
 
 
 def test_rank_rows_are_in_rank_order_and_a_failure_keeps_the_last_gathered_ones():
-    rows = [{"rank": 2}, {"rank": 0}, {"rank": 1}]
-    assert [r["rank"] for r in record.rank_rows(rows)] == [0, 1, 2]
-    own = {"rank": 0, "time_s": 1.0}
-    gathered = [{"rank": 0, "time_s": 0.5}, {"rank": 1, "time_s": 0.6}]
+    rows = [_rank(rank=2), _rank(rank=0), _rank(rank=1)]
+    assert [r.rank for r in record.rank_rows(rows)] == [0, 1, 2]
+    own = _rank(rank=0, time_s=1.0)
+    gathered = [_rank(rank=0, time_s=0.5), _rank(rank=1, time_s=0.6)]
     assert record.ranks_after_failure(gathered, own, world_size=2) == gathered  # no collective after a failure
     assert record.ranks_after_failure(None, own, world_size=2) == [own]  # failed before any epoch was gathered
-    assert record.ranks_after_failure([{"rank": 0, "time_s": 0.5}], own, world_size=1) == [own]  # alone: now
+    assert record.ranks_after_failure([_rank(rank=0, time_s=0.5)], own, world_size=1) == [own]  # alone: now
 
 
 def test_rank_row_reads_the_tally():
     t = Tally(steps=3, images=24, data_time_s=0.25, compute_time_s=1.75)
     row = record.rank_row(rank=1, local_rank=0, host="h", device="cpu", measured=t)
-    assert row["time_s"] == 2.0 and row["throughput_img_s"] == 12.0 and row["steps"] == 3 and row["host"] == "h"
+    assert row.time_s == 2.0 and row.throughput_img_s == 12.0 and row.steps == 3 and row.host == "h"
+    assert set(_disk(row)) == {"rank", "local_rank", "host", "device", "images", "steps", "data_time_s",
+                               "compute_time_s", "time_s", "throughput_img_s"}  # fmt: skip
 
 
 # --- how a run ended: one table, every exception the runner can meet ---
@@ -120,7 +151,7 @@ def _subset(expected: dict, got: dict) -> bool:
 
 @pytest.mark.parametrize("exc, received, expected", OUTCOMES, ids=lambda v: type(v).__name__)
 def test_outcome_of_each_exception(exc, received, expected):
-    got = record.outcome_of(exc, received=received, phase="epochs")
+    got = _ended(record.outcome_of(exc, received=received, phase="epochs"))
     assert _subset(expected, got), got
     if got["status"] == "failed" and not isinstance(exc, EffbenchError):  # a crash keeps its traceback
         assert got["error"]["traceback"].rstrip().endswith(f"{type(exc).__name__}: {exc}".rstrip(": "))
@@ -131,16 +162,18 @@ def test_outcome_of_each_exception(exc, received, expected):
 
 def test_torch_oom_is_oom_even_after_a_signal():
     # the runner caught torch.OutOfMemoryError before it looked at the signals received
-    got = record.outcome_of(_torch_oom("CUDA out of memory. Tried to allocate 2 GiB\nmore"), received=[15], phase="x")
+    got = _ended(
+        record.outcome_of(_torch_oom("CUDA out of memory. Tried to allocate 2 GiB\nmore"), received=[15], phase="x")
+    )
     assert got == {"status": "oom", "error": {"type": "OutOfMemoryError", "message": "CUDA out of memory. Tried to allocate 2 GiB"}}  # fmt: skip
-    assert record.outcome_of(_torch_oom(""), received=[], phase="x")["error"]["message"] == "out of memory"
+    assert _ended(record.outcome_of(_torch_oom(""), received=[], phase="x"))["error"]["message"] == "out of memory"
 
 
 def test_a_traceback_is_the_exceptions_own():
     try:
         raise KeyError("k")
     except KeyError as e:
-        got = record.outcome_of(e, received=[], phase="epochs")
+        got = _ended(record.outcome_of(e, received=[], phase="epochs"))
     assert "test_a_traceback_is_the_exceptions_own" in got["error"]["traceback"]
 
 
@@ -156,11 +189,11 @@ def _opened() -> dict:
 def _measured(**kw) -> record.Measured:
     steps = [{"warmup": False, "images": 8, "data_time_s": 0.25, "compute_time_s": 0.75}] * 4
     base = dict(
-        outcome={"status": "ok"},
-        epochs=[{"epoch": 1, "train_loss": 2.5, "train_top1": 0.125, "val_loss": None, "val_top1": None, "images": 40}],
+        outcome=record.OK,
+        epochs=[schema.Epoch(epoch=1, train_loss=2.5, train_top1=0.125, val_loss=None, val_top1=None, images=40)],
         warmup=Tally(steps=1, images=8, data_time_s=0.5, compute_time_s=4.5, step_times_s=[5.0]),
         measured=Tally(steps=4, images=32, data_time_s=1.0, compute_time_s=3.0, step_times_s=[1.0, 1.0, 0.5, 2.0]),
-        ranks=[{"rank": 0, "images": 32, "data_time_s": 1.0, "compute_time_s": 3.0, "time_s": 4.0}],
+        ranks=[_rank(rank=0, images=32, data_time_s=1.0, compute_time_s=3.0, time_s=4.0)],
         steps_by_rank=[steps],
         utilization=[None],
         memory=[],
@@ -182,7 +215,7 @@ def _conditions(**kw) -> record.Conditions:
 
 def test_finish_builds_the_record_from_the_measurements():
     opened = _opened()
-    r = record.finish(opened, _measured(), _conditions())
+    r = _disk(record.finish(opened, _measured(), _conditions()))
     assert opened["status"] == "running" and "ranks" not in opened  # the opened record is not changed
     assert r["status"] == "ok" and r["schema_version"] == 1 and r["wall_time_s"] == 12.5
     assert r["throughput_img_s"] == 32 / 4.0 == r["measured"]["throughput_img_s"]
@@ -195,10 +228,12 @@ def test_finish_builds_the_record_from_the_measurements():
 
 
 def test_finish_with_compile_flops_error_profile_error_and_data_only():
-    r = record.finish(
-        _opened(),
-        _measured(profile_error="RuntimeError: no kineto"),
-        _conditions(compile=True, flops_error="TypeError: op", data_only=True),
+    r = _disk(
+        record.finish(
+            _opened(),
+            _measured(profile_error="RuntimeError: no kineto"),
+            _conditions(compile=True, flops_error="TypeError: op", data_only=True),
+        )
     )
     assert r["compile_time_s"] == 5.0 - 1.0  # the first warm-up step minus the median measured (1.0, 1.0, 0.5, 2.0)
     assert r["flops_error"] == "TypeError: op" and r["profile_error"] == "RuntimeError: no kineto"
@@ -206,10 +241,10 @@ def test_finish_with_compile_flops_error_profile_error_and_data_only():
 
 
 def test_finish_keeps_how_a_failed_run_ended_and_two_ranks_headline():
-    ranks = [{"rank": 0, "images": 32, "data_time_s": 1.0, "compute_time_s": 3.0, "time_s": 4.0},
-             {"rank": 1, "images": 32, "data_time_s": 2.0, "compute_time_s": 3.0, "time_s": 5.0}]  # fmt: skip
+    ranks = [_rank(rank=0, images=32, data_time_s=1.0, compute_time_s=3.0, time_s=4.0),
+             _rank(rank=1, images=32, data_time_s=2.0, compute_time_s=3.0, time_s=5.0)]  # fmt: skip
     outcome = record.outcome_of(Interrupted(15, "epochs"), received=[15], phase="epochs")
-    r = record.finish(_opened(), _measured(outcome=outcome, ranks=ranks, steps_by_rank=[]), _conditions())
+    r = _disk(record.finish(_opened(), _measured(outcome=outcome, ranks=ranks, steps_by_rank=[]), _conditions()))
     assert (r["status"], r["signal"], r["interrupted_phase"]) == ("interrupted", 15, "epochs")
     assert r["throughput_img_s"] == 64 / 5.0 and r["measured"]["images"] == 64 and r["measured"]["time_s"] == 5.0
     assert r["stragglers"]["slowest_rank"] == 1 and r["stragglers"]["spread_s"] == 1.0
@@ -339,12 +374,14 @@ def test_without_markers_settling_is_unchanged():
 
 def test_the_marker_is_written_for_an_oom_outcome_only():
     oom = record.outcome_of(_torch_oom("CUDA out of memory. Tried to allocate 2 GiB\nmore"), received=[], phase="x")
-    assert record.oom_marker(1, oom) == OOM1
-    assert record.oom_marker(0, record.outcome_of(CPU_OOM, received=[], phase="x")) == {
+    assert _disk(record.oom_marker(1, oom)) == OOM1
+    assert _disk(record.oom_marker(0, record.outcome_of(CPU_OOM, received=[], phase="x"))) == {
         "rank": 0, "type": "RuntimeError", "message": str(CPU_OOM)
     }  # fmt: skip
     assert record.oom_marker(1, record.outcome_of(ValueError("bad"), received=[], phase="x")) is None
-    assert record.oom_marker(1, {"status": "ok"}) is None
+    assert record.oom_marker(1, record.OK) is None
+    # the launcher reads the marker back from the file it was written to
+    assert record.OomMarker.model_validate_json(record.oom_marker(1, oom).model_dump_json()) == record.OomMarker(**OOM1)
     assert record.oom_marker_name(3) == "oom-rank3.json" and Path("oom-rank3.json").match(record.OOM_MARKER_GLOB)
 
 
@@ -361,21 +398,23 @@ def test_the_marker_is_written_for_an_oom_outcome_only():
     ],
 )  # fmt: skip
 def test_a_node_without_results_says_oom_when_its_rank_ran_out(outcome, markers, expected):
-    assert record.record_without_results(outcome, markers, "torchrun") == expected
+    got = record.record_without_results(outcome, [record.OomMarker(**m) for m in markers], "torchrun")
+    assert _disk(got) == {"schema_version": 1, **expected}
 
 
 def test_a_node_without_results_says_diverged_when_its_ranks_stopped_on_a_nonfinite_loss():
     """The node that does not host rank 0 in a multi-node job: its ranks agreed on the step (train.py), each
     left its marker, and torchrun exited 1; the record names the step, not a failure."""
     ended = record.outcome_of(Diverged(0, 3, 7, float("nan"), rank=3), received=[], phase="epochs")
-    markers = [record.diverged_marker(r, ended) for r in (3, 2)]
-    assert record.diverged_marker(2, {"status": "ok"}) is None
-    assert record.diverged_marker(2, {"status": "oom", "error": {}}) is None
+    written = [record.diverged_marker(r, ended).model_dump_json() for r in (3, 2)]  # what the launcher reads back
+    markers = [record.DivergedMarker.model_validate_json(m) for m in written]
+    assert record.diverged_marker(2, record.OK) is None
+    assert record.diverged_marker(2, record.Outcome("oom", error=schema.Error())) is None
     assert Path(record.diverged_marker_name(2)).match(record.DIVERGED_MARKER_GLOB)
-    got = record.record_without_results(_outcome(1, ChildFailure(rank=2, exitcode=1)), [], "torchrun", markers)
+    got = _disk(record.record_without_results(_outcome(1, ChildFailure(rank=2, exitcode=1)), [], "torchrun", markers))
     assert got["status"] == "diverged"
     assert got["diverged"]["global_step"] == 7 and got["diverged"]["rank"] == 3
     assert got["error"]["type"] == "Diverged" and "step 7" in got["error"]["message"]
     # the user's signal still wins, as for every other ending
-    signalled = record.record_without_results(_outcome(143, sig=15), [], "torchrun", markers)
+    signalled = _disk(record.record_without_results(_outcome(143, sig=15), [], "torchrun", markers))
     assert signalled["status"] == "interrupted" and signalled["signal"] == 15

@@ -69,3 +69,12 @@ def test_an_absent_or_null_section_reads_empty(section: str) -> None:
 def test_every_results_field_has_a_docstring() -> None:
     missing = [n for n, f in schema.Results.model_fields.items() if not f.description]
     assert not missing
+
+
+def test_a_frozen_runs_trainable_stages_read_back() -> None:
+    # models/__init__.py records the stages a --freeze run trains as a list of names ("all" unfrozen); the
+    # model refused the list, so `effbench report` refused a --freeze run's own results.json
+    stages = results.record_of({"schema_version": 1, "status": "ok", "model": {"trainable_stages": ["fc"]}})
+    assert stages.model.trainable_stages == ["fc"]
+    everything = results.record_of({"schema_version": 1, "status": "ok", "model": {"trainable_stages": "all"}})
+    assert everything.model.trainable_stages == "all"

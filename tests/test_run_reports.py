@@ -67,7 +67,7 @@ def test_a_two_rank_run_is_drawn_once_by_the_launcher_with_the_end_torchrun_sett
     )  # fmt: skip
     seen, lines = Counting(), []
     outcome = launch.run(cfg, command=["t"], echo=lines.append, progress=False, reports=seen)
-    assert outcome.results["status"] == "oom" and outcome.exit_code == 1
+    assert outcome.results.status == "oom" and outcome.exit_code == 1
     # once, with the settled end, into a folder no rank had drawn a report in
     assert seen.writes == [("oom", False)] and seen.texts == ["oom"]
     run = outcome.run_dir

@@ -14,6 +14,7 @@ from clitools import invoke, only_run
 from effbench.selftest import checks as st
 from effbench.selftest.probe import Probe
 from effbench.selftest.reference import BareLoop, depthwise_net, layer_flops
+from effbench.results import record_of
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -325,7 +326,7 @@ def test_selftest_runs_take_one_gpu_unless_a_check_asks_for_more(device, overrid
 
     def fake_run(cfg, **_kw):
         seen["cfg"] = cfg
-        return launch.RunOutcome(tmp_path, {"status": "ok"})
+        return launch.RunOutcome(tmp_path, record_of({"schema_version": 1, "status": "ok"}))
 
     monkeypatch.setattr(launch, "run", fake_run)
     ctx = st.Context(st.SelftestConfig(device=device, output=tmp_path), torch.device(device), tmp_path, print)

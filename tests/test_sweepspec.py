@@ -15,6 +15,7 @@ from effbench.sweep import manifest
 from effbench.sweep import presets
 from effbench.errors import EffbenchError
 from effbench.sweep.spec import SweepSpec, one_value, parse_list, plan_cells
+from effbench.results import record_of
 
 SYNTH = {
     "dataset": "synthetic",
@@ -275,7 +276,7 @@ def test_run_repeats_reaches_the_config_and_is_validated(monkeypatch, tmp_path, 
 
     def fake_run(cfg, **kw):
         seen["cfg"] = cfg
-        return launch.RunOutcome(run_dir=tmp_path, results={"status": "ok"})
+        return launch.RunOutcome(run_dir=tmp_path, results=record_of({"schema_version": 1, "status": "ok"}))
 
     monkeypatch.setattr(launch, "run", fake_run)
     with pytest.raises(SystemExit) as info:

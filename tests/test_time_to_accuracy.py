@@ -235,12 +235,12 @@ def test_the_first_validation_at_or_above_the_target_counts_and_none_never_does(
             {"epoch": 3, "total_time_s": 4.0, "val_time_s": 0.5, "warmup_time_s": 0.0, "val_top1": 0.75},
             {"epoch": 4, "total_time_s": 5.0, "val_time_s": 0.5, "warmup_time_s": 0.0, "val_top1": 0.875}]  # fmt: skip
     at = summarize(rows, 0.75, stop_at_target=True, configured_epochs=4)  # equal to the target: reached
-    assert at is not None and (at["epochs_to_target"], at["train_time_to_target_s"]) == (3, 9.0)
-    assert (at["val_time_to_target_s"], at["warmup_time_included_s"], at["best_val_top1"]) == (1.5, 0.25, 0.75)
-    assert at["stopped_at_target"] is True  # 3 < 4 epochs
+    assert at is not None and (at.epochs_to_target, at.train_time_to_target_s) == (3, 9.0)
+    assert (at.val_time_to_target_s, at.warmup_time_included_s, at.best_val_top1) == (1.5, 0.25, 0.75)
+    assert at.stopped_at_target is True  # 3 < 4 epochs
     missed = summarize(rows, 0.9)
-    assert missed is not None and missed["reached_target"] is False and missed["train_time_to_target_s"] is None
-    assert (missed["best_val_top1"], missed["best_epoch"], missed["epochs_run"]) == (0.875, 4, 4)
+    assert missed is not None and missed.reached_target is False and missed.train_time_to_target_s is None
+    assert (missed.best_val_top1, missed.best_epoch, missed.epochs_run) == (0.875, 4, 4)
     assert summarize(rows, None) is None
 
 

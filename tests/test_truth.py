@@ -18,6 +18,7 @@ from effbench import results
 from effbench.analysis import compare, stats, windows
 from effbench.analysis.throughput import job_throughput
 from effbench.config import RunConfig
+from effbench import schema
 from effbench.report import tables
 from effbench.schema import Epoch
 from effbench.run import record
@@ -48,21 +49,21 @@ def test_in_progress_final_epoch_and_window_throughput_agree_on_the_same_rank_ro
     tally = Tally()
     for s in RANK0:
         tally.add(StepTime(s["data_time_s"], s["compute_time_s"]), 8)
-    in_progress = {"world_size": 2, "data": {}, "ranks": rows}
-    in_progress.update(record.headline(in_progress, [], Tally(), tally, {}))
+    opened = {"schema_version": 1, "status": "running", "world_size": 2, "data": {}}
+    typed = [schema.Rank(**r) for r in rows]
+    in_progress = record.with_headline(opened, typed, [], Tally(), tally, {})
     # at the end: the same rows gathered once more; the old code gave rank 0 x world size here
-    final = {"world_size": 2, "data": {}, "ranks": record.rank_rows(list(reversed(rows)))}
-    final.update(record.headline(final, [], Tally(), tally, {}))
+    final = record.with_headline(opened, record.rank_rows(list(reversed(typed))), [], Tally(), tally, {})
     rank0_times_two = 2 * 24 / sum(s["data_time_s"] + s["compute_time_s"] for s in RANK0)
-    assert in_progress["throughput_img_s"] == pytest.approx(by_hand) == final["throughput_img_s"]
+    assert in_progress.throughput_img_s == pytest.approx(by_hand) == final.throughput_img_s
     assert by_hand != pytest.approx(rank0_times_two, rel=0.05)  # the two old definitions really differed
-    assert final["measured"]["images"] == 48 and final["measured"]["time_s"] == pytest.approx(rows[1]["time_s"])
+    assert final.measured.images == 48 and final.measured.time_s == pytest.approx(rows[1]["time_s"])
     # one window over every step is the headline; the epoch row of the same steps is too
     one = windows.rank_windows([RANK0, RANK1], repeats=1)
     assert one["throughput_img_s"] == [pytest.approx(by_hand)]
-    epoch_rows = [{"measured_images": r["images"], "measured_time_s": r["time_s"], "images": r["images"],
-                   "total_time_s": r["time_s"], "val_images": 0, "val_time_s": 0.0} for r in rows]  # fmt: skip
-    assert record.merge_epoch(epoch_rows)["throughput_img_s"] == pytest.approx(by_hand)
+    epoch_rows = [schema.Epoch(epoch=1, measured_images=r["images"], measured_time_s=r["time_s"], images=r["images"],
+                               total_time_s=r["time_s"], val_images=0, val_time_s=0.0) for r in rows]  # fmt: skip
+    assert record.merge_epoch(epoch_rows).throughput_img_s == pytest.approx(by_hand)
     # three windows: each window's steps of both ranks, by hand
     three = windows.rank_windows([RANK0, RANK1], repeats=3)
     for i, got in enumerate(three["throughput_img_s"]):
@@ -99,12 +100,13 @@ def _rec(**fields):
 
 
 def test_epoch_img_s_excludes_warmup_like_the_headline_and_epochs_are_one_based():
-    e = _epoch(warm=[(0.5, 2.0)], meas=[(0.01, 0.1), (0.01, 0.1)]).to_dict()
-    assert e["epoch"] == 1  # 1-based like the progress line "epoch 1/N" and the plots
-    assert e["throughput_img_s"] == pytest.approx(8 / 0.22)  # the 2.5 s warm-up step is not in it
-    assert e["warmup_steps"] == 1
-    only_warmup = _epoch(warm=[(0.5, 2.0)], meas=[]).to_dict()
-    assert only_warmup["throughput_img_s"] is None  # no measured step: "-", never a warm-up figure
+    typed = _epoch(warm=[(0.5, 2.0)], meas=[(0.01, 0.1), (0.01, 0.1)]).record()
+    assert typed.epoch == 1  # 1-based like the progress line "epoch 1/N" and the plots
+    assert typed.throughput_img_s == pytest.approx(8 / 0.22)  # the 2.5 s warm-up step is not in it
+    assert typed.warmup_steps == 1
+    only_warmup = _epoch(warm=[(0.5, 2.0)], meas=[]).record()
+    assert only_warmup.throughput_img_s is None  # no measured step: "-", never a warm-up figure
+    e = typed.model_dump(exclude_unset=True)  # the row as results.json holds it
     row = tables.epoch_rows(_rec(epochs=[e]))[0]
     assert row[0] == "1" and row[tables.EPOCH_HEADERS.index("img/s (measured)")] == f"{8 / 0.22:,.1f}"
 
@@ -112,12 +114,13 @@ def test_epoch_img_s_excludes_warmup_like_the_headline_and_epochs_are_one_based(
 def test_the_epoch_tables_data_share_is_the_headlines_measured_steps_only():
     # 1 warm-up step (0.5 s data + 2.0 s compute) and 2 measured steps (0.01 + 0.1 each): by hand the
     # measured data share is 0.02 / 0.22 = 9.1%; over every step it was 0.52 / 2.72 = 19.1%
-    e = _epoch(warm=[(0.5, 2.0)], meas=[(0.01, 0.1), (0.01, 0.1)]).to_dict()
+    typed = _epoch(warm=[(0.5, 2.0)], meas=[(0.01, 0.1), (0.01, 0.1)]).record()
+    e = typed.model_dump(exclude_unset=True)  # the row as results.json holds it
     tally = Tally()
     for d, c in [(0.01, 0.1), (0.01, 0.1)]:
         tally.add(StepTime(d, c), 4)
-    head = record.headline({"data": {}}, [e], Tally(), tally, {})
-    assert head["data_time_share"] == pytest.approx(0.02 / 0.22)
+    head = record.with_headline({"schema_version": 1, "status": "running"}, [], [typed], Tally(), tally, {})
+    assert head.data_time_share == pytest.approx(0.02 / 0.22)
     row = dict(zip(tables.EPOCH_HEADERS, tables.epoch_rows(_rec(epochs=[e]))[0], strict=True))
     assert row["data % (measured)"] == f"{100 * 0.02 / 0.22:.1f}%" == "9.1%"
     assert (row["data (s, measured)"], row["compute (s, measured)"], row["total (s, measured)"]) == (
@@ -125,7 +128,7 @@ def test_the_epoch_tables_data_share_is_the_headlines_measured_steps_only():
     )  # fmt: skip
     assert (row["warm-up steps"], row["warm-up (s)"]) == ("1", "2.500")
     # an epoch all warm-up measured nothing: "-", as the summary's data wait share
-    warm_row = tables.epoch_rows(_rec(epochs=[_epoch([(0.5, 2.0)], []).to_dict()]))[0]
+    warm_row = tables.epoch_rows(_rec(epochs=[_epoch([(0.5, 2.0)], []).record().model_dump(exclude_unset=True)]))[0]
     only_warmup = dict(zip(tables.EPOCH_HEADERS, warm_row, strict=True))
     assert only_warmup["data % (measured)"] == "-"
     # a record written before the epochs held the measured split: its warm-up-free epochs only
@@ -134,9 +137,9 @@ def test_the_epoch_tables_data_share_is_the_headlines_measured_steps_only():
     no_warmup = Epoch.model_validate({**old, "warmup_steps": 0})
     assert tables.epoch_measured(no_warmup) == (old["data_time_s"], old["compute_time_s"])
     # two ranks: the split of the rank whose measured steps took longest, as the headline takes the slowest's
-    slow = _epoch(warm=[], meas=[(0.05, 0.1), (0.05, 0.1)]).to_dict()
-    merged = record.merge_epoch([e, slow])
-    assert (merged["measured_data_time_s"], merged["measured_compute_time_s"]) == pytest.approx((0.1, 0.2))
+    slow = _epoch(warm=[], meas=[(0.05, 0.1), (0.05, 0.1)]).record()
+    merged = record.merge_epoch([typed, slow])
+    assert (merged.measured_data_time_s, merged.measured_compute_time_s) == pytest.approx((0.1, 0.2))
 
 
 def test_the_time_per_epoch_chart_splits_the_measured_steps_and_shows_warm_up_apart(tmp_path, monkeypatch):
@@ -149,7 +152,7 @@ def test_the_time_per_epoch_chart_splits_the_measured_steps_and_shows_warm_up_ap
         return path
 
     monkeypatch.setattr(plots, "stacked_time_bars", stacked_time_bars)
-    e = _epoch(warm=[(0.5, 2.0)], meas=[(0.01, 0.1), (0.01, 0.1)]).to_dict()
+    e = _epoch(warm=[(0.5, 2.0)], meas=[(0.01, 0.1), (0.01, 0.1)]).record().model_dump(exclude_unset=True)
     render.run_plots(_rec(epochs=[e], config={"arch": "resnet18"}), tmp_path)
     # by hand: measured data 0.02 s and compute 0.2 s (the 9.1% of the table), the 2.5 s warm-up step apart
     assert got["labels"] == ["epoch 1"]
@@ -404,3 +407,10 @@ def test_workers_capped_at_the_cores_say_so_not_that_the_loader_starts_none():
     assert d["no_effect"]["workers"] == (
         "more loader processes than the 2 CPU cores available only contend, so --workers 8 ran as 2"
     )
+
+
+def test_a_step_row_has_steps_csvs_columns_in_order():
+    from effbench import results
+    from effbench.run.train import StepRow
+
+    assert StepRow._fields == results.STEP_FIELDS

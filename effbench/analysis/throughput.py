@@ -12,23 +12,47 @@ windows (analysis/windows) all call this function, so they cannot disagree on th
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 
-def job_throughput(parts: Iterable[Mapping[str, Any]]) -> float | None:
-    """Images per second of a job whose ranks measured `parts` ({"images", "time_s"} each).
+class Timed(Protocol):
+    """A rank's measured images and time: a schema.Rank, a schema.Tally, or a `Part`."""
+
+    @property
+    def images(self) -> int | float | None: ...
+    @property
+    def time_s(self) -> float | None: ...
+
+
+class Part(NamedTuple):
+    images: int | float | None
+    time_s: float | None
+
+
+T = TypeVar("T", bound="Timed | Mapping[str, Any]")
+
+
+def _part(r: Timed | Mapping[str, Any]) -> Part:
+    # TRANSITION (issue 24): analysis/windows.py still hands dict rows; typed rows are read by attribute
+    if isinstance(r, Mapping):
+        return Part(r.get("images"), r.get("time_s"))
+    return Part(r.images, r.time_s)
+
+
+def job_throughput(parts: Iterable[Timed | Mapping[str, Any]]) -> float | None:
+    """Images per second of a job whose ranks measured `parts` (images and time_s each).
 
     None when no part has a positive time (nothing measured): a rate of 0 would claim a measurement.
     """
-    rows = list(parts)
-    timed = [r for r in rows if (r.get("time_s") or 0.0) > 0]
+    rows = [_part(r) for r in parts]
+    timed = [r.time_s for r in rows if r.time_s is not None and r.time_s > 0]
     if not timed:
         return None
-    images = sum(r.get("images") or 0 for r in rows)
-    return images / max(r["time_s"] for r in timed)
+    images = sum(r.images or 0 for r in rows)
+    return images / max(timed)
 
 
-def slowest(parts: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+def slowest(parts: Iterable[T]) -> T | None:
     """The part whose time bounds the job (the one `job_throughput` divides by); None when none timed."""
-    timed = [r for r in parts if (r.get("time_s") or 0.0) > 0]
-    return max(timed, key=lambda r: r["time_s"]) if timed else None
+    timed = [r for r in parts if (_part(r).time_s or 0.0) > 0]
+    return max(timed, key=lambda r: _part(r).time_s or 0.0) if timed else None

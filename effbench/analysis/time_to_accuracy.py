@@ -21,15 +21,15 @@ if TYPE_CHECKING:
     from effbench import schema
 
 
-def _row(epoch: Mapping[str, Any]) -> schema.Epoch:
-    """A producer's epoch row (run/record.merge_epoch) read through the model's names, unvalidated: in memory
-    it may hold a nan loss, which the file will store as null (results.write_json)."""
+def _row(epoch: Mapping[str, Any] | schema.Epoch) -> schema.Epoch:
+    """An epoch row: the producer's typed one (run/record.merge_epoch), or a mapping read through the model's
+    names, unvalidated (in memory it may hold a nan loss, which the file stores as null: results.write_json)."""
     from effbench import schema
 
-    return schema.Epoch.model_construct(**epoch)
+    return epoch if isinstance(epoch, schema.Epoch) else schema.Epoch.model_construct(**epoch)
 
 
-def reached(epoch: Mapping[str, Any], target_top1: float) -> bool:
+def reached(epoch: Mapping[str, Any] | schema.Epoch, target_top1: float) -> bool:
     """The epoch's validation top-1 is at or above the target (an epoch with no validation never is)."""
     top1 = _row(epoch).val_top1
     return top1 is not None and top1 >= target_top1
@@ -43,14 +43,13 @@ def _train_s(e: schema.Epoch) -> float:
 
 
 def summarize(
-    epochs: Sequence[Mapping[str, Any]],
+    epochs: Sequence[Mapping[str, Any] | schema.Epoch],
     target_top1: float | None,
     *,
     stop_at_target: bool = False,
     configured_epochs: int | None = None,
-) -> dict[str, Any] | None:
-    """results.json's `time_to_accuracy` for the epochs run so far (schema.TimeToAccuracy, as the dict the run
-    writes); None without a target."""
+) -> schema.TimeToAccuracy | None:
+    """results.json's `time_to_accuracy` for the epochs run so far; None without a target."""
     from effbench import schema
 
     if target_top1 is None:
@@ -67,7 +66,7 @@ def summarize(
         if top1 is not None and (best is None or top1 > best):
             best, best_epoch = top1, i + 1
         if top1 is not None and top1 >= target_top1:
-            return schema.TimeToAccuracy.model_construct(
+            return schema.TimeToAccuracy(
                 target_top1=target_top1,
                 reached_target=True,
                 epochs_to_target=i + 1,
@@ -79,8 +78,8 @@ def summarize(
                 epochs_run=len(epochs),
                 # the run ended here rather than at --epochs
                 stopped_at_target=bool(stop_at_target) and configured_epochs is not None and i + 1 < configured_epochs,
-            ).model_dump()
-    return schema.TimeToAccuracy.model_construct(
+            )
+    return schema.TimeToAccuracy(
         target_top1=target_top1,
         reached_target=False,
         epochs_to_target=None,
@@ -91,7 +90,7 @@ def summarize(
         best_epoch=best_epoch,
         epochs_run=len(epochs),
         stopped_at_target=False,
-    ).model_dump()
+    )
 
 
 def describe(tta: schema.TimeToAccuracy | None) -> str | None:

@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True)
@@ -49,34 +49,41 @@ class DistContext:
             dist.barrier()
 
 
-def torchrun_env() -> dict[str, int] | None:
+class TorchrunEnv(NamedTuple):
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+
+
+def torchrun_env() -> TorchrunEnv | None:
     """RANK / LOCAL_RANK / WORLD_SIZE / LOCAL_WORLD_SIZE as torchrun sets them; None outside torchrun."""
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         return None
-    return {
-        "rank": int(os.environ["RANK"]),
-        "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
-        "world_size": int(os.environ["WORLD_SIZE"]),
-        "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])),
-    }
+    return TorchrunEnv(
+        rank=int(os.environ["RANK"]),
+        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        world_size=int(os.environ["WORLD_SIZE"]),
+        local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])),
+    )
 
 
 @contextmanager
 def process_group(device_type: str, timeout_s: float) -> Iterator[DistContext]:
     """Join the torchrun process group (NCCL on CUDA, gloo on the CPU) for the duration."""
     env = torchrun_env()
-    if env is None or env["world_size"] == 1:
-        yield DistContext(**env) if env else DistContext()
+    if env is None or env.world_size == 1:
+        yield DistContext(**env._asdict()) if env else DistContext()
         return
     import torch
     import torch.distributed as dist
 
     backend = "nccl" if device_type == "cuda" else "gloo"
     if device_type == "cuda":
-        torch.cuda.set_device(env["local_rank"])
+        torch.cuda.set_device(env.local_rank)
     dist.init_process_group(backend=backend, timeout=dt.timedelta(seconds=timeout_s))
     try:
-        yield DistContext(backend=backend, **env)
+        yield DistContext(backend=backend, **env._asdict())
     finally:
         dist.destroy_process_group()
 

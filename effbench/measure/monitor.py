@@ -49,30 +49,69 @@ bunching samples. Training loops spend most of their time in torch ops, which re
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 import os
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
+from effbench import schema
 from effbench.fmt import GIB
 from effbench.results import write_csv
-import contextlib
 
-HOST_COLUMNS = (
-    "cpu_pct",
-    "proc_cpu_pct",
-    "rss_gib",
-    "pss_gib",
-    "net_sent_bytes",
-    "net_recv_bytes",
-    "disk_read_bytes",
-    "disk_write_bytes",
-)
-GPU_METRICS = ("util_pct", "mem_used_gib", "power_w", "temp_c", "sm_clock_mhz", "energy_j")
+
+@dataclass
+class HostSample:
+    """One sample of the host: utilization.csv's host columns, each summarised under the same name in the
+    record's schema.HostUse (absent: not measured in this sample)."""
+
+    cpu_pct: float | None = None
+    proc_cpu_pct: float | None = None
+    rss_gib: float | None = None
+    pss_gib: float | None = None
+    net_sent_bytes: float | None = None
+    net_recv_bytes: float | None = None
+    disk_read_bytes: float | None = None
+    disk_write_bytes: float | None = None
+
+
+@dataclass
+class GpuSample:
+    """One sample of a GPU: utilization.csv's gpu{i}_* columns, summarised under the same names in the
+    record's schema.GpuUse."""
+
+    util_pct: float | None = None
+    mem_used_gib: float | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+    sm_clock_mhz: float | None = None
+    energy_j: float | None = None
+
+
+def _names(sample: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(sample))
+
+
+def _present(sample: HostSample | GpuSample) -> dict[str, float]:
+    return {k: v for k, v in dataclasses.asdict(sample).items() if v is not None}
+
+
+def _mean_max_fields(model: type[BaseModel]) -> tuple[str, ...]:
+    """The model's fields summarised as mean and max (schema.MeanMax): the rest are totals or labels."""
+    return tuple(n for n, f in model.model_fields.items() if schema.MeanMax in typing.get_args(f.annotation))
+
+
+HOST_COLUMNS = _names(HostSample)
+GPU_METRICS = _names(GpuSample)
 # How often the process tree is rediscovered with a full scan of /proc (see _HostProbe._tree);
 # between scans it is followed through children files. Ten seconds: long against a 0.5 s interval,
 # short against a training run.
@@ -84,9 +123,9 @@ TREE_RESCAN_S = 10.0
 # the last read decides when the next is due). The first and the final sample always have it.
 PSS_EVERY_S = 5.0
 PSS_CPU_SHARE = 0.001
-_HOST_STATS = ("cpu_pct", "proc_cpu_pct", "rss_gib", "pss_gib")
-_HOST_TOTALS = ("net_sent_bytes", "net_recv_bytes", "disk_read_bytes", "disk_write_bytes")
-_GPU_STATS = ("util_pct", "mem_used_gib", "power_w", "temp_c", "sm_clock_mhz")
+_HOST_STATS = _mean_max_fields(schema.HostUse)  # cpu_pct, proc_cpu_pct, rss_gib, pss_gib
+_HOST_TOTALS = tuple(c for c in HOST_COLUMNS if c not in _HOST_STATS)  # since-start byte counters
+_GPU_STATS = _mean_max_fields(schema.GpuUse)  # every GPU metric but the energy counter
 
 # NVML enum values (nvml.h): NVML_TEMPERATURE_GPU = 0, NVML_CLOCK_SM = 1; used when a fake module
 # does not define them.
@@ -158,29 +197,36 @@ class _GpuProbe:
 
     def read(self) -> dict[str, float]:
         nv, h = self.nvml, self.handle
-        reads = {
-            "util_pct": lambda: float(nv.nvmlDeviceGetUtilizationRates(h).gpu),
-            "mem_used_gib": lambda: nv.nvmlDeviceGetMemoryInfo(h).used / GIB,
-            "power_w": lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0,  # NVML reports mW
-            "temp_c": lambda: float(
-                nv.nvmlDeviceGetTemperature(h, getattr(nv, "NVML_TEMPERATURE_GPU", _NVML_TEMPERATURE_GPU))
+        sample = GpuSample(
+            util_pct=_attempt(lambda: float(nv.nvmlDeviceGetUtilizationRates(h).gpu)),
+            mem_used_gib=_attempt(lambda: nv.nvmlDeviceGetMemoryInfo(h).used / GIB),
+            temp_c=_attempt(
+                lambda: float(
+                    nv.nvmlDeviceGetTemperature(h, getattr(nv, "NVML_TEMPERATURE_GPU", _NVML_TEMPERATURE_GPU))
+                )
             ),
-            "sm_clock_mhz": lambda: float(nv.nvmlDeviceGetClockInfo(h, getattr(nv, "NVML_CLOCK_SM", _NVML_CLOCK_SM))),
-        }
-        if self.mig:
-            # NVML measures power per physical GPU: a MIG handle answers NOT_SUPPORTED, and a driver that
-            # answered with the GPU's would count the other instances' jobs. Absent, never another's watts.
-            del reads["power_w"]
-        row: dict[str, float] = {}
-        for metric, fn in reads.items():
-            with contextlib.suppress(Exception):  # one failed NVML call drops one value, nothing else
-                row[gpu_column(self.index, metric)] = fn()
+            sm_clock_mhz=_attempt(
+                lambda: float(nv.nvmlDeviceGetClockInfo(h, getattr(nv, "NVML_CLOCK_SM", _NVML_CLOCK_SM)))
+            ),
+        )
+        # NVML measures power per physical GPU: a MIG handle answers NOT_SUPPORTED, and a driver that
+        # answered with the GPU's would count the other instances' jobs. Absent, never another's watts.
+        if not self.mig:
+            sample.power_w = _attempt(lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0)  # NVML reports mW
         energy = self._energy_mj()
         if energy is not None:
             if self._energy0_mj is None:  # the counter answered late: count from its first answer
                 self._energy0_mj = energy
-            row[gpu_column(self.index, "energy_j")] = (energy - self._energy0_mj) / 1000.0  # mJ -> J
-        return row
+            sample.energy_j = (energy - self._energy0_mj) / 1000.0  # mJ -> J
+        return {gpu_column(self.index, metric): value for metric, value in _present(sample).items()}
+
+
+def _attempt(read: Callable[[], float]) -> float | None:
+    """One NVML read; a failed call drops one value, nothing else."""
+    try:
+        return read()
+    except Exception:
+        return None
 
 
 class _HostProbe:
@@ -292,14 +338,14 @@ class _HostProbe:
 
     def read(self, final: bool = False) -> dict[str, float]:
         ps = self.ps
-        row: dict[str, float] = {}
+        row = HostSample()
         now, now_epoch = time.monotonic(), time.time()
         dt = now - self._last_wall
         cpu = self._cpu_busy_total()
         rate_ok = not self._first and dt >= self.min_window_s
         busy_pct = host_busy_pct(self._cpu_last, cpu) if cpu is not None and self._cpu_last is not None else None
         if rate_ok and busy_pct is not None:
-            row["cpu_pct"] = busy_pct
+            row.cpu_pct = busy_pct
         if cpu is not None:
             self._cpu_last = cpu
         try:
@@ -335,30 +381,30 @@ class _HostProbe:
                 delta_cpu_s += cpu_s  # started since the last sample: all its time is new
         self._proc_cpu_s = seen
         if root_read:  # without the root there is no tree to report: absent, not 0
-            row["rss_gib"] = rss / GIB
+            row.rss_gib = rss / GIB
             if pss is not None:
-                row["pss_gib"] = pss / GIB
+                row.pss_gib = pss / GIB
                 self._next_pss = now + max(PSS_EVERY_S, pss_cpu_s / PSS_CPU_SHARE)
             if rate_ok:
-                row["proc_cpu_pct"] = 100.0 * delta_cpu_s / dt  # 100 = one core busy
+                row.proc_cpu_pct = 100.0 * delta_cpu_s / dt  # 100 = one core busy
         net = self._net()
         if net is not None and self._net0 is not None:
-            row["net_sent_bytes"] = float(net[0] - self._net0[0])
-            row["net_recv_bytes"] = float(net[1] - self._net0[1])
+            row.net_sent_bytes = float(net[0] - self._net0[0])
+            row.net_recv_bytes = float(net[1] - self._net0[1])
         disk = self._disk()
         if disk is not None and self._disk0 is not None:
-            row["disk_read_bytes"] = float(disk[0] - self._disk0[0])
-            row["disk_write_bytes"] = float(disk[1] - self._disk0[1])
+            row.disk_read_bytes = float(disk[0] - self._disk0[0])
+            row.disk_write_bytes = float(disk[1] - self._disk0[1])
         self._first = False
         self._last_wall, self._last_epoch = now, now_epoch
-        return row
+        return _present(row)
 
 
-def _stats(values: list[float]) -> dict[str, float] | None:
-    vals = [v for v in values if v is not None and math.isfinite(v)]
+def _stats(values: Sequence[float | None]) -> schema.MeanMax | None:
+    vals = [float(v) for v in values if v is not None and math.isfinite(v)]
     if not vals:
         return None
-    return {"mean": sum(vals) / len(vals), "max": max(vals)}
+    return schema.MeanMax(mean=sum(vals) / len(vals), max=max(vals))
 
 
 def _last(rows: list[dict[str, Any]], key: str) -> float | None:
@@ -406,7 +452,7 @@ class UtilizationSampler:
             raise ValueError("monitor: pass gpu_indices or gpu_uuids, not both")
         self._gpu_indices = None if gpu_indices is None else list(gpu_indices)
         self._gpu_uuids = None if gpu_uuids is None else dict(gpu_uuids)
-        self.gpus_unmapped: list[dict[str, Any]] = []
+        self.gpus_unmapped: list[schema.UnmappedGpu] = []
         self._pid = os.getpid() if pid is None else pid
         self._nvml_arg = nvml
         self._nvml: Any | None = None
@@ -468,7 +514,7 @@ class UtilizationSampler:
                 try:
                     handle = nvml_handle_for_uuid(nvml, uuid)
                 except LookupError as e:  # sampled nothing rather than another job's GPU
-                    self.gpus_unmapped.append({"index": cuda_index, "uuid": uuid, "reason": str(e)})
+                    self.gpus_unmapped.append(schema.UnmappedGpu(index=cuda_index, uuid=uuid, reason=str(e)))
                     continue
                 self._gpus.append(_GpuProbe(nvml, cuda_index, handle, uuid=uuid))
             return
@@ -489,7 +535,7 @@ class UtilizationSampler:
         """The job's GPUs (when known) were not sampled at all: each is listed in `gpus_unmapped`, so the
         job's energy is None, not the sum of the ranks whose NVML did start (merge_utilization)."""
         for cuda_index, uuid in (self._gpu_uuids or {}).items():
-            self.gpus_unmapped.append({"index": cuda_index, "uuid": uuid, "reason": reason})
+            self.gpus_unmapped.append(schema.UnmappedGpu(index=cuda_index, uuid=uuid, reason=reason))
 
     def _stop_nvml(self) -> None:
         if self._nvml is not None:
@@ -568,43 +614,42 @@ class UtilizationSampler:
         """All rows as CSV (atomic write); a value missing from a row is an empty cell."""
         write_csv(Path(path), self.columns(), self.samples)
 
-    def summary(self) -> dict[str, Any]:
-        """Mean/max per metric and totals of the since-start counters; unmeasured keys are absent."""
+    def summary(self) -> schema.Utilization:
+        """Mean/max per metric and totals of the since-start counters; unmeasured figures are absent."""
         rows = self.samples
-        out: dict[str, Any] = {"interval_s": self.interval_s, "samples": len(rows), "hostname": socket.gethostname()}
+        out = schema.Utilization(interval_s=self.interval_s, samples=len(rows), hostname=socket.gethostname())
         if rows:
-            out["duration_s"] = rows[-1]["t_s"]
-        host: dict[str, Any] = {}
+            out.duration_s = rows[-1]["t_s"]
+        figures: dict[str, schema.MeanMax | float] = {}  # keyed by HostSample's names, HostUse's fields
         for key in _HOST_STATS:
             s = _stats([r.get(key) for r in rows])
             if s is not None:
-                host[key] = s
+                figures[key] = s
         for key in _HOST_TOTALS:
             total = _last(rows, key)
             if total is not None:
-                host[key] = total
-        out["host"] = host
+                figures[key] = total
+        out.host = schema.HostUse.model_validate(figures)
         if self._gpus:
             gpus = []
             for g in self._gpus:
-                entry: dict[str, Any] = {"index": g.index}
-                for key in ("uuid", "nvml_uuid", "name"):
-                    if getattr(g, key) is not None:
-                        entry[key] = getattr(g, key)
-                entry.update(_gpu_stats(rows, g.index))
-                energy = _last(rows, gpu_column(g.index, "energy_j"))
+                entry = _gpu_stats(rows, g.index)
+                for label, value in ((n, getattr(g, n)) for n in _GPU_LABELS):
+                    if value is not None:
+                        setattr(entry, label, value)
+                energy = _last(rows, gpu_column(g.index, _ENERGY))
                 if energy is not None:
-                    entry["energy_j"] = energy
+                    entry.energy_j = energy
                 gpus.append(entry)
-            out["gpus"] = gpus
+            out.gpus = gpus
         if self.gpus_unmapped:
-            out["gpus_unmapped"] = [dict(u) for u in self.gpus_unmapped]
+            out.gpus_unmapped = [u.model_copy() for u in self.gpus_unmapped]
         window = self._window_summary(rows)
         if window is not None:
-            out["measured_window"] = window
+            out.measured_window = window
         return out
 
-    def _window_summary(self, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    def _window_summary(self, rows: list[dict[str, Any]]) -> schema.MeasuredWindowUse | None:
         """The rows sampled inside the measured window (a row's rates cover the interval before it, so a
         row in (start, end] of a span) and the energy counted between the window's own marks; None when
         no window was marked."""
@@ -614,29 +659,37 @@ class UtilizationSampler:
             return None
         spans = self.window_spans()
         inside = [r for r in rows if any(a < r["t_s"] <= b for a, b in spans)]
-        out: dict[str, Any] = {"duration_s": sum(b - a for a, b in spans), "spans": len(spans), "samples": len(inside)}
-        host = {k: s for k in _HOST_STATS if (s := _stats([r.get(k) for r in inside])) is not None}
-        out["host"] = host
+        out = schema.MeasuredWindowUse(
+            duration_s=float(sum(b - a for a, b in spans)), spans=len(spans), samples=len(inside)
+        )
+        out.host = schema.HostUse.model_validate(
+            {k: s for k in _HOST_STATS if (s := _stats([r.get(k) for r in inside])) is not None}
+        )
         if self._gpus:
             gpus = []
             for g in self._gpus:
-                entry: dict[str, Any] = {"index": g.index, **_gpu_stats(inside, g.index)}
+                entry = _gpu_stats(inside, g.index)
                 energy = _window_energy_j(marks, g.index)
                 if energy is not None:
-                    entry["energy_j"] = energy
+                    entry.energy_j = energy
                 gpus.append(entry)
-            out["gpus"] = gpus
+            out.gpus = gpus
         return out
 
 
-def _gpu_stats(rows: Sequence[Mapping[str, Any]], index: int) -> dict[str, Any]:
-    """Mean/max of each sampled metric of GPU `index` over `rows`; unmeasured metrics absent."""
-    out = {}
+# the GPU's identity in its summary (set when known), and the energy counter's column
+_GPU_LABELS = tuple(n for n in schema.GpuUse.model_fields if n not in GPU_METRICS and n != "index")
+_ENERGY = next(m for m in GPU_METRICS if m not in _GPU_STATS)
+
+
+def _gpu_stats(rows: Sequence[Mapping[str, Any]], index: int) -> schema.GpuUse:
+    """GPU `index`'s summary: the mean/max of each sampled metric over `rows`; unmeasured metrics absent."""
+    entry = schema.GpuUse(index=index)
     for metric in _GPU_STATS:
         s = _stats([r.get(gpu_column(index, metric)) for r in rows])
         if s is not None:
-            out[metric] = s
-    return out
+            setattr(entry, metric, s)
+    return entry
 
 
 def _window_energy_j(marks: Sequence[tuple[float, bool, Mapping[int, float | None]]], index: int) -> float | None:
@@ -655,13 +708,13 @@ def _window_energy_j(marks: Sequence[tuple[float, bool, Mapping[int, float | Non
     return total
 
 
-def energy_j(summary: Mapping[str, Any], job_gpus: int | None = None) -> float | None:
+def energy_j(summary: schema.Utilization, job_gpus: int | None = None) -> float | None:
     """Total GPU energy in J over the sampled block; None unless every GPU of the job was sampled and
     has a counter (a partial sum would understate it). `job_gpus`: how many GPUs the job used, when the
     summary may hold fewer than all of them (a multi-rank run that failed has rank 0's sampler only)."""
-    gpus = summary.get("gpus") or []
-    if not gpus or summary.get("gpus_unmapped") or any("energy_j" not in g for g in gpus):
+    gpus = summary.gpus
+    if not gpus or summary.gpus_unmapped or any(g.energy_j is None for g in gpus):
         return None
     if job_gpus is not None and len(gpus) < job_gpus:
         return None
-    return float(sum(g["energy_j"] for g in gpus))
+    return float(sum(g.energy_j or 0.0 for g in gpus))

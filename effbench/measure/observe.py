@@ -12,13 +12,22 @@ summarize(...)        pure: everything above + the run record -> the keys, the M
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from pydantic import BaseModel
+
+from effbench import schema
 from effbench.analysis import efficiency as analysis
 from effbench.measure.flops import StepFlops
 from effbench.measure.monitor import UtilizationSampler, energy_j
+
+if TYPE_CHECKING:
+    from effbench.measure.profiling import ProfileInfo
 
 FLOP_COUNT_BATCH = 2  # FLOPs per image do not depend on the batch; 2 keeps BatchNorm well-defined
 
@@ -62,19 +71,29 @@ def reset_peak_memory(cuda_indices: Sequence[int]) -> None:
         torch.cuda.reset_peak_memory_stats(i)
 
 
-def peak_memory(cuda_indices: Sequence[int]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class PeakMemory:
+    """One GPU's peak allocated and reserved memory over the measured window, and its size, GiB."""
+
+    cuda_index: int
+    allocated_gib: float
+    reserved_gib: float
+    total_gib: float
+
+
+def peak_memory(cuda_indices: Sequence[int]) -> list[PeakMemory]:
     """Peak allocated and reserved GiB on each of these GPUs since the last reset; [] on the CPU."""
     if not cuda_indices:
         return []
     import torch
 
     return [
-        {
-            "cuda_index": i,
-            "peak_mem_allocated_gib": torch.cuda.max_memory_allocated(i) / 2**30,
-            "peak_mem_reserved_gib": torch.cuda.max_memory_reserved(i) / 2**30,
-            "mem_total_gib": torch.cuda.get_device_properties(i).total_memory / 2**30,
-        }
+        PeakMemory(
+            cuda_index=i,
+            allocated_gib=torch.cuda.max_memory_allocated(i) / 2**30,
+            reserved_gib=torch.cuda.max_memory_reserved(i) / 2**30,
+            total_gib=torch.cuda.get_device_properties(i).total_memory / 2**30,
+        )
         for i in cuda_indices
     ]
 
@@ -100,7 +119,7 @@ class MeasuredWindow:
         self._reset = reset or reset_peak_memory
         self._read = read or peak_memory
         self.is_open = False
-        self._peaks: dict[int, dict[str, Any]] = {}
+        self._peaks: dict[int, PeakMemory] = {}
 
     def on_phase(self, name: str) -> None:
         if name == "epochs":
@@ -120,23 +139,24 @@ class MeasuredWindow:
             return
         self.sampler.window(False)
         for row in self._read(self.cuda_indices):  # the peaks since open(): one span's
-            old = self._peaks.get(row["cuda_index"])
-            if old is None:
-                self._peaks[row["cuda_index"]] = dict(row)
-            else:
-                for key in ("peak_mem_allocated_gib", "peak_mem_reserved_gib"):
-                    old[key] = max(old[key], row[key])
+            old = self._peaks.get(row.cuda_index)
+            if old is not None:
+                row = PeakMemory(
+                    row.cuda_index,
+                    max(old.allocated_gib, row.allocated_gib),
+                    max(old.reserved_gib, row.reserved_gib),
+                    row.total_gib,
+                )
+            self._peaks[row.cuda_index] = row
         self.is_open = False
 
-    def peak_memory(self) -> list[dict[str, Any]]:
+    def peak_memory(self) -> list[PeakMemory]:
         """Each GPU's peaks over the window's spans; [] when no span closed (nothing measured, or the CPU)."""
         self.close()
-        return [dict(v) for _, v in sorted(self._peaks.items())]
+        return [v for _, v in sorted(self._peaks.items())]
 
 
-def profile(
-    step: Any, loader: Any, *, device_type: str, out_dir: Path | None, rank: int, active: int
-) -> dict[str, Any]:
+def profile(step: Any, loader: Any, *, device_type: str, out_dir: Path | None, rank: int, active: int) -> ProfileInfo:
     """The profiling pass on a fresh pass over the loader; out_dir None (no shared folder) skips files."""
     import tempfile
 
@@ -147,147 +167,167 @@ def profile(
             info = run_profile_pass(
                 step, iter(loader), device_type=device_type, out_dir=Path(tmp), rank=rank, active=active
             )
-        info["trace"] = None
-        info["tables"] = {}
+        info.trace = None
+        info.tables = {}
         return info
     return run_profile_pass(step, iter(loader), device_type=device_type, out_dir=out_dir, rank=rank, active=active)
 
 
-def _energy(record: Mapping[str, Any], utilization: Mapping[str, Any] | None, job_gpus: int | None) -> dict[str, Any]:
-    """energy_j and images_per_j of the measured steps alone (the counter read as the window opened and
-    closed, monitor.py; not warm-up, compile, validation) over the same steps' images (every rank's), or
-    energy_note saying why there is none. `job_gpus`: the job's GPU count; None on the CPU."""
-    out: dict[str, Any] = {}
-    window = (utilization or {}).get("measured_window")
+def _energy(
+    record: schema.Results, utilization: schema.Utilization | None, job_gpus: int | None
+) -> tuple[float | None, float | None, str | None]:
+    """(energy_j, images_per_j, energy_note) of the measured steps alone (the counter read as the window
+    opened and closed, monitor.py; not warm-up, compile, validation) over the same steps' images (every
+    rank's), or the note saying why there is none. `job_gpus`: the job's GPU count; None on the CPU."""
+    window = utilization.measured_window if utilization else None
     energy = None
     if utilization and window is not None:
-        in_window = {"gpus": window.get("gpus") or [], "gpus_unmapped": utilization.get("gpus_unmapped")}
-        energy = energy_j(in_window, job_gpus)
-    sampled = len((utilization or {}).get("gpus") or [])
+        # the window's GPUs, and the block's unmapped ones (a GPU never sampled voids the sum)
+        energy = energy_j(schema.Utilization(gpus=window.gpus, gpus_unmapped=utilization.gpus_unmapped), job_gpus)
+    sampled = len(utilization.gpus) if utilization else 0
+    note = None
     if energy is None and job_gpus is not None and utilization and sampled < job_gpus:
         # e.g. a failed multi-rank run (no gather after a failure: rank 0's sampler alone), a rank whose
         # NVML did not start; a partial sum would make energy per image look N times better
-        out["energy_note"] = f"not measured on every GPU: {sampled} of the job's {job_gpus} sampled"
+        note = f"not measured on every GPU: {sampled} of the job's {job_gpus} sampled"
     elif energy is None and job_gpus is not None and utilization and window is None:
-        out["energy_note"] = "no measured window was marked (no measured step ended)"
+        note = "no measured window was marked (no measured step ended)"
+    per_j = None
     if energy is not None:
-        out["energy_j"] = energy
-        per_j = analysis.images_per_joule(int((record.get("measured") or {}).get("images") or 0), energy)
-        if per_j is not None:
-            out["images_per_j"] = per_j
-    return out
+        per_j = analysis.images_per_joule(int(record.measured.images if record.measured else 0), energy)
+    return energy, per_j, note
 
 
-def _verdict_scope(utilization: Mapping[str, Any] | None) -> tuple[float | None, Mapping[str, Any]]:
+def _verdict_scope(utilization: schema.Utilization | None) -> tuple[float | None, schema.HostUse]:
     """(mean GPU utilisation, host summary) for the verdict: the measured window's samples, as the data-wait
     share it is set against. A window too short to hold a CPU sample (a few CPU steps) takes the whole
     block's host figures rather than give no CPU verdict at all; no window at all: the whole block's."""
-    window = (utilization or {}).get("measured_window")
-    scope = window if window is not None else (utilization or {})
+    if utilization is None:
+        return None, schema.HostUse()
+    scope: schema.Utilization | schema.MeasuredWindowUse = utilization.measured_window or utilization
     gpu_util = None
-    means = [g["util_pct"]["mean"] for g in scope.get("gpus") or [] if g.get("util_pct")]
+    means = [g.util_pct.mean for g in scope.gpus if g.util_pct and g.util_pct.mean is not None]
     if means:
         gpu_util = sum(means) / len(means)
-    host = scope.get("host") or {}
-    if not host.get("proc_cpu_pct"):
-        host = (utilization or {}).get("host") or {}
+    host = scope.host
+    if not host.proc_cpu_pct:
+        host = utilization.host
     return gpu_util, host
 
 
 def _allreduce_share(
-    profile_info: Mapping[str, Any] | None, phases: Sequence[Mapping[str, Any]], device_type: str
+    profile_info: ProfileInfo | None, phases: Sequence[schema.ProfilePhase], device_type: str
 ) -> float | None:
     """The verdict's communication share. On CUDA: the exposed share measured on the trace's timeline
     (profiling.exposed_communication: collective kernels not hidden behind compute on other streams);
     the all_reduce phase's device time would count an all-reduce that overlaps backward in full. On the
     CPU (gloo): the all_reduce phase's host share, as before. None when not measured."""
     if device_type == "cuda":
-        return (profile_info or {}).get("exposed_comm_share")
+        return profile_info.comm.exposed_comm_share if profile_info and profile_info.comm else None
     return _phase_share(phases, "all_reduce", False)
 
 
-def _phase_share(phases: Sequence[Mapping[str, Any]], name: str, device: bool) -> float | None:
+def _phase_share(phases: Sequence[schema.ProfilePhase], name: str, device: bool) -> float | None:
     for row in phases:
-        if row.get("phase") == name and row.get("calls"):
-            return row.get("device_share_of_step" if device else "cpu_share_of_step")
+        if row.phase == name and row.calls:
+            return row.device_share_of_step if device else row.cpu_share_of_step
     return None
 
 
-# The process tree's CPU (monitor.py), summed over the ranks of rank 0's node for the CPU verdict. cpu_pct (the
-# whole host's) and the byte counters (host-wide) are rank 0's alone, as every rank's would be the same; the
-# tree's memory (rss_gib, pss_gib) stays rank 0's, with the max the sweep tables read (a sum of the ranks'
-# maxes would be a bound, not a peak).
-_TREE_KEYS = ("proc_cpu_pct",)
+def _tree_mean(host: schema.HostUse) -> float | None:
+    """The process tree's CPU mean, the one figure summed over the ranks of a node (_node_host)."""
+    return host.proc_cpu_pct.mean if host.proc_cpu_pct else None
 
 
-def _node_host(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Rank 0's host summary with its process tree's keys summed over `summaries` (every rank on its node).
+def _node_host(hosts: Sequence[schema.HostUse]) -> schema.HostUse:
+    """Rank 0's host summary with its process tree's CPU summed over `hosts` (every rank on its node).
 
     Under torchrun the ranks are siblings, each sampling its own tree (its loader workers included), so
     rank 0's tree alone is 1/N of the job's CPU use against the node's whole allowance (`--nproc 2` read
     0.54 cores of 2 and called its own second rank "other processes"). The sum of each tree's mean is the
     mean of the sum (one mean per rank over the same run); a max of the sum is not known from the ranks'
-    maxes, so a summed key keeps its mean alone, with `ranks`: how many trees it adds up."""
-    host = dict(summaries[0].get("host") or {})
-    if len(summaries) < 2:
+    maxes, so the summed figure keeps its mean alone, with `ranks`: how many trees it adds up. cpu_pct (the
+    whole host's) and the byte counters (host-wide) are rank 0's alone, as every rank's would be the same;
+    the tree's memory (rss_gib, pss_gib) stays rank 0's, with the max the sweep tables read (a sum of the
+    ranks' maxes would be a bound, not a peak)."""
+    host = hosts[0].model_copy()
+    if len(hosts) < 2:
         return host
-    for key in _TREE_KEYS:
-        means = [((u.get("host") or {}).get(key) or {}).get("mean") for u in summaries]
-        if all(m is not None for m in means):
-            host[key] = {"mean": float(sum(means)), "ranks": len(means)}
-        else:  # a rank that did not sample it: a partial sum would understate the node's use
-            host.pop(key, None)
+    means = [_tree_mean(h) for h in hosts]
+    if all(m is not None for m in means):
+        host.proc_cpu_pct = schema.MeanMax(mean=float(sum(m for m in means if m is not None)), ranks=len(means))
+    elif host.proc_cpu_pct is not None:  # a rank that did not sample it: a partial sum would understate it
+        host.proc_cpu_pct = None
+        host.model_fields_set.discard(_PROC_CPU)
     return host
 
 
-def merge_utilization(per_rank: Sequence[Mapping[str, Any] | None]) -> dict[str, Any] | None:
+# the one host figure summed over a node's ranks (the process tree's CPU), by the field's name in the model
+_PROC_CPU = next(n for n in schema.HostUse.model_fields if n.startswith("proc_cpu"))
+
+
+def merge_utilization(per_rank: Sequence[schema.Utilization | None]) -> schema.Utilization | None:
     """One summary for the job: every rank's GPU rows (each rank samples only its own GPUs) and the host
     figures of rank 0's node, its process tree's CPU and memory summed over every rank on that node (a
     summary's `hostname`, monitor.py; rank 0 first). Ranks on other hosts are left out of the host sums."""
-    present = [(u, u.get("hostname")) for u in per_rank if u]
+    present = [u for u in per_rank if u]
     if not present:
         return None
-    on_node = {present[0][1]}  # a summary without a hostname (an older writer): one node
-    node = [u for u, h in present if h in on_node]
-    merged = dict(present[0][0])
-    merged["host"] = _node_host(node)
-    for key in ("gpus", "gpus_unmapped"):
-        rows = [g for u, _ in present for g in u.get(key, [])]
+    on_node = present[0].hostname  # a summary without a hostname (an older writer): one node
+    node = [u for u in present if u.hostname == on_node]
+    merged = present[0].model_copy()
+    merged.host = _node_host([u.host for u in node])
+    gpus = [g for u in present for g in u.gpus]
+    unmapped = [g for u in present for g in u.gpus_unmapped]
+    if gpus:  # a rank's summary holds no empty list: absent stays absent
+        merged.gpus = gpus
+    if unmapped:
+        merged.gpus_unmapped = unmapped
+    windows = [u.measured_window for u in present]
+    if all(w is not None for w in windows):
+        in_window = [w for w in windows if w is not None]
+        window = in_window[0].model_copy()
+        window.host = _node_host([w.host for u, w in zip(present, in_window, strict=True) if u.hostname == on_node])
+        rows = [g for w in in_window for g in w.gpus]
         if rows:
-            merged[key] = rows
-        else:
-            merged.pop(key, None)
-    windows = [u.get("measured_window") for u, _ in present]
-    if all(windows):
-        window = dict(windows[0])
-        window["host"] = _node_host([w for (_, h), w in zip(present, windows, strict=True) if h in on_node])
-        rows = [g for w in windows for g in w.get("gpus", [])]
-        if rows:
-            window["gpus"] = rows
-        merged["measured_window"] = window
-    else:
-        merged.pop("measured_window", None)  # some rank marked none: no job-wide window figures
+            window.gpus = rows
+        merged.measured_window = window
+    elif merged.measured_window is not None:  # some rank marked none: no job-wide window figures (absent)
+        merged.measured_window = None
+        merged.model_fields_set.discard(_field_holding(schema.Utilization, schema.MeasuredWindowUse))
     return merged
 
 
-def run_device_type(record: Mapping[str, Any]) -> str:
+def _field_holding(model: type[BaseModel], section: type[BaseModel]) -> str:
+    """The name of `model`'s field that holds a `section`: the field named by the model, not retyped here."""
+    return next(n for n, f in model.model_fields.items() if section in typing.get_args(f.annotation))
+
+
+def run_device_type(record: schema.Results) -> str:
     """The device type the run trained on ("cuda", "cpu"): the launch plan's, which the runner records as
     `launch.device_type` (run/folder.py `plan_dict`), else config.json's resolved `device` (resolved_record).
     Never read from the `device` label: a DataParallel run's starts with its GPU count ("1 x cuda:0 (...)
     (DataParallel)") and a one-GPU one has strategy "single", so a CUDA run read as a CPU one (no MFU)."""
-    launch = record.get("launch") or {}
-    config = record.get("config") or {}
-    return str(launch.get("device_type") or config.get("device") or "cpu")
+    return str(record.launch.device_type or record.config.device or "cpu")
+
+
+class _Efficiency(NamedTuple):
+    """analysis.compute_efficiency's keys that the record keeps (absent there: None here)."""
+
+    achieved_tflops: float | None
+    mfu: float | None
+    peak_tflops_per_device: float | None
+    precision: str | None
 
 
 def summarize(
-    record: Mapping[str, Any],
+    record: schema.Results,
     *,
     flops_image: float | None,
     flops_forward_image: float | None = None,
-    utilization: Mapping[str, Any] | None,
-    memory: Sequence[Mapping[str, float] | None],
-    profile_info: Mapping[str, Any] | None,
+    utilization: schema.Utilization | None,
+    memory: Sequence[PeakMemory | None],
+    profile_info: ProfileInfo | None,
     cpu_quota_cores: float | None,
     workers_per_process: int,
     processes_per_node: int,
@@ -296,12 +336,13 @@ def summarize(
     run_dir: Path | None = None,
     flops_matmul_image: float | None = None,
     tf32_matmul_enabled: bool = False,
-) -> dict[str, Any]:
-    """The observability keys of results.json, from the measurements. Pure: no torch, no I/O.
+    verdict: bool = True,
+) -> schema.Results:
+    """`record` (not changed) with its observability fields set from the measurements. Pure: no torch, no I/O.
 
     `timed_step_times_s`: rank 0's measured step times, the noise the profiler's cost is judged against.
     `run_dir`: profile files are recorded relative to it, so the folder can move (readers resolve them
-    with `results.in_run_dir`).
+    with `results.in_run_dir`). `verdict` False (--data-only: no model ran) leaves the verdict out.
 
     `memory` holds one entry per GPU the job used (every rank's, every DataParallel device's), each the
     peak of the measured window (MeasuredWindow).
@@ -314,30 +355,30 @@ def summarize(
     The verdict's GPU utilisation and process CPU, and images per joule, read the utilisation summary's
     `measured_window` (the measured steps alone). A summary without one (no window marked) has no energy;
     its utilisation, and the CPU figures of a window too short to hold a sample, are the whole block's."""
-    out: dict[str, Any] = {}
+    out = record.model_copy()
     device_type = run_device_type(record)
-    gpu_names = [g.get("name") for g in (record.get("env") or {}).get("gpus", [])]
-    gpu_caps = [g.get("capability") for g in (record.get("env") or {}).get("gpus", [])]
-    throughput = record.get("throughput_img_s")
-    devices = int(record.get("devices") or record.get("world_size") or 1)
+    gpu_names = [g.name for g in record.env.gpus]
+    gpu_caps = [g.capability for g in record.env.gpus]
+    throughput = record.throughput_img_s
+    devices = int(record.devices or record.world_size or 1)
 
     if utilization:
-        out["utilization"] = dict(utilization)
+        out.utilization = utilization
     mems = [m for m in memory if m]
     if mems:
-        out["peak_mem_gib"] = max(m["peak_mem_allocated_gib"] for m in mems)
-        out["peak_mem_reserved_gib"] = max(m["peak_mem_reserved_gib"] for m in mems)
+        out.peak_mem_gib = max(m.allocated_gib for m in mems)
+        out.peak_mem_reserved_gib = max(m.reserved_gib for m in mems)
     if flops_image is not None:
-        out["flops_per_image"] = flops_image
+        out.flops_per_image = flops_image
         if flops_forward_image is not None:  # to hold against published forward GMACs (x 2)
-            out["flops_forward_per_image"] = flops_forward_image
+            out.flops_forward_per_image = flops_forward_image
         capability = analysis.parse_capability(gpu_caps[0]) if device_type == "cuda" and gpu_caps else None
-        eff = analysis.compute_efficiency(
+        found = analysis.compute_efficiency(
             flops_image,
             throughput,
             gpu_name=gpu_names[0] if device_type == "cuda" and gpu_names else None,
             precision=analysis.kind_precisions(
-                record.get("precision", "fp32"),
+                record.precision or "fp32",
                 flops_image,
                 flops_matmul_image,
                 conv_tf32=tf32_enabled,
@@ -346,53 +387,70 @@ def summarize(
             ),
             world_size=devices,
         )
-        if "achieved_tflops" in eff:
-            out["achieved_tflops"] = eff["achieved_tflops"]
-        if "mfu" in eff:
-            out["mfu"] = eff["mfu"]
-            out["mfu_peak_tflops_per_device"] = eff["peak_tflops_per_device"]
-            out["mfu_peak_precision"] = eff["precision"]
+        eff = _Efficiency(**{k: found.get(k) for k in _Efficiency._fields})  # unknown: absent there, None here
+        if eff.achieved_tflops is not None:
+            out.achieved_tflops = eff.achieved_tflops
+        if eff.mfu is not None:
+            out.mfu = eff.mfu
+            out.mfu_peak_tflops_per_device = eff.peak_tflops_per_device
+            out.mfu_peak_precision = eff.precision
     # the job's GPUs: every rank's under DDP, every DataParallel device (LaunchPlan.devices)
-    out.update(_energy(record, utilization, devices if device_type == "cuda" else None))
+    energy, per_j, note = _energy(record, utilization, devices if device_type == "cuda" else None)
+    if note is not None:
+        out.energy_note = note
+    if energy is not None:
+        out.energy_j = energy
+        if per_j is not None:
+            out.images_per_j = per_j
     if profile_info:
-        timed = list(timed_step_times_s)
-        out["profile"] = {
-            "phases": profile_info.get("phases"),
-            "tables": {k: _relative(v, run_dir) for k, v in (profile_info.get("tables") or {}).items()},
-            "trace": _relative(profile_info["trace"], run_dir) if profile_info.get("trace") else None,
-            "active_steps": profile_info.get("active_steps"),
-            "profiled_step_time_s": profile_info.get("profiled_step_time_s"),
-            "timed_step_time_s": sum(timed) / len(timed) if timed else None,
-            **analysis.profiler_overhead(profile_info.get("profiled_step_times_s") or [], timed),
-        }
-        for key in ("comm_kernel_s", "exposed_comm_s", "exposed_comm_share", "exposed_comm_error"):  # CUDA: the trace
-            if profile_info.get(key) is not None:
-                out["profile"][key] = profile_info[key]
-    phases = (profile_info or {}).get("phases") or []
+        out.profile = _profile(profile_info, timed_step_times_s, run_dir)
+    phases = profile_info.phases if profile_info else []
     gpu_util, host = _verdict_scope(utilization)
     peak_fraction = None
     if mems:
         # allocated: the reserved pool keeps blocks cached before the window (see MEMORY_BOUND_FRACTION)
-        peak_fraction = max(m["peak_mem_allocated_gib"] / m["mem_total_gib"] for m in mems if m.get("mem_total_gib"))
+        peak_fraction = max(m.allocated_gib / m.total_gib for m in mems if m.total_gib)
     m = analysis.Measurements(
-        data_time_share=record.get("data_time_share") or 0.0,
+        data_time_share=record.data_time_share or 0.0,
         gpu_util_pct_mean=gpu_util,
         allreduce_share=_allreduce_share(profile_info, phases, device_type) if devices > 1 else None,
         peak_mem_fraction=peak_fraction,
         cpu_quota_cores=cpu_quota_cores,
         workers=workers_per_process * processes_per_node,
         processes=processes_per_node,
-        mfu=out.get("mfu"),
+        mfu=out.mfu,
         device_type=device_type,
-        measured_steps=int((record.get("measured") or {}).get("steps") or 0),
-        proc_cpu_pct_mean=(host.get("proc_cpu_pct") or {}).get("mean"),
-        host_cpu_pct_mean=(host.get("cpu_pct") or {}).get("mean"),
-        threads_per_process=(record.get("launch") or {}).get("threads_per_proc"),
+        measured_steps=int(record.measured.steps if record.measured else 0),
+        proc_cpu_pct_mean=host.proc_cpu_pct.mean if host.proc_cpu_pct else None,
+        host_cpu_pct_mean=host.cpu_pct.mean if host.cpu_pct else None,
+        threads_per_process=record.launch.threads_per_proc,
     )
     v = analysis.verdict(m)
-    if v is not None:  # no measured step: no verdict
-        out["verdict"] = analysis.verdict_dict(v)
+    if v is not None and verdict:  # no measured step: no verdict
+        out.verdict = schema.Verdict(bottleneck=v.bottleneck, evidence=v.evidence, advice=v.advice)
     return out
+
+
+def _profile(info: ProfileInfo, timed_step_times_s: Sequence[float], run_dir: Path | None) -> schema.Profile:
+    """The record's profile section: the pass's phases and files (relative to the run folder), its step
+    time beside the timed steps' mean, and the profiler's own cost (analysis.profiler_overhead)."""
+    timed = list(timed_step_times_s)
+    profile = schema.Profile(
+        phases=info.phases,
+        tables={k: _relative(v, run_dir) for k, v in info.tables.items()},
+        trace=_relative(info.trace, run_dir) if info.trace else None,
+        active_steps=info.active_steps,
+        profiled_step_time_s=info.profiled_step_time_s,
+        timed_step_time_s=sum(timed) / len(timed) if timed else None,
+    )
+    # analysis/efficiency's overhead (a figure or a note why none), keyed by the record's own field names
+    overhead = analysis.profiler_overhead(info.profiled_step_times_s, timed)
+    profile = schema.Profile.model_validate({**profile.model_dump(exclude_unset=True), **overhead})
+    if info.comm is not None:  # CUDA: the collectives on the trace's timeline
+        for f in dataclasses.fields(info.comm):
+            if getattr(info.comm, f.name) is not None:
+                setattr(profile, f.name, getattr(info.comm, f.name))
+    return profile
 
 
 def _relative(path: Any, run_dir: Path | None) -> str:

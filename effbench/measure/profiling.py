@@ -27,9 +27,11 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from effbench import schema
 from effbench.results import NO_SPACE_ERRNOS, atomic_write_text, no_space_error
 
 PHASE_H2D = "h2d_copy"
@@ -95,7 +97,43 @@ def _covered_us(spans: list[tuple[float, float]], cover: list[tuple[float, float
     return total
 
 
-def exposed_communication(trace_events: Iterable[dict[str, Any]]) -> dict[str, float]:
+@dataclass
+class Comm:
+    """The collectives on a CUDA trace's device timeline (exposed_communication), or why they could not be read."""
+
+    comm_kernel_s: float | None = None
+    exposed_comm_s: float | None = None
+    exposed_comm_share: float | None = None
+    """exposed_comm_s over the active steps' wall time."""
+    exposed_comm_error: str | None = None
+
+
+@dataclass
+class ProfileInfo:
+    """What the profiling pass measured and wrote (run_profile_pass); observe.summarize makes the record's
+    profile section of it."""
+
+    phases: list[schema.ProfilePhase]
+    """phase_breakdown's rows."""
+    phase_table: str
+    tables: dict[str, Path]
+    """by_device_time, by_cpu_time, phases: the files written."""
+    trace: Path | None
+    profiled_step_time_s: float | None
+    """Mean host wall time of an active step (data wait + step, after a device sync on CUDA); None when no
+    active step ran."""
+    profiled_step_times_s: list[float]
+    """The samples, to judge the cost against the timed steps' noise."""
+    active_steps: int
+    wait_steps: int
+    warmup_steps: int
+    device_table: bool
+    """False on CPU-only runs."""
+    comm: Comm | None = None
+    """CUDA: the collectives on the trace's timeline."""
+
+
+def exposed_communication(trace_events: Iterable[dict[str, Any]]) -> Comm:
     """Communication time on the device timeline of a Chrome trace (torch.profiler's export_chrome_trace
     events), in seconds: `comm_kernel_s`, the union of the collective (NCCL) kernels' spans, and
     `exposed_comm_s`, the part of it during which no compute kernel ran on the same device. DDP launches
@@ -120,7 +158,7 @@ def exposed_communication(trace_events: Iterable[dict[str, Any]]) -> dict[str, f
         length = sum(e - s for s, e in merged)
         total_us += length
         exposed_us += length - _covered_us(merged, _merge_overlaps(compute.get(device, [])))
-    return {"comm_kernel_s": total_us / 1e6, "exposed_comm_s": exposed_us / 1e6}
+    return Comm(comm_kernel_s=total_us / 1e6, exposed_comm_s=exposed_us / 1e6)
 
 
 def read_trace_events(path: Path) -> list[dict[str, Any]]:
@@ -132,7 +170,7 @@ def read_trace_events(path: Path) -> list[dict[str, Any]]:
         return list(json.load(f).get("traceEvents") or [])
 
 
-def phase_breakdown(events: Iterable[Any], *, with_device: bool) -> list[dict[str, Any]]:
+def phase_breakdown(events: Iterable[Any], *, with_device: bool) -> list[schema.ProfilePhase]:
     """One row per phase (data_wait first, then PHASES) from the profiler's events (`prof.events()`).
 
     A phase's CPU time is the host wall time inside its record_function ranges, summed over the
@@ -186,28 +224,29 @@ def phase_breakdown(events: Iterable[Any], *, with_device: bool) -> list[dict[st
     step_dev_s = dev_s(STEP)
     rows = []
     for name in (DATA_WAIT, *PHASES):
-        row: dict[str, Any] = {
-            "phase": name,
-            "calls": len(windows[name]),
-            "cpu_time_s": cpu_s(name),
-            "cpu_share_of_step": cpu_s(name) / iteration_cpu_s if iteration_cpu_s > 0 else None,
-        }
-        if with_device:
-            row["device_time_s"] = dev_s(name)
-            row["device_share_of_step"] = dev_s(name) / step_dev_s if step_dev_s > 0 else None
+        row = schema.ProfilePhase(
+            phase=name,
+            calls=len(windows[name]),
+            cpu_time_s=cpu_s(name),
+            cpu_share_of_step=cpu_s(name) / iteration_cpu_s if iteration_cpu_s > 0 else None,
+        )
+        if with_device:  # absent on the CPU (not null): no device timeline was recorded
+            row.device_time_s = dev_s(name)
+            row.device_share_of_step = dev_s(name) / step_dev_s if step_dev_s > 0 else None
         rows.append(row)
     return rows
 
 
-def phase_table(rows: list[dict[str, Any]]) -> str:
-    """The phase rows as a plain-text table (tabulate)."""
+def phase_table(rows: list[schema.ProfilePhase]) -> str:
+    """The phase rows as a plain-text table (tabulate), a column per field the rows hold."""
     from tabulate import tabulate
 
     def fmt(v: Any) -> Any:
         return "-" if v is None else v
 
-    headers = list(rows[0]) if rows else []
-    body = [[fmt(r.get(h)) for h in headers] for r in rows]
+    dumped = [r.model_dump(exclude_unset=True) for r in rows]
+    headers = list(dumped[0]) if dumped else []
+    body = [[fmt(r.get(h)) for h in headers] for r in dumped]
     return tabulate(body, headers=headers, floatfmt=".4f")
 
 
@@ -239,15 +278,11 @@ def run_profile_pass(
     warmup: int = 1,
     active: int = 3,
     row_limit: int = 15,
-) -> dict[str, Any]:
+) -> ProfileInfo:
     """Run wait + warmup + active steps under torch.profiler; write the trace and tables.
 
-    Returns {"phases": [...rows of phase_breakdown...], "phase_table": str, "tables":
-    {"by_device_time", "by_cpu_time", "phases"} (paths), "trace": path, "profiled_step_time_s": mean
-    host wall time of an active step (data wait + step, after a device sync on CUDA) or None when no
-    active step ran, "active_steps", "wait_steps", "warmup_steps": steps actually run in each stage,
-    "device_table": False on CPU-only runs}. Stops early, and says so in the counts, if `batches`
-    runs out.
+    Returns the ProfileInfo: the phase rows and table, the files, the active steps' times, the steps
+    actually run in each stage. Stops early, and says so in the counts, if `batches` runs out.
     """
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
@@ -308,22 +343,22 @@ def run_profile_pass(
             prof.step()
     # Leaving the profiler ends a cut-short active window and fires on_trace_ready; a pass that
     # never reached the active steps has no trace.
-    comm: dict[str, Any] = {}
+    comm: Comm | None = None
     try:
         if plain_trace.exists():
             if on_cuda and active_times_s:  # the collectives on the device timeline, before the file is gzipped
                 try:
                     comm = exposed_communication(read_trace_events(plain_trace))
-                    comm["exposed_comm_share"] = comm["exposed_comm_s"] / sum(active_times_s)
+                    comm.exposed_comm_share = (comm.exposed_comm_s or 0.0) / sum(active_times_s)
                 except (ValueError, KeyError, TypeError) as e:  # an unreadable trace: no share, the pass goes on
-                    comm = {"exposed_comm_error": f"{type(e).__name__}: {e}".splitlines()[0]}
+                    comm = Comm(exposed_comm_error=f"{type(e).__name__}: {e}".splitlines()[0])
             _gzip_file(plain_trace, trace)
     finally:
         # A trace cut short (disk full) is never left behind, nor torch's own temporary file.
         for partial in (plain_trace, plain_trace.with_name(plain_trace.name + ".tmp")):
             partial.unlink(missing_ok=True)
 
-    averages = prof.key_averages() if counts["active"] else []
+    averages: Any = prof.key_averages() if counts["active"] else []
     cpu_path = out_dir / _suffixed(OPS_BY_CPU_FILE, rank)
     dev_path = out_dir / _suffixed(OPS_BY_DEVICE_FILE, rank)
     phases_path = out_dir / _suffixed(PHASES_FILE, rank)
@@ -347,16 +382,16 @@ def run_profile_pass(
     phases = phase_breakdown(prof.events() if counts["active"] else [], with_device=on_cuda)
     table = phase_table(phases)
     atomic_write_text(phases_path, header + table + "\n")
-    return {
-        "phases": phases,
-        "phase_table": table,
-        "tables": {"by_device_time": dev_path, "by_cpu_time": cpu_path, "phases": phases_path},
-        "trace": trace if trace.exists() else None,
-        "profiled_step_time_s": sum(active_times_s) / len(active_times_s) if active_times_s else None,
-        "profiled_step_times_s": active_times_s,  # the samples, to judge the cost against the timed steps' noise
-        "active_steps": counts["active"],
-        "wait_steps": counts["wait"],
-        "warmup_steps": counts["warmup"],
-        "device_table": on_cuda,
-        **comm,  # CUDA: comm_kernel_s, exposed_comm_s, exposed_comm_share (of the active steps' wall time)
-    }
+    return ProfileInfo(
+        phases=phases,
+        phase_table=table,
+        tables={"by_device_time": dev_path, "by_cpu_time": cpu_path, "phases": phases_path},
+        trace=trace if trace.exists() else None,
+        profiled_step_time_s=sum(active_times_s) / len(active_times_s) if active_times_s else None,
+        profiled_step_times_s=active_times_s,
+        active_steps=counts["active"],
+        wait_steps=counts["wait"],
+        warmup_steps=counts["warmup"],
+        device_table=on_cuda,
+        comm=comm,
+    )

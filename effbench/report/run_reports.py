@@ -11,22 +11,21 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from effbench import results
+from effbench import results, schema
 from effbench.report import render, tables
 
 
 class RunReports:
     """What `effbench run`, a sweep and the selftest hand run/launch.run as `reports`."""
 
-    def write(self, run_dir: Path, record: Mapping[str, Any], steps: Sequence[Mapping[str, Any]]) -> None:
+    def write(self, run_dir: Path, record: schema.Results, steps: Sequence[Mapping[str, Any]]) -> None:
         """A full disk raises results.NoSpaceError (run/ records it); a chart that cannot be drawn is a warning."""
-        typed = results.record_of(record)  # run/ holds the record as a dict; the reports read the typed model
-        results.atomic_write_text(run_dir / results.REPORT_TXT, tables.render(typed, "text"))
-        results.atomic_write_text(run_dir / results.REPORT_MD, tables.render(typed, "md"))
-        render.write_run_html_safely(run_dir, typed, steps)  # plots + report.html; a warning if not, on stderr
+        results.atomic_write_text(run_dir / results.REPORT_TXT, tables.render(record, "text"))
+        results.atomic_write_text(run_dir / results.REPORT_MD, tables.render(record, "md"))
+        render.write_run_html_safely(run_dir, record, steps)  # plots + report.html; a warning if not, on stderr
 
-    def text(self, record: Mapping[str, Any]) -> str:
-        return tables.render(results.record_of(record), "text")
+    def text(self, record: schema.Results) -> str:
+        return tables.render(record, "text")
 
 
 RUN_REPORTS = RunReports()

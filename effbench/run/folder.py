@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from effbench import results
+from effbench import results, schema
 from effbench.analysis import windows
 from effbench.config import RunConfig
 from effbench.errors import EffbenchError
@@ -40,9 +40,9 @@ class Reports(Protocol):
     from report/). run/ calls `write` once per run, where the outcome is settled: rank 0's final write in one
     process, the launcher once torchrun has ended (the ranks get none); a full disk raises NoSpaceError."""
 
-    def write(self, run_dir: Path, record: dict[str, Any], steps: list[dict[str, Any]]) -> None: ...
+    def write(self, run_dir: Path, record: schema.Results, steps: list[dict[str, Any]]) -> None: ...
 
-    def text(self, record: dict[str, Any]) -> str: ...
+    def text(self, record: schema.Results) -> str: ...
 
 
 def run_name(cfg: RunConfig, device_label: str, precision: str, when: dt.datetime) -> str:
@@ -91,8 +91,8 @@ def first_no_space(failure: BaseException | None) -> Iterator[None]:
 
 def write_final(
     run_dir: Path | None,
-    record: dict[str, Any],
-    epochs: list[dict[str, Any]],
+    record: schema.Results,
+    epochs: list[schema.Epoch],
     steps: list[dict[str, Any]],
     sampler: Any,
     reports: Reports | None,
@@ -115,24 +115,27 @@ def write_final(
 
 # Keys of the final record left out of the last-resort copy on a full disk, so it fits where the last epoch's
 # record lay (observe.summarize's extras; the epochs and the headline stay)
-_BULKY = ("utilization", "throughput_windows", "profile", "memory", "observations")
+_BULKY = {
+    schema.field_path(schema.Results, lambda r: r.utilization),
+    schema.field_path(schema.Results, lambda r: r.throughput_windows),
+    schema.field_path(schema.Results, lambda r: r.profile),
+}
 
 
-def record_no_space(run_dir: Path, record: dict[str, Any], e: results.NoSpaceError) -> None:
+def record_no_space(run_dir: Path, record: schema.Results, e: results.NoSpaceError) -> None:
     """results.json says `failed` with the full-disk error (which file), keeping the epochs: written whole when
     the disk still takes it, else compact over the last epoch's record (results.overwrite_json_in_place)."""
-    first = record.get("error") if record.get("status") == "failed" else None  # the run's own, when that was it
-    if not (first and "no space left" in str(first.get("message"))):
-        first = {"type": "NoSpaceError", "message": str(e)}
-    failed = {**record, "status": "failed", "error": first}
-    failed.pop("signal", None)
+    first = record.error if record.status == "failed" else None  # the run's own, when that was it
+    if not (first and "no space left" in str(first.message)):
+        first = schema.Error(type="NoSpaceError", message=str(e))
+    failed = rec.failed(record, first)
     try:
         results.write_json(run_dir / results.RESULTS_FILE, failed)
     except results.NoSpaceError:
         # on failure too the one-line error still says it, and the last epoch's record stays
         with contextlib.suppress(OSError):
             results.overwrite_json_in_place(
-                run_dir / results.RESULTS_FILE, {k: v for k, v in failed.items() if k not in _BULKY}
+                run_dir / results.RESULTS_FILE, failed.model_dump(exclude_unset=True, exclude=_BULKY)
             )
 
 
@@ -216,12 +219,15 @@ def enter_phase(phase: Phase, name: str, start: Started, received: list[int]) ->
     phase.enter(name)
 
 
-def interrupted_before_measuring(start: Started, signum: int, phase: str, received: list[int]) -> dict[str, Any]:
+def interrupted_before_measuring(start: Started, signum: int, phase: str, received: list[int]) -> schema.Results:
     """A signal in setup, dataset or model: results.json `interrupted`, the phase named; no report (nothing
     was measured to report on). Returns the record written."""
     with deferred(received):
-        record = {k: v for k, v in start.record.items() if k != "phase"}
-        record.update(rec.interrupted(signum, phase), finished_at=dt.datetime.now(dt.timezone.utc).isoformat())
+        record = rec.ended(
+            {k: v for k, v in start.record.items() if k != "phase"},
+            rec.interrupted(signum, phase),
+            finished_at=dt.datetime.now(dt.timezone.utc).isoformat(),
+        )
         if start.writer:
             assert start.run_dir is not None
             results.write_json(start.run_dir / results.RESULTS_FILE, record)
@@ -302,9 +308,9 @@ def _config_json(
 
 
 def write_progress(
-    run_dir: Path | None, record: dict[str, Any], epochs: list[dict[str, Any]], steps: list[dict[str, Any]]
+    run_dir: Path | None, record: schema.Results, epochs: list[schema.Epoch], steps: list[dict[str, Any]]
 ) -> None:
     assert run_dir is not None
-    results.write_csv(run_dir / results.EPOCHS_FILE, results.EPOCH_FIELDS, epochs)
+    results.write_csv(run_dir / results.EPOCHS_FILE, results.EPOCH_FIELDS, [e.model_dump() for e in epochs])
     results.write_csv(run_dir / results.STEPS_FILE, results.STEP_FIELDS, steps)
     results.write_json(run_dir / results.RESULTS_FILE, record)

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from effbench import results
+from effbench import results, schema
 from effbench.analysis import windows
 from effbench.config import RunConfig
 from effbench.errors import EffbenchError
@@ -175,19 +175,25 @@ def _run_in_child(
         option, _, message = user_errors[0].read_text().partition("\t")
         raise EffbenchError(option or None, message)
     # the ranks of this node that ran out of memory (worker_main): torchrun names only the first rank to exit
-    ooms = [json.loads(p.read_text()) for p in sorted(spec_path.parent.glob(rec.OOM_MARKER_GLOB))]
-    diverged = [json.loads(p.read_text()) for p in sorted(spec_path.parent.glob(rec.DIVERGED_MARKER_GLOB))]
+    ooms = [
+        rec.OomMarker.model_validate_json(p.read_text()) for p in sorted(spec_path.parent.glob(rec.OOM_MARKER_GLOB))
+    ]
+    diverged = [
+        rec.DivergedMarker.model_validate_json(p.read_text())
+        for p in sorted(spec_path.parent.glob(rec.DIVERGED_MARKER_GLOB))
+    ]
     if not (run_dir / results.RESULTS_FILE).exists():
         if outcome.returncode == 0:
             echo(f"this node finished; the node that got rank 0 wrote the run folder ({cfg.nnodes} nodes)")
-            return RunOutcome(None, {"status": "ok"})
+            return RunOutcome(None, schema.Results(schema_version=results.SCHEMA_VERSION, status="ok"))
         return RunOutcome(None, rec.record_without_results(outcome, ooms, child, diverged))
-    written = results.read_results(run_dir)
+    written = results.load_record(run_dir)
     settled = rec.settle_with_torchrun(written, outcome, ooms)
-    if settled.get("status") == "failed" and settled.get("error") and (run_dir / log_name).is_file():
+    if settled.status == "failed" and settled.error and (run_dir / log_name).is_file():
         # the terminal had only the ranks' lines: say where torchrun's own tracebacks are
-        error = settled["error"]
-        settled["error"] = {**error, "message": f"{error.get('message')}; {child}'s whole output is in {log_name}"}
+        error = settled.error.model_copy()
+        error.message = f"{error.message}; {child}'s whole output is in {log_name}"
+        settled.error = error
     # rank 0 reached its final write (utilization.csv comes first): the reports it would have drawn in one
     # process, drawn here once, with the end torchrun settled; results.json last, as in one process
     drawn = reports if (run_dir / folder.UTILIZATION_FILE).exists() else None
@@ -215,10 +221,10 @@ def _discard_unmeasured(run_dir: Path) -> None:
     stopped while it built the run), so the input error leaves no folder, as in one process. A run that
     recorded the bad input itself (`failed`, data read) keeps its folder, as in one process."""
     try:
-        record = results.read_results(run_dir)
+        record = results.load_record(run_dir)
     except EffbenchError:  # no folder, or nothing effbench wrote in it
         return
-    if record["status"] in ("running", "interrupted") and not record.get("epochs"):
+    if record.status in ("running", "interrupted") and not record.epochs:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
@@ -259,7 +265,7 @@ def worker_main(spec_path: Path) -> int:
             # before this rank exits: torchrun then stops the others, and names whichever rank exited first
             _leave_oom_marker(spec_dir, rank, outcome.results)
             _leave_diverged_marker(spec_dir, rank, outcome.results)
-            if outcome.results.get("status") == "diverged":
+            if outcome.results.status == "diverged":
                 # The ranks agreed on it in a collective (train.py), so all are alive: wait for rank 0's record,
                 # as torchrun stops the whole group at the first non-zero exit.
                 dist.barrier()
@@ -270,7 +276,7 @@ def worker_main(spec_path: Path) -> int:
     return outcome.exit_code
 
 
-def _leave_diverged_marker(spec_dir: Path, rank: int, outcome: dict[str, Any]) -> None:
+def _leave_diverged_marker(spec_dir: Path, rank: int, outcome: rec.Outcome | schema.Results) -> None:
     """diverged-rank{N}.json beside the spec when this rank's run ended `diverged`: a node without rank 0
     has no results.json, and torchrun's exit code 1 says only that something failed."""
     marker = rec.diverged_marker(rank, outcome)
@@ -278,7 +284,7 @@ def _leave_diverged_marker(spec_dir: Path, rank: int, outcome: dict[str, Any]) -
         results.write_json(spec_dir / rec.diverged_marker_name(rank), marker)
 
 
-def _leave_oom_marker(spec_dir: Path, rank: int, outcome: dict[str, Any]) -> None:
+def _leave_oom_marker(spec_dir: Path, rank: int, outcome: rec.Outcome | schema.Results) -> None:
     """oom-rank{N}.json beside the spec when this rank's run ended `oom`, for _run_in_child to read."""
     marker = rec.oom_marker(rank, outcome)
     if marker is not None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from effbench import results
+from effbench import results, schema
 from effbench.analysis import windows
 from effbench.config import RunConfig
 from effbench.errors import EffbenchError
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from effbench.data.build import DataBundle
     from effbench.measure.flops import StepFlops
     from effbench.measure.monitor import UtilizationSampler
+    from effbench.measure.profiling import ProfileInfo
     from effbench.models import ModelBundle
     from effbench.run.runtime import Runtime
 
@@ -50,15 +51,15 @@ if TYPE_CHECKING:
 @dataclass
 class RunOutcome:
     run_dir: Path | None
-    results: dict[str, Any]
+    results: schema.Results
 
     @property
     def exit_code(self) -> int:
-        status = self.results.get("status")
+        status = self.results.status
         if status == "ok":
             return 0
         if status == "interrupted":
-            return 128 + int(self.results.get("signal", signal.SIGINT))
+            return 128 + int(self.results.signal if self.results.signal is not None else signal.SIGINT)
         return 1
 
 
@@ -146,17 +147,17 @@ class Measurement:
     sampler: UtilizationSampler
     gpus: list[int]  # every GPU this process drives (all of them under DataParallel)
     t0: float
-    epochs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    epochs: list[schema.Epoch] = dataclasses.field(default_factory=list)
     steps: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # rank 0's
     warmup: Tally = dataclasses.field(default_factory=Tally)  # every warm-up step that ran, as it ended
     measured: Tally = dataclasses.field(default_factory=Tally)  # the finished epochs' measured steps
     rank_steps: list[dict[str, float]] = dataclasses.field(default_factory=list)  # this rank's measured steps
-    epoch_ranks: list[dict[str, Any]] | None = None  # the rank rows gathered with the last epoch
+    epoch_ranks: list[schema.Rank] | None = None  # the rank rows gathered with the last epoch
     gathered: list[dict[str, Any]] | None = None  # the final gather, when the run got that far
-    profile_info: dict[str, Any] | None = None
+    profile_info: ProfileInfo | None = None
     profile_error: str | None = None
     failure: BaseException | None = None
-    outcome: dict[str, Any] = dataclasses.field(default_factory=lambda: {"status": "ok"})  # rec.outcome_of(failure)
+    outcome: rec.Outcome = rec.OK  # rec.outcome_of(failure)
     window: observe.MeasuredWindow | None = None  # opened / closed by the trainer's phases
 
 
@@ -223,8 +224,8 @@ def _run_benchmark(
         final = rec.finish(opened, _measured(prep, dist, m), _conditions(prep, plan, run_dir))
         if writer:
             folder.write_final(run_dir, final, m.epochs, m.steps, m.sampler, reports)
-        if len(received) > signals_before and final["status"] == "ok":  # a failure keeps its own status
-            final = {**final, **rec.interrupted(received[signals_before], "report")}
+        if len(received) > signals_before and final.status == "ok":  # a failure keeps its own status
+            final = rec.ended(final, rec.interrupted(received[signals_before], "report"))
             if writer:
                 folder.write_final(run_dir, final, m.epochs, m.steps, m.sampler, reports)
         if writer and reports is not None:
@@ -405,25 +406,24 @@ def _epochs(
             m.measured = rec.added(m.measured, er.measured)  # finished epochs: the rows of steps.csv
             # one small collective per epoch: the epoch rows and every rank's measured totals so far, so
             # the in-progress headline is the same all-ranks figure as the final one (analysis/throughput)
-            gathered = dist.gather({"epoch": er.to_dict(), "row": _rank_row(dist, rt, m.measured)})
+            gathered = dist.gather({"epoch": er.record(), "row": _rank_row(dist, rt, m.measured)})
             merged = rec.merge_epoch([g["epoch"] for g in gathered])
             m.epoch_ranks = rec.rank_rows([g["row"] for g in gathered])
             m.epochs.append(merged)
             m.steps.extend(er.step_rows)  # rank 0's steps
             m.rank_steps.extend(windows.measured_steps(er.step_rows))
             if writer:
-                now = {**opened, "ranks": m.epoch_ranks}
-                now.update(rec.headline(now, m.epochs, m.warmup, m.measured, data.stats()))
+                now = rec.with_headline(opened, m.epoch_ranks, m.epochs, m.warmup, m.measured, data.stats())
                 folder.write_progress(run_dir, now, m.epochs, m.steps)
             _wait_for_rank0s_write(dist, rt)
             prog.log(
-                f"epoch {merged['epoch']}/{cfg.epochs}: loss {_maybe(merged['train_loss'])} top-1 {_maybe(merged['train_top1'])} "
-                f"val top-1 {_maybe(merged['val_top1'])} data {merged['data_time_s']:.2f}s compute {merged['compute_time_s']:.2f}s"
+                f"epoch {merged.epoch}/{cfg.epochs}: loss {_maybe(merged.train_loss)} top-1 {_maybe(merged.train_top1)} "
+                f"val top-1 {_maybe(merged.val_top1)} data {merged.data_time_s or 0.0:.2f}s compute {merged.compute_time_s or 0.0:.2f}s"
             )
             # --stop-at-target: decided on the merged row, which every rank computed from the same all_gather
             # (the top-1 over all ranks' validation images), so every rank leaves after the same epoch
             if cfg.stop_at_target and cfg.target_top1 is not None and reached(merged, cfg.target_top1):
-                prog.log(f"val top-1 {merged['val_top1']:.4f} >= --target-top1 {cfg.target_top1:g}: stopping")
+                prog.log(f"val top-1 {merged.val_top1 or 0.0:.4f} >= --target-top1 {cfg.target_top1:g}: stopping")
                 epochs_iter.close()
                 break
         if m.window is not None:  # the last span ends with the epochs (data-only passes have no validation)
@@ -449,7 +449,7 @@ def _measured(prep: Prepared, dist: DistContext, m: Measurement) -> rec.Measured
         ranks = rec.rank_rows([g["row"] for g in m.gathered])
         utilization = [g["util"] for g in m.gathered]
         memory = [mem for g in m.gathered for mem in g["mem"]]
-        steps_by_rank = [g["steps"] for g in sorted(m.gathered, key=lambda g: g["row"]["rank"])]
+        steps_by_rank = [g["steps"] for g in sorted(m.gathered, key=lambda g: g["row"].rank)]
     else:  # windows only when this rank is the whole job (its steps alone are not the job's)
         ranks = rec.ranks_after_failure(m.epoch_ranks, _rank_row(dist, prep.rt, m.measured), dist.world_size)
         utilization, memory = [m.sampler.summary()], m.window.peak_memory() if m.window else []
@@ -499,7 +499,7 @@ def _cpu_limit() -> float | None:
     return min(quota, float(usable_cores())) if quota is not None else float(usable_cores())
 
 
-def _profile_pass(prep: Prepared, dist: DistContext, run_dir: Path | None) -> tuple[dict[str, Any] | None, str | None]:
+def _profile_pass(prep: Prepared, dist: DistContext, run_dir: Path | None) -> tuple[ProfileInfo | None, str | None]:
     """A few more steps under torch.profiler: (its info, None), or (None, the error): never fatal."""
     from effbench.run.train import TrainStep
 
@@ -518,7 +518,7 @@ def _profile_pass(prep: Prepared, dist: DistContext, run_dir: Path | None) -> tu
         return None, f"{type(e).__name__}: {e}".splitlines()[0]
 
 
-def _rank_row(dist: DistContext, rt: Runtime, measured: Tally) -> dict[str, Any]:
+def _rank_row(dist: DistContext, rt: Runtime, measured: Tally) -> schema.Rank:
     import socket
 
     return rec.rank_row(

@@ -22,7 +22,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from effbench.analysis.throughput import job_throughput
+from effbench import schema
+from effbench.analysis.throughput import Part, job_throughput
 
 
 def device_sync_fn(device: Any) -> Callable[[], None]:
@@ -120,14 +121,15 @@ class Tally:
 
     @property
     def throughput_img_s(self) -> float | None:
-        return job_throughput([{"images": self.images, "time_s": self.time_s}])
+        return job_throughput([Part(self.images, self.time_s)])
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "steps": self.steps,
-            "images": self.images,
-            "data_time_s": self.data_time_s,
-            "compute_time_s": self.compute_time_s,
-            "time_s": self.time_s,
-            "throughput_img_s": self.throughput_img_s,
-        }
+    def record(self) -> schema.Tally:
+        """The tally as results.json's `warmup` / `measured` (without the step times)."""
+        return schema.Tally(
+            steps=self.steps,
+            images=self.images,
+            data_time_s=self.data_time_s,
+            compute_time_s=self.compute_time_s,
+            time_s=self.time_s,
+            throughput_img_s=self.throughput_img_s,
+        )

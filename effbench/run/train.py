@@ -23,8 +23,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
+from effbench import schema
 from effbench.config import RunConfig
 from effbench.errors import EffbenchError
 from effbench.launch.distributed import AgreeFn, agree_alone, nonfinite_agreement
@@ -72,10 +73,12 @@ class Diverged(Exception):
             "epoch, counted from 1 as in the progress lines); lower --lr or check the data"
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        # str(loss): JSON has no nan/inf
-        d = {"epoch": self.epoch, "step": self.step, "global_step": self.global_step, "loss": str(self.loss)}
-        return d if self.rank is None else {**d, "rank": self.rank}
+    def record(self) -> schema.Diverged:
+        # str(loss): JSON has no nan/inf; no rank when one process saw it (absent, not null)
+        d = schema.Diverged(epoch=self.epoch, step=self.step, global_step=self.global_step, loss=str(self.loss))
+        if self.rank is not None:
+            d.rank = self.rank
+        return d
 
 
 def check_finite(
@@ -102,6 +105,19 @@ def no_training_images(data: Any) -> EffbenchError:
     )
 
 
+class StepRow(NamedTuple):
+    """One step's row of steps.csv (results.STEP_FIELDS, in that order), handed on as its dict."""
+
+    epoch: int
+    step: int
+    warmup: bool
+    images: int
+    loss: float | None
+    top1: float | None
+    data_time_s: float
+    compute_time_s: float
+
+
 @dataclass
 class EpochResult:
     epoch: int
@@ -123,29 +139,30 @@ class EpochResult:
     def total_time_s(self) -> float:
         return self.data_time_s + self.compute_time_s
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "epoch": self.epoch + 1,  # 1-based in every file and line (progress, tables, CSV, JSON, plots)
-            "steps": self.steps,
-            "images": self.images,
-            "data_time_s": self.data_time_s,
-            "compute_time_s": self.compute_time_s,
-            "total_time_s": self.total_time_s,
-            "train_loss": self.train_loss,
-            "train_top1": self.train_top1,
-            "val_loss": self.val_loss,
-            "val_top1": self.val_top1,
-            "val_time_s": self.val_time_s,
-            "val_images": self.val_images,
+    def record(self) -> schema.Epoch:
+        """The epoch's row of results.json and epochs.csv (this rank's; run/record.merge_epoch joins the ranks')."""
+        return schema.Epoch(
+            epoch=self.epoch + 1,  # 1-based in every file and line (progress, tables, CSV, JSON, plots)
+            steps=self.steps,
+            images=self.images,
+            data_time_s=self.data_time_s,
+            compute_time_s=self.compute_time_s,
+            total_time_s=self.total_time_s,
+            train_loss=self.train_loss,
+            train_top1=self.train_top1,
+            val_loss=self.val_loss,
+            val_top1=self.val_top1,
+            val_time_s=self.val_time_s,
+            val_images=self.val_images,
             # warm-up excluded, like the headline: the epoch's measured steps only (None: all warm-up)
-            "measured_images": self.measured.images,
-            "measured_time_s": self.measured.time_s,
-            "measured_data_time_s": self.measured.data_time_s,
-            "measured_compute_time_s": self.measured.compute_time_s,
-            "throughput_img_s": self.measured.throughput_img_s,
-            "warmup_steps": self.warmup.steps,
-            "warmup_time_s": self.warmup.time_s,
-        }
+            measured_images=self.measured.images,
+            measured_time_s=self.measured.time_s,
+            measured_data_time_s=self.measured.data_time_s,
+            measured_compute_time_s=self.measured.compute_time_s,
+            throughput_img_s=self.measured.throughput_img_s,
+            warmup_steps=self.warmup.steps,
+            warmup_time_s=self.warmup.time_s,
+        )
 
 
 def steps_per_epoch(cfg: RunConfig, available: int) -> int:
@@ -310,16 +327,16 @@ def train_epochs(
         correct_list = correct[:done].tolist()
         images = sum(counts)
         step_rows = [
-            {
-                "epoch": epoch + 1,  # 1-based, as in EpochResult.to_dict
-                "step": i + 1,  # 1-based within the epoch, as progress lines and the divergence error count
-                "warmup": i < warmup.steps,
-                "images": counts[i],
-                "loss": loss_list[i],
-                "top1": correct_list[i] / counts[i],
-                "data_time_s": times[i].data_s,
-                "compute_time_s": times[i].compute_s,
-            }
+            StepRow(
+                epoch=epoch + 1,  # 1-based, as in EpochResult.record
+                step=i + 1,  # 1-based within the epoch, as progress lines and the divergence error count
+                warmup=i < warmup.steps,
+                images=counts[i],
+                loss=loss_list[i],
+                top1=correct_list[i] / counts[i],
+                data_time_s=times[i].data_s,
+                compute_time_s=times[i].compute_s,
+            )._asdict()
             for i in range(done)
         ]
         if on_phase:
@@ -420,8 +437,8 @@ def data_epochs(
             (warmup if global_step < cfg.warmup_steps else measured).add(t, images)
             if on_step:
                 on_step(global_step < cfg.warmup_steps, t, images)
-            rows.append({"epoch": epoch + 1, "step": step + 1, "warmup": global_step < cfg.warmup_steps, "images": images,
-                         "loss": None, "top1": None, "data_time_s": t.data_s, "compute_time_s": 0.0})  # fmt: skip
+            rows.append(StepRow(epoch=epoch + 1, step=step + 1, warmup=global_step < cfg.warmup_steps, images=images,
+                                loss=None, top1=None, data_time_s=t.data_s, compute_time_s=0.0)._asdict())  # fmt: skip
             global_step += 1
             if global_step == cfg.warmup_steps:
                 _phase_of(on_phase, global_step, cfg)

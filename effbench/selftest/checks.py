@@ -191,10 +191,8 @@ def harness(ctx: Context, **overrides: Any) -> Harnessed:
         said_warnings=ctx.said_warnings,
         reports=RUN_REPORTS,
     )
-    from effbench import results
 
-    # a run that left no results.json is a record in memory without schema_version (record_without_results)
-    record = results.record_of({"schema_version": results.SCHEMA_VERSION, **outcome.results})
+    record = outcome.results
     if record.status != "ok":
         err = record.error
         raise RuntimeError(
