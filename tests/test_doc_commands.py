@@ -248,7 +248,9 @@ RUN: dict[str, Spec] = {
         sweep=True, slow=True, setup=place("results/sweep-workers"), check=report_written("results/sweep-workers")
     ),
     "effbench compare results/runA results/runB": Spec(
-        smoke=True, setup=place("results/runA", "results/runB"), shows=(r"throughput",)
+        smoke=True,
+        setup=place("results/runA", "results/runB"),
+        shows=(r"^A: results/runA$", r"^B: results/runB$", r"^throughput \(img/s\) .*\+0\.0% .* within noise$"),
     ),
     "effbench export results/ -o runs.csv": Spec(
         smoke=True, setup=place("results/runA", "results/runB"), check=csv_rows(2)
@@ -303,6 +305,7 @@ RUN: dict[str, Spec] = {
             "results/20261125-061200_efficientnet-b0_synthetic_cpu_fp32_bs16",
             "results/20261125-093000_efficientnet-b0_synthetic_cpu_fp32_bs16",
         ),
+        shows=(r"^A: results/20261125-061200_", r"^B: results/20261125-093000_"),  # latest: the newest
     ),
     "effbench export results/ nodes/ --format jsonl": Spec(
         smoke=True, setup=place("results/runA", "nodes/runB"), check=jsonl_rows
@@ -310,6 +313,7 @@ RUN: dict[str, Spec] = {
     "effbench report results/cluster-week-47": Spec(
         smoke=True,
         setup=place("results/cluster-week-47/node1", "results/cluster-week-47/node2"),
+        shows=(r"^effbench leaderboard cluster-week-47$", r" node2 +ok .* within noise"),
         check=report_written("results/cluster-week-47"),
     ),
     "effbench compare ci/baseline.json results/run --fail-if-slower 5 --fail-if-less-accurate 2": Spec(
