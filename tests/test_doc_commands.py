@@ -277,7 +277,10 @@ RUN: dict[str, Spec] = {
     "effbench run --device cpu --nproc 1,2 --dataset synthetic --arch b0 --image-size 32 --max-steps 20 "
     "--weights none": Spec(slow=True, timeout=900),
     # docs/getting-started.md
-    ".venv/bin/effbench run --smoke": Spec(slow=True, timeout=600),
+    # the run `make run` makes: the README's sample report is its output
+    ".venv/bin/effbench run --smoke": Spec(
+        slow=True, timeout=600, check=lambda d: assert_sample_matches(d.out, STEADY + ("dataset",))
+    ),
     "effbench models --source timm --json": Spec(slow=True, check=lambda d: assert_count(d.out, 1371)),
     # docs/selftest.md
     "effbench selftest --device cpu": Spec(slow=True, timeout=600, shows=(r"PASS", r"SKIP")),
@@ -465,17 +468,69 @@ def readme_sample() -> dict[str, str]:
     return rows
 
 
-def test_the_readme_sample_report_is_what_a_smoke_run_prints(smoke):
-    """Every metric the README's sample shows, a smoke run prints; the ones no timing moves, equal."""
-    done, _ = smoke
+# the sample's rows no timing moves (the dataset row counts the steps, which the CI run sets apart)
+STEADY = ("status", "arch", "device", "batch size per device", "GFLOP per training image")
+
+
+def assert_sample_matches(out: str, equal: tuple[str, ...]) -> None:
+    """Every metric the README's sample shows is in `out`'s report; the `equal` ones with the same value."""
     sample = readme_sample()
     assert len(sample) >= 10
-    printed = {}
-    for line in done.out.splitlines():
+    printed: dict[str, str] = {}
+    for line in out.splitlines():
         parts = re.split(r"\s{2,}", line.strip(), maxsplit=1)
         if len(parts) == 2:
             printed.setdefault(parts[0], parts[1])
     missing = [label for label in sample if label not in printed]
-    assert missing == []
-    for label in ("status", "arch", "device", "batch size per device", "GFLOP per training image"):
+    assert missing == [], "README.md's sample report shows rows a smoke run does not print"
+    for label in equal:
         assert printed[label] == sample[label], label
+
+
+def test_the_readme_sample_report_is_what_a_smoke_run_prints(smoke):
+    """The CI smoke run (the default suite's one run) prints every row of the README's sample."""
+    assert_sample_matches(smoke[0].out, STEADY)
+
+
+def effbench_argv(key: str, commands: set[str]) -> list[str] | None:
+    """The effbench command inside a documented line (bare, or after a container's image): [sub, args...]."""
+    import shlex
+
+    words = shlex.split(key)
+    if "..." in words or any("<" in w for w in words):
+        return None
+    for stop in ("&&", ";", "|"):
+        if stop in words:
+            words = words[: words.index(stop)]
+    starts = [i for i, w in enumerate(words[:-1]) if w.endswith("effbench") and words[i + 1] in commands]
+    return words[starts[-1] + 1 :] if starts else None
+
+
+def test_every_skipped_effbench_command_parses():
+    """The lines that cannot run here still name a real command and real options: each is parsed by
+    effbench's own CLI (the Click context Typer builds), not run. Values are strings there (RunConfig
+    checks them when a run starts), so a wrong value is not caught here; a wrong option name is."""
+    import typer
+
+    from effbench.cli.app import app
+
+    group = typer.main.get_command(app)
+    ctx = group.make_context("effbench", ["--help"], resilient_parsing=True)  # a context; --help not acted on
+    commands = set(group.list_commands(ctx))
+
+    def parse(argv: list[str]) -> None:
+        group.get_command(ctx, argv[0]).make_context(argv[0], argv[1:])
+
+    parsed = 0
+    for key in SKIP:
+        argv = effbench_argv(key, commands)
+        if argv is None:
+            continue
+        try:
+            parse(argv)
+        except Exception as e:  # Typer's Click (typer._click in 0.29): a UsageError naming the option
+            pytest.fail(f"{key}: {e}")
+        parsed += 1
+    assert parsed >= 25  # the bare ones and the ones inside docker/singularity lines
+    with pytest.raises(Exception, match="No such option: --arhc"):  # the check can fail
+        parse(["run", "--arhc", "b5"])
