@@ -11,8 +11,10 @@ How a command runs: through bash, its text as written (comments included), in a 
 repository's. What a command needs that the docs assume exists (a run folder under the name the command
 uses, ci/baseline.json, a sweep folder, a dataset folder) is made by its Spec.setup before it runs.
 The only rewrites are the ones in SUBSTITUTIONS, each with its reason (an absolute path outside the
-test's folder). The smoke run of the README's CI block runs once per session; the commands that read a
-run folder get copies of its folder. A command over ~20 s on 2 loaded cores is marked slow.
+test's folder). `effbench` is this venv's console script (or pip's form of it where the venv's lacks
+the `__main__` guard: effbench_bin). The smoke run of the README's CI block runs once per session; the
+commands that read a run folder get copies of its folder. A command over ~20 s on 2 loaded cores is
+marked slow.
 """
 
 from __future__ import annotations
@@ -344,6 +346,30 @@ def workspace(folder: Path) -> Path:
     return folder
 
 
+# A console script of the shape pip writes (distlib's ScriptMaker template, less its argv[0] cleanup). The guard:
+# selftest's all-reduce starts ranks with multiprocessing's "spawn", which runs the parent's script again
+# as __mp_main__; without the guard each rank runs the whole CLI and exits 1.
+CONSOLE_SCRIPT = """#!{python}
+import sys
+from effbench.cli.app import main
+if __name__ == "__main__":
+    sys.exit(main())
+"""
+
+
+def effbench_bin(ws: Path) -> Path:
+    """The folder whose `effbench` the commands run: this venv's, or where its script lacks pip's
+    `__main__` guard (a venv assembled by hand, as on the shared development machine), pip's script."""
+    script = VENV_BIN / "effbench"
+    if script.exists() and "__main__" in script.read_text():
+        return VENV_BIN
+    shim = ws / ".effbench-bin"
+    shim.mkdir(exist_ok=True)
+    (shim / "effbench").write_text(CONSOLE_SCRIPT.format(python=sys.executable))
+    (shim / "effbench").chmod(0o755)
+    return shim
+
+
 def run_doc_command(key: str, ws: Path, timeout: int) -> Done:
     """The command's text as written (less SUBSTITUTIONS), after its block's earlier STATE lines, in bash."""
     cmd = places(key)[0]
@@ -354,7 +380,7 @@ def run_doc_command(key: str, ws: Path, timeout: int) -> Done:
     # the block's earlier commands: STATE lines run again first; what the others made, setup provides
     state = [c.text for c in doc_commands() if (c.path, c.block) == (cmd.path, cmd.block) and c.line < cmd.line]
     state = [line for line in state if check_docs.strip_comment(line).strip() in STATE]
-    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    env = dict(os.environ, PATH=f"{effbench_bin(ws)}{os.pathsep}{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     proc = subprocess.run(
         ["bash", "-c", "\n".join([*state, text])],
         cwd=ws,
