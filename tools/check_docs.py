@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,6 +79,81 @@ def broken_links(path: Path, root: Path = ROOT) -> list[str]:
             elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
                 problems.append(f"{shown(path)}: {target}: no heading with anchor #{anchor}")
     return problems
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced code block: its language word (`` for none), the line of its opening fence, its lines."""
+
+    path: Path
+    lang: str
+    line: int
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Command:
+    """One shell command of a block: backslash-continued lines joined; `text` is as written (comments kept)."""
+
+    path: Path
+    line: int
+    text: str
+    block: int  # the line of its block's opening fence
+
+    @property
+    def key(self) -> str:
+        """The command without its trailing comment, runs of blanks as one: what the tests' tables name."""
+        return " ".join(strip_comment(self.text.replace("\\\n", " ")).split())
+
+
+SHELL_LANGS = {"bash", "sh", "shell", "console", "zsh"}
+
+
+def code_blocks(path: Path) -> list[Block]:
+    """Every fenced block of a Markdown file, in order."""
+    blocks, open_at, lang, body = [], 0, "", []
+    fence = ""
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        m = FENCE.match(line)
+        if not fence and m:
+            fence, open_at, body = m.group(1), n, []
+            lang = line.strip()[len(fence) :].strip().split(" ")[0]
+        elif fence and line.strip().startswith(fence):
+            blocks.append(Block(path, lang, open_at, tuple(body)))
+            fence = ""
+        elif fence:
+            body.append(line)
+    return blocks
+
+
+def strip_comment(text: str) -> str:
+    """`text` less a `#` comment: one that starts a word outside quotes (bash's rule, enough for docs)."""
+    quote, prev = "", " "
+    for i, ch in enumerate(text):
+        if quote:
+            if ch == quote and (quote == "'" or text[i - 1] != "\\"):
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and prev.isspace():
+            return text[:i].rstrip()
+        prev = ch
+    return text.rstrip()
+
+
+def shell_commands(block: Block) -> list[Command]:
+    """The commands of a shell block: comment-only and blank lines dropped, `\\` continuations joined."""
+    out, pending, start = [], [], 0
+    for n, line in enumerate(block.lines, block.line + 1):
+        if not pending and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if not pending:
+            start = n
+        pending.append(line)
+        if not strip_comment(line).endswith("\\"):
+            out.append(Command(block.path, start, "\n".join(pending).strip(), block.line))
+            pending = []
+    return out
 
 
 def doc_files() -> list[Path]:
