@@ -284,7 +284,7 @@ def test_two_windows_are_too_few_to_judge_anywhere_as_they_are_too_few_for_the_r
     gate = compare.slower_gate(_typed({"throughput_img_s": 21.0}), three, _typed({"throughput_img_s": 11.0}), two, 5.0)
     assert not gate.failed and gate.line.endswith(f"{TOO_FEW}: B: raise --repeats to 3 or more")
     # a sweep's verdict
-    cells = [{"key": k, "params": {"optimizer": k}, "status": "ok", "throughput_img_s": t, "thr_samples": w}
+    cells = [sweep_tables.CellRow(key=k, params={"optimizer": k}, status="ok", throughput_img_s=t, thr_samples=w)
              for k, t, w in (("sgd", 11.0, two), ("adam", 21.0, three))]  # fmt: skip
     assert sweep_tables.verdicts(cells, {"optimizer": ["sgd", "adam"]}) == [
         f"no highest throughput along optimizer: {TOO_FEW}; top 21.0 img/s"
@@ -328,8 +328,8 @@ def test_loader_on_synthetic_data_records_the_loader_that_ran_so_compare_and_swe
     assert RunConfig.from_dict(cfgs[0]).loader == "synthetic"  # still a valid config
     assert compare.config_differences(_typed({"config": cfgs[0]}), _typed({"config": cfgs[1]})) == []
     # a sweep --loader fast,torchvision on synthetic data: no effect, not "within noise" nor a winner
-    rows = [{"key": f"00{i}", "params": {"loader": x}, "status": "ok", "throughput_img_s": t,
-             "thr_samples": [t - 1, t, t + 1], "resolved": c, "no_effect": c["no_effect"]}
+    rows = [sweep_tables.CellRow(key=f"00{i}", params={"loader": x}, status="ok", throughput_img_s=t,
+                                 thr_samples=[t - 1, t, t + 1], resolved=c, no_effect=c["no_effect"])
             for i, (x, t, c) in enumerate(zip(asked, (64.0, 52.0), cfgs, strict=True))]  # fmt: skip
     assert sweep_tables.verdicts(rows, {"loader": list(asked)}) == [
         "no best loader: --loader had no effect on these runs "
