@@ -346,12 +346,12 @@ def summarize(
             ),
             world_size=devices,
         )
-        if "achieved_tflops" in eff:
-            out["achieved_tflops"] = eff["achieved_tflops"]
-        if "mfu" in eff:
-            out["mfu"] = eff["mfu"]
-            out["mfu_peak_tflops_per_device"] = eff["peak_tflops_per_device"]
-            out["mfu_peak_precision"] = eff["precision"]
+        if eff.achieved_tflops is not None:
+            out["achieved_tflops"] = eff.achieved_tflops
+        if eff.mfu is not None:
+            out["mfu"] = eff.mfu
+            out["mfu_peak_tflops_per_device"] = eff.peak_tflops_per_device
+            out["mfu_peak_precision"] = eff.precision
     # the job's GPUs: every rank's under DDP, every DataParallel device (LaunchPlan.devices)
     out.update(_energy(record, utilization, devices if device_type == "cuda" else None))
     if profile_info:
@@ -363,7 +363,7 @@ def summarize(
             "active_steps": profile_info.get("active_steps"),
             "profiled_step_time_s": profile_info.get("profiled_step_time_s"),
             "timed_step_time_s": sum(timed) / len(timed) if timed else None,
-            **analysis.profiler_overhead(profile_info.get("profiled_step_times_s") or [], timed),
+            **analysis.profiler_overhead(profile_info.get("profiled_step_times_s") or [], timed)._asdict(),
         }
         for key in ("comm_kernel_s", "exposed_comm_s", "exposed_comm_share", "exposed_comm_error"):  # CUDA: the trace
             if profile_info.get(key) is not None:

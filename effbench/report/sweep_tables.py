@@ -153,8 +153,12 @@ def cell_row(
         device=record.device,
         **time_to_accuracy.cell_fields(record),
         contended=record.verdict is not None and record.verdict.bottleneck == CONTENDED,
-        record=record.model_copy(update={"throughput_windows": typed_windows}),
+        record=record.model_copy(update={schema.field_path(schema.Results, _windows_of): typed_windows}),
     )
+
+
+def _windows_of(r: schema.Results) -> Any:
+    return r.throughput_windows
 
 
 def _thr_of(w: schema.Windows) -> Any:
