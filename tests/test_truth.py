@@ -58,13 +58,14 @@ def test_in_progress_final_epoch_and_window_throughput_agree_on_the_same_rank_ro
     assert by_hand != pytest.approx(rank0_times_two, rel=0.05)  # the two old definitions really differed
     assert final["measured"]["images"] == 48 and final["measured"]["time_s"] == pytest.approx(rows[1]["time_s"])
     # one window over every step is the headline; the epoch row of the same steps is too
-    one = windows.rank_windows([RANK0, RANK1], repeats=1)
+    ranks = [windows.measured_steps(RANK0), windows.measured_steps(RANK1)]
+    one = windows.rank_windows(ranks, repeats=1)
     assert one["throughput_img_s"] == [pytest.approx(by_hand)]
     epoch_rows = [{"measured_images": r["images"], "measured_time_s": r["time_s"], "images": r["images"],
                    "total_time_s": r["time_s"], "val_images": 0, "val_time_s": 0.0} for r in rows]  # fmt: skip
     assert record.merge_epoch(epoch_rows)["throughput_img_s"] == pytest.approx(by_hand)
     # three windows: each window's steps of both ranks, by hand
-    three = windows.rank_windows([RANK0, RANK1], repeats=3)
+    three = windows.rank_windows(ranks, repeats=3)
     for i, got in enumerate(three["throughput_img_s"]):
         slow = max(sum(RANK0[i].values()) - 8, sum(RANK1[i].values()) - 8)  # data + compute of step i
         assert got == pytest.approx(16 / slow)
