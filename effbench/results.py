@@ -230,6 +230,12 @@ def record_of(data: Mapping[str, Any] | schema.Results) -> schema.Results:
     return schema.Results.model_validate(_json_safe(dict(data)))
 
 
+def unsaved_record_of(data: Mapping[str, Any]) -> schema.Results:
+    """A launch outcome's record typed: one that left no results.json is in memory only and has no
+    schema_version (run/record.record_without_results), so it gets this version's."""
+    return record_of({"schema_version": SCHEMA_VERSION, **data})
+
+
 def read_results(path: Path) -> dict[str, Any]:
     """Read and check a results.json; any problem is an EffbenchError naming the file."""
     path = Path(path)

@@ -142,15 +142,18 @@ def _warn_if_output_is_lost(output: Path) -> None:
 
 
 def _exit_for(outcome: Any) -> None:
-    status = outcome.results.get("status")
+    from effbench import results
+
+    record = results.unsaved_record_of(outcome.results)
+    status = record.status
     if status == "ok":
         return
-    err = outcome.results.get("error") or {}
-    detail = f" ({err.get('type')}: {err.get('message')})" if err else ""
-    if status == "interrupted" and outcome.results.get("signal"):
-        phase = outcome.results.get("interrupted_phase")
-        detail = f" by {_signal_name(outcome.results['signal'])}" + (f" during {phase}" if phase else "")
-    what = "measurements so far are" if outcome.results.get("epochs") else "nothing was measured; results.json is"
+    err = record.error
+    detail = f" ({err.type}: {err.message})" if err is not None else ""
+    if status == "interrupted" and record.signal:
+        phase = record.interrupted_phase
+        detail = f" by {_signal_name(record.signal)}" + (f" during {phase}" if phase else "")
+    what = "measurements so far are" if record.epochs else "nothing was measured; results.json is"
     where = f"; {what} in {outcome.run_dir}" if outcome.run_dir else ""
     typer.echo(f"error: run {status}{detail}{where}", err=True)
     raise typer.Exit(outcome.exit_code)

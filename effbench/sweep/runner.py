@@ -140,7 +140,7 @@ def cell_record(outcome: RunOutcome) -> schema.Results:
     one) has only its status and error, in memory."""
     if outcome.run_dir is not None and (outcome.run_dir / results.RESULTS_FILE).is_file():
         return results.load_record(outcome.run_dir)
-    return results.record_of({"schema_version": results.SCHEMA_VERSION, **outcome.results})
+    return results.unsaved_record_of(outcome.results)
 
 
 def _error(record: schema.Results) -> dict[str, Any] | None:

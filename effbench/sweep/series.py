@@ -56,8 +56,7 @@ def run_scaling_series(
             reports=RUN_REPORTS,
         )
         outcomes.append(outcome)
-    # a member that left no results.json is in memory only (run/record.record_without_results: no schema_version)
-    records = [results.record_of({"schema_version": results.SCHEMA_VERSION, **o.results}) for o in outcomes]
+    records = [results.unsaved_record_of(o.results) for o in outcomes]
     rows = scaling.scaling_rows(records)
     results.write_json(
         folder / SCALING_JSON,
