@@ -262,9 +262,10 @@ def read_results(path: Path) -> dict[str, Any]:
         )
     from effbench import schema  # pydantic: only when a file is read
 
-    schema.check(schema.Results, data, path, "rerun the benchmark, or restore the file effbench wrote")
-    profile = data.get("profile") or {}
-    for name, value in [*(profile.get("tables") or {}).items(), ("trace", profile.get("trace"))]:
+    typed = schema.check(schema.Results, data, path, "rerun the benchmark, or restore the file effbench wrote")
+    profile = typed.profile
+    files = [] if profile is None else [*(profile.tables.items() if profile.tables else ()), ("trace", profile.trace)]
+    for name, value in files:
         # Relative names are resolved inside the folder; absolute ones were written by effbench into
         # the folder it ran in (the folder may have moved since) and are never followed.
         if value and not Path(value).is_absolute():
