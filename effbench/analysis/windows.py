@@ -29,13 +29,16 @@ DEFAULT_WINDOWS = 5
 
 
 def measured_steps(step_rows: Iterable[StepRow | Mapping[str, Any]]) -> list[StepRow]:
-    """The steps that count (warm-up flag false), typed, in the order they ran. The training loop's rows are
-    dicts until run/train.py yields StepRow: typed here, at the one place they are read."""
-    typed = (r if isinstance(r, StepRow) else StepRow.of(r) for r in step_rows)
-    return [r for r in typed if not r.warmup]
+    """The steps that count (warm-up flag false), typed, in the order they ran."""
+    return [r for r in _typed(step_rows) if not r.warmup]
 
 
-def rank_windows(steps_by_rank: Sequence[Sequence[StepRow]], repeats: int | None) -> dict[str, Any]:
+def _typed(step_rows: Iterable[StepRow | Mapping[str, Any]]) -> list[StepRow]:
+    """The training loop's step rows are dicts until run/train.py yields StepRow: typed here, where read."""
+    return [r if isinstance(r, StepRow) else StepRow.of(r) for r in step_rows]
+
+
+def rank_windows(steps_by_rank: Sequence[Sequence[StepRow | Mapping[str, Any]]], repeats: int | None) -> dict[str, Any]:
     """Per-window samples and their summaries (results.json's throughput_windows, built through schema.Windows);
     no window when nothing was measured.
 
@@ -43,7 +46,7 @@ def rank_windows(steps_by_rank: Sequence[Sequence[StepRow]], repeats: int | None
     rank, and its throughput is `job_throughput` of the ranks' images and times in it: the headline's
     definition, so one window over all steps gives the headline figure exactly.
     """
-    ranks = [list(r) for r in steps_by_rank if r]
+    ranks = [_typed(r) for r in steps_by_rank if r]
     n = min((len(r) for r in ranks), default=0)
     k = repeats if repeats is not None else DEFAULT_WINDOWS
     thr, step_ms, share, sizes = [], [], [], []
