@@ -15,9 +15,9 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from effbench.errors import EffbenchError
 
@@ -63,6 +63,75 @@ EPOCH_FIELDS = (
 # measured steps only (warm-up excluded), the headline's definition, which the epoch table and chart show.
 # throughput_img_s: the epoch's measured steps only (warm-up excluded), analysis/throughput.job_throughput.
 STEP_FIELDS = ("epoch", "step", "warmup", "images", "loss", "top1", "data_time_s", "compute_time_s")
+
+
+class StepRow(NamedTuple):
+    """One training step, typed: a row of steps.csv (its columns are STEP_FIELDS, in order) or of the training
+    loop. `of` reads either (numbers, or steps.csv's strings); a column it lacks is None (0 for the figures)."""
+
+    epoch: int | None
+    step: int | None
+    warmup: bool
+    images: float
+    loss: float | None
+    top1: float | None
+    data_time_s: float
+    compute_time_s: float
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> StepRow:
+        """The row typed; a figure (images, seconds) that is no finite number raises StepValueError naming it
+        (steps.csv is input: a hand-edited file too). loss and top1 may be nan (a diverged run writes it)."""
+        return cls(*(parse(name, row.get(name)) for name, parse in zip(cls._fields, _STEP_PARSERS, strict=True)))
+
+
+assert StepRow._fields == STEP_FIELDS  # steps.csv's columns are the typed row's fields
+
+
+class StepValueError(ValueError):
+    """A steps.csv figure that is not a finite number: `column` and the `value` found."""
+
+    def __init__(self, column: str, value: Any) -> None:
+        super().__init__(f"column {column}: {value!r} is not a finite number")
+        self.column, self.value = column, value
+
+
+def _step_int(_: str, v: Any) -> int | None:
+    try:
+        return int(float(v)) if v not in (None, "") else None
+    except (TypeError, ValueError):
+        return None  # a count no figure is computed from: a hand-edited value is shown as unknown
+
+
+def _step_bool(_: str, v: Any) -> bool:
+    return v if isinstance(v, bool) else str(v).strip().lower() in ("true", "1", "yes")
+
+
+def _step_figure(name: str, v: Any) -> float:
+    from effbench import safe_files
+
+    if v in (None, ""):
+        return 0.0
+    try:
+        value = float(v)
+    except (TypeError, ValueError):
+        raise StepValueError(name, v) from None
+    if not safe_files.check_figure(value):
+        raise StepValueError(name, v)
+    return value
+
+
+def _step_optional(_: str, v: Any) -> float | None:
+    try:
+        return float(v) if v not in (None, "") else None
+    except (TypeError, ValueError):
+        return None
+
+
+# StepRow's fields in order: epoch, step, warmup, images, loss, top1, data_time_s, compute_time_s
+_STEP_PARSERS: tuple[Callable[[str, Any], Any], ...] = (
+    _step_int, _step_int, _step_bool, _step_figure, _step_optional, _step_optional, _step_figure, _step_figure,
+)  # fmt: skip
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -187,9 +256,10 @@ def read_results(path: Path) -> dict[str, Any]:
         )
     from effbench import schema  # pydantic: only when a file is read
 
-    schema.check(schema.Results, data, path, "rerun the benchmark, or restore the file effbench wrote")
-    profile = data.get("profile") or {}
-    for name, value in [*(profile.get("tables") or {}).items(), ("trace", profile.get("trace"))]:
+    typed = schema.check(schema.Results, data, path, "rerun the benchmark, or restore the file effbench wrote")
+    profile = typed.profile
+    files = [] if profile is None else [*(profile.tables.items() if profile.tables else ()), ("trace", profile.trace)]
+    for name, value in files:
         # Relative names are resolved inside the folder; absolute ones were written by effbench into
         # the folder it ran in (the folder may have moved since) and are never followed.
         if value and not Path(value).is_absolute():

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
 
@@ -40,18 +40,21 @@ class _Model(BaseModel):
     # TRANSITION (issue 24 item 2): dict-style reads, so a reader not yet moved onto attributes works on the
     # model while the others move. Removed once no reader uses them; do not call them in new code.
     def get(self, key: str, default: Any = None) -> Any:
-        value = getattr(self, key, None) if key in type(self).model_fields else (self.model_extra or {}).get(key)
+        value = getattr(self, key, None) if key in type(self).model_fields else self._extra().get(key)
         if value is None and key not in self.model_fields_set:
             return default
         return value
 
     def __getitem__(self, key: str) -> Any:
-        if key in type(self).model_fields or key in (self.model_extra or {}):
+        if key in type(self).model_fields or key in self._extra():
             return getattr(self, key)
         raise KeyError(key)
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and (key in self.model_fields_set or key in (self.model_extra or {}))
+        return isinstance(key, str) and (key in self.model_fields_set or key in self._extra())
+
+    def _extra(self) -> dict[str, Any]:
+        return self.model_extra if self.model_extra is not None else {}
 
 
 def _none_is_empty(value: Any) -> Any:
@@ -887,14 +890,18 @@ def field_path(model: type[BaseModel], getter: Callable[[Any], Any]) -> str:
     return ".".join(getter(_FieldPath(model))._parts)
 
 
+_M = TypeVar("_M", bound=BaseModel)
+
+
 def _where(loc: tuple[Any, ...]) -> str:
     return ".".join(str(p) for p in loc) or "(top level)"
 
 
-def check(model: type[BaseModel], data: Any, path: Path, fix: str) -> None:
-    """Validate `data` against `model`; the first problem is one EffbenchError naming file and field."""
+def check(model: type[_M], data: Any, path: Path, fix: str) -> _M:
+    """Validate `data` against `model` (and return it typed); the first problem is one EffbenchError naming
+    file and field."""
     try:
-        model.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as e:
         first = e.errors(include_url=False)[0]
         got = repr(first.get("input"))

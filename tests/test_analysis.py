@@ -123,20 +123,20 @@ def test_peak_precision():
 def test_compute_efficiency_math():
     # 1.1 GFLOP per image at 100k img/s = 110 TFLOP/s over 2 H100 SXM at bf16 (989.5 each)
     out = compute_efficiency(1.1e9, 100_000.0, gpu_name="NVIDIA H100 80GB HBM3", precision="bf16", world_size=2)
-    assert out["achieved_tflops"] == pytest.approx(110.0)
-    assert out["peak_tflops_per_device"] == pytest.approx(989.5)
-    assert out["mfu"] == pytest.approx(110.0 / (989.5 * 2))
-    assert out["gpu_model"] == "H100 SXM" and out["world_size"] == 2
+    assert out.achieved_tflops == pytest.approx(110.0)
+    assert out.peak_tflops_per_device == pytest.approx(989.5)
+    assert out.mfu == pytest.approx(110.0 / (989.5 * 2))
+    assert out.gpu_model == "H100 SXM" and out.world_size == 2
 
 
 def test_compute_efficiency_without_a_peak_has_no_mfu():
     out = compute_efficiency(1e9, 1000.0, gpu_name=None, precision="fp32", world_size=1)
-    assert out["achieved_tflops"] == pytest.approx(1.0)
-    assert "mfu" not in out and "peak_tflops_per_device" not in out
+    assert out.achieved_tflops == pytest.approx(1.0)
+    assert out.mfu is None and out.peak_tflops_per_device is None
     out = compute_efficiency(1e9, 1000.0, gpu_name="Mystery GPU 9000", precision="bf16", world_size=1)
-    assert "mfu" not in out
+    assert out.mfu is None
     out = compute_efficiency(None, 1000.0, gpu_name="NVIDIA L4", precision="bf16", world_size=1)
-    assert "achieved_tflops" not in out and "mfu" not in out and out["peak_tflops_per_device"] == 121.0
+    assert out.achieved_tflops is None and out.mfu is None and out.peak_tflops_per_device == 121.0
 
 
 def test_images_per_joule_and_overhead():
@@ -152,20 +152,20 @@ def _overhead(prof, timed):
 def test_profiler_overhead_only_outside_the_noise_of_the_timed_steps():
     timed = [0.100, 0.101, 0.099, 0.100, 0.102, 0.098]
     clear = _overhead([0.120, 0.121, 0.119], timed)
-    assert clear["profiler_overhead"] == pytest.approx(0.120 / 0.100 - 1) and clear["profiler_overhead_note"] is None
+    assert clear.profiler_overhead == pytest.approx(0.120 / 0.100 - 1) and clear.profiler_overhead_note is None
     # the issue's -27%: a profiled mean below a noisy timed mean is "within noise", never a negative cost
     noisy = [0.05, 0.20, 0.06, 0.19, 0.07, 0.18]
     within = _overhead([0.095, 0.096, 0.094], noisy)
     assert 0.095 / (sum(noisy) / 6) - 1 < -0.2  # what the old ratio printed
     within_noise = "within noise (Welch's 95% interval of profiled - timed includes 0)"  # and no signed figure
-    assert within["profiler_overhead"] is None and within["profiler_overhead_note"] == within_noise
+    assert within.profiler_overhead is None and within.profiler_overhead_note == within_noise
     # the audit's case: means 0.1033 vs 0.1100 (-6%), Welch's interval includes 0: printed "within noise (-6%)"
-    assert _overhead([0.10, 0.12, 0.09], [0.11, 0.10, 0.12, 0.105, 0.115])["profiler_overhead_note"] == within_noise
+    assert _overhead([0.10, 0.12, 0.09], [0.11, 0.10, 0.12, 0.105, 0.115]).profiler_overhead_note == within_noise
     faster = _overhead([0.080, 0.081, 0.079], timed)  # faster beyond noise: no cost, and not a negative one
-    assert faster["profiler_overhead"] is None and "no measurable cost" in faster["profiler_overhead_note"]
-    assert _overhead([0.12], timed)["profiler_overhead"] is None  # one profiled step: cannot tell
-    assert "cannot tell" in _overhead([0.12], timed)["profiler_overhead_note"]
-    assert _overhead([], timed)["profiler_overhead"] is None
+    assert faster.profiler_overhead is None and "no measurable cost" in faster.profiler_overhead_note
+    assert _overhead([0.12], timed).profiler_overhead is None  # one profiled step: cannot tell
+    assert "cannot tell" in _overhead([0.12], timed).profiler_overhead_note
+    assert _overhead([], timed).profiler_overhead is None
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1169,12 +1169,12 @@ def test_more_than_a_tenth_of_the_images_skipped_is_a_warning_in_the_report(skip
 
 
 def test_a_diverged_sweep_cell_is_named_in_the_verdicts_with_its_message():
-    from effbench.report.sweep_tables import verdicts
+    from effbench.report.sweep_tables import CellRow, verdicts
 
     rows = [
         # as cell_row makes them: the swept values under "params"
-        {"key": "000_lr-0.1", "status": "ok", "params": {"lr": 0.1}},
-        {"key": "001_lr-1000", "status": "diverged", "params": {"lr": 1000}, "error": "loss became nan at step 3"},
+        CellRow(key="000_lr-0.1", status="ok", params={"lr": 0.1}),
+        CellRow(key="001_lr-1000", status="diverged", params={"lr": 1000}, error="loss became nan at step 3"),
     ]
     lines = verdicts(rows, {"lr": (0.1, 1000)})
     assert "cell 001_lr-1000: diverged (loss became nan at step 3)" in lines

@@ -334,3 +334,35 @@ def test_a_sweep_whose_every_cell_failed_draws_no_empty_chart_and_warns_nothing(
     assert [str(w.message) for w in caught] == []
     assert not [p.name for p in (folder / "plots").glob("*.png") if p.name != "throughput.png"]
     assert "no cell finished" in (folder / "report.html").read_text()
+
+
+# summary.json's cell keys, in order, as main wrote them when a row was a dict (before CellRow): a reader of
+# the file sees the same object whatever holds the row in memory
+RAN_CELL_KEYS = [
+    "key", "params", "status", "run_dir", "error", "batch_size_per_device", "throughput_img_s", "thr_median",
+    "thr_ci_low", "thr_ci_high", "thr_samples", "share_samples", "no_effect", "resolved", "windows",
+    "data_time_per_epoch_s", "compute_time_per_epoch_s", "measured_data_time_per_epoch_s",
+    "measured_compute_time_per_epoch_s", "warmup_time_per_epoch_s", "time_split", "data_time_share", "train_loss",
+    "train_top1", "val_top1", "train_top1_per_epoch", "val_top1_per_epoch", "global_batch_size", "devices",
+    "peak_mem_gib", "peak_host_gib", "wall_time_s", "device", "target_top1", "reached_target", "time_to_target_s",
+    "epochs_to_target", "best_val_top1", "contended",
+]  # fmt: skip
+
+
+def test_summary_json_keeps_its_cell_keys_and_a_cell_that_never_ran_has_the_manifests_six(tmp_path):
+    folder = tmp_path / "sweep-x"
+    entries = [
+        {"key": f"00{i}", "params": {"batch_size": b}, "config": {"batch_size": b}} for i, b in enumerate((8, 16))
+    ]
+    m = manifest.new_manifest(name="sweep-x", preset=None, dims={"batch_size": [8, 16]}, zipped=False, cells=entries,
+                              command=["effbench", "sweep"])  # fmt: skip
+    fake_run(folder / "cells/000/run", devices=1, batch=8, throughput=100.0)
+    m = manifest.update_cell(m, "000", status="ok", run_dir="cells/000/run")
+    manifest.write_manifest(folder, m)  # 001 still pending: it never ran
+    render.write_sweep_reports(folder)
+    summary = json.loads((folder / "summary.json").read_text())
+    assert list(summary) == ["schema_version", "name", "dims", "verdicts", "cells"]
+    ran, pending = summary["cells"]
+    assert list(ran) == RAN_CELL_KEYS and ran["throughput_img_s"] == 100.0 and ran["batch_size_per_device"] == 8
+    assert pending == {"key": "001", "params": {"batch_size": 16}, "status": "pending", "run_dir": None,
+                       "error": None, "batch_size_per_device": 16}  # fmt: skip

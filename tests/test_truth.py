@@ -59,13 +59,14 @@ def test_in_progress_final_epoch_and_window_throughput_agree_on_the_same_rank_ro
     assert by_hand != pytest.approx(rank0_times_two, rel=0.05)  # the two old definitions really differed
     assert final.measured.images == 48 and final.measured.time_s == pytest.approx(rows[1]["time_s"])
     # one window over every step is the headline; the epoch row of the same steps is too
-    one = windows.rank_windows([RANK0, RANK1], repeats=1)
+    ranks = [windows.measured_steps(RANK0), windows.measured_steps(RANK1)]
+    one = windows.rank_windows(ranks, repeats=1)
     assert one["throughput_img_s"] == [pytest.approx(by_hand)]
     epoch_rows = [schema.Epoch(epoch=1, measured_images=r["images"], measured_time_s=r["time_s"], images=r["images"],
                                total_time_s=r["time_s"], val_images=0, val_time_s=0.0) for r in rows]  # fmt: skip
     assert record.merge_epoch(epoch_rows).throughput_img_s == pytest.approx(by_hand)
     # three windows: each window's steps of both ranks, by hand
-    three = windows.rank_windows([RANK0, RANK1], repeats=3)
+    three = windows.rank_windows(ranks, repeats=3)
     for i, got in enumerate(three["throughput_img_s"]):
         slow = max(sum(RANK0[i].values()) - 8, sum(RANK1[i].values()) - 8)  # data + compute of step i
         assert got == pytest.approx(16 / slow)
@@ -287,7 +288,7 @@ def test_two_windows_are_too_few_to_judge_anywhere_as_they_are_too_few_for_the_r
     gate = compare.slower_gate(_typed({"throughput_img_s": 21.0}), three, _typed({"throughput_img_s": 11.0}), two, 5.0)
     assert not gate.failed and gate.line.endswith(f"{TOO_FEW}: B: raise --repeats to 3 or more")
     # a sweep's verdict
-    cells = [{"key": k, "params": {"optimizer": k}, "status": "ok", "throughput_img_s": t, "thr_samples": w}
+    cells = [sweep_tables.CellRow(key=k, params={"optimizer": k}, status="ok", throughput_img_s=t, thr_samples=w)
              for k, t, w in (("sgd", 11.0, two), ("adam", 21.0, three))]  # fmt: skip
     assert sweep_tables.verdicts(cells, {"optimizer": ["sgd", "adam"]}) == [
         f"no highest throughput along optimizer: {TOO_FEW}; top 21.0 img/s"
@@ -331,8 +332,8 @@ def test_loader_on_synthetic_data_records_the_loader_that_ran_so_compare_and_swe
     assert RunConfig.from_dict(cfgs[0]).loader == "synthetic"  # still a valid config
     assert compare.config_differences(_typed({"config": cfgs[0]}), _typed({"config": cfgs[1]})) == []
     # a sweep --loader fast,torchvision on synthetic data: no effect, not "within noise" nor a winner
-    rows = [{"key": f"00{i}", "params": {"loader": x}, "status": "ok", "throughput_img_s": t,
-             "thr_samples": [t - 1, t, t + 1], "resolved": c, "no_effect": c["no_effect"]}
+    rows = [sweep_tables.CellRow(key=f"00{i}", params={"loader": x}, status="ok", throughput_img_s=t,
+                                 thr_samples=[t - 1, t, t + 1], resolved=c, no_effect=c["no_effect"])
             for i, (x, t, c) in enumerate(zip(asked, (64.0, 52.0), cfgs, strict=True))]  # fmt: skip
     assert sweep_tables.verdicts(rows, {"loader": list(asked)}) == [
         "no best loader: --loader had no effect on these runs "

@@ -30,6 +30,7 @@ from effbench.sweep.manifest import MANIFEST_FILE
 
 if TYPE_CHECKING:
     from effbench import schema
+    from effbench.report.sweep_tables import CellRow
 
 
 @dataclass(frozen=True)
@@ -275,36 +276,34 @@ def render_runs(deltas: Sequence[MetricDelta], *, a_name: str, b_name: str, diff
 
 
 def match_cells(
-    a_rows: Sequence[Mapping[str, Any]], b_rows: Sequence[Mapping[str, Any]]
-) -> tuple[list[tuple[Mapping[str, Any], Mapping[str, Any]]], list[str]]:
+    a_rows: Sequence[CellRow], b_rows: Sequence[CellRow]
+) -> tuple[list[tuple[CellRow, CellRow]], list[str]]:
     """Pairs of cells with the same swept values; the labels of cells found on one side only."""
 
-    def ident(r: Mapping[str, Any]) -> str:
-        return json.dumps(r.get("params") or {}, sort_keys=True, default=str)
+    def ident(r: CellRow) -> str:
+        return json.dumps(r.params, sort_keys=True, default=str)
 
     b_by = {ident(r): r for r in b_rows}
     a_ids = {ident(r) for r in a_rows}
     pairs = [(r, b_by[ident(r)]) for r in a_rows if ident(r) in b_by]
-    alone = [f"A only: {r['key']}" for r in a_rows if ident(r) not in b_by] + [
-        f"B only: {r['key']}" for r in b_rows if ident(r) not in a_ids
+    alone = [f"A only: {r.key}" for r in a_rows if ident(r) not in b_by] + [
+        f"B only: {r.key}" for r in b_rows if ident(r) not in a_ids
     ]
     return pairs, alone
 
 
-def render_sweeps(
-    a_rows: Sequence[Mapping[str, Any]], b_rows: Sequence[Mapping[str, Any]], *, a_name: str, b_name: str
-) -> str:
+def render_sweeps(a_rows: Sequence[CellRow], b_rows: Sequence[CellRow], *, a_name: str, b_name: str) -> str:
     pairs, alone = match_cells(a_rows, b_rows)
     body = []
     significant = 0
     for ra, rb in pairs:
-        if ra.get("status") != "ok" or rb.get("status") != "ok":
+        if ra.status != "ok" or rb.status != "ok":
             body.append(
                 [
-                    ra["key"],
+                    ra.key,
                     "throughput (img/s)",
-                    str(ra.get("status")),
-                    str(rb.get("status")),
+                    str(ra.status),
+                    str(rb.status),
                     "-",
                     "-",
                     "-",
@@ -312,9 +311,9 @@ def render_sweeps(
                 ]
             )
             continue
-        deltas = compare_runs(ra["record"], [], rb["record"], [])
+        deltas = compare_runs(ra.record, [], rb.record, [])
         for d in [*deltas[: len(WINDOW_METRICS)], *(d for d in deltas if d.metric.startswith(TARGET_METRIC))]:
-            body.append([ra["key"], d.metric, d.a, d.b, d.delta, d.delta_pct, d.ci, d.verdict])
+            body.append([ra.key, d.metric, d.a, d.b, d.delta, d.delta_pct, d.ci, d.verdict])
             significant += bool(d.significant) and d.metric.startswith("throughput")
     table = tabulate(body, headers=("cell", *HEADERS), tablefmt="simple", disable_numparse=True)
     lines = [f"A: {a_name}", f"B: {b_name}", f"{len(pairs)} cells matched by their swept values", "", table, ""]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import NamedTuple
 
 from effbench.analysis import stats
 
@@ -209,6 +209,23 @@ def _precision_label(flops_by_precision: dict[str, float]) -> str:
     return " + ".join(f"{col} {100 * f / total:.0f}%" for col, f in flops_by_precision.items())
 
 
+@dataclass(frozen=True)
+class Efficiency:
+    """compute_efficiency's figures: None where unknown (never a guess). The names are results.json's
+    where the record keeps them (achieved_tflops, mfu)."""
+
+    world_size: int
+    achieved_tflops: float | None = None
+    """The job's TFLOP/s: FLOPs per image x images per second (both known)."""
+    gpu_model: str | None = None
+    """The datasheet row the peak came from (the GPU is in the table)."""
+    precision: str | None = None
+    """The peak's column, or the mix of columns (`_precision_label`)."""
+    peak_tflops_per_device: float | None = None
+    mfu: float | None = None
+    """achieved / (peak x world_size): both known."""
+
+
 def compute_efficiency(
     flops_per_image: float | None,
     throughput_img_s: float | None,
@@ -216,30 +233,30 @@ def compute_efficiency(
     gpu_name: str | None,
     precision: str | dict[str, float],
     world_size: int,
-) -> dict[str, Any]:
+) -> Efficiency:
     """Achieved TFLOP/s and MFU.
 
     `throughput_img_s` is the whole job's (all ranks), so the peak is multiplied by `world_size`.
     `precision`: one `PEAK_TFLOPS` column, or the FLOPs by column (`kind_precisions`) for a step that
     mixes rates (fp32 convolutions on TF32, matmuls on FP32): its peak is `mixed_peak_tflops`.
-    Keys: `achieved_tflops` (when both inputs are known), `peak_tflops_per_device`, `gpu_model` and
-    `precision` (when the GPU is in the table), `world_size`, and `mfu` (achieved / (peak *
-    world_size)) only when both the achieved figure and the peak are known. Unknown means absent.
+    The peak, its GPU model and precision only when the GPU is in the table; `mfu` (achieved / (peak *
+    world_size)) only when both the achieved figure and the peak are known. Unknown is None.
     """
-    out: dict[str, Any] = {"world_size": world_size}
     achieved = None
     if flops_per_image is not None and throughput_img_s is not None:
         achieved = flops_per_image * throughput_img_s / 1e12
-        out["achieved_tflops"] = achieved
     mix = {precision: 1.0} if isinstance(precision, str) else dict(precision)
     peak = mixed_peak_tflops(gpu_name, mix)
-    if peak is not None:
-        out["gpu_model"] = gpu_model(gpu_name)
-        out["precision"] = _precision_label(mix)
-        out["peak_tflops_per_device"] = peak
-        if achieved is not None and world_size > 0:
-            out["mfu"] = achieved / (peak * world_size)
-    return out
+    if peak is None:
+        return Efficiency(world_size=world_size, achieved_tflops=achieved)
+    return Efficiency(
+        world_size=world_size,
+        achieved_tflops=achieved,
+        gpu_model=gpu_model(gpu_name),
+        precision=_precision_label(mix),
+        peak_tflops_per_device=peak,
+        mfu=achieved / (peak * world_size) if achieved is not None and world_size > 0 else None,
+    )
 
 
 def images_per_joule(images: int | float | None, energy_j: float | None) -> float | None:
@@ -253,28 +270,36 @@ WITHIN_NOISE = "within noise (Welch's 95% interval of profiled - timed includes 
 """The profiler's cost when the interval includes 0: no figure, since a signed one would say more than was measured."""
 
 
-def profiler_overhead(profiled_step_times_s: Sequence[float], timed_step_times_s: Sequence[float]) -> dict[str, Any]:
+class ProfilerOverhead(NamedTuple):
+    """The profiler's cost, as results.json's profile section holds it (schema.Profile's two fields)."""
+
+    profiler_overhead: float | None
+    """profiled / timed - 1, > 0, only outside noise."""
+    profiler_overhead_note: str | None
+    """Why there is no figure, else None."""
+
+
+def profiler_overhead(profiled_step_times_s: Sequence[float], timed_step_times_s: Sequence[float]) -> ProfilerOverhead:
     """How much slower a profiled step is than a timed one, only when the difference is outside noise.
 
     Welch's 95% interval of mean(profiled) - mean(timed) (analysis/stats.py) decides: inside it, the
     profiler's cost is "within noise" (None); a profiled step faster beyond noise is no cost the profiler
-    could cause, so it is reported as such, never as a negative overhead. Keys: `profiler_overhead`
-    (fraction, > 0, or None) and `profiler_overhead_note` (why there is no figure, or None).
+    could cause, so it is reported as such, never as a negative overhead.
     """
     prof, timed = [float(x) for x in profiled_step_times_s], [float(x) for x in timed_step_times_s]
     if not prof or not timed or stats.mean(timed) <= 0:
-        return {"profiler_overhead": None, "profiler_overhead_note": "not measured (no profiled or timed steps)"}
+        return ProfilerOverhead(None, "not measured (no profiled or timed steps)")
     d = stats.difference(timed, prof)
     rel = stats.mean(prof) / stats.mean(timed) - 1.0
     if d.significant is None:
         note = f"cannot tell from noise: {len(prof)} profiled and {len(timed)} timed step(s) (needs 2 each)"
-        return {"profiler_overhead": None, "profiler_overhead_note": note}
+        return ProfilerOverhead(None, note)
     if not d.significant:
-        return {"profiler_overhead": None, "profiler_overhead_note": WITHIN_NOISE}
+        return ProfilerOverhead(None, WITHIN_NOISE)
     if rel < 0:
         note = f"no measurable cost: profiled steps were {100 * -rel:.0f}% faster than timed ones"
-        return {"profiler_overhead": None, "profiler_overhead_note": note}
-    return {"profiler_overhead": rel, "profiler_overhead_note": None}
+        return ProfilerOverhead(None, note)
+    return ProfilerOverhead(rel, None)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -66,8 +66,13 @@ class Column:
 
 # Names of the columns that are the export's own (no field of the record holds them as they are).
 PATH, KIND, HOST, GPU_MODEL = "path", "kind", "host", "gpu_model"
-CPU_QUOTA_CORES, SHM_GIB, IMAGE_REVISION, SM_CLOCK_MHZ = "cpu_quota_cores", "shm_gib", "image_revision", "sm_clock_mhz"
+CPU_QUOTA_CORES, SHM_GIB, IMAGE_REVISION = "cpu_quota_cores", "shm_gib", "image_revision"
 CI_LOW, CI_HIGH, TIME_TO_TARGET_S = "throughput_ci_low_img_s", "throughput_ci_high_img_s", "time_to_target_s"
+# Columns named after the model field they summarise: the GPUs' mean SM clock, the windows' median (as a
+# sweep manifest's cell summary holds it), and how many throughput windows there are.
+SM_CLOCK_MHZ = schema.field_path(schema.GpuUse, lambda g: g.sm_clock_mhz)
+MEDIAN = schema.field_path(schema.CellSummary, lambda c: c.throughput_median_img_s)
+WINDOWS = schema.field_path(schema.Results, lambda r: r.throughput_windows)
 
 
 def _field(getter: Callable[[schema.Results], Any], doc: str) -> Column:
@@ -148,12 +153,12 @@ COLUMN_SPEC: tuple[Column, ...] = (
     _field(lambda r: r.world_size, "processes in the job"),
     _field(lambda r: r.global_batch_size, "images per optimizer step over all processes"),
     _field(lambda r: r.throughput_img_s, "headline throughput: measured images / (data wait + compute)"),
-    Column("throughput_median_img_s", "median over the throughput windows", lambda s: _throughput(s).median),
+    Column(MEDIAN, "median over the throughput windows", lambda s: _throughput(s).median),
     Column(CI_LOW, "95% Student's t interval of the window mean, low end",
            lambda s: _throughput(s).ci_low),
     Column(CI_HIGH, "95% Student's t interval of the window mean, high end",
            lambda s: _throughput(s).ci_high),
-    Column("throughput_windows", "windows behind the median and interval", lambda s: s.windows.windows or 0),
+    Column(WINDOWS, "windows behind the median and interval", lambda s: s.windows.windows or 0),
     Column("data_wait_share", "share of step time waiting on the input pipeline (0..1)",
            lambda s: s.record.data_time_share),
     _field(lambda r: r.mfu, "model FLOPs utilisation (0..1); empty for devices with no datasheet peak"),

@@ -7,7 +7,7 @@ windows are 2, 2, 1, 1, 1; no step is dropped), recorded as `window_steps`; each
 `analysis.throughput.job_throughput` of every rank's images and time in it (all ranks' images over the
 slowest rank's time), the same definition as the run's headline. K defaults to min(5, measured steps).
 
-Works on the step rows the training loop yields and on rows read back from steps.csv (strings).
+Works on steps.csv's typed rows (results.StepRow, read_steps) and on the step rows the training loop yields.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from effbench import safe_files
 from effbench.analysis import stats
 from effbench.analysis.throughput import job_throughput, slowest
 from effbench.errors import EffbenchError
-from effbench.results import STEPS_FILE
+from effbench.results import STEPS_FILE, StepRow, StepValueError
 
 if TYPE_CHECKING:
     from effbench import schema
@@ -28,31 +28,17 @@ if TYPE_CHECKING:
 DEFAULT_WINDOWS = 5
 
 
-def _bool(v: Any) -> bool:
-    return v if isinstance(v, bool) else str(v).strip().lower() in ("true", "1", "yes")
+def measured_steps(step_rows: Iterable[StepRow | Mapping[str, Any]]) -> list[StepRow]:
+    """The steps that count (warm-up flag false), typed, in the order they ran."""
+    return [r for r in _typed(step_rows) if not r.warmup]
 
 
-def _float(v: Any) -> float:
-    return float(v) if v not in (None, "") else 0.0
+def _typed(step_rows: Iterable[StepRow | Mapping[str, Any]]) -> list[StepRow]:
+    """The training loop's step rows are dicts until run/train.py yields StepRow: typed here, where read."""
+    return [r if isinstance(r, StepRow) else StepRow.of(r) for r in step_rows]
 
 
-def measured_steps(step_rows: Iterable[Mapping[str, Any]]) -> list[dict[str, float]]:
-    """The steps that count (warm-up flag false), as numbers, in the order they ran."""
-    rows = []
-    for r in step_rows:
-        if _bool(r.get("warmup")):
-            continue
-        rows.append(
-            {
-                "images": _float(r.get("images")),
-                "data_time_s": _float(r.get("data_time_s")),
-                "compute_time_s": _float(r.get("compute_time_s")),
-            }
-        )
-    return rows
-
-
-def rank_windows(steps_by_rank: Sequence[Sequence[Mapping[str, Any]]], repeats: int | None) -> dict[str, Any]:
+def rank_windows(steps_by_rank: Sequence[Sequence[StepRow | Mapping[str, Any]]], repeats: int | None) -> dict[str, Any]:
     """Per-window samples and their summaries (results.json's throughput_windows, built through schema.Windows);
     no window when nothing was measured.
 
@@ -60,7 +46,7 @@ def rank_windows(steps_by_rank: Sequence[Sequence[Mapping[str, Any]]], repeats: 
     rank, and its throughput is `job_throughput` of the ranks' images and times in it: the headline's
     definition, so one window over all steps gives the headline figure exactly.
     """
-    ranks = [list(r) for r in steps_by_rank if r]
+    ranks = [_typed(r) for r in steps_by_rank if r]
     n = min((len(r) for r in ranks), default=0)
     k = repeats if repeats is not None else DEFAULT_WINDOWS
     thr, step_ms, share, sizes = [], [], [], []
@@ -68,12 +54,12 @@ def rank_windows(steps_by_rank: Sequence[Sequence[Mapping[str, Any]]], repeats: 
         parts = []
         for r in ranks:
             part = r[start:end]
-            data = sum(_float(s["data_time_s"]) for s in part)
+            data = sum(s.data_time_s for s in part)
             parts.append(
                 {
-                    "images": sum(_float(s["images"]) for s in part),
+                    "images": sum(s.images for s in part),
                     "data_time_s": data,
-                    "time_s": data + sum(_float(s["compute_time_s"]) for s in part),
+                    "time_s": data + sum(s.compute_time_s for s in part),
                 }
             )
         rate = job_throughput(parts)
@@ -151,13 +137,13 @@ def summary_of(w: schema.Windows, samples: Callable[[schema.Windows], Any]) -> s
     return w.summary.get(schema.field_path(schema.Windows, samples)) if w.summary else None
 
 
-def throughput_windows(step_rows: Iterable[Mapping[str, Any]], repeats: int | None) -> dict[str, Any]:
+def throughput_windows(step_rows: Iterable[StepRow | Mapping[str, Any]], repeats: int | None) -> dict[str, Any]:
     """Windows of one rank's step rows (a one-process run, or steps.csv read back)."""
     return rank_windows([measured_steps(step_rows)], repeats)
 
 
-def read_steps(run_dir: Path) -> list[dict[str, str]]:
-    """steps.csv of a run folder as rows of strings; [] when absent (a run that never stepped)."""
+def read_steps(run_dir: Path) -> list[StepRow]:
+    """steps.csv of a run folder, typed; [] when absent (a run that never stepped)."""
     path = Path(run_dir) / STEPS_FILE
     if not path.exists() and not path.is_symlink():
         return []
@@ -165,32 +151,23 @@ def read_steps(run_dir: Path) -> list[dict[str, str]]:
         rows = safe_files.read_csv_rows(path, fix="rerun the benchmark")
     except FileNotFoundError:
         return []
+    typed = []
     for i, row in enumerate(rows, start=2):  # line 1 is the header
         if None in row or None in row.values():  # DictReader: extra fields under None, missing ones as None
             raise EffbenchError(
                 str(path), f"line {i} does not have the header's {len(row) - (None in row)} fields: the file is "
                 "truncated or not effbench's; rerun the benchmark",
             )  # fmt: skip
-        for key in _STEP_NUMBERS:
-            value = row.get(key)
-            if value in (None, ""):
-                continue
-            try:
-                ok = safe_files.check_figure(float(value))
-            except ValueError:
-                ok = False
-            if not ok:
-                raise EffbenchError(
-                    str(path), f"line {i}, column {key}: {value!r} is not a finite number; rerun the benchmark"
-                )
-    return rows
+        try:  # the figures the windows read must be numbers: a hand-edited steps.csv is input too
+            typed.append(StepRow.of(row))
+        except StepValueError as e:
+            raise EffbenchError(str(path), f"line {i}, {e}; rerun the benchmark") from None
+    return typed
 
 
-# The columns the windows read as numbers: a hand-edited steps.csv is input too.
-_STEP_NUMBERS = ("images", "data_time_s", "compute_time_s")  # not loss: a diverged run writes nan there
-
-
-def windows_of(record: schema.Results, step_rows: Sequence[Mapping[str, Any]] | None = None) -> schema.Windows:
+def windows_of(
+    record: schema.Results, step_rows: Sequence[StepRow | Mapping[str, Any]] | None = None
+) -> schema.Windows:
     """The run's windows: recorded in results.json when the run wrote them, else from its steps.
 
     steps.csv holds rank 0's steps only, so a multi-rank run without recorded windows gets none rather
@@ -207,7 +184,7 @@ def windows_of(record: schema.Results, step_rows: Sequence[Mapping[str, Any]] | 
 
 
 def throughput_summary(
-    record: schema.Results, step_rows: Sequence[Mapping[str, Any]] | None = None
+    record: schema.Results, step_rows: Sequence[StepRow | Mapping[str, Any]] | None = None
 ) -> stats.Summary | None:
     s = summary_of(windows_of(record, step_rows), lambda w: w.throughput_img_s)
     return stats.Summary.from_stat(s) if s else None

@@ -147,7 +147,7 @@ def _exit_for(outcome: Any) -> None:
     if status == "ok":
         return
     err = record.error
-    detail = f" ({err.type}: {err.message})" if err else ""
+    detail = f" ({err.type}: {err.message})" if err is not None else ""
     if status == "interrupted" and record.signal:
         phase = record.interrupted_phase
         detail = f" by {_signal_name(record.signal)}" + (f" during {phase}" if phase else "")

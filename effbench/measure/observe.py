@@ -17,7 +17,7 @@ import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -311,15 +311,6 @@ def run_device_type(record: schema.Results) -> str:
     return str(record.launch.device_type or record.config.device or "cpu")
 
 
-class _Efficiency(NamedTuple):
-    """analysis.compute_efficiency's keys that the record keeps (absent there: None here)."""
-
-    achieved_tflops: float | None
-    mfu: float | None
-    peak_tflops_per_device: float | None
-    precision: str | None
-
-
 def summarize(
     record: schema.Results,
     *,
@@ -373,7 +364,7 @@ def summarize(
         if flops_forward_image is not None:  # to hold against published forward GMACs (x 2)
             out.flops_forward_per_image = flops_forward_image
         capability = analysis.parse_capability(gpu_caps[0]) if device_type == "cuda" and gpu_caps else None
-        found = analysis.compute_efficiency(
+        eff = analysis.compute_efficiency(
             flops_image,
             throughput,
             gpu_name=gpu_names[0] if device_type == "cuda" and gpu_names else None,
@@ -387,7 +378,6 @@ def summarize(
             ),
             world_size=devices,
         )
-        eff = _Efficiency(**{k: found.get(k) for k in _Efficiency._fields})  # unknown: absent there, None here
         if eff.achieved_tflops is not None:
             out.achieved_tflops = eff.achieved_tflops
         if eff.mfu is not None:
@@ -445,7 +435,7 @@ def _profile(info: ProfileInfo, timed_step_times_s: Sequence[float], run_dir: Pa
     )
     # analysis/efficiency's overhead (a figure or a note why none), keyed by the record's own field names
     overhead = analysis.profiler_overhead(info.profiled_step_times_s, timed)
-    profile = schema.Profile.model_validate({**profile.model_dump(exclude_unset=True), **overhead})
+    profile = schema.Profile.model_validate({**profile.model_dump(exclude_unset=True), **overhead._asdict()})
     if info.comm is not None:  # CUDA: the collectives on the trace's timeline
         for f in dataclasses.fields(info.comm):
             if getattr(info.comm, f.name) is not None:

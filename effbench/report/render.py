@@ -223,28 +223,28 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 # --------------------------------------------------------------------------------------------------
 # A sweep
 # --------------------------------------------------------------------------------------------------
-def load_sweep(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def load_sweep(folder: Path) -> tuple[schema.Manifest, list[sweep_report.CellRow]]:
     """The manifest and one row per cell (results read from each cell's run folder)."""
     folder = Path(folder)
     m = M.load_manifest(folder)
     rows = []
-    for cell in m["cells"]:
+    for cell in m.cells:
         record, steps = None, None
-        if cell.get("run_dir"):
-            run_dir = folder / cell["run_dir"]
-            if (run_dir / results.RESULTS_FILE).exists() or cell.get("status") == "ok":
+        if cell.run_dir:
+            run_dir = folder / cell.run_dir
+            if (run_dir / results.RESULTS_FILE).exists() or cell.status == "ok":
                 record = results.load_record(run_dir)
                 steps = windows.read_steps(run_dir)
         rows.append(sweep_report.cell_row(cell, record, steps))
     return m, rows
 
 
-def _dims(m: Mapping[str, Any]) -> dict[str, list[Any]]:
-    return {k: list(v) for k, v in (m.get("dims") or {}).items()}
+def _dims(m: schema.Manifest) -> dict[str, list[Any]]:
+    return {k: list(v) for k, v in m.dims.items()}
 
 
 def sweep_plots(
-    rows: Sequence[Mapping[str, Any]], dims: Mapping[str, Sequence[Any]], out_dir: Path
+    rows: Sequence[sweep_report.CellRow], dims: Mapping[str, Sequence[Any]], out_dir: Path
 ) -> tuple[list[Plot], list[str]]:
     from effbench.report import plots
 
@@ -261,26 +261,26 @@ def sweep_plots(
             + ("" if show_dims else "; no per-configuration chart (throughput, time breakdown, top-1) either")
         )
     charted = rows if show_dims or not idle else []  # every varied dimension had no effect: none per configuration
-    ran = [r for r in charted if r.get("record") and r.get("status") == "ok"]
+    ran = [r for r in charted if r.record and r.status == "ok"]
     # the measured steps' split (the headline's, the tables' data and compute s/epoch), warm-up apart; a cell
     # whose record cannot tell its measured steps from its warm-up gets no bar, and is named
-    split = [r for r in ran if r.get("measured_data_time_per_epoch_s") is not None]
+    split = [r for r in ran if r.measured_data_time_per_epoch_s is not None]
     problems += sweep_report.time_split_notes([r for r in ran if r not in split])
     if split:
         labels = sweep_report.chart_labels(split, show_dims)
         _draw(made, problems, "Data loading vs training time per configuration (seconds per epoch): measured steps, warm-up apart", lambda: plots.stacked_time_bars(
-            labels, [r["measured_data_time_per_epoch_s"] for r in split], [r.get("measured_compute_time_per_epoch_s") or 0.0 for r in split],
+            labels, [r.measured_data_time_per_epoch_s for r in split], [r.measured_compute_time_per_epoch_s or 0.0 for r in split],
             out_dir / "time_breakdown.png", title="Data loading vs training time", ylabel="seconds per epoch",
-            warmup_s=[r.get("warmup_time_per_epoch_s") or 0.0 for r in split]))  # fmt: skip
+            warmup_s=[r.warmup_time_per_epoch_s or 0.0 for r in split]))  # fmt: skip
     if charted:
         labels = sweep_report.chart_labels(charted, show_dims)
         _draw(made, problems, "Throughput per configuration: the run's throughput and the 95% CI of its windows' mean", lambda: plots.throughput_bars(
-            labels, [r.get("throughput_img_s") or r.get("thr_median") if r.get("status") == "ok" else None for r in charted],
-            [r.get("thr_ci_low") for r in charted], [r.get("thr_ci_high") for r in charted], out_dir / "throughput.png",
-            title="Throughput", notes=[("" if r.get("status") == "ok" else str(r.get("status")).upper()) for r in charted]))  # fmt: skip
-    if ran and any(r.get("train_top1_per_epoch") for r in ran):
+            labels, [r.throughput_img_s or r.thr_median if r.status == "ok" else None for r in charted],
+            [r.thr_ci_low for r in charted], [r.thr_ci_high for r in charted], out_dir / "throughput.png",
+            title="Throughput", notes=[("" if r.status == "ok" else str(r.status).upper()) for r in charted]))  # fmt: skip
+    if ran and any(r.train_top1_per_epoch for r in ran):
         series = {
-            name: {"train": r.get("train_top1_per_epoch") or [], "val": r.get("val_top1_per_epoch") or []}
+            name: {"train": r.train_top1_per_epoch, "val": r.val_top1_per_epoch}
             for name, r in zip(sweep_report.chart_labels(ran, show_dims), ran, strict=True)
         }
         _draw(
@@ -291,7 +291,7 @@ def sweep_plots(
         )
     # a chart along a dimension needs a cell that finished: with none (every cell failed on the same bad input)
     # its axes were empty and matplotlib warned on stderr that the legend had nothing to show
-    finished = {r.get("status") for r in rows} & {"ok", "oom"}
+    finished = {r.status for r in rows} & {"ok", "oom"}
     for dim in ("batch_size", "workers", "gpus", "nproc"):
         if dim in show_dims and not (finished - ({"oom"} if dim != "batch_size" else set())):
             problems.append(f"no {dim.replace('_', '-')} chart: no cell finished")
@@ -300,8 +300,8 @@ def sweep_plots(
             g: [
                 (
                     int(sweep_report.ran(r, "batch_size")),
-                    (r.get("throughput_img_s") or r.get("thr_median")),
-                    str(r.get("status")),
+                    (r.throughput_img_s or r.thr_median),
+                    str(r.status),
                 )
                 for r in members
             ]
@@ -318,8 +318,8 @@ def sweep_plots(
     target = sweep_report.target_of(rows)
     if "batch_size" in show_dims and "ok" in finished and target is not None:  # throughput and time to accuracy
         series_a = {
-            g: [(int(sweep_report.ran(r, "batch_size")), r.get("throughput_img_s") or r.get("thr_median"),
-                 r.get("time_to_target_s") if r.get("reached_target") else None, str(r.get("status"))) for r in members]
+            g: [(int(sweep_report.ran(r, "batch_size")), r.throughput_img_s or r.thr_median,
+                 r.time_to_target_s if r.reached_target else None, str(r.status)) for r in members]
             for g, members in sweep_report.chart_groups(rows, names, "batch_size", list(idle)).items()
         }  # fmt: skip
         _draw(made, problems, f"Throughput and training time to val top-1 >= {target:g} vs batch size per device "
@@ -328,9 +328,9 @@ def sweep_plots(
     if "workers" in show_dims and "ok" in finished:
         series_w = {
             g: [
-                (int(sweep_report.ran(r, "workers")), r["measured_data_time_per_epoch_s"])
+                (int(sweep_report.ran(r, "workers")), r.measured_data_time_per_epoch_s)
                 for r in members
-                if r.get("status") == "ok" and r.get("measured_data_time_per_epoch_s") is not None
+                if r.status == "ok" and r.measured_data_time_per_epoch_s is not None
             ]
             for g, members in sweep_report.chart_groups(rows, names, "workers", list(idle)).items()
             if sweep_report.workers_reason(members) is None  # no chart of an option that changed nothing
@@ -354,7 +354,8 @@ def sweep_plots(
             series_s = {}
             for g, members in sweep_report.chart_groups(rows, names, dim, list(idle)).items():
                 series_s[g] = [
-                    (r["devices"], r["throughput_img_s"], r["efficiency"]) for r in sweep_report.scaling_rows(members)
+                    (r[scaling.DEVICES], r[scaling.THROUGHPUT], r["efficiency"])
+                    for r in sweep_report.scaling_rows(members)
                 ]
             xlabel = "GPUs" if dim == "gpus" else "CPU processes"
             draw = functools.partial(
@@ -365,8 +366,8 @@ def sweep_plots(
 
 
 def sweep_html(
-    m: Mapping[str, Any],
-    rows: Sequence[Mapping[str, Any]],
+    m: schema.Manifest,
+    rows: Sequence[sweep_report.CellRow],
     plots: Sequence[Plot],
     problems: Sequence[str],
     folder: Path,
@@ -377,10 +378,10 @@ def sweep_html(
     headers, body = sweep_report.summary_table(rows, names)
     links = []
     for r in rows:
-        if r.get("run_dir") and (folder / r["run_dir"] / REPORT_HTML).is_file():
-            href = f"{r['run_dir']}/{REPORT_HTML}"
-            links.append(f"<li>{H.link(href, r['key'])}: {H.esc(r.get('status'))}</li>")
-    cells = [H.table(headers, body, row_classes=[str(r.get("status")) for r in rows], table_id="cells")]
+        if r.run_dir and (folder / r.run_dir / REPORT_HTML).is_file():
+            href = f"{r.run_dir}/{REPORT_HTML}"
+            links.append(f"<li>{H.link(href, r.key)}: {H.esc(r.status)}</li>")
+    cells = [H.table(headers, body, row_classes=[str(r.status) for r in rows], table_id="cells")]
     cells += [H.paragraph(line) for line in sweep_report.time_split_notes(rows)]
     if links:
         cells.append("<ul>" + "".join(links) + "</ul>")
@@ -400,7 +401,7 @@ def sweep_html(
                 if srows:
                     table = H.table(scaling.HEADERS, scaling.table_rows(srows))
                     sections.append(H.Section(f"Scaling [{g}]" if g else "Scaling", [table]))
-    first = next((r["record"] for r in rows if r.get("record")), None)
+    first = next((r.record for r in rows if r.record), None)
     if first is not None:
         sections.append(
             H.Section(
@@ -408,19 +409,19 @@ def sweep_html(
                 [H.key_values(H.environment_pairs(results.record_of(first).env), table_id="environment")],
             )
         )
-    info = [("preset", m.get("preset") or "-"), ("swept", ", ".join(f"{dim_option(k)} {','.join(show(v) for v in vals)}" for k, vals in dims.items())),
-            ("pairing", "zip" if m.get("zip") else "Cartesian product"), ("cells", len(rows)),
-            ("status", ", ".join(f"{k} {v}" for k, v in M.counts(m).items())), ("fingerprint", m.get("fingerprint")),
-            ("created", m.get("created_at")), ("updated", m.get("updated_at"))]  # fmt: skip
+    info = [("preset", m.preset or "-"), ("swept", ", ".join(f"{dim_option(k)} {','.join(show(v) for v in vals)}" for k, vals in dims.items())),
+            ("pairing", "zip" if m.zip else "Cartesian product"), ("cells", len(rows)),
+            ("status", ", ".join(f"{k} {v}" for k, v in M.counts(m).items())), ("fingerprint", m.fingerprint),
+            ("created", m.created_at), ("updated", m.updated_at)]  # fmt: skip
     sections.append(
-        H.Section("Sweep", [H.key_values(info, table_id="sweep"), H.preformatted(" ".join(m.get("command") or []))])
+        H.Section("Sweep", [H.key_values(info, table_id="sweep"), H.preformatted(" ".join(m.command or []))])
     )
     sections.append(H.Section("How to read this", [H.paragraph(
         "img/s is each cell's throughput (the run's own figure) with the 95% Student's t interval of its windows' mean (--repeats); "
         "'within noise' means Welch's 95% interval of the difference includes 0. " + sweep_report.TIME_NOTE
         + (" " + sweep_report.TARGET_NOTE if sweep_report.target_of(rows) is not None else ""))]))  # fmt: skip
     return H.page(
-        f"effbench sweep {m.get('name')}",
+        f"effbench sweep {m.name}",
         f"{len(rows)} cells · {', '.join(f'{k} {v}' for k, v in M.counts(m).items())}",
         sections,
     )
@@ -435,18 +436,18 @@ def write_sweep_reports(folder: Path, *, cells: bool = False, dest: Path | None 
     written: list[Path] = []
     if cells:
         for r in rows:
-            if r.get("record") is not None and r.get("run_dir"):
-                written += write_run_reports(folder / r["run_dir"], outputs.folder(dest, r["run_dir"]))
+            if r.record is not None and r.run_dir:
+                written += write_run_reports(folder / r.run_dir, outputs.folder(dest, r.run_dir))
     dims = _dims(m)
-    title = f"effbench sweep {m.get('name')}"
+    title = f"effbench sweep {m.name}"
     dest.mkdir(parents=True, exist_ok=True)
     txt, md, summary, html_file = (outputs.file(dest, n) for n in (SWEEP_TXT, SWEEP_MD, SWEEP_SUMMARY, REPORT_HTML))
     plots_dir = outputs.folder(dest, PLOTS_DIR)
     results.atomic_write_text(txt, sweep_report.render(rows, dims, title=title, fmt="text"))
     results.atomic_write_text(md, sweep_report.render(rows, dims, title=title, fmt="md"))
-    results.write_json(summary, {"schema_version": M.MANIFEST_SCHEMA, "name": m.get("name"), "dims": dims,
+    results.write_json(summary, {"schema_version": M.MANIFEST_SCHEMA, "name": m.name, "dims": dims,
                                  "verdicts": sweep_report.verdicts(rows, dims),
-                                 "cells": [{k: v for k, v in r.items() if k != "record"} for r in rows]})  # fmt: skip
+                                 "cells": [r.summary() for r in rows]})  # fmt: skip
     plots, problems = sweep_plots(rows, dims, plots_dir)
     for name in SWEEP_CHARTS:  # a chart this report did not draw (an earlier render's) must not outlive it
         stale = plots_dir / name

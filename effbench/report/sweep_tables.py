@@ -1,6 +1,6 @@
 """Pure: a sweep's cells and their results -> rows, tables per varied dimension, verdicts.
 
-    rows = [cell_row(cell, record, steps) for ...]      one dict per cell (record None: never ran)
+    rows = [cell_row(cell, record, steps) for ...]      one CellRow per cell (record None: never ran)
     render(rows, dims, fmt="text" | "md")                 summary + per-dimension tables + verdicts
     verdicts(rows, dims)                                   one line per finding ("best workers: 4 ...")
 
@@ -10,7 +10,8 @@ CI of its windows' mean (windows.py); "within noise" means Welch's 95% interval 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
@@ -33,18 +34,82 @@ def _mean(xs: Sequence[float | None]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+@dataclasses.dataclass
+class CellRow:
+    """Everything the tables and plots need about one cell; its fields, in this order, are summary.json's
+    (`summary()`). A cell that never ran has only the manifest's first six."""
+
+    key: str
+    params: dict[str, Any]
+    status: str | None = None
+    run_dir: str | None = None
+    error: str | None = None
+    batch_size_per_device: int | None = None
+    # from the record (a cell that ran)
+    throughput_img_s: float | None = None
+    thr_median: float | None = None
+    thr_ci_low: float | None = None
+    thr_ci_high: float | None = None
+    thr_samples: list[float] = dataclasses.field(default_factory=list)
+    share_samples: list[float] = dataclasses.field(default_factory=list)
+    no_effect: dict[str, str] = dataclasses.field(default_factory=dict)
+    resolved: dict[str, Any] = dataclasses.field(default_factory=dict)
+    windows: int | None = None
+    # every step, warm-up included (summary.json only; epochs.csv's data_time_s / compute_time_s)
+    data_time_per_epoch_s: float | None = None
+    compute_time_per_epoch_s: float | None = None
+    # what the tables and charts show: the measured steps (the headline's), warm-up apart, and their source
+    # (analysis/epoch_time.per_epoch)
+    measured_data_time_per_epoch_s: float | None = None
+    measured_compute_time_per_epoch_s: float | None = None
+    warmup_time_per_epoch_s: float | None = None
+    time_split: str | None = None
+    data_time_share: float | None = None
+    train_loss: float | None = None
+    train_top1: float | None = None
+    val_top1: float | None = None
+    train_top1_per_epoch: list[float | None] = dataclasses.field(default_factory=list)
+    val_top1_per_epoch: list[float | None] = dataclasses.field(default_factory=list)
+    global_batch_size: int | None = None
+    devices: int | None = None
+    peak_mem_gib: float | None = None
+    peak_host_gib: float | None = None
+    wall_time_s: float | None = None
+    device: str | None = None
+    # --target-top1: time and epochs to it, None without (analysis/time_to_accuracy.cell_fields)
+    target_top1: float | None = None
+    reached_target: bool | None = None
+    time_to_target_s: float | None = None
+    epochs_to_target: int | None = None
+    best_val_top1: float | None = None
+    # the run's own verdict: a busy host set its pace (analysis/efficiency.py), so its figures rank nothing
+    contended: bool = False
+    # the run's record, its windows with it (compare.py); not in summary.json
+    record: schema.Results | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """The cell as summary.json holds it: every field but the record, in order; the manifest's six alone
+        when the cell never ran."""
+        names = [f.name for f in dataclasses.fields(self)]
+        names = names[:_MANIFEST_FIELDS] if self.record is None else names[:-1]
+        return {n: getattr(self, n) for n in names}
+
+
+_MANIFEST_FIELDS = 6  # key .. batch_size_per_device: all a cell that never ran has
+
+
 def cell_row(
     cell: schema.Cell, record: schema.Results | None, steps: Sequence[Mapping[str, Any]] | None = None
-) -> dict[str, Any]:
-    """Everything the tables and plots need about one cell (its keys are summary.json's, render.py)."""
-    row: dict[str, Any] = {
-        "key": cell.key,
-        "params": dict(cell.params),
-        "status": cell.status,
-        "run_dir": cell.run_dir,
-        "error": cell.error.message if cell.error else None,
-        "batch_size_per_device": cell.config.get("batch_size"),  # the config identity: a plain dict
-    }
+) -> CellRow:
+    """One cell's row: the manifest's cell, and its record's figures when it ran (record None: never ran)."""
+    row = CellRow(
+        key=cell.key,
+        params=dict(cell.params),
+        status=cell.status,
+        run_dir=cell.run_dir,
+        error=cell.error.message if cell.error else None,
+        batch_size_per_device=cell.config.get("batch_size"),  # the config identity: a plain dict
+    )
     if record is None:
         return row
     from effbench import schema
@@ -57,22 +122,21 @@ def cell_row(
     summ = typed_windows.summary.get(thr_key) if typed_windows.summary else None
     final = record.final
     config = record.config.model_dump(exclude_unset=True)  # the values that ran (config.json is resolved)
-    row.update(
+    return dataclasses.replace(
+        row,
         status=record.status,
-        error=(record.error.message if record.error else None) or row["error"],
+        error=(record.error.message if record.error else None) or row.error,
         throughput_img_s=record.throughput_img_s,
         thr_median=summ.median if summ else None,
         thr_ci_low=summ.ci_low if summ else None,
         thr_ci_high=summ.ci_high if summ else None,
         thr_samples=list(_thr_of(typed_windows) or []),
         share_samples=list(_share_of(typed_windows) or []),
-        no_effect=dict(config.get(NO_EFFECT) or {}),
+        no_effect=dict(config.get(NO_EFFECT, {})),
         resolved=config,
         windows=typed_windows.windows,
-        # every step, warm-up included (summary.json only; epochs.csv's data_time_s / compute_time_s)
         data_time_per_epoch_s=_mean([e.data_time_s for e in epochs]),
         compute_time_per_epoch_s=_mean([e.compute_time_s for e in epochs]),
-        # what the tables and charts show: the measured steps (the headline's), warm-up apart, and their source
         **epoch_time.per_epoch(record),
         data_time_share=record.data_time_share,
         train_loss=final.train_loss,
@@ -80,20 +144,21 @@ def cell_row(
         val_top1=final.val_top1,
         train_top1_per_epoch=[e.train_top1 for e in epochs],
         val_top1_per_epoch=[e.val_top1 for e in epochs],
-        batch_size_per_device=record.batch_size_per_device or row["batch_size_per_device"],
+        batch_size_per_device=record.batch_size_per_device or row.batch_size_per_device,
         global_batch_size=record.global_batch_size,
         devices=record.devices or record.world_size,
         peak_mem_gib=record.peak_mem_gib,
         peak_host_gib=host_peak_gib(record),
         wall_time_s=record.wall_time_s,
         device=record.device,
-        **time_to_accuracy.cell_fields(record),  # --target-top1: time and epochs to it (None without)
-        # the run's own verdict: a busy host set its pace (analysis/efficiency.py), so its figures rank nothing
+        **time_to_accuracy.cell_fields(record),
         contended=record.verdict is not None and record.verdict.bottleneck == CONTENDED,
-        # windows travel with the record (compare.py)
-        record=record.model_copy(update={"throughput_windows": typed_windows}),
+        record=record.model_copy(update={schema.field_path(schema.Results, _windows_of): typed_windows}),
     )
-    return row
+
+
+def _windows_of(r: schema.Results) -> Any:
+    return r.throughput_windows
 
 
 def _thr_of(w: schema.Windows) -> Any:
@@ -108,54 +173,54 @@ def _share_of(w: schema.Windows) -> Any:
 NO_EFFECT = "no_effect"
 
 
-def throughput_cell(row: Mapping[str, Any]) -> str:
+def throughput_cell(row: CellRow) -> str:
     """`412.3 [398.1, 421.0]`: the run's throughput (the headline, as `report` and `compare` print it) and
     the 95% CI of its windows' mean; the status instead when the cell has no figure."""
-    if row.get("status") != "ok":
-        return str(row.get("status") or "-")
+    if row.status != "ok":
+        return str(row.status or "-")
     med = _thr(row) or None
     if med is None:
         return "-"
-    if row.get("thr_ci_low") is None:
+    if row.thr_ci_low is None:
         return f"{med:,.1f}"
-    return f"{med:,.1f} {interval(row['thr_ci_low'], row['thr_ci_high'])}"
+    return f"{med:,.1f} {interval(row.thr_ci_low, row.thr_ci_high)}"
 
 
-def ran(row: Mapping[str, Any], dim: str) -> Any:
+def ran(row: CellRow, dim: str) -> Any:
     """The value of `dim` the cell ran with (its config.json), else the one the sweep asked for."""
-    resolved = row.get("resolved") or {}
-    return resolved[dim] if dim in resolved else row["params"].get(dim)
+    resolved = row.resolved
+    return resolved[dim] if dim in resolved else row.params.get(dim)
 
 
-def shown(row: Mapping[str, Any], dim: str) -> str:
+def shown(row: CellRow, dim: str) -> str:
     """A swept value as the tables print it: what ran, and what was asked when that differs
     (`0 (asked 4, no effect)`), so a column never names a value the run did not use."""
-    asked, value = show(row["params"].get(dim)), show(ran(row, dim))
+    asked, value = show(row.params.get(dim)), show(ran(row, dim))
     if value == asked:
         return value
-    mark = ", no effect" if dim in (row.get("no_effect") or {}) else ""
+    mark = ", no effect" if dim in row.no_effect else ""
     return f"{value} (asked {asked}{mark})"
 
 
-def label(row: Mapping[str, Any], dims: Sequence[str]) -> str:
+def label(row: CellRow, dims: Sequence[str]) -> str:
     """Short label of a cell from the values it ran with, e.g. `workers=2 optimizer=adam`."""
-    parts = [f"{k.replace('_', '-')}={show(ran(row, k))}" for k in dims if k in row["params"]]
-    return " ".join(parts) or row["key"]
+    parts = [f"{k.replace('_', '-')}={show(ran(row, k))}" for k in dims if k in row.params]
+    return " ".join(parts) or row.key
 
 
-def chart_labels(rows: Sequence[Mapping[str, Any]], dims: Sequence[str]) -> list[str]:
+def chart_labels(rows: Sequence[CellRow], dims: Sequence[str]) -> list[str]:
     """`label` of each row; rows that ran the same values (they differ only along an option that had
     no effect) are repeats of one configuration, told apart by their cell number, e.g. `batch-size=4 [001]`."""
     labels = [label(r, dims) if dims else "" for r in rows]
-    return [f"{x} [{r['key'][:3]}]".strip() if labels.count(x) > 1 else x for x, r in zip(labels, rows, strict=True)]
+    return [f"{x} [{r.key[:3]}]".strip() if labels.count(x) > 1 else x for x, r in zip(labels, rows, strict=True)]
 
 
 def chart_groups(
-    rows: Sequence[Mapping[str, Any]], dims: Sequence[str], dim: str, skipped: Sequence[str]
-) -> dict[str, list[Mapping[str, Any]]]:
+    rows: Sequence[CellRow], dims: Sequence[str], dim: str, skipped: Sequence[str]
+) -> dict[str, list[CellRow]]:
     """`groups` for a chart along `dim`: labelled by the values that ran, without the dimensions in
     `skipped` (no effect); groups that differ only along those are repeats, numbered."""
-    out: dict[str, list[Mapping[str, Any]]] = {}
+    out: dict[str, list[CellRow]] = {}
     for members in groups(rows, dims, dim).values():
         shown_dims = [d for d in dims if d != dim and d not in skipped]
         name = label(members[0], shown_dims) if shown_dims else "all"
@@ -202,57 +267,57 @@ METRIC_HEADERS = (
 )
 
 
-def _metrics(row: Mapping[str, Any]) -> list[str]:
-    share = row.get("data_time_share")
-    mem = row.get("peak_mem_gib")
+def _metrics(row: CellRow) -> list[str]:
+    share = row.data_time_share
+    mem = row.peak_mem_gib
     mem_text = (
         fmt_value(mem)
         if mem is not None
-        else (f"{row['peak_host_gib']:.2f} host" if row.get("peak_host_gib") is not None else "-")
+        else (f"{row.peak_host_gib:.2f} host" if row.peak_host_gib is not None else "-")
     )
     return [
-        str(row.get("status") or "-") + (f" ({CONTENDED})" if row.get("contended") else ""),
+        str(row.status or "-") + (f" ({CONTENDED})" if row.contended else ""),
         throughput_cell(row),
-        fmt_value(row.get("measured_data_time_per_epoch_s"), 3),
-        fmt_value(row.get("measured_compute_time_per_epoch_s"), 3),
+        fmt_value(row.measured_data_time_per_epoch_s, 3),
+        fmt_value(row.measured_compute_time_per_epoch_s, 3),
         "-" if share is None else f"{100 * share:.1f}%",  # the headline's data wait share: the same steps
-        fmt_value(row.get("warmup_time_per_epoch_s"), 3),
-        fmt_value(row.get("train_loss"), 4),
-        fmt_value(row.get("train_top1"), 4),
-        fmt_value(row.get("val_top1"), 4),
+        fmt_value(row.warmup_time_per_epoch_s, 3),
+        fmt_value(row.train_loss, 4),
+        fmt_value(row.train_top1, 4),
+        fmt_value(row.val_top1, 4),
         mem_text,
     ]
 
 
-def target_of(rows: Sequence[Mapping[str, Any]]) -> float | None:
+def target_of(rows: Sequence[CellRow]) -> float | None:
     """The sweep's --target-top1 (one value for every cell), None when no cell recorded one."""
-    return next((r["target_top1"] for r in rows if r.get("target_top1") is not None), None)
+    return next((r.target_top1 for r in rows if r.target_top1 is not None), None)
 
 
-def target_headers(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def target_headers(rows: Sequence[CellRow]) -> list[str]:
     """The time-to-accuracy columns, beside img/s, when the sweep has a target; none without."""
     target = target_of(rows)
     return [] if target is None else [f"train s to val top-1 >= {target:g}", "epochs to target"]
 
 
-def _target_cells(row: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def _target_cells(row: CellRow, rows: Sequence[CellRow]) -> list[str]:
     if target_of(rows) is None:
         return []
-    if row.get("reached_target"):
-        return [fmt_value(row.get("time_to_target_s"), 3), fmt_value(row.get("epochs_to_target"))]
-    if row.get("reached_target") is False:  # ran with the target and never reached it: the best it got
-        best = row.get("best_val_top1")
+    if row.reached_target:
+        return [fmt_value(row.time_to_target_s, 3), fmt_value(row.epochs_to_target)]
+    if row.reached_target is False:  # ran with the target and never reached it: the best it got
+        best = row.best_val_top1
         return ["not reached" + ("" if best is None else f" (best {best:.4f})"), "-"]
     return ["-", "-"]  # never ran, or ended before its record had a first epoch
 
 
-def time_split_notes(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def time_split_notes(rows: Sequence[CellRow]) -> list[str]:
     """One line per cell whose seconds per epoch do not come from its epochs' measured split (epoch_time)."""
-    notes = (epoch_time.source_note(r.get("time_split"), f"cell {r['key'][:3]}") for r in rows)
+    notes = (epoch_time.source_note(r.time_split, f"cell {r.key[:3]}") for r in rows)
     return [n for n in notes if n]
 
 
-def summary_table(rows: Sequence[Mapping[str, Any]], dims: Sequence[str]) -> tuple[list[str], list[list[str]]]:
+def summary_table(rows: Sequence[CellRow], dims: Sequence[str]) -> tuple[list[str], list[list[str]]]:
     headers = [
         "cell",
         *[dim_option(d)[2:] for d in dims],
@@ -261,42 +326,40 @@ def summary_table(rows: Sequence[Mapping[str, Any]], dims: Sequence[str]) -> tup
         *METRIC_HEADERS[2:],
     ]
     body = [
-        [r["key"][:3], *[shown(r, d) for d in dims], *_metrics(r)[:2], *_target_cells(r, rows), *_metrics(r)[2:]]
+        [r.key[:3], *[shown(r, d) for d in dims], *_metrics(r)[:2], *_target_cells(r, rows), *_metrics(r)[2:]]
         for r in rows
     ]
     return headers, body
 
 
-def dimension_table(
-    rows: Sequence[Mapping[str, Any]], dims: Sequence[str], dim: str
-) -> tuple[list[str], list[list[str]]]:
+def dimension_table(rows: Sequence[CellRow], dims: Sequence[str], dim: str) -> tuple[list[str], list[list[str]]]:
     """Cells grouped by the other swept values, ordered by `dim`; `vs first` is the throughput
     relative to the group's first value of `dim` (marked when the windows cannot tell it from noise),
     and `no effect` where `dim` changed nothing in the
     group (every cell ran the same value): a difference there is noise, not the option's doing."""
     others = [d for d in dims if d != dim]
-    order = {d: {str(v): i for i, v in enumerate(dict.fromkeys(r["params"].get(d) for r in rows))} for d in dims}
+    order = {d: {str(v): i for i, v in enumerate(dict.fromkeys(r.params.get(d) for r in rows))} for d in dims}
 
-    def sort_key(r: Mapping[str, Any]) -> tuple[int, ...]:
-        return tuple(order[d][str(r["params"].get(d))] for d in [*others, dim])
+    def sort_key(r: CellRow) -> tuple[int, ...]:
+        return tuple(order[d][str(r.params.get(d))] for d in [*others, dim])
 
-    def group_of(r: Mapping[str, Any]) -> tuple[str, ...]:
-        return tuple(show(r["params"].get(d)) for d in others)
+    def group_of(r: CellRow) -> tuple[str, ...]:
+        return tuple(show(r.params.get(d)) for d in others)
 
-    members: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
+    members: dict[tuple[str, ...], list[CellRow]] = {}
     for r in rows:
         members.setdefault(group_of(r), []).append(r)
     idle = {g for g, m in members.items() if no_effect(dim, m)}
     body = []
-    first: dict[tuple[str, ...], Mapping[str, Any]] = {}
+    first: dict[tuple[str, ...], CellRow] = {}
     for r in sorted(rows, key=sort_key):
         group = group_of(r)
-        thr = _thr(r) or None if r.get("status") == "ok" else None
+        thr = _thr(r) or None if r.status == "ok" else None
         head = first.setdefault(group, r)
-        base = _thr(head) or None if head.get("status") == "ok" else None
+        base = _thr(head) or None if head.status == "ok" else None
         rel = "-" if not thr or not base else f"{100 * (thr / base - 1):+.1f}%"
         if rel != "-" and head is not r:  # a delta the windows cannot tell from noise says so beside it
-            why = separated(head.get("thr_samples") or [], r.get("thr_samples") or [])
+            why = separated(head.thr_samples, r.thr_samples)
             rel += "" if why is None else " (within noise)" if why.startswith("within") else " (too few windows)"
         if group in idle:
             rel = "no effect"
@@ -321,33 +384,33 @@ def dimension_table(
     return headers, body
 
 
-def groups(rows: Sequence[Mapping[str, Any]], dims: Sequence[str], dim: str) -> dict[str, list[Mapping[str, Any]]]:
+def groups(rows: Sequence[CellRow], dims: Sequence[str], dim: str) -> dict[str, list[CellRow]]:
     """Rows split by the values of every other swept dimension (label -> rows in sweep order)."""
     others = [d for d in dims if d != dim]
-    out: dict[str, list[Mapping[str, Any]]] = {}
+    out: dict[str, list[CellRow]] = {}
     for r in rows:
-        out.setdefault(" ".join(f"{d.replace('_', '-')}={show(r['params'].get(d))}" for d in others), []).append(r)
+        out.setdefault(" ".join(f"{d.replace('_', '-')}={show(r.params.get(d))}" for d in others), []).append(r)
     return out
 
 
-def _ok(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [r for r in rows if r.get("status") == "ok" and (r.get("thr_median") or r.get("throughput_img_s"))]
+def _ok(rows: Sequence[CellRow]) -> list[CellRow]:
+    return [r for r in rows if r.status == "ok" and (r.thr_median or r.throughput_img_s)]
 
 
-def _thr(r: Mapping[str, Any]) -> float:
+def _thr(r: CellRow) -> float:
     """The cell's throughput: the run's headline (one definition with `report` and `compare`)."""
-    return float(r.get("throughput_img_s") or r.get("thr_median") or 0.0)
+    return float(r.throughput_img_s or r.thr_median or 0.0)
 
 
-def no_effect(dim: str, rows: Sequence[Mapping[str, Any]]) -> str | None:
+def no_effect(dim: str, rows: Sequence[CellRow]) -> str | None:
     """Why `dim` changed nothing in these cells, else None: the cells asked for different values but
     every one ran with the same (config.json holds the value that ran; `no_effect` says why)."""
-    ran = [r for r in rows if dim in (r.get("resolved") or {})]
-    asked = {str((r.get("params") or {}).get(dim)) for r in ran}
-    values = {str(r["resolved"][dim]) for r in ran}
+    ran = [r for r in rows if dim in r.resolved]
+    asked = {str(r.params.get(dim)) for r in ran}
+    values = {str(r.resolved[dim]) for r in ran}
     if len(ran) < 2 or len(ran) < len(rows) or len(asked) < 2 or len(values) != 1:
         return None
-    reasons = [(r.get("no_effect") or {}).get(dim) for r in ran]
+    reasons = [r.no_effect.get(dim) for r in ran]
     why = next((str(x) for x in reasons if x), None)
     return why or f"every cell ran with --{dim.replace('_', '-')} {values.pop()}"
 
@@ -362,7 +425,7 @@ def separated(best: Sequence[float], other: Sequence[float]) -> str | None:
     return None
 
 
-def no_effect_dims(rows: Sequence[Mapping[str, Any]], dims: Mapping[str, Sequence[Any]]) -> dict[str, str]:
+def no_effect_dims(rows: Sequence[CellRow], dims: Mapping[str, Sequence[Any]]) -> dict[str, str]:
     """The varied dimensions that changed nothing in any group of the other swept values, each with
     why: nothing is charted or differenced along them (every cell ran the same value)."""
     out: dict[str, str] = {}
@@ -373,21 +436,21 @@ def no_effect_dims(rows: Sequence[Mapping[str, Any]], dims: Mapping[str, Sequenc
     return out
 
 
-def contended_reason(rows: Sequence[Mapping[str, Any]]) -> str | None:
+def contended_reason(rows: Sequence[CellRow]) -> str | None:
     """Why no best can be named from these cells' timings when any of them ran on a busy host, else None: such
     a cell's throughput and data wait measure the other processes' load (two cells of the same work read 57.5
     and 6.8 img/s on a loaded 2-core machine)."""
-    busy = [r for r in _ok(rows) if r.get("contended")]
+    busy = [r for r in _ok(rows) if r.contended]
     if not busy:
         return None
-    keys = ", ".join(r["key"][:3] for r in busy)
+    keys = ", ".join(r.key[:3] for r in busy)
     return (
         f"{len(busy)} of {len(_ok(rows))} cells ran {CONTENDED} (cell {keys}: their own verdict says other "
         "processes took the CPU), so their timings rank nothing; rerun on an idle machine"
     )
 
 
-def winner_reason(dim: str, rows: Sequence[Mapping[str, Any]]) -> str | None:
+def winner_reason(dim: str, rows: Sequence[CellRow]) -> str | None:
     """None when a best value of `dim` by throughput can be named in these cells, else why not."""
     why = no_effect(dim, rows)
     if why:
@@ -398,10 +461,10 @@ def winner_reason(dim: str, rows: Sequence[Mapping[str, Any]]) -> str | None:
     ranked = sorted(_ok(rows), key=_thr, reverse=True)
     if len(ranked) < 2:
         return "fewer than 2 cells ran"
-    return separated(ranked[0].get("thr_samples") or [], ranked[1].get("thr_samples") or [])
+    return separated(ranked[0].thr_samples, ranked[1].thr_samples)
 
 
-def workers_reason(rows: Sequence[Mapping[str, Any]]) -> str | None:
+def workers_reason(rows: Sequence[CellRow]) -> str | None:
     """None when a best worker count by data wait can be named (and charted), else why not."""
     why = no_effect("workers", rows)
     if why:
@@ -409,53 +472,53 @@ def workers_reason(rows: Sequence[Mapping[str, Any]]) -> str | None:
     busy = contended_reason(rows)
     if busy:
         return busy
-    timed = sorted((r for r in _ok(rows) if r.get("share_samples")), key=lambda r: stats.mean(r["share_samples"]))
+    timed = sorted((r for r in _ok(rows) if r.share_samples), key=lambda r: stats.mean(r.share_samples))
     if len(timed) < 2:
         return "fewer than 2 cells with a measured data wait"
     # the least and the most data wait: if even they are within noise, workers changed nothing measurable
-    return separated(timed[0]["share_samples"], timed[-1]["share_samples"])
+    return separated(timed[0].share_samples, timed[-1].share_samples)
 
 
-def verdicts(rows: Sequence[Mapping[str, Any]], dims: Mapping[str, Sequence[Any]]) -> list[str]:
+def verdicts(rows: Sequence[CellRow], dims: Mapping[str, Sequence[Any]]) -> list[str]:
     """One line per finding along each varied dimension, per group of the other swept values."""
     lines: list[str] = []
     names = list(dims)
     for dim in varied(dims):
         for group, members in groups(rows, names, dim).items():
-            if len({show(r["params"].get(dim)) for r in members}) < 2:  # a preset left out the others (keep)
+            if len({show(r.params.get(dim)) for r in members}) < 2:  # a preset left out the others (keep)
                 continue
             where = f" [{group}]" if group else ""
             lines += [f"{line}{where}" for line in _dimension_verdicts(dim, members)]
             if target_of(members) is not None and no_effect(dim, members) is None:
                 lines.append(f"{_target_verdict(dim, members)}{where}")
-    bad = [r for r in rows if r.get("status") in ("failed", "diverged", "skipped", "interrupted", "pending", "running")]
+    bad = [r for r in rows if r.status in ("failed", "diverged", "skipped", "interrupted", "pending", "running")]
     for r in bad:
-        lines.append(f"cell {r['key']}: {r.get('status')}" + (f" ({r['error']})" if r.get("error") else ""))
+        lines.append(f"cell {r.key}: {r.status}" + (f" ({r.error})" if r.error else ""))
     return lines
 
 
-def _workers_verdicts(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def _workers_verdicts(rows: Sequence[CellRow]) -> list[str]:
     """The fewest workers whose data wait is within noise of the least (none when workers changed nothing)."""
     ok = _ok(rows)
     out: list[str] = []
-    timed = [r for r in ok if r.get("data_time_per_epoch_s") is not None]  # ran epochs; judged on share_samples
+    timed = [r for r in ok if r.data_time_per_epoch_s is not None]  # ran epochs; judged on share_samples
     reason = workers_reason(rows)
     if timed and reason:
         out.append(f"no best workers by data wait: {reason}")
     elif timed:
-        by_wait = sorted((r for r in ok if r.get("share_samples")), key=lambda r: stats.mean(r["share_samples"]))
+        by_wait = sorted((r for r in ok if r.share_samples), key=lambda r: stats.mean(r.share_samples))
         least = by_wait[0]
-        same = [r for r in by_wait if r is least or separated(least["share_samples"], r["share_samples"])]
-        enough = min(same, key=lambda r: r["params"]["workers"])
+        same = [r for r in by_wait if r is least or separated(least.share_samples, r.share_samples)]
+        enough = min(same, key=lambda r: r.params["workers"])
         out.append(
-            f"fewest workers within noise of the least data wait: {enough['params']['workers']} "
-            f"(data wait {100 * stats.mean(enough['share_samples']):.1f}% of step time; least "
-            f"{100 * stats.mean(least['share_samples']):.1f}% with {least['params']['workers']})"
+            f"fewest workers within noise of the least data wait: {enough.params['workers']} "
+            f"(data wait {100 * stats.mean(enough.share_samples):.1f}% of step time; least "
+            f"{100 * stats.mean(least.share_samples):.1f}% with {least.params['workers']})"
         )
     return out
 
 
-def _throughput_verdict(dim: str, rows: Sequence[Mapping[str, Any]]) -> str:
+def _throughput_verdict(dim: str, rows: Sequence[CellRow]) -> str:
     """The highest throughput along `dim`, named only when it is outside noise of the runner-up."""
     name = dim.replace("_", "-")
     ranked = sorted(_ok(rows), key=_thr, reverse=True)
@@ -463,30 +526,28 @@ def _throughput_verdict(dim: str, rows: Sequence[Mapping[str, Any]]) -> str:
     reason = winner_reason(dim, rows) if len(ranked) > 1 else None
     if reason:
         return f"no highest throughput along {name}: {reason}; top {_thr(best):,.1f} img/s"
-    return f"highest throughput along {name}: {show(best['params'].get(dim))} ({_thr(best):,.1f} img/s)"
+    return f"highest throughput along {name}: {show(best.params.get(dim))} ({_thr(best):,.1f} img/s)"
 
 
-def _target_verdict(dim: str, rows: Sequence[Mapping[str, Any]]) -> str:
+def _target_verdict(dim: str, rows: Sequence[CellRow]) -> str:
     """The shortest training time to the target along `dim` (one run per cell: no interval, said so), or the
     best top-1 when no cell reached it. Throughput alone rewards a batch size that stops converging."""
     name, target = dim.replace("_", "-"), target_of(rows)
-    hit = [
-        r for r in rows if r.get("status") == "ok" and r.get("reached_target") and r.get("time_to_target_s") is not None
-    ]
+    hit = [r for r in rows if r.status == "ok" and r.reached_target and r.time_to_target_s is not None]
     if not hit:
-        tried = [r for r in rows if r.get("best_val_top1") is not None]
-        best = max(tried, key=lambda r: r["best_val_top1"], default=None)
+        tried = [r for r in rows if r.best_val_top1 is not None]
+        best = max(tried, key=lambda r: r.best_val_top1, default=None)
         return f"no cell along {name} reached val top-1 >= {target:g}" + (
-            "" if best is None else f"; best {best['best_val_top1']:.4f} with {show(best['params'].get(dim))}"
+            "" if best is None else f"; best {best.best_val_top1:.4f} with {show(best.params.get(dim))}"
         )
-    fast = min(hit, key=lambda r: r["time_to_target_s"])
+    fast = min(hit, key=lambda r: r.time_to_target_s)
     return (
-        f"shortest training time to val top-1 >= {target:g} along {name}: {show(fast['params'].get(dim))} "
-        f"({fast['time_to_target_s']:.3f} s in {fast['epochs_to_target']} epoch(s); one run each, no CI)"
+        f"shortest training time to val top-1 >= {target:g} along {name}: {show(fast.params.get(dim))} "
+        f"({fast.time_to_target_s:.3f} s in {fast.epochs_to_target} epoch(s); one run each, no CI)"
     )
 
 
-def _dimension_verdicts(dim: str, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def _dimension_verdicts(dim: str, rows: Sequence[CellRow]) -> list[str]:
     name = dim.replace("_", "-")
     ok = _ok(rows)
     out: list[str] = []
@@ -498,40 +559,41 @@ def _dimension_verdicts(dim: str, rows: Sequence[Mapping[str, Any]]) -> list[str
     if dim == "workers":
         out += _workers_verdicts(rows)
     if dim in ("optimizer", "batch_norm", "arch"):
-        with_loss = [r for r in ok if r.get("train_loss") is not None]
+        with_loss = [r for r in ok if r.train_loss is not None]
         if with_loss:
-            lo = min(with_loss, key=lambda r: r["train_loss"])
-            out.append(f"lowest final train loss along {name}: {show(lo['params'].get(dim))} ({lo['train_loss']:.4f})")
-        key = "val_top1" if any(r.get("val_top1") is not None for r in ok) else "train_top1"
-        scored = [r for r in ok if r.get(key) is not None]
+            lo = min(with_loss, key=lambda r: r.train_loss)
+            out.append(f"lowest final train loss along {name}: {show(lo.params.get(dim))} ({lo.train_loss:.4f})")
+        validated = any(r.val_top1 is not None for r in ok)
+        score: Callable[[CellRow], float | None] = (lambda r: r.val_top1) if validated else (lambda r: r.train_top1)
+        scored = [r for r in ok if score(r) is not None]
         if scored:
-            hi = max(scored, key=lambda r: r[key])
-            ties = [show(r["params"].get(dim)) for r in scored if r[key] == hi[key] and r is not hi]
+            hi = max(scored, key=score)
+            ties = [show(r.params.get(dim)) for r in scored if score(r) == score(hi) and r is not hi]
             tie = f" (tied with {', '.join(ties)})" if ties else ""
-            what = "validation top-1" if key == "val_top1" else "train top-1"
-            out.append(f"best final {what} along {name}: {show(hi['params'].get(dim))} ({hi[key]:.4f}){tie}")
+            what = "validation top-1" if validated else "train top-1"
+            out.append(f"best final {what} along {name}: {show(hi.params.get(dim))} ({score(hi):.4f}){tie}")
     if dim == "device":
-        by = {r["params"].get("device"): r for r in ok}
+        by = {r.params.get("device"): r for r in ok}
         if "cpu" in by and "cuda" in by and not contended_reason(rows):
             out.append(
                 f"cuda trains {_thr(by['cuda']) / _thr(by['cpu']):.1f}x as fast as cpu ({_thr(by['cuda']):,.1f} vs {_thr(by['cpu']):,.1f} img/s)"
             )
     if dim == "batch_size":
-        fit = [r for r in rows if r.get("status") == "ok"]
-        oom = [r for r in rows if r.get("status") == "oom"]
+        fit = [r for r in rows if r.status == "ok"]
+        oom = [r for r in rows if r.status == "oom"]
         if fit:
-            largest = max(fit, key=lambda r: r["params"]["batch_size"])
-            text = f"largest batch per device that fit: {largest['params']['batch_size']}"
+            largest = max(fit, key=lambda r: r.params["batch_size"])
+            text = f"largest batch per device that fit: {largest.params['batch_size']}"
             if oom:
-                first_oom = min(oom, key=lambda r: r["params"]["batch_size"])
-                mem = first_oom.get("peak_mem_gib")
-                text += f"; out of memory from {first_oom['params']['batch_size']}" + (
+                first_oom = min(oom, key=lambda r: r.params["batch_size"])
+                mem = first_oom.peak_mem_gib
+                text += f"; out of memory from {first_oom.params['batch_size']}" + (
                     f" (peak {mem:.2f} GiB)" if mem is not None else ""
                 )
             out.append(text)
         elif oom:
             out.append(
-                f"every batch size ran out of memory (smallest tried: {min(r['params']['batch_size'] for r in oom)})"
+                f"every batch size ran out of memory (smallest tried: {min(r.params['batch_size'] for r in oom)})"
             )
     if dim in ("gpus", "nproc"):
         srows = scaling_rows(rows)
@@ -544,18 +606,16 @@ def _dimension_verdicts(dim: str, rows: Sequence[Mapping[str, Any]]) -> list[str
     return out
 
 
-def scaling_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def scaling_rows(rows: Sequence[CellRow]) -> list[dict[str, Any]]:
     """scaling.py's rows from the cells' results (cells that never ran are left out)."""
-    return scaling_table.scaling_rows([r["record"] for r in rows if r.get("record")])
+    return scaling_table.scaling_rows([r.record for r in rows if r.record])
 
 
 def _table(headers: Sequence[str], body: Sequence[Sequence[str]], fmt: str) -> str:
     return tabulate(body, headers=list(headers), tablefmt="github" if fmt == "md" else "simple", disable_numparse=True)
 
 
-def render(
-    rows: Sequence[Mapping[str, Any]], dims: Mapping[str, Sequence[Any]], *, title: str, fmt: str = "text"
-) -> str:
+def render(rows: Sequence[CellRow], dims: Mapping[str, Sequence[Any]], *, title: str, fmt: str = "text") -> str:
     """The sweep report: verdicts, every cell, one table per varied dimension, scaling tables."""
     names = list(dims)
     h = (lambda t: f"## {t}") if fmt == "md" else (lambda t: f"{t}\n{'-' * len(t)}")
@@ -576,8 +636,8 @@ def render(
             for group, members in groups(rows, names, dim).items():
                 srows = scaling_rows(members)
                 if srows:
-                    record = members[0].get("record")
-                    mode = members[0]["params"].get("scaling") or (record and record.config.scaling) or "weak"
+                    record = members[0].record
+                    mode = members[0].params.get("scaling") or (record and record.config.scaling) or "weak"
                     text = scaling_table.render(srows, scaling=mode, fmt=fmt).split("\n", 2)[-1]
                     parts += [h(f"Scaling [{group}]" if group else "Scaling"), text.strip()]
     parts.append(

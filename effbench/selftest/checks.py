@@ -26,7 +26,7 @@ from effbench.config import check_path
 from effbench.errors import EffbenchError
 
 if TYPE_CHECKING:
-    from effbench import schema
+    from effbench import results, schema
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 DEVICES = ("auto", "cpu", "cuda")
@@ -243,16 +243,19 @@ def precision_row(name: str, recorded: str | None, dtypes_seen: list[dict[str, i
 
 def step_img_s(steps_csv: Path) -> list[float]:
     """Images/s of each measured step (data wait + compute) of a run, from its steps.csv (warm-up excluded)."""
-    with open(steps_csv) as f:
-        rows = [r for r in csv.DictReader(f) if r["warmup"] != "True"]
-    return [int(r["images"]) / (float(r["data_time_s"]) + float(r["compute_time_s"])) for r in rows]
+    return [int(r.images) / (r.data_time_s + r.compute_time_s) for r in _measured_rows(steps_csv)]
 
 
 def measured_steps(steps_csv: Path) -> list[tuple[int, float, float]]:
     """(images, data wait s, compute s) of each measured step of a run, from its steps.csv (warm-up excluded)."""
+    return [(int(r.images), r.data_time_s, r.compute_time_s) for r in _measured_rows(steps_csv)]
+
+
+def _measured_rows(steps_csv: Path) -> list[results.StepRow]:
+    from effbench import results
+
     with open(steps_csv) as f:
-        rows = [r for r in csv.DictReader(f) if r["warmup"] != "True"]
-    return [(int(r["images"]), float(r["data_time_s"]), float(r["compute_time_s"])) for r in rows]
+        return [row for row in (results.StepRow.of(r) for r in csv.DictReader(f)) if not row.warmup]
 
 
 @contextmanager
