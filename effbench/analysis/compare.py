@@ -14,7 +14,7 @@ cannot say how much they vary. No torch import; only `resolve_folder` reads the 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from tabulate import tabulate
 
 from effbench import results
+from effbench.results import StepRow
 from effbench.analysis import stats
 from effbench.analysis import windows
 from effbench.errors import EffbenchError
@@ -155,9 +156,9 @@ def single_delta(label: str, a: float | None, b: float | None) -> MetricDelta:
 
 def compare_runs(
     a: schema.Results,
-    a_steps: Sequence[Mapping[str, Any]],
+    a_steps: Sequence[StepRow],
     b: schema.Results,
-    b_steps: Sequence[Mapping[str, Any]],
+    b_steps: Sequence[StepRow],
 ) -> list[MetricDelta]:
     wa, wb = windows.windows_of(results.record_of(a), a_steps), windows.windows_of(results.record_of(b), b_steps)
     why_a, why_b = no_measurement(a), no_measurement(b)
@@ -297,7 +298,7 @@ def render_sweeps(a_rows: Sequence[CellRow], b_rows: Sequence[CellRow], *, a_nam
     body = []
     significant = 0
     for ra, rb in pairs:
-        if ra.status != "ok" or rb.status != "ok":
+        if ra.status != "ok" or rb.status != "ok" or ra.record is None or rb.record is None:
             body.append(
                 [
                     ra.key,

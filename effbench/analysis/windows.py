@@ -84,7 +84,9 @@ def rank_windows(steps_by_rank: Sequence[Sequence[StepRow | Mapping[str, Any]]],
 
     w = schema.Windows(
         requested=k, windows=len(thr), steps=n, ranks=len(ranks), window_steps=sizes,
-        throughput_img_s=thr, step_time_ms=step_ms, data_time_share=share,
+        # the record's lists may hold null (a NaN written by an older run); these never do
+        throughput_img_s=list[float | None](thr), step_time_ms=list[float | None](step_ms),
+        data_time_share=list[float | None](share),
         summary={
             key(lambda w: w.throughput_img_s): stat(thr),
             key(lambda w: w.step_time_ms): stat(step_ms),

@@ -222,8 +222,8 @@ def compare(
         )
         gates = []
         if fail_if_slower is not None:
-            wa = windows.windows_of(ra, sa).throughput_img_s or []
-            wb = windows.windows_of(rb, sb).throughput_img_s or []
+            wa = [x for x in windows.windows_of(ra, sa).throughput_img_s or [] if x is not None]
+            wb = [x for x in windows.windows_of(rb, sb).throughput_img_s or [] if x is not None]
             gates.append(cmp.slower_gate(ra, wa, rb, wb, fail_if_slower))
         if fail_if_less_accurate is not None:
             gates.append(cmp.accuracy_gate(ra, rb, fail_if_less_accurate))

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from effbench.results import StepRow
 from effbench.report import html as H
 from effbench.report.charts import Plot
 from effbench.report.charts import draw as _draw
@@ -78,7 +79,13 @@ def window_rows(w: schema.Windows) -> list[list[str]]:
     thr, ms, share = w.throughput_img_s or [], w.step_time_ms or [], w.data_time_share or []
     sizes = windows.window_sizes(w) or []
     return [
-        [str(i + 1), str(sizes[i]) if i < len(sizes) else "-", f"{t:,.1f}", f"{m:,.2f}", f"{100 * s:.1f}%"]
+        [
+            str(i + 1),
+            str(sizes[i]) if i < len(sizes) else "-",
+            f"{t:,.1f}",
+            f"{m:,.2f}",
+            f"{100 * s:.1f}%" if s is not None else "-",
+        ]
         for i, (t, m, s) in enumerate(zip(thr, ms, share, strict=False))
     ]
 
@@ -96,7 +103,7 @@ def window_line(w: schema.Windows) -> str:
 
 def run_html(
     record: schema.Results,
-    steps: Sequence[Mapping[str, Any]],
+    steps: Sequence[StepRow],
     plots: Sequence[Plot],
     problems: Sequence[str],
     env: schema.Env | None = None,
@@ -150,7 +157,7 @@ def run_html(
 
 
 def write_run_html(
-    run_dir: Path, record: schema.Results, steps: Sequence[Mapping[str, Any]], dest: Path | None = None
+    run_dir: Path, record: schema.Results, steps: Sequence[StepRow], dest: Path | None = None
 ) -> list[Path]:
     """Charts under plots/ and report.html in a run folder (or in `dest`), never through a link leaving it."""
     run_dir = Path(run_dir)
@@ -165,7 +172,7 @@ def write_run_html(
 def write_run_html_safely(
     run_dir: Path | None,
     record: schema.Results,
-    steps: Sequence[Mapping[str, Any]],
+    steps: Sequence[StepRow],
     warn: Callable[[str], None] = warn,
 ) -> None:
     """The runner's call: a chart or page that cannot be made is a warning on stderr, the run keeps
@@ -269,7 +276,7 @@ def sweep_plots(
     if split:
         labels = sweep_report.chart_labels(split, show_dims)
         _draw(made, problems, "Data loading vs training time per configuration (seconds per epoch): measured steps, warm-up apart", lambda: plots.stacked_time_bars(
-            labels, [r.measured_data_time_per_epoch_s for r in split], [r.measured_compute_time_per_epoch_s or 0.0 for r in split],
+            labels, [r.measured_data_time_per_epoch_s or 0.0 for r in split], [r.measured_compute_time_per_epoch_s or 0.0 for r in split],
             out_dir / "time_breakdown.png", title="Data loading vs training time", ylabel="seconds per epoch",
             warmup_s=[r.warmup_time_per_epoch_s or 0.0 for r in split]))  # fmt: skip
     if charted:

@@ -7,10 +7,10 @@ run/folder.py's `Reports` and imports nothing from report/.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
+from effbench.results import StepRow
 from effbench import results, schema
 from effbench.report import render, tables
 
@@ -18,7 +18,7 @@ from effbench.report import render, tables
 class RunReports:
     """What `effbench run`, a sweep and the selftest hand run/launch.run as `reports`."""
 
-    def write(self, run_dir: Path, record: schema.Results, steps: Sequence[Mapping[str, Any]]) -> None:
+    def write(self, run_dir: Path, record: schema.Results, steps: Sequence[StepRow]) -> None:
         """A full disk raises results.NoSpaceError (run/ records it); a chart that cannot be drawn is a warning."""
         results.atomic_write_text(run_dir / results.REPORT_TXT, tables.render(record, "text"))
         results.atomic_write_text(run_dir / results.REPORT_MD, tables.render(record, "md"))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
 
+from effbench.results import StepRow
 from effbench.analysis import epoch_time
 from effbench.analysis import scaling as scaling_table
 from effbench.analysis import stats
@@ -98,9 +99,7 @@ class CellRow:
 _MANIFEST_FIELDS = 6  # key .. batch_size_per_device: all a cell that never ran has
 
 
-def cell_row(
-    cell: schema.Cell, record: schema.Results | None, steps: Sequence[Mapping[str, Any]] | None = None
-) -> CellRow:
+def cell_row(cell: schema.Cell, record: schema.Results | None, steps: Sequence[StepRow] | None = None) -> CellRow:
     """One cell's row: the manifest's cell, and its record's figures when it ran (record None: never ran)."""
     row = CellRow(
         key=cell.key,
@@ -529,6 +528,12 @@ def _throughput_verdict(dim: str, rows: Sequence[CellRow]) -> str:
     return f"highest throughput along {name}: {show(best.params.get(dim))} ({_thr(best):,.1f} img/s)"
 
 
+def _known(value: float | None) -> float:
+    """A figure the caller kept only where it is known (rows filtered on it), as a sort key."""
+    assert value is not None
+    return value
+
+
 def _target_verdict(dim: str, rows: Sequence[CellRow]) -> str:
     """The shortest training time to the target along `dim` (one run per cell: no interval, said so), or the
     best top-1 when no cell reached it. Throughput alone rewards a batch size that stops converging."""
@@ -536,11 +541,11 @@ def _target_verdict(dim: str, rows: Sequence[CellRow]) -> str:
     hit = [r for r in rows if r.status == "ok" and r.reached_target and r.time_to_target_s is not None]
     if not hit:
         tried = [r for r in rows if r.best_val_top1 is not None]
-        best = max(tried, key=lambda r: r.best_val_top1, default=None)
+        best = max(tried, key=lambda r: _known(r.best_val_top1), default=None)
         return f"no cell along {name} reached val top-1 >= {target:g}" + (
             "" if best is None else f"; best {best.best_val_top1:.4f} with {show(best.params.get(dim))}"
         )
-    fast = min(hit, key=lambda r: r.time_to_target_s)
+    fast = min(hit, key=lambda r: _known(r.time_to_target_s))
     return (
         f"shortest training time to val top-1 >= {target:g} along {name}: {show(fast.params.get(dim))} "
         f"({fast.time_to_target_s:.3f} s in {fast.epochs_to_target} epoch(s); one run each, no CI)"
@@ -561,13 +566,13 @@ def _dimension_verdicts(dim: str, rows: Sequence[CellRow]) -> list[str]:
     if dim in ("optimizer", "batch_norm", "arch"):
         with_loss = [r for r in ok if r.train_loss is not None]
         if with_loss:
-            lo = min(with_loss, key=lambda r: r.train_loss)
+            lo = min(with_loss, key=lambda r: _known(r.train_loss))
             out.append(f"lowest final train loss along {name}: {show(lo.params.get(dim))} ({lo.train_loss:.4f})")
         validated = any(r.val_top1 is not None for r in ok)
         score: Callable[[CellRow], float | None] = (lambda r: r.val_top1) if validated else (lambda r: r.train_top1)
         scored = [r for r in ok if score(r) is not None]
         if scored:
-            hi = max(scored, key=score)
+            hi = max(scored, key=lambda r: _known(score(r)))
             ties = [show(r.params.get(dim)) for r in scored if score(r) == score(hi) and r is not hi]
             tie = f" (tied with {', '.join(ties)})" if ties else ""
             what = "validation top-1" if validated else "train top-1"

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from effbench.results import StepRow
 from effbench import results, schema
 from effbench.analysis import windows
 from effbench.config import RunConfig
@@ -40,7 +41,7 @@ class Reports(Protocol):
     from report/). run/ calls `write` once per run, where the outcome is settled: rank 0's final write in one
     process, the launcher once torchrun has ended (the ranks get none); a full disk raises NoSpaceError."""
 
-    def write(self, run_dir: Path, record: schema.Results, steps: list[dict[str, Any]]) -> None: ...
+    def write(self, run_dir: Path, record: schema.Results, steps: list[StepRow]) -> None: ...
 
     def text(self, record: schema.Results) -> str: ...
 
@@ -93,7 +94,7 @@ def write_final(
     run_dir: Path | None,
     record: schema.Results,
     epochs: list[schema.Epoch],
-    steps: list[dict[str, Any]],
+    steps: list[StepRow],
     sampler: Any,
     reports: Reports | None,
 ) -> None:
@@ -308,9 +309,9 @@ def _config_json(
 
 
 def write_progress(
-    run_dir: Path | None, record: schema.Results, epochs: list[schema.Epoch], steps: list[dict[str, Any]]
+    run_dir: Path | None, record: schema.Results, epochs: list[schema.Epoch], steps: list[StepRow]
 ) -> None:
     assert run_dir is not None
     results.write_csv(run_dir / results.EPOCHS_FILE, results.EPOCH_FIELDS, [e.model_dump() for e in epochs])
-    results.write_csv(run_dir / results.STEPS_FILE, results.STEP_FIELDS, steps)
+    results.write_csv(run_dir / results.STEPS_FILE, results.STEP_FIELDS, [r._asdict() for r in steps])
     results.write_json(run_dir / results.RESULTS_FILE, record)

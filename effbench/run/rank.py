@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from effbench.results import StepRow
 from effbench import results, schema
 from effbench.analysis import windows
 from effbench.config import RunConfig
@@ -148,10 +149,10 @@ class Measurement:
     gpus: list[int]  # every GPU this process drives (all of them under DataParallel)
     t0: float
     epochs: list[schema.Epoch] = dataclasses.field(default_factory=list)
-    steps: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # rank 0's
+    steps: list[StepRow] = dataclasses.field(default_factory=list)  # rank 0's
     warmup: Tally = dataclasses.field(default_factory=Tally)  # every warm-up step that ran, as it ended
     measured: Tally = dataclasses.field(default_factory=Tally)  # the finished epochs' measured steps
-    rank_steps: list[dict[str, float]] = dataclasses.field(default_factory=list)  # this rank's measured steps
+    rank_steps: list[StepRow] = dataclasses.field(default_factory=list)  # this rank's measured steps
     epoch_ranks: list[schema.Rank] | None = None  # the rank rows gathered with the last epoch
     gathered: list[dict[str, Any]] | None = None  # the final gather, when the run got that far
     profile_info: ProfileInfo | None = None

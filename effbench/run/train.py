@@ -23,9 +23,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from effbench import schema
+from effbench.results import StepRow
 from effbench.config import RunConfig
 from effbench.errors import EffbenchError
 from effbench.launch.distributed import AgreeFn, agree_alone, nonfinite_agreement
@@ -105,19 +106,6 @@ def no_training_images(data: Any) -> EffbenchError:
     )
 
 
-class StepRow(NamedTuple):
-    """One step's row of steps.csv (results.STEP_FIELDS, in that order), handed on as its dict."""
-
-    epoch: int
-    step: int
-    warmup: bool
-    images: int
-    loss: float | None
-    top1: float | None
-    data_time_s: float
-    compute_time_s: float
-
-
 @dataclass
 class EpochResult:
     epoch: int
@@ -133,7 +121,7 @@ class EpochResult:
     val_images: int
     warmup: Tally
     measured: Tally
-    step_rows: list[dict[str, Any]] = field(repr=False)
+    step_rows: list[StepRow] = field(repr=False)
 
     @property
     def total_time_s(self) -> float:
@@ -336,7 +324,7 @@ def train_epochs(
                 top1=correct_list[i] / counts[i],
                 data_time_s=times[i].data_s,
                 compute_time_s=times[i].compute_s,
-            )._asdict()
+            )
             for i in range(done)
         ]
         if on_phase:
@@ -425,7 +413,7 @@ def data_epochs(
         _phase_of(on_phase, global_step, cfg)
         timer = StepTimer(sync)
         warmup, measured = Tally(), Tally()
-        rows: list[dict[str, Any]] = []
+        rows: list[StepRow] = []
         it = timer.time_data(lambda: iter(data.train))
         for step in range(n_steps):
             try:
@@ -438,7 +426,7 @@ def data_epochs(
             if on_step:
                 on_step(global_step < cfg.warmup_steps, t, images)
             rows.append(StepRow(epoch=epoch + 1, step=step + 1, warmup=global_step < cfg.warmup_steps, images=images,
-                                loss=None, top1=None, data_time_s=t.data_s, compute_time_s=0.0)._asdict())  # fmt: skip
+                                loss=None, top1=None, data_time_s=t.data_s, compute_time_s=0.0))  # fmt: skip
             global_step += 1
             if global_step == cfg.warmup_steps:
                 _phase_of(on_phase, global_step, cfg)
@@ -449,7 +437,7 @@ def data_epochs(
         yield EpochResult(
             epoch=epoch,
             steps=len(rows),
-            images=sum(r["images"] for r in rows),
+            images=int(sum(r.images for r in rows)),
             data_time_s=warmup.data_time_s + measured.data_time_s,
             compute_time_s=0.0,
             train_loss=None,
