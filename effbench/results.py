@@ -170,7 +170,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def _json_safe(obj: Any) -> Any:
+def json_safe(obj: Any) -> Any:
     """NaN and inf are not JSON: store them as null so every reader can parse the file."""
     from pydantic import BaseModel
 
@@ -179,16 +179,16 @@ def _json_safe(obj: Any) -> Any:
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, Mapping):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
+        return {str(k): json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
+        return [json_safe(v) for v in obj]
     if isinstance(obj, Path):
         return str(obj)
     return obj
 
 
 def write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(_json_safe(obj), indent=2, sort_keys=False) + "\n")
+    atomic_write_text(path, json.dumps(json_safe(obj), indent=2, sort_keys=False) + "\n")
 
 
 def write_csv(path: Path, fields: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> None:
@@ -227,7 +227,7 @@ def record_of(data: Mapping[str, Any] | schema.Results) -> schema.Results:
     if isinstance(data, schema.Results):
         return data
     # as write_json stores it (NaN and inf as null: an epoch with no step holds a nan loss in memory)
-    return schema.Results.model_validate(_json_safe(dict(data)))
+    return schema.Results.model_validate(json_safe(dict(data)))
 
 
 def read_results(path: Path) -> dict[str, Any]:
@@ -318,7 +318,7 @@ def overwrite_json_in_place(path: Path, obj: Any) -> None:
     """The last resort on a full disk, once an atomic write of `path` failed: its bytes replaced where they lie
     (truncating frees its blocks, the new bytes reuse them), compact, so a record no bigger than the one there
     fits. Not atomic: a failure halfway leaves a truncated file, which the reader refuses in one line."""
-    data = (json.dumps(_json_safe(obj), separators=(",", ":")) + "\n").encode("utf-8")
+    data = (json.dumps(json_safe(obj), separators=(",", ":")) + "\n").encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         view = memoryview(data)

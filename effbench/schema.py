@@ -633,6 +633,8 @@ class ModelInfo(_Model):
     trainable_stages: list[str] | str | None = None
     """Which stages train: their names (--freeze), or "all"."""
 
+    note: str | None = None
+    """Why there is no model (--data-only)."""
 
 class Backend(_Model):
     """The backend switches as they ran (None: not applicable on this device)."""

@@ -147,23 +147,26 @@ class Started:
     run_dir: Path | None  # on the other ranks: the launcher's name for it, or None
     writer: bool
     started: dt.datetime  # UTC; the folder's name and `started_at`
-    record: dict[str, Any]  # the `running` record it holds, `phase` kept current until training starts
+    record: schema.Results  # the `running` record it holds, `phase` kept current until training starts
 
 
 def launch_facts(plan: LaunchPlan, dist: DistContext, rt: Runtime, batch: int) -> dict[str, Any]:
-    """The record's device and launch keys, known before anything is built."""
+    """The record's device and launch fields, known before anything is built (keyword arguments of
+    schema.Results: a name it lacks fails there)."""
     import torch
 
-    return {
-        "device": rt.device_name if plan.mode != "dp" else f"{plan.nproc_per_node} x {rt.device_name} (DataParallel)",
-        "world_size": dist.world_size,
-        "devices": plan.devices,
-        "strategy": "single" if plan.devices == 1 else plan.mode if plan.mode == "dp" else "ddp",
-        "launch": {**plan_dict(plan), "threads_per_proc": torch.get_num_threads(), "pid": os.getpid()},
-        "precision": rt.precision,
-        "batch_size_per_device": batch,
-        "global_batch_size": batch * plan.devices,
-    }
+    launch = schema.Launch.model_validate(plan_dict(plan))
+    launch.threads_per_proc, launch.pid = torch.get_num_threads(), os.getpid()
+    return dict(
+        device=rt.device_name if plan.mode != "dp" else f"{plan.nproc_per_node} x {rt.device_name} (DataParallel)",
+        world_size=dist.world_size,
+        devices=plan.devices,
+        strategy="single" if plan.devices == 1 else plan.mode if plan.mode == "dp" else "ddp",
+        launch=launch,
+        precision=rt.precision,
+        batch_size_per_device=batch,
+        global_batch_size=batch * plan.devices,
+    )
 
 
 def start_run_folder(
@@ -186,18 +189,18 @@ def start_run_folder(
             )
         else:  # named by the launcher (torchrun, an isolated worker)
             run_dir.mkdir(mode=0o755)
-    record: dict[str, Any] = {
-        "schema_version": results.SCHEMA_VERSION,
-        "status": "running",
-        "phase": "setup",
-        "run_name": run_dir.name if run_dir else None,
-        "command": list(command if command is not None else sys.argv),
-        "started_at": started.isoformat(),
-        "config": cfg.to_dict(),  # as given; config.json holds the resolved values once the data is open
+    record = schema.Results(
+        schema_version=results.SCHEMA_VERSION,
+        status="running",
+        phase="setup",
+        run_name=run_dir.name if run_dir else None,
+        command=list(command if command is not None else sys.argv),
+        started_at=started.isoformat(),
+        config=schema.Config.model_validate(results.json_safe(cfg.to_dict())),  # as given; config.json: resolved
         **launch_facts(plan, dist, rt, batch),
-        "data_only": cfg.data_only,
-        "epochs": [],
-    }
+        data_only=cfg.data_only,
+        epochs=[],
+    )
     if writer:
         assert run_dir is not None
         try:
@@ -211,7 +214,7 @@ def start_run_folder(
 def enter_phase(phase: Phase, name: str, start: Started, received: list[int]) -> None:
     """Enter a phase before training, and say so in results.json (written whole: signals wait)."""
     with deferred(received):
-        start.record["phase"] = name
+        start.record.phase = name
         if start.writer:
             assert start.run_dir is not None
             results.write_json(start.run_dir / results.RESULTS_FILE, start.record)
@@ -224,8 +227,11 @@ def interrupted_before_measuring(start: Started, signum: int, phase: str, receiv
     """A signal in setup, dataset or model: results.json `interrupted`, the phase named; no report (nothing
     was measured to report on). Returns the record written."""
     with deferred(received):
+        before = start.record.model_copy()
+        before.phase = None
+        before.model_fields_set.discard("phase")  # the phase is the ending's now: interrupted_phase
         record = rec.ended(
-            {k: v for k, v in start.record.items() if k != "phase"},
+            before,
             rec.interrupted(signum, phase),
             finished_at=dt.datetime.now(dt.timezone.utc).isoformat(),
         )
@@ -241,48 +247,54 @@ def discard(start: Started) -> None:
         shutil.rmtree(start.run_dir, ignore_errors=True)
 
 
-def open_run_folder(prep: Prepared, plan: LaunchPlan, dist: DistContext, start: Started, echo: Echo) -> dict[str, Any]:
+def open_run_folder(prep: Prepared, plan: LaunchPlan, dist: DistContext, start: Started, echo: Echo) -> schema.Results:
     """Rank 0 writes config.json, env.json and the full `running` results.json into the run folder."""
     from effbench.system.hardware import env_snapshot
 
     cfg, rt, data, bundle = prep.cfg, prep.rt, prep.data, prep.bundle
-    record: dict[str, Any] = {
-        "schema_version": results.SCHEMA_VERSION,
-        "status": "running",
-        "run_name": start.record["run_name"],
-        "command": start.record["command"],
-        "started_at": start.record["started_at"],
-        "config": _config_json(cfg, rt, data.info, prep.n_steps, warn=start.writer, command=start.record["command"]),
-        "env": env_snapshot(),
+    config = _config_json(cfg, rt, data.info, prep.n_steps, warn=start.writer, command=start.record.command)
+    env = env_snapshot()
+    if bundle is not None:
+        counts = dict(arch=bundle.arch, total_params=bundle.total_params, trainable_params=bundle.trainable_params)
+        model = schema.ModelInfo.model_validate(results.json_safe({**bundle.info, **counts}))
+    else:
+        model = schema.ModelInfo(arch=None, note="--data-only: no model")
+    record = schema.Results(
+        schema_version=results.SCHEMA_VERSION,
+        status="running",
+        run_name=start.record.run_name,
+        command=start.record.command,
+        started_at=start.record.started_at,
+        config=schema.Config.model_validate(results.json_safe(config)),
+        env=schema.Env.model_validate(results.json_safe(env)),
         **launch_facts(plan, dist, rt, prep.batch),
-        "model": {
-            "arch": bundle.arch,
-            "total_params": bundle.total_params,
-            "trainable_params": bundle.trainable_params,
-            **bundle.info,
-        }
-        if bundle is not None
-        else {"arch": None, "note": "--data-only: no model"},
-        "data_only": cfg.data_only,
-        "backend": prep.backend,
-        "data": {
-            "name": data.name,
-            "num_classes": data.num_classes,
-            "image_size": data.image_size,
-            "train_size": data.train_size,
-            "val_size": data.val_size,
-            "steps_per_epoch": prep.n_steps,
-            "batches_on_device": data.batches_on_device,
-            **data.info,
-        },
-        "throughput_img_s": None,
-        "compile_time_s": None,
-        "epochs": [],
-    }
+        model=model,
+        data_only=cfg.data_only,
+        backend=schema.Backend.model_validate(prep.backend),
+        data=schema.Data.model_validate(
+            results.json_safe(
+                {
+                    **data.info,
+                    **dict(
+                        name=data.name,
+                        num_classes=data.num_classes,
+                        image_size=data.image_size,
+                        train_size=data.train_size,
+                        val_size=data.val_size,
+                        steps_per_epoch=prep.n_steps,
+                        batches_on_device=data.batches_on_device,
+                    ),
+                }
+            )
+        ),  # fmt: skip
+        throughput_img_s=None,
+        compile_time_s=None,
+        epochs=[],
+    )
     if start.writer:
         assert start.run_dir is not None
-        results.write_json(start.run_dir / results.CONFIG_FILE, record["config"])
-        results.write_json(start.run_dir / results.ENV_FILE, record["env"])
+        results.write_json(start.run_dir / results.CONFIG_FILE, config)
+        results.write_json(start.run_dir / results.ENV_FILE, env)
         results.write_json(start.run_dir / results.RESULTS_FILE, record)
         echo(f"run folder: {start.run_dir}")
     return record
