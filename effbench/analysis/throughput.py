@@ -11,8 +11,8 @@ windows (analysis/windows) all call this function, so they cannot disagree on th
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple, Protocol, TypeVar
+from collections.abc import Iterable
+from typing import NamedTuple, Protocol, TypeVar
 
 
 class Timed(Protocol):
@@ -29,17 +29,14 @@ class Part(NamedTuple):
     time_s: float | None
 
 
-T = TypeVar("T", bound="Timed | Mapping[str, Any]")
+T = TypeVar("T", bound=Timed)
 
 
-def _part(r: Timed | Mapping[str, Any]) -> Part:
-    # TRANSITION (issue 24): analysis/windows.py still hands dict rows; typed rows are read by attribute
-    if isinstance(r, Mapping):
-        return Part(r.get("images"), r.get("time_s"))
+def _part(r: Timed) -> Part:
     return Part(r.images, r.time_s)
 
 
-def job_throughput(parts: Iterable[Timed | Mapping[str, Any]]) -> float | None:
+def job_throughput(parts: Iterable[Timed]) -> float | None:
     """Images per second of a job whose ranks measured `parts` (images and time_s each).
 
     None when no part has a positive time (nothing measured): a rate of 0 would claim a measurement.

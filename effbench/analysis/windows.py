@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from effbench import safe_files
 from effbench.analysis import stats
@@ -38,6 +38,14 @@ def _typed(step_rows: Iterable[StepRow | Mapping[str, Any]]) -> list[StepRow]:
     return [r if isinstance(r, StepRow) else StepRow.of(r) for r in step_rows]
 
 
+class _WindowPart(NamedTuple):
+    """One rank's steps inside one window: a part for analysis/throughput (images, time_s) and its data wait."""
+
+    images: float
+    data_time_s: float
+    time_s: float
+
+
 def rank_windows(steps_by_rank: Sequence[Sequence[StepRow | Mapping[str, Any]]], repeats: int | None) -> dict[str, Any]:
     """Per-window samples and their summaries (results.json's throughput_windows, built through schema.Windows);
     no window when nothing was measured.
@@ -55,21 +63,15 @@ def rank_windows(steps_by_rank: Sequence[Sequence[StepRow | Mapping[str, Any]]],
         for r in ranks:
             part = r[start:end]
             data = sum(s.data_time_s for s in part)
-            parts.append(
-                {
-                    "images": sum(s.images for s in part),
-                    "data_time_s": data,
-                    "time_s": data + sum(s.compute_time_s for s in part),
-                }
-            )
+            parts.append(_WindowPart(sum(s.images for s in part), data, data + sum(s.compute_time_s for s in part)))
         rate = job_throughput(parts)
         slow = slowest(parts)
         if rate is None or slow is None:
             continue
         thr.append(rate)
         sizes.append(end - start)
-        step_ms.append(1000.0 * slow["time_s"] / (end - start))
-        share.append(slow["data_time_s"] / slow["time_s"])
+        step_ms.append(1000.0 * slow.time_s / (end - start))
+        share.append(slow.data_time_s / slow.time_s)
     from effbench import schema
 
     if not thr:
