@@ -37,25 +37,6 @@ Count = Annotated[int, Field(ge=0)] | None
 class _Model(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False, use_attribute_docstrings=True)
 
-    # TRANSITION (issue 24 item 2): dict-style reads, so a reader not yet moved onto attributes works on the
-    # model while the others move. Removed once no reader uses them; do not call them in new code.
-    def get(self, key: str, default: Any = None) -> Any:
-        value = getattr(self, key, None) if key in type(self).model_fields else self._extra().get(key)
-        if value is None and key not in self.model_fields_set:
-            return default
-        return value
-
-    def __getitem__(self, key: str) -> Any:
-        if key in type(self).model_fields or key in self._extra():
-            return getattr(self, key)
-        raise KeyError(key)
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and (key in self.model_fields_set or key in self._extra())
-
-    def _extra(self) -> dict[str, Any]:
-        return self.model_extra if self.model_extra is not None else {}
-
 
 def _none_is_empty(value: Any) -> Any:
     return {} if value is None else value
@@ -635,6 +616,7 @@ class ModelInfo(_Model):
 
     note: str | None = None
     """Why there is no model (--data-only)."""
+
 
 class Backend(_Model):
     """The backend switches as they ran (None: not applicable on this device)."""

@@ -268,7 +268,7 @@ def test_each_compiled_sweep_cell_compiles_as_it_would_in_a_fresh_process(monkey
         output=tmp_path,
     )  # fmt: skip
     outcome = run_sweep(spec, command=["effbench", "sweep"], echo=lambda _m: None)
-    assert [c["status"] for c in outcome.manifest["cells"]] == ["ok", "ok"]
+    assert [c.status for c in outcome.manifest.cells] == ["ok", "ok"]
     text = "".join("|" if g == "cell" else "D" if g else "s" for g in graphs)  # s: static graph, D: dynamic
     per_cell = text.strip("|").split("|")
     assert per_cell[0].startswith("s"), text  # a fresh process traces its first graph with static shapes

@@ -29,11 +29,11 @@ class Counting:
         self.texts: list[str] = []
 
     def write(self, run_dir, record, steps):
-        self.writes.append((record["status"], (run_dir / "report.txt").exists()))
+        self.writes.append((record.status, (run_dir / "report.txt").exists()))
         _WRITE(RUN_REPORTS, run_dir, record, steps)
 
     def text(self, record):
-        self.texts.append(record["status"])
+        self.texts.append(record.status)
         return _TEXT(RUN_REPORTS, record)
 
 

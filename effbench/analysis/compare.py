@@ -164,9 +164,10 @@ def compare_runs(
     why_a, why_b = no_measurement(a), no_measurement(b)
     rows = []
     for i, metric in enumerate(WINDOW_METRICS):
-        label, higher, key = metric.label, metric.higher_better, metric.key
+        label, higher = metric.label, metric.higher_better
         scale = 100.0 if metric.percent else 1.0
-        xa, xb = [scale * x for x in wa.get(key) or []], [scale * x for x in wb.get(key) or []]
+        xa = [scale * x for x in metric.of(wa) or [] if x is not None]
+        xb = [scale * x for x in metric.of(wb) or [] if x is not None]
         # throughput (the first): each run's own figure, the one `report` prints (never the mean of its windows)
         pa, pb = (a.throughput_img_s, b.throughput_img_s) if i == 0 else (None, None)
         if xa and xb:

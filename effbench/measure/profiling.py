@@ -150,7 +150,8 @@ def exposed_communication(trace_events: Iterable[dict[str, Any]]) -> Comm:
             continue
         start = float(evt["ts"])
         span = (start, start + float(evt.get("dur") or 0.0))
-        device = (evt.get("args") or {}).get("device", evt.get("pid"))
+        args = evt.get("args")  # a kernel names its device there; the process id stands in without it
+        device = args["device"] if isinstance(args, dict) and "device" in args else evt.get("pid")
         (comm if _is_comm_kernel(str(evt.get("name", ""))) else compute).setdefault(device, []).append(span)
     total_us = exposed_us = 0.0
     for device, spans in comm.items():
