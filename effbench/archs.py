@@ -155,7 +155,7 @@ def _torchvision_info(name: str) -> ArchInfo:
     crop = w.transforms.keywords.get("crop_size", 224)
     # torchvision's meta "_ops" (shown as "GFLOPS" in its docs) counts multiply-adds: FlopCounterMode
     # (2 FLOPs per multiply-add) gives 8.18 G for resnet50 (`_ops` 4.089) and 35.13 G for vit_b_16
-    # (17.564) at 224 px; tests/test_external_models.py checks the factor of 2.
+    # (17.564) at 224 px; tests/unit/test_external_models.py checks the factor of 2.
     ops = w.meta.get("_ops")
     return ArchInfo(
         name=f"torchvision:{name}",

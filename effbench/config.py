@@ -171,7 +171,7 @@ def check_rendezvous(nnodes: int, rdzv_endpoint: str | None) -> None:
         )
     if rdzv_endpoint is not None:
         # A loopback endpoint stays allowed with --nnodes > 1: node agents on one machine (tests,
-        # tests/test_distributed.py::test_two_nodes_on_loopback_complete_one_run) meet there.
+        # tests/e2e/test_distributed.py::test_two_nodes_on_loopback_complete_one_run) meet there.
         parse_endpoint(rdzv_endpoint)
 
 

@@ -42,7 +42,7 @@ RRC_RATIO = (3 / 4, 4 / 3)
 RRC_TRIES = 10
 FLIP_P = 0.5
 
-# Where the two loaders cannot give the same pixels, and how far apart they are (tests/test_recipes.py
+# Where the two loaders cannot give the same pixels, and how far apart they are (tests/unit/test_recipes.py
 # bounds each one). The crop boxes, flips and angles are drawn from the same distributions in both.
 PIL_RESIZE = (
     "image files: the torchvision loader resizes to the base square with PIL (bilinear, antialiased, "
@@ -203,7 +203,7 @@ def _files(augment: str, size: int) -> Recipe:
     )  # fmt: skip
 
 
-# The dali loader (effbench.data.dali) on image files; tests/test_dali.py bounds each. The record stays one
+# The dali loader (effbench.data.dali) on image files; tests/unit/test_dali.py bounds each. The record stays one
 # for every loader, so these notes are in it whichever loader ran.
 DALI_RESIZE = (
     "image files, dali loader: DALI's resize (linear, antialiased) to the sizes and central window torchvision's "

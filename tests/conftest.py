@@ -20,7 +20,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # `import fakedata` from any test file
+# `import fakedata` / `from clitools import invoke` from any test file, and `from test_x import helper`
+# across tests/unit, tests/e2e and tests/contracts: pytest's default import mode names a test module by
+# its file name (unique across the folders), so a helper imports the same module pytest collected.
+_TESTS = Path(__file__).parent
+sys.path[:0] = [str(_TESTS), *(str(_TESTS / kind) for kind in ("unit", "e2e", "contracts"))]
 
 import fakedata  # noqa: E402
 

@@ -4,7 +4,7 @@
     python3 tools/check_docs.py FILE.md ...     # these files only
 
 The same check MkDocs' --strict makes for links, without a site build: run by `make lint` and by
-tests/test_docs.py. Anchors follow GitHub's rule (lower case, punctuation dropped, spaces to hyphens,
+tests/contracts/test_docs.py. Anchors follow GitHub's rule (lower case, punctuation dropped, spaces to hyphens,
 a repeated heading gets -1, -2, ...). Links to http(s) or mailto are not fetched (no network here).
 """
 

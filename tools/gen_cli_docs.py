@@ -1,7 +1,7 @@
 """Write docs/cli.md's option tables from the CLI itself, so the reference is never a hand copy of --help.
 
     .venv/bin/python tools/gen_cli_docs.py           # rewrite the generated part of docs/cli.md
-    .venv/bin/python tools/gen_cli_docs.py --check   # exit 1 when docs/cli.md is stale (tests/test_docs.py)
+    .venv/bin/python tools/gen_cli_docs.py --check   # exit 1 when docs/cli.md is stale (tests/contracts/test_docs.py)
 
 The tables come from the click commands Typer builds (names, metavars, help with its [default] and [range]
 texts, which effbench derives from RunConfig's fields, effbench/cli/options.py), between the two marker lines

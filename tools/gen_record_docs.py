@@ -1,7 +1,7 @@
 """Write docs/outputs.md's results.json and sweep.json field reference from the typed record (effbench/schema.py).
 
     .venv/bin/python tools/gen_record_docs.py           # rewrite the generated part of docs/outputs.md
-    .venv/bin/python tools/gen_record_docs.py --check   # exit 1 when docs/outputs.md is stale (tests/test_docs.py)
+    .venv/bin/python tools/gen_record_docs.py --check   # exit 1 when docs/outputs.md is stale (tests/contracts/test_docs.py)
 
 One table per model reachable from `Results` and `Manifest`, in the order they are first met: each field's
 name, JSON type and the field's docstring. A section links to its own table. Adding a metric is adding a

@@ -60,7 +60,7 @@ class Source:
 class Column:
     name: str
     doc: str
-    """What it holds: the "Export columns" table of docs/sweeps-and-reports.md (tests/test_docs.py)."""
+    """What it holds: the "Export columns" table of docs/sweeps-and-reports.md (tests/contracts/test_docs.py)."""
     value: Callable[[Source], Any]
 
 

@@ -65,7 +65,7 @@ class FieldHelp:
 
 def field_help(name: str) -> FieldHelp:
     f = _fields()[name]
-    doc = field_docs().get(name) or ""  # tests/test_options.py: every field has one
+    doc = field_docs().get(name) or ""  # tests/contracts/test_options.py: every field has one
     first, *rest = [" ".join(p.split()) for p in doc.split("\n\n")]
     m = _DEFAULT.search(first)
     written = m.group(1) if m else None

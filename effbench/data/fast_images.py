@@ -120,7 +120,7 @@ def jpeg_decoder() -> Callable[..., Any]:
 
 
 def decode_cpu(data: torch.Tensor) -> torch.Tensor:
-    """uint8 3 x H x W RGB, PIL's Image.open(...).convert("RGB") bit for bit (tests/test_decode.py);
+    """uint8 3 x H x W RGB, PIL's Image.open(...).convert("RGB") bit for bit (tests/unit/test_decode.py);
     raises on bytes no decoder can read."""
     if is_jpeg(data):
         return jpeg_decoder()(keep_stored_orientation(data), mode="RGB")

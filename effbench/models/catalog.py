@@ -60,7 +60,7 @@ def own_counts(canonical: str) -> tuple[int, float]:
     (shapes only, nothing allocated: 0.1-0.4 s each on 2 busy cores, b7 at 600 px included) and run once under
     effbench's FLOP counter (measure/flops.py, 2 FLOPs per multiply-add, as the torchvision rows). resnet18 gives
     torchvision's resnet18 figures exactly (11,689,512; 2 x `_ops` 1.814) and efficientnet-b0 its efficientnet_b0
-    params and GFLOPs to 0.1% (tests/test_new_user.py)."""
+    params and GFLOPs to 0.1% (tests/e2e/test_command_output.py)."""
     import torch
 
     from effbench.config import RunConfig

@@ -1,5 +1,5 @@
 """The docs: a short README that links to one page per topic, no link that leads nowhere, the tables that
-copy code kept equal to it. The docs' commands are run by tests/test_doc_commands.py."""
+copy code kept equal to it. The docs' commands are run by tests/contracts/test_doc_commands.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
 import check_docs  # noqa: E402

@@ -1,6 +1,6 @@
 """One declaration of the options: `run`, `sweep` and `doctor` take their options from RunConfig's fields
 (effbench/cli/options.py), docs/cli.md's tables are drawn from the commands (tools/gen_cli_docs.py, kept fresh
-by tests/test_docs.py), and config.json's model is derived from the same fields (schema.Config). Checked on what
+by tests/contracts/test_docs.py), and config.json's model is derived from the same fields (schema.Config). Checked on what
 a user sees: the rendered --help, what a sweep receives, and a new field added to a copy of the package."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from effbench.cli.app import app
 from effbench.config import RunConfig, option_name
 from clitools import invoke
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIELDS = {option_name(f.name) for f in dataclasses.fields(RunConfig)} - {"--smoke"}  # --smoke: each command's own
 RUN_ONLY = {"--nnodes", "--node-rank", "--rdzv-endpoint", "--rdzv-id"}  # a sweep runs on one node
 # What each command declares itself, beside RunConfig's fields (and --help).

@@ -29,7 +29,7 @@ from clitools import invoke
 from effbench import results
 from effbench.analysis import export as ex
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # Two-sided 95% t quantiles t_{0.975, df} (NIST/SEMATECH e-Handbook, table 1.3.6.7.2).
 T975 = {4: 2.776, 8: 2.306}
 

@@ -1,6 +1,6 @@
 """`--loader dali` (issue 26): DALI's CPU pipeline, run for real (device_id=None, no GPU).
 
-The recipe is checked as tests/test_recipes.py checks the other two loaders: a pattern image whose
+The recipe is checked as tests/unit/test_recipes.py checks the other two loaders: a pattern image whose
 pixels encode their coordinates goes through DALI's training pipeline N times; the crop offsets,
 flips and angles recovered by that file's least-squares fit must follow torchvision's laws
 (RandomCrop's uniform integer offsets, p = 0.5 flips, RandomRotation's uniform angles,

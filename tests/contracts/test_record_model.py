@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from effbench import results, schema
 
-FIXTURES = Path(__file__).parent / "fixtures" / "records"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "records"
 # results.json of `effbench run --smoke` written by main at aef98bb, before the record was typed
 SMOKE_V1 = FIXTURES / "v1-smoke-aef98bb.json"
 # keys the model leaves undeclared on purpose: config.json's notes beside the resolved options

@@ -19,7 +19,7 @@ from effbench.run.progress import Progress, fmt_duration
 from effbench.system import identity, preflight
 from effbench.results import record_of
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class FakeClock:

@@ -1,6 +1,6 @@
 """A run's reports are drawn once, by its caller, from the settled record: in one process at rank 0's final
 write, under torchrun by the launcher once torchrun has ended (the ranks draw none; run/ imports nothing from
-report/, tests/test_package.py). Before, rank 0 drew them inside torchrun and the launcher drew them again
+report/, tests/contracts/test_package.py). Before, rank 0 drew them inside torchrun and the launcher drew them again
 whenever torchrun's end changed the record (a `failed` report printed, an `oom` report.txt)."""
 
 from __future__ import annotations

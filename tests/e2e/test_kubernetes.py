@@ -18,7 +18,7 @@ import yaml
 from effbench.errors import EffbenchError
 from effbench.launch.plan import KubeflowSettings, kubeflow_settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def pytorchjob_pod(rank: int, *, nodes: int = 2, port: str = "23456", nproc: str = "auto") -> dict[str, str]:

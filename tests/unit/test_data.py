@@ -25,7 +25,7 @@ CPU = torch.device("cpu")
 
 
 def config(data_dir: Path, dataset: str, **kw) -> RunConfig:
-    # These tests pin the torchvision loader (the seeds' per-sample pipeline); tests/test_fast_loader.py covers --loader fast.
+    # These tests pin the torchvision loader (the seeds' per-sample pipeline); tests/unit/test_fast_loader.py covers --loader fast.
     base = dict(
         arch="resnet18",
         dataset=dataset,
@@ -92,7 +92,7 @@ def test_cifar_at_another_size_is_resized_with_imagenet_statistics(cifar100_dir)
     x, _ = next(iter(data.train))
     vx, _ = next(iter(data.val))
     assert x.shape == vx.shape == (4, 3, 48, 48)
-    # the seed recipe: crop 32 pad 4 + flip at 32 px, then the fast loader's upscale (tests/test_recipes.py)
+    # the seed recipe: crop 32 pad 4 + flip at 32 px, then the fast loader's upscale (tests/unit/test_recipes.py)
     assert data.info["mean"] == list(IMAGENET_MEAN) and "pad 4" in data.info["transforms"]
     assert "upscale to 48" in data.info["transforms"] and data.info["augment"]["upscale"] == 48
 

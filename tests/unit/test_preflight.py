@@ -403,7 +403,7 @@ def test_missing_dataset_is_reported_without_importing_torch(tmp_path):
     )
     argv = ["run", "--dataset", "cifar10", "--data-dir", str(tmp_path / "none"), "--output", str(tmp_path / "r")]
     out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})  # fmt: skip
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})  # fmt: skip
     assert out.stdout.split() == ["False", "2"], (out.stdout, out.stderr)
     assert "error: --data-dir: CIFAR-10 is not at" in out.stderr
 

@@ -10,7 +10,7 @@ from effbench.analysis import windows
 from effbench.measure import monitor
 from effbench.system import hardware, preflight
 
-PACKAGE = Path(__file__).resolve().parents[1] / "effbench"
+PACKAGE = Path(__file__).resolve().parents[2] / "effbench"
 
 
 def test_values_print_one_way():

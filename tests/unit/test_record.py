@@ -20,7 +20,7 @@ from effbench.run.record import merge_epoch, straggler_spread
 from effbench.run.timing import Tally
 from effbench.run.train import Diverged
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _disk(model) -> dict:
@@ -54,7 +54,7 @@ def test_the_module_imports_no_torch():
     assert out.stdout.strip() == "False"
 
 
-# --- ranks and epochs (moved from the slow tests/test_distributed.py) ---
+# --- ranks and epochs (moved from the slow tests/e2e/test_distributed.py) ---
 
 
 def test_merge_epoch_sums_images_and_keeps_the_slowest_rank():

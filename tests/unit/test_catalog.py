@@ -17,7 +17,7 @@ from effbench.data.cifar import ArrayExamples
 from effbench.data.source import Source
 from effbench.errors import EffbenchError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TINY = datasets.DatasetSpec("tinyset", "Tiny set", "folder", "test_catalog:load_tiny", aliases=("tiny",), num_classes=3)
 
 

@@ -32,7 +32,7 @@ TINY = ["--dataset", "synthetic", "--arch", "resnet18", "--image-size", "16", "-
         "--batch-size", "4", "--profile-steps", "1", "--quiet"]  # fmt: skip
 BEFORE_TRAINING = ("setup", "dataset", "model")  # the run folder exists, nothing measured: results.json only
 AFTER_FOLDER = ("warm-up", "epochs", "validation", "profiling", "report")
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_every_phase_is_covered_here():

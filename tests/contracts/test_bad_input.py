@@ -29,7 +29,7 @@ from effbench.launch.plan import parse_counts, parse_endpoint
 from effbench.results import read_results, safe_name
 from clitools import invoke
 
-PACKAGE = Path(__file__).resolve().parents[1] / "effbench"
+PACKAGE = Path(__file__).resolve().parents[2] / "effbench"
 TINY_RUN = ["--arch", "resnet18", "--image-size", "16", "--weights", "none", "--device", "cpu", "--workers", "0",
             "--max-steps", "3", "--warmup-steps", "1", "--epochs", "1", "--batch-size", "4", "--no-profile", "--quiet"]  # fmt: skip
 

@@ -101,7 +101,7 @@ def test_a_nan_loss_seen_by_one_rank_stops_every_rank_at_that_step_as_diverged(t
     # Only rank 1's recorded loss goes NaN (faults.py hook; the gradients stay finite, so rank 0, the one
     # that writes results.json, never sees one). Before the ranks agreed, rank 1 stopped alone and rank 0
     # waited in DDP's next all-reduce: the job ended `failed`. A short --pg-timeout-s makes such a
-    # regression fail fast. (Which rank sees it first is covered without processes in test_hardening.py.)
+    # regression fail fast. (Which rank sees it first is covered without processes in test_bad_input.py.)
     nan_on = "1:3"
     out = tmp_path / "out"
     res = subprocess.run(
@@ -262,7 +262,7 @@ def test_one_rank_out_of_memory_makes_the_job_oom_naming_that_rank(tmp_path):
          "--warmup-steps", "1", "--nproc", "2", "--pg-timeout-s", "20", "--output", str(out)],
         capture_output=True, text=True, timeout=180, env={**os.environ, "EFFBENCH_FAULT_OOM_AT_BATCH": "1:4"},
     )  # fmt: skip
-    # as an OOM in one process (test_sweep_e2e.py): exit 1, last line `error: run oom (OutOfMemoryError: ...`
+    # as an OOM in one process (test_sweep.py): exit 1, last line `error: run oom (OutOfMemoryError: ...`
     assert res.returncode == 1, res.stderr[-3000:]
     last = res.stderr.strip().splitlines()[-1]
     assert last.startswith("error: run oom (OutOfMemoryError: rank 1: OutOfMemoryError: injected by"), last
@@ -274,7 +274,7 @@ def test_one_rank_out_of_memory_makes_the_job_oom_naming_that_rank(tmp_path):
         "rank 1: OutOfMemoryError: injected by EFFBENCH_FAULT_OOM_AT_BATCH=1:4: batch size per device 4 >= 4"
     )
     # the reports are drawn once, by the launcher, with the settled record: rank 0 printed its own `failed` /
-    # `interrupted` report before, and the launcher redrew the files `oom` (tests/test_run_reports.py)
+    # `interrupted` report before, and the launcher redrew the files `oom` (tests/e2e/test_run_reports.py)
     status_rows = [line.split() for line in (run / "report.txt").read_text().splitlines() if line.startswith("status ")]
     assert status_rows == [["status", "oom"]]
     printed = [line.split() for line in res.stdout.splitlines() if line.startswith("status ")]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ("harness_overhead", "cifar_loader", "food_loader", "smoke_e2e", "profiler_overhead")
 ROW = re.compile(r"^\|[^|]+\|[^|]+\|[^|]+\| (\d+\.\d\d) +\| >= [\d.]+ +\| (yes|NO) +\|", re.M)
 

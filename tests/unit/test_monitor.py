@@ -226,7 +226,7 @@ def test_energy_needs_every_gpu():
 
 def test_default_gpus_come_from_nvml(monkeypatch):
     # without gpu_uuids / gpu_indices: every GPU NVML sees, whatever CUDA_VISIBLE_DEVICES says (a run
-    # always passes its GPUs by UUID; tests/test_gpu_paths.py)
+    # always passes its GPUs by UUID; tests/unit/test_gpu_paths.py)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     with UtilizationSampler(interval_s=0.5, nvml=FakeNVML(count=3)) as mon:
         pass

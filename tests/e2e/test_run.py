@@ -206,6 +206,6 @@ def test_run_makes_the_preflight_checks_before_anything_else(tmp_path, capsys):
         ["run", "--smoke", "--dataset", "cifar100", "--data-dir", tmp_path / "nope", "--output", out], capsys
     )
     assert code == 2 and err.count("\n") == 1
-    # the fix for where the user is (Docker, podman, Apptainer, host) is tests/test_cli_feedback.py's
+    # the fix for where the user is (Docker, podman, Apptainer, host) is tests/contracts/test_cli_feedback.py's
     assert "--data-dir" in err and "--dataset synthetic" in err
     assert not out.exists() or not any(out.iterdir())

@@ -429,7 +429,7 @@ def _ci_gpu_only() -> tuple[str, ...]:
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
+    text = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
     return ast.literal_eval(re.search(r"gpu_only = (\(.*\))", text).group(1))
 
 

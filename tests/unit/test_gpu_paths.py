@@ -502,7 +502,7 @@ def test_gpu_decode_out_of_memory_is_raised_not_marked_corrupt(monkeypatch):
     from effbench.data.fast_images import decode_on_device
 
     # torch.OutOfMemoryError (a RuntimeError subclass: torch.OutOfMemoryError.__mro__) from the decode; the
-    # messages TorchCodec and nvJPEG raise instead are in tests/test_decode.py
+    # messages TorchCodec and nvJPEG raise instead are in tests/unit/test_decode.py
     def oom(*_a, **_k):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
@@ -621,7 +621,7 @@ def test_srun_run_uses_master_port(monkeypatch, capsys, tmp_path):
 
     seen: dict = {}
 
-    def fake_run(cfg, **kw):  # the side-effecting leaf, as tests/test_cli.py's `captured` patches it
+    def fake_run(cfg, **kw):  # the side-effecting leaf, as tests/contracts/test_cli.py's `captured` patches it
         seen["cfg"] = cfg
         return launch.RunOutcome(run_dir=tmp_path, results=record_of({"schema_version": 1, "status": "ok"}))
 
@@ -681,7 +681,7 @@ def test_the_slurm_scripts_name_the_port_effbench_uses():
     # launch/plan.py slurm_rdzv_port: $MASTER_PORT, else RDZV_PORT_BASE + SLURM_JOB_ID % RDZV_PORT_SPAN
     from effbench.launch.plan import RDZV_PORT_BASE, RDZV_PORT_SPAN
 
-    root = Path(__file__).resolve().parent.parent / "entrypoint"
+    root = Path(__file__).resolve().parents[2] / "entrypoint"
     for name in ("slurm-multi-node.sbatch", "slurm-python-multinode.sbatch"):
         comments = " ".join(
             line.lstrip("# ").strip() for line in (root / name).read_text().splitlines() if line.startswith("# ")
@@ -715,7 +715,7 @@ def _harness():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "harness_overhead.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "harness_overhead.py"
     spec = importlib.util.spec_from_file_location("harness_overhead", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

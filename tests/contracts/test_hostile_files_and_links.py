@@ -101,7 +101,7 @@ def test_cell_count_is_the_product_or_the_zipped_length():
 
 
 # --- 1. Two sweeps into one folder ------------------------------------------------------------------
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TINY_SWEEP = ["sweep", "--batch-size", "2,4", "--dataset", "synthetic", "--arch", "resnet18", "--image-size", "16",
               "--weights", "none", "--device", "cpu", "--workers", "0", "--max-steps", "2", "--warmup-steps", "1",
               "--epochs", "1", "--no-profile", "--name", "shared"]  # fmt: skip

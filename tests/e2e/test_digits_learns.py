@@ -133,7 +133,7 @@ def test_effbench_learns_the_digits_as_a_plain_loop_does(digits_root, reference,
 
 
 # PIL's and torch's antialiased bilinear resize agree within 2 of 255 levels (effbench.recipes.PIL_RESIZE,
-# tests/test_recipes.py); in normalized units that is at most 2 / 255 / min(STD)
+# tests/unit/test_recipes.py); in normalized units that is at most 2 / 255 / min(STD)
 INPUT_TOL = 2 / 255 / min(STD) + 1e-5
 
 
