@@ -208,7 +208,8 @@ def test_adding_a_run_option_is_one_field_in_runconfig(tmp_path):
     shutil.copytree(ROOT / "effbench", tmp_path / "effbench", ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "tools").mkdir()
     (tmp_path / "docs").mkdir()
-    shutil.copy(ROOT / "tools" / "gen_cli_docs.py", tmp_path / "tools")
+    for tool in ("gen_cli_docs.py", "generated_section.py"):
+        shutil.copy(ROOT / "tools" / tool, tmp_path / "tools")
     shutil.copy(ROOT / "docs" / "cli.md", tmp_path / "docs")
     config = tmp_path / "effbench" / "config.py"
     marker = "    # --- derived helpers (not options)"
