@@ -37,6 +37,13 @@ Count = Annotated[int, Field(ge=0)] | None
 class _Model(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False, use_attribute_docstrings=True)
 
+    def unset(self, *names: str) -> None:
+        """Clear these fields so the file leaves them out, as before they were set (results.write_json writes
+        the fields set): a cleared signal, the setup phase once the run has an ending."""
+        for name in names:
+            setattr(self, name, None)
+            self.model_fields_set.discard(name)
+
 
 def _none_is_empty(value: Any) -> Any:
     return {} if value is None else value

@@ -34,7 +34,7 @@ def measured_steps(step_rows: Iterable[StepRow | Mapping[str, Any]]) -> list[Ste
 
 
 def _typed(step_rows: Iterable[StepRow | Mapping[str, Any]]) -> list[StepRow]:
-    """The training loop's step rows are dicts until run/train.py yields StepRow: typed here, where read."""
+    """Step rows typed: the loop's and steps.csv's already are (results.StepRow); a mapping is read by name."""
     return [r if isinstance(r, StepRow) else StepRow.of(r) for r in step_rows]
 
 

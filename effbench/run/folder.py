@@ -228,8 +228,7 @@ def interrupted_before_measuring(start: Started, signum: int, phase: str, receiv
     was measured to report on). Returns the record written."""
     with deferred(received):
         before = start.record.model_copy()
-        before.phase = None
-        before.model_fields_set.discard("phase")  # the phase is the ending's now: interrupted_phase
+        before.unset("phase")  # the phase is the ending's now: interrupted_phase
         record = rec.ended(
             before,
             rec.interrupted(signum, phase),

@@ -199,11 +199,11 @@ OK = Outcome("ok")
 _ENDING = tuple(f.name for f in dataclasses.fields(Outcome) if f.name != "status")
 
 
+
+
 def _tidy(record: schema.Results) -> schema.Results:
-    """Leave out of the file the ending fields that were cleared (absent, as before they were set)."""
-    for name in _ENDING:
-        if getattr(record, name) is None:
-            record.model_fields_set.discard(name)
+    """The ending fields that were cleared left out of the file, as before they were set."""
+    record.unset(*(name for name in _ENDING if getattr(record, name) is None))
     return record
 
 
