@@ -215,9 +215,7 @@ def read_json_file(path: Path, *, missing: str, fix: str) -> Any:
 
 def load_record(path: Path) -> schema.Results:
     """A run folder's results.json (or the file itself), checked and typed: what every reader uses."""
-    from effbench import schema
-
-    return schema.Results.model_validate(read_results(path))
+    return _read_checked(path)[1]
 
 
 def record_of(data: Mapping[str, Any] | schema.Results) -> schema.Results:
@@ -231,7 +229,13 @@ def record_of(data: Mapping[str, Any] | schema.Results) -> schema.Results:
 
 
 def read_results(path: Path) -> dict[str, Any]:
-    """Read and check a results.json; any problem is an EffbenchError naming the file."""
+    """A results.json as its file holds it (the keys written, none filled in), checked like load_record's."""
+    return _read_checked(path)[0]
+
+
+def _read_checked(path: Path) -> tuple[dict[str, Any], schema.Results]:
+    """Read and check a results.json, validated once: (its JSON, the typed record); any problem is an
+    EffbenchError naming the file."""
     path = Path(path)
     if path.is_dir():
         path = path / RESULTS_FILE
@@ -264,7 +268,7 @@ def read_results(path: Path) -> dict[str, Any]:
         # the folder it ran in (the folder may have moved since) and are never followed.
         if value and not Path(value).is_absolute():
             schema.inside(path.parent, value, f"profile.{'tables.' if name != 'trace' else ''}{name}", path)
-    return data
+    return data, typed
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
