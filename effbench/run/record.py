@@ -199,8 +199,6 @@ OK = Outcome("ok")
 _ENDING = tuple(f.name for f in dataclasses.fields(Outcome) if f.name != "status")
 
 
-
-
 def _tidy(record: schema.Results) -> schema.Results:
     """The ending fields that were cleared left out of the file, as before they were set."""
     record.unset(*(name for name in _ENDING if getattr(record, name) is None))
