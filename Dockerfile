@@ -24,13 +24,15 @@
 #
 # Reproducible: every package comes from locks/<FLAVOUR>.txt (exact versions, sha256 hashes) and the
 # build fails unless `pip freeze` equals the lock; the base is pinned by digest (BASE_DIGEST).
-# Layers: torch and the locked packages are one layer that changes only with the lock; effbench is
-# a small layer above it, so a code change rebuilds and ships kilobytes (README "Containers").
+# Layers: the locked packages are four layers (CUDA libraries, torch, the rest) that change only with
+# the lock; effbench is a small layer above them, so a code change rebuilds and ships kilobytes
+# (docs/containers.md). The runtime stage builds on the venv stage: no copy of the venv.
 # Every RUN starts with `set -eu`: podman and buildah ignore SHELL in their default OCI format, and
 # /bin/sh -c alone would hide a failing command that is not the last one.
 # Behind a mirror, pass the pip settings through (nothing here names a host):
 #   --build-arg PIP_INDEX_URL=... --build-arg PIP_EXTRA_INDEX_URL=... --build-arg PIP_FIND_LINKS=...
 #   --build-arg PIP_CERT=/path/inside/build   (with the file mounted: podman build --volume ...)
+# They reach pip as a pip.conf mounted from the `pip` stage, never the image or its history.
 #
 # The torch wheels bundle their CUDA libraries (nvidia-* wheels in the lock) and the NVIDIA Container
 # Toolkit / `singularity --nv` bring the driver, so the base only has to provide glibc and a Python the
@@ -59,37 +61,57 @@ RUN set -eu; \
     fi; \
     python3 --version
 
-# --- build: one venv with exactly the lock (torch, torchvision, their CUDA wheels, effbench's deps) --
-FROM base AS build
-ARG FLAVOUR=cu130
-ARG TORCH_VERSION=2.14.1
-ARG TORCHVISION_VERSION=0.29.1
-# Empty: the index pip is configured with (PyPI's torch is the CUDA 13.0 build on Linux x86_64).
-ARG TORCH_INDEX_URL=
+# --- pip: the pip settings given as build args, written to a pip.conf in a stage of its own. The venv
+# steps mount it, so the values (an index URL may carry a token) never enter the image or its history.
+FROM base AS pip
 ARG PIP_INDEX_URL
 ARG PIP_EXTRA_INDEX_URL
 ARG PIP_FIND_LINKS
 ARG PIP_CERT
 ARG PIP_TRUSTED_HOST
-ENV PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PIP_DEFAULT_TIMEOUT=180
-RUN set -eu; python3 -m venv /opt/venv
-COPY constraints.txt /tmp/constraints.txt
+# pip reads several values of one key separated by whitespace, as it does from PIP_* variables.
+RUN set -eu; \
+    { echo '[global]'; \
+      echo 'no-cache-dir = true'; \
+      echo 'disable-pip-version-check = true'; \
+      echo 'timeout = 180'; \
+      if [ -n "${PIP_INDEX_URL:-}" ]; then echo "index-url = ${PIP_INDEX_URL}"; fi; \
+      if [ -n "${PIP_EXTRA_INDEX_URL:-}" ]; then echo "extra-index-url = ${PIP_EXTRA_INDEX_URL}"; fi; \
+      if [ -n "${PIP_FIND_LINKS:-}" ]; then echo "find-links = ${PIP_FIND_LINKS}"; fi; \
+      if [ -n "${PIP_CERT:-}" ]; then echo "cert = ${PIP_CERT}"; fi; \
+      if [ -n "${PIP_TRUSTED_HOST:-}" ]; then echo "trusted-host = ${PIP_TRUSTED_HOST}"; fi; \
+    } > /pip.conf
+
+# --- venv: exactly the lock (torch, torchvision, their CUDA wheels, effbench's deps) ----------------
+FROM base AS venv
+ARG FLAVOUR=cu130
+ARG TORCH_VERSION=2.14.1
+ARG TORCHVISION_VERSION=0.29.1
+# Empty: the index pip is configured with (PyPI's torch is the CUDA 13.0 build on Linux x86_64).
+ARG TORCH_INDEX_URL=
 COPY locks/ /usr/local/share/effbench/locks/
 COPY tools/lock.py /usr/local/lib/effbench/lock.py
-# Build args that were not given reach RUN as empty strings, which pip would take as values: each
-# pip step first unsets the empty ones. --require-hashes: a file whose sha256 is not the lock's stops the build.
 RUN set -eu; \
-    for v in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS PIP_CERT PIP_TRUSTED_HOST; do \
-        eval "[ -n \"\${$v:-}\" ]" || unset "$v"; \
-    done; \
     lock="/usr/local/share/effbench/locks/${FLAVOUR}.txt"; \
-    [ -f "$lock" ] || { echo "no lock for flavour ${FLAVOUR}: run tools/lock.py generate --flavour ${FLAVOUR} (README Containers)" >&2; exit 1; }; \
+    [ -f "$lock" ] || { echo "no lock for flavour ${FLAVOUR}: run tools/lock.py generate --flavour ${FLAVOUR} (docs/containers.md)" >&2; exit 1; }; \
     grep -qix "torch==${TORCH_VERSION}.*" "$lock" || { echo "$lock does not pin torch==${TORCH_VERSION}" >&2; exit 1; }; \
-    /opt/venv/bin/python -m pip install --require-hashes --no-deps \
-        ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} -r "$lock"; \
-    /opt/venv/bin/python -m pip check
+    python3 -m venv /opt/venv
+# The venv in four layers of at most ~2 GB (tools/lock.py PARTS): a layer's commit needs about three
+# times its size on disk, and one 6 GB layer ran a CI machine out of it. Each part is installed with
+# `pip install --require-hashes --no-deps`: a file whose sha256 is not the lock's stops the build.
+RUN --mount=type=bind,from=pip,source=/pip.conf,target=/run/effbench-pip.conf \
+    set -eu; PIP_CONFIG_FILE=/run/effbench-pip.conf python3 /usr/local/lib/effbench/lock.py install \
+        "/usr/local/share/effbench/locks/${FLAVOUR}.txt" cudnn-cublas --python /opt/venv/bin/python --extra-index-url "${TORCH_INDEX_URL}"
+RUN --mount=type=bind,from=pip,source=/pip.conf,target=/run/effbench-pip.conf \
+    set -eu; PIP_CONFIG_FILE=/run/effbench-pip.conf python3 /usr/local/lib/effbench/lock.py install \
+        "/usr/local/share/effbench/locks/${FLAVOUR}.txt" cuda --python /opt/venv/bin/python --extra-index-url "${TORCH_INDEX_URL}"
+RUN --mount=type=bind,from=pip,source=/pip.conf,target=/run/effbench-pip.conf \
+    set -eu; PIP_CONFIG_FILE=/run/effbench-pip.conf python3 /usr/local/lib/effbench/lock.py install \
+        "/usr/local/share/effbench/locks/${FLAVOUR}.txt" torch --python /opt/venv/bin/python --extra-index-url "${TORCH_INDEX_URL}"
+RUN --mount=type=bind,from=pip,source=/pip.conf,target=/run/effbench-pip.conf \
+    set -eu; PIP_CONFIG_FILE=/run/effbench-pip.conf python3 /usr/local/lib/effbench/lock.py install \
+        "/usr/local/share/effbench/locks/${FLAVOUR}.txt" rest --python /opt/venv/bin/python --extra-index-url "${TORCH_INDEX_URL}"; \
+    /opt/venv/bin/python -m pip check --disable-pip-version-check
 # The build fails here unless the venv holds exactly the pinned torch and torchvision (a resolver
 # that upgraded or replaced them would otherwise go unnoticed until a benchmark reports them).
 RUN /opt/venv/bin/python -c "import sys, torch, torchvision; \
@@ -99,13 +121,14 @@ print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'torchvision', tor
 sys.exit(0 if got == want else f'pinned torch/torchvision {want}, installed {got}')"
 
 # --- wheel: effbench alone, built with the venv's setuptools (no network, no build isolation) ------
-FROM build AS wheel
+FROM venv AS wheel
 COPY pyproject.toml README.md /src/
 COPY effbench /src/effbench
 RUN set -eu; /opt/venv/bin/python -m pip wheel --no-deps --no-build-isolation --no-index -w /wheel /src
 
-# --- runtime: the venv, the entry script, a non-root uid that any other uid can replace ----------
-FROM base AS runtime
+# --- runtime: the venv's layers as they are (a COPY would write 6 GB again), the entry script, a
+# non-root uid that any other uid can replace ---------------------------------------------------------
+FROM venv AS runtime
 ARG BASE_IMAGE
 ARG BASE_DIGEST
 ARG FLAVOUR=cu130
@@ -136,10 +159,6 @@ RUN set -eu; \
     chmod 0775 /results; \
     chmod 1777 /cache
 
-# The big layer (~5 GB): changes only when the lock does.
-COPY --from=build /opt/venv /opt/venv
-COPY --from=build /usr/local/share/effbench/locks/ /usr/local/share/effbench/locks/
-COPY --from=build /usr/local/lib/effbench/lock.py /usr/local/lib/effbench/lock.py
 COPY --chmod=0755 entrypoint/entrypoint.sh /usr/local/bin/effbench-entrypoint
 
 ENV PATH=/opt/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin} \

@@ -12,7 +12,8 @@
 # 3. builds the Dockerfile with --isolation chroot --layers --build-arg BASE_IMAGE=<that image>, passing
 #    this machine's pip settings as build args and mounting their local folders read-only; the build
 #    itself checks `pip freeze` against locks/cu130.txt. Prints the image size and the effbench
-#    layer's size (bounded by EFFBENCH_LAYER_MAX_KIB), then rebuilds after a one-line change to
+#    layer's size (bounded by EFFBENCH_LAYER_MAX_KIB) and the venv's four layers (the largest bounded
+#    by VENV_LAYER_MAX_MIB), checks that no pip setting reached the image's history, then rebuilds after a one-line change to
 #    effbench and prints how long that took and what it shipped; a fixture whose failing RUN
 #    command is not the last must fail to build (tests/fixtures/container/Dockerfile.failing-run);
 # 4. runs the image with --runtime runc (explicit --ulimit values: podman's defaults exceed this
@@ -43,10 +44,14 @@ FAIL_FAST_TIMEOUT=${FAIL_FAST_TIMEOUT:-120}
 # The effbench layers (wheel copy + install) hold the package (~0.7 MiB of source): a bound far
 # below the venv's gigabytes that still fails if the venv or torch slipped into them.
 EFFBENCH_LAYER_MAX_KIB=${EFFBENCH_LAYER_MAX_KIB:-4096}
+# Each venv layer (tools/lock.py PARTS) needs about three times its size free while it commits;
+# the largest part is ~2.3 GB for cu130.
+VENV_LAYER_MAX_MIB=${VENV_LAYER_MAX_MIB:-3072}
 started=$SECONDS
 failures=0
 containers=()
 new_images=()
+unset images_before
 
 log() { echo "[image-smoke $((SECONDS - started))s] $*"; }
 pass() { echo "PASS: $*"; }
@@ -68,7 +73,14 @@ cleanup() {
     for c in "${containers[@]}"; do podman rm -f -v "$c" >/dev/null 2>&1 || true; done
     if [ "${KEEP_IMAGE:-0}" != 1 ]; then
         podman rmi -f "$IMAGE" >/dev/null 2>&1 || true
-        for c in "${new_images[@]}"; do podman rmi -f "$c" >/dev/null 2>&1 || true; done
+        # every image the builds made, intermediate ones (-a) included: they hold the venv layers
+        # (~6 GB); a parent goes only after its children, hence the passes
+        for _ in 1 2 3; do
+            [ -n "${images_before+set}" ] || break
+            mapfile -t new_images < <(comm -13 <(echo "$images_before") <(podman images -a -q --no-trunc | sort -u))
+            [ ${#new_images[@]} -gt 0 ] || break
+            podman rmi -f "${new_images[@]}" >/dev/null 2>&1 || true
+        done
     fi
     rm -rf "$WORK"
 }
@@ -156,7 +168,7 @@ for setting in "${pip_settings[@]}"; do
 done
 log "pip settings passed to the build: ${pip_settings[*]:-none}"
 
-images_before=$(podman images -q --no-trunc | sort -u)
+images_before=$(podman images -a -q --no-trunc | sort -u)
 build_start=$SECONDS
 if [ "${REUSE_IMAGE:-0}" = 1 ] && podman image exists "$IMAGE"; then
     log "REUSE_IMAGE=1: testing the existing $IMAGE without rebuilding"
@@ -172,11 +184,9 @@ elif log "building $IMAGE (timeout ${BUILD_TIMEOUT}s)" && timeout "$BUILD_TIMEOU
     check "the build checked pip freeze against the lock: $(grep -m1 'lock check:' "$WORK/build.log" || echo 'step cached')" \
         "no lock check in the build log" grep -qE "lock check: the venv is exactly|Using cache" "$WORK/build.log"
 else
-    mapfile -t new_images < <(comm -13 <(echo "$images_before") <(podman images -q --no-trunc | sort -u))
     tail -40 "$WORK/build.log"
     die "podman build failed or ran past ${BUILD_TIMEOUT}s"
 fi
-mapfile -t new_images < <(comm -13 <(echo "$images_before") <(podman images -q --no-trunc | sort -u) | grep -v "$(podman image inspect "$IMAGE" --format '{{.Id}}')" || true)
 
 # Bytes of the layers an effbench change produces: the wheel copy and its install. podman history's
 # JSON gives each instruction's size in bytes (its text form is always human-readable in podman 4).
@@ -184,15 +194,30 @@ layer_sizes() {
     podman history --no-trunc --format json "$1" | "$PY" -c '
 import json, sys
 rows = json.load(sys.stdin)
-print(sum(r["size"] for r in rows if "effbench-wheel" in r["CreatedBy"]), max(r["size"] for r in rows))'
+venv = [r["size"] for r in rows if "lock.py install" in r["CreatedBy"]]
+print(sum(r["size"] for r in rows if "effbench-wheel" in r["CreatedBy"]), sum(venv), len(venv), max(venv or [0]))'
 }
 effbench_layer_bytes() { layer_sizes "$1" | cut -d' ' -f1; }
 layer=$(effbench_layer_bytes "$IMAGE")
-venv_layer=$(layer_sizes "$IMAGE" | cut -d' ' -f2)
-log "image $(($(podman image inspect "$IMAGE" --format '{{.Size}}') / 1024 / 1024)) MiB; venv layer $((${venv_layer:-0} / 1024 / 1024)) MiB; effbench layers $((layer / 1024)) KiB"
+read -r _ venv_bytes venv_layers venv_largest < <(layer_sizes "$IMAGE")
+log "image $(($(podman image inspect "$IMAGE" --format '{{.Size}}') / 1024 / 1024)) MiB; venv $((venv_bytes / 1024 / 1024)) MiB in $venv_layers layers (largest $((venv_largest / 1024 / 1024)) MiB); effbench layers $((layer / 1024)) KiB"
 check "effbench layers are $((layer / 1024)) KiB (bound ${EFFBENCH_LAYER_MAX_KIB} KiB)" \
     "effbench layers are $((layer / 1024)) KiB, over ${EFFBENCH_LAYER_MAX_KIB} KiB (did the venv move into them?)" \
     test "$layer" -gt 0 -a "$layer" -le $((EFFBENCH_LAYER_MAX_KIB * 1024))
+check "the venv is $venv_layers layers, the largest $((venv_largest / 1024 / 1024)) MiB (bound ${VENV_LAYER_MAX_MIB} MiB)" \
+    "the venv is $venv_layers layers, the largest $((venv_largest / 1024 / 1024)) MiB: over ${VENV_LAYER_MAX_MIB} MiB or not 4 (tools/lock.py PARTS)" \
+    test "$venv_layers" -eq 4 -a "$venv_largest" -le $((VENV_LAYER_MAX_MIB * 1024 * 1024))
+
+# The pip settings went in as build args: neither their names nor their values are in the image's history.
+history=$(podman history --no-trunc --format '{{.CreatedBy}}' "$IMAGE")
+leaked=()
+for setting in "${pip_settings[@]}"; do
+    for word in "${setting%%=*}=" ${setting#*=}; do
+        if grep -qF -- "$word" <<<"$history"; then leaked+=("$word"); fi
+    done
+done
+check "the image's history holds none of the ${#pip_settings[@]} pip settings given to the build" \
+    "the image's history holds pip settings: ${leaked[*]-}" test ${#leaked[@]} -eq 0
 
 if [ "${MEASURE_REBUILD:-1}" = 1 ] && [ "${REUSE_IMAGE:-0}" != 1 ]; then
     # The build context (.dockerignore's list) in a copy, with one line added to effbench.

@@ -6,7 +6,8 @@
     # cu126 (older drivers): the same with the CUDA 12.6 wheel index and the versions it has
     python3 tools/lock.py generate --flavour cu126 --index-url https://download.pytorch.org/whl/cu126 \\
         --torch 2.14.1+cu126 --torchvision 0.29.1+cu126 --python-version 3.12
-    # in the image build (Dockerfile): the venv must be exactly the lock, nothing more or less
+    # in the image build (Dockerfile): the venv in parts, one layer each, then exactly the lock
+    python3 tools/lock.py install locks/cu130.txt torch --python /opt/venv/bin/python
     /opt/venv/bin/python -m pip freeze --all | python3 tools/lock.py check locks/cu130.txt --ignore pip effbench
 
 `generate` asks pip to resolve (`pip install --dry-run --ignore-installed --report`) torch,
@@ -16,6 +17,7 @@ use (the CI base is Debian 12, Python 3.11; nvidia/cuda:*-ubuntu24.04 is Python 
 (a wheel per Python version for compiled packages). pip takes the hashes from the index's links;
 a package whose index gives none gets no --hash and the header names it; the Dockerfile installs
 with --require-hashes, so such a lock stops the build until the hash is added by hand.
+`install` installs one part of the lock (PARTS) with `pip install --require-hashes --no-deps`.
 `check` compares `pip freeze --all` on stdin with the lock; any difference fails with the list.
 Standard library only: it runs in the image build before effbench is installed.
 """
@@ -51,6 +53,62 @@ def parse_pins(text: str) -> dict[str, str]:
             raise ValueError(f"not a name==version line: {line!r}")
         pins[canonical(m.group(1))] = m.group(2)
     return pins
+
+
+# The image installs the venv in these parts, one layer each, in this order. A layer's commit holds
+# it on disk about three times over (the build container's copy, the blob, the stored layer): one
+# 6.3 GB venv layer, then copied into the runtime stage, took the build to 37.4 GiB above its start and
+# ran a CI machine out of disk; these parts, not copied, to 15.6 GiB (docs/containers.md "Layers").
+PARTS = ("cudnn-cublas", "cuda", "torch", "rest")
+
+
+def part_of(name: str) -> str:
+    """The part a package is installed in: CUDA's two largest libraries, the other NVIDIA and CUDA
+    wheels, torch with what is built for it, then the rest (~1.5, 2.2, 2.0 and 0.4 GB for cu130)."""
+    name = canonical(name)
+    if name.startswith(("nvidia-cudnn", "nvidia-cublas")):
+        return "cudnn-cublas"
+    if name.startswith(("nvidia-", "cuda-")):
+        return "cuda"
+    if name in ("torch", "torchvision", "triton"):
+        return "torch"
+    return "rest"
+
+
+def entries(text: str) -> list[tuple[str, str]]:
+    """(name, the entry's text with its --hash lines) for each pin of a lock, comments dropped."""
+    out: list[tuple[str, list[str]]] = []
+    for raw in text.splitlines():
+        if not raw.strip() or raw.lstrip().startswith("#"):
+            continue
+        if raw[0].isspace():
+            if not out:
+                raise ValueError(f"a continuation line before any pin: {raw.strip()!r}")
+            out[-1][1].append(raw)
+            continue
+        m = LINE.match(raw)
+        if m is None:
+            raise ValueError(f"not a name==version line: {raw!r}")
+        out.append((canonical(m.group(1)), [raw]))
+    return [(name, "\n".join(lines)) for name, lines in out]
+
+
+def install_command(python: str, requirements: str, extra_index_url: str = "") -> list[str]:
+    """pip installs exactly the pins given, each checked against its hash, and resolves nothing."""
+    extra = ["--extra-index-url", extra_index_url] if extra_index_url else []
+    return [python, "-m", "pip", "install", "--require-hashes", "--no-deps", *extra, "-r", requirements]
+
+
+def install(args: argparse.Namespace) -> int:
+    chosen = [entry for name, entry in entries(Path(args.lock).read_text()) if part_of(name) == args.part]
+    if not chosen:
+        print(f"lock install: no package of {args.lock} is in part {args.part}", file=sys.stderr)
+        return 1
+    with tempfile.TemporaryDirectory() as tmp:
+        requirements = Path(tmp) / f"{args.part}.txt"
+        requirements.write_text("\n".join(chosen) + "\n")
+        print(f"lock install: part {args.part}: {len(chosen)} package(s) of {args.lock}", flush=True)
+        return subprocess.run(install_command(args.python, str(requirements), args.extra_index_url)).returncode
 
 
 def compare(lock: dict[str, str], installed: dict[str, str], ignore: set[str]) -> list[str]:
@@ -166,8 +224,13 @@ def main(argv: list[str] | None = None) -> int:
     chk = sub.add_parser("check", help="compare `pip freeze --all` on stdin with a lock file")
     chk.add_argument("lock")
     chk.add_argument("--ignore", nargs="*", default=["pip"], help="names not in the lock (pip, effbench)")
+    ins = sub.add_parser("install", help="pip install one part of a lock (one image layer)")
+    ins.add_argument("lock")
+    ins.add_argument("part", choices=PARTS)
+    ins.add_argument("--python", default=sys.executable, help="the venv's python, whose pip installs")
+    ins.add_argument("--extra-index-url", default="", help="torch's wheel index for the flavour (empty: none)")
     args = parser.parse_args(argv)
-    return generate(args) if args.command == "generate" else check(args)
+    return {"generate": generate, "check": check, "install": install}[args.command](args)
 
 
 if __name__ == "__main__":

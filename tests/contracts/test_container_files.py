@@ -70,24 +70,127 @@ def test_base_image_arg_comes_before_from_with_an_exact_tag():
     assert DOCKERFILE[first_from][1].startswith("${BASE_IMAGE}")
 
 
-def test_multi_stage_build_copies_the_venv_into_the_runtime_stage():
-    froms = [a for k, a in DOCKERFILE if k == "FROM"]
-    assert (
-        len(froms) >= 4 and any(a.endswith(" AS build") for a in froms) and any(a.endswith(" AS wheel") for a in froms)
+def run_command(args: str) -> str:
+    """A RUN's command without its BuildKit flags (--mount=..., --network=...)."""
+    while args.startswith("--"):
+        args = args.split(" ", 1)[1].lstrip()
+    return args
+
+
+def stages() -> dict[str, tuple[str, list[tuple[str, str]]]]:
+    """stage name -> (the stage or image it is FROM, its instructions)."""
+    out: dict[str, tuple[str, list[tuple[str, str]]]] = {}
+    name = ""
+    for keyword, a in DOCKERFILE:
+        if keyword == "FROM":
+            parent, _, name = a.partition(" AS ")
+            out[name] = (parent, [])
+        elif name:
+            out[name][1].append((keyword, a))
+    return out
+
+
+def test_the_runtime_builds_on_the_venv_stage_and_never_copies_the_venv():
+    """A COPY of the 6 GB venv writes it again (about three times over while it commits): CI ran out of disk."""
+    by_name = stages()
+    assert by_name["runtime"][0] == "venv" and by_name["venv"][0] == "base" and by_name["wheel"][0] == "venv"
+    assert not [a for k, a in DOCKERFILE if k == "COPY" and "/opt/venv" in a]
+    assert list(by_name)[-1] == "runtime"
+
+
+def test_the_venv_is_installed_in_the_lock_s_parts_one_layer_each():
+    lock_mod = load_module("lock")
+    runs = [run_command(a) for k, a in stages()["venv"][1] if k == "RUN"]
+    installs = [r for r in runs if "lock.py install" in r]
+    parts = [re.search(r'txt" (\S+) --python', r).group(1) for r in installs]
+    assert tuple(parts) == lock_mod.PARTS, "one RUN (one layer) per part, in PARTS's order"
+    for r in installs:
+        assert "--python /opt/venv/bin/python" in r and '--extra-index-url "${TORCH_INDEX_URL}"' in r
+    assert "pip check" in installs[-1], "pip check once every part is in"
+    # every pin of the lock is in exactly one part, and no part is empty
+    names = [n for n, _ in lock_mod.entries((ROOT / "locks" / "cu130.txt").read_text())]
+    by_part = {p: [n for n in names if lock_mod.part_of(n) == p] for p in lock_mod.PARTS}
+    assert all(by_part.values()) and sum(map(len, by_part.values())) == len(names) == len(set(names))
+    assert set(by_part["torch"]) == {"torch", "torchvision", "triton"}
+    assert "nvidia-cudnn-cu13" in by_part["cudnn-cublas"] and "numpy" in by_part["rest"]
+
+
+def test_pip_settings_reach_pip_by_a_mount_and_stay_out_of_the_image():
+    """Build args appear in an image's history; the PIP_* ones (an index URL may carry a token) are
+    declared only in the `pip` stage, which the runtime does not descend from."""
+    by_name = stages()
+    declared = {n: {a.split("=", 1)[0] for k, a in body if k == "ARG"} for n, (_, body) in by_name.items()}
+    pip_args = {"PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_CERT", "PIP_TRUSTED_HOST"}
+    assert pip_args <= declared["pip"]
+    chain, stage = [], "runtime"
+    while stage in by_name:
+        chain.append(stage)
+        stage = by_name[stage][0]
+    assert chain == ["runtime", "venv", "base"]
+    for name in chain:
+        assert not declared[name] & pip_args, f"stage {name} declares {declared[name] & pip_args}"
+        envs = " ".join(a for k, a in by_name[name][1] if k == "ENV")
+        assert "PIP_" not in envs, f"stage {name} sets a PIP_ variable"
+    mounted = [a for k, a in by_name["venv"][1] if k == "RUN" and "lock.py install" in a]
+    assert mounted and all(
+        a.startswith("--mount=type=bind,from=pip,source=/pip.conf,target=/run/effbench-pip.conf ")
+        and "PIP_CONFIG_FILE=/run/effbench-pip.conf " in a
+        for a in mounted
     )
-    copies = [a for k, a in DOCKERFILE if k == "COPY" and a.startswith("--from=build /opt/venv")]
-    assert copies == ["--from=build /opt/venv /opt/venv"]
+
+
+def test_the_pip_stage_writes_a_conf_pip_reads(tmp_path):
+    """The pip stage's RUN under sh, with settings given and empty: pip's own `config list` reads it back."""
+    (run,) = [run_command(a) for k, a in stages()["pip"][1] if k == "RUN"]
+    conf = tmp_path / "pip.conf"
+    env = {"PATH": os.environ["PATH"], "PIP_EXTRA_INDEX_URL": "file:///a/simple file:///b/simple",
+           "PIP_FIND_LINKS": "/opt/wheels", "PIP_INDEX_URL": ""}  # fmt: skip
+    subprocess.run(["sh", "-c", run.replace("/pip.conf", str(conf))], env=env, check=True)
+    assert not [ln for ln in conf.read_text().splitlines() if ln.startswith(("index-url", "cert", "trusted-host"))]
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"],
+        env={"PATH": os.environ["PATH"], "PIP_CONFIG_FILE": str(conf), "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "global.extra-index-url='file:///a/simple file:///b/simple'" in listed
+    assert "global.find-links='/opt/wheels'" in listed and "global.no-cache-dir='true'" in listed
+
+
+def test_lock_install_passes_exactly_one_part_with_its_hashes(tmp_path):
+    """`lock.py install` runs the given python's pip with --require-hashes --no-deps on one part's entries."""
+    h = {d: f" \\\n    --hash=sha256:{d * 64}" for d in "1234"}
+    cublas = "nvidia-cublas==13.1.0" + h["2"] + h["3"]
+    lock = tmp_path / "lock.txt"
+    lock.write_text(f"# header\nnumpy==2.4.6{h['1']}\n{cublas}\ntorch==2.14.1{h['4']}\n")
+    python = tmp_path / "python"
+    python.write_text('#!/bin/sh\necho "$@" > "$0.args"\nwhile [ "$1" != -r ]; do shift; done\ncp "$2" "$0.req"\n')
+    python.chmod(0o755)
+    tool = [sys.executable, str(ROOT / "tools" / "lock.py"), "install", str(lock)]
+    out = subprocess.run([*tool, "cudnn-cublas", "--python", str(python), "--extra-index-url", "file:///t"],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    assert "part cudnn-cublas: 1 package(s)" in out.stdout
+    args = (tmp_path / "python.args").read_text().split()
+    assert args[:7] == ["-m", "pip", "install", "--require-hashes", "--no-deps", "--extra-index-url", "file:///t"]
+    assert args[7] == "-r" and (tmp_path / "python.req").read_text() == cublas + "\n"
+    empty = subprocess.run([*tool, "cuda", "--python", str(python)], capture_output=True, text=True)
+    assert empty.returncode == 1 and "no package" in empty.stderr  # a part with nothing is a broken lock
+    failing = tmp_path / "failing"
+    failing.write_text("#!/bin/sh\nexit 3\n")
+    failing.chmod(0o755)
+    assert subprocess.run([*tool, "rest", "--python", str(failing)], capture_output=True).returncode == 3
 
 
 def test_layers_effbench_after_the_venv_and_identity_last():
     """An effbench change must rebuild only layers above the venv; VCS_REF/BUILD_DATE only the last ones."""
     final_start = max(i for i, (k, _) in enumerate(DOCKERFILE) if k == "FROM")
     final = DOCKERFILE[final_start:]
-    venv = next(i for i, (k, a) in enumerate(final) if k == "COPY" and a == "--from=build /opt/venv /opt/venv")
+    assert DOCKERFILE[final_start] == ("FROM", "venv AS runtime")
     wheel = next(i for i, (k, a) in enumerate(final) if k == "COPY" and a.startswith("--from=wheel"))
-    assert venv < wheel
-    # nothing from the source tree reaches the runtime stage before the venv layer
-    assert not [a for k, a in final[:venv] if k == "COPY"]
+    # nothing from the source tree reaches the venv layers but the lock and its tool
+    copies = [a for k, a in stages()["venv"][1] if k == "COPY"]
+    assert copies == ["locks/ /usr/local/share/effbench/locks/", "tools/lock.py /usr/local/lib/effbench/lock.py"]
     args = [i for i, (k, a) in enumerate(final) if k == "ARG" and a.split("=")[0] in ("VCS_REF", "BUILD_DATE")]
     assert len(args) == 2 and min(args) > wheel, "VCS_REF/BUILD_DATE declared before the effbench layer break its cache"
     assert final[-1][0] == "LABEL" and "image.revision=" in final[-1][1] and "image.created=" in final[-1][1]
@@ -101,6 +204,7 @@ def test_every_multi_command_run_fails_on_any_failing_command():
     """podman/buildah ignore SHELL in OCI format: a RUN with several commands starts with `set -eu`."""
     assert all(k != "SHELL" for k, _ in DOCKERFILE), "SHELL is ignored by podman/buildah (OCI format)"
     for keyword, a in DOCKERFILE:
+        a = run_command(a)
         if keyword != "RUN" or a.startswith("/opt/venv/bin/python -c"):  # one command
             continue
         assert a.startswith("set -eu;"), f"RUN {a[:60]}... does not start with set -eu;"
@@ -133,8 +237,9 @@ def test_torch_is_pinned_to_the_makefile_versions_with_build_args():
     assert args["TORCH_VERSION"] == torch_pin and args["TORCHVISION_VERSION"] == vision_pin
     assert "TORCH_INDEX_URL" in args and args["FLAVOUR"] == "cu130"
     runs = " ".join(a for k, a in DOCKERFILE if k == "RUN")
-    assert "pip install --require-hashes --no-deps" in runs and '-r "$lock"' in runs
     assert 'grep -qix "torch==${TORCH_VERSION}.*" "$lock"' in runs
+    install = load_module("lock").install_command("/opt/venv/bin/python", "part.txt")
+    assert install[1:] == ["-m", "pip", "install", "--require-hashes", "--no-deps", "-r", "part.txt"]
     lock = load_module("lock").parse_pins((ROOT / "locks" / "cu130.txt").read_text())
     assert lock["torch"] == torch_pin and lock["torchvision"] == vision_pin
 
@@ -144,9 +249,7 @@ def test_build_fails_unless_the_pinned_torch_is_installed():
     assert checks and "${TORCH_VERSION}" in checks[0] and "sys.exit" in checks[0]
 
 
-def test_pip_settings_pass_through_and_no_host_is_hard_coded():
-    args = {a.split("=", 1)[0] for k, a in DOCKERFILE if k == "ARG"}
-    assert {"PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_CERT"} <= args
+def test_no_host_is_hard_coded():
     for keyword, a in DOCKERFILE:
         if keyword != "ARG" or not a.startswith("BASE_IMAGE"):
             assert not re.search(r"https?://", a), f"{keyword} {a} names a host"
@@ -594,11 +697,10 @@ def test_the_default_base_is_nvidia_cuda_base_pinned_by_digest_and_compose_agree
 
 
 def test_the_runtime_keeps_what_the_cuda_base_gives():
-    """The runtime stage is FROM base, and nothing overrides the variables the NVIDIA Container Toolkit
+    """The runtime stage descends from base (through venv), and nothing overrides the variables the NVIDIA Container Toolkit
     reads (NVIDIA_REQUIRE_CUDA: refuse a driver too old before start) or that doctor reports (CUDA_VERSION),
     nor the loader path the toolkit's forward-compatibility hook extends (LD_LIBRARY_PATH)."""
-    froms = [a for k, a in DOCKERFILE if k == "FROM"]
-    assert any(a == "base AS runtime" for a in froms)
+    assert stages()["runtime"][0] == "venv" and stages()["venv"][0] == "base"
     envs = " ".join(a for k, a in DOCKERFILE if k == "ENV")
     for name in ("NVIDIA_REQUIRE_CUDA", "CUDA_VERSION", "LD_LIBRARY_PATH"):
         assert f"{name}=" not in envs, name
