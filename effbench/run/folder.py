@@ -310,6 +310,7 @@ def _config_json(
     to fix)."""
     from effbench.config import resolved_record, typed_option
 
+    assert cfg.warmup_steps is not None, "the runner resolves the default warm-up (config.resolve_warmup)"
     measured_steps = cfg.epochs * n_steps - cfg.warmup_steps  # > 0: checked above (--warmup-steps)
     repeats = cfg.repeats if cfg.repeats is not None else min(windows.DEFAULT_WINDOWS, measured_steps)
     out = resolved_record(cfg, device_type=rt.device.type, precision=rt.precision, repeats=repeats, data_info=data_info)

@@ -25,6 +25,7 @@ def build_optimizer(cfg: RunConfig, params: Iterable[Any]) -> Any:
 
     params = list(params)
     lr, wd = cfg.lr, cfg.weight_decay
+    assert lr is not None, "RunConfig fills in the optimizer's default learning rate (DEFAULT_LR)"
     kw = impl_kwargs(cfg.optimizer_impl)
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, weight_decay=wd, **kw)

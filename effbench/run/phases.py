@@ -53,12 +53,12 @@ def _raise_interrupted(signum: int, _frame: Any) -> None:
     raise Interrupted(signum)
 
 
-def install() -> dict[int, Any]:
+def install() -> dict[signal.Signals, Any]:
     """Every SIGTERM/SIGINT raises Interrupted; returns the previous handlers for `restore`."""
     return {s: signal.signal(s, _raise_interrupted) for s in HANDLED}
 
 
-def restore(old: dict[int, Any]) -> None:
+def restore(old: dict[signal.Signals, Any]) -> None:
     for s, h in old.items():
         signal.signal(s, h)
 

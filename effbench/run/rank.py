@@ -285,7 +285,7 @@ def _with_model(prep: Prepared, plan: LaunchPlan, dist: DistContext) -> Prepared
 
     cfg, rt = prep.cfg, prep.rt
     assert prep.bundle is not None
-    model = prep.bundle.model.to(rt.device)
+    model: Any = prep.bundle.model.to(rt.device)
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
     flops, flops_error = None, None
@@ -508,7 +508,7 @@ def _profile_pass(prep: Prepared, dist: DistContext, run_dir: Path | None) -> tu
     try:
         # the timed loop's scaler, at the scale it reached: a fresh one would start at 2**16 (train.grad_scaler)
         step = TrainStep(
-            prep.model, prep.optimizer, prep.scheduler, prep.rt, prep.cfg.channels_last, scaler=prep.scaler
+            prep.model, prep.optimizer, prep.scheduler, prep.rt, bool(prep.cfg.channels_last), scaler=prep.scaler
         )
         info = observe.profile(
             step, prep.data.train, device_type=prep.rt.device.type, out_dir=out_dir, rank=dist.rank,

@@ -16,10 +16,11 @@ Profiler phase labels (record_function) are added only in the profiling pass, no
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -246,7 +247,7 @@ def train_epochs(
     on_phase: PhaseFn | None = None,
     on_step: StepFn | None = None,
     scaler: Any = None,
-) -> Iterator[EpochResult]:
+) -> Generator[EpochResult, None, None]:
     """Train for cfg.epochs, yielding each finished epoch (train + validation). `scaler`: the run's
     (grad_scaler), so the profiling pass goes on from its scale; None: one of its own."""
     import torch
@@ -352,6 +353,7 @@ def train_epochs(
 
 def _phase_of(on_phase: PhaseFn | None, global_step: int, cfg: RunConfig) -> None:
     """Tell the runner whether the next step is warm-up or measured (run/phases.py: for signals)."""
+    assert cfg.warmup_steps is not None, "the runner resolves the default warm-up (config.resolve_warmup)"
     if on_phase:
         on_phase("warm-up" if global_step < cfg.warmup_steps else "epochs")
 
@@ -392,7 +394,7 @@ def data_epochs(
     on_progress: ProgressFn | None = None,
     on_phase: PhaseFn | None = None,
     on_step: StepFn | None = None,
-) -> Iterator[EpochResult]:
+) -> Generator[EpochResult, None, None]:
     """--data-only: the training loader's epochs, delivered to the device, with no model.
 
     Each step is next() plus the copy to the device (a no-op for batches made there) and a device
@@ -417,7 +419,7 @@ def data_epochs(
         it = timer.time_data(lambda: iter(data.train))
         for step in range(n_steps):
             try:
-                images = timer.time_data(lambda it=it: deliver(it))
+                images = timer.time_data(functools.partial(deliver, it))
             except StopIteration:
                 timer.lap()
                 break
