@@ -508,7 +508,13 @@ def _profile_pass(prep: Prepared, dist: DistContext, run_dir: Path | None) -> tu
     try:
         # the timed loop's scaler, at the scale it reached: a fresh one would start at 2**16 (train.grad_scaler)
         step = TrainStep(
-            prep.model, prep.optimizer, prep.scheduler, prep.rt, bool(prep.cfg.channels_last), scaler=prep.scaler
+            prep.model,
+            prep.optimizer,
+            prep.scheduler,
+            prep.rt,
+            bool(prep.cfg.channels_last),
+            scaler=prep.scaler,
+            label_smoothing=prep.cfg.label_smoothing,
         )
         info = observe.profile(
             step, prep.data.train, device_type=prep.rt.device.type, out_dir=out_dir, rank=dist.rank,

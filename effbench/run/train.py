@@ -208,11 +208,13 @@ class TrainStep:
     """record_function ranges for the profiler; the timed loop turns them off (a few us per range)."""
     scaler: Any = None
     """The run's GradScaler (grad_scaler), shared by the timed loop and the profiling pass; None: a new one."""
+    label_smoothing: float = 0.0
+    """--label-smoothing, for the training loss only."""
 
     def __post_init__(self) -> None:
         import torch
 
-        self.criterion = torch.nn.CrossEntropyLoss()
+        self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=self.label_smoothing)
         if self.scaler is None:
             self.scaler = grad_scaler(self.rt)
 
@@ -253,7 +255,11 @@ def train_epochs(
     import torch
 
     assert cfg.warmup_steps is not None, "the runner resolves the default warm-up (config.resolve_warmup)"
-    step_fn = TrainStep(model, optimizer, scheduler, rt, bool(cfg.channels_last), label_phases=False, scaler=scaler)
+    step_fn = TrainStep(
+        model, optimizer, scheduler, rt, bool(cfg.channels_last), label_phases=False, scaler=scaler,
+        label_smoothing=cfg.label_smoothing,
+    )  # fmt: skip
+    validation_loss = torch.nn.CrossEntropyLoss()  # without --label-smoothing: comparable across values
     sync = device_sync_fn(rt.device)
     n_steps = steps_per_epoch(cfg, data.steps_per_epoch)
     global_step = 0
@@ -330,7 +336,7 @@ def train_epochs(
         ]
         if on_phase:
             on_phase("validation")
-        val_loss, val_top1, val_images, val_time_s = evaluate(model, data.val, rt, cfg, step_fn.criterion)
+        val_loss, val_top1, val_images, val_time_s = evaluate(model, data.val, rt, cfg, validation_loss)
         yield EpochResult(
             epoch=epoch,
             steps=done,
