@@ -47,6 +47,8 @@ EFFBENCH_LAYER_MAX_KIB=${EFFBENCH_LAYER_MAX_KIB:-4096}
 # Each venv layer (tools/lock.py PARTS) needs about three times its size free while it commits;
 # the largest part is ~2.3 GB for cu130.
 VENV_LAYER_MAX_MIB=${VENV_LAYER_MAX_MIB:-3072}
+# Free disk the build needs under podman's graph root: the measured peak (15.6 GiB) and a margin.
+DISK_NEED_GIB=${DISK_NEED_GIB:-16}
 started=$SECONDS
 failures=0
 containers=()
@@ -126,6 +128,18 @@ else
 fi
 
 # --- 3. build ---------------------------------------------------------------------------------------
+# Disk first: a build that runs out of it fails after minutes with a copier error. Measured peak 15.6
+# GiB above the start (docs/containers.md "Layers"); images left by earlier runs that a timeout killed
+# before their cleanup (untagged, unused) go first.
+graph_root=$(podman info --format '{{.Store.GraphRoot}}')
+free_gib() { df -Pk "$graph_root" | awk 'NR == 2 {print int($4 / 1048576)}'; }
+if [ "$(free_gib)" -lt "$DISK_NEED_GIB" ]; then
+    log "$(free_gib) GiB free under $graph_root: removing unused untagged images"
+    for _ in 1 2 3; do podman image prune -f >/dev/null 2>&1 || true; done
+fi
+[ "$(free_gib)" -ge "$DISK_NEED_GIB" ] \
+    || die "$(free_gib) GiB free under $graph_root, the build needs about $DISK_NEED_GIB GiB: free disk (podman system df; podman image prune -a) and rerun"
+log "$(free_gib) GiB free under $graph_root (the build needs about $DISK_NEED_GIB GiB)"
 # This machine's pip settings (environment first, then pip's config files) as build args; every
 # local folder or file they name is mounted read-only at the same path.
 PY=python3
