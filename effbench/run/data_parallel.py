@@ -38,3 +38,16 @@ class ReplicaAutocast(nn.Module):
 def data_parallel(model: nn.Module, rt: Any, device_ids: list[int]) -> nn.Module:
     """DataParallel over `device_ids` whose replicas autocast to `rt.autocast_dtype`."""
     return nn.DataParallel(ReplicaAutocast(model, rt.device.type, rt.autocast_dtype), device_ids=device_ids)
+
+
+def seed_replica_generators(seeds: dict[int, int]) -> None:
+    """Seed each replica's CUDA device generator apart: {device index: seed}.
+
+    A replica's dropout / drop-connect draws from its own device's default generator (CUDA kernels take
+    at::cuda::detail::getDefaultCUDAGenerator(device)), and torch.manual_seed seeds every device's alike
+    (torch/random.py -> torch.cuda.manual_seed_all), so the replicas dropped the same units of their
+    slices. Set on the generators themselves: torch.cuda.manual_seed seeds whichever device is current
+    when its lazy callback runs (torch/cuda/random.py). The loaders keep generators of their own."""
+    generators = torch.cuda.default_generators  # filled once CUDA is initialised (the model is on it)
+    for index, seed in seeds.items():
+        generators[index].manual_seed(seed)

@@ -294,9 +294,11 @@ def _with_model(prep: Prepared, plan: LaunchPlan, dist: DistContext) -> Prepared
     except Exception as e:  # noqa: BLE001 - an op FlopCounterMode cannot count must not stop the run
         flops_error = f"{type(e).__name__}: {e}".splitlines()[0]
     if plan.mode == "dp":
-        from effbench.run.data_parallel import data_parallel
+        from effbench.run.data_parallel import data_parallel, seed_replica_generators
 
         model = data_parallel(model, rt, device_ids=list(range(plan.nproc_per_node)))
+        # one seed per replica, as DDP's ranks below: they drew the same dropout masks
+        seed_replica_generators({i: rank_seed(cfg.seed, i) for i in range(plan.nproc_per_node)})
     elif dist.enabled:
         from torch.nn.parallel import DistributedDataParallel
 

@@ -99,6 +99,24 @@ def test_dp_wrapper_replicates_as_dataparallel_does():
     assert (clone.device_type, clone.dtype) == ("cuda", torch.bfloat16)
 
 
+def test_dp_replicas_draw_dropout_masks_from_generators_seeded_apart(monkeypatch):
+    """torch.manual_seed leaves every device generator alike, so DataParallel's replicas dropped the same
+    units; CPU generators stand in for torch.cuda.default_generators (one per device, read at call time)."""
+    from effbench.run.data_parallel import seed_replica_generators
+    from effbench.run.rank import rank_seed
+
+    generators = tuple(torch.Generator().manual_seed(1234) for _ in range(3))  # as after torch.manual_seed
+    monkeypatch.setattr(torch.cuda, "default_generators", generators)
+    alike = [torch.bernoulli(torch.full((256,), 0.5), generator=g) for g in generators]
+    assert torch.equal(alike[0], alike[1])  # the bug: the same masks on every replica
+
+    seed_replica_generators({i: rank_seed(7, i) for i in range(3)})
+    assert [g.initial_seed() for g in generators] == [rank_seed(7, i) for i in range(3)]
+    masks = [torch.bernoulli(torch.full((256,), 0.5), generator=g) for g in generators]
+    assert not torch.equal(masks[0], masks[1]) and not torch.equal(masks[1], masks[2])
+    assert len({rank_seed(7, i) for i in range(8)}) == 8
+
+
 @pytest.mark.parametrize(
     "run_dtype, outer, expected",
     [
