@@ -500,6 +500,8 @@ class EnvGpu(_Model):
     """Compute capability, "9.0"."""
     memory_total_gib: Num = None
     """Its memory, GiB."""
+    sm_count: int | None = None
+    """Streaming multiprocessors CUDA reports for it (a MIG instance: its own)."""
 
 
 class ImageInfo(_Model):
@@ -753,6 +755,8 @@ class Results(_Model):
     """The peak MFU is held against, TFLOP/s per device."""
     mfu_peak_precision: str | None = None
     """Which peak (per op kind and precision) MFU used."""
+    mfu_peak_gpu: str | None = None
+    """Whose datasheet peak: its row ("A100"), or a MIG instance's share of it ("A100 MIG (14/108 SMs)")."""
     energy_j: Num = None
     """GPU energy of the measured steps alone (the window's counter reads), J."""
     images_per_j: Num = None

@@ -83,8 +83,8 @@ def _sxm(t: set[str]) -> bool:
 # clocks) maps to None, never to a sibling's peak.
 _GPU_RULES: tuple[tuple[Callable[[set[str]], bool], str | None], ...] = (
     # A MIG instance ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", NVML's and torch's name for a slice) has a share of
-    # the GPU's SMs that its name does not give (1g of 7 on A100, 1g of 7 on H100, with a GPU-specific SM
-    # count per slice): the whole GPU's peak would read MFU up to 7x low, so no peak at all.
+    # the GPU's SMs that its name does not give: the whole GPU's peak would read MFU up to 7x low, so its
+    # row is none (mig_peak scales the parent GPU's peak by the SMs the instance reports).
     (lambda t: "mig" in t, None),
     (lambda t: "gh200" in t, "GH200"),
     (lambda t: {"h200", "nvl"} <= t, "H200 NVL"),
@@ -107,6 +107,10 @@ _GPU_RULES: tuple[tuple[Callable[[set[str]], bool], str | None], ...] = (
 )
 
 
+def _tokens(gpu_name: str) -> set[str]:
+    return set(re.split(r"[\s\-_/]+", gpu_name.strip().lower()))
+
+
 def gpu_model(gpu_name: str | None) -> str | None:
     """The `PEAK_TFLOPS` key for an NVML / torch device name, or None when it is not in the table.
 
@@ -116,18 +120,63 @@ def gpu_model(gpu_name: str | None) -> str | None:
     """
     if not gpu_name:
         return None
-    tokens = set(re.split(r"[\s\-_/]+", gpu_name.strip().lower()))
+    return _model_of(_tokens(gpu_name))
+
+
+def _model_of(tokens: set[str]) -> str | None:
     return next((model for applies, model in _GPU_RULES if applies(tokens)), None)
 
 
-def peak_tflops(gpu_name: str | None, precision: str) -> float | None:
+# The SMs of the whole GPU each MIG-capable row's datasheet peak is for: NVIDIA A100 Tensor Core GPU
+# Architecture whitepaper (A100: 108 SMs of GA100's 128), NVIDIA H100 Tensor Core GPU Architecture
+# whitepaper (H100 SXM5: 132 SMs, H100 PCIe: 114), the H200/GH200/H100 NVL datasheets (the SXM5 GH100, 132).
+# A tensor-core peak is SMs x per-SM rate x clock, and a MIG instance runs its SMs at the GPU's clocks.
+DATASHEET_SMS: dict[str, int] = {
+    "A100": 108, "H100 SXM": 132, "H100 PCIe": 114, "H100 NVL": 132, "H200 SXM": 132, "H200 NVL": 132, "GH200": 132,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MigShare:
+    """A MIG instance's share of its GPU: the GPU's row and SMs, and the SMs CUDA reports for the instance."""
+
+    parent: str
+    sm_count: int
+    parent_sms: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.parent} MIG ({self.sm_count}/{self.parent_sms} SMs)"
+
+
+def mig_share(gpu_name: str | None, sm_count: int | None) -> MigShare | None:
+    """For a MIG instance's name ("NVIDIA A100-SXM4-40GB MIG 1g.5gb") and the SMs CUDA reports for it
+    (cudaDeviceProp.multiProcessorCount, the instance's own: 14 for A100's 1g.5gb), its share of the
+    parent GPU; None for a whole GPU, an unknown parent, or an SM count that does not fit the parent."""
+    if not gpu_name or "mig" not in (tokens := _tokens(gpu_name)):
+        return None
+    parent = _model_of(tokens - {"mig"})
+    full = DATASHEET_SMS.get(parent or "")
+    if parent is None or full is None or sm_count is None or not 0 < sm_count <= full:
+        return None
+    return MigShare(parent, sm_count, full)
+
+
+def peak_tflops(gpu_name: str | None, precision: str, sm_count: int | None = None) -> float | None:
     """Dense datasheet peak TFLOP/s of one GPU at `precision` (fp32 | tf32 | bf16 | fp16), else None.
+
+    A MIG instance's peak is its parent's times its share of the SMs (`mig_share`, which needs the
+    instance's `sm_count`); without the count it has none.
 
     "fp32" means the non-tensor-core FP32 rate, even on Ampere and later. PyTorch runs fp32 matmuls
     in full FP32 by default (`torch.backends.cuda.matmul.allow_tf32 = False`) but lets cuDNN run fp32
     convolutions on TF32 tensor cores (`torch.backends.cudnn.allow_tf32 = True`), so for a CNN in fp32
     the honest denominator is usually tf32: pass `peak_precision("fp32", tf32_enabled=...)`.
     """
+    mig = mig_share(gpu_name, sm_count)
+    if mig is not None:
+        full = PEAK_TFLOPS[mig.parent].get(precision.lower())
+        return None if full is None else full * mig.sm_count / mig.parent_sms
     model = gpu_model(gpu_name)
     if model is None:
         return None
@@ -186,13 +235,15 @@ def kind_precisions(
     return out or {conv_col: 0.0}
 
 
-def mixed_peak_tflops(gpu_name: str | None, flops_by_precision: dict[str, float]) -> float | None:
+def mixed_peak_tflops(
+    gpu_name: str | None, flops_by_precision: dict[str, float], sm_count: int | None = None
+) -> float | None:
     """The peak of a step whose FLOPs run at several rates: all of them over the time each part takes at
     its own peak (sum of flops_k / peak_k). None when a part's peak is unknown (never a guess)."""
     total = sum(flops_by_precision.values())
     peaks: dict[str, float] = {}
     for col in flops_by_precision:
-        peak = peak_tflops(gpu_name, col)
+        peak = peak_tflops(gpu_name, col, sm_count)
         if peak is None:
             return None
         peaks[col] = peak
@@ -218,7 +269,7 @@ class Efficiency:
     achieved_tflops: float | None = None
     """The job's TFLOP/s: FLOPs per image x images per second (both known)."""
     gpu_model: str | None = None
-    """The datasheet row the peak came from (the GPU is in the table)."""
+    """The datasheet row the peak came from (the GPU is in the table), or a MIG instance's share of it."""
     precision: str | None = None
     """The peak's column, or the mix of columns (`_precision_label`)."""
     peak_tflops_per_device: float | None = None
@@ -233,6 +284,7 @@ def compute_efficiency(
     gpu_name: str | None,
     precision: str | dict[str, float],
     world_size: int,
+    sm_count: int | None = None,
 ) -> Efficiency:
     """Achieved TFLOP/s and MFU.
 
@@ -240,19 +292,20 @@ def compute_efficiency(
     `precision`: one `PEAK_TFLOPS` column, or the FLOPs by column (`kind_precisions`) for a step that
     mixes rates (fp32 convolutions on TF32, matmuls on FP32): its peak is `mixed_peak_tflops`.
     The peak, its GPU model and precision only when the GPU is in the table; `mfu` (achieved / (peak *
-    world_size)) only when both the achieved figure and the peak are known. Unknown is None.
+    world_size)) only when both the achieved figure and the peak are known. Unknown is None. `sm_count`:
+    the SMs CUDA reports for the device, which gives a MIG instance its share of the parent's peak.
     """
     achieved = None
     if flops_per_image is not None and throughput_img_s is not None:
         achieved = flops_per_image * throughput_img_s / 1e12
     mix = {precision: 1.0} if isinstance(precision, str) else dict(precision)
-    peak = mixed_peak_tflops(gpu_name, mix)
+    peak = mixed_peak_tflops(gpu_name, mix, sm_count)
     if peak is None:
         return Efficiency(world_size=world_size, achieved_tflops=achieved)
     return Efficiency(
         world_size=world_size,
         achieved_tflops=achieved,
-        gpu_model=gpu_model(gpu_name),
+        gpu_model=mig.label if (mig := mig_share(gpu_name, sm_count)) else gpu_model(gpu_name),
         precision=_precision_label(mix),
         peak_tflops_per_device=peak,
         mfu=achieved / (peak * world_size) if achieved is not None and world_size > 0 else None,

@@ -350,6 +350,7 @@ def summarize(
     device_type = run_device_type(record)
     gpu_names = [g.name for g in record.env.gpus]
     gpu_caps = [g.capability for g in record.env.gpus]
+    gpu_sms = [g.sm_count for g in record.env.gpus]
     throughput = record.throughput_img_s
     devices = int(record.devices or record.world_size or 1)
 
@@ -377,6 +378,7 @@ def summarize(
                 capability=capability,
             ),
             world_size=devices,
+            sm_count=gpu_sms[0] if device_type == "cuda" and gpu_sms else None,
         )
         if eff.achieved_tflops is not None:
             out.achieved_tflops = eff.achieved_tflops
@@ -384,6 +386,7 @@ def summarize(
             out.mfu = eff.mfu
             out.mfu_peak_tflops_per_device = eff.peak_tflops_per_device
             out.mfu_peak_precision = eff.precision
+            out.mfu_peak_gpu = eff.gpu_model
     # the job's GPUs: every rank's under DDP, every DataParallel device (LaunchPlan.devices)
     energy, per_j, note = _energy(record, utilization, devices if device_type == "cuda" else None)
     if note is not None:

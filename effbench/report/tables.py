@@ -143,7 +143,8 @@ def observability_rows(results: schema.Results) -> list[tuple[str, str]]:
             (
                 "MFU",
                 f"{100 * results.mfu:.1f}% of {fmt_value(results.mfu_peak_tflops_per_device, 1)} TFLOP/s per device"
-                + (f" ({results.mfu_peak_precision})" if results.mfu_peak_precision else ""),
+                + (f" ({results.mfu_peak_precision})" if results.mfu_peak_precision else "")
+                + (f", {results.mfu_peak_gpu}" if results.mfu_peak_gpu else ""),
             )
         )
     rows += _utilization_rows(results.utilization)

@@ -310,6 +310,8 @@ def env_snapshot() -> dict[str, Any]:
                 "name": torch.cuda.get_device_name(i),
                 "capability": ".".join(map(str, torch.cuda.get_device_capability(i))),
                 "memory_total_gib": torch.cuda.get_device_properties(i).total_memory / 2**30,
+                # a MIG instance's own SMs (its share of the GPU's peak: analysis.mig_share)
+                "sm_count": torch.cuda.get_device_properties(i).multi_processor_count,
                 "uuid": cuda_device_uuid(i),  # matches nvml_gpus[*].uuid after its GPU-/MIG- prefix
             }
             for i in range(snap["gpu_count"])

@@ -87,7 +87,7 @@ def test_summed_tree_cpu_renders_as_a_mean_of_ranks():
 
 
 # ------------------------------------------------------------------------------------------------
-# 4. MIG slices get no peak
+# 4. MIG slices: their share of the parent GPU's peak (by the SMs CUDA reports), or none
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "name",
@@ -103,6 +103,49 @@ def test_mig_slices_get_no_peak_and_no_mfu(name):
     rec = _cuda_record(precision="bf16", env={"gpus": [{"name": name, "capability": "8.0"}]})
     out = _summ(rec, flops_image=1e9)
     assert "mfu" not in out and out["achieved_tflops"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("name", "sms", "bf16_peak"),
+    [
+        # A100 datasheet BF16 312 TFLOP/s dense over the A100's 108 SMs (A100 whitepaper); a 1g.5gb slice
+        # reports 14 SMs, a 3g.20gb 42, the whole GPU in MIG mode (7g.40gb) 98
+        ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", 14, 312.0 * 14 / 108),
+        ("NVIDIA A100-SXM4-80GB MIG 3g.40gb", 42, 312.0 * 42 / 108),
+        ("NVIDIA A100-SXM4-40GB MIG 7g.40gb", 98, 312.0 * 98 / 108),
+        # H100 SXM5: 989.5 dense over 132 SMs (H100 whitepaper); H100 PCIe: 756.5 over 114
+        ("NVIDIA H100 80GB HBM3 MIG 1g.10gb", 16, 989.5 * 16 / 132),
+        ("NVIDIA H100 PCIe MIG 2g.20gb", 32, 756.5 * 32 / 114),
+    ],
+)
+def test_a_mig_slice_with_its_sm_count_gets_its_share_of_the_peak(name, sms, bf16_peak):
+    assert eff.peak_tflops(name, "bf16", sm_count=sms) == pytest.approx(bf16_peak)
+    rec = _cuda_record(precision="bf16", env={"gpus": [{"name": name, "capability": "8.0", "sm_count": sms}]})
+    out = _summ(rec, flops_image=1e9)  # 1000 img/s x 1 GFLOP = 1 TFLOP/s achieved
+    assert out["mfu_peak_tflops_per_device"] == pytest.approx(bf16_peak)
+    assert out["mfu"] == pytest.approx(1.0 / bf16_peak)
+    assert out["mfu_peak_gpu"].endswith(f"MIG ({sms}/{108 if 'A100' in name else 132 if 'HBM3' in name else 114} SMs)")
+
+
+@pytest.mark.parametrize(
+    ("name", "sms"),
+    [
+        ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", 0),
+        ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", 109),  # more SMs than the whole A100: not a slice of it
+        ("NVIDIA H100 MIG 1g.10gb", 16),  # the parent's form factor (SXM, PCIe, NVL) unknown: no row
+        ("NVIDIA A30 MIG 1g.6gb", 14),  # a MIG GPU whose datasheet is not in the table
+    ],
+)
+def test_a_mig_slice_that_does_not_fit_a_known_parent_gets_no_peak(name, sms):
+    assert eff.mig_share(name, sms) is None and eff.peak_tflops(name, "bf16", sm_count=sms) is None
+
+
+def test_a_whole_gpu_s_peak_ignores_the_sm_count():
+    """The datasheet is for the product's SMs; CUDA's count of a whole GPU changes nothing."""
+    assert eff.peak_tflops("NVIDIA A100-SXM4-40GB", "bf16", sm_count=108) == eff.peak_tflops(
+        "NVIDIA A100-SXM4-40GB", "bf16"
+    )
+    assert eff.mig_share("NVIDIA A100-SXM4-40GB", 108) is None
 
 
 def test_whole_gpus_still_have_their_peak():
