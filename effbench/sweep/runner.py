@@ -162,8 +162,9 @@ def run_sweep(
 ) -> SweepOutcome:
     """Plan, check, then run every cell that is not ok yet; returns the final manifest."""
     plan = plan_sweep(spec)
-    results.check_output_writable(spec.output)
-    blocked = blocked_cells(plan, spec.output)
+    output = Path(spec.output)
+    results.check_output_writable(output)
+    blocked = blocked_cells(plan, output)
     if len(blocked) == len(plan.cells):  # nothing could run: a bad input, not data
         raise next(iter(blocked.values()))
     folder = plan.folder
