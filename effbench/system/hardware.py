@@ -178,9 +178,10 @@ def _cgroup_dirs(root: Path, controller: str) -> list[Path]:
         mount, rel = base, _cgroup_paths(root).get("", "/")
     else:  # cgroup v1: one hierarchy per controller, possibly co-mounted ("cpu,cpuacct")
         mounts = [base / controller] + sorted(p for p in base.glob("*") if controller in p.name.split(","))
-        mount = next((m for m in mounts if m.is_dir()), None)
-        if mount is None:
+        found = next((m for m in mounts if m.is_dir()), None)
+        if found is None:
             return []
+        mount = found
         rel = _cgroup_paths(root).get(controller, "/")
     dirs = []
     here = mount / rel.strip("/") if rel.strip("/") else mount

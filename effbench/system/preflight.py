@@ -31,7 +31,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, TextIO, TypedDict
 
 from effbench.config import RunConfig
 from effbench.system.download import MIRROR_FIX, mirror_problem
@@ -122,13 +122,8 @@ def probe_gpus() -> GpuState:
             try:
                 for i in range(torch.cuda.device_count()):
                     props = torch.cuda.get_device_properties(i)
-                    devices.append(
-                        GpuDevice(
-                            torch.cuda.get_device_name(i),
-                            tuple(torch.cuda.get_device_capability(i)),
-                            int(props.total_memory),
-                        )
-                    )
+                    major, minor = torch.cuda.get_device_capability(i)
+                    devices.append(GpuDevice(torch.cuda.get_device_name(i), (major, minor), int(props.total_memory)))
             except Exception as e:  # CUDA error while initialising: report it as the reason
                 cuda_error = f"{type(e).__name__}: {e}"
         else:
@@ -136,7 +131,7 @@ def probe_gpus() -> GpuState:
                 " ".join(str(caught[-1].message).split()) if caught else None
             )  # torch warns why CUDA is unusable
         try:
-            arch_list = tuple(torch.cuda.get_arch_list()) or tuple(torch._C._cuda_getArchFlags().split())
+            arch_list = tuple(torch.cuda.get_arch_list()) or tuple((torch._C._cuda_getArchFlags() or "").split())
         except Exception:
             arch_list = ()
     return GpuState(
@@ -150,23 +145,33 @@ def probe_gpus() -> GpuState:
     )
 
 
-def _nvml_state() -> dict[str, object]:
+class _NvmlState(TypedDict, total=False):
+    """GpuState's NVML fields; empty without NVML or when any call fails."""
+
+    driver_version: str
+    nvml_gpus: int
+    driver_cuda: tuple[int, int]
+    driver_brands: tuple[int, ...]
+    driver_names: tuple[str, ...]
+
+
+def _nvml_state() -> _NvmlState:
     from effbench.system.nvml import nvml_session
 
     with nvml_session() as nvml:
         if nvml is None:
             return {}
         try:
-            state: dict[str, object] = {
-                "driver_version": _decode(nvml.nvmlSystemGetDriverVersion()),
-                "nvml_gpus": int(nvml.nvmlDeviceGetCount()),
-            }
+            count = int(nvml.nvmlDeviceGetCount())
             v = int(nvml.nvmlSystemGetCudaDriverVersion())  # e.g. 12040 for CUDA 12.4
-            state["driver_cuda"] = (v // 1000, v % 1000 // 10)
-            handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(state["nvml_gpus"])]
-            state["driver_brands"] = tuple(int(nvml.nvmlDeviceGetBrand(h)) for h in handles)
-            state["driver_names"] = tuple(_decode(nvml.nvmlDeviceGetName(h)) for h in handles)
-            return state
+            handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+            return _NvmlState(
+                driver_version=_decode(nvml.nvmlSystemGetDriverVersion()),
+                nvml_gpus=count,
+                driver_cuda=(v // 1000, v % 1000 // 10),
+                driver_brands=tuple(int(nvml.nvmlDeviceGetBrand(h)) for h in handles),
+                driver_names=tuple(_decode(nvml.nvmlDeviceGetName(h)) for h in handles),
+            )
         except Exception:
             return {}
 
@@ -621,7 +626,7 @@ def _check_driver(gpu: GpuState, bad: Level, option: str) -> tuple[list[Finding]
     if compat.state == "in-use":
         return [Finding("ok", "driver", f"forward compatibility {compat.message}")], False
     if compat.state in ("consumer-gpu", "driver-unsupported", "not-enabled"):
-        return [Finding(bad, "driver", compat.message, compat.fix, option=option)], True
+        return [Finding(bad, "driver", compat.message, compat.fix or "", option=option)], True
     if gpu.driver_cuda[0] < build[0]:
         return [
             Finding(

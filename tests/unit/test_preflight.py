@@ -331,6 +331,63 @@ def test_probe_gpus_does_not_crash_without_gpu_or_nvml():
     assert state.visible >= 0
 
 
+class _FakeNvml:
+    """pynvml's calls that preflight makes, with pynvml's return types (bytes from older bindings)."""
+
+    def __init__(self, fail: str | None = None) -> None:
+        self.fail = fail
+
+    def _call(self, name: str, value):
+        if name == self.fail:
+            raise RuntimeError(f"{name}: NVML_ERROR_UNKNOWN")
+        return value
+
+    def nvmlSystemGetDriverVersion(self):
+        return self._call("driver", b"535.183.01")
+
+    def nvmlDeviceGetCount(self):
+        return self._call("count", 2)
+
+    def nvmlSystemGetCudaDriverVersion(self):
+        return self._call("cuda", 12020)
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetBrand(self, h):
+        return self._call("brand", [2, 12][h])
+
+    def nvmlDeviceGetName(self, h):
+        return ["NVIDIA A100-SXM4-80GB", b"NVIDIA GeForce RTX 4090"][h]
+
+
+@pytest.mark.parametrize("fail", [None, "driver", "count", "cuda", "brand"])
+def test_nvml_state_reads_every_field_or_none(monkeypatch, fail):
+    """All of NVML's fields, or none when any call fails: a driver version without its CUDA would judge
+    the driver on half the facts."""
+    from contextlib import contextmanager
+
+    from effbench.system import nvml
+
+    @contextmanager
+    def session():
+        yield _FakeNvml(fail)
+
+    monkeypatch.setattr(nvml, "nvml_session", session)
+    state = preflight._nvml_state()
+    if fail is not None:
+        assert state == {}
+        return
+    assert state == {
+        "driver_version": "535.183.01",
+        "nvml_gpus": 2,
+        "driver_cuda": (12, 2),
+        "driver_brands": (2, 12),
+        "driver_names": ("NVIDIA A100-SXM4-80GB", "NVIDIA GeForce RTX 4090"),
+    }
+    assert GpuState(**state).driver_cuda == (12, 2)
+
+
 # --- dataset -------------------------------------------------------------------------------------------
 def fake_root(tmp_path: Path, runtime: str) -> Path:
     """A file tree with the marker each runtime leaves (hardware.container_runtime reads them)."""
