@@ -32,7 +32,8 @@
 # Behind a mirror, pass the pip settings through (nothing here names a host):
 #   --build-arg PIP_INDEX_URL=... --build-arg PIP_EXTRA_INDEX_URL=... --build-arg PIP_FIND_LINKS=...
 #   --build-arg PIP_CERT=/path/inside/build   (with the file mounted: podman build --volume ...)
-# They reach pip as a pip.conf mounted from the `pip` stage, never the image or its history.
+# They reach pip as a pip.conf mounted from the `pip` stage, never the image or its history. The mount
+# (RUN --mount) needs BuildKit, Docker 23+'s default builder (older: DOCKER_BUILDKIT=1), or podman/buildah.
 #
 # The torch wheels bundle their CUDA libraries (nvidia-* wheels in the lock) and the NVIDIA Container
 # Toolkit / `singularity --nv` bring the driver, so the base only has to provide glibc and a Python the
