@@ -36,6 +36,9 @@ PAIRS_PER_BLOCK = 20
 MIN_PAIRS = 6 * PAIRS_PER_BLOCK
 DTYPE_OF_PRECISION = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 SELFTEST_FILE = "selftest.json"
+GPU_ONLY = ("timing vs CUDA events", "precision: dp", "NVML", "pipelined loop")
+"""Name prefixes of the checks that need CUDA: on the CPU each SKIPs with its reason, and every other check
+must PASS (the CPU selftest test and CI's selftest step read this list)."""
 
 
 @dataclass

@@ -287,8 +287,10 @@ def test_the_whole_cpu_selftest_passes(tmp_path, capsys):
     doc = json.loads((only_run(tmp_path) / "selftest.json").read_text())
     statuses = {c["name"]: c["status"] for c in doc["checks"]}
     assert code == 0, out + err
-    assert statuses["timing vs CUDA events"] == "SKIP" and statuses["precision: dp"] == "SKIP"
-    assert all(s == "PASS" for n, s in statuses.items() if not n.startswith(("timing", "NVML", "precision: dp")))
+    from effbench.selftest.checks import GPU_ONLY
+
+    assert {s for n, s in statuses.items() if n.startswith(GPU_ONLY)} == {"SKIP"}
+    assert {n: s for n, s in statuses.items() if not n.startswith(GPU_ONLY) and s != "PASS"} == {}
 
 
 @pytest.mark.gpu
