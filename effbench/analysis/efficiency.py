@@ -84,7 +84,7 @@ def _sxm(t: set[str]) -> bool:
 _GPU_RULES: tuple[tuple[Callable[[set[str]], bool], str | None], ...] = (
     # A MIG instance ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", NVML's and torch's name for a slice) has a share of
     # the GPU's SMs that its name does not give: the whole GPU's peak would read MFU up to 7x low, so its
-    # row is none (mig_peak scales the parent GPU's peak by the SMs the instance reports).
+    # row is none (mig_share scales the parent GPU's peak by the SMs the instance reports).
     (lambda t: "mig" in t, None),
     (lambda t: "gh200" in t, "GH200"),
     (lambda t: {"h200", "nvl"} <= t, "H200 NVL"),
@@ -155,9 +155,9 @@ def mig_share(gpu_name: str | None, sm_count: int | None) -> MigShare | None:
     parent GPU; None for a whole GPU, an unknown parent, or an SM count that does not fit the parent."""
     if not gpu_name or "mig" not in (tokens := _tokens(gpu_name)):
         return None
-    parent = _model_of(tokens - {"mig"})
-    full = DATASHEET_SMS.get(parent or "")
-    if parent is None or full is None or sm_count is None or not 0 < sm_count <= full:
+    parent = _model_of(tokens - {"mig"}) or ""
+    full = DATASHEET_SMS.get(parent)
+    if full is None or sm_count is None or not 0 < sm_count <= full:
         return None
     return MigShare(parent, sm_count, full)
 

@@ -423,9 +423,10 @@ def data_epochs(
         warmup, measured = Tally(), Tally()
         rows: list[StepRow] = []
         it = timer.time_data(lambda: iter(data.train))
+        next_batch = functools.partial(deliver, it)  # once per epoch, not per step
         for step in range(n_steps):
             try:
-                images = timer.time_data(functools.partial(deliver, it))
+                images = timer.time_data(next_batch)
             except StopIteration:
                 timer.lap()
                 break
