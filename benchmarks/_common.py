@@ -99,9 +99,9 @@ def quiet_torch_warnings() -> None:
 def delivered_img_s(batches: object, device: object, warmup_batches: int) -> float:
     """Images/s a loader delivers onto `device` after `warmup_batches` (the loop of effbench --data-only);
     a device sync per batch, so a batch counts only once it is on the device."""
-    from effbench.run.timing import device_sync_fn
+    from effbench.run.timing import device_clock
 
-    sync = device_sync_fn(device)
+    sync = device_clock(device).sync_stream
     images, t0 = 0, None
     for i, (x, y) in enumerate(batches):  # type: ignore[attr-defined]
         x = x.to(device, non_blocking=True)

@@ -62,9 +62,6 @@ class DataBundle:
     """True when batches already live on the training device (synthetic, --loader fast): no copy needed."""
     info: dict[str, Any]
     """JSON-able facts for the record: root, split, mean/std, transforms, download, ..."""
-    augments_on_device: bool = False
-    """True when making a batch queues device kernels (--loader fast): the loop's data timer syncs
-    the device before it stops, so that work counts as data time, not compute."""
     epoch_hooks: list[Callable[[int], None]] = field(default_factory=list, repr=False)
     skip_log: SkipLog = field(default_factory=SkipLog, repr=False)
 
@@ -222,7 +219,6 @@ def _dali(
     facts = {"workers": opts.workers, "dali_threads": max(1, opts.workers), "dali_version": dali._version()}
     bundle = _file_bundle(src, recipe.image_size, train, val, train_ex, val_ex, opts, common, recipe.mean, recipe.std,
                           steps, "dali", facts, hooks=[set_epoch], log=SkipLog(), on_device=True)  # fmt: skip
-    bundle.augments_on_device = device.type == "cuda"  # DALI's GPU work is queued; on the CPU it is done
     if opts.world_size > 1:
         bundle.info["val_sharding"] = "contiguous DALI shards, padding dropped; sum counts over ranks"
     return bundle
@@ -269,7 +265,6 @@ def _file_bundle(
         val_size=len(val_ex),
         steps_per_epoch=len(train),
         batches_on_device=on_device,
-        augments_on_device=on_device,
         info=info,
         epoch_hooks=hooks,
         skip_log=log,

@@ -2,10 +2,12 @@
 
 The measured step does only the step: per-step loss and correct counts are written into device
 tensors and read back once per log interval (one host sync each) and at the end of the epoch.
-Host syncs, all of them:
-- end of each step's compute span (CUDA only): timing.py, so kernels count in the step that queued them;
-- after next() when the loader makes batches on the device (--loader fast, CUDA only): timing.py,
-  so device-side augmentation counts as data time;
+Every clock read goes through a timing.DeviceClock (`clock`), the seam the asynchronous-device simulator
+(tests/simdevice.py) replaces. Host syncs, all of them:
+- end of each step's compute span (CUDA only): the training stream (timing.py), so kernels count in the
+  step that queued them and another stream's prefetch (DALI's) in none;
+- after next() and the batch's delivery to the device (CUDA only): the training stream (timing.py), so
+  the host-to-device copy and device-side augmentation count as data time, for every loader;
 - one `.tolist()` of the interval's losses per --log-interval steps, for the progress line and the
   divergence check (a non-finite loss stops the run: `Diverged`), and `.tolist()` once per epoch;
   under DDP the check adds one tiny all_gather per interval so every rank stops at the same step
@@ -19,7 +21,6 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-import time
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
@@ -33,7 +34,7 @@ from effbench.errors import EffbenchError
 from effbench.launch.distributed import AgreeFn, agree_alone, nonfinite_agreement
 from effbench.run import faults
 from effbench.run.runtime import Runtime
-from effbench.run.timing import StepTime, StepTimer, Tally, device_sync_fn
+from effbench.run.timing import DeviceClock, StepTime, StepTimer, Tally, device_clock
 
 # on_progress(epoch, step_in_epoch, steps_in_epoch, latest_loss)
 ProgressFn = Callable[[int, int, int, float], None]
@@ -249,18 +250,24 @@ def train_epochs(
     on_phase: PhaseFn | None = None,
     on_step: StepFn | None = None,
     scaler: Any = None,
+    clock: DeviceClock | None = None,
+    step_fn: Callable[[Any], tuple[Any, Any, int]] | None = None,
 ) -> Generator[EpochResult, None, None]:
     """Train for cfg.epochs, yielding each finished epoch (train + validation). `scaler`: the run's
-    (grad_scaler), so the profiling pass goes on from its scale; None: one of its own."""
+    (grad_scaler), so the profiling pass goes on from its scale; None: one of its own. `clock`: the
+    device's (timing.device_clock) unless a test gives the simulator's; `step_fn`: TrainStep unless a
+    test gives its own."""
     import torch
 
     assert cfg.warmup_steps is not None, "the runner resolves the default warm-up (config.resolve_warmup)"
-    step_fn = TrainStep(
-        model, optimizer, scheduler, rt, bool(cfg.channels_last), label_phases=False, scaler=scaler,
-        label_smoothing=cfg.label_smoothing,
-    )  # fmt: skip
+    if step_fn is None:
+        step_fn = TrainStep(
+            model, optimizer, scheduler, rt, bool(cfg.channels_last), label_phases=False, scaler=scaler,
+            label_smoothing=cfg.label_smoothing,
+        )  # fmt: skip
     validation_loss = torch.nn.CrossEntropyLoss()  # without --label-smoothing: comparable across values
-    sync = device_sync_fn(rt.device)
+    clock = clock if clock is not None else device_clock(rt.device)
+    deliver = functools.partial(_to_device, rt=rt, channels_last=bool(cfg.channels_last))
     n_steps = steps_per_epoch(cfg, data.steps_per_epoch)
     global_step = 0
     agree = nonfinite_agreement(rt.device)  # under DDP: one all_gather per check, so the ranks stop together
@@ -271,7 +278,7 @@ def train_epochs(
         data.set_epoch(epoch)
         model.train()
         _phase_of(on_phase, global_step, cfg)
-        timer = StepTimer(sync, sync_after_data=data.augments_on_device)
+        timer = StepTimer(clock, deliver)
         warmup, measured = Tally(), Tally()
         losses = torch.zeros(n_steps, device=rt.device)
         correct = torch.zeros(n_steps, device=rt.device, dtype=torch.int64)
@@ -336,7 +343,7 @@ def train_epochs(
         ]
         if on_phase:
             on_phase("validation")
-        val_loss, val_top1, val_images, val_time_s = evaluate(model, data.val, rt, cfg, validation_loss)
+        val_loss, val_top1, val_images, val_time_s = evaluate(model, data.val, rt, cfg, validation_loss, clock)
         yield EpochResult(
             epoch=epoch,
             steps=done,
@@ -365,12 +372,16 @@ def _phase_of(on_phase: PhaseFn | None, global_step: int, cfg: RunConfig) -> Non
 
 
 def evaluate(
-    model: Any, loader: Any, rt: Runtime, cfg: RunConfig, criterion: Any
+    model: Any, loader: Any, rt: Runtime, cfg: RunConfig, criterion: Any, clock: DeviceClock | None = None
 ) -> tuple[float | None, float | None, int, float]:
-    """Mean loss, top-1, images seen and seconds over the validation loader (capped by --max-val-steps)."""
+    """Mean loss, top-1, images seen and seconds over the validation loader (capped by --max-val-steps).
+
+    The seconds run from the first batch to the training stream's end of the last one: the clock is read
+    after that wait, so the validation kernels still queued when the loop ends are in them."""
     import torch
 
-    t0 = time.perf_counter()
+    clock = clock if clock is not None else device_clock(rt.device)
+    t0 = clock.now()
     model.eval()
     loss_sum = torch.zeros((), device=rt.device)
     correct = torch.zeros((), device=rt.device, dtype=torch.int64)
@@ -385,8 +396,9 @@ def evaluate(
                 loss_sum += criterion(logits.float(), y) * y.shape[0]
             correct += (logits.argmax(1) == y).sum()
             seen += int(y.shape[0])
+    clock.sync_stream()  # the queued validation work is validation time
+    elapsed = clock.now() - t0
     model.train()
-    elapsed = time.perf_counter() - t0
     if seen == 0:
         return None, None, 0, elapsed
     return loss_sum.item() / seen, correct.item() / seen, seen, elapsed
@@ -400,33 +412,30 @@ def data_epochs(
     on_progress: ProgressFn | None = None,
     on_phase: PhaseFn | None = None,
     on_step: StepFn | None = None,
+    clock: DeviceClock | None = None,
 ) -> Generator[EpochResult, None, None]:
     """--data-only: the training loader's epochs, delivered to the device, with no model.
 
-    Each step is next() plus the copy to the device (a no-op for batches made there) and a device
-    sync, all timed as data time: throughput is images/s delivered, warm-up excluded as in training.
+    Each step is the training loop's data span (timing.StepTimer.wait_for: next(), the copy to the device,
+    a no-op for batches made there, and the training stream's sync): throughput is images/s delivered,
+    warm-up excluded as in training.
     """
     assert cfg.warmup_steps is not None, "the runner resolves the default warm-up (config.resolve_warmup)"
-    sync = device_sync_fn(rt.device)
+    clock = clock if clock is not None else device_clock(rt.device)
+    deliver = functools.partial(_to_device, rt=rt, channels_last=bool(cfg.channels_last))
     n_steps = steps_per_epoch(cfg, data.steps_per_epoch)
     global_step = 0
-
-    def deliver(it: Iterator[Any]) -> int:
-        x, y = _to_device(next(it), rt, bool(cfg.channels_last))
-        sync()  # the copy (and device-side augmentation) has landed
-        return int(y.shape[0])
 
     for epoch in range(cfg.epochs):
         data.set_epoch(epoch)
         _phase_of(on_phase, global_step, cfg)
-        timer = StepTimer(sync)
+        timer = StepTimer(clock, deliver)
         warmup, measured = Tally(), Tally()
         rows: list[StepRow] = []
         it = timer.time_data(lambda: iter(data.train))
-        next_batch = functools.partial(deliver, it)  # once per epoch, not per step
         for step in range(n_steps):
             try:
-                images = timer.time_data(next_batch)
+                images = int(timer.wait_for(it)[1].shape[0])  # the same data span as training's
             except StopIteration:
                 timer.lap()
                 break

@@ -821,8 +821,6 @@ def test_the_optimizers_preset_with_five_steps_plans_cells_that_measure():
 class _Batches:
     """A loader stand-in: `n` batches of 4 tiny images, the one at `bad` holding an inf pixel."""
 
-    augments_on_device = False
-
     def __init__(self, n: int, bad: int | None, value: float = float("inf")):
         import torch
 

@@ -304,7 +304,7 @@ def test_mixed_decode_on_cuda_gives_the_cpu_pipelines_batches(imagefolder_split_
     cfg = RunConfig(arch="resnet18", dataset="imagefolder", data_dir=imagefolder_split_dir, image_size=32,
                     batch_size=4, workers=1, loader="dali", augment="none", device="cuda")  # fmt: skip
     gpu = build_data(cfg, cuda)
-    assert gpu.augments_on_device and "nvjpeg" in gpu.info["transforms"]
+    assert gpu.batches_on_device and "nvjpeg" in gpu.info["transforms"]
     x, y = next(iter(gpu.train))
     assert x.device.type == "cuda" and y.device.type == "cuda" and x.dtype == torch.float32 and y.dtype == torch.int64
     got = torch.cat([x for x, _ in gpu.val]).cpu()

@@ -63,7 +63,7 @@ def epoch_batches(data: DataBundle, epoch: int) -> tuple[torch.Tensor, torch.Ten
 # --------------------------------------------------------------------------------------------------
 def test_fast_cifar_batches_live_on_the_device_with_no_workers(cifar100_dir):
     data = build(cifar100_dir, "cifar100")
-    assert data.batches_on_device and data.augments_on_device and data.info["loader"] == "fast"
+    assert data.batches_on_device and data.info["loader"] == "fast"
     assert data.info["workers"] == 0 and data.steps_per_epoch == len(data.train) == 64 // 4
     x, y = next(iter(data.train))
     assert x.shape == (4, 3, 32, 32) and x.dtype == torch.float32 and y.dtype == torch.int64
@@ -304,11 +304,11 @@ def test_optimizer_impl_reaches_torch_optim(impl, flag, value):
     assert math.isfinite(opt.param_groups[0]["lr"])
 
 
-def test_timed_steps_carry_no_profiler_ranges_and_data_wait_syncs_for_device_batches():
+def test_timed_steps_carry_no_profiler_ranges_and_every_span_syncs_the_training_stream():
     from torch.profiler import profile
 
     from effbench.run.runtime import Runtime
-    from effbench.run.timing import StepTimer
+    from effbench.run.timing import DeviceClock, StepTimer
     from effbench.run.train import TrainStep
 
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3))
@@ -324,12 +324,15 @@ def test_timed_steps_carry_no_profiler_ranges_and_data_wait_syncs_for_device_bat
         names[labels] = {e.name for e in prof.events()}
     assert "forward" in names[True] and "forward" not in names[False] and "backward" not in names[False]
 
+    # every data span ends with the training stream's sync (timing.py), whatever the loader
     calls = []
-    timer = StepTimer(lambda: calls.append(1), sync_after_data=True)
+    timer = StepTimer(
+        DeviceClock(sync_stream=lambda: calls.append("stream"), sync_device=lambda: calls.append("device"))
+    )
     timer.wait_for(iter([batch]))
-    assert calls == [1]
-    StepTimer(lambda: calls.append(1)).wait_for(iter([batch]))
-    assert calls == [1]
+    with timer.compute():
+        pass
+    assert calls == ["stream", "stream"]
 
 
 def test_uint8_and_grid_random_resized_crops_agree():

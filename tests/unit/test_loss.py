@@ -51,8 +51,6 @@ def test_the_training_loss_is_the_smoothed_cross_entropy(eps):
 class _Batches:
     """The data object train_epochs reads: fixed batches for training and validation."""
 
-    augments_on_device = False
-
     def __init__(self, train: list, val: list) -> None:
         self.train, self.val, self.steps_per_epoch = train, val, len(train)
 
