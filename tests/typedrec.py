@@ -43,7 +43,7 @@ def profile_info(d: dict[str, Any] | ProfileInfo | None) -> ProfileInfo | None:
     if d is None or isinstance(d, ProfileInfo):
         return d
     times = list(d.get("profiled_step_times_s") or [])
-    comm_keys = ("comm_kernel_s", "exposed_comm_s", "exposed_comm_share", "exposed_comm_error")
+    comm_keys = ("comm_kernel_s", "exposed_comm_s", "exposed_comm_error")
     comm = {k: d[k] for k in comm_keys if k in d}
     return ProfileInfo(
         phases=[schema.ProfilePhase(**p) for p in d.get("phases") or []],

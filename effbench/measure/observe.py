@@ -156,21 +156,23 @@ class MeasuredWindow:
         return [v for _, v in sorted(self._peaks.items())]
 
 
-def profile(step: Any, loader: Any, *, device_type: str, out_dir: Path | None, rank: int, active: int) -> ProfileInfo:
-    """The profiling pass on a fresh pass over the loader; out_dir None (no shared folder) skips files."""
+def profile(
+    step: Any, loader: Any, *, device_type: str, out_dir: Path | None, rank: int, active: int, clock: Any = None
+) -> ProfileInfo:
+    """The profiling pass on a fresh pass over the loader; out_dir None (no shared folder) skips files.
+    `clock`: the run's timing.DeviceClock (None: the current CUDA device's, or the CPU's)."""
     import tempfile
 
     from effbench.measure.profiling import run_profile_pass
 
+    kw = {"device_type": device_type, "rank": rank, "active": active, "clock": clock}
     if out_dir is None:
         with tempfile.TemporaryDirectory(prefix="effbench-profile-") as tmp:
-            info = run_profile_pass(
-                step, iter(loader), device_type=device_type, out_dir=Path(tmp), rank=rank, active=active
-            )
+            info = run_profile_pass(step, iter(loader), out_dir=Path(tmp), **kw)
         info.trace = None
         info.tables = {}
         return info
-    return run_profile_pass(step, iter(loader), device_type=device_type, out_dir=out_dir, rank=rank, active=active)
+    return run_profile_pass(step, iter(loader), out_dir=out_dir, **kw)
 
 
 def _energy(
@@ -216,14 +218,15 @@ def _verdict_scope(utilization: schema.Utilization | None) -> tuple[float | None
 
 
 def _allreduce_share(
-    profile_info: ProfileInfo | None, phases: Sequence[schema.ProfilePhase], device_type: str
+    profile: schema.Profile | None, phases: Sequence[schema.ProfilePhase], device_type: str
 ) -> float | None:
     """The verdict's communication share. On CUDA: the exposed share measured on the trace's timeline
-    (profiling.exposed_communication: collective kernels not hidden behind compute on other streams);
-    the all_reduce phase's device time would count an all-reduce that overlaps backward in full. On the
-    CPU (gloo): the all_reduce phase's host share, as before. None when not measured."""
+    (profiling.exposed_communication: collective kernels not hidden behind the training streams' compute,
+    per step over the timed step, profiling.exposed_share); the all_reduce phase's device time would count an
+    all-reduce that overlaps backward in full. On the CPU (gloo): the all_reduce phase's host share, as
+    before. None when not measured."""
     if device_type == "cuda":
-        return profile_info.comm.exposed_comm_share if profile_info and profile_info.comm else None
+        return profile.exposed_comm_share if profile is not None else None
     return _phase_share(phases, "all_reduce", False)
 
 
@@ -406,7 +409,9 @@ def summarize(
     m = analysis.Measurements(
         data_time_share=record.data_time_share or 0.0,
         gpu_util_pct_mean=gpu_util,
-        allreduce_share=_allreduce_share(profile_info, phases, device_type) if devices > 1 else None,
+        allreduce_share=_allreduce_share(out.profile if profile_info else None, phases, device_type)
+        if devices > 1
+        else None,
         peak_mem_fraction=peak_fraction,
         cpu_quota_cores=cpu_quota_cores,
         workers=workers_per_process * processes_per_node,
@@ -443,6 +448,11 @@ def _profile(info: ProfileInfo, timed_step_times_s: Sequence[float], run_dir: Pa
         for f in dataclasses.fields(info.comm):
             if getattr(info.comm, f.name) is not None:
                 setattr(profile, f.name, getattr(info.comm, f.name))
+        from effbench.measure.profiling import exposed_share
+
+        share = exposed_share(info.comm.exposed_comm_s, info.active_steps, timed)
+        if share is not None:
+            profile.exposed_comm_share = share
     return profile
 
 

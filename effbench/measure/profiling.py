@@ -25,14 +25,14 @@ import bisect
 import gzip
 import os
 import shutil
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from effbench import schema
 from effbench.results import NO_SPACE_ERRNOS, atomic_write_text, no_space_error
+from effbench.run.timing import DeviceClock, device_clock
 
 PHASE_H2D = "h2d_copy"
 PHASE_FORWARD = "forward"
@@ -103,8 +103,7 @@ class Comm:
 
     comm_kernel_s: float | None = None
     exposed_comm_s: float | None = None
-    exposed_comm_share: float | None = None
-    """exposed_comm_s over the active steps' wall time."""
+    """Over all the active steps; observe holds it, per step, against the timed step (exposed_share)."""
     exposed_comm_error: str | None = None
 
 
@@ -133,33 +132,70 @@ class ProfileInfo:
     """CUDA: the collectives on the trace's timeline."""
 
 
+def _device_and_stream(evt: dict[str, Any]) -> tuple[Any, Any]:
+    """A device event's (device, stream): its args name them; the process and thread ids stand in without."""
+    args = evt.get("args")
+    args = args if isinstance(args, dict) else {}
+    return args.get("device", evt.get("pid")), args.get("stream", evt.get("tid"))
+
+
 def exposed_communication(trace_events: Iterable[dict[str, Any]]) -> Comm:
     """Communication time on the device timeline of a Chrome trace (torch.profiler's export_chrome_trace
     events), in seconds: `comm_kernel_s`, the union of the collective (NCCL) kernels' spans, and
-    `exposed_comm_s`, the part of it during which no compute kernel ran on the same device. DDP launches
-    its all-reduces on NCCL's own stream while backward's kernels run on the compute stream; an all-reduce
-    that ran entirely beside backward kernels costs the step nothing and is not exposed. Kernel events are
-    written as {"ph": "X", "cat": "kernel", "pid": device, "tid": stream, "ts", "dur" (us), "args": {"device",
-    "stream", ...}} (torch/profiler/_chrome_trace_export.py:195-210; _trace_validator.py:146-149 reads them
-    by args device and stream the same way); memory copies and annotations are neither communication nor
-    compute here. Compute on the comm kernel's own stream cannot overlap it, so all other kernels count."""
+    `exposed_comm_s`, the part of it during which no compute kernel of the training step ran on the same
+    device. DDP launches its all-reduces on NCCL's own stream while backward's kernels run on the compute
+    stream; an all-reduce that ran entirely beside backward kernels costs the step nothing and is not
+    exposed. Kernel events are written as {"ph": "X", "cat": "kernel", "pid": device, "tid": stream, "ts",
+    "dur" (us), "args": {"device", "stream", ...}} (torch/profiler/_chrome_trace_export.py:195-210;
+    _trace_validator.py:146-149 reads them by args device and stream the same way); memory copies are
+    neither communication nor compute here.
+
+    Only the training streams' kernels hide communication: the streams that carry the pass's `step` range
+    on the device timeline (Kineto writes a record_function range as a "gpu_user_annotation" span on each
+    stream that ran kernels launched inside it). A kernel on another stream, such as DALI's decode for a
+    later batch, overlaps the all-reduce without making the step any shorter. A trace without that
+    annotation on a device (one not written by the profiling pass) counts every other kernel there."""
+    events = list(trace_events)
     comm: dict[Any, list[tuple[float, float]]] = {}
-    compute: dict[Any, list[tuple[float, float]]] = {}
-    for evt in trace_events:
-        if evt.get("ph") != "X" or str(evt.get("cat", "")).lower() != "kernel":
+    compute: dict[Any, dict[Any, list[tuple[float, float]]]] = {}  # device -> stream -> spans
+    training: dict[Any, set[Any]] = {}
+    for evt in events:
+        if evt.get("ph") != "X":
+            continue
+        cat = str(evt.get("cat", "")).lower()
+        if cat == "gpu_user_annotation" and evt.get("name") == STEP:
+            device, stream = _device_and_stream(evt)
+            training.setdefault(device, set()).add(stream)
+            continue
+        if cat != "kernel":
             continue
         start = float(evt["ts"])
         span = (start, start + float(evt.get("dur") or 0.0))
-        args = evt.get("args")  # a kernel names its device there; the process id stands in without it
-        device = args["device"] if isinstance(args, dict) and "device" in args else evt.get("pid")
-        (comm if _is_comm_kernel(str(evt.get("name", ""))) else compute).setdefault(device, []).append(span)
+        device, stream = _device_and_stream(evt)
+        if _is_comm_kernel(str(evt.get("name", ""))):
+            comm.setdefault(device, []).append(span)
+        else:
+            compute.setdefault(device, {}).setdefault(stream, []).append(span)
     total_us = exposed_us = 0.0
     for device, spans in comm.items():
         merged = _merge_overlaps(spans)
         length = sum(e - s for s, e in merged)
+        by_stream = compute.get(device, {})
+        streams = training.get(device, set(by_stream))
+        cover = [span for stream in streams for span in by_stream.get(stream, [])]
         total_us += length
-        exposed_us += length - _covered_us(merged, _merge_overlaps(compute.get(device, [])))
+        exposed_us += length - _covered_us(merged, _merge_overlaps(cover))
     return Comm(comm_kernel_s=total_us / 1e6, exposed_comm_s=exposed_us / 1e6)
+
+
+def exposed_share(exposed_comm_s: float | None, active_steps: int, timed_step_times_s: Sequence[float]) -> float | None:
+    """The exposed communication of one profiled step over the timed loop's mean step time. The pass's own
+    step time is not the denominator: record_shapes, profile_memory and with_flops inflate its host time,
+    most on small steps, exactly the multi-GPU runs where communication matters. None without both."""
+    if exposed_comm_s is None or active_steps < 1 or not timed_step_times_s:
+        return None
+    step_s = sum(timed_step_times_s) / len(timed_step_times_s)
+    return min(1.0, exposed_comm_s / active_steps / step_s) if step_s > 0 else None
 
 
 def read_trace_events(path: Path) -> list[dict[str, Any]]:
@@ -251,6 +287,18 @@ def phase_table(rows: list[schema.ProfilePhase]) -> str:
     return tabulate(body, headers=headers, floatfmt=".4f")
 
 
+def _name_the_rank(prof: Any, rank: int) -> None:
+    """Put `distributedInfo` (rank, world size) in the trace of a process with no process group: torch writes
+    it only under one (torch/profiler/profiler.py:426-431, _get_distributed_info), and HolisticTraceAnalysis
+    and Perfetto read the rank from it. Preset metadata is written when the trace starts (profiler.py:451-453)."""
+    import json
+
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        prof.preset_metadata_json("distributedInfo", json.dumps(dict(rank=rank, world_size=1)))
+
+
 def _gzip_file(src: Path, dst: Path) -> None:
     """Compress src into dst (via a temporary name, so dst is whole or absent) and remove src."""
     tmp = dst.with_name(f".{dst.name}.tmp")
@@ -279,8 +327,12 @@ def run_profile_pass(
     warmup: int = 1,
     active: int = 3,
     row_limit: int = 15,
+    clock: DeviceClock | None = None,
 ) -> ProfileInfo:
     """Run wait + warmup + active steps under torch.profiler; write the trace and tables.
+
+    `clock`: the run's (timing.device_clock), the simulator's in tests. Each step starts with the device
+    idle and ends with the training stream's wait, as the timed loop's (run/timing.py).
 
     Returns the ProfileInfo: the phase rows and table, the files, the active steps' times, the steps
     actually run in each stage. Stops early, and says so in the counts, if `batches` runs out.
@@ -299,7 +351,8 @@ def run_profile_pass(
         # plus start/stop lines: noise that looks like a failure. Read when the profiler starts; a
         # user's own setting wins. On CUDA its messages (CUPTI errors) matter, so they stay.
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")
-    sync = torch.cuda.synchronize if on_cuda else (lambda: None)
+    if clock is None:
+        clock = DeviceClock() if not on_cuda else device_clock(torch.device("cuda", torch.cuda.current_device()))
     plain_trace = out_dir / f"trace_rank{rank}.json"
     trace = out_dir / f"trace_rank{rank}.json.gz"
     plain_trace.unlink(missing_ok=True)  # never report a previous pass's trace as this one's
@@ -315,7 +368,7 @@ def run_profile_pass(
     counts = {"wait": 0, "warmup": 0, "active": 0}
     active_times_s: list[float] = []
     total = wait + warmup + active
-    with profile(
+    prof = profile(
         activities=activities,
         schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
         on_trace_ready=on_trace_ready,
@@ -325,11 +378,13 @@ def run_profile_pass(
         # started") for every tensor made before the pass and freed in it: c10's LOG, no Python warning to filter.
         profile_memory=on_cuda,
         with_flops=True,
-    ) as prof:
+    )
+    _name_the_rank(prof, rank)
+    with prof:
         for i in range(total):
             stage = "wait" if i < wait else "warmup" if i < wait + warmup else "active"
-            sync()  # start an active step with the device idle, so its time is its own
-            t0 = time.perf_counter()
+            clock.sync_device()  # start each step with the device idle, so its time is its own
+            t0 = clock.now()
             try:
                 with record_function(DATA_WAIT):
                     batch = next(batches)
@@ -337,9 +392,9 @@ def run_profile_pass(
                 break
             with record_function(STEP):
                 step(batch)
-            sync()  # wait on the host for the step's queued kernels
+            clock.sync_stream()  # wait on the host for the step's queued kernels (timing.py)
             if stage == "active":
-                active_times_s.append(time.perf_counter() - t0)
+                active_times_s.append(clock.now() - t0)
             counts[stage] += 1
             prof.step()
     # Leaving the profiler ends a cut-short active window and fires on_trace_ready; a pass that
@@ -350,7 +405,6 @@ def run_profile_pass(
             if on_cuda and active_times_s:  # the collectives on the device timeline, before the file is gzipped
                 try:
                     comm = exposed_communication(read_trace_events(plain_trace))
-                    comm.exposed_comm_share = (comm.exposed_comm_s or 0.0) / sum(active_times_s)
                 except (ValueError, KeyError, TypeError) as e:  # an unreadable trace: no share, the pass goes on
                     comm = Comm(exposed_comm_error=f"{type(e).__name__}: {e}".splitlines()[0])
             _gzip_file(plain_trace, trace)

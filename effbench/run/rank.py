@@ -504,6 +504,7 @@ def _cpu_limit() -> float | None:
 
 def _profile_pass(prep: Prepared, dist: DistContext, run_dir: Path | None) -> tuple[ProfileInfo | None, str | None]:
     """A few more steps under torch.profiler: (its info, None), or (None, the error): never fatal."""
+    from effbench.run.timing import device_clock
     from effbench.run.train import TrainStep
 
     out_dir = run_dir if run_dir is not None and run_dir.exists() else None  # other ranks: shared folder only
@@ -520,7 +521,7 @@ def _profile_pass(prep: Prepared, dist: DistContext, run_dir: Path | None) -> tu
         )
         info = observe.profile(
             step, prep.data.train, device_type=prep.rt.device.type, out_dir=out_dir, rank=dist.rank,
-            active=prep.cfg.profile_steps,
+            active=prep.cfg.profile_steps, clock=device_clock(prep.rt.device),
         )  # fmt: skip
         return info, None
     except Exception as e:  # noqa: BLE001

@@ -123,3 +123,16 @@ def test_the_step_timer_waits_for_the_training_stream_never_the_whole_device():
     with timer.compute():
         pass
     assert calls == ["stream", "stream"]
+
+
+def test_the_profiling_pass_times_each_step_to_its_own_last_kernel(tmp_path):
+    # The pass starts each step with the device idle and ends it with the training stream's wait: a step is
+    # its 2 ms of compute, not DALI's 5 ms decode of a later batch queued meanwhile on DALI's stream.
+    from effbench.measure.profiling import run_profile_pass
+
+    sim = sd.SimDevice()
+    loader = sd.PrefetchingLoader(sim, 8, decode_s=5 * MS)
+    info = run_profile_pass(sd.SimStep(sim, COMPUTE), iter(loader), device_type="cpu", out_dir=tmp_path,
+                            clock=sim.clock(), active=3)  # fmt: skip
+    assert info.active_steps == 3
+    assert info.profiled_step_times_s == pytest.approx([COMPUTE] * 3)
