@@ -343,7 +343,8 @@ def train_epochs(
         ]
         if on_phase:
             on_phase("validation")
-        val_loss, val_top1, val_images, val_time_s = evaluate(model, data.val, rt, cfg, validation_loss, clock)
+        val_model = for_validation(model)  # every rank, before its first batch: a rank may have none
+        val_loss, val_top1, val_images, val_time_s = evaluate(val_model, data.val, rt, cfg, validation_loss, clock)
         yield EpochResult(
             epoch=epoch,
             steps=done,
@@ -369,6 +370,26 @@ def _phase_of(on_phase: PhaseFn | None, global_step: int, cfg: RunConfig) -> Non
     assert cfg.warmup_steps is not None, "the runner resolves the default warm-up (config.resolve_warmup)"
     if on_phase:
         on_phase("warm-up" if global_step < cfg.warmup_steps else "epochs")
+
+
+def for_validation(model: Any) -> Any:
+    """The module validation runs: under DDP, the bare module, after the one buffer broadcast that DDP's first
+    no-grad forward would have made (rank 0's running statistics, as before).
+
+    DDP broadcasts its buffers from rank 0 in the first forward after a training forward
+    (torch/nn/parallel/distributed.py:1782-1783 `_sync_buffers`, 1829-1842 `require_forward_param_sync`). A
+    rank whose validation shard is empty (fewer images than ranks: the shards are not padded) or whose images
+    were all unreadable never made that forward: the others waited in the broadcast, it waited in the next
+    gather, and the job hung until the process-group timeout. Here every rank makes the broadcast, whatever
+    its shard holds, and validation itself holds no collective. Called every epoch, by every rank."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp = getattr(model, "_orig_mod", model)  # torch.compile wraps the DDP module (run/rank.py)
+    if not isinstance(ddp, DistributedDataParallel):
+        return model
+    if ddp.will_sync_module_buffers():
+        ddp._sync_buffers()
+    return ddp.module
 
 
 def evaluate(

@@ -410,3 +410,26 @@ def test_a_rank_that_stopped_on_a_nonfinite_loss_leaves_a_diverged_marker(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["diverged-rank1.json", "spec.json"]
     marker = json.loads((tmp_path / "diverged-rank1.json").read_text())
     assert marker["rank"] == 1 and marker["diverged"]["global_step"] == 7
+
+
+def test_a_rank_without_a_validation_image_does_not_hang_the_job(tmp_path):
+    # GPU truth 3.5: one validation image for two ranks (the shards are not padded): rank 1's shard is
+    # empty, so it never made DDP's first no-grad forward, whose buffer broadcast rank 0 waited in, while
+    # rank 1 waited in the epoch's gather: a hang until the process-group timeout (20 s here; 300 s by
+    # default). Every rank now makes the broadcast itself and validates the bare module.
+    import fakedata
+
+    data = fakedata.make_imagefolder(tmp_path / "data", classes=2, per_class=8, size=24, split=True, val_per_class=1)
+    (data / "val" / "class_1" / "img_000.jpg").unlink()
+    out = tmp_path / "out"
+    res = subprocess.run(
+        [*EFFBENCH, "run", *TINY, "--dataset", "imagefolder", "--data-dir", str(data), "--batch-size", "2",
+         "--max-steps", "3", "--epochs", "2", "--warmup-steps", "1", "--nproc", "2", "--pg-timeout-s", "20",
+         "--no-profile", "--output", str(out)],
+        capture_output=True, text=True, timeout=200,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    (run,) = run_dirs(out)
+    r = json.loads((run / "results.json").read_text())
+    assert r["status"] == "ok" and r["world_size"] == 2
+    assert [e["val_images"] for e in r["epochs"]] == [1, 1]
