@@ -22,16 +22,18 @@ PHASES; this pass adds `data_wait` around `next(batches)` and `step` around the 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import gzip
 import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from effbench import schema
 from effbench.results import NO_SPACE_ERRNOS, atomic_write_text, no_space_error
+from effbench.run import faults
 from effbench.run.timing import DeviceClock, device_clock
 
 PHASE_H2D = "h2d_copy"
@@ -287,6 +289,31 @@ def phase_table(rows: list[schema.ProfilePhase]) -> str:
     return tabulate(body, headers=headers, floatfmt=".4f")
 
 
+class ProfilePassFailed(Exception):
+    """The profiling pass failed on a rank; every rank raises it at the same agreement point."""
+
+
+AgreeOnErrors = Callable[[str | None], list[Any]]
+"""This rank's error (None: fine) in, every rank's out, in rank order (DistContext.gather)."""
+
+
+def _alone(error: str | None) -> list[Any]:
+    return [error]
+
+
+def _one_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}".splitlines()[0]
+
+
+def _agreed(agree: AgreeOnErrors, error: str | None) -> None:
+    """Raise ProfilePassFailed on every rank if any rank's error is not None (the lowest such rank's)."""
+    errors = agree(error)
+    failed = [(r, e) for r, e in enumerate(errors) if e is not None]
+    if failed:
+        r, e = failed[0]
+        raise ProfilePassFailed(e if len(errors) == 1 else f"rank {r}: {e}")
+
+
 def _name_the_rank(prof: Any, rank: int) -> None:
     """Put `distributedInfo` (rank, world size) in the trace of a process with no process group: torch writes
     it only under one (torch/profiler/profiler.py:426-431, _get_distributed_info), and HolisticTraceAnalysis
@@ -328,17 +355,21 @@ def run_profile_pass(
     active: int = 3,
     row_limit: int = 15,
     clock: DeviceClock | None = None,
+    agree: AgreeOnErrors | None = None,
 ) -> ProfileInfo:
     """Run wait + warmup + active steps under torch.profiler; write the trace and tables.
 
     `clock`: the run's (timing.device_clock), the simulator's in tests. Each step starts with the device
     idle and ends with the training stream's wait, as the timed loop's (run/timing.py).
+    `agree`: every rank's error at the same point, by rank (DistContext.gather); alone, this process's.
+    When any rank failed, every rank raises ProfilePassFailed at the same point, naming that rank: a
+    failed pass voids the profile, never the run, and never leaves a rank in a collective alone.
 
     Returns the ProfileInfo: the phase rows and table, the files, the active steps' times, the steps
     actually run in each stage. Stops early, and says so in the counts, if `batches` runs out.
     """
     import torch
-    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+    from torch.profiler import ProfilerActivity, profile, schedule
 
     if wait < 0 or warmup < 0 or active < 1:
         raise ValueError("profile.active must be at least 1 and profile.wait / profile.warmup at least 0")
@@ -365,9 +396,6 @@ def run_profile_pass(
             plain_trace.unlink(missing_ok=True)
             raise
 
-    counts = {"wait": 0, "warmup": 0, "active": 0}
-    active_times_s: list[float] = []
-    total = wait + warmup + active
     prof = profile(
         activities=activities,
         schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
@@ -380,25 +408,113 @@ def run_profile_pass(
         with_flops=True,
     )
     _name_the_rank(prof, rank)
-    with prof:
-        for i in range(total):
-            stage = "wait" if i < wait else "warmup" if i < wait + warmup else "active"
-            clock.sync_device()  # start each step with the device idle, so its time is its own
-            t0 = clock.now()
+    agree = agree or _alone
+    # The ranks agree on the pass's outcome at each point where one could stop alone (the profiler's start,
+    # each batch, the trace and the tables at the end): a rank that left for the run's final gather while
+    # the others went on into the next step's all-reduce hung the job. An agreement is one all_gather of
+    # every rank's error; they pair up whichever point each rank is at, as no other collective lies between.
+    _start(prof, agree)
+    steps = _Steps(prof, step, batches, clock, agree, wait, warmup, active)
+    error = None
+    try:
+        steps.run()
+    except ProfilePassFailed:
+        raise
+    except Exception as e:  # noqa: BLE001 - an error after a step's collectives (the trace's export): agreed below
+        error = _one_line(e)
+    finally:
+        try:  # ends a cut-short active window and fires on_trace_ready (the export)
+            prof.stop()
+        except Exception as e:  # noqa: BLE001
+            error = error or _one_line(e)
+    info = None
+    if error is None:
+        try:
+            info = _outputs(prof, steps.counts, steps.active_times_s, out_dir, plain_trace, trace, rank, device_type,
+                            row_limit)  # fmt: skip
+        except Exception as e:  # noqa: BLE001
+            error = _one_line(e)
+    for partial in (plain_trace, plain_trace.with_name(plain_trace.name + ".tmp")):
+        partial.unlink(missing_ok=True)  # never left behind by a failed export, nor torch's own temporary file
+    _agreed(agree, error)
+    assert info is not None
+    return info
+
+
+def _start(prof: Any, agree: AgreeOnErrors) -> None:
+    """Start the profiler on every rank, or on none (ProfilePassFailed, each rank's profiler stopped)."""
+    error, started = None, False
+    try:
+        faults.fail_profile_pass("start")
+        prof.start()
+        started = True
+    except Exception as e:  # noqa: BLE001
+        error = _one_line(e)
+    try:
+        _agreed(agree, error)
+    except ProfilePassFailed:
+        if started:
+            with contextlib.suppress(Exception):
+                prof.stop()
+        raise
+
+
+@dataclass
+class _Steps:
+    """The pass's wait + warmup + active steps, with an agreement before each step's collectives."""
+
+    prof: Any
+    step: Callable[[Any], Any]
+    batches: Iterator[Any]
+    clock: DeviceClock
+    agree: AgreeOnErrors
+    wait: int
+    warmup: int
+    active: int
+    counts: dict[str, int] = field(default_factory=lambda: {"wait": 0, "warmup": 0, "active": 0})
+    active_times_s: list[float] = field(default_factory=list)
+
+    def run(self) -> None:
+        from torch.profiler import record_function
+
+        for i in range(self.wait + self.warmup + self.active):
+            stage = "wait" if i < self.wait else "warmup" if i < self.wait + self.warmup else "active"
+            self.clock.sync_device()  # start each step with the device idle, so its time is its own
+            t0 = self.clock.now()
+            error = None
             try:
                 with record_function(DATA_WAIT):
-                    batch = next(batches)
-            except StopIteration:
-                break
+                    batch = next(self.batches)
+                faults.fail_profile_pass("step")
+            except StopIteration:  # every rank's shard holds the same number of batches: all stop here
+                return
+            except Exception as e:  # noqa: BLE001 - agreed on below, then raised by every rank
+                error = _one_line(e)
+            _agreed(self.agree, error)  # before the step's collectives: a rank that cannot step stops them all
             with record_function(STEP):
-                step(batch)
-            clock.sync_stream()  # wait on the host for the step's queued kernels (timing.py)
+                self.step(batch)
+            self.clock.sync_stream()  # wait on the host for the step's queued kernels (timing.py)
             if stage == "active":
-                active_times_s.append(clock.now() - t0)
-            counts[stage] += 1
-            prof.step()
-    # Leaving the profiler ends a cut-short active window and fires on_trace_ready; a pass that
-    # never reached the active steps has no trace.
+                self.active_times_s.append(self.clock.now() - t0)
+            self.counts[stage] += 1
+            self.prof.step()
+
+
+def _outputs(
+    prof: Any,
+    counts: dict[str, int],
+    active_times_s: list[float],
+    out_dir: Path,
+    plain_trace: Path,
+    trace: Path,
+    rank: int,
+    device_type: str,
+    row_limit: int,
+) -> ProfileInfo:
+    """The pass's files and its ProfileInfo, once the profiler has stopped (a pass that never reached the
+    active steps has no trace)."""
+    on_cuda = device_type == "cuda"
+    faults.fail_profile_pass("end")
     comm: Comm | None = None
     try:
         if plain_trace.exists():

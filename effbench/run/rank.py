@@ -504,6 +504,7 @@ def _cpu_limit() -> float | None:
 
 def _profile_pass(prep: Prepared, dist: DistContext, run_dir: Path | None) -> tuple[ProfileInfo | None, str | None]:
     """A few more steps under torch.profiler: (its info, None), or (None, the error): never fatal."""
+    from effbench.measure.profiling import ProfilePassFailed
     from effbench.run.timing import device_clock
     from effbench.run.train import TrainStep
 
@@ -521,9 +522,11 @@ def _profile_pass(prep: Prepared, dist: DistContext, run_dir: Path | None) -> tu
         )
         info = observe.profile(
             step, prep.data.train, device_type=prep.rt.device.type, out_dir=out_dir, rank=dist.rank,
-            active=prep.cfg.profile_steps, clock=device_clock(prep.rt.device),
+            active=prep.cfg.profile_steps, clock=device_clock(prep.rt.device), agree=dist.gather,
         )  # fmt: skip
         return info, None
+    except ProfilePassFailed as e:  # every rank, at the same point: "rank 1: RuntimeError: ..."
+        return None, str(e)
     except Exception as e:  # noqa: BLE001
         return None, f"{type(e).__name__}: {e}".splitlines()[0]
 

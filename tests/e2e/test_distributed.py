@@ -433,3 +433,23 @@ def test_a_rank_without_a_validation_image_does_not_hang_the_job(tmp_path):
     r = json.loads((run / "results.json").read_text())
     assert r["status"] == "ok" and r["world_size"] == 2
     assert [e["val_images"] for e in r["epochs"]] == [1, 1]
+
+
+@pytest.mark.parametrize("where", ["start", pytest.param("step", marks=pytest.mark.slow),
+                                   pytest.param("end", marks=pytest.mark.slow)])  # fmt: skip
+def test_one_rank_failing_in_the_profiling_pass_voids_the_profile_not_the_run(tmp_path, where):
+    # GPU truth 3.6: the failing rank caught its error and went on to the run's final gather while rank 0
+    # was in the pass's next all-reduce: a hang until the process-group timeout (20 s here). The ranks now
+    # agree on the pass's outcome at its start, before each step and at its end.
+    out = tmp_path / "out"
+    res = subprocess.run(
+        [*EFFBENCH, "run", *TINY, "--dataset", "synthetic", "--batch-size", "4", "--max-steps", "3", "--epochs", "1",
+         "--warmup-steps", "1", "--nproc", "2", "--pg-timeout-s", "20", "--profile-steps", "1", "--output", str(out)],
+        capture_output=True, text=True, timeout=200, env={**os.environ, "EFFBENCH_FAULT_PROFILE": f"1:{where}"},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    (run,) = run_dirs(out)
+    r = json.loads((run / "results.json").read_text())
+    assert r["status"] == "ok" and r["throughput_img_s"] > 0
+    assert r["profile_error"] == f"rank 1: RuntimeError: injected by EFFBENCH_FAULT_PROFILE=1:{where}"
+    assert "profile" not in r or not r["profile"].get("phases")
