@@ -741,6 +741,10 @@ class Results(_Model):
     """Allocated device-memory peak of the measured steps alone, GiB (the largest over devices)."""
     peak_mem_reserved_gib: Num = None
     """Reserved peak of the same window (includes blocks cached before it), GiB."""
+    peak_mem_nvml_used_gib: Num = None
+    """Device memory in use as NVML saw it over the same window, GiB (the largest over devices; sampled every
+    --sample-interval-s): every allocation on the device, torch's pool and what torch's allocator never sees
+    (DALI's and nvJPEG's buffers, CUDA contexts, other processes)."""
     flops_per_image: Num = None
     """Training FLOPs per image (forward + backward), counted on the model (effbench's own count)."""
     flops_forward_per_image: Num = None

@@ -428,7 +428,8 @@ class Measurements:
     """Share of the step time in communication not overlapped with compute (the profiling pass's trace on
     CUDA; the all_reduce phase's host share on the CPU), 0..1; None without DDP or unmeasured."""
     peak_mem_fraction: float | None
-    """Peak allocated device memory over the measured steps / device total, 0..1; None on the CPU."""
+    """Peak device memory in use over the measured steps / device total, 0..1: torch's allocated peak plus
+    what NVML saw beyond torch's pool (peak_mem_outside_torch_gib); None on the CPU."""
     cpu_quota_cores: float | None
     """CPU cores this job may use (cgroup quota or affinity); None when unlimited / unknown."""
     workers: int
@@ -441,6 +442,8 @@ class Measurements:
     """"cuda" or "cpu"."""
     measured_steps: int = 1
     """Steps measured (warm-up excluded); 0 means nothing was measured and no verdict is given."""
+    peak_mem_outside_torch_gib: float | None = None
+    """Of the peak, GiB outside torch's pool (DALI, nvJPEG, CUDA contexts) as NVML saw it; None without NVML."""
     proc_cpu_pct_mean: float | None = None
     """Mean CPU utilisation of the run's process tree, % of one core (200 = two cores busy); None unsampled."""
     host_cpu_pct_mean: float | None = None
@@ -529,7 +532,13 @@ def _findings(m: Measurements) -> list[Verdict]:
         found.append(
             Verdict(
                 "memory-capacity-bound",
-                f"peak allocated memory {_pct(m.peak_mem_fraction)} of the device during the measured steps",
+                f"peak memory in use {_pct(m.peak_mem_fraction)} of the device during the measured steps"
+                + (
+                    f" ({m.peak_mem_outside_torch_gib:.1f} GiB of it outside torch's allocator, seen by NVML:"
+                    " DALI, nvJPEG, CUDA contexts)"
+                    if m.peak_mem_outside_torch_gib
+                    else ""
+                ),
                 "use bf16 autocast or activation checkpointing to free memory; a larger batch will not fit",
             )
         )

@@ -79,6 +79,15 @@ class PeakMemory:
     allocated_gib: float
     reserved_gib: float
     total_gib: float
+    nvml_used_gib: float | None = None
+    """The largest used memory NVML reported for the device over the same window (the sampler's samples):
+    every allocation on it, torch's pool and what torch's allocator never sees (DALI's buffers, nvJPEG's,
+    the CUDA contexts, other processes). None without NVML or without a sample in the window."""
+
+    @property
+    def outside_torch_gib(self) -> float:
+        """Memory in use beyond torch's reserved pool, at NVML's peak (0 without NVML)."""
+        return max(0.0, self.nvml_used_gib - self.reserved_gib) if self.nvml_used_gib is not None else 0.0
 
 
 def peak_memory(cuda_indices: Sequence[int]) -> list[PeakMemory]:
@@ -151,9 +160,15 @@ class MeasuredWindow:
         self.is_open = False
 
     def peak_memory(self) -> list[PeakMemory]:
-        """Each GPU's peaks over the window's spans; [] when no span closed (nothing measured, or the CPU)."""
+        """Each GPU's peaks over the window's spans, with NVML's sampled used memory over the same window;
+        [] when no span closed (nothing measured, or the CPU)."""
         self.close()
-        return [v for _, v in sorted(self._peaks.items())]
+        peaks = [v for _, v in sorted(self._peaks.items())]
+        if not peaks:
+            return peaks
+        window = self.sampler.summary().measured_window
+        nvml = {g.index: g.mem_used_gib.max for g in (window.gpus if window else []) if g.mem_used_gib}
+        return [dataclasses.replace(p, nvml_used_gib=nvml.get(p.cuda_index)) for p in peaks]
 
 
 def profile(
@@ -372,6 +387,9 @@ def summarize(
     if mems:
         out.peak_mem_gib = max(m.allocated_gib for m in mems)
         out.peak_mem_reserved_gib = max(m.reserved_gib for m in mems)
+        nvml = [m.nvml_used_gib for m in mems if m.nvml_used_gib is not None]
+        if nvml:
+            out.peak_mem_nvml_used_gib = max(nvml)
     if flops_image is not None:
         out.flops_per_image = flops_image
         if flops_forward_image is not None:  # to hold against published forward GMACs (x 2)
@@ -411,10 +429,15 @@ def summarize(
         out.profile = _profile(profile_info, timed_step_times_s, run_dir)
     phases = profile_info.phases if profile_info else []
     gpu_util, host = _verdict_scope(utilization)
-    peak_fraction = None
+    peak_fraction, outside_gib = None, None
     if mems:
-        # allocated: the reserved pool keeps blocks cached before the window (see MEMORY_BOUND_FRACTION)
-        peak_fraction = max(m.allocated_gib / m.total_gib for m in mems if m.total_gib)
+        # allocated: the reserved pool keeps blocks cached before the window (see MEMORY_BOUND_FRACTION); plus
+        # what NVML saw beyond torch's pool (DALI's and nvJPEG's buffers), which torch's allocator never counts
+        sized = [m for m in mems if m.total_gib]
+        if sized:
+            fullest = max(sized, key=lambda m: (m.allocated_gib + m.outside_torch_gib) / m.total_gib)
+            peak_fraction = (fullest.allocated_gib + fullest.outside_torch_gib) / fullest.total_gib
+            outside_gib = fullest.outside_torch_gib if fullest.nvml_used_gib is not None else None
     m = analysis.Measurements(
         data_time_share=record.data_time_share or 0.0,
         gpu_util_pct_mean=gpu_util,
@@ -422,6 +445,7 @@ def summarize(
         if devices > 1
         else None,
         peak_mem_fraction=peak_fraction,
+        peak_mem_outside_torch_gib=outside_gib,
         cpu_quota_cores=cpu_quota_cores,
         workers=workers_per_process * processes_per_node,
         processes=processes_per_node,

@@ -152,7 +152,12 @@ def observability_rows(results: schema.Results) -> list[tuple[str, str]]:
         rows.append(
             (
                 "peak device memory, measured steps (GiB)",
-                f"{results.peak_mem_gib:.2f} allocated / {results.peak_mem_reserved_gib or 0:.2f} reserved",
+                f"{results.peak_mem_gib:.2f} allocated / {results.peak_mem_reserved_gib or 0:.2f} reserved"
+                + (
+                    f" / {results.peak_mem_nvml_used_gib:.2f} in use on the device (NVML)"
+                    if results.peak_mem_nvml_used_gib is not None
+                    else ""
+                ),
             )
         )
     if results.energy_j is not None:

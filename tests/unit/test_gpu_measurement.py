@@ -12,6 +12,7 @@ import pytest
 
 import typedrec
 from effbench.analysis import efficiency as eff
+from effbench import schema
 from effbench.measure import monitor, observe
 
 
@@ -350,6 +351,40 @@ def test_measured_window_excludes_autotuning_validation_and_profiling():
     assert peak.allocated_gib == 6.0 and a.events == ["reset", "read", "reset", "read"]
     out = _summ(_cuda_record(), memory=[peak])
     assert out["peak_mem_gib"] == 6.0 and out["verdict"]["bottleneck"] != "memory-capacity-bound"
+
+
+class _WindowOnly:
+    """A sampler whose summary holds one GPU's NVML used memory over the measured window."""
+
+    def __init__(self, used_max: float | None) -> None:
+        self.used_max = used_max
+
+    def window(self, _open: bool) -> None:
+        pass
+
+    def summary(self):
+        gpu = (
+            {"index": 0} if self.used_max is None else {"index": 0, "mem_used_gib": {"mean": 1.0, "max": self.used_max}}
+        )
+        return schema.Utilization.model_validate({"measured_window": {"gpus": [gpu]}})
+
+
+def test_memory_torch_never_allocated_counts_toward_the_device_being_full():
+    # GPU truth 3.7: DALI's and nvJPEG's buffers live outside torch's caching allocator, so its peaks do not
+    # see them. 20 GiB allocated, 22 reserved on a 32 GiB device: not full by torch's count; NVML saw 30 GiB
+    # in use, 8 of it outside torch's pool: (20 + 8) / 32 = 87.5%, and at 32 GiB in use 93.75%, memory-bound.
+    a = FakeAllocator()
+    a.current = a.peak = 20.0
+    for used, bound in ((None, False), (30.0, False), (32.0, True)):
+        w = observe.MeasuredWindow(_WindowOnly(used), [0], reset=lambda i: None,
+                                   read=lambda i: [observe.PeakMemory(0, 20.0, 22.0, 32.0)])  # fmt: skip
+        w.open()
+        (peak,) = w.peak_memory()
+        assert peak.nvml_used_gib == used
+        out = _summ(_cuda_record(), memory=[peak])
+        assert out.get("peak_mem_nvml_used_gib") == used and out["peak_mem_gib"] == 20.0
+        assert (out["verdict"]["bottleneck"] == "memory-capacity-bound") is bound, (used, out["verdict"])
+    assert "10.0 GiB of it outside torch's allocator" in out["verdict"]["evidence"]
 
 
 def test_a_full_device_in_the_measured_steps_is_still_memory_capacity_bound():
