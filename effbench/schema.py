@@ -428,6 +428,8 @@ class GpuUse(_Model):
     """The CUDA UUID."""
     nvml_uuid: str | None = None
     """The UUID NVML matched."""
+    power_source: str | None = None
+    """Which power reading power_w holds: NVML's instantaneous field, or its 1 s average (Ampere and newer)."""
     name: str | None = None
     """The GPU's name."""
     util_pct: MeanMax | None = None

@@ -170,6 +170,8 @@ class _GpuProbe:
         self.mig = self._is_mig()
         """A MIG instance: it has no power sensor of its own, so no power or energy is read (see read())."""
         self._energy0_mj = self._energy_mj()
+        self.power_source: str | None = None
+        """Which power reading the samples hold: POWER_INSTANT or POWER_AVERAGE (set at the first read)."""
 
     def _is_mig(self) -> bool:
         """pynvml.nvmlDeviceIsMigDeviceHandle(handle) returns the c_uint it filled (pynvml.py); where it
@@ -212,13 +214,46 @@ class _GpuProbe:
         # NVML measures power per physical GPU: a MIG handle answers NOT_SUPPORTED, and a driver that
         # answered with the GPU's would count the other instances' jobs. Absent, never another's watts.
         if not self.mig:
-            sample.power_w = _attempt(lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0)  # NVML reports mW
+            sample.power_w = self._power_w()
         energy = self._energy_mj()
         if energy is not None:
             if self._energy0_mj is None:  # the counter answered late: count from its first answer
                 self._energy0_mj = energy
             sample.energy_j = (energy - self._energy0_mj) / 1000.0  # mJ -> J
         return {gpu_column(self.index, metric): value for metric, value in _present(sample).items()}
+
+    def _power_w(self) -> float | None:
+        """The GPU's power, W: the instantaneous field where the driver has it (NVML_FI_DEV_POWER_INSTANT,
+        nvml.h field 186), else nvmlDeviceGetPowerUsage, which on Ampere and newer is a 1 s average (NVML's
+        API reference): its integral lags the energy counter by about half a second at every change of
+        load. The first read decides which, and `power_source` says it."""
+        if self.power_source != POWER_AVERAGE:
+            watts = _instant_power_w(self.nvml, self.handle)
+            if self.power_source is None:
+                self.power_source = POWER_INSTANT if watts is not None else POWER_AVERAGE
+            if self.power_source == POWER_INSTANT:
+                return watts
+        return _attempt(lambda: self.nvml.nvmlDeviceGetPowerUsage(self.handle) / 1000.0)  # NVML reports mW
+
+
+POWER_INSTANT = "instantaneous (NVML_FI_DEV_POWER_INSTANT)"
+POWER_AVERAGE = "1 s average on Ampere and newer (nvmlDeviceGetPowerUsage)"
+# pynvml.py: NVML_FI_DEV_POWER_INSTANT = 186; nvmlFieldValue_t's valueType names the union member set
+_FI_DEV_POWER_INSTANT = 186
+_VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
+def _instant_power_w(nvml: Any, handle: Any) -> float | None:
+    """NVML's instantaneous power field, W (it reports mW), or None where the driver or GPU lacks it."""
+    try:
+        (value,) = nvml.nvmlDeviceGetFieldValues(
+            handle, [getattr(nvml, "NVML_FI_DEV_POWER_INSTANT", _FI_DEV_POWER_INSTANT)]
+        )
+        if int(value.nvmlReturn) != 0:  # NVML_SUCCESS
+            return None
+        return float(getattr(value.value, _VALUE_MEMBER[int(value.valueType)])) / 1000.0
+    except Exception:
+        return None
 
 
 def _attempt(read: Callable[[], float]) -> float | None:

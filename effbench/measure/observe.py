@@ -218,10 +218,29 @@ def _energy(
         note = f"not measured on every GPU: {sampled} of the job's {job_gpus} sampled"
     elif energy is None and job_gpus is not None and utilization and window is None:
         note = "no measured window was marked (no measured step ended)"
+    elif energy is None and job_gpus is not None and utilization:
+        note = _no_counter_note(window.gpus if window else utilization.gpus, utilization.gpus)
     per_j = None
     if energy is not None:
         per_j = analysis.images_per_joule(int(record.measured.images if record.measured else 0), energy)
     return energy, per_j, note
+
+
+def _no_counter_note(gpus: Sequence[schema.GpuUse], labelled: Sequence[schema.GpuUse]) -> str | None:
+    """Why GPUs that were sampled gave no energy: a MIG instance has no power sensor of its own (NVML measures
+    power and energy per physical GPU, shared by every instance: monitor._GpuProbe), an older GPU no energy
+    counter (nvmlDeviceGetTotalEnergyConsumption is Volta and newer)."""
+    labels = {g.index: g for g in labelled}  # the block's entries carry each GPU's name and UUIDs
+    missing = [labels.get(g.index, g) for g in gpus if g.energy_j is None]
+    if not missing:
+        return None
+    if any(str(g.nvml_uuid or "").startswith("MIG-") for g in missing):
+        return (
+            "not measured on a MIG instance: NVML measures power and energy per physical GPU, shared by every "
+            "instance on it, so an instance's own share cannot be read"
+        )
+    names = ", ".join(sorted({str(g.name or f"GPU {g.index}") for g in missing}))
+    return f"NVML gave no energy counter for {names} (Volta and newer have one)"
 
 
 def _verdict_scope(utilization: schema.Utilization | None) -> tuple[float | None, schema.HostUse]:

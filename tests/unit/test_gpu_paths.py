@@ -9,6 +9,7 @@ from effbench.results import record_of
 
 import inspect
 import threading
+import types
 from pathlib import Path
 
 import pytest
@@ -807,3 +808,73 @@ def test_scaling_series_isolates_every_member(monkeypatch, tmp_path):
     configs = [RunConfig(**base, nproc=1), RunConfig(**base, nproc=2)]
     series.run_scaling_series(configs, command=["t"], echo=lambda _s: None, progress=False)
     assert seen == [(1, True), (2, True)]
+
+
+# ------------------------------------------------------------------------------------------------
+# GPU truth 3.8: NVML's power on Ampere and Hopper is a 1 s average; the energy check must not trip on it
+# ------------------------------------------------------------------------------------------------
+class _Field:
+    """pynvml's c_nvmlFieldValue_t as read: nvmlReturn, valueType and the value union's members."""
+
+    def __init__(self, mw: int, ret: int = 0) -> None:
+        self.nvmlReturn, self.valueType, self.value = ret, 1, types.SimpleNamespace(uiVal=mw)
+
+
+class InstantPowerNVML(UuidNVML):
+    def nvmlDeviceGetFieldValues(self, h: int, fields: list) -> list:
+        assert fields == [186]  # NVML_FI_DEV_POWER_INSTANT (pynvml.py)
+        return [_Field(250_000 + h)]
+
+
+class NoFieldNVML(UuidNVML):
+    def nvmlDeviceGetFieldValues(self, h: int, fields: list) -> list:
+        return [_Field(0, ret=3)]  # NVML_ERROR_NOT_SUPPORTED
+
+
+@pytest.mark.parametrize(("nvml_cls", "watts", "source"), [(InstantPowerNVML, 250.0, "instantaneous"),
+                                                           (NoFieldNVML, 100.0, "1 s average")])  # fmt: skip
+def test_power_is_the_instant_field_where_the_driver_has_it(nvml_cls, watts, source):
+    from effbench.measure.monitor import UtilizationSampler
+
+    nvml = nvml_cls(["GPU-" + U[0]])
+    with UtilizationSampler(interval_s=10, gpu_uuids={0: U[0]}, nvml=nvml) as mon:
+        pass
+    (gpu,) = mon.summary().gpus
+    assert gpu.power_w.mean == pytest.approx(watts) and gpu.power_source.startswith(source)
+
+
+def _step_block(edge_lag_s: float = 1.0, dt: float = 0.1, seconds: float = 4.5):
+    """An idle (60 W) to load (400 W) step at t=0 sampled every dt: the energy counter integrates the true
+    power; NVML's averaged reading is the mean of the last `edge_lag_s` of it."""
+    t = [i * dt for i in range(int(seconds / dt) + 1)]
+    true = [400.0 for _ in t]
+    true[0] = 60.0
+    avg = [(60.0 * max(0.0, edge_lag_s - ti) + 400.0 * min(ti, edge_lag_s)) / edge_lag_s for ti in t]
+    energy = [400.0 * dt * i for i in range(len(t))]  # the counter: the true power's integral
+    return t, true, avg, energy
+
+
+def test_the_energy_check_leaves_the_averages_lag_out():
+    from effbench.selftest.checks import AVERAGE_EDGE_S, energy_vs_power
+
+    t, _true, avg, energy = _step_block()
+    counter, integral, _ = energy_vs_power(t, avg, energy, edge_s=0.0)
+    assert abs(integral - counter) / counter > 0.09  # the whole block: the lag alone is ~10%, the tolerance
+    counter, integral, n = energy_vs_power(t, avg, energy, edge_s=AVERAGE_EDGE_S)
+    assert abs(integral - counter) / counter < 0.01 and n >= 10
+    assert energy_vs_power(t[:12], avg[:12], energy[:12], edge_s=AVERAGE_EDGE_S) is None  # too few samples
+
+
+def test_a_mig_run_names_why_it_has_no_energy():
+    # GPU truth 3.9: a MIG run's energy was dropped with no note
+    from effbench.measure.monitor import UtilizationSampler
+
+    with UtilizationSampler(interval_s=10, gpu_uuids={0: U[3]}, nvml=UuidNVML(["GPU-" + U[0], "MIG-" + U[3]])) as mon:
+        mon.window(True)
+        mon.window(False)
+    rec = {"precision": "bf16", "devices": 1, "world_size": 1, "throughput_img_s": 100.0, "data_time_share": 0.1,
+           "measured": {"steps": 5, "time_s": 1.0, "images": 100}, "launch": {"mode": "inprocess", "device_type": "cuda"},
+           "env": {"gpus": [{"name": "NVIDIA A100-SXM4-80GB MIG 1g.10gb", "capability": "8.0"}]}}  # fmt: skip
+    out = typedrec.summarize(rec, flops_image=None, utilization=mon.summary(), memory=[], profile_info=None,
+                             cpu_quota_cores=None, workers_per_process=0, processes_per_node=1, tf32_enabled=False)  # fmt: skip
+    assert "energy_j" not in out and out["energy_note"].startswith("not measured on a MIG instance")
