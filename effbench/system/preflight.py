@@ -908,7 +908,7 @@ def check_batch_memory(
                 option=option,
             )
         ]
-    if gpu is not None and cfg.device != "cpu" and gpu.devices:
+    if gpu is not None and not trains_on_cpu(cfg) and gpu.devices:
         smallest = min((d.total_memory_bytes for d in gpu.devices if d.total_memory_bytes), default=None)
         if smallest is not None and one > smallest:
             return [
@@ -923,9 +923,15 @@ def default_size_for(cfg: RunConfig) -> int:
     return default_image_size(cfg.arch, cfg.dataset)
 
 
+def trains_on_cpu(cfg: RunConfig) -> bool:
+    """The launch plan's rule (launch/plan.py plan_launch): --device cpu, or --nproc N without --device cuda
+    (--nproc counts CPU processes, even where GPUs are visible)."""
+    return cfg.device == "cpu" or (cfg.device != "cuda" and cfg.nproc is not None)
+
+
 def local_processes(cfg: RunConfig, gpus_requested: int, gpu: GpuState | None) -> int:
     """Training processes on this node: one per GPU (DDP), per --nproc on the CPU, else one."""
-    if cfg.device == "cpu":
+    if trains_on_cpu(cfg):
         return cfg.nproc or 1
     if cfg.strategy == "dp":
         return 1
@@ -966,7 +972,7 @@ def run_checks(
     findings += check_batch_memory(cfg, probes.host_memory(), gpu, processes)
     if gpu is not None:
         findings += check_gpus(cfg, gpu, env, requested)
-        if cfg.device != "cpu" and gpu.visible:
+        if not trains_on_cpu(cfg) and gpu.visible:  # NCCL's pinned buffers: GPU processes only
             findings += check_memlock(probes.memlock(), processes, cfg.nnodes)
     findings += check_gpu_decode(cfg, gpu)
     return findings + late

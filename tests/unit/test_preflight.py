@@ -222,6 +222,19 @@ def test_shm_counts_one_set_of_workers_per_gpu_process(tmp_path):
     assert "x 4 processes" in first_error(ok_for_one).message
 
 
+def test_nproc_on_a_gpu_machine_sizes_shm_and_memlock_for_its_cpu_processes(tmp_path):
+    # GPU truth 3.10: `--nproc 2` runs two CPU processes (launch/plan.py) even with 8 GPUs visible; preflight
+    # sized /dev/shm for 8 processes' workers (a false "shm too small" on a DGX) and checked NCCL's memlock
+    c = cfg(tmp_path, dataset="imagefolder", nproc=2, workers=4, batch_size=64, image_size=224)
+    need_two = 2 * preflight.shm_needed_bytes(4, 64, 224)
+    dgx = gpu_state([A100] * 8)
+    findings = preflight.run_checks(c, env=ENV, probes=probes(shm=need_two + 1, memlock=8 * 2**20), gpu=dgx)
+    assert by_check(findings, "shm")[0].level == "ok" and by_check(findings, "memlock") == []
+    assert preflight.local_processes(c, 0, dgx) == 2
+    (shm,) = by_check(preflight.run_checks(c, env=ENV, probes=probes(shm=need_two - 1), gpu=dgx), "shm")
+    assert shm.level == "error" and "x 2 processes" in shm.message
+
+
 # --- GPUs ---------------------------------------------------------------------------------------------
 def test_gpus_requested_but_none_visible(tmp_path):
     c = cfg(tmp_path, device="cuda")
