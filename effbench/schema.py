@@ -192,6 +192,12 @@ class Rank(_Model):
     """The node's hostname."""
     device: str | None = None
     """The rank's device."""
+    gpu_name: str | None = None
+    """Its CUDA device's name as torch reports it: each rank's own, for the job's MFU peak."""
+    gpu_capability: str | None = None
+    """Its compute capability, "8.0"."""
+    gpu_sm_count: int | None = None
+    """Its SMs (a MIG instance's own)."""
     images: Count = None
     """Images of its measured steps."""
     steps: Count = None

@@ -295,20 +295,43 @@ def compute_efficiency(
     world_size)) only when both the achieved figure and the peak are known. Unknown is None. `sm_count`:
     the SMs CUDA reports for the device, which gives a MIG instance its share of the parent's peak.
     """
+    return job_efficiency(flops_per_image, throughput_img_s, [JobDevice(gpu_name, sm_count, precision)] * world_size)
+
+
+class JobDevice(NamedTuple):
+    """One device of the job, as its peak needs it: its name, its SMs (MIG) and the step's precision mix on it."""
+
+    gpu_name: str | None
+    sm_count: int | None
+    precision: str | dict[str, float]
+
+
+def job_efficiency(
+    flops_per_image: float | None, throughput_img_s: float | None, devices: Sequence[JobDevice]
+) -> Efficiency:
+    """Achieved TFLOP/s and MFU of a job over its devices: the job's peak is the sum of each device's own
+    (a job over A100s and H100s is held against both). No MFU when any device's peak is unknown.
+    `peak_tflops_per_device` is that sum over the devices' count; `gpu_model` names every model ("A100 SXM
+    x 2 + H100 SXM x 2") when they differ."""
     achieved = None
     if flops_per_image is not None and throughput_img_s is not None:
         achieved = flops_per_image * throughput_img_s / 1e12
-    mix = {precision: 1.0} if isinstance(precision, str) else dict(precision)
-    peak = mixed_peak_tflops(gpu_name, mix, sm_count)
-    if peak is None:
-        return Efficiency(world_size=world_size, achieved_tflops=achieved)
+    n = len(devices)
+    mixes = [{d.precision: 1.0} if isinstance(d.precision, str) else dict(d.precision) for d in devices]
+    peaks = [mixed_peak_tflops(d.gpu_name, mix, d.sm_count) for d, mix in zip(devices, mixes, strict=True)]
+    if n == 0 or any(p is None for p in peaks):
+        return Efficiency(world_size=n, achieved_tflops=achieved)
+    total = sum(p for p in peaks if p is not None)
+    models = [mig.label if (mig := mig_share(d.gpu_name, d.sm_count)) else gpu_model(d.gpu_name) for d in devices]
+    labels = list(dict.fromkeys(_precision_label(mix) for mix in mixes))
+    distinct = list(dict.fromkeys(models))
     return Efficiency(
-        world_size=world_size,
+        world_size=n,
         achieved_tflops=achieved,
-        gpu_model=mig.label if (mig := mig_share(gpu_name, sm_count)) else gpu_model(gpu_name),
-        precision=_precision_label(mix),
-        peak_tflops_per_device=peak,
-        mfu=achieved / (peak * world_size) if achieved is not None and world_size > 0 else None,
+        gpu_model=distinct[0] if len(distinct) == 1 else " + ".join(f"{m} x {models.count(m)}" for m in distinct),
+        precision=" / ".join(labels),
+        peak_tflops_per_device=total / n,
+        mfu=achieved / total if achieved is not None else None,
     )
 
 

@@ -394,9 +394,6 @@ def summarize(
     its utilisation, and the CPU figures of a window too short to hold a sample, are the whole block's."""
     out = record.model_copy()
     device_type = run_device_type(record)
-    gpu_names = [g.name for g in record.env.gpus]
-    gpu_caps = [g.capability for g in record.env.gpus]
-    gpu_sms = [g.sm_count for g in record.env.gpus]
     throughput = record.throughput_img_s
     devices = int(record.devices or record.world_size or 1)
 
@@ -413,22 +410,9 @@ def summarize(
         out.flops_per_image = flops_image
         if flops_forward_image is not None:  # to hold against published forward GMACs (x 2)
             out.flops_forward_per_image = flops_forward_image
-        capability = analysis.parse_capability(gpu_caps[0]) if device_type == "cuda" and gpu_caps else None
-        eff = analysis.compute_efficiency(
-            flops_image,
-            throughput,
-            gpu_name=gpu_names[0] if device_type == "cuda" and gpu_names else None,
-            precision=analysis.kind_precisions(
-                record.precision or "fp32",
-                flops_image,
-                flops_matmul_image,
-                conv_tf32=tf32_enabled,
-                matmul_tf32=tf32_matmul_enabled,
-                capability=capability,
-            ),
-            world_size=devices,
-            sm_count=gpu_sms[0] if device_type == "cuda" and gpu_sms else None,
-        )
+        job = _job_devices(record, device_type, devices, flops_image, flops_matmul_image, tf32_enabled,
+                           tf32_matmul_enabled)  # fmt: skip
+        eff = analysis.job_efficiency(flops_image, throughput, job)
         if eff.achieved_tflops is not None:
             out.achieved_tflops = eff.achieved_tflops
         if eff.mfu is not None:
@@ -479,6 +463,41 @@ def summarize(
     if v is not None and verdict:  # no measured step: no verdict
         out.verdict = schema.Verdict(bottleneck=v.bottleneck, evidence=v.evidence, advice=v.advice)
     return out
+
+
+def _job_devices(
+    record: schema.Results,
+    device_type: str,
+    devices: int,
+    flops_image: float,
+    flops_matmul_image: float | None,
+    conv_tf32: bool,
+    matmul_tf32: bool,
+) -> list[analysis.JobDevice]:
+    """The job's devices for its MFU peak: each rank's own GPU where the ranks say which (a job may mix
+    models, and its peak is the sum of theirs); else the node's first GPU for every device (DataParallel:
+    one process driving the node's GPUs; records written before ranks named theirs); none on the CPU."""
+
+    def on(name: str | None, capability: str | None, sm_count: int | None) -> analysis.JobDevice:
+        mix = analysis.kind_precisions(
+            record.precision or "fp32",
+            flops_image,
+            flops_matmul_image,
+            conv_tf32=conv_tf32,
+            matmul_tf32=matmul_tf32,
+            capability=analysis.parse_capability(capability) if capability else None,
+        )
+        return analysis.JobDevice(name, sm_count, mix)
+
+    gpus = record.env.gpus
+    per_rank = [r for r in record.ranks if r.gpu_name]
+    if device_type != "cuda":
+        return [on(None, None, None)] * devices
+    if per_rank and len(per_rank) == len(record.ranks) == devices:
+        return [on(r.gpu_name, r.gpu_capability, r.gpu_sm_count) for r in per_rank]
+    if gpus:
+        return [on(gpus[0].name, gpus[0].capability, gpus[0].sm_count)] * devices
+    return [on(None, None, None)] * devices
 
 
 def _profile(info: ProfileInfo, timed_step_times_s: Sequence[float], run_dir: Path | None) -> schema.Profile:

@@ -534,9 +534,19 @@ def _profile_pass(prep: Prepared, dist: DistContext, run_dir: Path | None) -> tu
 def _rank_row(dist: DistContext, rt: Runtime, measured: Tally) -> schema.Rank:
     import socket
 
+    gpu = None
+    if rt.device.type == "cuda":  # this rank's own device: a job may mix GPU models (observe.summarize's peak)
+        import torch
+
+        try:  # also read after a failure, when the device may be gone: then the rank names none
+            p = torch.cuda.get_device_properties(rt.device)
+            gpu = (str(p.name), f"{p.major}.{p.minor}", int(p.multi_processor_count))
+        except Exception:  # noqa: BLE001
+            gpu = None
     return rec.rank_row(
-        rank=dist.rank, local_rank=dist.local_rank, host=socket.gethostname(), device=str(rt.device), measured=measured
-    )
+        rank=dist.rank, local_rank=dist.local_rank, host=socket.gethostname(), device=str(rt.device),
+        measured=measured, gpu=gpu,
+    )  # fmt: skip
 
 
 def _maybe(v: float | None) -> str:

@@ -85,9 +85,12 @@ def merge_epoch(per_rank: Sequence[schema.Epoch]) -> schema.Epoch:
     return merged
 
 
-def rank_row(*, rank: int, local_rank: int, host: str, device: str, measured: Tally) -> schema.Rank:
-    """One rank's measured totals, as gathered after every epoch and at the end."""
-    return schema.Rank(
+def rank_row(
+    *, rank: int, local_rank: int, host: str, device: str, measured: Tally, gpu: tuple[str, str, int] | None = None
+) -> schema.Rank:
+    """One rank's measured totals, as gathered after every epoch and at the end; `gpu`: its CUDA device's
+    (name, capability, SMs)."""
+    row = schema.Rank(
         rank=rank,
         local_rank=local_rank,
         host=host,
@@ -99,6 +102,9 @@ def rank_row(*, rank: int, local_rank: int, host: str, device: str, measured: Ta
         time_s=measured.time_s,
         throughput_img_s=measured.throughput_img_s,
     )
+    if gpu is not None:
+        row.gpu_name, row.gpu_capability, row.gpu_sm_count = gpu
+    return row
 
 
 def rank_rows(rows: Sequence[schema.Rank]) -> list[schema.Rank]:

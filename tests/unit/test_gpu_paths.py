@@ -878,3 +878,26 @@ def test_a_mig_run_names_why_it_has_no_energy():
     out = typedrec.summarize(rec, flops_image=None, utilization=mon.summary(), memory=[], profile_info=None,
                              cpu_quota_cores=None, workers_per_process=0, processes_per_node=1, tf32_enabled=False)  # fmt: skip
     assert "energy_j" not in out and out["energy_note"].startswith("not measured on a MIG instance")
+
+
+def test_a_job_over_two_gpu_models_is_held_against_both_peaks():
+    # GPU truth 3.11: the MFU peak was rank 0's cuda:0 times the job's devices. Two A100 ranks and two H100
+    # ranks, bf16 (datasheets: A100 SXM 312, H100 SXM 989 dense TFLOP/s): the job's peak is 2 x 312 + 2 x 989.5.
+    ranks = [{"rank": r, "gpu_name": name, "gpu_capability": cap, "gpu_sm_count": sms}
+             for r, (name, cap, sms) in enumerate([("NVIDIA A100-SXM4-80GB", "8.0", 108)] * 2
+                                                  + [("NVIDIA H100 80GB HBM3", "9.0", 132)] * 2)]  # fmt: skip
+    rec = {"precision": "bf16", "devices": 4, "world_size": 4, "throughput_img_s": 1000.0, "data_time_share": 0.02,
+           "measured": {"steps": 50, "time_s": 1.0, "images": 1000}, "ranks": ranks,
+           "launch": {"mode": "torchrun", "device_type": "cuda"},
+           "env": {"gpus": [{"name": "NVIDIA A100-SXM4-80GB", "capability": "8.0", "sm_count": 108}]}}  # fmt: skip
+    flops = 1e12  # 1 TFLOP per image: 1000 TFLOP/s achieved
+    out = typedrec.summarize(rec, flops_image=flops, utilization=None, memory=[], profile_info=None,
+                             cpu_quota_cores=None, workers_per_process=0, processes_per_node=2, tf32_enabled=True)  # fmt: skip
+    assert out["mfu"] == pytest.approx(1000.0 / (2 * 312.0 + 2 * 989.5))
+    assert out["mfu_peak_tflops_per_device"] == pytest.approx((2 * 312.0 + 2 * 989.5) / 4)
+    assert "A100" in out["mfu_peak_gpu"] and "H100" in out["mfu_peak_gpu"] and "x 2" in out["mfu_peak_gpu"]
+    # one rank's GPU unknown to the table: no MFU at all, never a partial peak
+    ranks[3]["gpu_name"] = "NVIDIA Mystery GPU"
+    out = typedrec.summarize(rec, flops_image=flops, utilization=None, memory=[], profile_info=None,
+                             cpu_quota_cores=None, workers_per_process=0, processes_per_node=2, tf32_enabled=True)  # fmt: skip
+    assert "mfu" not in out
