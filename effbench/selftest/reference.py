@@ -7,6 +7,7 @@ import copy
 import os
 import statistics
 import time
+from collections.abc import Callable
 from math import prod
 from typing import Any
 
@@ -16,16 +17,31 @@ class BareLoop:
 
     The optimizer is torch's SGD with effbench's defaults (lr 0.1, momentum 0.9, weight decay 5e-4); one
     device sync per step on CUDA, as any honest timer needs. It uses the process's torch threads as they
-    are: run beside the harness, it gets the harness's.
+    are: run beside the harness, it gets the harness's. `now` and `sync` are its clock and its wait for the
+    device (perf_counter and torch.cuda.synchronize; the asynchronous-device simulator's in tests), its own
+    and not the harness's, so the reference shares no timing code with what it checks.
     """
 
     def __init__(
-        self, model: Any, *, batch: int, image_size: int, classes: int, device: Any, autocast_dtype: Any = None
+        self,
+        model: Any,
+        *,
+        batch: int,
+        image_size: int,
+        classes: int,
+        device: Any,
+        autocast_dtype: Any = None,
+        now: Callable[[], float] = time.perf_counter,
+        sync: Callable[[], None] | None = None,
     ) -> None:
         import torch
 
         self.model = model.to(device).train()
         self.device = device
+        self.now = now
+        if sync is None:
+            sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+        self.sync = sync
         self.batch = batch
         self.autocast_dtype = autocast_dtype
         self.opt = torch.optim.SGD(
@@ -44,29 +60,24 @@ class BareLoop:
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()
-        if sync and self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        if sync:
+            self.sync()
 
     def pipelined_img_s(self, steps: int) -> float:
         """`steps` steps with one device sync after the last (and one before the first, so the window starts
         with the device idle): the host queues step i+1 while the device still runs step i. Images/s."""
-        import torch
-
-        cuda = self.device.type == "cuda"
-        if cuda:
-            torch.cuda.synchronize(self.device)
-        t0 = time.perf_counter()
+        self.sync()
+        t0 = self.now()
         for _ in range(steps):
             self.step(sync=False)
-        if cuda:
-            torch.cuda.synchronize(self.device)
-        return steps * self.batch / (time.perf_counter() - t0)
+        self.sync()
+        return steps * self.batch / (self.now() - t0)
 
     def timed_step_img_s(self) -> float:
         """One step, timed by the wall clock around it: images/s."""
-        t0 = time.perf_counter()
+        t0 = self.now()
         self.step()
-        return self.batch / (time.perf_counter() - t0)
+        return self.batch / (self.now() - t0)
 
 
 def layer_flops(model: Any, images: Any, labels: Any) -> tuple[float, float]:

@@ -136,3 +136,29 @@ def test_the_profiling_pass_times_each_step_to_its_own_last_kernel(tmp_path):
                             clock=sim.clock(), active=3)  # fmt: skip
     assert info.active_steps == 3
     assert info.profiled_step_times_s == pytest.approx([COMPUTE] * 3)
+
+
+class _QueuedLinear(torch.nn.Module):
+    """A real Linear whose forward also queues `forward_s` of simulated device work (the backward and the
+    optimizer's, `backward_s`, through a hook on the loss's gradient)."""
+
+    def __init__(self, sim: sd.SimDevice, forward_s: float) -> None:
+        super().__init__()
+        self.sim, self.forward_s = sim, forward_s
+        self.fc = torch.nn.Linear(3 * 8 * 8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.sim.kernel("forward", self.forward_s)
+        return self.fc(x.flatten(1))
+
+
+def test_the_selftests_bare_loop_times_the_device_work_it_queued():
+    # The selftest's reference loop reads its own clock and waits for the device through its own seam: one
+    # step timed alone is the step's device time; the pipelined loop holds every step's work and no more.
+    from effbench.selftest.reference import BareLoop
+
+    sim = sd.SimDevice()
+    loop = BareLoop(_QueuedLinear(sim, COMPUTE), batch=4, image_size=8, classes=10, device=torch.device("cpu"),
+                    now=lambda: sim.now, sync=sim.synchronize)  # fmt: skip
+    assert loop.timed_step_img_s() == pytest.approx(4 / COMPUTE)
+    assert loop.pipelined_img_s(10) == pytest.approx(10 * 4 / (10 * COMPUTE))
