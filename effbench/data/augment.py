@@ -227,6 +227,10 @@ def crop_flip_rotate(
     (PIL/Image.py rotate + libImaging/Geometry.c affine_transform): output pixel (x, y) reads the
     input at floor(M @ (x + 0.5 - c, y + 0.5 - c) + c), M the rotation by -angle, c = size / 2,
     and gets the fill where that falls outside the crop.
+
+    The index arithmetic stays in float32 (every offset is an integer below 2**24, so exact) and in place,
+    with one conversion to int64 for the gather: on the CPU, 32 images at 256 -> 224 px took 72 ms of CPU
+    in int64 and 19 ms so (the same pixels; issue 37, docs/PERFORMANCE.md).
     """
     n, c, height, width = images.shape
     dev = images.device
@@ -234,14 +238,20 @@ def crop_flip_rotate(
     cos, sin = torch.cos(a)[:, None, None], torch.sin(a)[:, None, None]
     p = torch.arange(size, device=dev, dtype=torch.float32) + 0.5 - size / 2
     xs, ys = p[None, None, :], p[None, :, None]
-    col = torch.floor(cos * xs + sin * ys + size / 2).long()  # (n, size, size), in the flipped crop
-    row = torch.floor(-sin * xs + cos * ys + size / 2).long()
-    inside = (col >= 0) & (col < size) & (row >= 0) & (row < size)
-    col = torch.where(flip[:, None, None], size - 1 - col, col)  # the flipped crop's column -> the crop's
-    src = (dy[:, None, None] + row.clamp(0, size - 1)) * width + dx[:, None, None] + col.clamp(0, size - 1)
+    col = (cos * xs + sin * ys).add_(size / 2).floor_()  # (n, size, size), in the flipped crop
+    row = (-sin * xs + cos * ys).add_(size / 2).floor_()
+    if dev.type == "cpu":  # only the flipped images' columns are rewritten (flip.any() is free on the CPU)
+        if bool(flip.any()):
+            col[flip] = (size - 1) - col[flip]
+    else:  # no host sync on a device
+        col = torch.where(flip[:, None, None], (size - 1) - col, col)
+    col_in, row_in = col.clamp(0, size - 1), row.clamp(0, size - 1)
+    inside = (col == col_in).logical_and_(row == row_in)
+    src = row_in.add_(dy.to(torch.float32)[:, None, None]).mul_(width).add_(col_in)
+    src = src.add_(dx.to(torch.float32)[:, None, None]).long()
     flat = images.reshape(n, c, height * width)
     out = torch.gather(flat, 2, src.reshape(n, 1, size * size).expand(n, c, size * size)).reshape(n, c, size, size)
-    return out * inside[:, None].to(out.dtype)
+    return out.mul_(inside[:, None])
 
 
 def random_crop_flip_rotate(
