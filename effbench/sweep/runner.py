@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from effbench.analysis.time_to_accuracy import describe as describe_tta
 from effbench.sweep import manifest as M
-from effbench import results
+from effbench import liveness, results
 from effbench.report import outputs, render
 from effbench.errors import EffbenchError
 from effbench.report.sweep_tables import host_peak_gib
@@ -205,7 +205,8 @@ def _run_cells(
         cells=[{"key": c.key, "params": c.params, "config": config_identity(c.config)} for c in plan.cells],
     )  # fmt: skip
     existing = M.read_manifest(folder) if (folder / M.MANIFEST_FILE).exists() else None
-    m = M.resume(existing, fresh, folder)
+    # who writes the manifest while a cell is `running`: a reader that finds this process gone shows that cell `dead`
+    m = {**M.resume(existing, fresh, folder), "process": liveness.this_process().model_dump()}
     # cells/, attempts/ and each cell's folders: never through a link out of the sweep folder (one line)
     for sub in (CELLS_DIR, ATTEMPTS_DIR, *(f"{d}/{c.key}" for c in plan.cells for d in (CELLS_DIR, ATTEMPTS_DIR))):
         outputs.folder(folder, sub)
