@@ -239,6 +239,11 @@ def load_sweep(folder: Path) -> tuple[schema.Manifest, list[sweep_report.CellRow
         record, steps = None, None
         if cell.run_dir:
             run_dir = folder / cell.run_dir
+            if cell.status == M.DONE and not os.path.lexists(run_dir / results.RESULTS_FILE):
+                raise EffbenchError(
+                    str(run_dir), f"is gone, yet {M.MANIFEST_FILE} holds cell {cell.key} ok there; run the sweep's "
+                    "command again: it runs the cell again"
+                )  # fmt: skip
             if (run_dir / results.RESULTS_FILE).exists() or cell.status == "ok":
                 record = liveness.read(run_dir)
                 steps = windows.read_steps(run_dir)

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import json
+import os
 import shutil
 import signal as signals
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -99,6 +101,45 @@ def blocked_cells(plan: SweepPlan, output: Path) -> dict[str, EffbenchError]:
     return blocked
 
 
+def same_run(identity: Mapping[str, Any], record: schema.Results) -> bool:
+    """Whether a run ran a cell's configuration (its config identity, sweep.json's `config`): every option the cell
+    sets as the run was asked for it (results.json's config, with `requested` where the run resolved a value);
+    None and auto are left to the run, which resolves them."""
+    config = record.config.model_dump(exclude_unset=True)
+    asked = {**config, **(config.get(_REQUESTED) or {})}
+    return all(
+        v is None or v == "auto" or json.dumps(asked.get(k), default=str) == json.dumps(v, default=str)
+        for k, v in identity.items()
+    )
+
+
+_REQUESTED = "requested"  # config.json's note of the values asked for where they differ from what ran (config.py)
+
+
+def adopt_finished(folder: Path, manifest: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """A sweep folder without its sweep.json (moved aside after it broke): each cell whose cells/<key>/ holds an
+    `ok` run of the cell's configuration (same_run) is ok again with it, the newest such run; the other cells
+    run as usual. Returns the manifest and how many cells it kept."""
+    kept = 0
+    for cell in manifest["cells"]:
+        cell_dir = folder / CELLS_DIR / cell["key"]
+        runs = sorted((p for p in cell_dir.iterdir() if p.is_dir()), reverse=True) if cell_dir.is_dir() else []
+        for run_dir in runs:  # newest first: a run folder's name starts with its start time
+            try:
+                record = results.load_record(run_dir)
+            except EffbenchError:  # no results.json there, or one effbench cannot read: not a finished run
+                continue
+            if record.status == "ok" and same_run(cell["config"], record):
+                manifest = M.update_cell(
+                    manifest, cell["key"], status="ok", run_dir=str(run_dir.relative_to(folder)), attempts=1,
+                    error=None, summary=cell_summary(record), started_at=record.started_at,
+                    finished_at=record.finished_at,
+                )  # fmt: skip
+                kept += 1
+                break
+    return manifest, kept
+
+
 def _stash_attempts(folder: Path, key: str) -> None:
     """Move earlier run folders of a cell out of cells/<key>/ so the cell holds one run only."""
     cell_dir = folder / CELLS_DIR / key
@@ -170,7 +211,8 @@ def run_sweep(
     folder = plan.folder
     if (
         folder.is_dir()
-        and not (folder / M.MANIFEST_FILE).exists()
+        and not os.path.lexists(folder / M.MANIFEST_FILE)
+        and not (folder / CELLS_DIR).is_dir()  # a sweep folder whose sweep.json was moved aside: rebuilt
         and any(p.name != M.LOCK_FILE for p in folder.iterdir())
     ):
         raise EffbenchError(str(folder), "exists and is not a sweep folder; choose another --name or --output")
@@ -210,6 +252,12 @@ def _run_cells(
     # cells/, attempts/ and each cell's folders: never through a link out of the sweep folder (one line)
     for sub in (CELLS_DIR, ATTEMPTS_DIR, *(f"{d}/{c.key}" for c in plan.cells for d in (CELLS_DIR, ATTEMPTS_DIR))):
         outputs.folder(folder, sub)
+    if existing is None and (folder / CELLS_DIR).is_dir() and any((folder / CELLS_DIR).iterdir()):
+        m, kept = adopt_finished(folder, m)
+        echo(f"sweep {folder}: no {M.MANIFEST_FILE}; rebuilt it from the cells' run folders ({kept} finished kept)")
+    for gone in M.lost(m, folder):  # an `ok` cell whose run folder was deleted is not ok: it runs again
+        m = M.update_cell(m, gone["key"], status="pending", run_dir=None, error=None, summary=None, finished_at=None)
+        echo(f"cell {gone['key']}: its run folder {gone['run_dir']} is gone; running the cell again")
     M.write_manifest(folder, m)
     todo = M.to_run(m)
     echo(f"sweep {folder}: {len(plan.cells)} cells, {len(plan.cells) - len(todo)} already ok, {len(todo)} to run")
