@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from effbench.cli.common import invocation
+from effbench.cli.common import invocation, values_given
 from effbench.cli.common import opt as _opt
 from effbench.cli.options import config_options, field_kind, is_bool_field, with_config_options
 from effbench.sweep.presets import presets_help
@@ -78,6 +78,14 @@ def sweep(
     """Run every combination of the listed values (or a preset), one run folder per cell, resumable."""
     from effbench.sweep import runner as sweeper
     from effbench.sweep.spec import SweepSpec, dim_option, one_value, parse_list
+
+    presets = values_given(invocation(ctx), "--preset")
+    if len(set(presets)) > 1:  # click would run the last one, silently
+        raise EffbenchError(
+            "--preset",
+            f"given {len(presets)} times ({', '.join(map(repr, presets))}); a sweep runs one preset: pass one "
+            "(options given beside it override its values)",
+        )
 
     lists = {k: parse_list(dim_option(k), given.pop(k), DIMENSIONS[k]) for k in LISTED if given[k] is not None}
     # the rest takes one value (a list is an error naming the swept options), parsed as the field's type

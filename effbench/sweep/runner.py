@@ -26,7 +26,7 @@ import json
 import os
 import shutil
 import signal as signals
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -99,6 +99,26 @@ def blocked_cells(plan: SweepPlan, output: Path) -> dict[str, EffbenchError]:
             f = errs[0]
             blocked[cell.key] = EffbenchError(f.option, f"{f.message}; fix: {f.fix}" if f.fix else f.message)
     return blocked
+
+
+def check_cells(plan: SweepPlan, skip: Collection[str] = ()) -> None:
+    """What only the model can tell, for every cell before the first runs (a `--freeze last:N` beyond a cell's
+    arch's blocks failed that cell after the earlier ones had run): one line naming the cell."""
+    cells = [c for c in plan.cells if c.key not in skip and c.config.freeze_mode[0] == "last"]
+    if not cells:  # nothing to check: torch (models/) is not imported for it
+        return
+    from effbench.models import check_freeze
+
+    seen: set[tuple[str, str | None]] = set()
+    for cell in cells:
+        ident = (cell.config.arch, cell.config.freeze)
+        if ident in seen:
+            continue
+        seen.add(ident)
+        try:
+            check_freeze(cell.config)
+        except EffbenchError as e:
+            raise EffbenchError(e.option, f"cell {cell.key}: {e.message}") from None
 
 
 def same_run(identity: Mapping[str, Any], record: schema.Results) -> bool:
@@ -208,6 +228,7 @@ def run_sweep(
     blocked = blocked_cells(plan, output)
     if len(blocked) == len(plan.cells):  # nothing could run: a bad input, not data
         raise next(iter(blocked.values()))
+    check_cells(plan, skip=blocked)
     folder = plan.folder
     if (
         folder.is_dir()

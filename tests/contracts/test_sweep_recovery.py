@@ -132,3 +132,41 @@ def test_a_rebuilt_manifest_keeps_no_run_of_another_configuration(tmp_path):
     assert same_run({"batch_size": 4, "optimizer_impl": "auto"}, record)
     assert not same_run({"batch_size": 4, "lr": 0.01}, record)
     assert not same_run({"batch_size": 4, "workers": 0}, record)  # asked 2, ran 0: the cell asks 0
+
+
+# --------------------------------------------------------------------------------------------------
+# Inputs checked for every cell before the first runs
+# --------------------------------------------------------------------------------------------------
+def test_check_freeze_refuses_last_n_beyond_the_archs_blocks_without_building_weights():
+    from effbench.config import RunConfig
+    from effbench.models import check_freeze
+
+    def cfg(arch: str, freeze: str) -> RunConfig:
+        return RunConfig(arch=arch, dataset="synthetic", device="cpu", weights="none", freeze=freeze)
+
+    check_freeze(cfg("resnet18", "last:8"))  # resnet18's 8 BasicBlocks (models/resnet.py)
+    with pytest.raises(EffbenchError, match="last:9 exceeds the 8 blocks of resnet18"):
+        check_freeze(cfg("resnet18", "last:9"))
+    # torchvision's resnet50: 3 + 4 + 6 + 3 Bottlenecks (torchvision/models/resnet.py, layers=[3, 4, 6, 3])
+    check_freeze(cfg("torchvision:resnet50", "last:16"))
+    with pytest.raises(EffbenchError, match="last:17 exceeds the 16 blocks"):
+        check_freeze(cfg("torchvision:resnet50", "last:17"))
+
+
+def test_a_cell_whose_freeze_exceeds_its_archs_blocks_is_refused_before_any_cell_runs(tmp_path, capsys):
+    # efficientnet-b0 (16 blocks) would run first and resnet18 (8) fail after it; both are checked first
+    args = [a for a in TINY if a not in ("--arch", "resnet18")]
+    code, out, err = invoke(["sweep", *args, "--arch", "efficientnet-b0,resnet18", "--freeze", "last:10",
+                             "--batch-size", "4", "--output", tmp_path], capsys)  # fmt: skip
+    line = _one_line(code, err)
+    assert line.startswith("error: --freeze: cell 001_arch-resnet18: last:10 exceeds the 8 blocks of resnet18"), line
+    assert list(tmp_path.iterdir()) == [] and "running" not in out  # no folder, no cell ran
+
+
+@pytest.mark.parametrize("given", [["--preset", "optimizers", "--preset", "workers"],
+                                   ["--preset=optimizers", "--preset", "workers"]])  # fmt: skip
+def test_a_repeated_preset_is_one_line_before_anything(given, tmp_path, capsys):
+    code, _, err = invoke(["sweep", *given, *TINY, "--output", tmp_path], capsys)
+    line = _one_line(code, err)
+    assert line.startswith("error: --preset: given 2 times ('optimizers', 'workers'); a sweep runs one preset"), line
+    assert list(tmp_path.iterdir()) == []
