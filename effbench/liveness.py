@@ -4,18 +4,18 @@ results.json and sweep.json name the process that writes them while they run (sc
 time, PID namespace). SIGKILL, the kernel's OOM killer or a power cut leave `running` in the file for good; a
 reader tells it thus:
 
-    same host and PID namespace, the process there        running
-    same host, no such process (or a zombie), or another   dead (last written T)   the pid was reused: it started
-      process under that pid                                                       at another time
-    another host (or PID namespace): nothing to look at    running (on HOST, last written T)
-    a record from before `process` was written             running
+    same host and PID namespace, the process there             running
+    same host, no such process, a zombie, or another process   dead (last written T)
+      under that pid (it started at another time: reused)
+    another host (or PID namespace): nothing to look at         running (on HOST, last written T)
+    a record from before `process` was written                  running
 
 `report`, `export`, `compare` and the leaderboard read records through `read` / `observe` (sweeps:
 `observe_manifest`), so a dead run is `dead` in every table and export row, and ranks nowhere. No torch import.
 
     this_process()                      what a writer records (run/folder.py, sweep/runner.py)
     judge(process, written_at, here)    pure: the status a `running` file reads as, and why
-    here()                              this machine's probe, injectable (tests fake other hosts and pids)
+    this_host()                         this machine's probe; a test passes its own Here (other hosts, pids)
 """
 
 from __future__ import annotations
