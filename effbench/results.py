@@ -191,6 +191,15 @@ def write_json(path: Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(json_safe(obj), indent=2, sort_keys=False) + "\n")
 
 
+def write_record(run_dir: Path, record: schema.Results) -> None:
+    """A run's results.json, stamped with the time of this write (`updated_at`: when a run later found dead
+    was last written, effbench/liveness.py); atomic, as every file."""
+    import datetime as dt
+
+    record.updated_at = dt.datetime.now(dt.timezone.utc).isoformat()
+    write_json(Path(run_dir) / RESULTS_FILE, record)
+
+
 def write_csv(path: Path, fields: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> None:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(fields), extrasaction="ignore", lineterminator="\n")

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, create_model
 
 from effbench.errors import EffbenchError
 
@@ -586,6 +586,20 @@ class Env(_Model):
     """Environment variables that change what runs (CUDA_VISIBLE_DEVICES, NCCL_*, OMP_NUM_THREADS...)."""
 
 
+class Process(_Model):
+    """The process that writes a file while it runs, as a reader tells it apart from any other (effbench/liveness.py):
+    a `running` record whose process is gone from its host, or whose pid another process now holds, reads `dead`."""
+
+    host: str | None = None
+    """The machine it runs on (socket.gethostname())."""
+    pid: int | None = None
+    """Its process id on that machine."""
+    start_time: float | None = None
+    """When it started, seconds since the epoch (psutil's create_time): a pid reused later started at another time."""
+    pid_namespace: str | None = None
+    """Its PID namespace (Linux: /proc/self/ns/pid), so two containers that share a hostname are told apart."""
+
+
 class Launch(_Model):
     """How the run was launched (launch/plan.py LaunchPlan) and the rank-0 process that wrote the record."""
 
@@ -604,7 +618,7 @@ class Launch(_Model):
     env: dict[str, str] | None = None
     """Environment variables effbench set for the ranks."""
     pid: int | None = None
-    """Rank 0's process id."""
+    """Rank 0's process id (its host and start time: `process`)."""
 
 
 class ModelInfo(_Model):
@@ -684,7 +698,8 @@ class Results(_Model):
     schema_version: int
     """The file's format version (results.SCHEMA_VERSION); a newer one than this effbench reads is refused."""
     status: str
-    """running, ok, failed, interrupted, oom or diverged (results.STATUSES, checked by the reader)."""
+    """running, ok, failed, interrupted, oom or diverged (results.STATUSES, checked by the reader). Readers show a
+    `running` one whose `process` is gone as `dead` (effbench/liveness.py); the file keeps `running`."""
     run_name: str | None = None
     """The run folder's name."""
     command: list[str] | None = None
@@ -693,6 +708,10 @@ class Results(_Model):
     """ISO 8601 time the run started."""
     finished_at: str | None = None
     """ISO 8601 time the run ended (absent while running)."""
+    updated_at: str | None = None
+    """ISO 8601 time of the file's last write (every epoch while running): what a `dead` run reads last written."""
+    process: Process | None = None
+    """Rank 0's process, which writes the file while the run is `running`: a reader that finds it gone shows `dead`."""
     config: Config = Config()
     """The resolved configuration (config.json without its requested/no_effect notes)."""
     env: Annotated[Env, EMPTY_IF_NULL] = Env()
@@ -794,6 +813,21 @@ class Results(_Model):
     phase: str | None = None
     """While the run is built (setup, dataset, model): where it is."""
 
+    # Read side only, never in the file: why a reader shows the status it does (liveness.observe), e.g.
+    # "last written 2025-01-02 03:04:05 UTC" beside a `dead` run, "on node7, last written ..." beside a `running`
+    # one on another host.
+    _status_note: str | None = PrivateAttr(default=None)
+
+    @property
+    def status_note(self) -> str | None:
+        """Why a reader shows this status (liveness.observe); None as written."""
+        return self._status_note
+
+    @property
+    def shown_status(self) -> str:
+        """The status as readers print it: `dead (last written T)`, `running (on HOST, last written T)`, `ok`."""
+        return f"{self.status} ({self._status_note})" if self._status_note else self.status
+
 
 class CellSummary(_Model):
     """The few figures sweep.json keeps per cell (sweep/runner.py cell_summary); the report reads the run for the rest."""
@@ -832,7 +866,8 @@ class Cell(_Model):
     config: dict[str, Any]
     """The cell's whole run configuration."""
     status: str  # checked against manifest.CELL_STATUSES by the reader
-    """pending, running, ok, oom, diverged, failed, interrupted or skipped (manifest.CELL_STATUSES)."""
+    """pending, running, ok, oom, diverged, failed, interrupted or skipped (manifest.CELL_STATUSES). Readers show
+    a `running` one whose sweep `process` is gone as `dead` (effbench/liveness.py)."""
     run_dir: str | None = None
     """Its run folder, relative to the sweep folder."""
     attempts: int = 0
@@ -845,6 +880,18 @@ class Cell(_Model):
     """ISO 8601 time it started."""
     finished_at: str | None = None
     """ISO 8601 time it ended."""
+
+    _status_note: str | None = PrivateAttr(default=None)  # as Results': read side only (liveness.observe_manifest)
+
+    @property
+    def status_note(self) -> str | None:
+        """Why a reader shows this status (liveness.observe_manifest); None as written."""
+        return self._status_note
+
+    @property
+    def shown_status(self) -> str:
+        """The status as readers print it: `dead (last written T)`, `running (on HOST, last written T)`, `ok`."""
+        return f"{self.status} ({self._status_note})" if self._status_note else self.status
 
 
 class Manifest(_Model):
@@ -868,6 +915,8 @@ class Manifest(_Model):
     """ISO 8601 time the sweep was planned."""
     updated_at: str | None = None
     """ISO 8601 time of the last cell's change."""
+    process: Process | None = None
+    """The sweep process that runs the cells: a reader that finds it gone shows its `running` cell `dead`."""
     cells: list[Cell]
     """One per point of the grid, in run order."""
 

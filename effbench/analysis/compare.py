@@ -140,8 +140,14 @@ def no_measurement(record: schema.Results) -> str | None:
     steps = _measured_steps(record)
     if steps:
         return None
-    status = record.status or "unknown"
+    status = record.shown_status or "unknown"
     return f"no measured step (status {status})" if steps == 0 or status != "ok" else "no measured step"
+
+
+def run_label(name: str, record: schema.Results) -> str:
+    """A run as compare's header names it: its path, and its status when it did not end `ok` (a `dead` or
+    `running` run's figures are those of the epochs it wrote)."""
+    return name if record.status == "ok" else f"{name} (status {record.shown_status})"
 
 
 def single_delta(label: str, a: float | None, b: float | None) -> MetricDelta:
@@ -304,8 +310,8 @@ def render_sweeps(a_rows: Sequence[CellRow], b_rows: Sequence[CellRow], *, a_nam
                 [
                     ra.key,
                     "throughput (img/s)",
-                    str(ra.status),
-                    str(rb.status),
+                    ra.shown_status,
+                    rb.shown_status,
                     "-",
                     "-",
                     "-",

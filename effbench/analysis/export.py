@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from effbench import results, safe_files, schema
+from effbench import liveness, results, safe_files, schema
 from effbench.analysis import windows
 from effbench.errors import EffbenchError
 from effbench.sweep import manifest as M
@@ -130,7 +130,8 @@ COLUMN_SPEC: tuple[Column, ...] = (
            lambda s: s.kind),
     Column("group", "the sweep or scaling-series folder holding it; empty for a lone run",
            lambda s: str(s.folder.group) if s.folder.group else None),
-    _field(lambda r: r.status, "ok, failed, interrupted, oom or running"),
+    _field(lambda r: r.status,
+           "ok, failed, interrupted, oom, diverged, running, or dead (a `running` run whose process is gone)"),
     _field(lambda r: r.run_name, "the run's folder name when it ran"),
     _field(lambda r: r.started_at, "ISO 8601 start time"),
     Column(HOST, "hostname (env.json)", lambda s: s.env.hostname),
@@ -274,7 +275,8 @@ class Run:
 def read_run(results_file: Path) -> Run:
     run_dir = results_file.parent
     # by its folder when it is a run's results.json: a folder in its place is then refused as one, not looked into
-    record = results.load_record(run_dir if results_file.name == results.RESULTS_FILE else results_file)
+    # a `running` record whose process is gone reads `dead` (liveness.py): so its row, and the leaderboard's
+    record = liveness.read(run_dir if results_file.name == results.RESULTS_FILE else results_file)
     steps = windows.read_steps(run_dir)
     where = locate(run_dir)
     swept = where.swept or (_scaling_dim(record) if where.kind == "scaling-member" else {})

@@ -16,6 +16,19 @@ def opt(help: str, *names: str, **kw: Any) -> Any:
     return typer.Option(*names, help=help, show_default=False, **kw)
 
 
+def values_given(command: list[str], option: str) -> list[str]:
+    """Every value the command line gives `option` (`--preset a`, `--preset=a`), in order: click keeps the last of
+    a repeated option without a word. A token after `--` is an argument, never an option."""
+    args = command[: command.index("--")] if "--" in command else command
+    found = []
+    for i, tok in enumerate(args):
+        if tok == option and i + 1 < len(args):
+            found.append(args[i + 1])
+        elif tok.startswith(f"{option}="):
+            found.append(tok.partition("=")[2])
+    return found
+
+
 def invocation(ctx: typer.Context) -> list[str]:
     """The exact command line, recorded in results.json so a run can be repeated: the argv that `main` was
     given (it hands it to click as the root context's `obj`), else the process's own."""

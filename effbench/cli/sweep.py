@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from effbench.cli.common import invocation
+from effbench.cli.common import invocation, values_given
 from effbench.cli.common import opt as _opt
 from effbench.cli.options import config_options, field_kind, is_bool_field, with_config_options
 from effbench.sweep.presets import presets_help
@@ -78,6 +78,14 @@ def sweep(
     """Run every combination of the listed values (or a preset), one run folder per cell, resumable."""
     from effbench.sweep import runner as sweeper
     from effbench.sweep.spec import SweepSpec, dim_option, one_value, parse_list
+
+    presets = values_given(invocation(ctx), "--preset")
+    if len(set(presets)) > 1:  # click would run the last one, silently
+        raise EffbenchError(
+            "--preset",
+            f"given {len(presets)} times ({', '.join(map(repr, presets))}); a sweep runs one preset: pass one "
+            "(options given beside it override its values)",
+        )
 
     lists = {k: parse_list(dim_option(k), given.pop(k), DIMENSIONS[k]) for k in LISTED if given[k] is not None}
     # the rest takes one value (a list is an error naming the swept options), parsed as the field's type
@@ -187,7 +195,7 @@ def compare(
     """Per-metric deltas of B against A with 95% confidence intervals; says when a difference is within noise.
     With a --fail-if-* gate it is a CI check: exit 1 on a regression beyond the threshold and noise, else 0."""
     from effbench.analysis import compare as cmp
-    from effbench import results
+    from effbench import liveness
     from effbench.report import render
     from effbench.analysis import windows
 
@@ -214,11 +222,17 @@ def compare(
             str(b), f"is a {kinds[1]} folder but {a} is a {kinds[0]}; compare a run with a run or a sweep with a sweep"
         )
     if kinds[0] == "run":
-        ra, rb = results.load_record(a), results.load_record(b)
+        ra, rb = liveness.read(a), liveness.read(b)  # a `running` run whose process is gone: `dead`
         sa, sb = windows.read_steps(run_dir(a)), windows.read_steps(run_dir(b))
         deltas = cmp.compare_runs(ra, sa, rb, sb)
         typer.echo(
-            cmp.render_runs(deltas, a_name=str(a), b_name=str(b), differences=cmp.config_differences(ra, rb)), nl=False
+            cmp.render_runs(
+                deltas,
+                a_name=cmp.run_label(str(a), ra),
+                b_name=cmp.run_label(str(b), rb),
+                differences=cmp.config_differences(ra, rb),
+            ),
+            nl=False,
         )
         gates = []
         if fail_if_slower is not None:

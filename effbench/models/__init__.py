@@ -87,6 +87,16 @@ def frozen_stage_count(stages: list[Stage], freeze: tuple[str, int], arch: str) 
     return block_positions[len(block_positions) - n]
 
 
+def check_freeze(cfg: RunConfig) -> None:
+    """Refuse a `--freeze last:N` beyond `cfg.arch`'s blocks as build_model would, from the model's structure
+    alone: built on the meta device (no memory, no weights), so a sweep checks every cell before the first runs."""
+    if cfg.freeze_mode[0] != "last":
+        return
+    with torch.device("meta"):
+        model = spec_for(cfg.arch).build(cfg, 2)  # the head's size does not change the blocks
+    frozen_stage_count(model.effbench_stages(), cfg.freeze_mode, cfg.arch)
+
+
 def build_model(cfg: RunConfig, num_classes: int) -> ModelBundle:
     """Build `cfg.arch` for `num_classes`, freeze per `cfg.freeze`, load `cfg.weights`."""
     spec = spec_for(cfg.arch)  # RunConfig already rejected unknown names

@@ -25,7 +25,7 @@ from effbench.report.charts import draw as _draw
 from effbench.report.charts import images as _images
 from effbench.report import outputs
 from effbench.sweep import manifest as M
-from effbench import results, safe_files
+from effbench import liveness, results, safe_files
 from effbench.report import tables as report
 from effbench.report import sweep_tables as sweep_report
 from effbench.analysis import epoch_time, scaling, windows
@@ -152,7 +152,7 @@ def run_html(
         )
     )
     title = f"effbench run {record.run_name or ''}".strip()
-    subtitle = f"status {record.status} · {record.device} · started {record.started_at}"
+    subtitle = f"status {record.shown_status} · {record.device} · started {record.started_at}"
     return H.page(title, subtitle, sections)
 
 
@@ -195,7 +195,7 @@ def write_run_reports(run_dir: Path, dest: Path | None = None) -> list[Path]:
     folder or `dest` (`report --output`: the run folder may be on a read-only share)."""
     run_dir = Path(run_dir)
     dest = Path(dest) if dest is not None else run_dir
-    record = results.load_record(run_dir)
+    record = liveness.read(run_dir)  # a run whose process is gone reads `dead`, not `running`
     steps = windows.read_steps(run_dir)
     dest.mkdir(parents=True, exist_ok=True)
     txt, md = outputs.file(dest, results.REPORT_TXT), outputs.file(dest, results.REPORT_MD)
@@ -233,14 +233,19 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 def load_sweep(folder: Path) -> tuple[schema.Manifest, list[sweep_report.CellRow]]:
     """The manifest and one row per cell (results read from each cell's run folder)."""
     folder = Path(folder)
-    m = M.load_manifest(folder)
+    m = liveness.observe_manifest(M.load_manifest(folder))  # a cell whose sweep process is gone: `dead`
     rows = []
     for cell in m.cells:
         record, steps = None, None
         if cell.run_dir:
             run_dir = folder / cell.run_dir
+            if cell.status == M.DONE and not os.path.lexists(run_dir / results.RESULTS_FILE):
+                raise EffbenchError(
+                    str(run_dir), f"is gone, yet {M.MANIFEST_FILE} holds cell {cell.key} ok there; run the sweep's "
+                    "command again: it runs the cell again"
+                )  # fmt: skip
             if (run_dir / results.RESULTS_FILE).exists() or cell.status == "ok":
-                record = results.load_record(run_dir)
+                record = liveness.read(run_dir)
                 steps = windows.read_steps(run_dir)
         rows.append(sweep_report.cell_row(cell, record, steps))
     return m, rows
@@ -387,7 +392,7 @@ def sweep_html(
     for r in rows:
         if r.run_dir and (folder / r.run_dir / REPORT_HTML).is_file():
             href = f"{r.run_dir}/{REPORT_HTML}"
-            links.append(f"<li>{H.link(href, r.key)}: {H.esc(r.status)}</li>")
+            links.append(f"<li>{H.link(href, r.key)}: {H.esc(r.shown_status)}</li>")
     cells = [H.table(headers, body, row_classes=[str(r.status) for r in rows], table_id="cells")]
     cells += [H.paragraph(line) for line in sweep_report.time_split_notes(rows)]
     if links:

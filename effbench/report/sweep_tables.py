@@ -87,16 +87,25 @@ class CellRow:
     contended: bool = False
     # the run's record, its windows with it (compare.py); not in summary.json
     record: schema.Results | None = None
+    # why a reader shows its status (liveness.py: "last written T" beside `dead`); not in summary.json
+    status_note: str | None = None
 
     def summary(self) -> dict[str, Any]:
-        """The cell as summary.json holds it: every field but the record, in order; the manifest's six alone
-        when the cell never ran."""
-        names = [f.name for f in dataclasses.fields(self)]
-        names = names[:_MANIFEST_FIELDS] if self.record is None else names[:-1]
+        """The cell as summary.json holds it: every field but the record and the note, in order; the manifest's
+        six alone when the cell never ran."""
+        names = [f.name for f in dataclasses.fields(self) if f.name not in _NOT_SUMMARY]
+        names = names[:_MANIFEST_FIELDS] if self.record is None else names
         return {n: getattr(self, n) for n in names}
+
+    @property
+    def shown_status(self) -> str:
+        """The status as the tables print it: `dead (last written T)`, `running (on HOST, last written T)`, `ok`."""
+        status = str(self.status or "-")
+        return f"{status} ({self.status_note})" if self.status_note else status
 
 
 _MANIFEST_FIELDS = 6  # key .. batch_size_per_device: all a cell that never ran has
+_NOT_SUMMARY = ("record", "status_note")
 
 
 def cell_row(cell: schema.Cell, record: schema.Results | None, steps: Sequence[StepRow] | None = None) -> CellRow:
@@ -105,6 +114,7 @@ def cell_row(cell: schema.Cell, record: schema.Results | None, steps: Sequence[S
         key=cell.key,
         params=dict(cell.params),
         status=cell.status,
+        status_note=cell.status_note,
         run_dir=cell.run_dir,
         error=cell.error.message if cell.error else None,
         batch_size_per_device=cell.config.get("batch_size"),  # the config identity: a plain dict
@@ -124,6 +134,7 @@ def cell_row(cell: schema.Cell, record: schema.Results | None, steps: Sequence[S
     return dataclasses.replace(
         row,
         status=record.status,
+        status_note=record.status_note,
         error=(record.error.message if record.error else None) or row.error,
         throughput_img_s=record.throughput_img_s,
         thr_median=summ.median if summ else None,
@@ -176,7 +187,7 @@ def throughput_cell(row: CellRow) -> str:
     """`412.3 [398.1, 421.0]`: the run's throughput (the headline, as `report` and `compare` print it) and
     the 95% CI of its windows' mean; the status instead when the cell has no figure."""
     if row.status != "ok":
-        return str(row.status or "-")
+        return row.shown_status
     med = _thr(row) or None
     if med is None:
         return "-"
@@ -275,7 +286,7 @@ def _metrics(row: CellRow) -> list[str]:
         else (f"{row.peak_host_gib:.2f} host" if row.peak_host_gib is not None else "-")
     )
     return [
-        str(row.status or "-") + (f" ({CONTENDED})" if row.contended else ""),
+        row.shown_status + (f" ({CONTENDED})" if row.contended else ""),
         throughput_cell(row),
         fmt_value(row.measured_data_time_per_epoch_s, 3),
         fmt_value(row.measured_compute_time_per_epoch_s, 3),
@@ -490,9 +501,11 @@ def verdicts(rows: Sequence[CellRow], dims: Mapping[str, Sequence[Any]]) -> list
             lines += [f"{line}{where}" for line in _dimension_verdicts(dim, members)]
             if target_of(members) is not None and no_effect(dim, members) is None:
                 lines.append(f"{_target_verdict(dim, members)}{where}")
-    bad = [r for r in rows if r.status in ("failed", "diverged", "skipped", "interrupted", "pending", "running")]
+    bad = [
+        r for r in rows if r.status in ("failed", "diverged", "skipped", "interrupted", "pending", "running", "dead")
+    ]
     for r in bad:
-        lines.append(f"cell {r.key}: {r.status}" + (f" ({r.error})" if r.error else ""))
+        lines.append(f"cell {r.key}: {r.shown_status}" + (f" ({r.error})" if r.error else ""))
     return lines
 
 

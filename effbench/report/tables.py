@@ -36,7 +36,7 @@ def summary_rows(results: schema.Results) -> list[tuple[str, str]]:
     epochs = results.epochs
     val_used = epochs[-1].val_images if epochs else None
     rows = [
-        ("status", fmt_value(results.status)),
+        ("status", results.shown_status),  # a `running` one whose process is gone: `dead` (liveness.py)
         ("arch", fmt_value(cfg.arch)),
         ("dataset", _dataset(cfg, data, epochs)),
         ("validation images per epoch (used)", fmt_value(val_used)),

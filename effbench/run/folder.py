@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from effbench.results import StepRow
-from effbench import results, schema
+from effbench import liveness, results, schema
 from effbench.analysis import windows
 from effbench.config import RunConfig
 from effbench.errors import EffbenchError
@@ -131,7 +131,7 @@ def record_no_space(run_dir: Path, record: schema.Results, e: results.NoSpaceErr
         first = schema.Error(type="NoSpaceError", message=str(e))
     failed = rec.failed(record, first)
     try:
-        results.write_json(run_dir / results.RESULTS_FILE, failed)
+        results.write_record(run_dir, failed)
     except results.NoSpaceError:
         # on failure too the one-line error still says it, and the last epoch's record stays
         with contextlib.suppress(OSError):
@@ -200,11 +200,12 @@ def start_run_folder(
         **launch_facts(plan, dist, rt, batch),
         data_only=cfg.data_only,
         epochs=[],
+        process=liveness.this_process() if writer else None,  # who writes it while it is `running`
     )
     if writer:
         assert run_dir is not None
         try:
-            results.write_json(run_dir / results.RESULTS_FILE, record)
+            results.write_record(run_dir, record)
         except results.NoSpaceError:  # the folder holds nothing: it goes, the one line says why
             shutil.rmtree(run_dir, ignore_errors=True)
             raise
@@ -217,7 +218,7 @@ def enter_phase(phase: Phase, name: str, start: Started, received: list[int]) ->
         start.record.phase = name
         if start.writer:
             assert start.run_dir is not None
-            results.write_json(start.run_dir / results.RESULTS_FILE, start.record)
+            results.write_record(start.run_dir, start.record)
     if received:
         raise Interrupted(received[0], phase.name)
     phase.enter(name)
@@ -236,7 +237,7 @@ def interrupted_before_measuring(start: Started, signum: int, phase: str, receiv
         )
         if start.writer:
             assert start.run_dir is not None
-            results.write_json(start.run_dir / results.RESULTS_FILE, record)
+            results.write_record(start.run_dir, record)
     return record
 
 
@@ -261,6 +262,7 @@ def open_run_folder(prep: Prepared, plan: LaunchPlan, dist: DistContext, start: 
     record = schema.Results(
         schema_version=results.SCHEMA_VERSION,
         status="running",
+        process=start.record.process,
         run_name=start.record.run_name,
         command=start.record.command,
         started_at=start.record.started_at,
@@ -294,7 +296,7 @@ def open_run_folder(prep: Prepared, plan: LaunchPlan, dist: DistContext, start: 
         assert start.run_dir is not None
         results.write_json(start.run_dir / results.CONFIG_FILE, config)
         results.write_json(start.run_dir / results.ENV_FILE, env)
-        results.write_json(start.run_dir / results.RESULTS_FILE, record)
+        results.write_record(start.run_dir, record)
         echo(f"run folder: {start.run_dir}")
     return record
 
@@ -326,4 +328,4 @@ def write_progress(
     assert run_dir is not None
     results.write_csv(run_dir / results.EPOCHS_FILE, results.EPOCH_FIELDS, [e.model_dump() for e in epochs])
     results.write_csv(run_dir / results.STEPS_FILE, results.STEP_FIELDS, [r._asdict() for r in steps])
-    results.write_json(run_dir / results.RESULTS_FILE, record)
+    results.write_record(run_dir, record)

@@ -203,7 +203,7 @@ def _run_in_child(
         except results.NoSpaceError as e:  # `failed` naming the file, as rank 0 records it in one process
             folder.record_no_space(run_dir, settled, e)
             raise
-    results.write_json(run_dir / results.RESULTS_FILE, settled)
+    results.write_record(run_dir, settled)
     if drawn is not None:
         echo(drawn.text(settled))
     return RunOutcome(run_dir, settled)

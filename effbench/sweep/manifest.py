@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import errno
 import fcntl
 import hashlib
 import json
 import os
+import stat
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -30,6 +32,12 @@ if TYPE_CHECKING:
     from effbench import schema
 
 MANIFEST_FILE = "sweep.json"
+# A broken sweep.json: deleting the sweep folder would throw the finished cells away; without its manifest the
+# sweep's command rebuilds one from the cells' run folders (sweep/runner.py adopt_finished) and keeps them.
+BROKEN_FIX = (
+    f"move {MANIFEST_FILE} aside (e.g. to {MANIFEST_FILE}.broken) and run the sweep's command again: it rebuilds "
+    f"{MANIFEST_FILE} from the cells' run folders and keeps the finished ones"
+)
 LOCK_FILE = ".sweep.lock"  # held (flock) by the sweep running in the folder, for its whole life
 MANIFEST_SCHEMA = 1
 CELL_STATUSES = ("pending", "running", "ok", "oom", "diverged", "failed", "interrupted", "skipped")
@@ -86,9 +94,7 @@ def new_manifest(
 def read_manifest(folder: Path) -> dict[str, Any]:
     """Read and check sweep.json; any problem is an EffbenchError naming the file."""
     path = Path(folder) / MANIFEST_FILE
-    data = results.read_json_file(
-        path, missing="pass a sweep folder (it holds sweep.json)", fix="delete the sweep folder and run the sweep again"
-    )
+    data = results.read_json_file(path, missing="pass a sweep folder (it holds sweep.json)", fix=BROKEN_FIX)
     if not isinstance(data, dict) or data.get("kind") != "sweep":
         raise EffbenchError(str(path), "is not an effbench sweep manifest; pass a sweep folder")
     version = data.get("schema_version")
@@ -98,7 +104,7 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         )
     from effbench import schema  # pydantic: only when a file is read
 
-    schema.check(schema.Manifest, data, path, "delete the sweep folder and run the sweep again")
+    schema.check(schema.Manifest, data, path, BROKEN_FIX)
     for i, cell in enumerate(data["cells"]):
         if cell["status"] not in CELL_STATUSES:
             raise EffbenchError(
@@ -156,6 +162,12 @@ def to_run(manifest: Mapping[str, Any]) -> list[str]:
     return [c["key"] for c in manifest["cells"] if c["status"] != DONE]
 
 
+def lost(manifest: Mapping[str, Any], folder: Path) -> list[dict[str, Any]]:
+    """The cells `ok` here whose run folder (its results.json) is gone: they are not ok any more."""
+    done = [c for c in manifest["cells"] if c["status"] == DONE and c.get("run_dir")]
+    return [c for c in done if not os.path.lexists(Path(folder) / c["run_dir"] / results.RESULTS_FILE)]
+
+
 def update_cell(manifest: Mapping[str, Any], key: str, **changes: Any) -> dict[str, Any]:
     """A copy of the manifest with one cell's fields changed."""
     out = copy.deepcopy(dict(manifest))
@@ -177,6 +189,26 @@ def counts(manifest: schema.Manifest) -> dict[str, int]:
     return out
 
 
+def _open_lock(path: Path) -> int:
+    """LOCK_FILE, opened (made when absent) as the regular file it must be: never through a link (O_NOFOLLOW),
+    never a folder, FIFO or device planted under its name, each one line naming it."""
+    fd: int | None
+    try:  # O_NONBLOCK: a FIFO planted there opens at once
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
+    except OSError as e:
+        if e.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            raise EffbenchError(str(path), f"cannot be opened ({e.strerror}); fix its permissions") from None
+        fd = None
+    if fd is not None and stat.S_ISREG(os.fstat(fd).st_mode):
+        return fd
+    if fd is not None:
+        os.close(fd)
+    kind = "a symbolic link" if path.is_symlink() else "a folder" if path.is_dir() else "not a regular file"
+    raise EffbenchError(
+        str(path), f"is {kind}, not the lock file a sweep makes there; remove it and run the sweep again"
+    )
+
+
 @contextmanager
 def locked(folder: Path) -> Iterator[None]:
     """Hold the sweep folder for one sweep: an exclusive flock on LOCK_FILE in it, taken without waiting.
@@ -186,7 +218,7 @@ def locked(folder: Path) -> Iterator[None]:
     exits, SIGKILL included, so a stale lock file never blocks a resume. Where the filesystem has no locks
     (ENOLCK, some network mounts) the sweep goes on, saying so."""
     path = Path(folder) / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    fd = _open_lock(path)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

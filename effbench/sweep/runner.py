@@ -22,16 +22,18 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import json
+import os
 import shutil
 import signal as signals
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from effbench.analysis.time_to_accuracy import describe as describe_tta
 from effbench.sweep import manifest as M
-from effbench import results
+from effbench import liveness, results
 from effbench.report import outputs, render
 from effbench.errors import EffbenchError
 from effbench.report.sweep_tables import host_peak_gib
@@ -97,6 +99,65 @@ def blocked_cells(plan: SweepPlan, output: Path) -> dict[str, EffbenchError]:
             f = errs[0]
             blocked[cell.key] = EffbenchError(f.option, f"{f.message}; fix: {f.fix}" if f.fix else f.message)
     return blocked
+
+
+def check_cells(plan: SweepPlan, skip: Collection[str] = ()) -> None:
+    """What only the model can tell, for every cell before the first runs (a `--freeze last:N` beyond a cell's
+    arch's blocks failed that cell after the earlier ones had run): one line naming the cell."""
+    cells = [c for c in plan.cells if c.key not in skip and c.config.freeze_mode[0] == "last"]
+    if not cells:  # nothing to check: torch (models/) is not imported for it
+        return
+    from effbench.models import check_freeze
+
+    seen: set[tuple[str, str | None]] = set()
+    for cell in cells:
+        ident = (cell.config.arch, cell.config.freeze)
+        if ident in seen:
+            continue
+        seen.add(ident)
+        try:
+            check_freeze(cell.config)
+        except EffbenchError as e:
+            raise EffbenchError(e.option, f"cell {cell.key}: {e.message}") from None
+
+
+def same_run(identity: Mapping[str, Any], record: schema.Results) -> bool:
+    """Whether a run ran a cell's configuration (its config identity, sweep.json's `config`): every option the cell
+    sets as the run was asked for it (results.json's config, with `requested` where the run resolved a value);
+    None and auto are left to the run, which resolves them."""
+    config = record.config.model_dump(exclude_unset=True)
+    asked = {**config, **(config.get(_REQUESTED) or {})}
+    return all(
+        v is None or v == "auto" or json.dumps(asked.get(k), default=str) == json.dumps(v, default=str)
+        for k, v in identity.items()
+    )
+
+
+_REQUESTED = "requested"  # config.json's note of the values asked for where they differ from what ran (config.py)
+
+
+def adopt_finished(folder: Path, manifest: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """A sweep folder without its sweep.json (moved aside after it broke): each cell whose cells/<key>/ holds an
+    `ok` run of the cell's configuration (same_run) is ok again with it, the newest such run; the other cells
+    run as usual. Returns the manifest and how many cells it kept."""
+    kept = 0
+    for cell in manifest["cells"]:
+        cell_dir = folder / CELLS_DIR / cell["key"]
+        runs = sorted((p for p in cell_dir.iterdir() if p.is_dir()), reverse=True) if cell_dir.is_dir() else []
+        for run_dir in runs:  # newest first: a run folder's name starts with its start time
+            try:
+                record = results.load_record(run_dir)
+            except EffbenchError:  # no results.json there, or one effbench cannot read: not a finished run
+                continue
+            if record.status == "ok" and same_run(cell["config"], record):
+                manifest = M.update_cell(
+                    manifest, cell["key"], status="ok", run_dir=str(run_dir.relative_to(folder)), attempts=1,
+                    error=None, summary=cell_summary(record), started_at=record.started_at,
+                    finished_at=record.finished_at,
+                )  # fmt: skip
+                kept += 1
+                break
+    return manifest, kept
 
 
 def _stash_attempts(folder: Path, key: str) -> None:
@@ -167,10 +228,12 @@ def run_sweep(
     blocked = blocked_cells(plan, output)
     if len(blocked) == len(plan.cells):  # nothing could run: a bad input, not data
         raise next(iter(blocked.values()))
+    check_cells(plan, skip=blocked)
     folder = plan.folder
     if (
         folder.is_dir()
-        and not (folder / M.MANIFEST_FILE).exists()
+        and not os.path.lexists(folder / M.MANIFEST_FILE)
+        and not (folder / CELLS_DIR).is_dir()  # a sweep folder whose sweep.json was moved aside: rebuilt
         and any(p.name != M.LOCK_FILE for p in folder.iterdir())
     ):
         raise EffbenchError(str(folder), "exists and is not a sweep folder; choose another --name or --output")
@@ -205,10 +268,17 @@ def _run_cells(
         cells=[{"key": c.key, "params": c.params, "config": config_identity(c.config)} for c in plan.cells],
     )  # fmt: skip
     existing = M.read_manifest(folder) if (folder / M.MANIFEST_FILE).exists() else None
-    m = M.resume(existing, fresh, folder)
+    # who writes the manifest while a cell is `running`: a reader that finds this process gone shows that cell `dead`
+    m = {**M.resume(existing, fresh, folder), "process": liveness.this_process().model_dump()}
     # cells/, attempts/ and each cell's folders: never through a link out of the sweep folder (one line)
     for sub in (CELLS_DIR, ATTEMPTS_DIR, *(f"{d}/{c.key}" for c in plan.cells for d in (CELLS_DIR, ATTEMPTS_DIR))):
         outputs.folder(folder, sub)
+    if existing is None and (folder / CELLS_DIR).is_dir() and any((folder / CELLS_DIR).iterdir()):
+        m, kept = adopt_finished(folder, m)
+        echo(f"sweep {folder}: no {M.MANIFEST_FILE}; rebuilt it from the cells' run folders ({kept} finished kept)")
+    for gone in M.lost(m, folder):  # an `ok` cell whose run folder was deleted is not ok: it runs again
+        m = M.update_cell(m, gone["key"], status="pending", run_dir=None, error=None, summary=None, finished_at=None)
+        echo(f"cell {gone['key']}: its run folder {gone['run_dir']} is gone; running the cell again")
     M.write_manifest(folder, m)
     todo = M.to_run(m)
     echo(f"sweep {folder}: {len(plan.cells)} cells, {len(plan.cells) - len(todo)} already ok, {len(todo)} to run")

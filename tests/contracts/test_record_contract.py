@@ -22,6 +22,7 @@ VOCABULARY = (
 ALLOWED: dict[tuple[str, str], str] = {
     ("selftest/checks.py", "warmup_steps"): "the selftest's own --warmup-steps option and its tiny run's setting",
     ("sweep/manifest.py", "schema_version"): "sweep.json's own version key, checked before the file is typed",
+    ("sweep/manifest.py", "updated_at"): "sweep.json's own time of its last write, set by its one writer",
     ("report/render.py", "schema_version"): "summary.json's own version key, written there",
     ("sweep/series.py", "schema_version"): "scaling.json's own version key, written there",
     ("sweep/spec.py", "data_only"): "--data-only as a sweep dimension (a CLI option's name)",

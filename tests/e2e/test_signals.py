@@ -241,3 +241,34 @@ def test_a_signal_in_warm_up_reports_the_warm_up_steps_that_ran_and_no_measured_
     report = (run / "report.txt").read_text()
     assert re.search(r"\ndata wait share +-\n", report), report
     assert re.search(rf"\nwarm-up steps \(excluded\) +2 in {r['warmup']['time_s']:.3f} s\n", report), report
+
+
+def test_a_run_killed_by_sigkill_reads_dead_in_report_export_and_compare(tmp_path, capsys):
+    """SIGKILL leaves no handler a chance: results.json keeps `running`. Every reader shows the run `dead`
+    with the time of its last write (effbench/liveness.py), and leaves the file as the run left it."""
+    out = tmp_path / "out"
+    proc = _spawn(out, "epochs", ignore_sigterm=False)
+    try:
+        _wait_for_hold(proc, "epochs")
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    left = (run / "results.json").read_bytes()
+    r = json.loads(left)
+    assert r["status"] == "running" and r["process"]["pid"] == proc.pid and r["updated_at"]
+    from effbench.liveness import when
+
+    dead = f"dead (last written {when(r['updated_at'])})"
+    code, _, err = invoke(["report", run], capsys)
+    assert code == 0, err
+    status = next(line for line in (run / "report.txt").read_text().splitlines() if line.startswith("status"))
+    assert status.split(None, 1)[1].strip() == dead
+    code, printed, err = invoke(["export", run, "--format", "jsonl"], capsys)
+    assert code == 0 and json.loads(printed)["status"] == "dead", err
+    code, printed, err = invoke(["compare", run, run], capsys)
+    assert code == 0 and f"A: {run} (status {dead})" in printed, err
+    assert (run / "results.json").read_bytes() == left

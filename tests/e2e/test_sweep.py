@@ -273,6 +273,14 @@ def test_sigkill_after_two_cells_then_resume(tmp_path, capsys):
     killed = manifest(folder)
     assert [c["status"] for c in killed["cells"]] == ["ok", "ok", "running", "pending"]
     partial = next((folder / "cells" / killed["cells"][2]["key"]).iterdir())
+    # the files keep `running`; readers show the cell and its partial run `dead` (effbench/liveness.py)
+    from effbench.analysis import export
+    from effbench.report import render
+
+    _, rows = render.load_sweep(folder)
+    assert [r.status for r in rows] == ["ok", "ok", "dead", "pending"] and rows[2].shown_status.startswith("dead (last")
+    assert export.read_run(partial / "results.json").row["status"] == "dead"
+    assert manifest(folder) == killed
     first_two = {c["key"]: folder / c["run_dir"] for c in killed["cells"][:2]}
     stamps = {p: p.stat().st_mtime_ns for run in first_two.values() for p in run.rglob("*") if p.is_file()}
 

@@ -168,7 +168,7 @@ def test_results_and_manifest_readers_name_their_own_fix(tmp_path):
     with pytest.raises(EffbenchError, match="pass a run folder that holds results.json"):
         results.read_results(tmp_path)
     (tmp_path / manifest.MANIFEST_FILE).write_text("{")
-    with pytest.raises(EffbenchError, match="delete the sweep folder and run the sweep again"):
+    with pytest.raises(EffbenchError, match="move sweep.json aside .* and run the sweep's command again"):
         manifest.read_manifest(tmp_path)
 
 
