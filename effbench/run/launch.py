@@ -23,7 +23,7 @@ from effbench import results, schema
 from effbench.analysis import windows
 from effbench.config import RunConfig
 from effbench.errors import EffbenchError
-from effbench.launch.plan import LaunchPlan
+from effbench.launch.plan import LaunchPlan, child_env
 from effbench.run import folder
 from effbench.run import record as rec
 from effbench.run.folder import Echo, Reports
@@ -164,7 +164,7 @@ def _run_in_child(
     echo = echo or _silent
     echo(f"launching: {' '.join(argv)}")
     child = "torchrun" if plan.mode == "torchrun" else "the effbench worker"
-    env = {**os.environ, **plan.env}
+    env = child_env(os.environ, plan.env)  # none of the job's RANK, MASTER_*, PET_*: torchrun's argv says it all
     log_name = "torchrun.log" if plan.mode == "torchrun" else "worker.log"
     with open(spec_path.parent / log_name, "w", encoding="utf-8", errors="replace") as log:
         outcome = run_supervised(argv, env, log=log)  # the terminal gets the ranks' lines, the log everything

@@ -410,3 +410,100 @@ def test_a_rank_that_stopped_on_a_nonfinite_loss_leaves_a_diverged_marker(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["diverged-rank1.json", "spec.json"]
     marker = json.loads((tmp_path / "diverged-rank1.json").read_text())
     assert marker["rank"] == 1 and marker["diverged"]["global_step"] == 7
+
+
+# --- issue 33 section 4: launch environments that contradict or cannot connect -----------------------------
+def _job_env(**extra: str) -> dict[str, str]:
+    """This process's environment without any scheduler's or launcher's variables, then `extra`."""
+    from effbench.launch.plan import LAUNCHER_PREFIXES, LAUNCHER_VARS
+
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", *LAUNCHER_PREFIXES)) and k not in LAUNCHER_VARS
+    }
+    return {**base, **extra}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("bad", [{"RANK": "abc", "WORLD_SIZE": "2"}, {"LOCAL_WORLD_SIZE": "0"}])
+def test_an_invalid_rank_variable_is_one_line_naming_it_before_anything_starts(bad, tmp_path):
+    # RANK=abc used to end `rc 1, ChildFailedError: the effbench worker exited with 1`, the cause nowhere.
+    out = tmp_path / "out"
+    res = subprocess.run(
+        [*EFFBENCH, "run", *TINY, "--dataset", "synthetic", "--max-steps", "2", "--nproc", "1,2", "--output", str(out)],
+        capture_output=True, text=True, timeout=50, env=_job_env(**bad),
+    )  # fmt: skip
+    name = next(iter(bad))
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr[-3000:]
+    assert res.stderr.startswith(f"error: {name}: "), res.stderr
+    assert not out.exists() or not list(out.iterdir())
+
+
+def _gone(p: psutil.Process) -> bool:
+    try:
+        return p.status() == psutil.STATUS_ZOMBIE  # reaped by whoever adopted it, or about to be
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _wait_gone(p: psutil.Process, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if _gone(p):
+            return True
+        time.sleep(0.1)
+    return _gone(p)
+
+
+@pytest.mark.timeout(120)
+def test_an_isolated_worker_in_a_pod_ignores_the_jobs_ranks_and_dies_with_a_killed_effbench(tmp_path):
+    """The red-team case: a scaling series (--nproc 1,2) in a pod-like environment. The 1-process member runs
+    in an isolated `effbench worker`, which inherited RANK=1 WORLD_SIZE=2 and waited in init_process_group for
+    a rank 0 that does not exist; after SIGKILL of effbench it stayed alive as an orphan."""
+    pod = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [*EFFBENCH, "run", *TINY, "--dataset", "synthetic", "--batch-size", "4", "--max-steps", "100000",
+         "--epochs", "1", "--warmup-steps", "1", "--nproc", "1,2", "--pg-timeout-s", "30", "--output", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_job_env(**pod),
+    )  # fmt: skip
+    worker = None
+    try:
+        run = wait_for_running(out, proc)  # the worker built its run: it joined no group of two
+        (worker,) = [c for c in psutil.Process(proc.pid).children(recursive=True) if "worker" in c.cmdline()]
+        assert "RANK" not in worker.environ() and "MASTER_ADDR" not in worker.environ()
+        proc.send_signal(signal.SIGKILL)  # nothing can be forwarded: the worker must notice by itself
+        proc.wait(timeout=10)
+        assert _wait_gone(worker, 15), (worker.pid, worker.status())
+    finally:
+        kill_family(proc)
+        if worker is not None and not _gone(worker):
+            worker.kill()
+    assert json.loads((run / "results.json").read_text())["status"] in ("interrupted", "running")
+
+
+def test_an_isolated_worker_and_torchrun_get_none_of_the_jobs_rank_variables(monkeypatch, tmp_path):
+    from effbench.config import RunConfig
+    from effbench.launch import supervise
+    from effbench.launch.supervise import SupervisedResult
+    from effbench.run import launch
+
+    seen: list[dict] = []
+
+    def capture(argv, env, **_k):  # the side-effecting leaf: what the child would get
+        seen.append(dict(env))
+        return SupervisedResult(returncode=1, signal=None, failure=None)
+
+    monkeypatch.setattr(supervise, "run_supervised", capture)
+    pod = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "bench-master-0", "MASTER_PORT": "23456",
+           "PET_NNODES": "2", "TORCHELASTIC_RUN_ID": "outer", "NCCL_DEBUG": "WARN"}  # fmt: skip
+    for k, v in pod.items():
+        monkeypatch.setenv(k, v)
+    base = dict(arch="resnet18", dataset="synthetic", device="cpu", weights="none", output=tmp_path)
+    launch.run(RunConfig(**base), command=["t"], echo=None, progress=False, isolate=True)  # the isolated worker
+    launch.run(RunConfig(**base, nproc=2), command=["t"], echo=None, progress=False)  # torchrun --standalone
+    assert len(seen) == 2
+    for env in seen:
+        assert not {k for k in env if k in pod and k != "NCCL_DEBUG"}, sorted(env)
+        assert env["NCCL_DEBUG"] == "WARN" and env["OMP_NUM_THREADS"]

@@ -187,3 +187,136 @@ def test_a_reachable_multi_node_rendezvous_is_accepted(endpoint):
 
 def test_a_single_node_run_may_use_loopback():
     assert plan(device="cpu", nproc=2, rdzv_endpoint="127.0.0.1:29500").mode == "torchrun"
+
+
+# --- issue 33 section 4: a job environment that cannot be followed is one line, before anything starts -----
+SLURM_TWO = {
+    "SLURM_JOB_ID": "4242", "SLURM_NNODES": "2", "SLURM_NODEID": "1", "SLURM_PROCID": "1",
+    "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_NTASKS_PER_NODE": "1",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "env, option",
+    [
+        ({"RANK": "abc", "WORLD_SIZE": "2"}, "RANK"),  # the red-team case
+        ({"RANK": "²"}, "RANK"),  # str.isdigit() says yes, int() says no
+        ({"RANK": "-1"}, "RANK"),
+        ({"WORLD_SIZE": "0"}, "WORLD_SIZE"),
+        ({"RANK": "2", "WORLD_SIZE": "2"}, "RANK"),  # not below its size
+        ({"LOCAL_RANK": "one"}, "LOCAL_RANK"),
+        ({"LOCAL_RANK": "4", "LOCAL_WORLD_SIZE": "4"}, "LOCAL_RANK"),
+        ({"LOCAL_WORLD_SIZE": "1.5"}, "LOCAL_WORLD_SIZE"),
+        ({"NODE_RANK": "0x1"}, "NODE_RANK"),
+        ({"GROUP_RANK": " 1e3 "}, "GROUP_RANK"),
+        ({**SLURM_TWO, "SLURM_NNODES": "two"}, "SLURM_NNODES"),
+        ({**SLURM_TWO, "SLURM_NODEID": "2"}, "SLURM_NODEID"),  # node 2 of 2
+        ({**SLURM_TWO, "SLURM_PROCID": "x"}, "SLURM_PROCID"),
+        ({**SLURM_TWO, "SLURM_NTASKS_PER_NODE": "one"}, "SLURM_NTASKS_PER_NODE"),  # was silently ignored
+        ({**SLURM_TWO, "SLURM_TASKS_PER_NODE": "4(x"}, "SLURM_TASKS_PER_NODE"),
+        ({"PET_NODE_RANK": "first"}, "PET_NODE_RANK"),  # without PET_NNODES too
+        ({"PET_NNODES": "2:x"}, "PET_NNODES"),
+        ({"PET_NPROC_PER_NODE": "all"}, "PET_NPROC_PER_NODE"),
+    ],
+)
+def test_a_rank_variable_that_is_not_a_number_is_refused_naming_it(env, option):
+    with pytest.raises(EffbenchError) as info:
+        launch.check_launch_env(env)
+    assert info.value.option == option and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"RANK": "", "WORLD_SIZE": ""},  # empty reads as unset
+        {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"},  # a pod's torch variables
+        {
+            "RANK": "3",
+            "WORLD_SIZE": "4",
+            "LOCAL_RANK": "1",
+            "LOCAL_WORLD_SIZE": "2",
+            "GROUP_RANK": "1",
+        },  # a torchrun rank's
+        {"MASTER_PORT": "port"},  # read only where a rendezvous uses it (a multi-node launch: its own test)
+        SLURM_TWO,
+        {**SLURM_TWO, "PET_NNODES": "2", "PET_NODE_RANK": "1"},  # both schedulers, agreeing
+        {**SLURM_TWO, "MASTER_ADDR": "gpu07.cluster.example"},  # the first node, by its long name
+        {**SLURM_TWO, "MASTER_ADDR": "10.1.2.3"},  # an address: cannot be compared without a lookup
+        {**SLURM_TWO, "WORLD_SIZE": "8", "RANK": "1"},  # `export WORLD_SIZE=$((SLURM_NNODES*4)) RANK=$SLURM_PROCID`
+        {**SLURM_TWO, "WORLD_SIZE": "2"},  # `export WORLD_SIZE=$SLURM_NTASKS`
+    ],
+)
+def test_a_job_environment_effbench_can_follow_passes(env):
+    launch.check_launch_env(env)
+
+
+@pytest.mark.parametrize(
+    "change, option",
+    [
+        ({"PET_NNODES": "3"}, "PET_NNODES"),  # the red-team case: was silently ignored in favour of Slurm
+        ({"PET_NNODES": "3:3"}, "PET_NNODES"),
+        ({"PET_NODE_RANK": "0"}, "PET_NODE_RANK"),
+        ({"PET_MASTER_ADDR": "bench-master-0"}, "PET_MASTER_ADDR"),
+        ({"PET_MASTER_PORT": "29500"}, "PET_MASTER_PORT"),  # Slurm's is 20000 + 4242
+        ({"MASTER_ADDR": "login01"}, "MASTER_ADDR"),
+        ({"WORLD_SIZE": "3"}, "WORLD_SIZE"),  # 2 nodes cannot run 3 ranks evenly
+    ],
+)
+def test_slurm_and_kubeflow_or_torch_variables_at_odds_are_one_line_naming_both(change, option):
+    with pytest.raises(EffbenchError) as info:
+        launch.check_launch_env({**SLURM_TWO, **change})
+    assert info.value.option == option
+    # the line names what it contradicts: Slurm's variable, or Slurm's rendezvous host, port or node count
+    slurms = {"PET_NNODES": "SLURM_NNODES=2", "PET_NODE_RANK": "SLURM_NODEID=1", "PET_MASTER_PORT": "24242",
+              "WORLD_SIZE": "SLURM_NNODES=2"}  # fmt: skip
+    assert slurms.get(option, "gpu07") in info.value.message, info.value.message
+
+
+def test_the_variables_are_at_odds_outside_a_job_step_too():
+    """An sbatch script without srun: Slurm's node count beside Kubeflow's is still two jobs' worth."""
+    with pytest.raises(EffbenchError) as info:
+        launch.check_launch_env({"SLURM_JOB_ID": "1", "SLURM_NNODES": "2", "PET_NNODES": "3"})
+    assert info.value.option == "PET_NNODES"
+
+
+@pytest.mark.parametrize(
+    "env, line",
+    [
+        ({"RANK": "abc"}, "error: RANK: 'abc' is not a whole number"),
+        ({**SLURM_TWO, "PET_NNODES": "3"}, "error: PET_NNODES: PET_NNODES=3 but SLURM_NNODES=2"),
+    ],
+)
+def test_the_run_command_refuses_them_before_anything_starts(env, line, monkeypatch, capsys, tmp_path):
+    import os
+
+    from clitools import invoke
+
+    from effbench.run import launch as run_launch
+    from effbench.sweep import series
+
+    def never(*_a, **_k):
+        raise AssertionError("nothing may start")
+
+    monkeypatch.setattr(run_launch, "run", never)
+    monkeypatch.setattr(series, "run_scaling_series", never)
+    for k in [k for k in os.environ if k.startswith(("SLURM_", "PET_")) or k in launch.LAUNCHER_VARS]:
+        monkeypatch.delenv(k)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    code, out, err = invoke(["run", "--smoke", "--nproc", "1,2", "--output", tmp_path], capsys)
+    assert code == 2 and err.count("\n") == 1 and err.startswith(line), err
+    assert not tmp_path.exists() or not list(tmp_path.iterdir())
+
+
+def test_a_child_gets_none_of_the_jobs_launcher_variables():
+    pod = {
+        "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "1", "NODE_RANK": "1",
+        "MASTER_ADDR": "bench-master-0", "MASTER_PORT": "23456", "PET_NNODES": "2", "PET_NODE_RANK": "1",
+        "TORCHELASTIC_RUN_ID": "x", "TORCHELASTIC_RESTART_COUNT": "0",
+    }  # fmt: skip
+    kept = {"PATH": "/usr/bin", "SLURM_JOB_ID": "7", "NCCL_DEBUG": "INFO", "CUDA_VISIBLE_DEVICES": "0", "HOME": "/h"}
+    env = launch.child_env({**pod, **kept}, {"OMP_NUM_THREADS": "4"})
+    assert env == {**kept, "OMP_NUM_THREADS": "4"}
+    # what torchrun sets for the ranks it starts (torch/distributed/elastic/agent/server/local_elastic_agent.py)
+    assert {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"} <= set(launch.LAUNCHER_VARS)
