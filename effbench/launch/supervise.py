@@ -6,6 +6,9 @@
   torchrun.log), and the terminal gets the ranks' own lines (progress, warnings) but not torchrun's logger
   lines nor anything from the first traceback on (torchrun's ~30-line ChildFailedError, a rank's crash):
   the caller names the rank that failed and its exit code in one line, read from torchrun's failure summary.
+- Every child dies with effbench, a SIGKILLed one included: the child and each `effbench worker` ask Linux for
+  SIGTERM when their parent dies, and a worker whose SIGTERM handler cannot run (blocked in C++, such as a c10d
+  store connect) is killed by its own watchdog thread ORPHAN_GRACE_S later (exit_with_parent).
 """
 
 from __future__ import annotations
@@ -16,12 +19,18 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 import contextlib
 
 GRACE_S = 20.0  # after a forwarded signal: time for ranks to write what they measured
+# After its parent died: time for a worker to end on the parent-death SIGTERM (its record says `interrupted`)
+# before its watchdog kills it. torchrun and two ranks all ended within 11 s of a SIGKILLed effbench at load
+# average 8 on 2 cores (tests/e2e/test_distributed.py::test_sigkill_of_the_parent_leaves_no_orphan...).
+ORPHAN_GRACE_S = 15.0
+PARENT_POLL_S = 0.5  # how often the watchdog reads getppid(): one syscall, nothing on the measured path
 
 
 @dataclass
@@ -162,6 +171,31 @@ def die_with_parent(signum: int = signal.SIGTERM, parent: int | None = None) -> 
         return
     if parent is not None and os.getppid() != parent:  # the parent died before prctl took effect
         os.kill(os.getpid(), signum)
+
+
+def exit_with_parent(grace_s: float = ORPHAN_GRACE_S, poll_s: float = PARENT_POLL_S) -> threading.Thread | None:
+    """End this process when the process that started it dies, however it died (SIGKILL included).
+
+    PR_SET_PDEATHSIG delivers SIGTERM at once (die_with_parent), which the run turns into `interrupted`. But
+    Python runs a signal handler only between bytecodes of the main thread: a process blocked in C++ (a c10d
+    store connect waiting for a rank 0 that never comes, a collective) never runs it, and SIGTERM is not the
+    default action once a handler is installed (run/phases.py). So a watchdog thread (the store connect and
+    the collectives release the GIL) reads getppid() every `poll_s`; once the parent is gone it gives the
+    SIGTERM `grace_s` to end the process, then sends SIGKILL to itself. Returns the thread (None off Linux)."""
+    parent = os.getppid()
+    die_with_parent(signal.SIGTERM, parent)  # the parent gone since getppid(): SIGTERM now
+    if not sys.platform.startswith("linux"):
+        return None
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        time.sleep(grace_s)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    thread = threading.Thread(target=watch, name="effbench-parent-watch", daemon=True)
+    thread.start()
+    return thread
 
 
 def _killpg(pgid: int, signum: int) -> None:

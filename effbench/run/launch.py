@@ -13,7 +13,6 @@ import datetime as dt
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -243,9 +242,9 @@ def _plan_from_dict(d: dict[str, Any]) -> LaunchPlan:
 def worker_main(spec_path: Path) -> int:
     """`effbench worker --spec F`: what each torchrun rank runs. Returns the process exit code."""
     from effbench.launch.distributed import process_group
-    from effbench.launch.supervise import die_with_parent
+    from effbench.launch.supervise import exit_with_parent
 
-    die_with_parent(signal.SIGTERM)  # torchrun gone (SIGKILL): stop as if interrupted, never orphaned
+    exit_with_parent()  # torchrun or effbench gone (SIGKILL): stop as if interrupted, never orphaned
     spec = json.loads(Path(spec_path).read_text())
     cfg = RunConfig.from_dict(spec["config"])
     plan = _plan_from_dict(spec["plan"])

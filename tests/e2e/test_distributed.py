@@ -217,7 +217,9 @@ def test_sigkill_of_the_parent_leaves_no_orphan_and_a_readable_folder(tmp_path):
         family = psutil.Process(proc.pid).children(recursive=True)
         assert len(family) >= 3  # torchrun + two ranks
         proc.send_signal(signal.SIGKILL)  # nothing can be forwarded: the children must notice by themselves
-        proc.communicate(timeout=10)
+        # its pipes close when the last child holding them ends: 11 s at load average 8 on 2 cores (the ranks
+        # write their `interrupted` record first), so the same bound as the family's
+        proc.communicate(timeout=45)
         gone, alive = psutil.wait_procs(family, timeout=45)
     finally:
         kill_family(proc)
@@ -314,7 +316,7 @@ def test_a_rank_leaves_an_oom_marker_beside_the_spec_only_when_it_ran_out_of_mem
     }))  # fmt: skip
     monkeypatch.setenv("RANK", "1")  # with WORLD_SIZE 1 process_group joins no group (distributed.torchrun_env)
     monkeypatch.setenv("WORLD_SIZE", "1")
-    monkeypatch.setattr(supervise, "die_with_parent", lambda *_a: None)  # it would set PDEATHSIG on pytest itself
+    monkeypatch.setattr(supervise, "exit_with_parent", lambda *_a: None)  # it would set PDEATHSIG on pytest itself
 
     def run_benchmark(*_a, **_k):
         if how == "raises":
@@ -402,7 +404,7 @@ def test_a_rank_that_stopped_on_a_nonfinite_loss_leaves_a_diverged_marker(tmp_pa
     }))  # fmt: skip
     monkeypatch.setenv("RANK", "1")  # with WORLD_SIZE 1 process_group joins no group (distributed.torchrun_env)
     monkeypatch.setenv("WORLD_SIZE", "1")
-    monkeypatch.setattr(supervise, "die_with_parent", lambda *_a: None)
+    monkeypatch.setattr(supervise, "exit_with_parent", lambda *_a: None)
     outcome = record.outcome_of(Diverged(0, 3, 7, float("nan"), rank=0), received=[], phase="epochs")
     ended = record.ended({"schema_version": 1, "status": "running"}, outcome)
     monkeypatch.setattr(launch, "run_benchmark", lambda *_a, **_k: launch.RunOutcome(None, ended))
@@ -481,6 +483,43 @@ def test_an_isolated_worker_in_a_pod_ignores_the_jobs_ranks_and_dies_with_a_kill
         if worker is not None and not _gone(worker):
             worker.kill()
     assert json.loads((run / "results.json").read_text())["status"] in ("interrupted", "running")
+
+
+# A parent that starts a child which ignores SIGTERM, as a rank blocked in C++ (a c10d store connect, a
+# collective) does: Python runs the handler only between bytecodes of the main thread, and none runs there.
+_PARENT = """
+import subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", sys.argv[1]])
+time.sleep(600)
+"""
+_STUCK_CHILD = """
+import os, signal, time
+from effbench.launch.supervise import exit_with_parent
+exit_with_parent(grace_s=1.0, poll_s=0.1)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print(os.getpid(), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_deaf_to_sigterm_is_killed_by_its_watchdog_once_its_parent_dies():
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT, _STUCK_CHILD], stdout=subprocess.PIPE, text=True)
+    child = None
+    try:
+        assert parent.stdout is not None
+        child = psutil.Process(int(parent.stdout.readline()))
+        assert child.ppid() == parent.pid
+        parent.kill()
+        parent.wait(timeout=10)
+        t0 = time.monotonic()
+        assert _wait_gone(child, 20), "the orphan outlived its watchdog"
+        assert time.monotonic() - t0 > 0.5  # SIGTERM did nothing: the watchdog's SIGKILL after its grace did
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        if child is not None and not _gone(child):
+            child.kill()
 
 
 def test_an_isolated_worker_and_torchrun_get_none_of_the_jobs_rank_variables(monkeypatch, tmp_path):
