@@ -404,6 +404,27 @@ def check_schedulers_agree(env: Mapping[str, str]) -> None:
         )
 
 
+def rendezvous_source(endpoint: str, env: Mapping[str, str]) -> tuple[str, str]:
+    """Where the run's rendezvous HOST:PORT came from, as (the host's variable or option, the port's): Slurm's
+    node list and MASTER_PORT or job id, Kubeflow's PET_MASTER_ADDR / PET_MASTER_PORT (or the MASTER_* ones),
+    else --rdzv-endpoint, as cli/app.py fills it in. For messages only: a malformed environment reads as the
+    option."""
+    try:
+        slurm = slurm_settings(env)
+        if slurm is not None:
+            if slurm.rdzv_endpoint == endpoint:
+                host_var = "SLURM_JOB_NODELIST" if env.get("SLURM_JOB_NODELIST") else "SLURM_NODELIST"
+                return host_var, "MASTER_PORT" if env.get("MASTER_PORT", "").strip() else "SLURM_JOB_ID"
+        else:
+            kube = kubeflow_settings(env)
+            if kube is not None and kube.rdzv_endpoint == endpoint:
+                host_var = "PET_MASTER_ADDR" if env.get("PET_MASTER_ADDR", "").strip() else "MASTER_ADDR"
+                return host_var, "PET_MASTER_PORT" if env.get("PET_MASTER_PORT", "").strip() else "MASTER_PORT"
+    except EffbenchError:
+        pass
+    return "--rdzv-endpoint", "--rdzv-endpoint"
+
+
 def child_env(env: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
     """The environment of a child effbench starts (torchrun, or an isolated worker): `env` without the job's
     launcher variables (LAUNCHER_VARS, PET_*, TORCHELASTIC_*), then `extra`.

@@ -428,6 +428,25 @@ def _job_env(**extra: str) -> dict[str, str]:
 
 
 @pytest.mark.timeout(60)
+def test_an_unresolvable_slurm_rendezvous_host_is_one_line_before_torchrun(tmp_path):
+    # The red-team case took 139 s and printed torchrun's C++ frames. `.invalid` never resolves (RFC 6761), so
+    # this holds on any machine; the resolver is bounded (preflight.RESOLVE_TIMEOUT_S) where DNS is dead.
+    env = _job_env(SLURM_JOB_ID="77", SLURM_NNODES="2", SLURM_NODEID="1", SLURM_PROCID="1",
+                   SLURM_NTASKS_PER_NODE="1", SLURM_JOB_NODELIST="n1.invalid")  # fmt: skip
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    res = subprocess.run(
+        [*EFFBENCH, "run", *TINY, "--dataset", "synthetic", "--max-steps", "2", "--output", str(out)],
+        capture_output=True, text=True, timeout=50, env=env,
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert res.stderr.count("\n") == 1 and "frame #" not in res.stderr, res.stderr[-3000:]
+    assert res.stderr.startswith("error: SLURM_JOB_NODELIST: the rendezvous host 'n1.invalid'"), res.stderr
+    assert time.monotonic() - t0 < 45  # no torchrun retrying the store
+    assert not out.exists() or not list(out.iterdir())
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("bad", [{"RANK": "abc", "WORLD_SIZE": "2"}, {"LOCAL_WORLD_SIZE": "0"}])
 def test_an_invalid_rank_variable_is_one_line_naming_it_before_anything_starts(bad, tmp_path):
     # RANK=abc used to end `rc 1, ChildFailedError: the effbench worker exited with 1`, the cause nowhere.

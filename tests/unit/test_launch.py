@@ -320,3 +320,170 @@ def test_a_child_gets_none_of_the_jobs_launcher_variables():
     assert env == {**kept, "OMP_NUM_THREADS": "4"}
     # what torchrun sets for the ranks it starts (torch/distributed/elastic/agent/server/local_elastic_agent.py)
     assert {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"} <= set(launch.LAUNCHER_VARS)
+
+
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        (SLURM_TWO, ("SLURM_JOB_NODELIST", "SLURM_JOB_ID")),
+        ({**SLURM_TWO, "MASTER_PORT": "31000"}, ("SLURM_JOB_NODELIST", "MASTER_PORT")),
+        ({"PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_MASTER_ADDR": "gpu07", "PET_MASTER_PORT": "24242"},
+         ("PET_MASTER_ADDR", "PET_MASTER_PORT")),
+        ({}, ("--rdzv-endpoint", "--rdzv-endpoint")),
+    ],
+)  # fmt: skip
+def test_the_rendezvous_names_where_it_came_from(env, expected):
+    assert launch.rendezvous_source("gpu07:24242" if "MASTER_PORT" not in env else "gpu07:31000", env) == expected
+
+
+# --- the rendezvous host resolves and answers before torchrun starts (system/preflight.py) -----------------
+def _rdzv_probes(
+    *, resolves=("10.0.0.7",), problem=None, local=False, knocks=("answered", "refused: nothing listens yet")
+):
+    from effbench.system.preflight import Probes, Resolved
+
+    seen: list = []
+
+    def knock(address, port):
+        seen.append((address, port))
+        return knocks
+
+    probes = Probes(
+        resolve=lambda host: Resolved(() if problem else tuple(resolves), problem),
+        local_address=lambda a: local,
+        knock=knock,
+    )
+    return probes, seen
+
+
+def _rdzv_cfg(endpoint="gpu07:24242", nnodes=2):
+    from effbench.config import RunConfig
+
+    return RunConfig(dataset="synthetic", device="cpu", nnodes=nnodes, node_rank=nnodes - 1, rdzv_endpoint=endpoint)
+
+
+def test_an_unresolvable_slurm_host_is_one_error_naming_the_host_and_its_variable():
+    from effbench.system.preflight import check_rendezvous_host
+
+    env = {**SLURM_TWO, "SLURM_JOB_NODELIST": "n1"}  # the red-team case: n1 names no host here
+    probes, knocked = _rdzv_probes(problem="Name or service not known")
+    (f,) = check_rendezvous_host(_rdzv_cfg("n1:24242"), env, probes)
+    assert (f.level, f.option) == ("error", "SLURM_JOB_NODELIST")
+    assert "'n1'" in f.message and "SLURM_JOB_NODELIST=n1" in f.message and "Name or service not known" in f.message
+    assert knocked == []  # nothing to knock on
+
+
+@pytest.mark.parametrize(
+    "env, endpoint, option",
+    [
+        ({"PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_MASTER_ADDR": "bench-master-0", "PET_MASTER_PORT": "23456"},
+         "bench-master-0:23456", "PET_MASTER_ADDR"),
+        ({"PET_NNODES": "2", "PET_NODE_RANK": "1", "MASTER_ADDR": "bench-master-0", "MASTER_PORT": "23456"},
+         "bench-master-0:23456", "MASTER_ADDR"),
+        ({}, "nosuchnode.invalid:29500", "--rdzv-endpoint"),
+        (SLURM_TWO, "other:29500", "--rdzv-endpoint"),  # --rdzv-endpoint given beside Slurm's: the option's
+    ],
+)  # fmt: skip
+def test_an_unresolvable_host_names_where_it_came_from(env, endpoint, option):
+    from effbench.system.preflight import check_rendezvous_host
+
+    probes, _ = _rdzv_probes(problem="Name or service not known")
+    (f,) = check_rendezvous_host(_rdzv_cfg(endpoint), env, probes)
+    assert (f.level, f.option) == ("error", option)
+
+
+@pytest.mark.parametrize(
+    "local, knocks, level",
+    [
+        (True, None, "ok"),  # this node hosts the store: its port is not tried (a store of this job may hold it)
+        (False, ("answered", "open"), "ok"),
+        (False, ("answered", "refused: nothing listens yet"), "ok"),  # the host's torchrun has not started yet
+        (False, ("unreachable", "No route to host"), "error"),
+        (False, ("silent", "no answer within 3 s"), "warning"),  # a firewall that drops, or a slow network
+    ],
+)
+def test_the_port_is_tried_from_a_node_that_does_not_host_the_store(local, knocks, level):
+    from effbench.system.preflight import check_rendezvous_host
+
+    probes, knocked = _rdzv_probes(local=local, knocks=knocks)
+    (f,) = check_rendezvous_host(_rdzv_cfg(), SLURM_TWO, probes)
+    assert f.level == level
+    assert knocked == ([] if local else [("10.0.0.7", 24242)])
+    if level != "ok":
+        assert "gpu07:24242" in f.message and "SLURM_JOB_NODELIST" in f.message and "SLURM_JOB_ID" in f.message
+
+
+def test_a_single_node_run_looks_nothing_up():
+    from effbench.system.preflight import check_rendezvous_host
+
+    probes, _ = _rdzv_probes(problem="must not be asked")
+    assert check_rendezvous_host(_rdzv_cfg(nnodes=1), {}, probes) == []
+    assert check_rendezvous_host(_rdzv_cfg(endpoint=None, nnodes=1), {}, probes) == []
+
+
+def test_a_resolver_that_does_not_answer_is_bounded(monkeypatch):
+    import socket
+    import threading
+    import time
+
+    from effbench.system import preflight
+
+    release = threading.Event()
+
+    def hangs(*_a, **_k):  # a name server that never answers (glibc waits resolv.conf's timeout x attempts)
+        release.wait(30)
+        raise socket.gaierror(-3, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(socket, "getaddrinfo", hangs)
+    t0 = time.monotonic()
+    try:
+        got = preflight.resolve_host("n1", timeout_s=0.3)
+    finally:
+        release.set()
+    assert time.monotonic() - t0 < 5
+    assert got.addresses == () and "no answer from the resolver within 0.3 s" in got.problem
+
+
+def test_the_real_probes_agree_with_this_machine():
+    """Loopback is this node's; a refused port on it is an answer (nothing sent, nothing listening)."""
+    import socket
+
+    from effbench.system import preflight
+
+    assert preflight.resolve_host("localhost").addresses
+    assert preflight.is_local_address("127.0.0.1") and not preflight.is_local_address("192.0.2.1")  # TEST-NET-1
+    with socket.socket() as s:  # a port that was free a moment ago, now closed: refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert preflight.knock("127.0.0.1", port)[0] == "answered"
+
+
+def test_the_run_command_stops_on_an_unresolvable_slurm_host_before_torchrun(monkeypatch, capsys, tmp_path):
+    """The red-team case end to end in this process, the leaf patched: getaddrinfo says n1 does not exist."""
+    import os
+    import socket
+
+    from clitools import invoke
+
+    from effbench.launch import supervise
+
+    real = socket.getaddrinfo
+
+    def no_n1(host, *a, **k):
+        if host == "n1":
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return real(host, *a, **k)
+
+    def never(*_a, **_k):
+        raise AssertionError("torchrun must not start")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_n1)
+    monkeypatch.setattr(supervise, "run_supervised", never)
+    for k in [k for k in os.environ if k.startswith(("SLURM_", "PET_")) or k in launch.LAUNCHER_VARS]:
+        monkeypatch.delenv(k)
+    for k, v in {**SLURM_TWO, "SLURM_JOB_NODELIST": "n1"}.items():
+        monkeypatch.setenv(k, v)
+    code, out, err = invoke(["run", "--smoke", "--output", tmp_path / "out"], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("error: SLURM_JOB_NODELIST: the rendezvous host 'n1'") and "does not resolve" in err
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
