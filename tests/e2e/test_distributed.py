@@ -541,6 +541,33 @@ def test_a_worker_deaf_to_sigterm_is_killed_by_its_watchdog_once_its_parent_dies
             child.kill()
 
 
+@pytest.mark.timeout(60)
+def test_a_worker_that_crashed_before_its_run_says_why_in_the_one_error_line(monkeypatch, tmp_path):
+    """No run folder keeps the worker's log when it crashed before building its run: the cause goes in the
+    message (the red-team's RANK=abc worker ended `the effbench worker exited with 1`, int('abc') nowhere)."""
+    from effbench.config import RunConfig
+    from effbench.launch import supervise
+    from effbench.run import launch
+
+    real = supervise.run_supervised
+
+    def crashing_worker(argv, env, **kw):  # the real supervisor, on a child that crashes as that worker did
+        crash = "import sys; print('starting', file=sys.stderr); int('abc')"
+        return real([sys.executable, "-c", crash], env, **kw)
+
+    def in_this_process(*_a, **_k):
+        raise AssertionError("an isolated run must not train in the parent")
+
+    monkeypatch.setattr(supervise, "run_supervised", crashing_worker)
+    monkeypatch.setattr(launch, "run_benchmark", in_this_process)
+    cfg = RunConfig(arch="resnet18", dataset="synthetic", device="cpu", weights="none", output=tmp_path)
+    outcome = launch.run(cfg, command=["t"], echo=lambda _s: None, progress=False, isolate=True)
+    assert outcome.run_dir is None and outcome.results.status == "failed"
+    assert outcome.results.error.message == (
+        "the effbench worker exited with 1: ValueError: invalid literal for int() with base 10: 'abc'"
+    )
+
+
 def test_an_isolated_worker_and_torchrun_get_none_of_the_jobs_rank_variables(monkeypatch, tmp_path):
     from effbench.config import RunConfig
     from effbench.launch import supervise

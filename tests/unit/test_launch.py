@@ -487,3 +487,80 @@ def test_the_run_command_stops_on_an_unresolvable_slurm_host_before_torchrun(mon
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith("error: SLURM_JOB_NODELIST: the rendezvous host 'n1'") and "does not resolve" in err
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+# --- a failed child's cause reaches the terminal (launch/supervise.py) ------------------------------------
+# What torchrun 2.14 printed when node 1 could not reach its rendezvous host n1 (torch.distributed.run
+# --nnodes 2 --rdzv-endpoint n1:24242 --rdzv-conf read_timeout=5 on this machine), cut to its shape: c10d's C++
+# log lines, a C++ exception's stack, then the Python traceback chain.
+RDZV_FAILURE = """\
+node_rank is only used for static rdzv_backend. It will be ignored for rdzv_backend=c10d.
+[W1127 00:32:21.720287122 socket.cpp:764] [c10d] The IPv6 network addresses of (n1, 24242) cannot be retrieved (gai error: -2 - Name or service not known).
+[E1127 00:32:26.508025788 socket.cpp:1028] [c10d] The client socket has timed out after 5000ms while trying to connect to (n1, 24242).
+Exception raised from throwTimeoutError at /__w/pytorch/pytorch/torch/csrc/distributed/c10d/socket.cpp:1030 (most recent call first):
+frame #0: c10::Error::Error(c10::SourceLocation, std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >) + 0x9d (0x7f45dbf5e60d in libc10.so)
+<omitting python frames>
+frame #39: _start + 0x21 (0x55ed6f513081 in /work/main/.venv/bin/python)
+
+Traceback (most recent call last):
+  File "torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py", line 156, in _create_tcp_store
+    store = TCPStore(
+            ^^^^^^^^^
+torch.distributed.DistNetworkError: The client socket has timed out after 5000ms while trying to connect to (n1, 24242).
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py", line 180, in _create_tcp_store
+    raise RendezvousConnectionError(
+torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. See inner exception for details.
+""".splitlines(keepends=True)
+
+
+def test_the_last_meaningful_line_of_a_failed_rendezvous_names_the_host():
+    from effbench.launch.supervise import last_meaningful_line
+
+    assert last_meaningful_line(RDZV_FAILURE) == (
+        "RendezvousConnectionError: The connection to the C10d store has failed. See inner exception for details. "
+        "(DistNetworkError: The client socket has timed out after 5000ms while trying to connect to (n1, 24242).)"
+    )
+
+
+@pytest.mark.parametrize(
+    "text, line",
+    [
+        ('Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
+         "ValueError: invalid literal for int() with base 10: 'abc'\n",
+         "ValueError: invalid literal for int() with base 10: 'abc'"),  # the isolated worker's RANK=abc
+        ("epoch 1/1 step 1/9\nKilled by the kernel\n", "Killed by the kernel"),  # no traceback: the last plain line
+        ("frame #0: x + 0x1 (0x1 in a.so)\n[W1127 00:32:21.720287122 socket.cpp:764] [c10d] x\n", None),
+        ("", None),
+        ("RuntimeError: " + "x" * 1000 + "\n", "RuntimeError: " + "x" * 383 + "..."),
+    ],
+)  # fmt: skip
+def test_the_last_meaningful_line_skips_frames_and_logger_lines(text, line):
+    from effbench.launch.supervise import last_meaningful_line
+
+    assert last_meaningful_line(text.splitlines(keepends=True)) == line
+
+
+def test_c10d_log_lines_and_cpp_frames_stay_off_the_terminal():
+    from effbench.launch.supervise import TRACEBACK_START, for_terminal
+
+    shown, after = [], False
+    for line in RDZV_FAILURE:  # as run_supervised's reader goes through torchrun's stderr
+        after = after or line.startswith(TRACEBACK_START)
+        if for_terminal(line, after_traceback=after):
+            shown.append(line)
+    assert shown == [RDZV_FAILURE[0], "\n"]  # torchrun's own notice; the rest is in the log
+
+
+def test_a_node_without_results_says_why_its_child_failed():
+    from effbench.launch.supervise import SupervisedResult
+    from effbench.run import record
+
+    why = "ValueError: invalid literal for int() with base 10: 'abc'"
+    got = record.record_without_results(SupervisedResult(1, None, None, last_line=why), [], "the effbench worker")
+    assert got.status == "failed" and got.error.message == f"the effbench worker exited with 1: {why}"
+    stopped = record.record_without_results(SupervisedResult(143, 15, None, last_line=why), [], "torchrun")
+    assert stopped.status == "interrupted" and stopped.error.message == "torchrun exited with 143"  # the signal's doing
