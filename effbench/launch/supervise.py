@@ -4,8 +4,12 @@
   exited after a grace period it is killed, so no process is left behind. Exit code 128 + signal.
 - torchrun's stderr is read line by line: all of it goes to `log` (the caller keeps it in the run folder as
   torchrun.log), and the terminal gets the ranks' own lines (progress, warnings) but not torchrun's logger
-  lines nor anything from the first traceback on (torchrun's ~30-line ChildFailedError, a rank's crash):
-  the caller names the rank that failed and its exit code in one line, read from torchrun's failure summary.
+  lines, c10d's C++ log lines and stack frames, nor anything from the first traceback on (torchrun's
+  ~30-line ChildFailedError, a rank's crash): the caller names the rank that failed and its exit code in one
+  line, read from torchrun's failure summary, or else the child's last meaningful line (last_meaningful_line).
+- Every child dies with effbench, a SIGKILLed one included: the child and each `effbench worker` ask Linux for
+  SIGTERM when their parent dies, and a worker whose SIGTERM handler cannot run (blocked in C++, such as a c10d
+  store connect) is killed by its own watchdog thread ORPHAN_GRACE_S later (exit_with_parent).
 """
 
 from __future__ import annotations
@@ -16,12 +20,18 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 import contextlib
 
 GRACE_S = 20.0  # after a forwarded signal: time for ranks to write what they measured
+# After its parent died: time for a worker to end on the parent-death SIGTERM (its record says `interrupted`)
+# before its watchdog kills it. torchrun and two ranks all ended within 11 s of a SIGKILLed effbench at load
+# average 8 on 2 cores (tests/e2e/test_distributed.py::test_sigkill_of_the_parent_leaves_no_orphan...).
+ORPHAN_GRACE_S = 15.0
+PARENT_POLL_S = 0.5  # how often the watchdog reads getppid(): one syscall, nothing on the measured path
 
 
 @dataclass
@@ -43,10 +53,19 @@ class SupervisedResult:
     returncode: int
     signal: int | None  # the signal effbench received and forwarded, if any
     failure: ChildFailure | None
+    last_line: str | None = None
+    """The child's last meaningful stderr line (last_meaningful_line): the cause when torchrun names no rank
+    (a rendezvous that failed, a worker that crashed before training)."""
 
 
 # torchrun's logger (torch/distributed/elastic, glog-like): "W1125 06:28:43.286000 6199 torch/.../api.py:1028] ..."
 _TORCHRUN_LOG_RE = re.compile(r"^[IWEDF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\] ")
+# c10d's C++ logger ("[W1127 00:32:21.720287122 socket.cpp:764] [c10d] ...") and a C++ exception's stack
+# ("Exception raised from ... (most recent call first):", "frame #3: ...", "<omitting python frames>")
+_CPP_LOG_RE = re.compile(r"^\[[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ ")
+_CPP_FRAME_RE = re.compile(r"^(?:frame #\d+: |Exception raised from |<omitting python frames>)")
+# A Python exception line at the end of a traceback: "torch.distributed.DistNetworkError: The client socket ..."
+_EXCEPTION_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure))(?::\s*(.*))?$")
 TRACEBACK_START = "Traceback (most recent call last):"
 _RANK_RE = re.compile(r"^\s*rank\s*:\s*(\d+)")
 _EXIT_RE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
@@ -78,7 +97,40 @@ def parse_failure(lines: Sequence[str]) -> ChildFailure | None:
 
 def for_terminal(line: str, *, after_traceback: bool) -> bool:
     """Whether a line of torchrun's stderr goes to the terminal (every line goes to the log)."""
-    return not after_traceback and not _TORCHRUN_LOG_RE.match(line) and not line.startswith(TRACEBACK_START)
+    return (
+        not after_traceback
+        and not _TORCHRUN_LOG_RE.match(line)
+        and not _CPP_LOG_RE.match(line)
+        and not _CPP_FRAME_RE.match(line)
+        and not line.startswith(TRACEBACK_START)
+    )
+
+
+def last_meaningful_line(lines: Sequence[str], limit: int = 400) -> str | None:
+    """Why a child failed, in one line: the exception that ended its last Python traceback, with the one it
+    was raised from when it defers to it (torch's RendezvousConnectionError says only "See inner exception");
+    without a traceback, its last line that is not a C++ frame or logger line. At most `limit` characters."""
+    exceptions = [
+        (m.group(1).rsplit(".", 1)[-1], (m.group(2) or "").strip()) for m in map(_EXCEPTION_RE.match, lines) if m
+    ]
+    if exceptions:
+        name, message = exceptions[-1]
+        text = f"{name}: {message}" if message else name
+        if len(exceptions) > 1 and re.search(r"inner exception|see above", message, re.IGNORECASE):
+            inner, inner_message = exceptions[-2]
+            text += f" ({inner}: {inner_message})" if inner_message else f" ({inner})"
+    else:
+        plain = [
+            line.strip()
+            for line in lines
+            if line.strip() and not _TORCHRUN_LOG_RE.match(line) and not _CPP_LOG_RE.match(line)
+            and not _CPP_FRAME_RE.match(line) and not line.startswith((" ", "\t"))
+        ]  # fmt: skip
+        if not plain:
+            return None
+        text = plain[-1]
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def run_supervised(
@@ -140,6 +192,7 @@ def run_supervised(
         returncode=proc.returncode,
         signal=received[0] if received else None,
         failure=None if received else parse_failure(lines),
+        last_line=last_meaningful_line(lines) if proc.returncode else None,
     )
 
 
@@ -162,6 +215,31 @@ def die_with_parent(signum: int = signal.SIGTERM, parent: int | None = None) -> 
         return
     if parent is not None and os.getppid() != parent:  # the parent died before prctl took effect
         os.kill(os.getpid(), signum)
+
+
+def exit_with_parent(grace_s: float = ORPHAN_GRACE_S, poll_s: float = PARENT_POLL_S) -> threading.Thread | None:
+    """End this process when the process that started it dies, however it died (SIGKILL included).
+
+    PR_SET_PDEATHSIG delivers SIGTERM at once (die_with_parent), which the run turns into `interrupted`. But
+    Python runs a signal handler only between bytecodes of the main thread: a process blocked in C++ (a c10d
+    store connect waiting for a rank 0 that never comes, a collective) never runs it, and SIGTERM is not the
+    default action once a handler is installed (run/phases.py). So a watchdog thread (the store connect and
+    the collectives release the GIL) reads getppid() every `poll_s`; once the parent is gone it gives the
+    SIGTERM `grace_s` to end the process, then sends SIGKILL to itself. Returns the thread (None off Linux)."""
+    parent = os.getppid()
+    die_with_parent(signal.SIGTERM, parent)  # the parent gone since getppid(): SIGTERM now
+    if not sys.platform.startswith("linux"):
+        return None
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        time.sleep(grace_s)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    thread = threading.Thread(target=watch, name="effbench-parent-watch", daemon=True)
+    thread.start()
+    return thread
 
 
 def _killpg(pgid: int, signum: int) -> None:

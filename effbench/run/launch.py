@@ -13,7 +13,6 @@ import datetime as dt
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -23,7 +22,7 @@ from effbench import results, schema
 from effbench.analysis import windows
 from effbench.config import RunConfig
 from effbench.errors import EffbenchError
-from effbench.launch.plan import LaunchPlan
+from effbench.launch.plan import LaunchPlan, child_env
 from effbench.run import folder
 from effbench.run import record as rec
 from effbench.run.folder import Echo, Reports
@@ -164,7 +163,7 @@ def _run_in_child(
     echo = echo or _silent
     echo(f"launching: {' '.join(argv)}")
     child = "torchrun" if plan.mode == "torchrun" else "the effbench worker"
-    env = {**os.environ, **plan.env}
+    env = child_env(os.environ, plan.env)  # none of the job's RANK, MASTER_*, PET_*: torchrun's argv says it all
     log_name = "torchrun.log" if plan.mode == "torchrun" else "worker.log"
     with open(spec_path.parent / log_name, "w", encoding="utf-8", errors="replace") as log:
         outcome = run_supervised(argv, env, log=log)  # the terminal gets the ranks' lines, the log everything
@@ -243,9 +242,9 @@ def _plan_from_dict(d: dict[str, Any]) -> LaunchPlan:
 def worker_main(spec_path: Path) -> int:
     """`effbench worker --spec F`: what each torchrun rank runs. Returns the process exit code."""
     from effbench.launch.distributed import process_group
-    from effbench.launch.supervise import die_with_parent
+    from effbench.launch.supervise import exit_with_parent
 
-    die_with_parent(signal.SIGTERM)  # torchrun gone (SIGKILL): stop as if interrupted, never orphaned
+    exit_with_parent()  # torchrun or effbench gone (SIGKILL): stop as if interrupted, never orphaned
     spec = json.loads(Path(spec_path).read_text())
     cfg = RunConfig.from_dict(spec["config"])
     plan = _plan_from_dict(spec["plan"])

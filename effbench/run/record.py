@@ -455,11 +455,19 @@ def settle_with_torchrun(
         rank0_error = record.error if record.status == "failed" else None
         record.status = "failed"
         record.signal = None
-        message = outcome.failure.describe() if outcome.failure else f"torchrun exited with code {outcome.returncode}"
+        message = outcome.failure.describe() if outcome.failure else _exited("torchrun", outcome, "with code ")
         record.error = schema.Error(type="ChildFailedError", message=_then_rank0(message, rank0_error))
         if rank0_error is not None:
             record.error.rank0_error = rank0_error
     return _tidy(record)
+
+
+def _exited(child: str, outcome: SupervisedResult, code: str = "") -> str:
+    """`torchrun exited with 1: <why>`: the child's last meaningful line (supervise.last_meaningful_line) when it
+    named no failed rank (a rendezvous that failed, a worker that crashed before its run was built), so the
+    cause is on the terminal even where no run folder keeps the child's log."""
+    said = f"{child} exited with {code}{outcome.returncode}"
+    return f"{said}: {outcome.last_line}" if outcome.last_line and not outcome.signal else said
 
 
 def record_without_results(
@@ -476,7 +484,7 @@ def record_without_results(
     if diverged and not outcome.signal:
         first = min(diverged, key=lambda d: d.rank)
         return ended(record, Outcome("diverged", diverged=first.diverged, error=first.error))
-    message = outcome.failure.describe() if outcome.failure else f"{child} exited with {outcome.returncode}"
+    message = outcome.failure.describe() if outcome.failure else _exited(child, outcome)
     error = schema.Error(type="ChildFailedError", message=message)
     if outcome.signal:
         return ended(record, Outcome("interrupted", signal=outcome.signal, error=error))

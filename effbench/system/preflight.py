@@ -19,6 +19,8 @@ private folder under the temp dir, which `raise_on_errors` applies to the enviro
 
 from __future__ import annotations
 
+import errno
+import ipaddress
 import math
 import os
 import re
@@ -26,6 +28,7 @@ import resource
 import socket
 import sys
 import tempfile
+import threading
 import urllib.parse
 import warnings
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
@@ -213,6 +216,76 @@ def can_reach(url: str, timeout_s: float = 3.0) -> bool:
         return False
 
 
+# A lookup or a knock on the rendezvous port may delay a multi-node start by this much, no more: glibc's
+# resolver waits resolv.conf's `timeout` (5 s) per attempt when a name server does not answer.
+RESOLVE_TIMEOUT_S = 5.0
+KNOCK_TIMEOUT_S = 3.0
+
+
+@dataclass(frozen=True)
+class Resolved:
+    addresses: tuple[str, ...] = ()
+    problem: str | None = None
+    """Why the name has no address: the resolver's words, or no answer within the bound."""
+
+
+def resolve_host(host: str, timeout_s: float = RESOLVE_TIMEOUT_S) -> Resolved:
+    """The addresses of `host` (socket.getaddrinfo, what c10d's TCPStore client asks too), within `timeout_s`:
+    getaddrinfo takes no timeout, so it runs in a daemon thread that is left behind if it does not answer."""
+    box: list[Resolved] = []
+
+    def look() -> None:
+        try:
+            infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+            box.append(Resolved(tuple(dict.fromkeys(str(info[4][0]) for info in infos))))
+        except (OSError, UnicodeError) as e:  # socket.gaierror is an OSError; a label over 63 bytes: UnicodeError
+            box.append(Resolved(problem=(e.strerror if isinstance(e, OSError) and e.strerror else str(e))))
+
+    thread = threading.Thread(target=look, name="effbench-resolve", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if not box:
+        return Resolved(problem=f"no answer from the resolver within {timeout_s:g} s")
+    return box[0] if box[0].addresses or box[0].problem else Resolved(problem="no address")
+
+
+def is_local_address(address: str) -> bool:
+    """`address` is this machine's (loopback, or one a socket can bind to): this node hosts the c10d store, as
+    torchrun decides from the endpoint (c10d_rendezvous_backend._matches_machine_hostname)."""
+    try:
+        ip = ipaddress.ip_address(address.split("%")[0])
+    except ValueError:
+        return False
+    if ip.is_loopback:
+        return True
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((address, 0))  # EADDRNOTAVAIL unless one of this machine's interfaces holds it
+    except OSError:
+        return False
+    return True
+
+
+def knock(
+    address: str, port: int, timeout_s: float = KNOCK_TIMEOUT_S
+) -> tuple[Literal["answered", "unreachable", "silent"], str]:
+    """Open a TCP connection to `address`:`port` and close it (nothing is sent). `answered`: it opened, or the
+    host refused it (the host is up; its store opens when its node starts); `unreachable`: no route to it
+    (EHOSTUNREACH, ENETUNREACH); `silent`: no answer within `timeout_s` (a firewall that drops, a slow network)."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout_s):
+            return "answered", "open"
+    except ConnectionRefusedError:
+        return "answered", "refused: nothing listens yet"
+    except TimeoutError:
+        return "silent", f"no answer within {timeout_s:g} s"
+    except OSError as e:
+        if e.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EADDRNOTAVAIL):
+            return "unreachable", e.strerror or str(e)
+        return "silent", e.strerror or str(e)
+
+
 def host_memory_available() -> int | None:
     """Bytes of host memory available to new allocations (psutil's `available`); None without psutil."""
     try:
@@ -259,6 +332,9 @@ class Probes:
     uid: Callable[[], int] = os.getuid
     has_passwd_entry: Callable[[int], bool] = _has_passwd_entry
     mountinfo: Callable[[], str | None] = read_mountinfo
+    resolve: Callable[[str], Resolved] = resolve_host
+    local_address: Callable[[str], bool] = is_local_address
+    knock: Callable[[str, int], tuple[str, str]] = knock
 
 
 # --------------------------------------------------------------------------------------------------
@@ -718,6 +794,80 @@ def _check_arch(gpu: GpuState, bad: Level, option: str) -> list[Finding]:
     return [Finding("ok", "arch", f"every visible GPU is in the arch list ({' '.join(gpu.arch_list)})")]
 
 
+def _rendezvous_fix(host_var: str, host: str) -> str:
+    if host_var.startswith("SLURM_"):
+        return (
+            f"run inside the allocation with srun, where every node resolves the others (getent hosts {host}), "
+            "or pass --rdzv-endpoint HOST:PORT with a host every node can reach"
+        )
+    if "MASTER_ADDR" in host_var:
+        return (
+            "the master pod's Service must resolve from this pod (check the job's master Service and the pod's "
+            f"dnsPolicy: getent hosts {host})"
+        )
+    return f"pass a host every node can resolve (getent hosts {host}) or its address: --rdzv-endpoint ADDRESS:PORT"
+
+
+def check_rendezvous_host(cfg: RunConfig, env: Mapping[str, str], probes: Probes) -> list[Finding]:
+    """A multi-node run's rendezvous host resolves, and, from a node that does not host the store, its port
+    answers: else torchrun retries the c10d store for minutes, prints pages of C++ frames and ends in a
+    ChildFailedError. The error names the variable the host came from (launch.plan.rendezvous_source).
+
+    Only a missing name or no route is an error. A refusal is an answer: the store opens when the hosting
+    node's torchrun starts, which may be later than this node. No answer within KNOCK_TIMEOUT_S is a warning
+    (a firewall that drops the port, or a slow network). The hosting node's own port is not tried: a store of
+    the same job (two node agents on one machine) may already hold it, which torchrun accepts."""
+    if cfg.nnodes <= 1 or not cfg.rdzv_endpoint:
+        return []
+    from effbench.config import parse_endpoint
+    from effbench.launch.plan import rendezvous_source
+
+    host, port = parse_endpoint(cfg.rdzv_endpoint)
+    host_var, port_var = rendezvous_source(cfg.rdzv_endpoint, env)
+    origin = f"{host_var}={env.get(host_var, '')}" if host_var != "--rdzv-endpoint" else host_var
+    resolved = probes.resolve(host)
+    if resolved.problem is not None or not resolved.addresses:
+        return [
+            Finding(
+                "error",
+                "rendezvous",
+                f"the rendezvous host {host!r} (from {origin}) does not resolve here ({resolved.problem}), so "
+                f"no node could meet there",
+                _rendezvous_fix(host_var, host),
+                option=host_var,
+            )
+        ]
+    addresses = resolved.addresses[:3]  # the first few, as TCPStore's client tries them in order
+    if any(probes.local_address(a) for a in addresses):
+        return [Finding("ok", "rendezvous", f"{host} is this node: it hosts the c10d store on port {port}")]
+    said = []
+    for address in addresses:
+        kind, detail = probes.knock(address, port)
+        if kind == "answered":
+            return [Finding("ok", "rendezvous", f"{host} ({address}) answers on port {port} ({detail})")]
+        said.append((kind, f"{address}: {detail}"))
+    where = f"{host}:{port} (host from {origin}, port from {port_var})"
+    if all(kind == "unreachable" for kind, _ in said):
+        return [
+            Finding(
+                "error",
+                "rendezvous",
+                f"{where} cannot be reached from this node ({'; '.join(d for _, d in said)})",
+                _rendezvous_fix(host_var, host),
+                option=host_var,
+            )
+        ]
+    return [
+        Finding(
+            "warning",
+            "rendezvous",
+            f"{where} did not answer ({'; '.join(d for _, d in said)}); if a firewall drops it, the nodes wait "
+            "for torchrun's rendezvous timeout",
+            f"open TCP port {port} between the nodes",
+        )
+    ]
+
+
 def check_memlock(limit: int | None, processes: int, nnodes: int) -> list[Finding]:
     """NCCL over InfiniBand/RoCE registers (pins) memory, which RLIMIT_MEMLOCK caps; Docker's
     default is 8 MiB. Only multi-GPU and multi-node runs use NCCL, so only they are warned."""
@@ -962,6 +1112,7 @@ def run_checks(
     findings = check_output(cfg.output, probes)
     findings += check_output_persists(cfg.output, runtime, probes)
     findings += check_home_and_caches(env, probes)
+    findings += check_rendezvous_host(cfg, env, probes)
     late = (check_dataset(cfg, env, probes, runtime) if check_data else []) + check_weights(cfg) + check_loader(cfg)
     if gpu is None and cfg.device != "cpu":
         if errors(findings + late):

@@ -217,7 +217,9 @@ def test_sigkill_of_the_parent_leaves_no_orphan_and_a_readable_folder(tmp_path):
         family = psutil.Process(proc.pid).children(recursive=True)
         assert len(family) >= 3  # torchrun + two ranks
         proc.send_signal(signal.SIGKILL)  # nothing can be forwarded: the children must notice by themselves
-        proc.communicate(timeout=10)
+        # its pipes close when the last child holding them ends: 11 s at load average 8 on 2 cores (the ranks
+        # write their `interrupted` record first), so the same bound as the family's
+        proc.communicate(timeout=45)
         gone, alive = psutil.wait_procs(family, timeout=45)
     finally:
         kill_family(proc)
@@ -314,7 +316,7 @@ def test_a_rank_leaves_an_oom_marker_beside_the_spec_only_when_it_ran_out_of_mem
     }))  # fmt: skip
     monkeypatch.setenv("RANK", "1")  # with WORLD_SIZE 1 process_group joins no group (distributed.torchrun_env)
     monkeypatch.setenv("WORLD_SIZE", "1")
-    monkeypatch.setattr(supervise, "die_with_parent", lambda *_a: None)  # it would set PDEATHSIG on pytest itself
+    monkeypatch.setattr(supervise, "exit_with_parent", lambda *_a: None)  # it would set PDEATHSIG on pytest itself
 
     def run_benchmark(*_a, **_k):
         if how == "raises":
@@ -402,7 +404,7 @@ def test_a_rank_that_stopped_on_a_nonfinite_loss_leaves_a_diverged_marker(tmp_pa
     }))  # fmt: skip
     monkeypatch.setenv("RANK", "1")  # with WORLD_SIZE 1 process_group joins no group (distributed.torchrun_env)
     monkeypatch.setenv("WORLD_SIZE", "1")
-    monkeypatch.setattr(supervise, "die_with_parent", lambda *_a: None)
+    monkeypatch.setattr(supervise, "exit_with_parent", lambda *_a: None)
     outcome = record.outcome_of(Diverged(0, 3, 7, float("nan"), rank=0), received=[], phase="epochs")
     ended = record.ended({"schema_version": 1, "status": "running"}, outcome)
     monkeypatch.setattr(launch, "run_benchmark", lambda *_a, **_k: launch.RunOutcome(None, ended))
@@ -453,3 +455,183 @@ def test_one_rank_failing_in_the_profiling_pass_voids_the_profile_not_the_run(tm
     assert r["status"] == "ok" and r["throughput_img_s"] > 0
     assert r["profile_error"] == f"rank 1: RuntimeError: injected by EFFBENCH_FAULT_PROFILE=1:{where}"
     assert "profile" not in r or not r["profile"].get("phases")
+
+
+# --- issue 33 section 4: launch environments that contradict or cannot connect -----------------------------
+def _job_env(**extra: str) -> dict[str, str]:
+    """This process's environment without any scheduler's or launcher's variables, then `extra`."""
+    from effbench.launch.plan import LAUNCHER_PREFIXES, LAUNCHER_VARS
+
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", *LAUNCHER_PREFIXES)) and k not in LAUNCHER_VARS
+    }
+    return {**base, **extra}
+
+
+@pytest.mark.timeout(60)
+def test_an_unresolvable_slurm_rendezvous_host_is_one_line_before_torchrun(tmp_path):
+    # The red-team case took 139 s and printed torchrun's C++ frames. `.invalid` never resolves (RFC 6761), so
+    # this holds on any machine; the resolver is bounded (preflight.RESOLVE_TIMEOUT_S) where DNS is dead.
+    env = _job_env(SLURM_JOB_ID="77", SLURM_NNODES="2", SLURM_NODEID="1", SLURM_PROCID="1",
+                   SLURM_NTASKS_PER_NODE="1", SLURM_JOB_NODELIST="n1.invalid")  # fmt: skip
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    res = subprocess.run(
+        [*EFFBENCH, "run", *TINY, "--dataset", "synthetic", "--max-steps", "2", "--output", str(out)],
+        capture_output=True, text=True, timeout=50, env=env,
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert res.stderr.count("\n") == 1 and "frame #" not in res.stderr, res.stderr[-3000:]
+    assert res.stderr.startswith("error: SLURM_JOB_NODELIST: the rendezvous host 'n1.invalid'"), res.stderr
+    assert time.monotonic() - t0 < 45  # no torchrun retrying the store
+    assert not out.exists() or not list(out.iterdir())
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("bad", [{"RANK": "abc", "WORLD_SIZE": "2"}, {"LOCAL_WORLD_SIZE": "0"}])
+def test_an_invalid_rank_variable_is_one_line_naming_it_before_anything_starts(bad, tmp_path):
+    # RANK=abc used to end `rc 1, ChildFailedError: the effbench worker exited with 1`, the cause nowhere.
+    out = tmp_path / "out"
+    res = subprocess.run(
+        [*EFFBENCH, "run", *TINY, "--dataset", "synthetic", "--max-steps", "2", "--nproc", "1,2", "--output", str(out)],
+        capture_output=True, text=True, timeout=50, env=_job_env(**bad),
+    )  # fmt: skip
+    name = next(iter(bad))
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr[-3000:]
+    assert res.stderr.startswith(f"error: {name}: "), res.stderr
+    assert not out.exists() or not list(out.iterdir())
+
+
+def _gone(p: psutil.Process) -> bool:
+    try:
+        return p.status() == psutil.STATUS_ZOMBIE  # reaped by whoever adopted it, or about to be
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _wait_gone(p: psutil.Process, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if _gone(p):
+            return True
+        time.sleep(0.1)
+    return _gone(p)
+
+
+@pytest.mark.timeout(120)
+def test_an_isolated_worker_in_a_pod_ignores_the_jobs_ranks_and_dies_with_a_killed_effbench(tmp_path):
+    """The red-team case: a scaling series (--nproc 1,2) in a pod-like environment. The 1-process member runs
+    in an isolated `effbench worker`, which inherited RANK=1 WORLD_SIZE=2 and waited in init_process_group for
+    a rank 0 that does not exist; after SIGKILL of effbench it stayed alive as an orphan."""
+    pod = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [*EFFBENCH, "run", *TINY, "--dataset", "synthetic", "--batch-size", "4", "--max-steps", "100000",
+         "--epochs", "1", "--warmup-steps", "1", "--nproc", "1,2", "--pg-timeout-s", "30", "--output", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_job_env(**pod),
+    )  # fmt: skip
+    worker = None
+    try:
+        run = wait_for_running(out, proc)  # the worker built its run: it joined no group of two
+        (worker,) = [c for c in psutil.Process(proc.pid).children(recursive=True) if "worker" in c.cmdline()]
+        assert "RANK" not in worker.environ() and "MASTER_ADDR" not in worker.environ()
+        proc.send_signal(signal.SIGKILL)  # nothing can be forwarded: the worker must notice by itself
+        proc.wait(timeout=10)
+        assert _wait_gone(worker, 15), (worker.pid, worker.status())
+    finally:
+        kill_family(proc)
+        if worker is not None and not _gone(worker):
+            worker.kill()
+    assert json.loads((run / "results.json").read_text())["status"] in ("interrupted", "running")
+
+
+# A parent that starts a child which ignores SIGTERM, as a rank blocked in C++ (a c10d store connect, a
+# collective) does: Python runs the handler only between bytecodes of the main thread, and none runs there.
+_PARENT = """
+import subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", sys.argv[1]])
+time.sleep(600)
+"""
+_STUCK_CHILD = """
+import os, signal, time
+from effbench.launch.supervise import exit_with_parent
+exit_with_parent(grace_s=1.0, poll_s=0.1)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print(os.getpid(), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_deaf_to_sigterm_is_killed_by_its_watchdog_once_its_parent_dies():
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT, _STUCK_CHILD], stdout=subprocess.PIPE, text=True)
+    child = None
+    try:
+        assert parent.stdout is not None
+        child = psutil.Process(int(parent.stdout.readline()))
+        assert child.ppid() == parent.pid
+        parent.kill()
+        parent.wait(timeout=10)
+        t0 = time.monotonic()
+        assert _wait_gone(child, 20), "the orphan outlived its watchdog"
+        assert time.monotonic() - t0 > 0.5  # SIGTERM did nothing: the watchdog's SIGKILL after its grace did
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        if child is not None and not _gone(child):
+            child.kill()
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_that_crashed_before_its_run_says_why_in_the_one_error_line(monkeypatch, tmp_path):
+    """No run folder keeps the worker's log when it crashed before building its run: the cause goes in the
+    message (the red-team's RANK=abc worker ended `the effbench worker exited with 1`, int('abc') nowhere)."""
+    from effbench.config import RunConfig
+    from effbench.launch import supervise
+    from effbench.run import launch
+
+    real = supervise.run_supervised
+
+    def crashing_worker(argv, env, **kw):  # the real supervisor, on a child that crashes as that worker did
+        crash = "import sys; print('starting', file=sys.stderr); int('abc')"
+        return real([sys.executable, "-c", crash], env, **kw)
+
+    def in_this_process(*_a, **_k):
+        raise AssertionError("an isolated run must not train in the parent")
+
+    monkeypatch.setattr(supervise, "run_supervised", crashing_worker)
+    monkeypatch.setattr(launch, "run_benchmark", in_this_process)
+    cfg = RunConfig(arch="resnet18", dataset="synthetic", device="cpu", weights="none", output=tmp_path)
+    outcome = launch.run(cfg, command=["t"], echo=lambda _s: None, progress=False, isolate=True)
+    assert outcome.run_dir is None and outcome.results.status == "failed"
+    assert outcome.results.error.message == (
+        "the effbench worker exited with 1: ValueError: invalid literal for int() with base 10: 'abc'"
+    )
+
+
+def test_an_isolated_worker_and_torchrun_get_none_of_the_jobs_rank_variables(monkeypatch, tmp_path):
+    from effbench.config import RunConfig
+    from effbench.launch import supervise
+    from effbench.launch.supervise import SupervisedResult
+    from effbench.run import launch
+
+    seen: list[dict] = []
+
+    def capture(argv, env, **_k):  # the side-effecting leaf: what the child would get
+        seen.append(dict(env))
+        return SupervisedResult(returncode=1, signal=None, failure=None)
+
+    monkeypatch.setattr(supervise, "run_supervised", capture)
+    pod = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "bench-master-0", "MASTER_PORT": "23456",
+           "PET_NNODES": "2", "TORCHELASTIC_RUN_ID": "outer", "NCCL_DEBUG": "WARN"}  # fmt: skip
+    for k, v in pod.items():
+        monkeypatch.setenv(k, v)
+    base = dict(arch="resnet18", dataset="synthetic", device="cpu", weights="none", output=tmp_path)
+    launch.run(RunConfig(**base), command=["t"], echo=None, progress=False, isolate=True)  # the isolated worker
+    launch.run(RunConfig(**base, nproc=2), command=["t"], echo=None, progress=False)  # torchrun --standalone
+    assert len(seen) == 2
+    for env in seen:
+        assert not {k for k in env if k in pod and k != "NCCL_DEBUG"}, sorted(env)
+        assert env["NCCL_DEBUG"] == "WARN" and env["OMP_NUM_THREADS"]

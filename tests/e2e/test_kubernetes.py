@@ -69,7 +69,8 @@ def test_outside_kubeflow_there_are_no_settings():
         ({"PET_NNODES": "1:4"}, "PET_NNODES"),  # elastic
         ({"PET_NNODES": "two"}, "PET_NNODES"),
         ({"PET_NPROC_PER_NODE": "many"}, "PET_NPROC_PER_NODE"),
-        ({"PET_MASTER_PORT": "99999", "MASTER_PORT": "99999"}, "--rdzv-endpoint"),
+        ({"PET_MASTER_PORT": "99999", "MASTER_PORT": "99999"}, "PET_MASTER_PORT"),  # the variable, not an option
+        ({"PET_MASTER_PORT": "port", "MASTER_PORT": "port"}, "PET_MASTER_PORT"),
     ],
 )
 def test_an_incomplete_or_contradictory_pod_environment_is_refused(change, option):
