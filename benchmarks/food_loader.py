@@ -15,12 +15,18 @@ Both are iterated the same way (next(), copy to the device, device sync; first b
 alternating A/B; the ratio is the median of the per-round ratios. Generated images are photo-like
 (smooth gradients, shapes, mild noise; ~30 KiB at JPEG quality 90, like Food-101's 512-pixel
 photos). Goal: >= 1.5x.
+
+The second row holds the fast loader against the decode ceiling of the same files: read + decode + resize to
+the recipe's base square + centre square on one thread (selftest.reference.decode_ceiling_s, torchvision.io,
+no effbench loader code), times the processes that decode (min(workers, cores)). Goal: >= 60% of it.
+`--min-ratio R` exits 1 when the first row's ratio is below R (CI runs `--tiny --min-ratio 1.2`).
 """
 
 from __future__ import annotations
 
 import io
 import json
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -38,6 +44,7 @@ from _common import (
 )  # noqa: E402
 
 GOAL = 1.5
+CEILING_GOAL = 0.6
 
 
 def photo_jpeg(rng: object, w: int = 512, h: int = 384) -> bytes:
@@ -96,6 +103,8 @@ def main() -> None:
     p.add_argument("--image-size", type=int, default=None)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--augment", default="seed", help="the recipe both loaders train (effbench --augment)")
+    p.add_argument("--min-ratio", type=float, default=None, help="exit 1 when fast / reference is below this")
     a = p.parse_args()
     quiet_torch_warnings()
     import torch
@@ -104,7 +113,10 @@ def main() -> None:
 
     from effbench.config import RunConfig
     from effbench.data.build import build_data
-    from effbench.data.transforms import build_transforms
+    from effbench.data.transforms import recipe_transforms
+    from effbench.recipes import resolve
+    from effbench.selftest.reference import decode_ceiling_s
+    from effbench.system.hardware import usable_cores
 
     n, size, batch, rounds = (96, 64, 8, 1) if a.tiny else (1000, 224, 32, 3)
     n, size, batch, rounds = a.images or n, a.image_size or size, a.batch_size or batch, a.rounds or rounds
@@ -112,9 +124,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="effbench-bench-") as tmp:
         data_dir = a.data_dir or make_food(Path(tmp), n)
         cfg = RunConfig(arch="b0", dataset="food101", data_dir=data_dir, image_size=size, batch_size=batch, workers=a.workers,
-                        device=a.device, loader="fast", seed=0)  # fmt: skip
+                        device=a.device, loader="fast", seed=0, augment=a.augment)  # fmt: skip
         fast = build_data(cfg, device)
-        tf = build_transforms("food101", size).train  # the seeds' per-sample recipe
+        recipe = resolve(a.augment, "food101", size)
+        tf = recipe_transforms(recipe).train  # the same recipe, per sample (PIL)
         ref = DataLoader(ImageFolder(str(Path(data_dir) / "food-101" / "images"), transform=tf), batch_size=batch, shuffle=True,
                          num_workers=a.workers, drop_last=True, persistent_workers=a.workers > 0,
                          pin_memory=device.type == "cuda", generator=torch.Generator().manual_seed(0))  # fmt: skip
@@ -125,10 +138,20 @@ def main() -> None:
             return delivered_img_s(fast.train, device, 3)
 
         fs, rs = alternate(run_fast, lambda: delivered_img_s(ref, device, 3), rounds)
+        files = sorted((Path(data_dir) / "food-101" / "images").rglob("*.jpg"))[:200]
+        processes = min(max(a.workers, 1), usable_cores())
+        ceiling = processes / decode_ceiling_s(files, recipe.base)
     row = Row("Food-101 loader (img/s delivered)", fmt_rate(fs), fmt_rate(rs), median_ratio(fs, rs), GOAL,
               f"{fast.train_size:,} JPEGs 512x384, {size} px, batch {batch}, {a.workers} workers both, {a.device}; "
-              f"median of {rounds} A/B round(s)")  # fmt: skip
-    print_table([row], "Food-101: --loader fast vs ImageFolder + PIL transforms")
+              f"--augment {a.augment}; median of {rounds} A/B round(s)")  # fmt: skip
+    share = statistics.median(fs) / ceiling
+    ceiling_row = Row("fast loader / decode ceiling", fmt_rate(fs), f"{ceiling:,.1f} img/s", share, CEILING_GOAL,
+                      f"ceiling: read + decode + resize to {recipe.base} + centre square, one thread "
+                      f"(torchvision.io), x {processes} process(es); {len(files)} files")  # fmt: skip
+    print_table([row, ceiling_row], f"Food-101: --loader fast vs ImageFolder + PIL transforms, --augment {a.augment}")
+    if a.min_ratio is not None and row.ratio < a.min_ratio:
+        print(f"FAIL: fast / reference {row.ratio:.2f} is below --min-ratio {a.min_ratio:g}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

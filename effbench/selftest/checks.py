@@ -682,7 +682,8 @@ def check_data_path(ctx: Context) -> list[Check]:
     """Two loaders on the same work (default fast vs torchvision; --data-loaders picks them): both train
     the same --augment recipe (the seed recipe of image files: resize, random crop, flip, rotation), and
     each run's recorded recipe is compared, so the speedup never compares two amounts of work."""
-    from effbench.selftest.reference import write_image_folder
+    from effbench.recipes import resolve
+    from effbench.selftest.reference import decode_ceiling_s, write_image_folder
 
     a, b = ctx.cfg.data_loaders
     goal = (a, b) == DATA_LOADERS
@@ -701,6 +702,8 @@ def check_data_path(ctx: Context) -> list[Check]:
             recipes[loader] = res.record.data.augment
     same = len(images[a] | images[b]) == 1
     same_recipe = recipes[a] is not None and recipes[a] == recipes[b]
+    # the decode ceiling of the same files: 0 workers, so one process decodes (reference.decode_ceiling_s)
+    ceiling = 1.0 / decode_ceiling_s(sorted(root.rglob("*.jpg")), resolve("seed", "imagefolder", 32).base)
     # another pair has no goal: min_ratio 0 makes the ratio's range a report, the images and recipe the check
     status, ratio, best_a, best_b, why = compare_fastest_steps(rounds[a], rounds[b], min_ratio=0.9 if goal else 0.0)
     steps = recipes[a].steps if recipes[a] is not None and recipes[a].steps is not None else "no recipe recorded"
@@ -712,7 +715,9 @@ def check_data_path(ctx: Context) -> list[Check]:
             f"{best_b:.1f} img/s",
             "ratio >= 0.9, same images, same recipe" if goal else "same images, same recipe (ratio reported)",
             f"fastest batch of {DATA_ROUNDS} alternating --data-only rounds each, {why}; {root.name}/: 192 generated "
-            f"JPEGs 40 px (144 train), batch 16, 0 workers, both loaders --augment {steps}"
+            f"JPEGs 40 px (144 train), batch 16, 0 workers, both loaders --augment {steps}; decode ceiling "
+            f"{ceiling:.1f} img/s (read + decode + resize + centre square, one thread): {a} {best_a / ceiling:.0%}"
+            f" and {b} {best_b / ceiling:.0%} of it"
             + ("" if same else f"; the loaders delivered different image counts {images}")
             + ("" if same_recipe else f"; the loaders recorded different recipes {recipes}")
             # DALI runs ahead of the loop (prefetch_queue_depth 2): its fastest batch can be one made in advance

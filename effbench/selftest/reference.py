@@ -197,3 +197,29 @@ def write_image_folder(root: Any, *, classes: int, per_class: int, size: int) ->
             pixels = np.clip(base + rng.integers(-40, 40, (size, size, 3)), 0, 255).astype(np.uint8)
             Image.fromarray(pixels).save(folder / f"img_{i:03d}.jpg", quality=90)
     return root
+
+
+def decode_ceiling_s(paths: Any, base: int, *, passes: int = 3) -> float:
+    """Seconds per image, on one thread, to read a JPEG, decode it (torchvision.io, libjpeg-turbo), resize its
+    shorter side to `base` (bilinear, antialiased) and cut the central base x base square: the least work any
+    loader of these files does for an image, written apart from effbench's loaders. The fastest of `passes`
+    passes over the files (a pass's mean), so another process's burst is not counted as decode time.
+    A loader with W worker processes on C cores cannot deliver more than min(W, C) / this (W = 0: one)."""
+    import torch
+    import torchvision.io as tvio
+    import torchvision.transforms.v2.functional as tvf
+
+    paths = [str(p) for p in paths]
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        best = float("inf")
+        for _ in range(passes):
+            t0 = time.perf_counter()
+            for p in paths:
+                img = tvio.decode_jpeg(tvio.read_file(p), mode=tvio.ImageReadMode.RGB)
+                tvf.center_crop(tvf.resize(img, [base], antialias=True), [base, base])
+            best = min(best, (time.perf_counter() - t0) / len(paths))
+        return best
+    finally:
+        torch.set_num_threads(before)

@@ -48,6 +48,20 @@ def test_tiny_run_prints_a_ratio_table(outputs, name):
     assert all(float(ratio) > 0 for ratio, _ in rows)
 
 
+def test_the_food_benchmark_holds_the_fast_loader_against_the_decode_ceiling(outputs):
+    # issue 37: the fast loader's share of what decoding the same files alone allows is printed beside the ratio
+    text = outputs["food_loader"].stdout
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("| fast loader / decode ceiling")]
+    assert "--augment seed" in text and "x 2 process(es)" in line and ">= 0.6" in line
+
+
+def test_min_ratio_fails_the_run_below_the_floor(tmp_path):
+    # the CI guard (`--min-ratio`): a floor no loader reaches must fail, naming the ratio
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "food_loader.py"), "--tiny", "--images", "64",
+                          "--min-ratio", "1000"], cwd=ROOT, capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert res.returncode == 1 and "below --min-ratio 1000" in res.stderr, res.stderr[-2000:]
+
+
 def test_timm_compare_without_cuda_or_timm_exits_2_with_one_line():
     res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "timm_compare.py"), "--tiny"], cwd=ROOT,
                          capture_output=True, text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})  # fmt: skip
