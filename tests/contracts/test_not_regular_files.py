@@ -1,0 +1,206 @@
+"""Files that are not files (issue 33, sections 1 and 2): outputs onto devices, FIFOs, links and stdout; dataset
+inputs that are FIFOs, devices, links out of --data-dir, or listed outside it.
+
+Outputs (effbench/results.py: output_file): a regular file or a new name is replaced by a rename; a character
+device or a FIFO, reached directly or through links, is written through; any other link is refused in one line.
+Inputs (effbench/data/images.py: listed_files, read_image_bytes): only regular files inside --data-dir, of at most
+MAX_IMAGE_BYTES, are read; the rest are skipped and counted with their reason, by every loader.
+
+The devices written to are copies of /dev/null and /dev/full made with mknod in tmp_path (same major and minor):
+a regression that replaced the node would replace the copy, never the machine's /dev/full.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from clitools import invoke
+from test_across_runs import make_run
+from test_hostile_files_and_links import one_error_line
+
+from effbench import results
+from effbench.errors import EffbenchError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _device(tmp_path: Path, name: str, major: int, minor: int) -> Path:
+    """A character device node like /dev/<name> in tmp_path (root and a mount that allows devices), else skip."""
+    path = tmp_path / name
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(major, minor))
+        os.close(os.open(path, os.O_WRONLY))
+    except (PermissionError, OSError) as e:
+        pytest.skip(f"cannot make a device node here ({e})")
+    return path
+
+
+def _is_device(path: Path, major: int, minor: int) -> bool:
+    st = os.lstat(path)
+    return stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(major, minor)
+
+
+class _Reader(threading.Thread):
+    """Reads a FIFO (or a pipe's read end) to its end in a thread: what a `cat FIFO` beside effbench would get."""
+
+    def __init__(self, path: Path | int) -> None:
+        super().__init__(daemon=True)
+        self.path, self.data = path, b""
+
+    def run(self) -> None:
+        with open(self.path, "rb") as f:
+            self.data = f.read()
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    return make_run(tmp_path / "runs" / "r", [100.0, 100.0, 100.0])
+
+
+# --- 1. Writing onto something that is not a regular file ------------------------------------------
+def test_export_onto_dev_null_writes_through_and_keeps_the_device(tmp_path, capsys, run_dir):
+    null = _device(tmp_path, "null", 1, 3)
+    code, _, err = invoke(["export", run_dir, "-o", null], capsys)
+    assert code == 0, err
+    assert _is_device(null, 1, 3), "the device node was replaced"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".null.")], "a temporary file was left"
+
+
+def test_export_onto_dev_full_is_one_no_space_line_and_keeps_the_device(tmp_path, capsys, run_dir):
+    full = _device(tmp_path, "full", 1, 7)
+    code, _, err = invoke(["export", run_dir, "-o", full], capsys)
+    line = one_error_line(err)
+    assert code == 2 and str(full) in line and "no space left" in line and "ENOSPC" in line, line
+    assert _is_device(full, 1, 7), "the device node was replaced"
+
+
+def test_export_into_a_fifo_streams_to_its_reader_and_keeps_the_fifo(tmp_path, capsys, run_dir):
+    fifo = tmp_path / "runs.fifo"
+    os.mkfifo(fifo)
+    reader = _Reader(fifo)
+    reader.start()
+    code, _, err = invoke(["export", run_dir, "-o", fifo], capsys)
+    reader.join(timeout=30)
+    assert code == 0, err
+    assert reader.data.startswith(b"path,") and str(run_dir).encode() in reader.data
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode), "the FIFO was replaced"
+
+
+def test_a_fifo_no_reader_opens_is_one_line_after_a_bounded_wait(tmp_path, capsys, monkeypatch, run_dir):
+    fifo = tmp_path / "runs.fifo"
+    os.mkfifo(fifo)
+    monkeypatch.setattr(results, "FIFO_READER_WAIT_S", 0.2)
+    code, _, err = invoke(["export", run_dir, "-o", fifo], capsys)
+    line = one_error_line(err)
+    assert code == 2 and str(fifo) in line and "no reader" in line, line
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_a_link_to_an_open_descriptor_is_written_through_and_stays_a_link(tmp_path, capsys, run_dir):
+    """`-o` a link to /proc/self/fd/N (N: a pipe's write end, as fd 1 is under `| cat`)."""
+    r, w = os.pipe()
+    link = tmp_path / "out.csv"
+    link.symlink_to(f"/proc/self/fd/{w}")
+    reader = _Reader(r)
+    reader.start()
+    try:
+        code, _, err = invoke(["export", run_dir, "-o", link], capsys)
+    finally:
+        os.close(w)
+    reader.join(timeout=30)
+    assert code == 0, err
+    assert reader.data.startswith(b"path,")
+    assert link.is_symlink() and os.readlink(link) == f"/proc/self/fd/{w}"
+
+
+def test_a_link_to_proc_self_fd_1_writes_to_stdout_in_a_real_process(tmp_path, run_dir):
+    link = tmp_path / "stdout.csv"
+    link.symlink_to("/proc/self/fd/1")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "effbench", "export", str(run_dir), "-o", str(link)],
+                          capture_output=True, env=env, cwd=tmp_path, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(b"path,") and link.is_symlink()
+
+
+def test_a_link_to_a_file_is_refused_and_neither_is_touched(tmp_path, capsys, run_dir):
+    victim = tmp_path / "victim.csv"
+    victim.write_text("precious")
+    link = tmp_path / "out.csv"
+    link.symlink_to(victim)
+    code, _, err = invoke(["export", run_dir, "-o", link], capsys)
+    line = one_error_line(err)
+    assert code == 2 and str(link) in line and "link" in line, line
+    assert victim.read_text() == "precious" and link.is_symlink() and os.readlink(link) == str(victim)
+
+
+def test_dash_is_stdout(tmp_path, capsys, run_dir, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = invoke(["export", run_dir, "-o", "-"], capsys)
+    assert code == 0, err
+    assert out.startswith("path,") and not (tmp_path / "-").exists()
+
+
+@pytest.mark.parametrize("kind", ["dangling link", "link to a folder", "folder"])
+def test_other_things_at_an_output_path_are_refused_and_left(tmp_path, kind):
+    """The helper under every writer: nothing at the path changes, no file is created through a link."""
+    target = tmp_path / "out.txt"
+    if kind == "dangling link":
+        target.symlink_to(tmp_path / "nowhere" / "x.txt")
+    elif kind == "link to a folder":
+        (tmp_path / "d").mkdir()
+        target.symlink_to(tmp_path / "d")
+    else:
+        target.mkdir()
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    with pytest.raises(EffbenchError, match=str(target)):
+        results.atomic_write_text(target, "x")
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+
+
+def test_report_streams_into_a_fifo_and_a_device_planted_in_its_output_folder(tmp_path, capsys, run_dir):
+    """The files a command names itself go through the same helper: report.md a FIFO, a chart a device."""
+    out = tmp_path / "rendered"
+    (out / "plots").mkdir(parents=True)
+    null = _device(out / "plots", "time_per_epoch.png", 1, 3)
+    fifo = out / "report.md"
+    os.mkfifo(fifo)
+    reader = _Reader(fifo)
+    reader.start()
+    code, _, err = invoke(["report", run_dir, "--output", out], capsys)
+    reader.join(timeout=30)
+    assert code == 0, err
+    assert reader.data.startswith(b"#") and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert _is_device(null, 1, 3)
+    assert (out / "report.txt").is_file() and not (out / "report.txt").is_symlink()
+
+
+def test_stdout_that_refuses_the_write_is_one_line(tmp_path, run_dir):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    with open("/dev/full", "wb") as full:  # opened for writing only: the node itself is never touched
+        done = subprocess.run([sys.executable, "-m", "effbench", "export", str(run_dir), "-o", "-"],
+                              stdout=full, stderr=subprocess.PIPE, env=env, cwd=tmp_path, timeout=120)  # fmt: skip
+    err = done.stderr.decode()
+    assert done.returncode == 2 and one_error_line(err).startswith("error: stdout:") and "ENOSPC" in err, err
+
+
+def test_a_download_never_renames_over_a_fifo_or_a_link_at_its_destination(tmp_path):
+    """download.fetch renames its checked file into place: only over a regular file or a new name."""
+    from effbench.system import download
+
+    fifo, link = tmp_path / "w.pth", tmp_path / "l.pth"
+    os.mkfifo(fifo)
+    link.symlink_to(tmp_path / "elsewhere.pth")
+    for dest, kind in ((fifo, "a FIFO"), (link, "a link")):
+        with pytest.raises(EffbenchError, match=f"{dest} is {kind}"):
+            download.fetch("http://127.0.0.1:9/never-fetched", dest, option="--weights")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and link.is_symlink() and not (tmp_path / "elsewhere.pth").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["l.pth", "w.pth"]
