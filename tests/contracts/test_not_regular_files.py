@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from clitools import invoke
+from clitools import invoke, only_run
 from test_across_runs import make_run
 from test_hostile_files_and_links import one_error_line
 
@@ -204,3 +204,189 @@ def test_a_download_never_renames_over_a_fifo_or_a_link_at_its_destination(tmp_p
             download.fetch("http://127.0.0.1:9/never-fetched", dest, option="--weights")
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and link.is_symlink() and not (tmp_path / "elsewhere.pth").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["l.pth", "w.pth"]
+
+
+# --- 2. Reading something that is not a regular file, or outside the data folder -------------------
+IMAGE_RUN = ["run", "--dataset", "imagefolder", "--arch", "resnet18", "--image-size", "16", "--weights", "none",
+             "--device", "cpu", "--workers", "0", "--max-steps", "2", "--warmup-steps", "1", "--epochs", "1",
+             "--batch-size", "2", "--no-profile", "--quiet"]  # fmt: skip
+FIFO_REASON = "a FIFO, not a regular file"
+DEVICE_REASON = "a character device, not a regular file"
+
+
+def _build(root: Path, loader: str, **kw):
+    """One rank's bundle of an image folder for `loader` (DALI: its CPU pipeline, one thread)."""
+    import torch
+
+    from effbench.config import RunConfig
+    from effbench.data.build import build_data
+
+    if loader == "dali":
+        pytest.importorskip("nvidia.dali")
+    cfg = RunConfig(arch="resnet18", dataset="imagefolder", data_dir=root, image_size=16, batch_size=2,
+                    workers=1 if loader == "dali" else 0, loader=loader, device="cpu", **kw)  # fmt: skip
+    return build_data(cfg, torch.device("cpu"))
+
+
+def _epoch(data) -> int:
+    """Images in one training and one validation pass."""
+    data.set_epoch(0)
+    return sum(len(y) for _, y in data.train) + sum(len(y) for _, y in data.val)
+
+
+@pytest.mark.timeout(120)  # a loader that opened the FIFO would wait for a writer forever: fail, not hang
+@pytest.mark.parametrize("loader", ["torchvision", "fast", "dali"])
+def test_a_fifo_named_like_an_image_hangs_no_loader_and_is_counted(imagefolder_split_dir, loader):
+    fifo = imagefolder_split_dir / "train" / "class_0" / "x.jpg"
+    os.mkfifo(fifo)
+    val_fifo = imagefolder_split_dir / "val" / "class_1" / "y.png"
+    os.mkfifo(val_fifo)
+    data = _build(imagefolder_split_dir, loader)
+    assert data.train_size == 18 and data.val_size == 6  # the fakedata images, the FIFOs left out when listed
+    assert _epoch(data) > 0
+    stats = data.stats()
+    assert stats["corrupt_images_skipped"] == 2
+    assert stats["corrupt_image_reasons"] == {str(fifo): FIFO_REASON, str(val_fifo): FIFO_REASON}
+
+
+def test_an_image_linked_to_dev_zero_is_refused_when_listed_and_never_read(imagefolder_split_dir):
+    from effbench.data import images
+
+    link = imagefolder_split_dir / "train" / "class_2" / "zero.jpg"
+    link.symlink_to("/dev/zero")
+    data = _build(imagefolder_split_dir, "torchvision")
+    assert data.stats()["corrupt_image_reasons"] == {str(link): f"a link to /dev/zero, outside {imagefolder_split_dir}"}
+    # the skip reason's re-read and the loaders' read: bounded, refused on the open descriptor
+    assert images.skip_reason(str(link)) == DEVICE_REASON
+    with pytest.raises(images.NotAnImageFile, match="character device"):
+        images.read_image_bytes(str(link))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("loader", ["torchvision", "fast"])
+def test_a_file_swapped_for_a_fifo_or_a_device_after_listing_is_skipped_when_read(imagefolder_split_dir, loader):
+    """The read checks what it opened (O_NONBLOCK, fstat): the listing's check cannot see a later swap."""
+    data = _build(imagefolder_split_dir, loader)
+    swapped = [imagefolder_split_dir / "train" / "class_0" / "img_000.jpg", imagefolder_split_dir / "val" / "class_0"]
+    swapped[0].unlink()
+    os.mkfifo(swapped[0])
+    val_file = sorted(p for p in swapped[1].iterdir())[0]
+    val_file.unlink()
+    val_file.symlink_to("/dev/zero")
+    assert _epoch(data) > 0
+    assert data.stats()["corrupt_image_reasons"] == {str(swapped[0]): FIFO_REASON, str(val_file): DEVICE_REASON}
+
+
+def test_an_image_over_the_size_bound_is_skipped_with_its_size(imagefolder_split_dir, monkeypatch):
+    from effbench.data import images
+
+    big = sorted((imagefolder_split_dir / "train" / "class_1").iterdir())[0]
+    big.write_bytes(big.read_bytes() + bytes(100_000))  # bytes after a JPEG's end: it still decodes
+    size = big.stat().st_size
+    monkeypatch.setattr(images, "MAX_IMAGE_BYTES", size - 1)
+    data = _build(imagefolder_split_dir, "torchvision")
+    assert data.stats()["corrupt_image_reasons"] == {
+        str(big): f"{size:,} bytes, over the {size - 1:,}-byte limit for an image file"
+    }
+
+
+def test_image_links_are_followed_inside_the_data_dir_and_refused_outside(tmp_path):
+    from fakedata import make_imagefolder, write_image
+
+    import numpy as np
+
+    from effbench.data import imagefolder
+
+    root = make_imagefolder(tmp_path / "img", classes=2, per_class=3, size=16, split=True, val_per_class=1)
+    (root / "store").mkdir()
+    write_image(root / "store" / "kept.png", 16, (10, 200, 30), np.random.default_rng(0))
+    write_image(tmp_path / "outside.png", 16, (200, 10, 30), np.random.default_rng(1))
+    inside = root / "train" / "class_0" / "in.png"
+    inside.symlink_to(root / "store" / "kept.png")
+    out = root / "train" / "class_1" / "out.png"
+    out.symlink_to(tmp_path / "outside.png")
+    src = imagefolder.load(root, val_fraction=None)
+    assert str(inside) in src.train.paths and str(out) not in src.train.paths
+    assert src.refused == {str(out): f"a link to {tmp_path / 'outside.png'}, outside {root}"}
+
+
+def _food(tmp_path: Path) -> tuple[Path, Path]:
+    """A Food-101 copy under tmp_path/data and a real JPEG beside it at tmp_path/outside/secret.jpg."""
+    from fakedata import make_food101, write_image
+
+    import numpy as np
+
+    root = make_food101(tmp_path / "data", classes=2, per_class=4, size=32)
+    (tmp_path / "outside").mkdir()
+    write_image(tmp_path / "outside" / "secret.jpg", 32, (1, 2, 3), np.random.default_rng(0))
+    return root, tmp_path / "outside" / "secret.jpg"
+
+
+def test_food101_ids_that_leave_images_are_refused_and_counted(tmp_path):
+    import json
+
+    from effbench.data import food101
+
+    root, secret = _food(tmp_path)
+    meta = root / "food-101" / "meta"
+    listing = json.loads((meta / "train.json").read_text())
+    listed = sum(len(ids) for ids in listing.values())
+    first = sorted(listing)[0]
+    images = root / "food-101" / "images"
+    (images / first / "linked.jpg").symlink_to(secret)
+    listing[first] += ["../../../outside/secret", str(secret.with_suffix("")), f"{first}/linked"]
+    (meta / "train.json").write_text(json.dumps(listing))
+    src = food101.load(root, download=False)
+    assert not any("secret" in p or "linked" in p for p in src.train.paths)
+    assert len(src.train) == listed  # the listing's own images
+    refused = src.refused
+    assert set(refused) == {
+        str(images / "../../../outside/secret.jpg"),
+        str(secret),
+        str(images / first / "linked.jpg"),
+    }
+    assert all("outside" in why for why in refused.values()), refused
+
+
+def test_a_food101_listing_with_no_readable_image_is_one_line(tmp_path, capsys):
+    import json
+
+    root, secret = _food(tmp_path)
+    meta = root / "food-101" / "meta"
+    listing = {name: [str(secret.with_suffix(""))] for name in json.loads((meta / "train.json").read_text())}
+    (meta / "train.json").write_text(json.dumps(listing))
+    code, _, err = invoke([*IMAGE_RUN[:2], "food101", *IMAGE_RUN[3:], "--data-dir", root, "--output", tmp_path / "o"],
+                          capsys)  # fmt: skip
+    line = one_error_line(err)
+    assert code == 2 and "--data-dir" in line and "none of the 2 images" in line and str(secret) in line, line
+
+
+@pytest.mark.timeout(120)
+def test_a_cifar_batch_that_is_a_fifo_is_one_line_at_once(tmp_path, capsys):
+    from fakedata import make_cifar
+
+    root = make_cifar(tmp_path / "data", "cifar10", n_train=10, n_test=10)
+    batch = root / "cifar-10-batches-py" / "data_batch_1"
+    batch.unlink()
+    os.mkfifo(batch)
+    code, _, err = invoke([*IMAGE_RUN[:2], "cifar10", *IMAGE_RUN[3:], "--data-dir", root, "--output", tmp_path / "o"],
+                          capsys)  # fmt: skip
+    line = one_error_line(err)
+    assert code == 2 and str(batch) in line and "FIFO" in line, line
+
+
+@pytest.mark.timeout(240)
+def test_a_run_over_a_folder_with_a_fifo_and_a_dev_zero_link_finishes_ok_with_both_counted(tmp_path, capsys):
+    from fakedata import make_imagefolder
+
+    root = make_imagefolder(tmp_path / "img", classes=2, per_class=4, size=16, split=True, val_per_class=1)
+    os.mkfifo(root / "train" / "class_0" / "x.jpg")
+    (root / "train" / "class_1" / "z.jpg").symlink_to("/dev/zero")
+    code, _, err = invoke([*IMAGE_RUN, "--data-dir", root, "--output", tmp_path / "out"], capsys)
+    assert code == 0, err
+    record = results.read_results(only_run(tmp_path / "out"))
+    assert record["status"] == "ok" and record["data"]["corrupt_images_skipped"] == 2
+    assert sorted(record["data"]["corrupt_image_reasons"].values()) == [
+        FIFO_REASON,
+        f"a link to /dev/zero, outside {root}",
+    ]
