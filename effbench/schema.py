@@ -384,6 +384,8 @@ class Data(_Model):
     corrupt_images_skipped: int | None = None
     """Images skipped: those the loader could not read or decode, and those the listing left out (not a regular
     file, over the size bound, outside --data-dir)."""
+    files_refused: int | None = None
+    """Of corrupt_images_skipped, the files the listing left out: not among train_size and val_size."""
     augment: Augment | None = None
     """The training recipe that ran (effbench/recipes.py)."""
 

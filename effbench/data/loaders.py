@@ -42,6 +42,7 @@ class SkipLog:
         examples = sorted(self.paths)[:SKIP_EXAMPLES]
         return {
             "corrupt_images_skipped": len(self.paths),
+            "files_refused": len(self.reasons),
             "corrupt_image_examples": examples,
             "corrupt_image_reasons": {p: self.reasons.get(p) or skip_reason(p) for p in examples},
         }

@@ -386,7 +386,17 @@ def test_a_run_over_a_folder_with_a_fifo_and_a_dev_zero_link_finishes_ok_with_bo
     assert code == 0, err
     record = results.read_results(only_run(tmp_path / "out"))
     assert record["status"] == "ok" and record["data"]["corrupt_images_skipped"] == 2
+    assert record["data"]["files_refused"] == 2 and record["data"]["train_size"] == 8
     assert sorted(record["data"]["corrupt_image_reasons"].values()) == [
         FIFO_REASON,
         f"a link to /dev/zero, outside {root}",
     ]
+
+
+def test_the_skipped_share_counts_the_refused_files_among_the_listed_ones():
+    """5 listed files refused beside 5 that ran: half the dataset skipped, not 5 of 5."""
+    from effbench.report.tables import skipped_images_warning
+
+    data = {"corrupt_images_skipped": 5, "files_refused": 5, "train_size": 4, "val_size": 1}
+    line = skipped_images_warning(results.record_of({"schema_version": 1, "status": "ok", "data": data}))
+    assert line is not None and "5 of 10 images (50%)" in line, line
