@@ -3,7 +3,7 @@ inputs that are FIFOs, devices, links out of --data-dir, or listed outside it.
 
 Outputs (effbench/results.py: output_file): a regular file or a new name is replaced by a rename; a character
 device or a FIFO, reached directly or through links, is written through; any other link is refused in one line.
-Inputs (effbench/data/images.py: listed_files, read_image_bytes): only regular files inside --data-dir, of at most
+Inputs (effbench/data/images.py: ImageFiles, read_image_bytes): only regular files inside --data-dir, of at most
 MAX_IMAGE_BYTES, are read; the rest are skipped and counted with their reason, by every loader.
 
 The devices written to are copies of /dev/null and /dev/full made with mknod in tmp_path (same major and minor):
