@@ -2,7 +2,9 @@
 
 Every file is written to a temporary name in the same folder, flushed, fsynced and renamed over
 the target, so a reader (or `effbench report` after a SIGKILL) sees the old file or the new one,
-never half of one. No torch import.
+never half of one. A rename replaces only a regular file (or takes a new name): a device or a FIFO
+(`-o /dev/null`, `/dev/stdout`, a pipe) is written through, and a link to a file, a folder or
+anything else is refused in one line (output_file). No torch import.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ import json
 import math
 import os
 import re
+import stat
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 from effbench.errors import EffbenchError
 
@@ -134,12 +139,104 @@ _STEP_PARSERS: tuple[Callable[[str, Any], Any], ...] = (
 )  # fmt: skip
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+# How long a write into a FIFO waits for a reader to open it (`mkfifo p; effbench export -o p & cat p` starts
+# both at once): opening a FIFO for writing blocks until a reader comes, and a FIFO no reader opens (one
+# planted in a run folder) would hang the command.
+FIFO_READER_WAIT_S = 5.0
+
+
+def _writes_through(path: Path) -> bool:
+    """Whether `path` is a stream (a character device or a FIFO, reached directly or through links), written
+    through; False for a regular file or nothing there, replaced by a rename. Anything else is refused in one
+    line naming it: a link to a file, a folder or nowhere (never written through, never replaced), a folder,
+    a socket, a block device."""
+    from effbench.safe_files import file_kind
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISREG(st.st_mode):
+        return False
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
+        return True
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            st = os.stat(path)
+        except OSError as e:
+            raise EffbenchError(
+                str(path), f"is a link that leads nowhere ({e.strerror}); effbench never writes through a link to a "
+                "file nor replaces one: remove the link or write elsewhere",
+            ) from None  # fmt: skip
+        if stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
+            return True
+        raise EffbenchError(
+            str(path), f"is a link to {os.path.realpath(path)} ({file_kind(st.st_mode)}); effbench never writes "
+            "through a link to a file nor replaces one: pass the file itself, remove the link, or write elsewhere",
+        )  # fmt: skip
+    raise EffbenchError(
+        str(path),
+        f"is {file_kind(st.st_mode)}; effbench writes a regular file (or streams into a device or a FIFO): "
+        "remove it or write elsewhere",
+    )
+
+
+def _open_stream(path: Path) -> int:
+    """A write descriptor on the device or FIFO at `path`, which must still be one once open (a file swapped
+    in meanwhile is left untouched: no O_TRUNC, no O_CREAT)."""
+    from effbench.safe_files import file_kind
+
+    deadline = time.monotonic() + FIFO_READER_WAIT_S
+    while True:
+        try:  # O_NONBLOCK: a FIFO with no reader fails with ENXIO instead of blocking
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            break
+        except OSError as e:
+            if e.errno != errno.ENXIO:
+                raise
+            if time.monotonic() >= deadline:
+                raise EffbenchError(
+                    str(path), f"is a FIFO no reader opened within {FIFO_READER_WAIT_S:g} s; start its reader first"
+                ) from None
+            time.sleep(0.05)
+    st = os.fstat(fd)
+    if not (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+        os.close(fd)
+        raise EffbenchError(str(path), f"became {file_kind(st.st_mode)} while effbench opened it; write elsewhere")
+    os.set_blocking(fd, True)  # the writes wait for a slow reader
+    return fd
+
+
+def _stream_error(path: Path, e: OSError) -> EffbenchError:
+    """A write into a device or FIFO that failed, in one line."""
+    if e.errno in NO_SPACE_ERRNOS:  # /dev/full: a NoSpaceError, as a full disk is
+        return NoSpaceError(str(path), "refused the write: no space left on the device (ENOSPC); write elsewhere")
+    if e.errno == errno.EPIPE:
+        return EffbenchError(str(path), "its reader closed it before everything was written; keep the reader open")
+    return EffbenchError(str(path), f"cannot be written ({e.strerror}); write elsewhere")
+
+
+@contextmanager
+def output_file(path: Path) -> Iterator[BinaryIO]:
+    """A binary file to write `path` through, whole or not at all.
+
+    A regular file or a new name: a temporary file in the same folder (mkstemp: O_EXCL, never through a link
+    planted at its name), flushed, fsynced, 0644, renamed over `path`. A character device or a FIFO, directly
+    or through links (`/dev/null`, `/dev/full`, `/dev/stdout`, a pipe): written through, never replaced. Any
+    other thing at `path` (a link to a file, a folder, a socket) is refused (_writes_through). A full disk is
+    a NoSpaceError naming the file."""
     path = Path(path)
+    if _writes_through(path):
+        try:
+            with os.fdopen(_open_stream(path), "wb") as f:
+                yield f
+        except OSError as e:
+            raise _stream_error(path, e) from None
+        return
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, FILE_MODE)
@@ -149,6 +246,12 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         if isinstance(e, OSError) and e.errno in NO_SPACE_ERRNOS:
             raise no_space_error(path) from None
         raise
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """`data` as the file at `path`, whole or not at all; streamed into a device or FIFO (output_file)."""
+    with output_file(path) as f:
+        f.write(data)
 
 
 # A full disk or an exhausted quota is the user's to fix, so it gets a one-line error, not a trace.
@@ -313,8 +416,11 @@ def create_run_dir(output: Path, name: str) -> Path:
 def check_output_writable(output: Path) -> None:
     """Fail before any work if `output` cannot hold run folders."""
     output = Path(output)
-    if output.exists() and not output.is_dir():
-        raise EffbenchError("--output", f"{output} is a file, not a folder; pass a folder path")
+    if output.exists() and not output.is_dir():  # /dev/null too: a folder is made there, nothing streamed
+        from effbench.safe_files import file_kind
+
+        kind = file_kind(output.stat().st_mode)
+        raise EffbenchError("--output", f"{output} is {kind}, not a folder; pass a folder path")
     try:
         output.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".effbench-write-test-", dir=output)

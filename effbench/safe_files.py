@@ -47,9 +47,11 @@ _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):  # fmt: skip
+def file_kind(mode: int) -> str:
+    """What a file is, in words, from its st_mode: "a FIFO", "a character device", ... (for one-line errors)."""
+    for test, name in ((stat.S_ISREG, "a file"), (stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a link"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):  # fmt: skip
         if test(mode):
             return name
     return "not a regular file"
@@ -71,7 +73,7 @@ def read_bytes(path: Path | str, *, limit: int = MAX_JSON_BYTES, fix: str = "pas
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise EffbenchError(str(path), f"is {_kind(st.st_mode)}, not a regular file; {fix}")
+            raise EffbenchError(str(path), f"is {file_kind(st.st_mode)}, not a regular file; {fix}")
         if st.st_size > limit:
             raise EffbenchError(str(path), f"is {st.st_size:,} bytes, more than effbench reads ({limit:,}); {fix}")
         os.set_blocking(fd, True)

@@ -372,7 +372,7 @@ class Data(_Model):
     corrupt_image_examples: list[str] | None = None
     """Paths of some skipped images."""
     corrupt_image_reasons: dict[str, str] | None = None
-    """Why each of them was skipped."""
+    """Why each of them was skipped (`cannot be decoded`, `a FIFO, not a regular file`, ...)."""
     num_classes: int | None = None
     """Classes."""
     image_size: int | None = None
@@ -388,7 +388,10 @@ class Data(_Model):
     workers: int | None = None
     """DataLoader workers per rank."""
     corrupt_images_skipped: int | None = None
-    """Images the loader could not decode and skipped."""
+    """Images skipped: those the loader could not read or decode, and those the listing left out (not a regular
+    file, over the size bound, outside --data-dir)."""
+    files_refused: int | None = None
+    """Of corrupt_images_skipped, the files the listing left out: not among train_size and val_size."""
     augment: Augment | None = None
     """The training recipe that ran (effbench/recipes.py)."""
 

@@ -10,6 +10,7 @@ Every EffbenchError becomes one line on stderr and exit code 2; usage errors too
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from pathlib import Path
@@ -235,4 +236,29 @@ def _main(argv: list[str] | None) -> None:
     except typer.Abort:
         print("error: aborted", file=sys.stderr)
         sys.exit(130)
+    except OSError as e:
+        if not _stdout_refused(e):
+            raise
+        name = errno.errorcode.get(e.errno or 0, "")
+        why = f"{e.strerror}, {name}" if name else e.strerror
+        print(f"error: stdout: refused the write ({why}); redirect it elsewhere", file=sys.stderr)
+        sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _stdout_refused(e: OSError) -> bool:
+    """Whether `e` was a write to stdout that failed (`effbench export runs/ > /dev/full`, a full disk under
+    `> file`): no file name, raised where stdout was written (typer.echo, the one way commands print). Its
+    pending bytes are then dropped (stdout pointed at /dev/null, as Python's signal docs do after a
+    BrokenPipeError) so the interpreter's own flush at exit prints no second traceback."""
+    tb = e.__traceback__
+    if e.filename is not None or tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    if not any(v is sys.stdout for v in tb.tb_frame.f_locals.values()):
+        return False
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return True

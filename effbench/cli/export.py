@@ -2,6 +2,7 @@
 
     effbench export results/ -o runs.csv                       runs, sweep cells, scaling members
     effbench export results/ nodes/ --format jsonl -o runs.jsonl
+    effbench export results/ -o /dev/stdout                   a device or FIFO is written through, never replaced
     effbench export results/ | duckdb -c "select host, throughput_median_img_s from read_csv('/dev/stdin')"
 
 Column names: docs/sweeps-and-reports.md, "Export columns" (analysis/export.py COLUMN_DOCS).
@@ -24,7 +25,13 @@ def export(
         str, typer.Option("--format", help="csv or jsonl (one JSON object per line).", show_default=True)
     ] = "csv",
     output: Annotated[
-        str | None, typer.Option("--output", "-o", help="File to write. [default: stdout]", show_default=False)
+        str | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="File to write (a device or FIFO is written through; - is stdout). [default: stdout]",
+            show_default=False,
+        ),
     ] = None,
 ) -> None:
     """One row per run folder found under PATHS: status, machine, figures, swept values and resolved config."""
@@ -37,7 +44,7 @@ def export(
     if format_ not in ex.FORMATS:
         raise EffbenchError("--format", f"{format_!r} is not a format; use {' or '.join(ex.FORMATS)}")
     target = None
-    if output is not None:
+    if output is not None and output != "-":  # `-o -`: stdout, as with no -o
         check_path("--output", output, example="--output runs.csv")
         target = Path(output)
         if target.is_dir():

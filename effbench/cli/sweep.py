@@ -151,8 +151,11 @@ def report(
     if output is not None:
         check_path("--output", output, example="--output reports/")
         dest = Path(output)
-        if dest.exists() and not dest.is_dir():
-            raise EffbenchError("--output", f"{dest} is a file; pass a folder to write the reports into")
+        if dest.exists() and not dest.is_dir():  # a report is several files: /dev/null is no folder either
+            from effbench.safe_files import file_kind
+
+            kind = file_kind(dest.stat().st_mode)
+            raise EffbenchError("--output", f"{dest} is {kind}; pass a folder to write the reports into")
     kind, files = render.write_reports(folder, dest)
     if kind == "leaderboard":
         typer.echo(files[0].read_text(encoding="utf-8"))

@@ -74,7 +74,8 @@ def download_and_extract(archive: Archive, data_dir: Path) -> dict[str, object]:
             fetched_s = time.perf_counter() - t0
             extract(path, data_dir, archive.folder)
         finally:
-            path.unlink(missing_ok=True)
+            if path.is_file() and not path.is_symlink():  # the archive fetched; anything else there fetch refused
+                path.unlink()
     return {
         "downloaded": True,
         "url": url,

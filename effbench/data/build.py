@@ -243,7 +243,9 @@ def _file_bundle(
     log: SkipLog,
     on_device: bool,
 ) -> DataBundle:
-    """The bundle of a dataset read from files, with its record (`info`), for either loader."""
+    """The bundle of a dataset read from files, with its record (`info`), for any loader; the files the listing
+    left out are counted in its skip log from the start (DALI was never given them)."""
+    log.refuse(src.refused)
     info: dict[str, Any] = {
         **common,
         "mean": list(mean),

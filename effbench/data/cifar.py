@@ -9,6 +9,8 @@ rows of 32), and `labels` (CIFAR-10) or `fine_labels` (CIFAR-100), lists of N in
 
 from __future__ import annotations
 
+import io
+import os
 import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,10 +24,14 @@ from PIL import Image
 from effbench.config import RunConfig
 from effbench.data.archives import ARCHIVES, ensure_present
 from effbench.data.source import Source
+from effbench import safe_files
 from effbench.errors import EffbenchError
 
 SIDE = 32
 PIXELS = 3 * SIDE * SIDE  # 3072 values per image
+# The largest official file, CIFAR-100's `train`, is 50,000 x 3,072 bytes of pixels plus labels: about 155 MB.
+# 256 MiB leaves room for a copy re-saved with another protocol and refuses a runaway or endless file.
+MAX_PICKLE_BYTES = 256 * 2**20
 
 
 @dataclass(frozen=True)
@@ -85,15 +91,20 @@ def _corrupt(path: Path, why: str) -> EffbenchError:
 
 
 def load_pickle(path: Path) -> dict[str, Any]:
-    """Unpickle a CIFAR file; keys come back as str whether the file stored str or bytes."""
-    if not path.is_file():
-        raise EffbenchError(
-            "--data-dir", f"{path} is missing; delete {path.parent} and rerun with --download, or restore it"
-        )
+    """Unpickle a CIFAR file; keys come back as str whether the file stored str or bytes. Only a regular file
+    in its folder (links resolved) of at most MAX_PICKLE_BYTES is read (safe_files.read_bytes: a FIFO or
+    a device is one line at once, never a wait or an endless read)."""
+    fix = f"delete {path.parent} and rerun with --download, or restore it"
+    real = Path(os.path.realpath(path))
+    if not real.is_relative_to(Path(os.path.realpath(path.parent))):
+        raise EffbenchError("--data-dir", f"{path} is a link to {real}, outside {path.parent}; {fix}")
     try:
-        with open(path, "rb") as f:
-            # latin1 turns Python 2 byte strings (the official files) into str without loss.
-            obj = RestrictedUnpickler(f, encoding="latin1").load()
+        data = safe_files.read_bytes(path, limit=MAX_PICKLE_BYTES, fix=fix)
+    except FileNotFoundError:
+        raise EffbenchError("--data-dir", f"{path} is missing; {fix}") from None
+    try:
+        # latin1 turns Python 2 byte strings (the official files) into str without loss.
+        obj = RestrictedUnpickler(io.BytesIO(data), encoding="latin1").load()
     except pickle.UnpicklingError as e:
         raise _corrupt(path, str(e)) from None
     except Exception as e:  # a damaged pickle fails in many ways (EOFError, ValueError, ...)

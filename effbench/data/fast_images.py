@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from effbench.data import augment
 from effbench.data.augment import stream_seed
-from effbench.data.images import MAX_STAND_INS, FileExamples, over_pixel_limit
+from effbench.data.images import MAX_STAND_INS, FileExamples, over_pixel_limit, read_image_bytes
 from effbench.data.loaders import LoaderOptions, ShardSampler, SkipLog, collate_samples, seeded_sampler
 from effbench.errors import EffbenchError
 from effbench.recipes import Recipe
@@ -38,10 +38,11 @@ JPEG_MAGIC = b"\xff\xd8\xff"
 
 
 def read_bytes(path: str) -> torch.Tensor:
-    """The file's bytes as a uint8 tensor. A plain read, not torchvision.io.read_file, which maps
-    the file: a file rewritten while mapped would change under the decoder."""
-    with open(path, "rb") as f:
-        return torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)
+    """The file's bytes as a uint8 tensor (images.read_image_bytes: a regular file, bounded, never a FIFO's
+    wait). A plain read, not torchvision.io.read_file, which maps the file: a file rewritten while mapped
+    would change under the decoder."""
+    data = read_image_bytes(path)
+    return torch.frombuffer(data, dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
 
 
 def is_jpeg(data: torch.Tensor) -> bool:

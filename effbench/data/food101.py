@@ -5,7 +5,9 @@
     food-101/meta/{train,test}.json     {"<class>": ["<class>/<id>", ...]}, ids without ".jpg"
 
 750 training and 250 test images per class. Image files are not opened here; one that turns out
-unreadable is skipped and counted at load time (effbench.data.images).
+unreadable is skipped and counted at load time (effbench.data.images). Each listed file passes
+images.ImageFiles first: an id that leads out of images/ (`../../../outside/secret`, an absolute path, a
+link out), a FIFO, a device or an oversized file is left out and counted with its reason.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 
 from effbench.config import RunConfig
 from effbench.data.archives import ARCHIVES, ensure_present
-from effbench.data.images import FileExamples
+from effbench.data.images import FileExamples, ImageFiles, nothing_readable
 from effbench.data.source import Source
 from effbench import safe_files
 from effbench.errors import EffbenchError
@@ -60,15 +62,26 @@ def read_split(path: Path, classes: list[str], images_dir: Path) -> FileExamples
         raise _broken(path, f"classes not in classes.txt: {', '.join(unknown[:3])}")
     paths: list[str] = []
     labels: list[int] = []
+    files, listed = ImageFiles(images_dir), 0
     for label, name in enumerate(classes):
         ids = listing.get(name, [])
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise _broken(path, f"{name!r} is not a list of image ids")
-        paths.extend(str(images_dir / f"{i}.jpg") for i in ids)
-        labels.extend([label] * len(ids))
-    if not paths:
+        listed += len(ids)
+        for i in ids:
+            image = str(images_dir / f"{i}.jpg")  # an absolute id replaces images_dir: ImageFiles refuses it
+            if files.check(image) is not None:
+                paths.append(image)
+                labels.append(label)
+    if not listed:
         raise _broken(path, "lists no images")
-    return FileExamples(tuple(paths), np.asarray(labels, dtype=np.int64))
+    if not paths:
+        raise EffbenchError(
+            "--data-dir",
+            f"none of the {listed:,} images {path} lists can be read{nothing_readable(files.refused)}; "
+            "delete the dataset folder and rerun with --download, or restore it",
+        )
+    return FileExamples(tuple(paths), np.asarray(labels, dtype=np.int64), refused=files.refused)
 
 
 def load(data_dir: Path, *, download: bool) -> Source:
@@ -76,14 +89,17 @@ def load(data_dir: Path, *, download: bool) -> Source:
     root = Path(data_dir) / ARCHIVES["food101"].folder
     classes = read_classes(root / "meta" / "classes.txt")
     images = root / "images"
+    train = read_split(root / "meta" / "train.json", classes, images)
+    val = read_split(root / "meta" / "test.json", classes, images)
     return Source(
         name="food101",
         num_classes=len(classes),
         root=root,
-        train=read_split(root / "meta" / "train.json", classes, images),
-        val=read_split(root / "meta" / "test.json", classes, images),
+        train=train,
+        val=val,
         val_label="official test split",
         info={"download": download_info},
+        refused={**train.refused, **val.refused},
     )
 
 

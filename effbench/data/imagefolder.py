@@ -8,9 +8,11 @@ folders are ignored. Image files are not opened here; unreadable ones are skippe
 load time (effbench.data.images).
 
 Linked folders are followed while they stay inside --data-dir; one that leaves it (a class folder linked to
-`/` walked the whole filesystem) is refused in one line naming the link. A linked image file is read where it
-points (a subset built of links into a shared store is common; each is one file, decoded or skipped). Class
-folders without an image still count as classes (the head's width), with one warning naming a few.
+`/` walked the whole filesystem) is refused in one line naming the link. Image files pass images.ImageFiles as
+they are listed: a linked file is read where it points while that stays inside --data-dir; one that leads out,
+and anything not a regular file of at most images.MAX_IMAGE_BYTES (a FIFO, `x.jpg -> /dev/zero`), is left out
+and counted as skipped with its reason. Class folders without an image still count as classes (the head's
+width), with one warning naming a few.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from effbench.config import RunConfig
-from effbench.data.images import FileExamples
+from effbench.data.images import FileExamples, ImageFiles, nothing_readable
 from effbench.data.source import Source
 from effbench.errors import EffbenchError
 
@@ -51,7 +53,8 @@ def scan(root: Path, classes: list[str], boundary: Path | None = None) -> FileEx
     labels: list[int] = []
     seen_dirs: set[tuple[int, int]] = set()
     seen_files: set[tuple[int, int]] = set()
-    inside = Path(os.path.realpath(boundary if boundary is not None else root))
+    files = ImageFiles(boundary if boundary is not None else root)
+    inside = files.inside
     for label, name in enumerate(classes):
         folder = root / name
         if not folder.is_dir():
@@ -68,23 +71,21 @@ def scan(root: Path, classes: list[str], boundary: Path | None = None) -> FileEx
             for f in sorted(filenames):
                 if f.lower().endswith(IMG_EXTENSIONS) and not f.startswith("."):
                     path = os.path.join(dirpath, f)
-                    try:
-                        fst = os.stat(path)
-                    except OSError:  # a dangling link: listed, then skipped and counted at load time
-                        fst = None
-                    if fst is not None and (fst.st_dev, fst.st_ino) in seen_files:
+                    fst = files.check(path)  # None: refused (a FIFO, a device, a link out...), kept with why
+                    if fst is None or (fst.st_dev, fst.st_ino) in seen_files:
                         continue
-                    if fst is not None:
-                        seen_files.add((fst.st_dev, fst.st_ino))
+                    seen_files.add((fst.st_dev, fst.st_ino))
                     paths.append(path)
                     labels.append(label)
-    return FileExamples(tuple(paths), np.asarray(labels, dtype=np.int64))
+    return FileExamples(tuple(paths), np.asarray(labels, dtype=np.int64), refused=files.refused)
 
 
-def _no_images(root: Path) -> EffbenchError:
+def _no_images(root: Path, examples: FileExamples) -> EffbenchError:
     kinds = ", ".join(sorted({e.lstrip(".") for e in IMG_EXTENSIONS}))
     return EffbenchError(
-        "--data-dir", f"no images found in {root}; it must hold one folder per class with {kinds} files inside"
+        "--data-dir",
+        f"no images found in {root}{nothing_readable(examples.refused)}; it must hold one folder per "
+        f"class with {kinds} files inside",
     )
 
 
@@ -114,7 +115,7 @@ def load(data_dir: Path, *, val_fraction: float | None) -> Source:
     classes = class_folders(train_dir)
     train = scan(train_dir, classes, boundary=root)
     if len(train) == 0:
-        raise _no_images(train_dir)
+        raise _no_images(train_dir, train)
     message = warn_empty_classes(train_dir, classes, train)
     if message and os.environ.get("RANK", "0") == "0":  # once per job, not once per rank
         print(message, file=sys.stderr)
@@ -141,7 +142,7 @@ def load(data_dir: Path, *, val_fraction: float | None) -> Source:
             raise _outside(str(val_dir), root)
         val = scan(val_dir, classes, boundary=root)
         if len(val) == 0:
-            raise _no_images(val_dir)
+            raise _no_images(val_dir, val)
         val_label = f"{val_dir.name}/ folder"
     return Source(
         name="imagefolder",
@@ -151,6 +152,7 @@ def load(data_dir: Path, *, val_fraction: float | None) -> Source:
         val=val,
         val_label=val_label,
         info={"train_dir": str(train_dir), "val_dir": str(val_dir) if val is not None else None},
+        refused={**train.refused, **(val.refused if val is not None else {})},
     )
 
 

@@ -5,18 +5,31 @@ the file's path alongside the sample instead, and the loader sums those reports 
 process (effbench.data.loaders). A worker holds no shared counter, so counting is the same for
 0 or N workers. In training the next readable file stands in, which keeps every batch full (the
 loop relies on drop_last batches of exactly --batch-size); in validation the file is left out.
+
+What a loader reads, for all three (torchvision, fast, DALI): only regular files of at most MAX_IMAGE_BYTES
+inside the dataset's folder once links are resolved. ImageFiles checks each listed file once, when the list
+is built (one lstat; a link also a realpath and a stat): a FIFO named x.jpg (whose open() waits forever for a
+writer), `x.jpg -> /dev/zero` (endless bytes), a link or a listed id leading out of the folder, a missing or
+oversized file never reach a loader, DALI included; they are counted with the skipped files and their reason.
+A file swapped after listing is caught when it is read (read_image_bytes: opened O_NONBLOCK, checked on the
+open descriptor, read up to the bound), by the two loaders whose reads effbench makes.
 """
 
 from __future__ import annotations
 
 import io
+import os
+import stat
 import warnings
-from dataclasses import dataclass
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
+
+from effbench.safe_files import file_kind
 
 # A stretch of this many unreadable files in a row means the copy is broken, not one bad file;
 # then the sample is dropped rather than scanning on (that batch is one image short).
@@ -26,10 +39,106 @@ Sample = tuple[torch.Tensor | None, int, tuple[str, ...]]
 """(image or None when unreadable and not replaced, label, paths skipped to produce it)."""
 
 
-def read_rgb(path: str) -> Image.Image | None:
-    """The decoded RGB image, or None when PIL cannot read the file."""
+# The most bytes a loader reads from one image file. 64 MiB holds an 8-bit RGB image of 4,700 x 4,700 px stored
+# uncompressed (BMP, PPM, a PNG at level 0); the photos of training sets are far smaller (Food-101's are at
+# most 512 px a side, Bossard et al. 2014). Each worker holds one file's bytes at a time, so this also bounds
+# what one read can take; past it (or a device that never ends, /dev/zero) the file is skipped and counted.
+MAX_IMAGE_BYTES = 64 * 2**20
+
+
+class NotAnImageFile(OSError):
+    """A file a loader does not read (not a regular file, over MAX_IMAGE_BYTES); str() is the reason."""
+
+
+def refusal(st: os.stat_result) -> str | None:
+    """Why a file with this status is not read as an image (its kind, its size), or None."""
+    if not stat.S_ISREG(st.st_mode):
+        return f"{file_kind(st.st_mode)}, not a regular file"
+    if st.st_size > MAX_IMAGE_BYTES:
+        return f"{st.st_size:,} bytes, over the {MAX_IMAGE_BYTES:,}-byte limit for an image file"
+    return None
+
+
+def read_image_bytes(path: str) -> bytearray:
+    """The bytes of an image file: a regular file of at most MAX_IMAGE_BYTES, or NotAnImageFile with the reason.
+
+    Opened O_NONBLOCK (a FIFO swapped in after the listing would otherwise wait in open() for a writer) and
+    checked on the open descriptor, so what is read is what was checked; read up to the bound whatever the
+    size said. The same count of calls as open().read(): open, fstat, read, read (EOF)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        with Image.open(path) as im:
+        st = os.fstat(fd)
+        why = refusal(st)
+        if why is not None:
+            raise NotAnImageFile(why)
+        data, want = bytearray(), min(st.st_size, MAX_IMAGE_BYTES) + 1  # the whole file in one read, + 1 byte
+        while len(data) <= MAX_IMAGE_BYTES:
+            chunk = os.read(fd, want)
+            if not chunk:
+                return data
+            data += chunk
+            want = 1 << 16  # the read that finds the end (or a file that grew)
+        raise NotAnImageFile(f"over the {MAX_IMAGE_BYTES:,}-byte limit for an image file (it grew while read)")
+    finally:
+        os.close(fd)
+
+
+class ImageFiles:
+    """The check every listed image file passes once, when a dataset module builds its list (imagefolder.scan,
+    food101.read_split): a regular file of at most MAX_IMAGE_BYTES, inside `boundary` once links are resolved.
+    A link inside the boundary is followed (a class folder of links into a shared folder of the same dataset);
+    one that leaves it is not. Each file costs one lstat (a link: a realpath and a stat too); each folder one
+    realpath. The refused files are in `refused`, path -> reason, for the skip count."""
+
+    def __init__(self, boundary: Path) -> None:
+        self.boundary = Path(boundary)
+        self.inside = Path(os.path.realpath(boundary))
+        self.refused: dict[str, str] = {}
+        self._folders: dict[str, bool] = {}
+
+    def check(self, path: str) -> os.stat_result | None:
+        """The file's status (of its target, for a link) when a loader may read it, else None (reason kept)."""
+        why, st = self._why(path)
+        if why is not None:
+            self.refused[path] = why
+            return None
+        return st
+
+    def _why(self, path: str) -> tuple[str | None, os.stat_result | None]:
+        try:
+            st = os.lstat(path)
+        except (OSError, ValueError) as e:  # ValueError: a NUL in a name a listing file gave
+            return f"unreadable ({getattr(e, 'strerror', None) or type(e).__name__})", None
+        if stat.S_ISLNK(st.st_mode):
+            real = os.path.realpath(path)
+            if not Path(real).is_relative_to(self.inside):
+                return f"a link to {real}, outside {self.boundary}", None
+            try:
+                st = os.stat(path)
+            except OSError as e:
+                return f"a broken link ({e.strerror or type(e).__name__})", None
+        else:
+            folder = os.path.dirname(path)
+            inside = self._folders.get(folder)
+            if inside is None:
+                inside = self._folders[folder] = Path(os.path.realpath(folder)).is_relative_to(self.inside)
+            if not inside:
+                return f"outside {self.boundary}", None
+        return refusal(st), st
+
+
+def nothing_readable(refused: Mapping[str, str]) -> str:
+    """For the one-line error of a listing with no readable image: how many files it refused, and one of them."""
+    if not refused:
+        return ""
+    path, why = next(iter(refused.items()))
+    return f" ({len(refused):,} listed file(s) refused, e.g. {path}: {why})"
+
+
+def read_rgb(path: str) -> Image.Image | None:
+    """The decoded RGB image, or None when the file cannot be read (read_image_bytes) or decoded."""
+    try:
+        with Image.open(io.BytesIO(read_image_bytes(path))) as im:
             return im.convert("RGB")  # convert() forces the full decode inside the try
     except Exception:  # PIL reports bad bytes as OSError, SyntaxError, ValueError, EOFError, ...
         return None
@@ -59,10 +168,11 @@ def over_pixel_limit(data: bytes | bytearray | memoryview) -> str | None:
 
 
 def skip_reason(path: str) -> str:
-    """Why a skipped file was skipped, for the record (re-read for the few examples kept)."""
+    """Why a skipped file was skipped, for the record (re-read, as the loaders read it, for the few examples kept)."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_image_bytes(path)
+    except NotAnImageFile as e:
+        return str(e)
     except OSError as e:
         return f"unreadable ({e.strerror or type(e).__name__})"
     return over_pixel_limit(data) or "cannot be decoded"
@@ -72,6 +182,8 @@ def skip_reason(path: str) -> str:
 class FileExamples:
     paths: tuple[str, ...]
     labels: np.ndarray
+    refused: Mapping[str, str] = field(default_factory=dict)
+    """Files the listing found and left out (ImageFiles), path -> reason: the dataset's, not a split's."""
 
     def __post_init__(self) -> None:
         assert len(self.paths) == len(self.labels)

@@ -9,7 +9,7 @@ them in the training process, so counts need no memory shared with the worker pr
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,9 +25,16 @@ SKIP_EXAMPLES = 5
 
 @dataclass
 class SkipLog:
-    """Distinct unreadable files met so far, across epochs, splits and workers."""
+    """Distinct unreadable files met so far, across epochs, splits and workers, and those the listing left out."""
 
     paths: set[str] = field(default_factory=set)
+    reasons: dict[str, str] = field(default_factory=dict)
+    """The reasons known without reading the file again: the listing's (images.ImageFiles)."""
+
+    def refuse(self, refused: Mapping[str, str]) -> None:
+        """Count the files the listing left out (a FIFO, a device, a link out of --data-dir) with their reasons."""
+        self.paths.update(refused)
+        self.reasons.update(refused)
 
     def stats(self) -> dict[str, Any]:
         from effbench.data.images import skip_reason
@@ -35,8 +42,9 @@ class SkipLog:
         examples = sorted(self.paths)[:SKIP_EXAMPLES]
         return {
             "corrupt_images_skipped": len(self.paths),
+            "files_refused": len(self.reasons),
             "corrupt_image_examples": examples,
-            "corrupt_image_reasons": {p: skip_reason(p) for p in examples},
+            "corrupt_image_reasons": {p: self.reasons.get(p) or skip_reason(p) for p in examples},
         }
 
 

@@ -37,6 +37,9 @@ class Source:
     val_label: str
     """How the official validation split is described in the record, e.g. "official test split"."""
     info: dict[str, object] = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)
+    """Files the listing left out (images.ImageFiles: not a regular file, too large, outside the folder), path ->
+    reason; counted with the files skipped while loading."""
 
 
 def seeded_split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -15,8 +15,6 @@ no global backend, no display needed) and writes `path`. Nothing here reads resu
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,19 +34,14 @@ def _figure(width: float, height: float) -> Any:
 
 
 def _save(fig: Any, path: Path) -> Path:
+    from effbench import results
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # a fresh temporary file (O_EXCL: never through a link planted under a fixed name), renamed over the
-    # target (a link there is replaced, not followed): a reader never sees half a PNG
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # results.output_file: a fresh temporary file (O_EXCL: never through a link planted under a fixed name),
+    # renamed over a regular file only (a link there is refused, a device written through): no half a PNG
+    with results.output_file(path) as f:
+        fig.savefig(f, format="png")
     return path
 
 

@@ -281,7 +281,8 @@ def skipped_images_warning(results: schema.Results) -> str | None:
     """A warning line when more than SKIPPED_WARN_SHARE of the dataset's images were skipped. Pure."""
     data = results.data
     skipped = data.corrupt_images_skipped or 0
-    total = (data.train_size or 0) + (data.val_size or 0)
+    # the files the listing left out are skipped but outside the split sizes: the dataset listed them all
+    total = (data.train_size or 0) + (data.val_size or 0) + (data.files_refused or 0)
     if total <= 0 or skipped <= total * SKIPPED_WARN_SHARE:
         return None
     return (

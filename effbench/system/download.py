@@ -56,6 +56,25 @@ def file_digest(path: Path, algorithm: str) -> str:
     return h.hexdigest()
 
 
+def _replaceable(dest: Path, option: str) -> None:
+    """The rename at the end replaces only a regular file (or takes a new name): a FIFO, a device, a folder
+    or a link found at `dest` is one line before anything is fetched, and is left there."""
+    import stat
+
+    from effbench.safe_files import file_kind
+
+    try:
+        st = os.lstat(dest)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise EffbenchError(option, f"{dest} cannot be checked ({e.strerror}); remove it and rerun") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise EffbenchError(
+            option, f"{dest} is {file_kind(st.st_mode)}, not a file effbench downloaded; remove it and rerun"
+        )
+
+
 def fetch(
     url: str,
     dest: Path,
@@ -71,6 +90,7 @@ def fetch(
     torch-hub style weight files carry in their names. A mismatch leaves no file at `dest`.
     """
     dest = Path(dest)
+    _replaceable(dest, option)
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=dest.parent)
     tmp = Path(tmp_name)

@@ -189,8 +189,10 @@ def probe_writable(path: Path) -> str | None:
             if target.is_symlink():  # exists() is False for a dangling link and for a loop (ELOOP)
                 return f"{target} is a symbolic link that leads nowhere (dangling or a loop)"
             target = target.parent
-        if not target.is_dir():
-            return f"{target} is a file, not a folder"
+        if not target.is_dir():  # a regular file, or /dev/null, a FIFO: no folder to write run folders in
+            from effbench.safe_files import file_kind
+
+            return f"{target} is {file_kind(target.stat().st_mode)}, not a folder"
     except OSError as e:  # ENAMETOOLONG, ELOOP, EACCES on a parent...: the OS refuses the path itself
         return f"the OS refuses this path ({os.strerror(e.errno) if e.errno else e})"
     try:

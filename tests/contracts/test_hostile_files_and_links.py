@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -347,15 +348,17 @@ def test_report_never_writes_through_a_folder_link_that_leaves_the_folder(tmp_pa
 
 
 @pytest.mark.parametrize("name", ["report.html", "report.txt", "report.md"])
-def test_a_file_link_in_a_run_folder_is_replaced_never_written_through(tmp_path, capsys, name):
+def test_a_file_link_in_a_run_folder_is_refused_never_written_through_nor_replaced(tmp_path, capsys, name):
+    """Issue 33: a link at an output's name is refused in one line (it was replaced by the rename before)."""
     run = make_run(tmp_path / "r", [100.0, 100.0, 100.0])
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
     (run / name).symlink_to(victim)
     code, _, err = invoke(["report", run], capsys)
-    assert code == 0, err
+    line = one_error_line(err)
+    assert code == 2 and str(run / name) in line and "link" in line, line
     assert victim.read_text() == "precious"
-    assert not (run / name).is_symlink() and (run / name).stat().st_size > 0
+    assert (run / name).is_symlink() and os.readlink(run / name) == str(victim)
 
 
 def test_a_link_that_stays_inside_the_run_folder_is_written_through(tmp_path, capsys):
