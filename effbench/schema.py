@@ -575,7 +575,10 @@ class Env(_Model):
     nvml_gpus: list[EnvGpu] = []
     """Per GPU, from NVML."""
     env_vars: dict[str, str] | None = None
-    """Environment variables that change what runs (CUDA_VISIBLE_DEVICES, NCCL_*, OMP_NUM_THREADS...)."""
+    """Environment variables that change what runs, as the run saw them (CUDA_VISIBLE_DEVICES, NCCL_*,
+    OMP_NUM_THREADS, OMP_WAIT_POLICY, GOMP_SPINCOUNT...)."""
+    load_avg_1m: Pos = None
+    """The host's 1-minute load average (runnable threads) when the run folder opened, its own setup included."""
 
 
 class Launch(_Model):

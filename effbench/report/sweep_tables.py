@@ -22,7 +22,7 @@ from effbench.analysis import scaling as scaling_table
 from effbench.analysis import stats
 from effbench.analysis import time_to_accuracy
 from effbench.analysis import windows
-from effbench.analysis.efficiency import BOTTLENECKS
+from effbench.analysis.efficiency import CONTENDED
 from effbench.fmt import fmt_value, interval
 from effbench.sweep.spec import dim_option, show, varied
 
@@ -240,8 +240,6 @@ def host_peak_gib(record: schema.Results) -> float | None:
     return None
 
 
-CONTENDED = "cpu-contended"  # a run's verdict when a busy host, not the run, set its pace
-assert CONTENDED in BOTTLENECKS
 TIME_NOTE = epoch_time.TIME_NOTE  # said under the tables and on the sweep page
 # --target-top1 (analysis/time_to_accuracy.py), said under the tables and on the sweep page when a cell has it
 TARGET_NOTE = (

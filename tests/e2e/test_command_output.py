@@ -153,9 +153,11 @@ def test_dataset_row_says_the_images_that_ran():
 
 
 def _no_gpu(monkeypatch):
-    from effbench.system import preflight
+    from effbench.system import hardware, preflight
 
     monkeypatch.setattr(preflight, "probe_gpus", lambda: preflight.GpuState(torch_version="2.14.1+cu130"))
+    # and an idle CPU: on a machine busier than its cores doctor's last line names the load instead (test_preflight)
+    monkeypatch.setattr(hardware, "read_cpu_load", lambda: hardware.CpuLoad(0.2, 0.0, 2, 2.0))
 
 
 def test_doctor_with_no_options_passes_without_datasets_and_lists_them(tmp_path, monkeypatch, capsys):

@@ -187,3 +187,41 @@ def test_a_reachable_multi_node_rendezvous_is_accepted(endpoint):
 
 def test_a_single_node_run_may_use_loopback():
     assert plan(device="cpu", nproc=2, rdzv_endpoint="127.0.0.1:29500").mode == "torchrun"
+
+
+# --- a busy CPU before a run starts (issue 34) --------------------------------------------------------
+def test_a_cpu_run_on_a_busy_machine_says_the_cause_and_the_wait_policy_once(monkeypatch, capsys, tmp_path):
+    """`effbench run` on the CPU, the machine busier than its cores and OpenMP's threads spinning: one warning line
+    with the load and OMP_WAIT_POLICY=PASSIVE before anything is timed; once per command (a sweep's cells)."""
+    from effbench.config import RunConfig
+    from effbench.run import launch as run_launch
+    from effbench.system import hardware, preflight
+
+    loads = []
+
+    def busy():
+        loads.append(1)
+        return hardware.CpuLoad(load_1m=5.5, steal_pct=0.0, machine_cores=2, allowed_cores=2.0)
+
+    monkeypatch.setattr(preflight, "run_checks", lambda _cfg: [])
+    monkeypatch.setattr(hardware, "read_cpu_load", busy)
+    monkeypatch.setattr(run_launch, "run_benchmark", lambda _cfg, **_kw: None)  # the patched leaf: nothing runs
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    cfg = RunConfig(dataset="synthetic", device="cpu", weights="none", workers=0, output=tmp_path)
+    said: set[str] = set()
+    for _ in range(2):
+        run_launch.run(cfg, command=["effbench"], said_warnings=said)
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("warning: load: load average 5.50 over the last minute on 2 cores")
+    assert "(fix: OMP_WAIT_POLICY=PASSIVE before the command" in line and len(loads) == 1
+    run_launch.run(cfg, command=["effbench"])  # a lone run: checked again
+    assert capsys.readouterr().err.count("warning: load:") == 1
+    # the fix already applied: nothing to offer, and the load is not even read (the verdict says what it did)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    run_launch.run(cfg, command=["effbench"])
+    assert capsys.readouterr().err == "" and len(loads) == 2
+    # an idle machine: nothing said
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    monkeypatch.setattr(hardware, "read_cpu_load", lambda: hardware.CpuLoad(0.5, 0.0, 2, 2.0))
+    run_launch.run(cfg, command=["effbench"])
+    assert capsys.readouterr().err == ""
