@@ -361,6 +361,8 @@ class Data(_Model):
     """Synthetic data: distinct batches cycled through."""
     generated_on: str | None = None
     """Synthetic data: the device it is made on."""
+    val_seed: int | None = None
+    """Synthetic data: the generator seed of its held-out validation batches (no rank trains on them)."""
     download: Download | None = None
     """Whether this run downloaded it."""
     corrupt_image_examples: list[str] | None = None

@@ -25,6 +25,7 @@ from effbench import results
 from effbench.results import StepRow
 from effbench.analysis import stats
 from effbench.analysis import windows
+from effbench.datasets import chance_note
 from effbench.errors import EffbenchError
 from effbench.fmt import decimals, interval, num
 from effbench.sweep.manifest import MANIFEST_FILE
@@ -400,10 +401,14 @@ def slower_gate(a: schema.Results, a_windows: Sequence[float], b: schema.Results
 def accuracy_gate(a: schema.Results, b: schema.Results, points: float) -> GateOutcome:
     """Fail when B's final top-1 is below A's by more than `points` percentage points. Validation
     top-1 when both runs have it, else train top-1. One value per run: no interval exists, so the
-    threshold is the only noise allowance (set it above the run-to-run spread of your seed)."""
+    threshold is the only noise allowance (set it above the run-to-run spread of your seed). Generated data has no
+    accuracy to gate (datasets.chance_note): the gate passes and says so."""
     from effbench import schema
 
     opt = f"--fail-if-less-accurate {points:g}"
+    chance = chance_note(a.config.dataset) or chance_note(b.config.dataset)
+    if chance is not None:  # a held-out top-1 on random labels moves by one image's share, whatever the change
+        return GateOutcome(False, f"PASS {opt}: nothing to gate, {chance}")
 
     def val(r: schema.Results) -> float | None:
         return r.final.val_top1

@@ -319,20 +319,24 @@ def _synthetic(
     assert spec.num_classes is not None, "a generated dataset declares its classes"
     _check_batch(batch, synthetic.EPOCH_IMAGES, cfg.dataset, world_size)
     pool = synthetic.make_pool(batch, image_size, device, offset_seed(cfg.seed, rank), spec.num_classes)
+    val_seed = offset_seed(cfg.seed, synthetic.VAL_SEED_OFFSET + rank)
     steps = synthetic.steps_per_epoch(batch, world_size)
     return DataBundle(
         name=cfg.dataset,
         num_classes=spec.num_classes,
         image_size=image_size,
         train=synthetic.CycledBatches(pool, steps),
-        val=synthetic.CycledBatches(pool[: synthetic.VAL_BATCHES], synthetic.VAL_BATCHES),
+        val=synthetic.GeneratedBatches(
+            synthetic.VAL_BATCHES, batch, image_size, device, val_seed, spec.num_classes
+        ),  # held out: images no rank trains on, so the top-1 reads chance (datasets.chance_note)
         train_size=synthetic.EPOCH_IMAGES,
         val_size=synthetic.VAL_BATCHES * batch * world_size,
         steps_per_epoch=steps,
         batches_on_device=True,
         info={
             "root": None,
-            "split": "synthetic",
+            "split": "synthetic; validation on held-out generated batches",
+            "val_seed": val_seed,
             "shape": spec.title,  # which synthetic set ran, in words
             "pool_batches": synthetic.POOL_BATCHES,
             "generated_on": str(device),

@@ -389,7 +389,7 @@ def sweep_html(
             href = f"{r.run_dir}/{REPORT_HTML}"
             links.append(f"<li>{H.link(href, r.key)}: {H.esc(r.status)}</li>")
     cells = [H.table(headers, body, row_classes=[str(r.status) for r in rows], table_id="cells")]
-    cells += [H.paragraph(line) for line in sweep_report.time_split_notes(rows)]
+    cells += [H.paragraph(line) for line in sweep_report.time_split_notes(rows) + sweep_report.chance_notes(rows)]
     if links:
         cells.append("<ul>" + "".join(links) + "</ul>")
     sections.append(H.Section("Cells", cells))

@@ -23,6 +23,7 @@ from effbench.analysis import stats
 from effbench.analysis import time_to_accuracy
 from effbench.analysis import windows
 from effbench.analysis.efficiency import CONTENDED
+from effbench.datasets import chance_note
 from effbench.fmt import fmt_value, interval
 from effbench.sweep.spec import dim_option, show, varied
 
@@ -312,6 +313,12 @@ def time_split_notes(rows: Sequence[CellRow]) -> list[str]:
     """One line per cell whose seconds per epoch do not come from its epochs' measured split (epoch_time)."""
     notes = (epoch_time.source_note(r.time_split, f"cell {r.key[:3]}") for r in rows)
     return [n for n in notes if n]
+
+
+def chance_notes(rows: Sequence[CellRow]) -> list[str]:
+    """What the top-1 columns mean where the cells trained on generated data (datasets.chance_note)."""
+    notes = dict.fromkeys(chance_note(r.record.config.dataset) for r in rows if r.record is not None)
+    return [f"top-1: {n}" for n in notes if n]
 
 
 def summary_table(rows: Sequence[CellRow], dims: Sequence[str]) -> tuple[list[str], list[list[str]]]:
@@ -627,7 +634,7 @@ def render(rows: Sequence[CellRow], dims: Mapping[str, Sequence[Any]], *, title:
     if lines:
         parts += [h("Verdicts"), "\n".join(f"- {v}" for v in lines)]
     parts += [h("Cells"), _table(*summary_table(rows, names), fmt)]
-    split_notes = time_split_notes(rows)
+    split_notes = time_split_notes(rows) + chance_notes(rows)
     if split_notes:
         parts.append("\n".join(f"- {line}" for line in split_notes))
     idle = no_effect_dims(rows, dims)

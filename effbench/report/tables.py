@@ -11,6 +11,7 @@ from effbench.analysis.epoch_time import epoch_measured, epoch_warmup_s
 from effbench.analysis import stats
 from effbench.analysis.time_to_accuracy import describe as describe_tta
 from effbench.config import typed_option
+from effbench.datasets import chance_note
 from effbench.analysis.windows import describe_windows, more_windows_fix, summary_of
 from effbench.fmt import decimals, fmt_value, interval
 
@@ -62,7 +63,7 @@ def summary_rows(results: schema.Results) -> list[tuple[str, str]]:
             "warm-up steps (excluded)",
             f"{fmt_value(warmup.steps if warmup else None)} in {fmt_value(warmup.time_s if warmup else None, 3)} s",
         ),
-        ("final val top-1", fmt_value(results.final.val_top1, 4)),
+        ("final val top-1", _top1(results)),
     ]
     tta = describe_tta(results.time_to_accuracy)
     if tta:  # --target-top1: training seconds (validation apart) and epochs to the target
@@ -79,6 +80,13 @@ def summary_rows(results: schema.Results) -> list[tuple[str, str]]:
     if results.error is not None and _given(results.error):
         rows.append(("error", fmt_value(results.error.message)))
     return rows
+
+
+def _top1(results: schema.Results) -> str:
+    """The final validation top-1, with what it means beside it where that is nothing (generated data)."""
+    value = fmt_value(results.final.val_top1, 4)
+    note = chance_note(results.config.dataset)
+    return f"{value} ({note})" if note and results.final.val_top1 is not None else value
 
 
 # The headline is all measured images over all their time; the windows' median weighs each window alike, so

@@ -366,3 +366,19 @@ def test_summary_json_keeps_its_cell_keys_and_a_cell_that_never_ran_has_the_mani
     assert list(ran) == RAN_CELL_KEYS and ran["throughput_img_s"] == 100.0 and ran["batch_size_per_device"] == 8
     assert pending == {"key": "001", "params": {"batch_size": 16}, "status": "pending", "run_dir": None,
                        "error": None, "batch_size_per_device": 16}  # fmt: skip
+
+
+def test_a_sweep_on_synthetic_data_says_its_top1_is_chance(tmp_path):
+    # issue 34: synthetic labels are random and validation is held out, so the val top-1 column is chance
+    cells = [({"batch_size": b}, {"devices": 1, "batch": b, "throughput": 100.0}) for b in (32, 64)]
+    folder = make_sweep(tmp_path, {"batch_size": [32, 64]}, cells)
+    note = "top-1: synthetic: random labels, accuracy is chance by construction (1/100)"
+    render.write_sweep_reports(folder)
+    assert note not in (folder / "sweep.txt").read_text()  # fake_run's records name no dataset: real data
+    for run in folder.glob("cells/*/run/results.json"):
+        record = json.loads(run.read_text())
+        record["config"]["dataset"] = "synthetic"
+        results.write_json(run, record)
+    render.write_sweep_reports(folder)
+    assert (folder / "sweep.txt").read_text().count(f"- {note}") == 1  # once, not once per cell
+    assert note in (folder / "report.html").read_text()
