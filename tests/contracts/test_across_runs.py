@@ -365,6 +365,34 @@ def test_export_gives_one_row_per_run_with_the_documented_columns(tmp_path, caps
     assert documented[: len(ex.COLUMNS)] == list(ex.COLUMNS)
 
 
+def test_export_carries_the_verdict_the_contended_flag_the_load_and_what_synthetic_top1_means(tmp_path, capsys):
+    # issue 34: seven cpu-contended runs looked like clean figures in the CSV, and synthetic data's top-1 like one
+    busy = make_run(tmp_path / "busy", BASE)
+    record = json.loads((busy / "results.json").read_text())
+    record["verdict"] = {"bottleneck": "cpu-contended", "evidence": "host CPU 97% busy", "advice": "rerun"}
+    record["utilization"]["host"] = {"cpu_pct": {"mean": 60.0, "max": 70.0}}  # the whole block's
+    record["utilization"]["measured_window"] = {"host": {"cpu_pct": {"mean": 97.0, "max": 100.0}}}  # the steps'
+    results.write_json(busy / "results.json", record)
+    env = json.loads((busy / "env.json").read_text())
+    results.write_json(busy / "env.json", {**env, "load_avg_1m": 4.6, "env_vars": {"OMP_NUM_THREADS": "2"}})
+    clean = make_run(tmp_path / "clean", BASE, config=_config(dataset="cifar10"))
+    record = json.loads((clean / "results.json").read_text())
+    record["verdict"] = {"bottleneck": "compute-bound", "evidence": "-", "advice": "-"}
+    results.write_json(clean / "results.json", record)
+    results.write_json(clean / "env.json", {**env, "env_vars": {"OMP_WAIT_POLICY": "PASSIVE"}})
+    out_csv = tmp_path / "runs.csv"
+    code, _, err = invoke(["export", busy, clean, "-o", out_csv], capsys)
+    assert code == 0, err
+    by = {Path(r["path"]).name: r for r in csv.DictReader(io.StringIO(out_csv.read_text()))}
+    assert (by["busy"]["verdict_bottleneck"], by["busy"]["cpu_contended"]) == ("cpu-contended", "True")
+    assert (by["clean"]["verdict_bottleneck"], by["clean"]["cpu_contended"]) == ("compute-bound", "False")
+    assert float(by["busy"]["host_cpu_busy_pct"]) == 97.0 and by["clean"]["host_cpu_busy_pct"] == ""
+    assert float(by["busy"]["load_avg_1m"]) == 4.6 and by["clean"]["load_avg_1m"] == ""
+    assert (by["busy"]["omp_wait_policy"], by["clean"]["omp_wait_policy"]) == ("", "PASSIVE")
+    assert by["busy"]["accuracy_note"] == "synthetic: random labels, accuracy is chance by construction (1/100)"
+    assert by["clean"]["accuracy_note"] == ""
+
+
 def test_the_image_revision_comes_from_the_identity_env_json_records():
     """image_revision is the revision in env.json's `image`, which the image's /etc/effbench/image.json gives."""
     from effbench.system.identity import image_info
