@@ -158,7 +158,7 @@ def compare(
         Path,
         typer.Argument(
             help="Run or sweep folder A (the baseline), or a run's results.json; a unique start of a folder name in "
-            "./results (or EFFBENCH_OUTPUT), or latest.",
+            "./results (or EFFBENCH_OUTPUT), or latest: the one that finished last, of the other argument's kind.",
             show_default=False,
         ),
     ],
@@ -200,10 +200,18 @@ def compare(
             )
     gated = fail_if_slower is not None or fail_if_less_accurate is not None
     output = Path(os.environ.get("EFFBENCH_OUTPUT") or "results")  # where `run` writes by default
-    a, b = cmp.resolve_folder(a, output), cmp.resolve_folder(b, output)
 
     def kind(p: Path) -> str:
         return "run" if p.is_file() else render.folder_kind(p)  # a file is a results.json, whatever its name
+
+    # `latest` is the newest folder of the kind the other argument is (a gate's: a run), else of either kind
+    needs = "run" if gated else None
+    if str(a) == cmp.LATEST and str(b) != cmp.LATEST:
+        b = cmp.resolve_folder(b, output, needs)
+        a = cmp.resolve_folder(a, output, needs or kind(b))
+    else:
+        a = cmp.resolve_folder(a, output, needs)
+        b = cmp.resolve_folder(b, output, needs or kind(a))
 
     def run_dir(p: Path) -> Path:
         return p.parent if p.is_file() else p

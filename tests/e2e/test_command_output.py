@@ -277,6 +277,52 @@ def test_compare_takes_a_unique_prefix_or_latest(tmp_path, capsys, monkeypatch):
     assert code == 2 and err.startswith("error: latest:")
 
 
+def test_latest_is_what_finished_last_not_the_last_name(tmp_path, capsys, monkeypatch):
+    # issue 34: `compare 20261126-2311 latest` took `sweep-workers` (last by name, written 23:11) for the run that
+    # finished at 23:17, then refused to compare a sweep with a run
+    from test_across_runs import make_run
+    from test_sweep_report import make_sweep
+
+    from effbench import results
+
+    out = tmp_path / "results"
+
+    def finished(run: Path, when: str) -> Path:
+        record = json.loads((run / "results.json").read_text())
+        results.write_json(run / "results.json", {**record, "finished_at": when})
+        return run
+
+    base = finished(make_run(out / "20261126-2311_run", [100.0] * 3), "2026-11-26T23:12:00+00:00")
+    newest = finished(make_run(out / "20261126-2300_early_name", [90.0] * 3), "2026-11-26T23:17:00+00:00")
+    finished(make_run(out / "20261126-2350_late_name", [80.0] * 3), "2026-11-26T23:15:00+00:00")
+    make_sweep(out, {"batch_size": [32]}, [({"batch_size": 32}, {"devices": 1, "batch": 32, "throughput": 1.0})])
+    sweep = out / "sweep-x"  # "sweep-..." sorts after every run name; its cell finished at 23:20
+    m = json.loads((sweep / "sweep.json").read_text())
+    m["cells"][0]["finished_at"] = "2026-11-26T23:20:00+00:00"
+    results.write_json(sweep / "sweep.json", m)
+    monkeypatch.setenv("EFFBENCH_OUTPUT", str(out))
+    monkeypatch.chdir(tmp_path)
+    # against a run, latest is the run that finished last (23:17), not the last name nor the newer sweep
+    code, text, err = invoke(["compare", "20261126-2311", "latest"], capsys)
+    assert code == 0, err
+    assert text.splitlines()[1] == f"B: {newest}"
+    code, text, err = invoke(["compare", "latest", str(base)], capsys)
+    assert code == 0 and text.splitlines()[0] == f"A: {newest}", err
+    # a gate needs runs: latest is a run even when a sweep finished later
+    code, text, err = invoke(["compare", str(base), "latest", "--fail-if-slower", "50"], capsys)
+    assert code == 0 and text.splitlines()[1] == f"B: {newest}", err
+    # alone, latest is whichever finished last: the sweep
+    from effbench.analysis import compare as cmp
+
+    assert cmp.resolve_folder(Path("latest"), out) == sweep
+    # with no end time (killed while running), the file's last write: an mtime after the others'
+    record = json.loads((base / "results.json").read_text())
+    del record["finished_at"]
+    results.write_json(base / "results.json", {**record, "status": "running"})
+    assert cmp.finished_time(base) == (base / "results.json").stat().st_mtime
+    assert cmp.resolve_folder(Path("latest"), out, "run") == base
+
+
 # --- 18: a sweep on a busy machine names no best; a one-epoch chart -------------------------------------------
 
 
