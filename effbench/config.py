@@ -251,8 +251,8 @@ class RunConfig:
     workers: int = _ranged(2, 0, 1024)
     """DataLoader worker processes.
 
-    0 loads in the training process; more than the CPU cores this process may use starts as many as the cores,
-    said on stderr (data.workers in results.json is the number started)."""
+    0 loads in the training process; more than the CPU cores this process may use all start, said once on stderr
+    (they share the cores: the workers experiment measures that); results.json's data.workers is the number started."""
     batch_size: int | None = _ranged(None, 1, 65536)
     """Images per device per step. [default: 64 EfficientNet, 128 resnet18]"""
     epochs: int = _ranged(5, 1, 100_000)
@@ -696,13 +696,10 @@ def resolved_record(
     workers = data_info.get("workers")
     if workers is not None and workers != cfg.workers:
         loader = data_info.get("loader") or cfg.loader
-        # the two reasons a run starts other than --workers: a loader with no worker processes, or
-        # data.capped_workers holding them to the CPU cores this process may use
+        # the one reason a run starts other than --workers: a loader with no worker processes (more workers than
+        # cores all start: data.say_workers_beyond_cores)
         no_effect["workers"] = (
             f"{loader} starts no DataLoader worker processes, so --workers {cfg.workers} ran as {workers}"
-            if workers == 0
-            else f"more loader processes than the {workers} CPU cores available only contend, so --workers "
-            f"{cfg.workers} ran as {workers}"
         )
         requested["workers"] = cfg.workers
         d["workers"] = workers

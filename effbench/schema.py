@@ -382,7 +382,9 @@ class Data(_Model):
     batches_on_device: bool | None = None
     """Synthetic batches made on the device (no loader cost)."""
     workers: int | None = None
-    """DataLoader workers per rank."""
+    """DataLoader workers per rank, as started."""
+    workers_asked: int | None = None
+    """--workers: the workers per rank asked for (more than the cores all start; a loader with none starts 0)."""
     corrupt_images_skipped: int | None = None
     """Images the loader could not decode and skipped."""
     augment: Augment | None = None
