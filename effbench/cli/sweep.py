@@ -98,8 +98,11 @@ def sweep(
     )
     outcome = sweeper.run_sweep(spec, command=invocation(ctx), echo=typer.echo, progress=not quiet)
     summary = outcome.folder / "sweep.txt"
-    if summary.is_file():
-        typer.echo(summary.read_text(encoding="utf-8"))
+    if summary.is_file():  # written: the report could be made
+        from effbench.fmt import terminal_width
+        from effbench.report import render
+
+        typer.echo(render.sweep_terminal_text(outcome.folder, terminal_width()))
     typer.echo(f"sweep folder: {outcome.folder} (report.html, sweep.md, plots/)")
     if outcome.report_error:
         typer.echo(

@@ -434,6 +434,13 @@ def sweep_html(
     )
 
 
+def sweep_terminal_text(folder: Path, width: int | None) -> str:
+    """The sweep report as `effbench sweep` prints it: sweep.txt's text fitted to a terminal `width` columns wide
+    (fewer columns, wrapped lines; sweep.txt and sweep.md keep every column); None: sweep.txt's text."""
+    m, rows = load_sweep(folder)
+    return sweep_report.render(rows, _dims(m), title=f"effbench sweep {m.name}", fmt="text", width=width)
+
+
 def write_sweep_reports(folder: Path, *, cells: bool = False, dest: Path | None = None) -> list[Path]:
     """sweep.txt, sweep.md, summary.json, plots/ and report.html of a sweep folder (and, with
     `cells`, every cell's own reports), into the folder or `dest` (cells under dest/<their run folder>)."""

@@ -382,3 +382,45 @@ def test_a_sweep_on_synthetic_data_says_its_top1_is_chance(tmp_path):
     render.write_sweep_reports(folder)
     assert (folder / "sweep.txt").read_text().count(f"- {note}") == 1  # once, not once per cell
     assert note in (folder / "report.html").read_text()
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_sweep_prints_its_report_fitted_to_the_terminal(columns, tmp_path, capsys, monkeypatch):
+    """issue 34: the sweep's tables were 160-250 columns wide in the terminal. `effbench sweep` (its runner, the
+    leaf, patched) prints them fitted to $COLUMNS, naming what it left out; sweep.txt and sweep.md keep it all."""
+    from clitools import invoke
+
+    from effbench.sweep import runner
+
+    cells = []
+    for mode in ("strong", "weak"):
+        for n, thr in ((1, 100.0), (2, 180.0), (4, 300.0)):
+            cells.append(
+                ({"gpus": n, "scaling": mode}, {"devices": n, "batch": 64, "throughput": thr, "scaling": mode})
+            )
+    folder = make_sweep(tmp_path, {"gpus": [1, 2, 4], "scaling": ["strong", "weak"]}, cells)
+    render.write_sweep_reports(folder)
+    outcome = runner.SweepOutcome(folder, manifest.load_manifest(folder))
+    monkeypatch.setattr(runner, "run_sweep", lambda *_a, **_k: outcome)
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, err = invoke(["sweep", "--gpus", "1,2,4", "--device", "cpu", "--dataset", "synthetic"], capsys)
+    assert code == 0, err
+    printed = out.splitlines()
+    assert max(len(line) for line in printed if not line.startswith("sweep folder: ")) <= columns
+    full = (folder / "sweep.txt").read_text()
+    assert max(len(line) for line in full.splitlines()) > 200  # the file keeps every column
+    heads = []  # every table's header lines: the lines above a rule of dashes, up to the blank line
+    for i, line in enumerate(printed):
+        if line.startswith("---") and "  " in line:
+            j = i - 1
+            while j >= 0 and printed[j].strip():
+                heads.append(printed[j])
+                j -= 1
+    dropped = ("warm-up s/epoch", "train loss", "straggler spread %") if columns == 80 else ("straggler spread %",)
+    for header in dropped:  # at 200 the scaling table (202 wide) still loses its last column
+        assert header in full and header not in " ".join(heads), header
+    note = " ".join(out.split(f"Left out to fit {columns} columns: ")[1].split())
+    assert "sweep.txt, sweep.md and report.html hold every column" in note
+    assert ("peak mem GiB" in note) == (columns == 80)  # 200 columns keep more of them
+    for kept in ("cell", "status", "val top-1", "speedup", "efficiency"):
+        assert kept in out, kept
