@@ -367,3 +367,26 @@ def test_a_one_epoch_top1_chart_is_bars_with_their_values(tmp_path):
     fig = plots.top1_figure({"resnet18": {"train": [0.1, 0.2], "val": [0.1, 0.3]}}, title="Top-1 per epoch")
     assert not fig.axes[0].patches and len(fig.axes[0].lines) == 2
     assert plots.top1_per_epoch({"a": {"train": [0.5], "val": [None]}}, tmp_path / "t.png", title="t").is_file()
+
+
+def test_a_run_with_a_target_draws_it_on_its_top1_chart(tmp_path, monkeypatch):
+    # issue 34: the time-to-accuracy run's top-1 chart did not show the target it raced to
+    pytest.importorskip("matplotlib")
+    from effbench import results
+    from effbench.report import plots, render
+
+    def target_lines(fig):
+        return [ln for ln in fig.axes[0].lines if list(ln.get_ydata()) == [0.9, 0.9]]
+
+    for epochs in ([0.5], [0.5, 0.7, 0.85]):  # bars for one epoch, lines for more: the target on both
+        fig = plots.top1_figure({"digits": {"train": epochs, "val": epochs}}, title="t", target=0.9)
+        (line,) = target_lines(fig)
+        assert line.get_label() == "target val top-1 0.9" and fig.axes[0].get_ylim()[1] >= 0.9
+        assert not target_lines(plots.top1_figure({"digits": {"train": epochs, "val": epochs}}, title="t"))
+    seen = {}
+    monkeypatch.setattr(plots, "top1_per_epoch", lambda *a, **k: seen.update(k) or tmp_path / "x.png")
+    epoch = {"epoch": 1, "images": 10, "train_top1": 0.5, "val_top1": 0.6}
+    record = results.record_of({"schema_version": 1, "status": "ok", "epochs": [epoch, {**epoch, "epoch": 2}],
+                                "time_to_accuracy": {"target_top1": 0.9, "reached_target": False}})  # fmt: skip
+    render.run_plots(record, tmp_path)
+    assert seen["target"] == 0.9

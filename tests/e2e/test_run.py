@@ -132,6 +132,11 @@ def test_imagefolder_with_frozen_classifier(tmp_path, capsys, imagefolder_dir):
     assert code == 0, err
     r = check_run_folder(only_run(tmp_path), epochs=1)
     assert r["model"]["trainable_params"] < r["model"]["total_params"]
+    # 18 images, a quarter held out: 3 whole batches of 4 per epoch, the rest left out by drop_last and said so
+    train = r["data"]["train_size"]
+    assert r["epochs"][0]["steps"] == train // 4 == 3
+    report = (only_run(tmp_path) / "report.txt").read_text()
+    assert f"{train - 12} images dropped by drop_last (batch 4)" in report
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "sgd-nesterov", "adagrad", "adadelta", "adam", "adamw"])

@@ -225,3 +225,22 @@ def test_a_cpu_run_on_a_busy_machine_says_the_cause_and_the_wait_policy_once(mon
     monkeypatch.setattr(hardware, "read_cpu_load", lambda: hardware.CpuLoad(0.5, 0.0, 2, 2.0))
     run_launch.run(cfg, command=["effbench"])
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    "dataset, loader, tail",
+    [("cifar10", "auto", "_bs64"), ("cifar10", "fast", "_bs64"), ("food101", "dali", "_bs64_dali"),
+     ("imagefolder", "torchvision", "_bs64_torchvision"), ("synthetic", "auto", "_bs64"),
+     ("synthetic", "torchvision", "_bs64")],
+)  # fmt: skip
+def test_a_run_folder_names_a_loader_that_is_not_the_default(dataset, loader, tail):
+    # issue 34: a DALI and a fast run of the same data differed only by their time; default names stay as they were
+    import datetime as dt
+
+    from effbench.config import RunConfig
+    from effbench.run.folder import run_name
+
+    device = "cuda" if loader == "dali" else "cpu"  # DALI runs on CUDA only (config refuses it on the CPU)
+    cfg = RunConfig(dataset=dataset, loader=loader, arch="resnet18", batch_size=64, device=device)
+    name = run_name(cfg, "cpu", "fp32", dt.datetime(2026, 11, 27, 1, 2, 3))
+    assert name == f"20261127-010203_resnet18_{dataset}_cpu_fp32{tail}"
