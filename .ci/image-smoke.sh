@@ -466,7 +466,8 @@ apptainer_like() {
         -v "$cwd:$cwd" -w "$cwd" -e HOME="$cwd/home" "$IMAGE" -c "$environment
 $1"
 }
-if out=$(apptainer_like "$sif_test" 2>&1) && grep -q "all checks passed" <<<"$out"; then
+# a CI runner busier than its cores makes doctor's last line name the load instead of "all checks passed"
+if out=$(apptainer_like "$sif_test" 2>&1) && grep -Eq "doctor: (all checks passed|no check failed, but)" <<<"$out"; then
     pass "%environment + %test (effbench doctor) pass in the read-only image"
 else
     printf '%s\n' "$out" | tail -15 | sed 's/^/    /'

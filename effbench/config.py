@@ -112,6 +112,11 @@ PG_TIMEOUT_MAX_S = 7 * 24 * 3600.0
 STEPS_MAX = 10**9
 
 
+def default_loader(dataset: str) -> str:
+    """What --loader auto runs: generated data has one loader of its own; files default to fast."""
+    return "synthetic" if dataset_spec(dataset).storage == "generated" else "fast"
+
+
 def offset_seed(seed: int, k: int) -> int:
     """seed + k kept inside torch.manual_seed's range (a --seed near the top would overflow it)."""
     return (seed + k) % (SEED_MAX + 1)
@@ -251,8 +256,8 @@ class RunConfig:
     workers: int = _ranged(2, 0, 1024)
     """DataLoader worker processes.
 
-    0 loads in the training process; more than the CPU cores this process may use starts as many as the cores,
-    said on stderr (data.workers in results.json is the number started)."""
+    0 loads in the training process; more than the CPU cores this process may use all start, said once on stderr
+    (they share the cores: the workers experiment measures that); results.json's data.workers is the number started."""
     batch_size: int | None = _ranged(None, 1, 65536)
     """Images per device per step. [default: 64 EfficientNet, 128 resnet18]"""
     epochs: int = _ranged(5, 1, 100_000)
@@ -417,8 +422,8 @@ class RunConfig:
         self._set("dataset", canonical_dataset(self.dataset))
         for name, choices in _CHOICES.items():
             self._set(name, _choice(option_name(name), getattr(self, name), choices, {}))
-        if self.loader == "auto":  # generated data has one loader of its own; files default to fast
-            self._set("loader", "synthetic" if dataset_spec(self.dataset).storage == "generated" else "fast")
+        if self.loader == "auto":
+            self._set("loader", default_loader(self.dataset))
 
     def _resolve_defaults(self) -> None:
         """Defaults that depend on other fields, resolved once so config.json is explicit. A default
@@ -553,6 +558,14 @@ _FEATURE_RULES = (
 )  # fmt: skip
 
 
+def check_field_range(name: str, value: Any) -> None:
+    """`value` for RunConfig field `name` checked against its declared range, with `run`'s message (a sweep's
+    list items are checked so too); a field without a range takes any value."""
+    rng = RunConfig.__dataclass_fields__[name].metadata.get("range")
+    if rng is not None:
+        _check_range(name, value, rng)
+
+
 def _check_range(name: str, value: Any, rng: Range) -> None:
     option = option_name(name)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -562,6 +575,11 @@ def _check_range(name: str, value: Any, rng: Range) -> None:
     if not rng.contains(value):
         if rng.lo == 1 and not rng.lo_open and value < 1:  # the common case, said plainly
             raise EffbenchError(option, f"must be 1 or more (got {value}); range {rng.text()}")
+        if rng.lo == 0 and rng.hi == 1 and 1 < value <= 100:  # a percentage typed for a fraction: --target-top1 90
+            raise EffbenchError(
+                option,
+                f"{_num(value)} is outside {rng.text()}: it is a fraction; for {_num(value)}% use {value / 100:g}",
+            )
         raise EffbenchError(option, f"{_num(value)} is outside {rng.text()}; use a value in that range")
 
 
@@ -696,13 +714,10 @@ def resolved_record(
     workers = data_info.get("workers")
     if workers is not None and workers != cfg.workers:
         loader = data_info.get("loader") or cfg.loader
-        # the two reasons a run starts other than --workers: a loader with no worker processes, or
-        # data.capped_workers holding them to the CPU cores this process may use
+        # the one reason a run starts other than --workers: a loader with no worker processes (more workers than
+        # cores all start: data.say_workers_beyond_cores)
         no_effect["workers"] = (
             f"{loader} starts no DataLoader worker processes, so --workers {cfg.workers} ran as {workers}"
-            if workers == 0
-            else f"more loader processes than the {workers} CPU cores available only contend, so --workers "
-            f"{cfg.workers} ran as {workers}"
         )
         requested["workers"] = cfg.workers
         d["workers"] = workers

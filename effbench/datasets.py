@@ -95,7 +95,8 @@ CATALOG: dict[str, DatasetSpec] = {
         # Generated data in one of two shapes, the option's one word saying which: CIFAR-100's (32 px stored
         # images, so resnet18 runs at 32 px as on cifar100, 100 classes: the seeds' ResNet-18 experiments) or
         # ImageNet's (224 px, 1,000 classes: what the model zoos' speed tables measure). Both replay a
-        # CIFAR-sized 50,000-image epoch (data/synthetic.py); --max-steps caps it.
+        # CIFAR-sized 50,000-image epoch (data/synthetic.py); --max-steps caps it. Their labels are random, so a
+        # top-1 on them is chance (chance_note).
         DatasetSpec(
             "synthetic", "synthetic, CIFAR-100-shaped", "generated", None, aliases=("synthetic-cifar",),
             num_classes=100, native_size=32,
@@ -121,6 +122,16 @@ def dataset_aliases() -> dict[str, str]:
 def dataset_spec(name: str) -> DatasetSpec:
     """The entry of a canonical name (config resolves aliases first)."""
     return CATALOG[name]
+
+
+def chance_note(name: str | None) -> str | None:
+    """What a top-1 of generated data means, said beside it in every report and export; None for real data (or an
+    unknown name). Its labels are drawn at random, and it validates on generated images it never trained on
+    (data/synthetic.py), so no model does better than chance on them."""
+    spec = CATALOG.get(name) if name is not None else None
+    if spec is None or spec.storage != "generated" or not spec.num_classes:
+        return None
+    return f"synthetic: random labels, accuracy is chance by construction (1/{spec.num_classes:,})"
 
 
 def datasets_help() -> str:

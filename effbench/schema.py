@@ -367,6 +367,8 @@ class Data(_Model):
     """Synthetic data: distinct batches cycled through."""
     generated_on: str | None = None
     """Synthetic data: the device it is made on."""
+    val_seed: int | None = None
+    """Synthetic data: the generator seed of its held-out validation batches (no rank trains on them)."""
     download: Download | None = None
     """Whether this run downloaded it."""
     corrupt_image_examples: list[str] | None = None
@@ -386,7 +388,9 @@ class Data(_Model):
     batches_on_device: bool | None = None
     """Synthetic batches made on the device (no loader cost)."""
     workers: int | None = None
-    """DataLoader workers per rank."""
+    """DataLoader workers per rank, as started."""
+    workers_asked: int | None = None
+    """--workers: the workers per rank asked for (more than the cores all start; a loader with none starts 0)."""
     corrupt_images_skipped: int | None = None
     """Images skipped: those the loader could not read or decode, and those the listing left out (not a regular
     file, over the size bound, outside --data-dir)."""
@@ -586,7 +590,10 @@ class Env(_Model):
     nvml_gpus: list[EnvGpu] = []
     """Per GPU, from NVML."""
     env_vars: dict[str, str] | None = None
-    """Environment variables that change what runs (CUDA_VISIBLE_DEVICES, NCCL_*, OMP_NUM_THREADS...)."""
+    """Environment variables that change what runs, as the run saw them (CUDA_VISIBLE_DEVICES, NCCL_*,
+    OMP_NUM_THREADS, OMP_WAIT_POLICY, GOMP_SPINCOUNT...)."""
+    load_avg_1m: Pos = None
+    """The host's 1-minute load average (runnable threads) when the run folder opened, its own setup included."""
 
 
 class Process(_Model):

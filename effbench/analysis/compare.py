@@ -2,17 +2,20 @@
 
     effbench compare results/A results/B             two run folders
     effbench compare results/sweep-x results/sweep-y two sweep folders: cells matched by their swept values
-    effbench compare 20261125-0612 latest            a unique start of a name in ./results, and the newest
+    effbench compare 20261125-0612 latest            a unique start of a name in ./results, and the run that
+                                                     finished last (a sweep's: the sweep that did)
 
 Metrics measured per throughput window (throughput, step time, data-wait share) get Welch's 95%
 interval for mean(B) - mean(A); when it includes 0 the difference is called "within noise". The
 throughput shown is each run's own figure (the one `report` prints); its windows give the interval.
 Single-valued metrics (final loss and top-1, peak memory) get their delta and no interval: one run
-cannot say how much they vary. No torch import; only `resolve_folder` reads the disk (a folder listing).
+cannot say how much they vary. No torch import; only `resolve_folder` reads the disk (a folder listing, and for
+`latest` each candidate's end time).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +28,7 @@ from effbench import results
 from effbench.results import StepRow
 from effbench.analysis import stats
 from effbench.analysis import windows
+from effbench.datasets import chance_note
 from effbench.errors import EffbenchError
 from effbench.fmt import decimals, interval, num
 from effbench.sweep.manifest import MANIFEST_FILE
@@ -406,10 +410,14 @@ def slower_gate(a: schema.Results, a_windows: Sequence[float], b: schema.Results
 def accuracy_gate(a: schema.Results, b: schema.Results, points: float) -> GateOutcome:
     """Fail when B's final top-1 is below A's by more than `points` percentage points. Validation
     top-1 when both runs have it, else train top-1. One value per run: no interval exists, so the
-    threshold is the only noise allowance (set it above the run-to-run spread of your seed)."""
+    threshold is the only noise allowance (set it above the run-to-run spread of your seed). Generated data has no
+    accuracy to gate (datasets.chance_note): the gate passes and says so."""
     from effbench import schema
 
     opt = f"--fail-if-less-accurate {points:g}"
+    chance = chance_note(a.config.dataset) or chance_note(b.config.dataset)
+    if chance is not None:  # a held-out top-1 on random labels moves by one image's share, whatever the change
+        return GateOutcome(False, f"PASS {opt}: nothing to gate, {chance}")
 
     def val(r: schema.Results) -> float | None:
         return r.final.val_top1
@@ -435,29 +443,67 @@ def accuracy_gate(a: schema.Results, b: schema.Results, points: float) -> GateOu
 LATEST = "latest"
 # Files that make a folder one `compare` takes: results.json (a run), sweep.json (a sweep).
 COMPARABLE_FILES = (results.RESULTS_FILE, MANIFEST_FILE)
+KIND_FILES = {"run": results.RESULTS_FILE, "sweep": MANIFEST_FILE}
 
 
-def comparable_folders(parent: Path) -> list[Path]:
-    """The run and sweep folders directly in `parent`, by name (run and sweep names start with their start time,
-    YYYYMMDD-HHMMSS, so the last is the newest)."""
+def comparable_folders(parent: Path, kind: str | None = None) -> list[Path]:
+    """The run and sweep folders directly in `parent` (only runs or only sweeps with `kind`), by name."""
     if not parent.is_dir():
         return []
-    return sorted(d for d in parent.iterdir() if d.is_dir() and any((d / f).is_file() for f in COMPARABLE_FILES))
+    files = (KIND_FILES[kind],) if kind is not None else COMPARABLE_FILES
+    return sorted(d for d in parent.iterdir() if d.is_dir() and any((d / f).is_file() for f in files))
 
 
-def resolve_folder(arg: Path, output: Path) -> Path:
-    """A folder `compare` was given: as typed when it exists; `latest`, the newest run or sweep folder in
-    `output` (--output's default, ./results or EFFBENCH_OUTPUT); else a unique start of a folder's name, looked
-    up in the folder typed before it (results/2026112) or in `output` (2026112). One line, exit 2, when
-    none or several match."""
+def _posix(iso: str | None) -> float | None:
+    if not iso:
+        return None
+    try:
+        return dt.datetime.fromisoformat(iso).timestamp()
+    except ValueError:
+        return None
+
+
+def finished_time(folder: Path) -> float:
+    """When a run or sweep folder finished, as a POSIX time: a run's finished_at, a sweep's last cell's (else its
+    last change); without one (still running, killed, a file it cannot read), the mtime of its results.json or
+    sweep.json, which every write replaces."""
+    from effbench.sweep.manifest import load_manifest
+
+    marker = folder / (MANIFEST_FILE if (folder / MANIFEST_FILE).is_file() else results.RESULTS_FILE)
+    when = None
+    try:
+        if marker.name == MANIFEST_FILE:
+            m = load_manifest(folder)
+            ends = [t for t in (_posix(c.finished_at) for c in m.cells) if t is not None]
+            when = max(ends) if ends else _posix(m.updated_at)
+        else:
+            when = _posix(results.load_record(folder).finished_at)
+    except EffbenchError:  # a file it cannot read still has a time: when it was last written
+        when = None
+    return when if when is not None else marker.stat().st_mtime
+
+
+def newest(parent: Path, kind: str | None = None) -> Path | None:
+    """The run or sweep folder in `parent` that finished last (only runs or only sweeps with `kind`); folders that
+    finished at the same time, by name (run and sweep names start with their start time)."""
+    found = comparable_folders(parent, kind)
+    return max(found, key=lambda d: (finished_time(d), d.name)) if found else None
+
+
+def resolve_folder(arg: Path, output: Path, kind: str | None = None) -> Path:
+    """A folder `compare` was given: as typed when it exists; `latest`, the run or sweep folder in `output`
+    (--output's default, ./results or EFFBENCH_OUTPUT) that finished last, only runs or only sweeps with `kind`
+    (the other argument's, or a gate's run); else a unique start of a folder's name, looked up in the folder typed
+    before it (results/2026112) or in `output` (2026112). One line, exit 2, when none or several match."""
     if arg.exists():
         return arg
     parent = arg.parent if arg.parent != Path(".") else output
     if str(arg) == LATEST:
-        found = comparable_folders(output)
-        if not found:
-            raise EffbenchError(LATEST, f"{output} holds no run or sweep folder; pass a folder, or run one first")
-        return found[-1]
+        found = newest(output, kind)
+        if found is None:
+            what = f"{kind} folder" if kind is not None else "run or sweep folder"
+            raise EffbenchError(LATEST, f"{output} holds no {what}; pass a folder, or run one first")
+        return found
     matches = [d for d in comparable_folders(parent) if d.name.startswith(arg.name)]
     if len(matches) == 1:
         return matches[0]

@@ -409,9 +409,13 @@ CPU_SATURATED_FRACTION = 0.90
 HOST_BUSY_PCT = 90.0
 CONTENDED_FRACTION = 0.5
 
+# A run's verdict when a busy host, not the run, set its pace: its figures measure the other processes too. Only
+# cpu-starved precedes it, and the two never fire together (a tree that used 90% of its cores did not get under
+# half of them), so a run's verdict alone says whether it ran contended.
+CONTENDED = "cpu-contended"
 BOTTLENECKS = (
     "cpu-starved",
-    "cpu-contended",
+    CONTENDED,
     "input-bound",
     "communication-bound",
     "memory-capacity-bound",
@@ -473,6 +477,8 @@ class Measurements:
     """Mean CPU utilisation of the whole host, % of all its cores (0..100); None unsampled."""
     threads_per_process: int | None = None
     """torch's intra-op threads in each training process (torch.get_num_threads()); None when unknown."""
+    omp_wait_policy: str | None = None
+    """OMP_WAIT_POLICY as the run saw it (env.json's env_vars); None when unset."""
 
 
 @dataclass(frozen=True)
@@ -480,6 +486,14 @@ class Verdict:
     bottleneck: str
     evidence: str
     advice: str
+
+
+# The cpu-contended fix for a CPU run whose OpenMP threads spin while they wait (libgomp's default): on a loaded
+# 2-core VM they waited 10x longer than sleeping ones (docs/PERFORMANCE.md, "Shared CPUs").
+PASSIVE_ADVICE = (
+    "set OMP_WAIT_POLICY=PASSIVE for runs on a shared CPU (waiting threads sleep instead of spinning on the cores "
+    "others hold); "
+)
 
 
 def _pct(x: float) -> str:
@@ -526,9 +540,10 @@ def _findings(m: Measurements) -> list[Verdict]:
     ):
         found.append(
             Verdict(
-                "cpu-contended",
+                CONTENDED,
                 f"host CPU {m.host_cpu_pct_mean:.0f}% busy while the {_cpu_use(m)}: other processes took the rest",
-                "these figures measure a shared machine; rerun when it is idle, or reserve cores "
+                (PASSIVE_ADVICE if _spins(m) else "")
+                + "these figures measure a shared machine; rerun when it is idle, or reserve cores "
                 "(docker --cpuset-cpus, taskset, Slurm --exclusive)",
             )
         )
@@ -580,6 +595,11 @@ def _findings(m: Measurements) -> list[Verdict]:
             )
         )
     return found
+
+
+def _spins(m: Measurements) -> bool:
+    """A CPU run whose OpenMP threads spin while they wait: OMP_WAIT_POLICY is not PASSIVE."""
+    return m.device_type == "cpu" and (m.omp_wait_policy or "").strip().upper() != "PASSIVE"
 
 
 def _cpu_fallback(m: Measurements) -> Verdict | None:

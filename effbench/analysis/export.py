@@ -25,6 +25,8 @@ from typing import Any
 
 from effbench import liveness, results, safe_files, schema
 from effbench.analysis import windows
+from effbench.analysis.efficiency import CONTENDED
+from effbench.datasets import chance_note
 from effbench.errors import EffbenchError
 from effbench.sweep import manifest as M
 
@@ -68,6 +70,9 @@ class Column:
 PATH, KIND, HOST, GPU_MODEL = "path", "kind", "host", "gpu_model"
 CPU_QUOTA_CORES, SHM_GIB, IMAGE_REVISION = "cpu_quota_cores", "shm_gib", "image_revision"
 CI_LOW, CI_HIGH, TIME_TO_TARGET_S = "throughput_ci_low_img_s", "throughput_ci_high_img_s", "time_to_target_s"
+ACCURACY_NOTE, CPU_CONTENDED, HOST_CPU_BUSY_PCT = "accuracy_note", "cpu_contended", "host_cpu_busy_pct"
+OMP_WAIT_POLICY = "omp_wait_policy"
+BOTTLENECK = schema.field_path(schema.Results, lambda r: r.verdict.bottleneck).replace(".", "_")  # verdict_bottleneck
 # Columns named after the model field they summarise: the GPUs' mean SM clock, the windows' median (as a
 # sweep manifest's cell summary holds it), and how many throughput windows there are.
 SM_CLOCK_MHZ = schema.field_path(schema.GpuUse, lambda g: g.sm_clock_mhz)
@@ -123,6 +128,19 @@ def _energy_per_image_j(record: schema.Results) -> float | None:
     return 1.0 / record.images_per_j if record.images_per_j else None
 
 
+def _host_busy_pct(record: schema.Results) -> float | None:
+    """The whole host's CPU use over the measured steps (the verdict's scope), else over the training block."""
+    u = record.utilization
+    window = u.measured_window.host.cpu_pct if u.measured_window and u.measured_window.host.cpu_pct else None
+    busy = window or u.host.cpu_pct
+    return busy.mean if busy else None
+
+
+def _contended(record: schema.Results) -> bool | None:
+    """Whether the run's verdict says a busy host set its pace; None without a verdict (nothing measured)."""
+    return record.verdict.bottleneck == CONTENDED if record.verdict else None
+
+
 # The columns in order; the "Export columns" table of docs/sweeps-and-reports.md is their (name, doc).
 COLUMN_SPEC: tuple[Column, ...] = (
     Column(PATH, "the run folder", lambda s: str(s.folder.path)),
@@ -170,6 +188,8 @@ COLUMN_SPEC: tuple[Column, ...] = (
     _field(lambda r: r.final.val_loss, "validation loss of the last epoch"),
     _field(lambda r: r.final.train_top1, "train top-1 of the last epoch (0..1)"),
     _field(lambda r: r.final.val_top1, "validation top-1 of the last epoch (0..1)"),
+    Column(ACCURACY_NOTE, "why the top-1 columns mean nothing on generated data (synthetic: random labels, accuracy "
+           "is chance by construction); empty for real data", lambda s: chance_note(s.record.config.dataset)),
     _tta(lambda t: t.target_top1, "--target-top1 of the run; empty without one (docs/time-to-accuracy.md)"),
     _tta(lambda t: t.reached_target, "whether a validation reached the target top-1"),
     _tta(lambda t: t.train_time_to_target_s,
@@ -177,6 +197,17 @@ COLUMN_SPEC: tuple[Column, ...] = (
          name=TIME_TO_TARGET_S),
     _tta(lambda t: t.epochs_to_target, "epochs trained to the first validation at the target"),
     _tta(lambda t: t.best_val_top1, "best validation top-1 over the epochs run with a target (0..1)"),
+    Column(BOTTLENECK, "the run's bottleneck verdict (cpu-contended, input-bound, compute-bound, ...: "
+           "docs/methodology.md); empty when nothing was measured", lambda s: s.record.verdict.bottleneck
+           if s.record.verdict else None),
+    Column(CPU_CONTENDED, "true when the verdict is cpu-contended: the host was busy and the run got under half "
+           "its cores, so its timings measure the other processes too; empty without a verdict",
+           lambda s: _contended(s.record)),
+    Column(HOST_CPU_BUSY_PCT, "the whole host's CPU use over the measured steps, % of all its cores (what "
+           "cpu-contended reads); empty when not sampled", lambda s: _host_busy_pct(s.record)),
+    _env(lambda e: e.load_avg_1m, "the host's 1-minute load average when the run folder opened (env.json)"),
+    Column(OMP_WAIT_POLICY, "OMP_WAIT_POLICY as the run saw it (env.json env_vars); empty when unset",
+           lambda s: s.env.env_vars.get("OMP_WAIT_POLICY") if s.env.env_vars else None),
 )  # fmt: skip
 # (column, what it holds)
 COLUMN_DOCS: tuple[tuple[str, str], ...] = tuple((c.name, c.doc) for c in COLUMN_SPEC)

@@ -14,7 +14,7 @@ from tabulate import tabulate
 
 from effbench import schema
 from effbench.analysis import epoch_time
-from effbench.fmt import fmt_value
+from effbench.fmt import fit_table, fmt_value
 
 HEADERS = (
     "devices",
@@ -110,13 +110,38 @@ def table_rows(rows: Sequence[Mapping[str, Any]]) -> list[list[str]]:
     return [[fmt_value(r[key], digits) for key, digits in COLUMNS] for r in rows]
 
 
-def render(rows: Sequence[Mapping[str, Any]], *, scaling: str, fmt: str = "text") -> str:
-    table = tabulate(
-        table_rows(rows),
-        headers=HEADERS,
-        tablefmt="github" if fmt == "md" else "simple",
-        disable_numparse=True,
-    )
+# The columns a terminal too narrow for every column leaves out first (render's `width`).
+TERMINAL_DROP = (
+    "straggler spread %",
+    "warm-up s/epoch",
+    "total s/epoch (measured)",
+    "compute s/epoch (measured)",
+    "data s/epoch (measured)",
+    "ideal",
+)
+
+
+def render(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    scaling: str,
+    fmt: str = "text",
+    width: int | None = None,
+    left: list[str] | None = None,
+) -> str:
+    """The scaling table and its notes. `width` (text only): fitted to that many columns (fmt.fit_table), the
+    columns it leaves out added to `left`."""
+    if fmt == "md" or width is None:
+        table = tabulate(
+            table_rows(rows),
+            headers=HEADERS,
+            tablefmt="github" if fmt == "md" else "simple",
+            disable_numparse=True,
+        )
+    else:
+        table, dropped = fit_table(HEADERS, table_rows(rows), width, drop=TERMINAL_DROP)
+        if left is not None:
+            left.extend(d for d in dropped if d not in left)
     note = f"{scaling} scaling: " + (
         "batch per device fixed, so the global batch grows with the devices."
         if scaling == "weak"

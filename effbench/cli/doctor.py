@@ -7,7 +7,9 @@
     docker run --rm --gpus all effbench doctor              # inside the image
     apptainer test effbench.sif                             # runs `effbench doctor` on the synthetic set
 
-Exit code 0 when nothing fails (warnings allowed), 2 when a check fails, like every bad input. With no
+Exit code 0 when nothing fails (warnings allowed), 2 when a check fails, like every bad input. A machine busier
+than its cores (load average, steal) fails nothing, since a run would work, but the last line then says that
+figures measured now would be wrong, and the fix, instead of "all checks passed". With no
 --dataset (nor --smoke) nothing was asked of the data: the catalog says which datasets are present under
 --data-dir and how to get the others, and a missing one fails nothing.
 """
@@ -100,6 +102,12 @@ def doctor(
     gpu = preflight.probe_gpus()
     asked_data = smoke or dataset is not None  # a fresh clone has no CIFAR-100: not a failure unless asked for
     findings = preflight.run_checks(cfg, gpus_requested=requested, gpu=gpu, check_data=asked_data)
+    from effbench.system import hardware
+
+    # not one of run_checks': those decide whether a run works; this one whether its figures will be this machine's
+    device_type = "cpu" if cfg.device == "cpu" or (cfg.device == "auto" and not gpu.visible) else "cuda"
+    load = preflight.check_load(hardware.read_cpu_load(), device_type=device_type, env=os.environ)
+    findings.append(load)
     from tabulate import tabulate
 
     typer.echo(tabulate(environment_summary(gpu), tablefmt="plain"))
@@ -118,4 +126,7 @@ def doctor(
             f"doctor: {len(failed)} check(s) failed, {warned} warning(s); `effbench run` would stop at: {failed[0].check}"
         )
         raise typer.Exit(2)
+    if load.level != "ok":  # the run would start, but what it measures would be the other processes' load too
+        typer.echo(f"doctor: no check failed, but figures measured now would be wrong: {load.message}; fix: {load.fix}")
+        return
     typer.echo(f"doctor: all checks passed ({warned} warning(s))")

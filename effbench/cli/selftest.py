@@ -6,8 +6,9 @@
     docker run --rm --gpus all effbench selftest
     singularity exec --nv effbench.sif effbench selftest
 
-Prints a table (check, status, measured, reference, tolerance, reason), writes selftest.json into a
-new folder under --output, exits 1 when any check FAILs, 0 otherwise, 2 on a bad option.
+Prints a table (check, status, measured, reference, tolerance, reason) fitted to the terminal, writes selftest.json
+into a new folder under --output, ends with one line (`selftest: 8 PASS, 5 SKIP, 0 FAIL`), exits 1 when any check
+FAILs, 0 otherwise, 2 on a bad option.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def selftest(
     ] = None,
 ) -> None:
     """Check effbench's figures here against references that share none of its code."""
-    from effbench.selftest.checks import DATA_LOADERS, SelftestConfig, run_selftest, table
+    from effbench.fmt import terminal_width
+    from effbench.selftest.checks import DATA_LOADERS, SelftestConfig, run_selftest, summary_line, table
 
     cfg = SelftestConfig(
         device=device,
@@ -50,6 +52,7 @@ def selftest(
         data_loaders=tuple(s.strip() for s in data_loaders.split(",")) if data_loaders is not None else DATA_LOADERS,
     )
     outcome = run_selftest(cfg, echo=typer.echo)
-    typer.echo(table(outcome.checks))
+    typer.echo(table(outcome.checks, terminal_width()))
     typer.echo(f"\nselftest.json: {outcome.folder / 'selftest.json'}")
+    typer.echo(summary_line(outcome.checks))
     raise typer.Exit(outcome.exit_code)

@@ -106,8 +106,11 @@ def sweep(
     )
     outcome = sweeper.run_sweep(spec, command=invocation(ctx), echo=typer.echo, progress=not quiet)
     summary = outcome.folder / "sweep.txt"
-    if summary.is_file():
-        typer.echo(summary.read_text(encoding="utf-8"))
+    if summary.is_file():  # written: the report could be made
+        from effbench.fmt import terminal_width
+        from effbench.report import render
+
+        typer.echo(render.sweep_terminal_text(outcome.folder, terminal_width()))
     typer.echo(f"sweep folder: {outcome.folder} (report.html, sweep.md, plots/)")
     if outcome.report_error:
         typer.echo(
@@ -169,7 +172,7 @@ def compare(
         Path,
         typer.Argument(
             help="Run or sweep folder A (the baseline), or a run's results.json; a unique start of a folder name in "
-            "./results (or EFFBENCH_OUTPUT), or latest.",
+            "./results (or EFFBENCH_OUTPUT), or latest: the one that finished last, of the other argument's kind.",
             show_default=False,
         ),
     ],
@@ -211,10 +214,18 @@ def compare(
             )
     gated = fail_if_slower is not None or fail_if_less_accurate is not None
     output = Path(os.environ.get("EFFBENCH_OUTPUT") or "results")  # where `run` writes by default
-    a, b = cmp.resolve_folder(a, output), cmp.resolve_folder(b, output)
 
     def kind(p: Path) -> str:
         return "run" if p.is_file() else render.folder_kind(p)  # a file is a results.json, whatever its name
+
+    # `latest` is the newest folder of the kind the other argument is (a gate's: a run), else of either kind
+    needs = "run" if gated else None
+    if str(a) == cmp.LATEST and str(b) != cmp.LATEST:
+        b = cmp.resolve_folder(b, output, needs)
+        a = cmp.resolve_folder(a, output, needs or kind(b))
+    else:
+        a = cmp.resolve_folder(a, output, needs)
+        b = cmp.resolve_folder(b, output, needs or kind(a))
 
     def run_dir(p: Path) -> Path:
         return p.parent if p.is_file() else p

@@ -36,7 +36,7 @@ from effbench.datasets import dataset_spec
 from effbench.errors import EffbenchError
 from effbench.recipes import Recipe
 from effbench.recipes import resolve as resolve_recipe
-from effbench.system.hardware import usable_cores
+from effbench.system.hardware import allowed_cores
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -75,18 +75,18 @@ class DataBundle:
         return self.skip_log.stats()
 
 
-def capped_workers(requested: int, cores: int, rank: int = 0, stream: TextIO | None = None) -> int:
-    """--workers capped at the cores this process may use: more loader processes than cores only
-    contend (and thousands would exhaust the process table). Said once on stderr, by rank 0; the
-    number really started is results.json's data.workers, config.json keeps what was asked."""
-    if requested <= cores:
-        return requested
-    if rank == 0:
+def say_workers_beyond_cores(requested: int, cores: float, rank: int = 0, stream: TextIO | None = None) -> int:
+    """--workers as asked, said once on stderr (by rank 0) when it is more than the cores this process may use:
+    the extra loader processes contend for the cores, and the workers experiment exists to show where loading
+    then stops gaining and degrades (issue 34: capping them hid exactly that). results.json's data.workers is
+    the number started, data.workers_asked the number asked for."""
+    if requested > cores and rank == 0:
         print(
-            f"warning: --workers {requested} is more than the {cores} CPU cores available; starting {cores}",
+            f"warning: --workers {requested} is more than the {cores:g} CPU cores this run may use; starting "
+            f"{requested}, which share them (for the fastest loading use at most {cores:g})",
             file=stream if stream is not None else sys.stderr,
         )
-    return cores
+    return requested
 
 
 def build_data(
@@ -124,11 +124,12 @@ def build_data(
     # pinning is for copies to a GPU: on the CPU torch's DataLoader only warns that it pins nothing (config.json's
     # no_effect says so once, in one line)
     pin = (cfg.pin_memory if cfg.pin_memory is not None else True) and device.type == "cuda"
-    workers = capped_workers(cfg.workers, usable_cores(), rank)
+    workers = say_workers_beyond_cores(cfg.workers, allowed_cores(), rank)
     opts = LoaderOptions(
         batch_size=batch, workers=workers, seed=cfg.seed, rank=rank, world_size=world_size, pin_memory=pin,
     )  # fmt: skip
     common: dict[str, Any] = {
+        "workers_asked": cfg.workers,
         "root": str(src.root),
         "split": split,
         **({"split_seed": cfg.seed} if cfg.val_fraction is not None else {}),
@@ -316,25 +317,30 @@ def _synthetic(
     assert spec.num_classes is not None, "a generated dataset declares its classes"
     _check_batch(batch, synthetic.EPOCH_IMAGES, cfg.dataset, world_size)
     pool = synthetic.make_pool(batch, image_size, device, offset_seed(cfg.seed, rank), spec.num_classes)
+    val_seed = offset_seed(cfg.seed, synthetic.VAL_SEED_OFFSET + rank)
     steps = synthetic.steps_per_epoch(batch, world_size)
     return DataBundle(
         name=cfg.dataset,
         num_classes=spec.num_classes,
         image_size=image_size,
         train=synthetic.CycledBatches(pool, steps),
-        val=synthetic.CycledBatches(pool[: synthetic.VAL_BATCHES], synthetic.VAL_BATCHES),
+        val=synthetic.GeneratedBatches(
+            synthetic.VAL_BATCHES, batch, image_size, device, val_seed, spec.num_classes
+        ),  # held out: images no rank trains on, so the top-1 reads chance (datasets.chance_note)
         train_size=synthetic.EPOCH_IMAGES,
         val_size=synthetic.VAL_BATCHES * batch * world_size,
         steps_per_epoch=steps,
         batches_on_device=True,
         info={
             "root": None,
-            "split": "synthetic",
+            "split": "synthetic; validation on held-out generated batches",
+            "val_seed": val_seed,
             "shape": spec.title,  # which synthetic set ran, in words
             "pool_batches": synthetic.POOL_BATCHES,
             "generated_on": str(device),
             "loader": "synthetic (on device)",
             "workers": 0,  # no loader processes, whatever --workers says
+            "workers_asked": cfg.workers,
             "download": {"downloaded": False},
         },
     )

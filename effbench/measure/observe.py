@@ -458,6 +458,7 @@ def summarize(
         proc_cpu_pct_mean=host.proc_cpu_pct.mean if host.proc_cpu_pct else None,
         host_cpu_pct_mean=host.cpu_pct.mean if host.cpu_pct else None,
         threads_per_process=record.launch.threads_per_proc,
+        omp_wait_policy=record.env.env_vars.get("OMP_WAIT_POLICY") if record.env.env_vars else None,
     )
     v = analysis.verdict(m)
     if v is not None and verdict:  # no measured step: no verdict

@@ -121,16 +121,34 @@ def throughput_bars(
     return _save(fig, path)
 
 
-def top1_per_epoch(series: Mapping[str, Mapping[str, Sequence[float | None]]], path: Path, *, title: str) -> Path:
-    """series: label -> {"train": [...], "val": [...]} per epoch (None where not measured)."""
-    return _save(top1_figure(series, title=title), path)
+def top1_per_epoch(
+    series: Mapping[str, Mapping[str, Sequence[float | None]]], path: Path, *, title: str, target: float | None = None
+) -> Path:
+    """series: label -> {"train": [...], "val": [...]} per epoch (None where not measured); `target`: --target-top1,
+    drawn as a horizontal line."""
+    return _save(top1_figure(series, title=title, target=target), path)
 
 
-def top1_figure(series: Mapping[str, Mapping[str, Sequence[float | None]]], *, title: str) -> Any:
+TARGET_COLOR = "#d62728"  # the --target-top1 line: red, apart from the series' C0.. colours
+
+
+def _target_line(ax: Any, target: float | None) -> None:
+    """--target-top1 as a dotted line across the axes, in the legend; the axes stretched to show it."""
+    if target is None:
+        return
+    ax.axhline(target, color=TARGET_COLOR, linestyle=":", linewidth=1.5, label=f"target val top-1 {target:g}")
+    bottom, top = ax.get_ylim()
+    if target * 1.05 > top:
+        ax.set_ylim(bottom, target * 1.05)
+
+
+def top1_figure(
+    series: Mapping[str, Mapping[str, Sequence[float | None]]], *, title: str, target: float | None = None
+) -> Any:
     """Lines per epoch; with one epoch each, bars with their values: a line of one point is a lone dot on an
-    epoch axis matplotlib pads to 0.96..1.04."""
+    epoch axis matplotlib pads to 0.96..1.04. `target` (--target-top1): a horizontal line at it."""
     if all(len(s.get("train") or []) <= 1 and len(s.get("val") or []) <= 1 for s in series.values()):
-        return _top1_bars(series, title=title)
+        return _top1_bars(series, title=title, target=target)
     crowded = len(series) > 3  # many lines: the legend goes beside the axes, not over the lines
     fig = _figure(9.5 if crowded else 7.0, 4.5)
     ax = fig.add_subplot()
@@ -149,6 +167,8 @@ def top1_figure(series: Mapping[str, Mapping[str, Sequence[float | None]]], *, t
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_title(title)
     plotted = bool(ax.get_legend_handles_labels()[0])
+    if plotted:
+        _target_line(ax, target)
     if not plotted:  # e.g. a --data-only run: say so rather than draw empty axes
         ax.text(
             0.5,
@@ -165,7 +185,9 @@ def top1_figure(series: Mapping[str, Mapping[str, Sequence[float | None]]], *, t
     return fig
 
 
-def _top1_bars(series: Mapping[str, Mapping[str, Sequence[float | None]]], *, title: str) -> Any:
+def _top1_bars(
+    series: Mapping[str, Mapping[str, Sequence[float | None]]], *, title: str, target: float | None = None
+) -> Any:
     """Train and validation top-1 of a single epoch: a pair of bars per configuration, each with its value."""
     labels = list(series)
     fig = _figure(max(6.0, 1.2 * len(labels) + 2), 4.5)
@@ -188,6 +210,7 @@ def _top1_bars(series: Mapping[str, Mapping[str, Sequence[float | None]]], *, ti
     ax.set_ylim(0, max(top * 1.2, 0.05))  # room for the value labels; a near-0 top-1 still shows its bar
     ax.set_title(f"{title} (one epoch)")
     if ax.get_legend_handles_labels()[0]:
+        _target_line(ax, target)
         ax.legend(fontsize=7, loc="best")
     else:
         ax.text(0.5, 0.5, "no top-1 recorded (data-only run or no finished epoch)", ha="center", va="center",

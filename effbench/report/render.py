@@ -69,9 +69,10 @@ def run_plots(record: schema.Results, out_dir: Path) -> tuple[list[Plot], list[s
             labels, [d or 0.0 for d, _ in measured], [c or 0.0 for _, c in measured],
             out_dir / "time_per_epoch.png", title="Where each epoch's time goes", ylabel="seconds",
             warmup_s=[epoch_time.epoch_warmup_s(e) or 0.0 for e in epochs]))  # fmt: skip
-        _draw(made, problems, "Top-1 accuracy per epoch", lambda: plots.top1_per_epoch(
+        target = record.time_to_accuracy.target_top1 if record.time_to_accuracy else None
+        _draw(made, problems, "Top-1 accuracy per epoch" + (f" (dotted: the target, {target:g})" if target else ""), lambda: plots.top1_per_epoch(
             {str(record.config.arch or "run"): {"train": [e.train_top1 for e in epochs], "val": [e.val_top1 for e in epochs]}},
-            out_dir / "top1_per_epoch.png", title="Top-1 per epoch"))  # fmt: skip
+            out_dir / "top1_per_epoch.png", title="Top-1 per epoch", target=target))  # fmt: skip
     return made, problems
 
 
@@ -291,6 +292,7 @@ def sweep_plots(
             [r.thr_ci_low for r in charted], [r.thr_ci_high for r in charted], out_dir / "throughput.png",
             title="Throughput", notes=[("" if r.status == "ok" else str(r.status).upper()) for r in charted]))  # fmt: skip
     if ran and any(r.train_top1_per_epoch for r in ran):
+        target = sweep_report.target_of(rows)
         series = {
             name: {"train": r.train_top1_per_epoch, "val": r.val_top1_per_epoch}
             for name, r in zip(sweep_report.chart_labels(ran, show_dims), ran, strict=True)
@@ -298,8 +300,11 @@ def sweep_plots(
         _draw(
             made,
             problems,
-            "Top-1 accuracy per epoch (dashed: train, solid: validation)",
-            lambda: plots.top1_per_epoch(series, out_dir / "top1_per_epoch.png", title="Top-1 per epoch"),
+            "Top-1 accuracy per epoch (dashed: train, solid: validation"
+            + (f", dotted: the target {target:g})" if target is not None else ")"),
+            lambda: plots.top1_per_epoch(
+                series, out_dir / "top1_per_epoch.png", title="Top-1 per epoch", target=target
+            ),
         )
     # a chart along a dimension needs a cell that finished: with none (every cell failed on the same bad input)
     # its axes were empty and matplotlib warned on stderr that the legend had nothing to show
@@ -394,7 +399,7 @@ def sweep_html(
             href = f"{r.run_dir}/{REPORT_HTML}"
             links.append(f"<li>{H.link(href, r.key)}: {H.esc(r.shown_status)}</li>")
     cells = [H.table(headers, body, row_classes=[str(r.status) for r in rows], table_id="cells")]
-    cells += [H.paragraph(line) for line in sweep_report.time_split_notes(rows)]
+    cells += [H.paragraph(line) for line in sweep_report.time_split_notes(rows) + sweep_report.chance_notes(rows)]
     if links:
         cells.append("<ul>" + "".join(links) + "</ul>")
     sections.append(H.Section("Cells", cells))
@@ -437,6 +442,13 @@ def sweep_html(
         f"{len(rows)} cells · {', '.join(f'{k} {v}' for k, v in M.counts(m).items())}",
         sections,
     )
+
+
+def sweep_terminal_text(folder: Path, width: int | None) -> str:
+    """The sweep report as `effbench sweep` prints it: sweep.txt's text fitted to a terminal `width` columns wide
+    (fewer columns, wrapped lines; sweep.txt and sweep.md keep every column); None: sweep.txt's text."""
+    m, rows = load_sweep(folder)
+    return sweep_report.render(rows, _dims(m), title=f"effbench sweep {m.name}", fmt="text", width=width)
 
 
 def write_sweep_reports(folder: Path, *, cells: bool = False, dest: Path | None = None) -> list[Path]:

@@ -22,8 +22,9 @@ from effbench.analysis import scaling as scaling_table
 from effbench.analysis import stats
 from effbench.analysis import time_to_accuracy
 from effbench.analysis import windows
-from effbench.analysis.efficiency import BOTTLENECKS
-from effbench.fmt import fmt_value, interval
+from effbench.analysis.efficiency import CONTENDED
+from effbench.datasets import chance_note
+from effbench.fmt import fit_table, fmt_value, interval, wrap_text
 from effbench.sweep.spec import dim_option, show, varied
 
 if TYPE_CHECKING:
@@ -251,8 +252,6 @@ def host_peak_gib(record: schema.Results) -> float | None:
     return None
 
 
-CONTENDED = "cpu-contended"  # a run's verdict when a busy host, not the run, set its pace
-assert CONTENDED in BOTTLENECKS
 TIME_NOTE = epoch_time.TIME_NOTE  # said under the tables and on the sweep page
 # --target-top1 (analysis/time_to_accuracy.py), said under the tables and on the sweep page when a cell has it
 TARGET_NOTE = (
@@ -325,6 +324,12 @@ def time_split_notes(rows: Sequence[CellRow]) -> list[str]:
     """One line per cell whose seconds per epoch do not come from its epochs' measured split (epoch_time)."""
     notes = (epoch_time.source_note(r.time_split, f"cell {r.key[:3]}") for r in rows)
     return [n for n in notes if n]
+
+
+def chance_notes(rows: Sequence[CellRow]) -> list[str]:
+    """What the top-1 columns mean where the cells trained on generated data (datasets.chance_note)."""
+    notes = dict.fromkeys(chance_note(r.record.config.dataset) for r in rows if r.record is not None)
+    return [f"top-1: {n}" for n in notes if n]
 
 
 def summary_table(rows: Sequence[CellRow], dims: Sequence[str]) -> tuple[list[str], list[list[str]]]:
@@ -629,25 +634,62 @@ def scaling_rows(rows: Sequence[CellRow]) -> list[dict[str, Any]]:
     return scaling_table.scaling_rows([r.record for r in rows if r.record])
 
 
-def _table(headers: Sequence[str], body: Sequence[Sequence[str]], fmt: str) -> str:
-    return tabulate(body, headers=list(headers), tablefmt="github" if fmt == "md" else "simple", disable_numparse=True)
+# The columns a terminal too narrow for every column leaves out first (render's `width`); sweep.txt, sweep.md and
+# report.html keep them all.
+TERMINAL_DROP = (
+    "warm-up s/epoch",
+    "train loss",
+    "train top-1",
+    "peak mem GiB",
+    "compute s/epoch (measured)",
+    "data s/epoch (measured)",
+    "epochs to target",
+)
 
 
-def render(rows: Sequence[CellRow], dims: Mapping[str, Sequence[Any]], *, title: str, fmt: str = "text") -> str:
-    """The sweep report: verdicts, every cell, one table per varied dimension, scaling tables."""
+def _table(
+    headers: Sequence[str],
+    body: Sequence[Sequence[str]],
+    fmt: str,
+    width: int | None = None,
+    left: list[str] | None = None,
+) -> str:
+    """A table in `fmt`; in text with a `width`, fitted to it (fmt.fit_table), the headers left out added to `left`."""
+    if fmt == "md" or width is None:
+        return tabulate(
+            body, headers=list(headers), tablefmt="github" if fmt == "md" else "simple", disable_numparse=True
+        )
+    text, dropped = fit_table(headers, body, width, drop=TERMINAL_DROP)
+    if left is not None:
+        left.extend(d for d in dropped if d not in left)
+    return text
+
+
+def render(
+    rows: Sequence[CellRow],
+    dims: Mapping[str, Sequence[Any]],
+    *,
+    title: str,
+    fmt: str = "text",
+    width: int | None = None,
+) -> str:
+    """The sweep report: verdicts, every cell, one table per varied dimension, scaling tables. `width` (text only):
+    fit a terminal that many columns wide: fewer columns (named at the end; sweep.txt and sweep.md hold them all)
+    and wrapped lines."""
     names = list(dims)
     h = (lambda t: f"## {t}") if fmt == "md" else (lambda t: f"{t}\n{'-' * len(t)}")
+    left: list[str] = []
     parts = [f"# {title}" if fmt == "md" else title]
     lines = verdicts(rows, dims)
     if lines:
         parts += [h("Verdicts"), "\n".join(f"- {v}" for v in lines)]
-    parts += [h("Cells"), _table(*summary_table(rows, names), fmt)]
-    split_notes = time_split_notes(rows)
+    parts += [h("Cells"), _table(*summary_table(rows, names), fmt, width, left)]
+    split_notes = time_split_notes(rows) + chance_notes(rows)
     if split_notes:
         parts.append("\n".join(f"- {line}" for line in split_notes))
     idle = no_effect_dims(rows, dims)
     for dim in varied(dims):
-        parts += [h(f"By {dim_option(dim)}"), _table(*dimension_table(rows, names, dim), fmt)]
+        parts += [h(f"By {dim_option(dim)}"), _table(*dimension_table(rows, names, dim), fmt, width, left)]
         if dim in idle:
             parts.append(f"{idle[dim]}: {IDLE_NOTE}")
         elif dim in ("gpus", "nproc"):  # no speedup along devices that changed nothing
@@ -656,8 +698,8 @@ def render(rows: Sequence[CellRow], dims: Mapping[str, Sequence[Any]], *, title:
                 if srows:
                     record = members[0].record
                     mode = members[0].params.get("scaling") or (record and record.config.scaling) or "weak"
-                    text = scaling_table.render(srows, scaling=mode, fmt=fmt).split("\n", 2)[-1]
-                    parts += [h(f"Scaling [{group}]" if group else "Scaling"), text.strip()]
+                    text = scaling_table.render(srows, scaling=mode, fmt=fmt, width=width, left=left)
+                    parts += [h(f"Scaling [{group}]" if group else "Scaling"), text.split("\n", 2)[-1].strip()]
     parts.append(
         "img/s: the cell's throughput (all measured images over the slowest rank's time, warm-up excluded), with the "
         "95% Student's t interval of its windows' mean (--repeats; none below 3 windows). No best is named along an "
@@ -665,4 +707,8 @@ def render(rows: Sequence[CellRow], dims: Mapping[str, Sequence[Any]], *, title:
         f"{TIME_NOTE} {TARGET_NOTE if target_of(rows) is not None else ''}Peak mem is device memory (on the CPU: the run's process tree, PSS, so forked workers' shared "
         "pages count once)."
     )
-    return "\n\n".join(parts) + "\n"
+    if left:
+        parts.append(
+            f"Left out to fit {width} columns: {', '.join(left)}; sweep.txt, sweep.md and report.html hold every column."
+        )
+    return wrap_text("\n\n".join(parts), width) + "\n"

@@ -11,6 +11,7 @@ from effbench.analysis.epoch_time import epoch_measured, epoch_warmup_s
 from effbench.analysis import stats
 from effbench.analysis.time_to_accuracy import describe as describe_tta
 from effbench.config import typed_option
+from effbench.datasets import CATALOG, chance_note
 from effbench.analysis.windows import describe_windows, more_windows_fix, summary_of
 from effbench.fmt import decimals, fmt_value, interval
 
@@ -62,11 +63,14 @@ def summary_rows(results: schema.Results) -> list[tuple[str, str]]:
             "warm-up steps (excluded)",
             f"{fmt_value(warmup.steps if warmup else None)} in {fmt_value(warmup.time_s if warmup else None, 3)} s",
         ),
-        ("final val top-1", fmt_value(results.final.val_top1, 4)),
+        ("final val top-1", _top1(results)),
     ]
     tta = describe_tta(results.time_to_accuracy)
     if tta:  # --target-top1: training seconds (validation apart) and epochs to the target
         rows.append(("time to accuracy", tta))
+    dropped = _dropped(results)
+    if dropped is not None:  # beside the dataset row: why an epoch trains fewer images than the split holds
+        rows.insert(3, ("dropped per epoch", dropped))
     if results.data_only:
         rows.insert(1, ("mode", "data-only: loader, augmentation and copy to the device; no model, img/s delivered"))
     if results.compile_time_s is not None:
@@ -79,6 +83,30 @@ def summary_rows(results: schema.Results) -> list[tuple[str, str]]:
     if results.error is not None and _given(results.error):
         rows.append(("error", fmt_value(results.error.message)))
     return rows
+
+
+def _dropped(results: schema.Results) -> str | None:
+    """The training images an epoch leaves out because every step takes a whole batch (the loaders' drop_last, and
+    DistributedSampler's even split over ranks), when an epoch ran all its steps; None when none are, or when the
+    data is generated (its epoch is a count, not a split)."""
+    data, batch, epochs = results.data, results.global_batch_size, results.epochs
+    spec = CATALOG.get(results.config.dataset or "")
+    if data.train_size is None or data.steps_per_epoch is None or not batch or (spec and spec.storage == "generated"):
+        return None
+    if not epochs or epochs[-1].steps != data.steps_per_epoch:  # --max-steps cut the epoch short: not the cause
+        return None
+    dropped = data.train_size - data.steps_per_epoch * batch
+    if dropped <= 0:
+        return None
+    ranks = f" = {results.batch_size_per_device} x {results.world_size} ranks" if (results.world_size or 1) > 1 else ""
+    return f"{dropped:,} images dropped by drop_last (batch {batch:,}{ranks})"
+
+
+def _top1(results: schema.Results) -> str:
+    """The final validation top-1, with what it means beside it where that is nothing (generated data)."""
+    value = fmt_value(results.final.val_top1, 4)
+    note = chance_note(results.config.dataset)
+    return f"{value} ({note})" if note and results.final.val_top1 is not None else value
 
 
 # The headline is all measured images over all their time; the windows' median weighs each window alike, so

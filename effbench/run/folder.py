@@ -47,9 +47,16 @@ class Reports(Protocol):
 
 
 def run_name(cfg: RunConfig, device_label: str, precision: str, when: dt.datetime) -> str:
-    """Conditions readable from the folder name: time, arch, dataset, device, precision, batch."""
+    """Conditions readable from the folder name: time, arch, dataset, device, precision, batch, and the loader when
+    it is not the dataset's default (a DALI and a fast run of the same data differed only by their time)."""
+    from effbench.config import default_loader
+    from effbench.datasets import dataset_spec
+
+    # generated data runs its own loader whatever --loader says (config.json's no_effect): nothing to name
+    files = dataset_spec(cfg.dataset).storage != "generated"
+    loader = f"_{cfg.loader}" if files and cfg.loader != default_loader(cfg.dataset) else ""
     return results.safe_name(
-        f"{when:%Y%m%d-%H%M%S}_{cfg.arch}_{cfg.dataset}_{device_label}_{precision}_bs{cfg.batch_size}"
+        f"{when:%Y%m%d-%H%M%S}_{cfg.arch}_{cfg.dataset}_{device_label}_{precision}_bs{cfg.batch_size}{loader}"
     )
 
 

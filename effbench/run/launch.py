@@ -15,6 +15,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,7 @@ def run(
         spec_path = spec_dir / "spec.json"
         plan = plan_for(cfg, ["effbench", "worker", "--spec", str(spec_path)])
         _say_gpus_left_idle(cfg, plan, said_warnings)
+        _say_cpu_busy(plan, said_warnings)
         per_device_batch(cfg, plan.devices)
         if plan.mode == "torchrun":
             argv = plan.argv or []
@@ -127,6 +129,28 @@ def _say_gpus_left_idle(cfg: RunConfig, plan: LaunchPlan, said: set[str] | None)
         print(line, file=sys.stderr)
         if said is not None:
             said.add(line)
+
+
+# In `said_warnings` once the load was checked: a sweep or the selftest checks it before its first run only (later
+# runs would read the load average its own earlier runs left).
+LOAD_CHECKED = "load checked"
+
+
+def _say_cpu_busy(plan: LaunchPlan, said: set[str] | None, env: Mapping[str, str] = os.environ) -> None:
+    """A CPU run on a machine already busier than its cores, whose OpenMP threads spin while they wait: one
+    `warning:` line with the cause and the fix (OMP_WAIT_POLICY=PASSIVE), before anything is timed. Nothing when
+    the run is on a GPU or the policy is already PASSIVE (then the cpu-contended verdict says what the load did)."""
+    from effbench.system import hardware, preflight
+
+    if plan.device_type != "cpu" or not preflight.wait_policy_applies(plan.device_type, env):
+        return
+    if said is not None:
+        if LOAD_CHECKED in said:
+            return
+        said.add(LOAD_CHECKED)
+    found = preflight.check_load(hardware.read_cpu_load(), device_type=plan.device_type, env=env)
+    if found.level != "ok":
+        print(f"warning: {found.check}: {found.message} (fix: {found.fix})", file=sys.stderr)
 
 
 def _run_in_child(

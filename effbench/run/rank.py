@@ -477,6 +477,8 @@ def _measured(prep: Prepared, dist: DistContext, m: Measurement) -> rec.Measured
 def _conditions(prep: Prepared, plan: LaunchPlan, run_dir: Path | None) -> rec.Conditions:
     import torch
 
+    from effbench.system.hardware import allowed_cores
+
     return rec.Conditions(
         repeats=prep.cfg.repeats,
         compile=prep.cfg.compile,
@@ -487,19 +489,11 @@ def _conditions(prep: Prepared, plan: LaunchPlan, run_dir: Path | None) -> rec.C
         workers_per_process=int(prep.data.info["workers"]),
         processes_per_node=plan.nproc_per_node if plan.mode != "dp" else 1,
         tf32_enabled=bool(torch.backends.cudnn.allow_tf32),
-        cpu_quota_cores=_cpu_limit(),
+        cpu_quota_cores=allowed_cores(),
         run_dir=run_dir,
         flops_matmul_per_image=prep.flops.matmul_per_image if prep.flops else None,
         tf32_matmul_enabled=bool(torch.backends.cuda.matmul.allow_tf32),
     )
-
-
-def _cpu_limit() -> float | None:
-    """Cores this job may use: the tighter of the cgroup quota and the CPU affinity."""
-    from effbench.system.hardware import cpu_quota_cores, usable_cores
-
-    quota = cpu_quota_cores()
-    return min(quota, float(usable_cores())) if quota is not None else float(usable_cores())
 
 
 def _profile_pass(prep: Prepared, dist: DistContext, run_dir: Path | None) -> tuple[ProfileInfo | None, str | None]:

@@ -855,13 +855,27 @@ def run_selftest(
     return SelftestOutcome(folder, rows, env)
 
 
-def table(rows: list[Check]) -> str:
-    """check | status | measured | reference | tolerance | reason (pure: rows in, text out)."""
-    from tabulate import tabulate
+# The widths each column wraps at; and, on a terminal too narrow for all of them, the columns left out first
+# (selftest.json holds every value).
+COLUMN_WIDTHS = (24, 6, 22, 24, 14, 60)
+TERMINAL_DROP = ("tolerance", "reference")
+
+
+def table(rows: list[Check], width: int | None = None) -> str:
+    """check | status | measured | reference | tolerance | reason (pure: rows in, text out); `width`: fitted to a
+    terminal that many columns wide (fewer columns, narrower wraps), the columns left out named under it."""
+    from effbench.fmt import fit_table
 
     def cell(v: Any) -> str:
         return "-" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
 
     body = [(c.name, c.status, cell(c.measured), cell(c.reference), c.tolerance or "-", c.reason) for c in rows]
     headers = ["check", "status", "measured", "reference", "tolerance", "reason"]
-    return tabulate(body, headers=headers, tablefmt="simple", maxcolwidths=[24, 6, 22, 24, 14, 60])
+    text, left = fit_table(headers, body, width, drop=TERMINAL_DROP, maxcolwidths=COLUMN_WIDTHS)
+    return text + (f"\n\n{' and '.join(left)} left out to fit {width} columns: selftest.json has them" if left else "")
+
+
+def summary_line(rows: list[Check]) -> str:
+    """The selftest's last line, as doctor ends: `selftest: 8 PASS, 5 SKIP, 0 FAIL`."""
+    counts = {status: sum(c.status == status for c in rows) for status in (PASS, SKIP, FAIL)}
+    return "selftest: " + ", ".join(f"{n} {status}" for status, n in counts.items())

@@ -23,7 +23,7 @@ from typing import Any
 
 from effbench import results
 from effbench.sweep import presets
-from effbench.config import RunConfig, check_path, option_name, smoke_overrides
+from effbench.config import RunConfig, check_field_range, check_path, option_name, smoke_overrides
 from effbench.errors import EffbenchError
 
 # Swept config fields, in product order (outermost first), and how their values parse.
@@ -68,6 +68,11 @@ def _parse_item(option: str, item: str, kind: str) -> Any:
         if not re.fullmatch(r"\d+", item):
             raise EffbenchError(option, f"{item!r} is not a whole number; use a list like 32,64,128")
         n = int(item)
+        field_name = option[2:].replace("-", "_")
+        # the range `run` holds the option to, in its words; run parses --gpus and --nproc lists itself
+        # (launch/plan.parse_counts), in the words below
+        if field_name in RunConfig.__dataclass_fields__ and field_name not in ("gpus", "nproc"):
+            check_field_range(field_name, n)
         if kind == "count" and n < 1:
             raise EffbenchError(option, f"{n} must be 1 or more")
         return n

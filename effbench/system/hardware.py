@@ -17,6 +17,7 @@ import platform
 import socket
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,9 @@ ENV_VAR_NAMES = (
     "CUBLAS_WORKSPACE_CONFIG",
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
+    # how idle OpenMP threads wait (spin or sleep): 10x on a loaded 2-core VM either way (docs/PERFORMANCE.md)
+    "OMP_WAIT_POLICY",
+    "GOMP_SPINCOUNT",
 )
 ENV_VAR_PREFIXES = ("NCCL_", "SLURM_", "TORCH_", "PYTORCH_", "EFFBENCH_")
 
@@ -65,6 +69,48 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def allowed_cores() -> float:
+    """Cores this job may use: the tighter of the cgroup quota and the CPU affinity."""
+    quota, pinned = cpu_quota_cores(), float(usable_cores())
+    return min(quota, pinned) if quota is not None else pinned
+
+
+# Steal is sampled over this long: psutil.cpu_times_percent(interval) sleeps that long between its two reads of
+# /proc/stat, so it is what doctor and `run`'s check cost; a quarter second holds 25 scheduler ticks per core.
+STEAL_SAMPLE_S = 0.25
+
+
+@dataclass(frozen=True)
+class CpuLoad:
+    """How busy the machine is before a run starts (read_cpu_load): what other processes and VMs take."""
+
+    load_1m: float | None
+    """The 1-minute load average (os.getloadavg): runnable threads on the whole machine; None where unknown."""
+    steal_pct: float | None
+    """Share of CPU time the hypervisor gave to other VMs over a short sample, 0..100 (psutil's `steal`, Linux
+    only); None without psutil or where the kernel does not count it."""
+    machine_cores: int
+    """The machine's cores (os.cpu_count): what the load average is spread over."""
+    allowed_cores: float
+    """The cores the run may use (allowed_cores: affinity, cgroup quota)."""
+
+
+def read_cpu_load(sample_s: float = STEAL_SAMPLE_S) -> CpuLoad:
+    """The load average now and the steal over `sample_s` seconds; every reading that fails is None."""
+    try:
+        load: float | None = os.getloadavg()[0]
+    except (AttributeError, OSError):  # not on every platform (os.getloadavg's docs)
+        load = None
+    steal = None
+    try:
+        import psutil
+
+        steal = getattr(psutil.cpu_times_percent(interval=sample_s), "steal", None)
+    except Exception:  # no psutil, or /proc/stat unreadable: no steal figure, never a crash
+        steal = None
+    return CpuLoad(load, steal, os.cpu_count() or 1, allowed_cores())
 
 
 def _decode(value: Any) -> str:
@@ -334,4 +380,8 @@ def env_snapshot() -> dict[str, Any]:
     snap["cgroup_memory_limit_gib"] = memory_limit_gib()
     snap["shm_size_gib"] = shm_size_gib()
     snap["env_vars"] = relevant_env_vars()
+    try:  # the other load the run started beside (its own setup included): export's load column
+        snap["load_avg_1m"] = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        snap["load_avg_1m"] = None
     return snap

@@ -42,7 +42,7 @@ from effbench.datasets import dataset_spec
 from effbench.errors import EffbenchError
 from effbench.fmt import GIB, MIB
 from effbench.system.cuda_compat import CompatVerdict, DriverFacts, ImageCuda, forward_compat, read_image_cuda
-from effbench.system.hardware import container_runtime
+from effbench.system.hardware import CpuLoad, container_runtime
 from effbench.system.mounts import lost_with_container, read_mountinfo
 
 Level = Literal["error", "warning", "ok"]
@@ -620,6 +620,60 @@ def check_shm(cfg: RunConfig, root: Path, probes: Probes, processes: int = 1) ->
             )
         ]
     return [Finding("ok", "shm", f"/dev/shm has {_fmt_bytes(free)} free; {what} need about {_fmt_bytes(need)}")]
+
+
+# A shared CPU (docs/PERFORMANCE.md, "Shared CPUs"). The load average counts the runnable threads of the whole
+# machine (proc(5), /proc/loadavg), so it is held against the machine's cores: above them, other processes
+# already want every core, and a run's threads queue behind them. On a 2-core VM, runs at load 1.3-1.6 ran at
+# full speed and runs at load 3-6 ten times slower with the default OpenMP wait policy (measured from outside the
+# project, 3 alternating pairs each). Steal is time the hypervisor gave other VMs: at 10% a tenth of every second
+# the run is timed goes to its neighbours (a threshold chosen here, not measured).
+STEAL_BUSY_PCT = 10.0
+PASSIVE = "PASSIVE"
+FIX_WAIT_POLICY = (
+    "OMP_WAIT_POLICY=PASSIVE before the command (waiting threads sleep instead of spinning: 10x faster at load 3-6 "
+    "on 2 cores, half the speed on idle ones)"
+)
+
+
+def fix_reserve(cores: int) -> str:
+    return f"wait until the load is under {cores}, or reserve cores (taskset, docker --cpuset-cpus, Slurm --exclusive)"
+
+
+def cpu_busy(load: CpuLoad) -> str | None:
+    """Why a run started now would measure other processes too (the load over the machine's cores, or steal
+    over STEAL_BUSY_PCT); None when neither is so. Pure."""
+    reasons = []
+    if load.load_1m is not None and load.load_1m > load.machine_cores:
+        reasons.append(f"load average {load.load_1m:.2f} over the last minute on {load.machine_cores} cores")
+    if load.steal_pct is not None and load.steal_pct >= STEAL_BUSY_PCT:
+        reasons.append(f"the hypervisor gave {load.steal_pct:.0f}% of the CPU time to other VMs (steal)")
+    if not reasons:
+        return None
+    return " and ".join(reasons)
+
+
+def wait_policy_applies(device_type: str, env: Mapping[str, str]) -> bool:
+    """OMP_WAIT_POLICY=PASSIVE is the fix to offer: a CPU run (its OpenMP threads do the arithmetic) whose
+    environment does not already set it."""
+    return device_type == "cpu" and env.get("OMP_WAIT_POLICY", "").strip().upper() != PASSIVE
+
+
+def check_load(load: CpuLoad, *, device_type: str, env: Mapping[str, str]) -> Finding:
+    """Will figures measured now be this machine's, or the other processes' too? A warning, never an error: the
+    run works, its timings are what a busy machine gives. Pure: `load` comes from hardware.read_cpu_load."""
+    allowed = f"{load.allowed_cores:g} allowed to a run"
+    busy = cpu_busy(load)
+    if busy is None:
+        now = f"load average {load.load_1m:.2f}" if load.load_1m is not None else "load average unknown"
+        steal = f", steal {load.steal_pct:.0f}%" if load.steal_pct is not None else ""
+        return Finding("ok", "load", f"{now} on {load.machine_cores} cores ({allowed}){steal}")
+    fix = fix_reserve(load.machine_cores)
+    if wait_policy_applies(device_type, env):
+        fix = f"{FIX_WAIT_POLICY}; or {fix}"
+    return Finding(
+        "warning", "load", f"{busy} ({allowed}): other processes want every core, so a run now measures them too", fix
+    )
 
 
 _ARCH_RE = re.compile(r"^(sm|compute)_(\d+)(\d)([a-z]?)$")

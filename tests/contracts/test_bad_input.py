@@ -743,19 +743,44 @@ def test_a_seed_at_the_top_of_the_range_seeds_every_generator():
     assert offset_seed(SEED_MAX, 1) == 0 and offset_seed(5, 2) == 7
 
 
-@pytest.mark.parametrize("requested, cores, started", [(0, 2, 0), (2, 2, 2), (3, 2, 2), (1024, 4, 4), (16, 64, 16)])
-def test_workers_beyond_the_cores_are_capped_and_said_once(requested, cores, started):
+@pytest.mark.parametrize("requested, cores", [(0, 2), (2, 2), (3, 2), (1024, 4), (16, 64), (3, 2.5)])
+def test_workers_beyond_the_cores_all_start_and_are_said_once(requested, cores):
+    # issue 34: capped at the cores, the workers experiment could never show loading degrade past them
     import io
 
-    from effbench.data.build import capped_workers
+    from effbench.data.build import say_workers_beyond_cores
 
     for rank in (0, 1):
         stream = io.StringIO()
-        assert capped_workers(requested, cores, rank, stream) == started
+        assert say_workers_beyond_cores(requested, cores, rank, stream) == requested
         said = stream.getvalue()
         assert (said != "") == (requested > cores and rank == 0)
         if said:
-            assert said.count("\n") == 1 and f"--workers {requested}" in said and f"{cores} CPU cores" in said
+            assert said.count("\n") == 1 and f"--workers {requested}" in said and f"{cores:g} CPU cores" in said
+            assert f"starting {requested}" in said
+
+
+def test_a_run_with_more_workers_than_cores_starts_them_says_so_once_and_records_both(
+    tmp_path, capsys, monkeypatch, cifar10_dir
+):
+    from clitools import invoke, only_run
+
+    from effbench.data import build
+
+    monkeypatch.setattr(build, "allowed_cores", lambda: 1.0)  # this machine has 2: say it has 1
+    code, _, err = invoke(["run", "--dataset", "cifar10", "--data-dir", cifar10_dir, "--loader", "torchvision",
+                           "--workers", "2", "--arch", "resnet18", "--image-size", "16", "--batch-size", "8",
+                           "--epochs", "1", "--max-steps", "3", "--warmup-steps", "1", "--weights", "none",
+                           "--no-profile", "--quiet", "--output", tmp_path], capsys)  # fmt: skip
+    assert code == 0, err
+    said = [line for line in err.splitlines() if "--workers" in line]
+    assert said == [
+        "warning: --workers 2 is more than the 1 CPU cores this run may use; starting 2, which share them "
+        "(for the fastest loading use at most 1)"
+    ]  # once: not again as an option that "had no effect"
+    r = json.loads((only_run(tmp_path) / "results.json").read_text())
+    assert (r["data"]["workers"], r["data"]["workers_asked"], r["config"]["workers"]) == (2, 2, 2)
+    assert "workers" not in (r["config"].get("no_effect") or {})
 
 
 @pytest.mark.parametrize(

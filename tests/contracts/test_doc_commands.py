@@ -258,7 +258,8 @@ RUN: dict[str, Spec] = {
         smoke=True, setup=place("results/runA", "results/runB"), check=csv_rows(2)
     ),
     "effbench selftest": Spec(slow=True, timeout=600, shows=(r"PASS",)),
-    "effbench doctor": Spec(shows=(r"^GPUs visible\s+0$", r"^doctor: all checks passed")),
+    # on a machine busier than its cores (a loaded test machine) the last line names the load instead
+    "effbench doctor": Spec(shows=(r"^GPUs visible\s+0$", r"^doctor: (all checks passed|no check failed, but)")),
     "effbench models": Spec(shows=(r"^efficientnet-b0\s+effbench", r"^89 architectures")),
     "effbench datasets": Spec(shows=(r"^datasets under --data-dir data ", r"^cifar100 \(cifar\)\s+missing")),
     # docs/PERFORMANCE.md: the benchmarks as measured on this 2-core machine

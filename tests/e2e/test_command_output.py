@@ -153,9 +153,11 @@ def test_dataset_row_says_the_images_that_ran():
 
 
 def _no_gpu(monkeypatch):
-    from effbench.system import preflight
+    from effbench.system import hardware, preflight
 
     monkeypatch.setattr(preflight, "probe_gpus", lambda: preflight.GpuState(torch_version="2.14.1+cu130"))
+    # and an idle CPU: on a machine busier than its cores doctor's last line names the load instead (test_preflight)
+    monkeypatch.setattr(hardware, "read_cpu_load", lambda: hardware.CpuLoad(0.2, 0.0, 2, 2.0))
 
 
 def test_doctor_with_no_options_passes_without_datasets_and_lists_them(tmp_path, monkeypatch, capsys):
@@ -275,6 +277,52 @@ def test_compare_takes_a_unique_prefix_or_latest(tmp_path, capsys, monkeypatch):
     assert code == 2 and err.startswith("error: latest:")
 
 
+def test_latest_is_what_finished_last_not_the_last_name(tmp_path, capsys, monkeypatch):
+    # issue 34: `compare 20261126-2311 latest` took `sweep-workers` (last by name, written 23:11) for the run that
+    # finished at 23:17, then refused to compare a sweep with a run
+    from test_across_runs import make_run
+    from test_sweep_report import make_sweep
+
+    from effbench import results
+
+    out = tmp_path / "results"
+
+    def finished(run: Path, when: str) -> Path:
+        record = json.loads((run / "results.json").read_text())
+        results.write_json(run / "results.json", {**record, "finished_at": when})
+        return run
+
+    base = finished(make_run(out / "20261126-2311_run", [100.0] * 3), "2026-11-26T23:12:00+00:00")
+    newest = finished(make_run(out / "20261126-2300_early_name", [90.0] * 3), "2026-11-26T23:17:00+00:00")
+    finished(make_run(out / "20261126-2350_late_name", [80.0] * 3), "2026-11-26T23:15:00+00:00")
+    make_sweep(out, {"batch_size": [32]}, [({"batch_size": 32}, {"devices": 1, "batch": 32, "throughput": 1.0})])
+    sweep = out / "sweep-x"  # "sweep-..." sorts after every run name; its cell finished at 23:20
+    m = json.loads((sweep / "sweep.json").read_text())
+    m["cells"][0]["finished_at"] = "2026-11-26T23:20:00+00:00"
+    results.write_json(sweep / "sweep.json", m)
+    monkeypatch.setenv("EFFBENCH_OUTPUT", str(out))
+    monkeypatch.chdir(tmp_path)
+    # against a run, latest is the run that finished last (23:17), not the last name nor the newer sweep
+    code, text, err = invoke(["compare", "20261126-2311", "latest"], capsys)
+    assert code == 0, err
+    assert text.splitlines()[1] == f"B: {newest}"
+    code, text, err = invoke(["compare", "latest", str(base)], capsys)
+    assert code == 0 and text.splitlines()[0] == f"A: {newest}", err
+    # a gate needs runs: latest is a run even when a sweep finished later
+    code, text, err = invoke(["compare", str(base), "latest", "--fail-if-slower", "50"], capsys)
+    assert code == 0 and text.splitlines()[1] == f"B: {newest}", err
+    # alone, latest is whichever finished last: the sweep
+    from effbench.analysis import compare as cmp
+
+    assert cmp.resolve_folder(Path("latest"), out) == sweep
+    # with no end time (killed while running), the file's last write: an mtime after the others'
+    record = json.loads((base / "results.json").read_text())
+    del record["finished_at"]
+    results.write_json(base / "results.json", {**record, "status": "running"})
+    assert cmp.finished_time(base) == (base / "results.json").stat().st_mtime
+    assert cmp.resolve_folder(Path("latest"), out, "run") == base
+
+
 # --- 18: a sweep on a busy machine names no best; a one-epoch chart -------------------------------------------
 
 
@@ -319,3 +367,26 @@ def test_a_one_epoch_top1_chart_is_bars_with_their_values(tmp_path):
     fig = plots.top1_figure({"resnet18": {"train": [0.1, 0.2], "val": [0.1, 0.3]}}, title="Top-1 per epoch")
     assert not fig.axes[0].patches and len(fig.axes[0].lines) == 2
     assert plots.top1_per_epoch({"a": {"train": [0.5], "val": [None]}}, tmp_path / "t.png", title="t").is_file()
+
+
+def test_a_run_with_a_target_draws_it_on_its_top1_chart(tmp_path, monkeypatch):
+    # issue 34: the time-to-accuracy run's top-1 chart did not show the target it raced to
+    pytest.importorskip("matplotlib")
+    from effbench import results
+    from effbench.report import plots, render
+
+    def target_lines(fig):
+        return [ln for ln in fig.axes[0].lines if list(ln.get_ydata()) == [0.9, 0.9]]
+
+    for epochs in ([0.5], [0.5, 0.7, 0.85]):  # bars for one epoch, lines for more: the target on both
+        fig = plots.top1_figure({"digits": {"train": epochs, "val": epochs}}, title="t", target=0.9)
+        (line,) = target_lines(fig)
+        assert line.get_label() == "target val top-1 0.9" and fig.axes[0].get_ylim()[1] >= 0.9
+        assert not target_lines(plots.top1_figure({"digits": {"train": epochs, "val": epochs}}, title="t"))
+    seen = {}
+    monkeypatch.setattr(plots, "top1_per_epoch", lambda *a, **k: seen.update(k) or tmp_path / "x.png")
+    epoch = {"epoch": 1, "images": 10, "train_top1": 0.5, "val_top1": 0.6}
+    record = results.record_of({"schema_version": 1, "status": "ok", "epochs": [epoch, {**epoch, "epoch": 2}],
+                                "time_to_accuracy": {"target_top1": 0.9, "reached_target": False}})  # fmt: skip
+    render.run_plots(record, tmp_path)
+    assert seen["target"] == 0.9

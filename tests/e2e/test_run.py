@@ -62,6 +62,29 @@ def test_smoke_writes_every_file(tmp_path, capsys):
     assert "throughput (img/s)" in out  # the same table is printed at the end
 
 
+def chance_bound(n: int, p: float, tail: float = 1e-6) -> float:
+    """The top-1 over n images that chance (each right with probability p) exceeds with probability below `tail`:
+    the smallest k with P(Binomial(n, p) >= k) < tail, over n."""
+    for k in range(n + 1):
+        if sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1)) < tail:
+            return k / n
+    return 1.0
+
+
+def test_synthetic_validation_reads_chance_and_says_so(tmp_path, capsys):
+    # issue 34: `--dataset synthetic --max-steps 20` printed `final val top-1 0.9453`: validation replayed the
+    # batches it trained on. Held out, random labels leave a model nothing to be right about but chance.
+    code, out, err = invoke(["run", "--arch", "resnet18", "--dataset", "synthetic", "--image-size", "16",
+                             "--batch-size", "32", "--epochs", "1", "--max-steps", "12", "--warmup-steps", "2",
+                             "--weights", "none", "--no-profile", "--quiet", "--output", tmp_path], capsys)  # fmt: skip
+    assert code == 0, err
+    r = json.loads((only_run(tmp_path) / "results.json").read_text())
+    n, top1 = r["epochs"][-1]["val_images"], r["final"]["val_top1"]
+    assert n == 2 * 32 and 0 <= top1 <= chance_bound(n, 1 / 100), (n, top1)
+    row = next(line for line in out.splitlines() if line.startswith("final val top-1"))
+    assert row.endswith("(synthetic: random labels, accuracy is chance by construction (1/100))"), row
+
+
 def test_cifar100_two_epochs_b0_done_when(tmp_path, capsys, cifar100_dir):
     code, _, err = invoke(
         ["run", "--arch", "b0", "--dataset", "cifar100", "--data-dir", cifar100_dir, "--weights", "none", "--image-size", "32",
@@ -109,6 +132,11 @@ def test_imagefolder_with_frozen_classifier(tmp_path, capsys, imagefolder_dir):
     assert code == 0, err
     r = check_run_folder(only_run(tmp_path), epochs=1)
     assert r["model"]["trainable_params"] < r["model"]["total_params"]
+    # 18 images, a quarter held out: 3 whole batches of 4 per epoch, the rest left out by drop_last and said so
+    train = r["data"]["train_size"]
+    assert r["epochs"][0]["steps"] == train // 4 == 3
+    report = (only_run(tmp_path) / "report.txt").read_text()
+    assert f"{train - 12} images dropped by drop_last (batch 4)" in report
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "sgd-nesterov", "adagrad", "adadelta", "adam", "adamw"])

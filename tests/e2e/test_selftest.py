@@ -345,3 +345,33 @@ def test_the_data_path_check_compares_the_two_loaders_named(tmp_path, capsys):
     assert check["name"] == "data path: dali vs fast loader" and check["status"] == "PASS", check
     # the same recipe, recorded by both runs, and no goal on the ratio of a pair other than the default
     assert "same images, same recipe" in check["tolerance"] and "random crop 32" in check["reason"]
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_the_table_fits_the_terminal_and_a_summary_line_ends_it(columns, tmp_path, capsys, monkeypatch):
+    """issue 34: the table was 160-250 columns wide; now it fits $COLUMNS (columns left out are named, selftest.json
+    keeps them) and the last line counts the statuses, as doctor's does."""
+    long = "a reason long enough to wrap: " + "the interval of the ratio over thirty blocks of pairs " * 3
+
+    def rows(ctx):
+        return [st.Check("harness vs bare loop, median-step img/s", st.PASS, 1.0123, 1.0, ">= 0.97", long),
+                st.Check("gpu thing", st.SKIP, reason="no CUDA"), st.Check("bad", st.FAIL, 2.0, 1.0, "1%", "off")]  # fmt: skip
+
+    monkeypatch.setattr(st, "CHECKS", {"all": rows})
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, err = invoke(["selftest", "--device", "cpu", "--output", tmp_path], capsys)
+    assert code == 1, err
+    lines = out.rstrip("\n").splitlines()
+    assert lines[-1] == "selftest: 1 PASS, 1 SKIP, 1 FAIL"
+    start = lines.index(next(line for line in lines if line.startswith("check")))
+    table = lines[start : lines.index("", start)]  # up to the blank line under it (then the folder's path)
+    assert max(len(line) for line in table) <= columns, "\n".join(table)
+    header = table[0].split()
+    if columns == 80:  # the least needed columns go first; the reason still reads whole, wrapped
+        assert "reference" not in header and "tolerance" not in header and "reason" in header
+        assert "tolerance and reference left out to fit 80 columns: selftest.json has them" in out
+    else:
+        assert header == ["check", "status", "measured", "reference", "tolerance", "reason"]
+        assert "left out" not in out
+    words = " ".join(line.split("  ")[-1].strip() for line in table)  # the reason column's lines, joined
+    assert "thirty blocks of pairs" in words.replace("  ", " ")

@@ -40,8 +40,12 @@ def sweep2x2(tmp_path_factory):
     """A finished 2 x 2 sweep folder and what the command printed."""
     out = tmp_path_factory.mktemp("sweep")
     buf, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err), pytest.raises(SystemExit) as info:
-        cli.main(["sweep", *TINY, "--batch-size", "4,8", "--workers", "0,1", "--repeats", "3", "--output", str(out)])
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
+        mp.delenv("COLUMNS", raising=False)  # printed whole, as into a file (fitting a terminal: test_sweep_report)
+        with pytest.raises(SystemExit) as info:
+            cli.main(
+                ["sweep", *TINY, "--batch-size", "4,8", "--workers", "0,1", "--repeats", "3", "--output", str(out)]
+            )
     assert info.value.code == 0, err.getvalue()
     return out / "sweep-batch-size-workers", buf.getvalue()
 

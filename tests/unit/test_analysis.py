@@ -292,6 +292,22 @@ def test_a_busy_host_that_starves_the_run_is_named_with_its_numbers():
     assert verdict(dataclasses.replace(cpu, host_cpu_pct_mean=None)).bottleneck == "cpu-underused"
 
 
+def test_the_contended_fix_names_the_passive_wait_policy_on_a_cpu_that_spins():
+    # issue 34: on a loaded 2-core VM spinning OpenMP threads made the smoke run 10x slower than sleeping ones
+    cpu = Measurements(0.0, None, None, None, 2.0, workers=0, processes=1, mfu=None, device_type="cpu",
+                       proc_cpu_pct_mean=16.0, host_cpu_pct_mean=100.0)  # fmt: skip
+    for policy in (None, "", "active", "ACTIVE"):
+        v = verdict(dataclasses.replace(cpu, omp_wait_policy=policy))
+        assert v.bottleneck == "cpu-contended" and v.advice.startswith("set OMP_WAIT_POLICY=PASSIVE"), policy
+    for policy in ("PASSIVE", "passive", " Passive "):  # already applied: not offered again
+        v = verdict(dataclasses.replace(cpu, omp_wait_policy=policy))
+        assert "OMP_WAIT_POLICY" not in v.advice and "rerun when it is idle" in v.advice
+    # a GPU run's threads do not do its arithmetic: the policy is not its fix
+    gpu = dataclasses.replace(cpu, device_type="cuda", gpu_util_pct_mean=95.0)
+    v = verdict(gpu)
+    assert v.bottleneck == "cpu-contended" and "OMP_WAIT_POLICY" not in v.advice
+
+
 def test_no_measured_step_gives_no_verdict():
     assert verdict(m(measured_steps=0)) is None
     assert verdict(m(measured_steps=1)) is not None

@@ -90,3 +90,15 @@ def test_a_negative_zero_is_recorded_as_zero():
     cfg = RunConfig(momentum=-0.0, weight_decay=-0.0, dataset="synthetic")
     d = json.loads(json.dumps(cfg.to_dict()))
     assert json.dumps([d["momentum"], d["weight_decay"]]) == "[0.0, 0.0]"
+
+
+@pytest.mark.parametrize("value, hint", [(90.0, "for 90% use 0.9"), (55.5, "for 55.5% use 0.555"), (100, "use 1")])
+def test_a_percentage_for_a_fraction_is_answered_with_the_fraction(value, hint):
+    # issue 34: `--target-top1 90` said only that 90 is outside (0, 1]
+    with pytest.raises(EffbenchError) as info:
+        RunConfig(dataset="cifar10", target_top1=value)
+    assert info.value.option == "--target-top1" and "it is a fraction" in info.value.message
+    assert info.value.message.endswith(hint)
+    with pytest.raises(EffbenchError) as info:  # beyond any percentage: the range alone
+        RunConfig(dataset="cifar10", target_top1=250.0)
+    assert info.value.message == "250 is outside (0, 1]; use a value in that range"

@@ -43,3 +43,24 @@ def test_no_module_defines_its_own_formatter_or_constant():
         for m in pattern.finditer(p.read_text())
     ]
     assert found == []
+
+
+def test_fit_table_leaves_out_the_named_columns_first_then_wraps():
+    from effbench.fmt import fit_table, wrap_text
+
+    headers = ["cell", "img/s", "a long explanation", "extra one", "extra two"]
+    body = [["000", "1,234.5 [1,200.1, 1,300.2]", "words " * 12, "x" * 30, "y" * 30]]
+    full, left = fit_table(headers, body, None, drop=["extra two", "extra one"])
+    assert left == [] and max(map(len, full.splitlines())) > 120  # no width: as wide as it is
+    for width in (120, 80, 50):
+        text, left = fit_table(headers, body, width, drop=["extra two", "extra one"])
+        assert max(map(len, text.splitlines())) <= width, text
+        assert left == ["extra two", "extra one"][: len(left)] and "y" * 30 not in text
+        assert " ".join(text.split()).count("words") == 12  # wrapped, never cut
+    assert fit_table(headers, body, 400, drop=["extra two"])[1] == []  # it fits: nothing left out
+    said = wrap_text("short\n- " + "a bullet that goes on " * 6, 40)
+    assert (
+        all(len(line) <= 40 for line in said.splitlines())
+        and said.splitlines()[2].startswith("  ")
+        and said.splitlines()[1].startswith("- a")
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections import namedtuple
 from pathlib import Path
 
 import pytest
@@ -124,6 +126,8 @@ def test_relevant_env_vars():
         "NCCL_DEBUG": "INFO",
         "OMP_NUM_THREADS": "4",
         "MKL_NUM_THREADS": "4",
+        "OMP_WAIT_POLICY": "PASSIVE",  # how OpenMP threads wait: 10x on a loaded 2-core VM (issue 34)
+        "GOMP_SPINCOUNT": "0",
         "SLURM_JOB_ID": "42",
         "TORCH_HOME": "/models",
         "EFFBENCH_DATA": "/data",
@@ -168,4 +172,40 @@ def test_env_snapshot_keeps_its_keys_and_adds_the_new_ones(monkeypatch):
         assert key in snap
     assert snap["container_runtime"] in ("docker", "podman", "apptainer", "none")
     assert snap["env_vars"]["NCCL_DEBUG"] == "WARN"
+    assert snap["env_vars"]["OMP_WAIT_POLICY"] == os.environ["OMP_WAIT_POLICY"]  # the suite sets it (conftest)
+    assert snap["load_avg_1m"] is None or snap["load_avg_1m"] >= 0
     assert snap["cgroup_cpu_quota_cores"] is None or snap["cgroup_cpu_quota_cores"] > 0
+
+
+def test_allowed_cores_is_the_tighter_of_quota_and_affinity(monkeypatch):
+    monkeypatch.setattr(hardware, "usable_cores", lambda: 8)
+    monkeypatch.setattr(hardware, "cpu_quota_cores", lambda: 2.5)
+    assert hardware.allowed_cores() == 2.5
+    monkeypatch.setattr(hardware, "cpu_quota_cores", lambda: None)
+    assert hardware.allowed_cores() == 8.0
+    monkeypatch.setattr(hardware, "cpu_quota_cores", lambda: 16.0)
+    assert hardware.allowed_cores() == 8.0
+
+
+def test_read_cpu_load_reads_the_load_average_and_a_steal_share(monkeypatch):
+    import psutil
+
+    monkeypatch.setattr(hardware.os, "getloadavg", lambda: (4.5, 3.0, 1.0))
+    seen = {}
+
+    def times(interval):
+        seen["interval"] = interval
+        return namedtuple("scputimes", "user steal")(50.0, 12.5)
+
+    monkeypatch.setattr(psutil, "cpu_times_percent", times)
+    load = hardware.read_cpu_load(0.01)
+    assert (load.load_1m, load.steal_pct, seen["interval"]) == (4.5, 12.5, 0.01)
+    assert load.machine_cores == os.cpu_count() and load.allowed_cores == hardware.allowed_cores()
+
+    def no_loadavg():
+        raise OSError("no /proc/loadavg")
+
+    monkeypatch.setattr(hardware.os, "getloadavg", no_loadavg)
+    monkeypatch.setattr(psutil, "cpu_times_percent", lambda interval: namedtuple("t", "user")(1.0))
+    load = hardware.read_cpu_load(0.01)
+    assert (load.load_1m, load.steal_pct) == (None, None)  # unknown, never a crash or a 0

@@ -564,3 +564,60 @@ def test_a_node_without_results_says_why_its_child_failed():
     assert got.status == "failed" and got.error.message == f"the effbench worker exited with 1: {why}"
     stopped = record.record_without_results(SupervisedResult(143, 15, None, last_line=why), [], "torchrun")
     assert stopped.status == "interrupted" and stopped.error.message == "torchrun exited with 143"  # the signal's doing
+
+
+# --- a busy CPU before a run starts (issue 34) --------------------------------------------------------
+def test_a_cpu_run_on_a_busy_machine_says_the_cause_and_the_wait_policy_once(monkeypatch, capsys, tmp_path):
+    """`effbench run` on the CPU, the machine busier than its cores and OpenMP's threads spinning: one warning line
+    with the load and OMP_WAIT_POLICY=PASSIVE before anything is timed; once per command (a sweep's cells)."""
+    from effbench.config import RunConfig
+    from effbench.run import launch as run_launch
+    from effbench.system import hardware, preflight
+
+    loads = []
+
+    def busy():
+        loads.append(1)
+        return hardware.CpuLoad(load_1m=5.5, steal_pct=0.0, machine_cores=2, allowed_cores=2.0)
+
+    monkeypatch.setattr(preflight, "run_checks", lambda _cfg: [])
+    monkeypatch.setattr(hardware, "read_cpu_load", busy)
+    monkeypatch.setattr(run_launch, "run_benchmark", lambda _cfg, **_kw: None)  # the patched leaf: nothing runs
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    cfg = RunConfig(dataset="synthetic", device="cpu", weights="none", workers=0, output=tmp_path)
+    said: set[str] = set()
+    for _ in range(2):
+        run_launch.run(cfg, command=["effbench"], said_warnings=said)
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("warning: load: load average 5.50 over the last minute on 2 cores")
+    assert "(fix: OMP_WAIT_POLICY=PASSIVE before the command" in line and len(loads) == 1
+    run_launch.run(cfg, command=["effbench"])  # a lone run: checked again
+    assert capsys.readouterr().err.count("warning: load:") == 1
+    # the fix already applied: nothing to offer, and the load is not even read (the verdict says what it did)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    run_launch.run(cfg, command=["effbench"])
+    assert capsys.readouterr().err == "" and len(loads) == 2
+    # an idle machine: nothing said
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    monkeypatch.setattr(hardware, "read_cpu_load", lambda: hardware.CpuLoad(0.5, 0.0, 2, 2.0))
+    run_launch.run(cfg, command=["effbench"])
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    "dataset, loader, tail",
+    [("cifar10", "auto", "_bs64"), ("cifar10", "fast", "_bs64"), ("food101", "dali", "_bs64_dali"),
+     ("imagefolder", "torchvision", "_bs64_torchvision"), ("synthetic", "auto", "_bs64"),
+     ("synthetic", "torchvision", "_bs64")],
+)  # fmt: skip
+def test_a_run_folder_names_a_loader_that_is_not_the_default(dataset, loader, tail):
+    # issue 34: a DALI and a fast run of the same data differed only by their time; default names stay as they were
+    import datetime as dt
+
+    from effbench.config import RunConfig
+    from effbench.run.folder import run_name
+
+    device = "cuda" if loader == "dali" else "cpu"  # DALI runs on CUDA only (config refuses it on the CPU)
+    cfg = RunConfig(dataset=dataset, loader=loader, arch="resnet18", batch_size=64, device=device)
+    name = run_name(cfg, "cpu", "fp32", dt.datetime(2026, 11, 27, 1, 2, 3))
+    assert name == f"20261127-010203_resnet18_{dataset}_cpu_fp32{tail}"

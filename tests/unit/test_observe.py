@@ -72,6 +72,15 @@ def test_gpu_run_gets_mfu_memory_energy_and_images_per_joule():
     assert out["verdict"]["bottleneck"] == "compute-bound" and "MFU" in out["verdict"]["evidence"]
 
 
+def test_the_contended_verdict_reads_the_wait_policy_the_run_recorded():
+    # 0.3 of 8 allowed cores while the host was 97% busy: cpu-contended; its fix depends on env.json's env_vars
+    busy = {"host": {"proc_cpu_pct": {"mean": 30.0, "max": 40.0}, "cpu_pct": {"mean": 97.0, "max": 100.0}}}
+    spun = _summ(_record(env={"env_vars": {}}), utilization=busy)["verdict"]
+    assert spun["bottleneck"] == "cpu-contended" and spun["advice"].startswith("set OMP_WAIT_POLICY=PASSIVE")
+    slept = _summ(_record(env={"env_vars": {"OMP_WAIT_POLICY": "PASSIVE"}}), utilization=busy)["verdict"]
+    assert slept["bottleneck"] == "cpu-contended" and "OMP_WAIT_POLICY" not in slept["advice"]
+
+
 def test_unknown_gpu_gets_no_mfu():
     rec = _record(device="cuda:0 (Mystery GPU 9000)", precision="bf16", env={"gpus": [{"name": "Mystery GPU 9000"}]},
                   launch={"mode": "inprocess", "device_type": "cuda"})  # fmt: skip

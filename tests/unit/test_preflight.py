@@ -17,6 +17,8 @@ from effbench.cli import doctor as doctor_mod
 from effbench.system import preflight
 from effbench.config import RunConfig
 from effbench.errors import EffbenchError
+from effbench.system import hardware
+from effbench.system.hardware import CpuLoad
 from effbench.system.preflight import Finding, GpuDevice, GpuState, Probes
 
 A100 = GpuDevice("NVIDIA A100-SXM4-80GB", (8, 0))
@@ -524,12 +526,40 @@ def doctor_app() -> typer.Typer:
     return app
 
 
-def test_doctor_exits_0_and_prints_a_table(tmp_path, monkeypatch):
+IDLE = CpuLoad(load_1m=0.4, steal_pct=0.0, machine_cores=2, allowed_cores=2.0)
+BUSY = CpuLoad(load_1m=4.6, steal_pct=1.0, machine_cores=2, allowed_cores=2.0)
+
+
+@pytest.fixture
+def idle(monkeypatch):
+    """doctor reads the load of this (shared) machine: the tests say what it is."""
+    monkeypatch.setattr(hardware, "read_cpu_load", lambda: IDLE)
+
+
+def test_doctor_exits_0_and_prints_a_table(tmp_path, monkeypatch, idle):
     monkeypatch.setattr(preflight, "probe_gpus", lambda: NO_GPU)
     result = CliRunner().invoke(doctor_app(), ["doctor", "--smoke", "--output", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     assert "check" in result.output and "status" in result.output and "fix" in result.output
     assert "2.14.1+cu130" in result.output and "all checks passed" in result.output
+
+
+def test_doctor_on_a_busy_machine_names_the_load_and_the_fix_instead_of_all_passed(tmp_path, monkeypatch):
+    monkeypatch.setattr(preflight, "probe_gpus", lambda: NO_GPU)
+    monkeypatch.setattr(hardware, "read_cpu_load", lambda: BUSY)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    result = CliRunner().invoke(doctor_app(), ["doctor", "--smoke", "--output", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output  # a run would work: nothing failed
+    assert "all checks passed" not in result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("doctor: no check failed, but figures measured now would be wrong: load average 4.60")
+    assert "fix: OMP_WAIT_POLICY=PASSIVE" in last
+    assert any(line.startswith("load") and "WARN" in line for line in result.output.splitlines())
+    # with the policy already passive, the fix left is to wait or reserve cores
+    monkeypatch.setenv("OMP_WAIT_POLICY", "passive")
+    result = CliRunner().invoke(doctor_app(), ["doctor", "--smoke", "--output", str(tmp_path / "out")])
+    last = result.output.strip().splitlines()[-1]
+    assert "OMP_WAIT_POLICY" not in last and "fix: wait until the load is under 2" in last
 
 
 def test_doctor_exits_2_on_an_error_and_shows_the_fix(tmp_path, monkeypatch):
@@ -541,7 +571,7 @@ def test_doctor_exits_2_on_an_error_and_shows_the_fix(tmp_path, monkeypatch):
     assert "would stop at: dataset" in result.output
 
 
-def test_doctor_passes_the_largest_gpu_count(tmp_path, monkeypatch):
+def test_doctor_passes_the_largest_gpu_count(tmp_path, monkeypatch, idle):
     seen = {}
 
     def fake_checks(c, **kw):
@@ -747,3 +777,44 @@ def test_a_mount_point_named_in_bytes_that_are_not_utf8_is_read_not_a_traceback(
     inside = os.fsdecode(b"/data/r\xe9sultats/run-1")
     assert mounts.mount_of(inside, mounts.parse_mountinfo(text)).fstype == "ext4"
     assert mounts.lost_with_container(inside, text) is None and mounts.lost_with_container("/results", text)
+
+
+# --- load (issue 34): a machine busier than its cores ruins the figures, not the run -------------------
+@pytest.mark.parametrize(
+    "load_1m, steal, cores, busy",
+    [(0.3, 0.0, 2, False), (1.6, 0.0, 2, False), (2.0, 0.0, 2, False), (2.01, 0.0, 2, True), (4.6, None, 2, True),
+     (12.0, 0.0, 16, False), (0.5, 9.9, 2, False), (0.5, 10.0, 2, True), (None, None, 2, False)],
+)  # fmt: skip
+def test_load_over_the_machines_cores_or_steal_is_a_warning(load_1m, steal, cores, busy):
+    # the measured bars (issue 34): load 1.3-1.6 on 2 cores ran at full speed, 3-6 ten times slower
+    load = CpuLoad(load_1m, steal, cores, allowed_cores=float(cores))
+    f = preflight.check_load(load, device_type="cpu", env={})
+    assert f.check == "load" and f.level == ("warning" if busy else "ok")
+    assert (preflight.cpu_busy(load) is not None) == busy
+    if busy:
+        assert "so a run now measures them too" in f.message and "2 allowed to a run" in f.message
+        assert f.fix.startswith("OMP_WAIT_POLICY=PASSIVE") and "taskset" in f.fix
+    else:
+        assert f.fix == ""
+
+
+def test_the_load_message_says_what_was_measured():
+    f = preflight.check_load(CpuLoad(3.25, 14.0, 2, 1.5), device_type="cpu", env={"OMP_WAIT_POLICY": "active"})
+    assert f.message == (
+        "load average 3.25 over the last minute on 2 cores and the hypervisor gave 14% of the CPU time to other VMs "
+        "(steal) (1.5 allowed to a run): other processes want every core, so a run now measures them too"
+    )
+    ok = preflight.check_load(IDLE, device_type="cpu", env={})
+    assert ok.message == "load average 0.40 on 2 cores (2 allowed to a run), steal 0%"
+
+
+@pytest.mark.parametrize(
+    "device, policy, offered",
+    [("cpu", None, True), ("cpu", "ACTIVE", True), ("cpu", "PASSIVE", False), ("cpu", "passive", False),
+     ("cuda", None, False)],
+)  # fmt: skip
+def test_the_wait_policy_is_offered_to_cpu_runs_that_do_not_set_it(device, policy, offered):
+    env = {} if policy is None else {"OMP_WAIT_POLICY": policy}
+    f = preflight.check_load(BUSY, device_type=device, env=env)
+    assert f.level == "warning" and ("OMP_WAIT_POLICY=PASSIVE" in f.fix) == offered
+    assert "wait until the load is under 2, or reserve cores" in f.fix

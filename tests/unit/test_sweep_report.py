@@ -366,3 +366,61 @@ def test_summary_json_keeps_its_cell_keys_and_a_cell_that_never_ran_has_the_mani
     assert list(ran) == RAN_CELL_KEYS and ran["throughput_img_s"] == 100.0 and ran["batch_size_per_device"] == 8
     assert pending == {"key": "001", "params": {"batch_size": 16}, "status": "pending", "run_dir": None,
                        "error": None, "batch_size_per_device": 16}  # fmt: skip
+
+
+def test_a_sweep_on_synthetic_data_says_its_top1_is_chance(tmp_path):
+    # issue 34: synthetic labels are random and validation is held out, so the val top-1 column is chance
+    cells = [({"batch_size": b}, {"devices": 1, "batch": b, "throughput": 100.0}) for b in (32, 64)]
+    folder = make_sweep(tmp_path, {"batch_size": [32, 64]}, cells)
+    note = "top-1: synthetic: random labels, accuracy is chance by construction (1/100)"
+    render.write_sweep_reports(folder)
+    assert note not in (folder / "sweep.txt").read_text()  # fake_run's records name no dataset: real data
+    for run in folder.glob("cells/*/run/results.json"):
+        record = json.loads(run.read_text())
+        record["config"]["dataset"] = "synthetic"
+        results.write_json(run, record)
+    render.write_sweep_reports(folder)
+    assert (folder / "sweep.txt").read_text().count(f"- {note}") == 1  # once, not once per cell
+    assert note in (folder / "report.html").read_text()
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_sweep_prints_its_report_fitted_to_the_terminal(columns, tmp_path, capsys, monkeypatch):
+    """issue 34: the sweep's tables were 160-250 columns wide in the terminal. `effbench sweep` (its runner, the
+    leaf, patched) prints them fitted to $COLUMNS, naming what it left out; sweep.txt and sweep.md keep it all."""
+    from clitools import invoke
+
+    from effbench.sweep import runner
+
+    cells = []
+    for mode in ("strong", "weak"):
+        for n, thr in ((1, 100.0), (2, 180.0), (4, 300.0)):
+            cells.append(
+                ({"gpus": n, "scaling": mode}, {"devices": n, "batch": 64, "throughput": thr, "scaling": mode})
+            )
+    folder = make_sweep(tmp_path, {"gpus": [1, 2, 4], "scaling": ["strong", "weak"]}, cells)
+    render.write_sweep_reports(folder)
+    outcome = runner.SweepOutcome(folder, manifest.load_manifest(folder))
+    monkeypatch.setattr(runner, "run_sweep", lambda *_a, **_k: outcome)
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, err = invoke(["sweep", "--gpus", "1,2,4", "--device", "cpu", "--dataset", "synthetic"], capsys)
+    assert code == 0, err
+    printed = out.splitlines()
+    assert max(len(line) for line in printed if not line.startswith("sweep folder: ")) <= columns
+    full = (folder / "sweep.txt").read_text()
+    assert max(len(line) for line in full.splitlines()) > 200  # the file keeps every column
+    heads = []  # every table's header lines: the lines above a rule of dashes, up to the blank line
+    for i, line in enumerate(printed):
+        if line.startswith("---") and "  " in line:
+            j = i - 1
+            while j >= 0 and printed[j].strip():
+                heads.append(printed[j])
+                j -= 1
+    dropped = ("warm-up s/epoch", "train loss", "straggler spread %") if columns == 80 else ("straggler spread %",)
+    for header in dropped:  # at 200 the scaling table (202 wide) still loses its last column
+        assert header in full and header not in " ".join(heads), header
+    note = " ".join(out.split(f"Left out to fit {columns} columns: ")[1].split())
+    assert "sweep.txt, sweep.md and report.html hold every column" in note
+    assert ("peak mem GiB" in note) == (columns == 80)  # 200 columns keep more of them
+    for kept in ("cell", "status", "val top-1", "speedup", "efficiency"):
+        assert kept in out, kept

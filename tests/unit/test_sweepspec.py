@@ -47,6 +47,20 @@ def test_parse_list_errors_name_the_option(text, kind, needle):
     assert info.value.option == "--batch-size" and needle in info.value.message
 
 
+@pytest.mark.parametrize("option, text", [("--batch-size", "0,32"), ("--batch-size", "32,70000"),
+                                          ("--workers", "2,2000"), ("--image-size", "8,32")])  # fmt: skip
+def test_a_swept_value_out_of_range_says_what_run_says(option, text, capsys):
+    # issue 34: the sweep's `--batch-size 0,32` said "0 must be 1 or more", run's gives the range
+    from clitools import invoke
+
+    bad = next(v for v in text.split(",") if v not in ("32", "2"))
+    with pytest.raises(EffbenchError) as swept:
+        parse_list(option, text, "count" if option != "--workers" else "int")
+    code, _, err = invoke(["run", option, bad, "--dataset", "synthetic", "--device", "cpu"], capsys)
+    assert code == 2 and err == f"error: {swept.value.option}: {swept.value.message}\n"
+    assert "range" in swept.value.message or "outside" in swept.value.message
+
+
 def test_one_value_refuses_a_list():
     assert one_value("--epochs", "3", int) == 3 and one_value("--epochs", None, int) is None
     with pytest.raises(EffbenchError) as info:
