@@ -10,11 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tabulate import tabulate
 
 from effbench import schema
 from effbench.analysis import epoch_time
-from effbench.fmt import fmt_value
+from effbench.fmt import fmt_value, grid
 
 HEADERS = (
     "devices",
@@ -111,12 +110,7 @@ def table_rows(rows: Sequence[Mapping[str, Any]]) -> list[list[str]]:
 
 
 def render(rows: Sequence[Mapping[str, Any]], *, scaling: str, fmt: str = "text") -> str:
-    table = tabulate(
-        table_rows(rows),
-        headers=HEADERS,
-        tablefmt="github" if fmt == "md" else "simple",
-        disable_numparse=True,
-    )
+    table = grid(table_rows(rows), HEADERS, fmt)
     note = f"{scaling} scaling: " + (
         "batch per device fixed, so the global batch grows with the devices."
         if scaling == "weak"

@@ -10,10 +10,19 @@ from typing import Any
 
 import typer
 
+from effbench.fmt import printable
+
 
 def opt(help: str, *names: str, **kw: Any) -> Any:
     """An option whose help states its default in words ('[default: ...]'), not typer's repr."""
     return typer.Option(*names, help=help, show_default=False, **kw)
+
+
+def say(text: str = "", *, err: bool = False, nl: bool = True) -> None:
+    """Every line the CLI prints (stdout, or stderr with `err`): control characters in it shown, not obeyed
+    (fmt.printable), newlines kept. A run folder, a cell, a class folder or a hostname may be named with an
+    escape sequence; the terminal gets `\\x1b`, never the sequence."""
+    typer.echo(printable(text, newlines=True), err=err, nl=nl)
 
 
 def invocation(ctx: typer.Context) -> list[str]:

@@ -14,6 +14,8 @@ from typing import Annotated
 
 import typer
 
+from effbench.cli.common import say
+
 
 def export(
     paths: Annotated[
@@ -63,4 +65,4 @@ def export(
         raise EffbenchError(
             "--output", f"cannot write {target} ({e.strerror}); write to a file on a writable filesystem"
         ) from None
-    typer.echo(f"exported {len(runs)} runs to {target}", err=True)
+    say(f"exported {len(runs)} runs to {target}", err=True)

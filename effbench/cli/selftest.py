@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 
 from effbench.cli.common import opt as _opt
+from effbench.cli.common import say
 
 
 def selftest(
@@ -49,7 +50,7 @@ def selftest(
         only=tuple(s.strip() for s in only.split(",")) if only is not None else (),
         data_loaders=tuple(s.strip() for s in data_loaders.split(",")) if data_loaders is not None else DATA_LOADERS,
     )
-    outcome = run_selftest(cfg, echo=typer.echo)
-    typer.echo(table(outcome.checks))
-    typer.echo(f"\nselftest.json: {outcome.folder / 'selftest.json'}")
+    outcome = run_selftest(cfg, echo=say)
+    say(table(outcome.checks))
+    say(f"\nselftest.json: {outcome.folder / 'selftest.json'}")
     raise typer.Exit(outcome.exit_code)

@@ -16,10 +16,13 @@ no global backend, no display needed) and writes `path`. Nothing here reads resu
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from effbench.fmt import printable
 
 DPI = 100
 DATA_COLOR = "#e4572e"  # data loading: warm, the part to shrink
@@ -56,8 +59,19 @@ def _bar_width(n: int) -> float:
     return 0.7 if n > 1 else 0.4
 
 
+def _label(text: str) -> str:
+    """A name from disk (a cell, a host, a configuration) as chart text: control characters shown as
+    fmt.printable shows them (the font has no glyph for ESC), `$` literal (matplotlib reads `$...$` as math)."""
+    return re.sub(r"(?<!\\)\$", r"\\$", printable(text))  # idempotent: an escaped `$` stays one
+
+
+def _labelled(series: Mapping[str, Any]) -> dict[str, Any]:
+    return {_label(k): v for k, v in series.items()}
+
+
 def _xticks(ax: Any, labels: Sequence[str]) -> None:
     """Category labels, slanted when they would run into each other."""
+    labels = [_label(s) for s in labels]
     crowded = sum(len(s) for s in labels) > 60
     ax.set_xticks(
         range(len(labels)), labels, rotation=25 if crowded else 0, ha="right" if crowded else "center", fontsize=8
@@ -136,6 +150,7 @@ def top1_per_epoch(series: Mapping[str, Mapping[str, Sequence[float | None]]], p
 def top1_figure(series: Mapping[str, Mapping[str, Sequence[float | None]]], *, title: str) -> Any:
     """Lines per epoch; with one epoch each, bars with their values: a line of one point is a lone dot on an
     epoch axis matplotlib pads to 0.96..1.04."""
+    series = _labelled(series)
     if all(len(s.get("train") or []) <= 1 and len(s.get("val") or []) <= 1 for s in series.values()):
         return _top1_bars(series, title=title)
     crowded = len(series) > 3  # many lines: the legend goes beside the axes, not over the lines
@@ -206,6 +221,7 @@ def throughput_vs_batch(
     series: Mapping[str, Sequence[tuple[int, float | None, str]]], path: Path, *, title: str
 ) -> Path:
     """series: label -> [(batch per device, throughput or None, status)]; OOM cells as red crosses."""
+    series = _labelled(series)
     fig = _figure(7.0, 4.5)
     ax = fig.add_subplot()
     ok_values = [t for pts in series.values() for _, t, _ in pts if t]
@@ -237,6 +253,7 @@ def throughput_vs_batch(
 
 
 def data_time_vs_workers(series: Mapping[str, Sequence[tuple[int, float]]], path: Path, *, title: str) -> Path:
+    series = _labelled(series)
     fig = _figure(7.0, 4.5)
     ax = fig.add_subplot()
     for i, (label, pts) in enumerate(series.items()):
@@ -254,6 +271,7 @@ def scaling(
     series: Mapping[str, Sequence[tuple[int, float | None, float | None]]], path: Path, *, title: str, xlabel: str
 ) -> Path:
     """series: label -> [(devices, throughput, efficiency)]; ideal = linear from the smallest count."""
+    series = _labelled(series)
     fig = _figure(11.0, 4.5)
     ax_t, ax_e = fig.subplots(1, 2)
     counts = sorted({n for pts in series.values() for n, _, _ in pts})
@@ -289,6 +307,7 @@ def throughput_and_time_to_target(
 ) -> Path:
     """series: label -> [(batch per device, throughput, training seconds to the target or None, status)]; two
     panels side by side on one batch axis: images/s, and the time to the target (crosses: not reached)."""
+    series = _labelled(series)
     fig = _figure(11.0, 4.5)
     ax_t, ax_a = fig.subplots(1, 2, sharex=True)  # one batch axis: a cell reads across both panels
     top = ax_a.get_xaxis_transform()  # x in data, y in axes fraction: a not-reached cell sits at the top edge

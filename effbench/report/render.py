@@ -30,7 +30,7 @@ from effbench.report import tables as report
 from effbench.report import sweep_tables as sweep_report
 from effbench.analysis import epoch_time, scaling, windows
 from effbench.errors import EffbenchError
-from effbench.fmt import interval
+from effbench.fmt import interval, printable
 from effbench.sweep.spec import dim_option, show, varied
 
 if TYPE_CHECKING:
@@ -48,8 +48,9 @@ SWEEP_CHARTS = ("time_breakdown.png", "throughput.png", "top1_per_epoch.png", "t
 
 
 def warn(message: str) -> None:
-    """Warnings go to stderr, one line, so stdout holds only what was asked for."""
-    print("warning: " + " ".join(message.split()), file=sys.stderr)
+    """Warnings go to stderr, one line, so stdout holds only what was asked for; a name from disk in it is
+    shown, not obeyed (fmt.printable)."""
+    print("warning: " + printable(" ".join(message.split())), file=sys.stderr)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -134,7 +135,7 @@ def run_html(
         sections.append(
             H.Section(
                 "Profiling pass: phases",
-                [H.table(("phase", "calls", "CPU (s)", "CPU share", "device (s)", "device share"), phases)],
+                [H.table(report.PHASE_HEADERS, phases)],
             )
         )
     sections.append(H.Section("Charts", _images(plots) + [H.paragraph(p) for p in problems]))

@@ -14,7 +14,6 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tabulate import tabulate
 
 from effbench.results import StepRow
 from effbench.analysis import epoch_time
@@ -23,7 +22,7 @@ from effbench.analysis import stats
 from effbench.analysis import time_to_accuracy
 from effbench.analysis import windows
 from effbench.analysis.efficiency import BOTTLENECKS
-from effbench.fmt import fmt_value, interval
+from effbench.fmt import fmt_value, grid, interval, md, printable
 from effbench.sweep.spec import dim_option, show, varied
 
 if TYPE_CHECKING:
@@ -617,26 +616,27 @@ def scaling_rows(rows: Sequence[CellRow]) -> list[dict[str, Any]]:
 
 
 def _table(headers: Sequence[str], body: Sequence[Sequence[str]], fmt: str) -> str:
-    return tabulate(body, headers=list(headers), tablefmt="github" if fmt == "md" else "simple", disable_numparse=True)
+    return grid(body, headers, fmt)
 
 
 def render(rows: Sequence[CellRow], dims: Mapping[str, Sequence[Any]], *, title: str, fmt: str = "text") -> str:
     """The sweep report: verdicts, every cell, one table per varied dimension, scaling tables."""
     names = list(dims)
-    h = (lambda t: f"## {t}") if fmt == "md" else (lambda t: f"{t}\n{'-' * len(t)}")
-    parts = [f"# {title}" if fmt == "md" else title]
+    shown = md if fmt == "md" else printable  # cell keys, values, names from disk: shown, never obeyed
+    h = (lambda t: f"## {shown(t)}") if fmt == "md" else (lambda t: f"{shown(t)}\n{'-' * len(shown(t))}")
+    parts = [f"# {shown(title)}" if fmt == "md" else shown(title)]
     lines = verdicts(rows, dims)
     if lines:
-        parts += [h("Verdicts"), "\n".join(f"- {v}" for v in lines)]
+        parts += [h("Verdicts"), "\n".join(f"- {shown(v)}" for v in lines)]
     parts += [h("Cells"), _table(*summary_table(rows, names), fmt)]
     split_notes = time_split_notes(rows)
     if split_notes:
-        parts.append("\n".join(f"- {line}" for line in split_notes))
+        parts.append("\n".join(f"- {shown(line)}" for line in split_notes))
     idle = no_effect_dims(rows, dims)
     for dim in varied(dims):
         parts += [h(f"By {dim_option(dim)}"), _table(*dimension_table(rows, names, dim), fmt)]
         if dim in idle:
-            parts.append(f"{idle[dim]}: {IDLE_NOTE}")
+            parts.append(shown(f"{idle[dim]}: {IDLE_NOTE}"))
         elif dim in ("gpus", "nproc"):  # no speedup along devices that changed nothing
             for group, members in groups(rows, names, dim).items():
                 srows = scaling_rows(members)

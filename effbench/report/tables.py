@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tabulate import tabulate
-
 from effbench.analysis.efficiency import WITHIN_NOISE
 from effbench.analysis.epoch_time import epoch_measured, epoch_warmup_s
 from effbench.analysis import stats
 from effbench.analysis.time_to_accuracy import describe as describe_tta
 from effbench.config import typed_option
 from effbench.analysis.windows import describe_windows, more_windows_fix, summary_of
-from effbench.fmt import decimals, fmt_value, interval
+from effbench.fmt import decimals, fmt_value, grid, interval, md, printable
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -203,6 +201,9 @@ def _utilization_rows(util: schema.Utilization) -> list[tuple[str, str]]:
     return rows
 
 
+PHASE_HEADERS = ("phase", "calls", "CPU (s)", "CPU share", "device (s)", "device share")
+
+
 def phase_rows(results: schema.Results) -> list[list[str]]:
     rows = []
     for p in (results.profile.phases if results.profile else None) or []:
@@ -287,20 +288,10 @@ def skipped_images_warning(results: schema.Results) -> str | None:
 
 def render(results: schema.Results, fmt: str = "text") -> str:
     """The run report as text (`fmt="text"`) or markdown (`fmt="md"`)."""
-    table_fmt = "github" if fmt == "md" else "simple"
-    summary = tabulate(summary_rows(results), headers=("metric", "value"), tablefmt=table_fmt)
-    epochs = tabulate(epoch_rows(results), headers=EPOCH_HEADERS, tablefmt=table_fmt, disable_numparse=True)
+    summary = grid(summary_rows(results), ("metric", "value"), fmt, numparse=True)
+    epochs = grid(epoch_rows(results), EPOCH_HEADERS, fmt)
     phases = phase_rows(results)
-    phase_table = (
-        tabulate(
-            phases,
-            headers=("phase", "calls", "CPU (s)", "CPU share", "device (s)", "device share"),
-            tablefmt=table_fmt,
-            disable_numparse=True,
-        )
-        if phases
-        else ""
-    )
+    phase_table = grid(phases, PHASE_HEADERS, fmt) if phases else ""
     verdict = verdict_line(results) or ""
     skipped = skipped_images_warning(results)
     title = f"effbench run {results.run_name or ''}".strip()
@@ -315,12 +306,13 @@ def render(results: schema.Results, fmt: str = "text") -> str:
             "Data-only run: no model. Throughput is images delivered to the device per second over the "
             "measured steps (warm-up excluded): next() on the loader, the copy and a device sync."
         )
-    if fmt == "md":
-        parts = [f"# {title}", f"**{skipped}**" if skipped else "", f"**{verdict}**" if verdict else ""]
+    if fmt == "md":  # the run name, the verdict's evidence: literal text
+        parts = [f"# {md(title)}", f"**{md(skipped)}**" if skipped else "", f"**{md(verdict)}**" if verdict else ""]
         parts += ["## Summary", summary, "## Epochs", epochs]
         if phase_table:
             parts += ["## Profiling pass: phases", phase_table]
         return "\n\n".join(p for p in parts if p) + f"\n\n{notes}\n"
+    title, skipped, verdict = printable(title), skipped and printable(skipped), verdict and printable(verdict)
     parts = [title, *([skipped] if skipped else []), summary, f"Epochs\n{epochs}"]
     if phase_table:
         parts.append(f"Profiling pass: phases of the step\n{phase_table}")

@@ -1,0 +1,175 @@
+"""Hardening, round four (issue 33), sections 5-8: what a name found on disk may do to a report or a terminal,
+how much work a long record may cost a reader, a gate that "cannot tell", a run folder that vanishes, and a
+leaderboard of many runs. Each test goes through the code the red team's command ran; each class has a case
+of its own beside the red team's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+from clitools import invoke
+from test_across_runs import BASE, make_run
+from test_sweep_report import fake_run
+
+from effbench import fmt, results
+from effbench.sweep import manifest
+
+
+def one_error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+# Everything a terminal acts on: C0 but newline, DEL, C1 (U+009B is a one-byte CSI), the bidi overrides.
+TERMINAL_CONTROLS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _sweep_with_cells(root: Path, run_dirs: list[str]) -> Path:
+    """A sweep folder whose cells ran into the given folders (as sweep.json names them)."""
+    folder = root / "sweep-x"
+    entries = [{"key": f"{i:03d}", "params": {"batch_size": 8 * (i + 1)}, "config": {}} for i in range(len(run_dirs))]
+    m = manifest.new_manifest(
+        name="sweep-x", preset=None, dims={"batch_size": [8 * (i + 1) for i in range(len(run_dirs))]}, zipped=False,
+        cells=entries, command=["effbench", "sweep"],
+    )  # fmt: skip
+    for i, run_dir in enumerate(run_dirs):
+        fake_run(folder / run_dir, devices=1, batch=8 * (i + 1), throughput=100.0 + i)
+        m = manifest.update_cell(m, f"{i:03d}", status="ok", run_dir=run_dir)
+    manifest.write_manifest(folder, m)
+    return folder
+
+
+# --- 5. Names in report.md, sweep.md and leaderboard.md -------------------------------------------
+MD_NAMES = ["<script>alert(1)</script>", "a|b|c", "**bold** _it_ `code` [x](javascript:alert(1)) ![i](x) ~~s~~", "&lt;"]
+
+
+def _unescaped_pipes(line: str) -> int:
+    return len(re.findall(r"(?<!\\)\|", line))
+
+
+def _table_rows_are_whole(md: str) -> None:
+    """Every row of every markdown table has as many cell borders as its header."""
+    for block in re.split(r"\n\s*\n", md):
+        lines = [ln for ln in block.splitlines() if ln.startswith("|")]
+        if lines:
+            assert len({_unescaped_pipes(ln) for ln in lines}) == 1, block
+
+
+@pytest.mark.parametrize("name", MD_NAMES)
+def test_a_run_name_in_report_md_is_literal_text(tmp_path, capsys, name):
+    run = make_run(tmp_path / "r", BASE)
+    record = json.loads((run / "results.json").read_text())
+    record["run_name"], record["config"]["arch"] = name, name
+    (run / "results.json").write_text(json.dumps(record))
+    code, _, err = invoke(["report", run], capsys)
+    assert code == 0, err
+    md = (run / "report.md").read_text()
+    assert "<script" not in md and not re.search(r"(?<!\\)\]\(", md) and "**bold**" not in md and "`code`" not in md
+    assert md.startswith("# effbench run " + fmt.md(name) + "\n")
+    _table_rows_are_whole(md)
+
+
+@pytest.mark.parametrize("name", MD_NAMES)
+def test_a_hostname_in_leaderboard_md_is_literal_text(tmp_path, capsys, name):
+    root = tmp_path / "nodes"
+    make_run(root / "a", BASE, host=name)
+    make_run(root / "b", [x + 50 for x in BASE], host="node-b")
+    code, _, err = invoke(["report", root], capsys)
+    assert code == 0, err
+    md = (root / "leaderboard.md").read_text()
+    assert "<script" not in md and not re.search(r"(?<!\\)\]\(", md) and fmt.md(name) in md
+    _table_rows_are_whole(md)
+
+
+def test_a_cell_value_in_sweep_md_is_literal_text(tmp_path, capsys):
+    folder = _sweep_with_cells(tmp_path, ["cells/000/run", "cells/001/run"])
+    m = manifest.load_manifest(folder)
+    data = m.model_dump(exclude_unset=True)
+    data["dims"] = {"note": ["<img src=x onerror=alert(1)>|", "b"]}
+    for cell, value in zip(data["cells"], data["dims"]["note"], strict=True):
+        cell["params"] = {"note": value}
+    results.write_json(folder / manifest.MANIFEST_FILE, data)
+    code, _, err = invoke(["report", folder], capsys)
+    assert code == 0, err
+    md = (folder / "sweep.md").read_text()
+    assert "<img" not in md and "&lt;img src=x onerror=alert(1)&gt;\\|" in md
+    _table_rows_are_whole(md)
+
+
+def test_the_markdown_escape_reads_back_as_the_text_it_was_given():
+    """An independent reading: CommonMark's rule that a backslash before ASCII punctuation is that character,
+    and HTML's three entities; the escaped text holds no raw `<`, `|`, `*`, `` ` `` or `[`."""
+    for text in [*MD_NAMES, "back\\slash", "batch_size=32", "__init__", "C:\\x #1 !"]:
+        shown = fmt.md(text)
+        assert not re.search(r"(?<!\\)[|*`\[\]<]", shown), shown
+        read = re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", shown).replace("&lt;", "<").replace("&gt;", ">")
+        assert read.replace("&amp;", "&") == text
+    assert fmt.md("batch_size=32") == "batch_size=32"  # inside a word an underscore never opens emphasis
+
+
+# --- 7. Names from disk on the terminal ---------------------------------------------------------------
+HOSTILE = "z\x1b]0;TITLE\x07\x1b[2J\u202etxt.exe\x9b31m"
+
+
+def test_an_empty_class_folder_named_with_escape_sequences_is_shown_escaped_in_the_warning(tmp_path, capsys):
+    import fakedata
+
+    from effbench.data import imagefolder
+
+    root = fakedata.make_imagefolder(tmp_path / "data", classes=2, per_class=3)
+    (root / HOSTILE).mkdir()
+    imagefolder.load(root, val_fraction=0.5)
+    err = capsys.readouterr().err
+    (line,) = [ln for ln in err.splitlines() if "hold no image" in ln]
+    assert not TERMINAL_CONTROLS.search(line), repr(line)
+    assert fmt.printable(HOSTILE) in line and "\\x1b]0;TITLE\\x07\\x1b[2J\\u202etxt.exe\\x9b31m" in line
+
+
+def test_a_hostname_and_a_folder_name_reach_report_and_compare_escaped(tmp_path, capsys):
+    root = tmp_path / "nodes"
+    make_run(root / HOSTILE, BASE, host="node\x1b[31m-$x^$")  # two runs of one host: told apart by folder
+    make_run(root / "b", [x + 50 for x in BASE], host="node\x1b[31m-$x^$")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib's "Glyph 27 missing" for a raw ESC in a chart label
+        code, out, err = invoke(["report", root], capsys)  # the leaderboard is printed, and every file written
+    assert code == 0, err
+    assert "node\\x1b[31m-$x^$" in out and fmt.printable(HOSTILE) in out
+    assert not TERMINAL_CONTROLS.search(out + err), repr(out + err)
+    assert (root / "plots" / "leaderboard.png").is_file()  # `$x^$` drawn as text, not refused as math
+    txt = (root / "leaderboard.txt").read_text()  # `cat leaderboard.txt` is as safe, and its columns line up
+    assert not TERMINAL_CONTROLS.search(txt)
+    rows = [ln for ln in txt.splitlines() if ln.startswith("node")]
+    assert len(rows) == 2 and len({ln.index(" ok ") for ln in rows}) == 1
+    code, out, err = invoke(["compare", root / HOSTILE, root / "b"], capsys)
+    assert code == 0, err
+    assert fmt.printable(HOSTILE) in out and not TERMINAL_CONTROLS.search(out + err)
+
+
+def test_an_error_naming_a_file_found_on_disk_is_one_escaped_line(tmp_path, capsys):
+    root = tmp_path / "nodes"
+    make_run(root / "a", BASE)
+    bad = root / f"b{HOSTILE}\nerror: forged"
+    bad.mkdir(parents=True)
+    (bad / "results.json").write_text("{not json")
+    code, _, err = invoke(["report", root], capsys)
+    line = one_error_line(err)
+    assert code == 2 and not TERMINAL_CONTROLS.search(line) and fmt.printable(HOSTILE) in line
+
+
+@pytest.mark.parametrize("char", ["\x1b", "\x07", "\r", "\x08", "\x7f", "\x9b", "\u202e", "\u2028", "\x00"])
+def test_every_terminal_control_is_shown_as_repr_shows_it(char):
+    from effbench.errors import EffbenchError
+
+    shown = fmt.printable(f"a{char}b")
+    assert shown == "a" + repr(char)[1:-1] + "b" and not TERMINAL_CONTROLS.search(shown)
+    e = EffbenchError(f"x{char}", f"the file y{char} is bad")
+    assert not TERMINAL_CONTROLS.search(str(e)) and repr(char)[1:-1] in str(e)
+    assert fmt.printable("line\nnext\tx", newlines=True) == "line\nnext\\tx"
+    assert fmt.printable("é ü 中 ✓") == "é ü 中 ✓"  # printable text is left as it is
