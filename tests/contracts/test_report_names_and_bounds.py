@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.parse
 import warnings
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from test_across_runs import BASE, make_run
 from test_sweep_report import fake_run
 
 from effbench import fmt, results
+from effbench.report import html as H
 from effbench.sweep import manifest
 
 
@@ -44,6 +46,59 @@ def _sweep_with_cells(root: Path, run_dirs: list[str]) -> Path:
         m = manifest.update_cell(m, f"{i:03d}", status="ok", run_dir=run_dir)
     manifest.write_manifest(folder, m)
     return folder
+
+
+# --- 5. Links in report.html ------------------------------------------------------------------------
+def _hrefs(page: str) -> list[str]:
+    return re.findall(r'href="([^"]*)"', page)
+
+
+@pytest.mark.parametrize(
+    "run_dir",
+    [
+        "javascript:alert(document.domain)",  # the red team's: a cell folder that is a URL scheme
+        "cells/000/javascript:alert(document.domain)",
+        "cells/000/JaVaScRiPt:alert(1)",  # schemes are case-insensitive
+        "cells/000/data:text,x",  # another scheme that runs in some browsers
+        "cells/000/https:",  # a scheme with no host: a link off the page
+        "cells/000/a b%2e?x=1#frag",  # percent, query and fragment signs: a file name, never a query
+    ],
+)
+def test_a_cell_folder_named_like_a_url_is_linked_as_a_percent_encoded_path_inside_the_report(
+    tmp_path, capsys, run_dir
+):
+    folder = _sweep_with_cells(tmp_path, [run_dir])
+    code, _, err = invoke(["report", folder], capsys)
+    assert code == 0, err
+    page = (folder / "report.html").read_text()
+    hrefs = _hrefs(page)
+    assert hrefs, "the cell's report.html is linked"
+    for href in hrefs:
+        # a relative path from `./`: no scheme can be read in it, whatever the folder's name
+        assert href.startswith("./") and ":" not in href and "?" not in href and "#" not in href, href
+        target = folder / urllib.parse.unquote(href)
+        assert target.resolve().is_relative_to(folder.resolve()) and target.is_file(), href
+    assert (folder / run_dir / "report.html").resolve() in [(folder / urllib.parse.unquote(h)).resolve() for h in hrefs]
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["https://example.com/x", "//example.com/x", "/etc/passwd", "../outside/report.html", "a/../../x", "a//b", "", "."],
+)
+def test_a_link_that_could_leave_the_reports_folder_is_plain_text(path):
+    shown = H.link(path, "cell <1>")
+    assert shown == "cell &lt;1&gt;" and "<a" not in shown
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["cells/k/r/report.html", "x:y/report.html", "tab\there/a", "new\nline/a", "back\\slash/a", "é/ü.html", "%41"],
+)
+def test_a_local_link_decodes_to_exactly_the_path_it_was_given(path):
+    href = H.local_href(path)
+    assert href is not None and href.startswith("./")
+    assert re.fullmatch(r"\./[A-Za-z0-9%._~/-]*", href), href  # nothing but unreserved characters and escapes
+    assert urllib.parse.unquote(href[2:]) == path
 
 
 # --- 5. Names in report.md, sweep.md and leaderboard.md -------------------------------------------
