@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from effbench.fmt import printable
+from effbench.report import bounds
 
 DPI = 100
 DATA_COLOR = "#e4572e"  # data loading: warm, the part to shrink
@@ -53,6 +54,19 @@ def _save(fig: Any, path: Path) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+MAX_WIDTH_IN = 40.0  # inches (4,000 px at DPI): a chart's width stops growing with its bars here
+
+
+def _width(n: int, per_bar: float = 0.9) -> float:
+    return min(max(6.0, per_bar * n + 2), MAX_WIDTH_IN)
+
+
+def _capped_title(title: str, n: int) -> tuple[int, str]:
+    """How many categories a bar chart draws (bounds.MAX_BARS at most) and its title, saying so when fewer than all."""
+    shown, note = bounds.capped(n, unit="bars")
+    return shown, f"{title} ({note})" if note else title
 
 
 def _bar_width(n: int) -> float:
@@ -89,8 +103,12 @@ def stacked_time_bars(
     warmup_s: Sequence[float] | None = None,
 ) -> Path:
     """Compute and data wait stacked per bar, "% data" of their sum over each; `warmup_s` (a run's epochs, a
-    sweep's configurations): a warm-up segment on top, outside that share, as the headline excludes it."""
-    fig = _figure(max(6.0, 0.9 * len(labels) + 2), 4.5)
+    sweep's configurations): a warm-up segment on top, outside that share, as the headline excludes it. At most
+    bounds.MAX_BARS bars (the first; the title says so): a caller with more bins them (a run's epochs)."""
+    n, title = _capped_title(title, len(labels))
+    labels, data_s, compute_s = labels[:n], data_s[:n], compute_s[:n]
+    warmup_s = warmup_s[:n] if warmup_s is not None else None
+    fig = _figure(_width(len(labels)), 4.5)
     ax = fig.add_subplot()
     x = list(range(len(labels)))
     w = _bar_width(len(labels))
@@ -124,8 +142,12 @@ def throughput_bars(
     title: str,
     notes: Sequence[str] | None = None,
 ) -> Path:
-    """Bars of the runs' throughput; whiskers show the 95% CI (kept >= 0); a bar-less cell shows its status."""
-    fig = _figure(max(6.0, 0.9 * len(labels) + 2), 4.5)
+    """Bars of the runs' throughput; whiskers show the 95% CI (kept >= 0); a bar-less cell shows its status. At
+    most bounds.MAX_BARS bars, the first in the caller's order (the title says so; the tables list every one)."""
+    n, title = _capped_title(title, len(labels))
+    labels, values, lows, highs = labels[:n], values[:n], lows[:n], highs[:n]
+    notes = notes[:n] if notes is not None else None
+    fig = _figure(_width(len(labels)), 4.5)
     ax = fig.add_subplot()
     x = list(range(len(labels)))
     heights = [v or 0.0 for v in values]
@@ -149,21 +171,37 @@ def top1_per_epoch(series: Mapping[str, Mapping[str, Sequence[float | None]]], p
 
 def top1_figure(series: Mapping[str, Mapping[str, Sequence[float | None]]], *, title: str) -> Any:
     """Lines per epoch; with one epoch each, bars with their values: a line of one point is a lone dot on an
-    epoch axis matplotlib pads to 0.96..1.04."""
+    epoch axis matplotlib pads to 0.96..1.04. A series longer than bounds.MAX_POINTS is drawn as the mean of
+    each bin of consecutive epochs, at the bin's mean epoch (the title says so); at most bounds.MAX_BARS
+    configurations (the first)."""
     series = _labelled(series)
     if all(len(s.get("train") or []) <= 1 and len(s.get("val") or []) <= 1 for s in series.values()):
         return _top1_bars(series, title=title)
+    n, title = _capped_title(title, len(series))
+    series = dict(list(series.items())[:n])
+    longest = max((len(s.get(kind) or []) for s in series.values() for kind in ("train", "val")), default=0)
+    b = bounds.bins(longest, bounds.MAX_POINTS)
+    if b.note():
+        title = f"{title} ({b.note()})"
+    epoch_at = [(span.start + span.stop + 1) / 2 for span in b.spans()]  # a bin's mean epoch, counted from 1
     crowded = len(series) > 3  # many lines: the legend goes beside the axes, not over the lines
     fig = _figure(9.5 if crowded else 7.0, 4.5)
     ax = fig.add_subplot()
     for i, (label, s) in enumerate(series.items()):
         color = f"C{i % 10}"
         for kind, style in (("train", "--"), ("val", "-")):
-            ys = s.get(kind) or []
-            pts = [(e + 1, y) for e, y in enumerate(ys) if y is not None]
+            ys = list(s.get(kind) or [])
+            ys = bounds.means(ys, bounds.Bins(b.size, len(ys))) if b.size > 1 else ys
+            pts = [(epoch_at[e] if b.size > 1 else e + 1, y) for e, y in enumerate(ys) if y is not None]
             if pts:
+                marker = "o" if len(pts) <= bounds.MAX_BARS else None
                 ax.plot(
-                    [p[0] for p in pts], [p[1] for p in pts], style, marker="o", color=color, label=f"{label} ({kind})"
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    style,
+                    marker=marker,
+                    color=color,
+                    label=f"{label} ({kind})",
                 )
     ax.set_xlabel("epoch")
     ax.set_ylabel("top-1 accuracy")
@@ -188,9 +226,11 @@ def top1_figure(series: Mapping[str, Mapping[str, Sequence[float | None]]], *, t
 
 
 def _top1_bars(series: Mapping[str, Mapping[str, Sequence[float | None]]], *, title: str) -> Any:
-    """Train and validation top-1 of a single epoch: a pair of bars per configuration, each with its value."""
-    labels = list(series)
-    fig = _figure(max(6.0, 1.2 * len(labels) + 2), 4.5)
+    """Train and validation top-1 of a single epoch: a pair of bars per configuration, each with its value (the
+    first bounds.MAX_BARS configurations)."""
+    n, title = _capped_title(title, len(series))
+    labels = list(series)[:n]
+    fig = _figure(_width(len(labels), 1.2), 4.5)
     ax = fig.add_subplot()
     w = 0.35
     top = 0.0

@@ -10,6 +10,7 @@ from effbench.analysis import stats
 from effbench.analysis.time_to_accuracy import describe as describe_tta
 from effbench.config import typed_option
 from effbench.analysis.windows import describe_windows, more_windows_fix, summary_of
+from effbench.report import bounds
 from effbench.fmt import decimals, fmt_value, grid, interval, md, printable
 
 if TYPE_CHECKING:
@@ -245,28 +246,35 @@ EPOCH_HEADERS = (
 
 
 def epoch_rows(results: schema.Results) -> list[list[str]]:
-    rows = []
-    for e in results.epochs:
-        data, compute = epoch_measured(e)
-        total = data + compute if data is not None and compute is not None else None
-        rows.append(
-            [
-                fmt_value(e.epoch),
-                fmt_value(e.images, 3),
-                fmt_value(e.warmup_steps),
-                fmt_value(epoch_warmup_s(e), 3),
-                fmt_value(data, 3),
-                fmt_value(compute, 3),
-                fmt_value(total, 3),
-                _pct(data, total),  # as the summary's data wait share: "-" when no step was measured
-                fmt_value(e.throughput_img_s, 1),  # warm-up excluded, like the headline
-                fmt_value(e.train_loss, 4),
-                fmt_value(e.train_top1, 4),
-                fmt_value(e.val_top1, 4),
-                fmt_value(e.val_time_s, 3),
-            ]
-        )
-    return rows
+    """The epoch table's rows: every epoch of a short run; of a long one the first and last
+    bounds.TABLE_EDGE with a `... N epochs more` row between (epochs.csv and results.json hold every one),
+    so the table costs the same at 100,000 epochs as at 50."""
+    epochs = results.epochs
+    head, skipped, tail = bounds.head_tail(len(epochs))
+    rows = [_epoch_row(epochs[i]) for i in head]
+    if skipped:
+        rows.append([f"... {skipped:,} epochs more", *[""] * (len(EPOCH_HEADERS) - 1)])
+    return rows + [_epoch_row(epochs[i]) for i in tail]
+
+
+def _epoch_row(e: schema.Epoch) -> list[str]:
+    data, compute = epoch_measured(e)
+    total = data + compute if data is not None and compute is not None else None
+    return [
+        fmt_value(e.epoch),
+        fmt_value(e.images, 3),
+        fmt_value(e.warmup_steps),
+        fmt_value(epoch_warmup_s(e), 3),
+        fmt_value(data, 3),
+        fmt_value(compute, 3),
+        fmt_value(total, 3),
+        _pct(data, total),  # as the summary's data wait share: "-" when no step was measured
+        fmt_value(e.throughput_img_s, 1),  # warm-up excluded, like the headline
+        fmt_value(e.train_loss, 4),
+        fmt_value(e.train_top1, 4),
+        fmt_value(e.val_top1, 4),
+        fmt_value(e.val_time_s, 3),
+    ]
 
 
 # Above this share of unreadable images the figures describe a different dataset: say so in the report.

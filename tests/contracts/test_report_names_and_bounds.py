@@ -228,3 +228,118 @@ def test_every_terminal_control_is_shown_as_repr_shows_it(char):
     assert not TERMINAL_CONTROLS.search(str(e)) and repr(char)[1:-1] in str(e)
     assert fmt.printable("line\nnext\tx", newlines=True) == "line\nnext\\tx"
     assert fmt.printable("é ü 中 ✓") == "é ü 中 ✓"  # printable text is left as it is
+
+
+# --- 6. Work bounded by the record's size, not only its bytes ------------------------------------------
+def _long_run(folder: Path, n_epochs: int) -> list[tuple[float, float, float]]:
+    """A run folder whose results.json holds `n_epochs` epoch rows (the fields the reports read); returns each
+    epoch's (measured data s, measured compute s, val top-1) as written."""
+    folder.mkdir(parents=True)
+    rows = [(0.01 * (i % 7), 1.0 + 0.001 * (i % 13), min(1.0, i / n_epochs)) for i in range(n_epochs)]
+    epochs = [{"epoch": i + 1, "images": 64, "measured_images": 64, "measured_data_time_s": d, "measured_compute_time_s": c,
+               "train_top1": v, "val_top1": v} for i, (d, c, v) in enumerate(rows)]  # fmt: skip
+    record = {"schema_version": results.SCHEMA_VERSION, "status": "ok", "run_name": folder.name, "device": "cpu",
+              "config": {"arch": "resnet18", "epochs": n_epochs}, "throughput_img_s": 64.0, "epochs": epochs}  # fmt: skip
+    (folder / "results.json").write_text(json.dumps(record, separators=(",", ":")))
+    return rows
+
+
+class _Drawn:
+    """What matplotlib was asked to draw: bars per call, points per line."""
+
+    def __init__(self, monkeypatch):
+        from matplotlib.axes import Axes
+
+        self.bars: list[int] = []
+        self.lines: list[int] = []
+        bar, plot = Axes.bar, Axes.plot
+
+        def counted_bar(ax, x, *a, **k):
+            self.bars.append(len(x))
+            return bar(ax, x, *a, **k)
+
+        def counted_plot(ax, x, *a, **k):
+            self.lines.append(len(x))
+            return plot(ax, x, *a, **k)
+
+        monkeypatch.setattr(Axes, "bar", counted_bar)
+        monkeypatch.setattr(Axes, "plot", counted_plot)
+
+
+def test_a_run_of_100000_epochs_is_reported_with_bounded_work(tmp_path, capsys, monkeypatch):
+    import math
+    import statistics
+    import time
+
+    from effbench.report import bounds, plots
+
+    run = tmp_path / "long"
+    rows = _long_run(run, 100_000)
+    drawn = _Drawn(monkeypatch)
+    calls = []
+    stacked = plots.stacked_time_bars
+    monkeypatch.setattr(plots, "stacked_time_bars", lambda *a, **k: calls.append((a, k)) or stacked(*a, **k))
+    t0 = time.process_time()
+    code, _, err = invoke(["report", run], capsys)
+    cpu_s = time.process_time() - t0
+    assert code == 0, err
+    # one bar per bin of 2,000 epochs (ceil(100,000 / MAX_BARS)), each the mean epoch of its bin
+    size = math.ceil(100_000 / bounds.MAX_BARS)
+    (labels, data_s, compute_s, _path), kw = calls[0]
+    assert len(labels) == 50 and labels[0] == "epochs 1-2,000" and labels[-1] == "epochs 98,001-100,000"
+    assert f"mean per bin of {size:,} epochs: 100,000 epochs in 50 bins" in kw["title"]
+    for k in (0, 17, 49):
+        span = rows[k * size : (k + 1) * size]
+        assert data_s[k] == pytest.approx(statistics.fmean(d for d, _, _ in span), rel=1e-12)
+        assert compute_s[k] == pytest.approx(statistics.fmean(c for _, c, _ in span), rel=1e-12)
+    assert max(drawn.bars) <= bounds.MAX_BARS and max(drawn.lines) <= bounds.MAX_POINTS
+    # the tables: the first and last 25 epochs, and how many lie between (epochs.csv and results.json keep all)
+    text = (run / "report.txt").read_text()
+    epoch_lines = [ln for ln in text.split("Epochs\n", 1)[1].split("\n\n")[0].splitlines()[2:]]
+    assert len(epoch_lines) == 51 and "... 99,950 epochs more" in epoch_lines[25]
+    assert epoch_lines[0].split()[0] == "1" and epoch_lines[-1].split()[0] == "100,000"
+    page = (run / "report.html").read_text()
+    epoch_table = page.split('id="epochs"', 1)[1].split("</table>", 1)[0]
+    assert epoch_table.count("<tr") == 1 + 51
+    md = (run / "report.md").read_text()
+    assert md.count("\n| ") < 80  # summary and epochs: tens of rows, not 100,000
+    # seconds, not minutes (the red team's 60 MB record ran past 300 s); CPU time, generous for a loaded machine
+    assert cpu_s < 90, cpu_s
+
+
+def test_long_epoch_series_in_a_sweep_are_binned(tmp_path, capsys, monkeypatch):
+    from effbench.report import bounds
+
+    folder = _sweep_with_cells(tmp_path, ["cells/000/run", "cells/001/run"])
+    data = json.loads((folder / manifest.MANIFEST_FILE).read_text())
+    cell = folder / data["cells"][0]["run_dir"] / "results.json"
+    record = json.loads(cell.read_text())
+    record["epochs"] = [{**record["epochs"][0], "epoch": i + 1, "val_top1": i / 5000} for i in range(5000)]
+    cell.write_text(json.dumps(record))
+    drawn = _Drawn(monkeypatch)
+    code, _, err = invoke(["report", folder], capsys)
+    assert code == 0, err
+    # 5,000 epochs: 200 points of 25 epochs each, in the sweep's top-1 chart and the cell's own (bars: 50 bins)
+    assert drawn.lines and max(drawn.lines) == bounds.MAX_POINTS and max(drawn.bars) == bounds.MAX_BARS
+
+
+def test_a_bar_chart_of_more_categories_than_it_can_show_draws_the_first_and_says_so(tmp_path, monkeypatch):
+    from effbench.report import bounds, plots
+
+    titles = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: titles.append(fig.axes[0].get_title()) or path)
+    n = bounds.MAX_BARS * 4
+    plots.throughput_bars([f"r{i}" for i in range(n)], [1.0] * n, [None] * n, [None] * n, tmp_path / "t.png", title="T")
+    plots.stacked_time_bars([f"r{i}" for i in range(n)], [1.0] * n, [1.0] * n, tmp_path / "s.png", title="S")
+    assert titles == [f"{t} (the first {bounds.MAX_BARS} of {n:,} bars (the tables list every one))" for t in "TS"]
+
+
+def test_bins_means_and_head_tail_against_hand_counts():
+    from effbench.report import bounds
+
+    b = bounds.bins(10, most=4)  # ceil(10 / 4) = 3 per bin: [0..2] [3..5] [6..8] [9]
+    assert (b.size, b.count) == (3, 4) and [list(s) for s in b.spans()] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+    assert bounds.means([1, 2, 3, 4, None, 6, None, None, None, 10], b) == [2.0, 5.0, None, 10.0]
+    assert bounds.bins(50).size == 1 and bounds.bins(50).note() == ""
+    assert bounds.head_tail(51, edge=25) == (range(51), 0, range(51, 51))
+    assert bounds.head_tail(52, edge=25) == (range(25), 2, range(27, 52))
