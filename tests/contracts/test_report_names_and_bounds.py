@@ -343,3 +343,56 @@ def test_bins_means_and_head_tail_against_hand_counts():
     assert bounds.bins(50).size == 1 and bounds.bins(50).note() == ""
     assert bounds.head_tail(51, edge=25) == (range(51), 0, range(51, 51))
     assert bounds.head_tail(52, edge=25) == (range(25), 2, range(27, 52))
+
+
+# --- 6. The gate when the windows are too few to give an interval -------------------------------------
+def _gated(thr: float, windows: list[float], steps: int = 2):
+    return results.record_of({"schema_version": 1, "status": "ok", "throughput_img_s": thr,
+                              "measured": {"steps": steps, "images": 0, "data_time_s": 0.0, "compute_time_s": 0.0, "time_s": 0.0},
+                              "throughput_windows": {"windows": len(windows), "steps": steps, "throughput_img_s": windows}})  # fmt: skip
+
+
+def _gate_files(tmp_path: Path, a: tuple[float, list[float]], b: tuple[float, list[float]]) -> tuple[Path, Path]:
+    paths = []
+    for name, (thr, w) in (("a", a), ("b", b)):
+        record = _gated(thr, w).model_dump(exclude_unset=True)
+        record.update(run_name=name, config={"arch": "resnet18"})
+        (tmp_path / name).mkdir()
+        results.write_json(tmp_path / name / "results.json", record)
+        paths.append(tmp_path / name)
+    return paths[0], paths[1]
+
+
+def test_a_gap_far_beyond_any_noise_fails_the_gate_even_with_two_windows(tmp_path, capsys):
+    # the red team's: B at 1e-300 img/s, A at 25.7, two windows each
+    a, b = _gate_files(tmp_path, (25.7, [25.5, 25.9]), (1e-300, [1e-300, 1e-300]))
+    code, out, err = invoke(["compare", a, b, "--fail-if-slower", "5"], capsys)
+    line = out.strip().splitlines()[-1]
+    assert code == 1, (out, err)
+    assert line.startswith("FAIL --fail-if-slower 5: B is 100.0% slower than A") and "too few windows" in line
+    assert "B's fastest window is 100.0% below A's slowest, more than 15%" in line
+
+
+@pytest.mark.parametrize(
+    "a, b, pct, failed",
+    [
+        ((100.0, [100.0, 101.0]), (50.0, [49.0, 51.0]), 10.0, True),  # 49.5% apart > 10 + 10
+        ((100.0, [100.0]), (70.0, [70.0]), 10.0, True),  # one window each: 30% apart > 20
+        ((100.0, [100.0]), (85.0, [85.0]), 10.0, False),  # 15% slower, 15% apart: not clear of 10 + 10
+        ((100.0, [100.0, 80.0]), (75.0, [75.0, 79.0]), 5.0, False),  # 25% slower, but the windows nearly meet
+        ((100.0, [100.0, 101.0]), (99.0, [98.9, 99.1]), 0.0, False),  # a zero threshold: the 10-point floor
+        ((100.0, [100.0, 101.0]), (85.0, [84.0, 86.0]), 0.0, True),  # ... which 15% clears
+        ((21.0, [20.0, 21.0, 22.0]), (11.0, [10.0, 12.0]), 25.0, False),  # 40% apart, 25 + 25 needed
+        ((50.0, [49.0, 51.0]), (100.0, [99.0, 101.0]), 5.0, False),  # B faster: never fails
+    ],
+)
+def test_the_too_few_windows_rule_on_both_sides_of_the_clear_gap(a, b, pct, failed):
+    from effbench.analysis import compare as cmp
+
+    gate = cmp.slower_gate(_gated(*a), a[1], _gated(*b), b[1], pct)
+    assert gate.failed is failed, gate.line
+    # an independent reading of the documented rule: slower than the threshold by the runs' figures, and B's
+    # fastest window below A's slowest by more than the threshold plus max(threshold, 10) points
+    apart = 100 * (min(a[1]) - max(b[1])) / min(a[1])
+    assert failed == (100 * (a[0] - b[0]) / a[0] > pct and apart > pct + max(pct, 10.0))
+    assert ("cannot tell" in gate.line) is (not failed)
