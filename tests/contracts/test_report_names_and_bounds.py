@@ -396,3 +396,72 @@ def test_the_too_few_windows_rule_on_both_sides_of_the_clear_gap(a, b, pct, fail
     apart = 100 * (min(a[1]) - max(b[1])) / min(a[1])
     assert failed == (100 * (a[0] - b[0]) / a[0] > pct and apart > pct + max(pct, 10.0))
     assert ("cannot tell" in gate.line) is (not failed)
+
+
+# --- 8. A leaderboard of many runs: work per run, not per pair ----------------------------------------
+def _runs(n: int):
+    import random
+
+    from effbench.analysis.export import Run
+
+    rng = random.Random(0)
+    out = []
+    for i in range(n):
+        f = rng.uniform(100, 300)
+        row = {"status": "ok", "throughput_img_s": f, "host": f"node-{i % 7}", "path": f"/r/run{i}",
+               "config.arch": "resnet18" if i % 3 else "resnet50", "env.gpu_count": 1}  # fmt: skip
+        out.append(Run(row, [f * rng.uniform(0.95, 1.05) for _ in range(3)]))
+    return out
+
+
+@pytest.mark.parametrize("n", [300, 1200])
+def test_the_leaderboard_does_a_bounded_amount_of_work_per_run(monkeypatch, n):
+    from effbench.analysis import leaderboard as lb
+    from effbench.report import leaderboard as rl
+
+    counts = {"difference": 0, "machine_label": 0, "env_differences": 0, "config_key": 0}
+
+    def counted(module, name):
+        real = getattr(module, name)
+
+        def wrapper(*a, **k):
+            counts[name] += 1
+            return real(*a, **k)
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    counted(lb.stats, "difference")
+    for name in ("machine_label", "env_differences", "config_key"):
+        counted(lb, name)
+    groups = lb.leaderboard(_runs(n))
+    rl.render(groups, title="t", fmt="md")
+    assert sum(len(g.entries) for g in groups) == n
+    # at most once per run (a pairwise loop would be n^2 / 2): 300 and 1,200 runs, the same bound
+    assert counts["difference"] <= n and counts["env_differences"] <= n
+    assert counts["machine_label"] <= n and counts["config_key"] <= n
+
+
+def test_a_sweep_json_is_read_once_however_many_of_its_cells_are_exported(tmp_path, monkeypatch):
+    from effbench.analysis import export as ex
+
+    folder = _sweep_with_cells(tmp_path, [f"cells/{i:03d}/run" for i in range(40)])
+    reads = []
+    load = ex.M.load_manifest
+    monkeypatch.setattr(ex.M, "load_manifest", lambda f: reads.append(f) or load(f))
+    runs = ex.collect([folder])
+    assert len(runs) == 40 and {r.row["kind"] for r in runs} == {"sweep-cell"}
+    assert [r.row["swept.batch_size"] for r in runs] == [8 * (i + 1) for i in range(40)]
+    assert len(reads) == 1  # read and scanned per cell, a sweep of n cells cost n^2 (250 cells: 10 s)
+
+
+def test_a_leaderboard_of_many_runs_draws_a_bounded_chart(tmp_path, capsys, monkeypatch):
+    from effbench.report import bounds
+
+    root = tmp_path / "nodes"
+    for i in range(bounds.MAX_BARS + 10):
+        make_run(root / f"r{i:03d}", [x + i for x in BASE], host=f"node-{i}")
+    drawn = _Drawn(monkeypatch)
+    code, out, err = invoke(["report", root], capsys)
+    assert code == 0, err
+    assert drawn.bars == [bounds.MAX_BARS]  # one chart, the first 50 rows of the table
+    assert out.count("node-") >= bounds.MAX_BARS + 10  # the table lists every run
