@@ -398,6 +398,43 @@ def test_the_too_few_windows_rule_on_both_sides_of_the_clear_gap(a, b, pct, fail
     assert ("cannot tell" in gate.line) is (not failed)
 
 
+# --- 7. The run folder deleted or moved while the run trains -------------------------------------------
+TINY_RUN = ["run", "--dataset", "synthetic", "--arch", "resnet18", "--image-size", "16", "--weights", "none",
+            "--device", "cpu", "--workers", "0", "--max-steps", "3", "--warmup-steps", "1", "--epochs", "2",
+            "--batch-size", "2", "--no-profile", "--quiet"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "phase, how",
+    [("epochs", "delete"), ("model", "move")],  # the red team's: deleted while epoch 1 trains; moved while built
+)
+def test_a_run_folder_that_vanishes_mid_run_is_one_error_line_naming_it(tmp_path, capsys, monkeypatch, phase, how):
+    import shutil
+    import threading
+
+    from effbench.run import faults
+
+    out = tmp_path / "out"
+    gone: list[Path] = []
+
+    def hold(name, until, env=None):  # the hook each phase calls (faults.hold_phase), here deterministic
+        if name == phase:
+            (run,) = [p for p in out.iterdir() if p.is_dir()]
+            shutil.rmtree(run) if how == "delete" else run.rename(tmp_path / "moved")
+            gone.append(run)
+
+    monkeypatch.setattr(faults, "hold_phase", hold)
+    threads = threading.active_count()
+    code, _, err = invoke([*TINY_RUN, "--output", out], capsys)
+    (run,) = gone
+    line = one_error_line(err)
+    assert code == 2 and str(run) in line and "deleted or moved" in line, err
+    assert not run.exists() and not list(out.iterdir())  # nothing written back, no temporary file left
+    if how == "move":
+        assert not [p for p in (tmp_path / "moved").iterdir() if p.name.endswith(".tmp")]
+    assert threading.active_count() <= threads  # the sampler thread ended with the run
+
+
 # --- 8. A leaderboard of many runs: work per run, not per pair ----------------------------------------
 def _runs(n: int):
     import random
