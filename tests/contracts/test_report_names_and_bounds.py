@@ -207,6 +207,21 @@ def test_a_hostname_and_a_folder_name_reach_report_and_compare_escaped(tmp_path,
     assert fmt.printable(HOSTILE) in out and not TERMINAL_CONTROLS.search(out + err)
 
 
+def test_export_to_a_terminal_shows_names_escaped_and_to_a_pipe_writes_them_exactly(tmp_path, capsys, monkeypatch):
+    import sys
+
+    run = make_run(tmp_path / "runs" / "r", BASE)
+    record = json.loads((run / "results.json").read_text())
+    record["run_name"] = HOSTILE
+    (run / "results.json").write_text(json.dumps(record))
+    code, piped, _ = invoke(["export", tmp_path / "runs"], capsys)
+    assert code == 0 and HOSTILE in piped  # data for a program: the exact text
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    code, shown, _ = invoke(["export", tmp_path / "runs"], capsys)
+    assert code == 0 and fmt.printable(HOSTILE) in shown and not TERMINAL_CONTROLS.search(shown)
+    assert shown.count("\n") == piped.count("\n") == 2  # the header and the run, one line each
+
+
 def test_an_error_naming_a_file_found_on_disk_is_one_escaped_line(tmp_path, capsys):
     root = tmp_path / "nodes"
     make_run(root / "a", BASE)
