@@ -6,19 +6,22 @@ with no traceback. Anything else that escapes is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+from effbench.fmt import printable
+
 
 class EffbenchError(Exception):
     """A bad input or an unusable environment, explained in one line.
 
     `option` is what the user typed (`--batch-size`, `--data-dir`, a file path), or None when no
-    single option is to blame. `message` says what is wrong and how to fix it.
+    single option is to blame. `message` says what is wrong and how to fix it. Both are kept printable
+    (fmt.printable): a file or folder name found on disk with an escape sequence in it is shown, not obeyed.
     """
 
     exit_code = 2
 
     def __init__(self, option: str | None, message: str) -> None:
-        self.option = option
-        self.message = " ".join(message.split())  # always one line
+        self.option = printable(option) if option is not None else None
+        self.message = printable(" ".join(message.split()))  # always one line
         super().__init__(str(self))
 
     def __str__(self) -> str:

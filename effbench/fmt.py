@@ -2,11 +2,16 @@
 summary, the sweep tables, the HTML page, the leaderboard and `compare`. Pure, imports nothing of effbench.
 
     num(3.14159, 2) -> "3.14"   fmt_value(None) -> "-"   fmt_value(True) -> "on"   fmt_value(12345) -> "12,345"
+
+Text that came from disk (folder and file names, hostnames, a results.json's strings) is shown through one
+escaper per medium: `printable` for the terminal, `md` for markdown (`grid` makes every table with it);
+report.html escapes its own (report/html.py).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -148,3 +153,51 @@ def wrap_text(text: str, width: int | None) -> str:
             ""
         ]
     return "\n".join(out)
+
+
+# Characters a terminal acts on instead of showing: C0 controls (ESC starts the escape sequences that retitle
+# a window or clear the screen, BEL, CR, newline), DEL, the C1 controls (U+0080-U+009F: U+009B is a one-byte
+# CSI), the line and paragraph separators, and the bidirectional overrides that reorder what is shown.
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_CONTROLS = re.compile(f"[\x00-\x1f\x7f-\x9f\u2028\u2029{_BIDI}]")
+_CONTROLS_BUT_NEWLINE = re.compile(f"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029{_BIDI}]")
+
+
+def printable(text: Any, *, newlines: bool = False) -> str:
+    r"""`text` safe to print on a terminal: each control character shown as Python's repr shows it (ESC as
+    `\x1b`, a newline as `\n`, U+202E as `\u202e`), every other character as it is. With `newlines`, a newline
+    stays one (a table or a report printed whole). Every name found on disk that reaches the terminal goes
+    through here (errors.EffbenchError, warnings, the CLI's output)."""
+    pattern = _CONTROLS_BUT_NEWLINE if newlines else _CONTROLS
+    return pattern.sub(lambda m: repr(m.group())[1:-1], str(text))
+
+
+# Markdown that would act instead of showing: HTML (`<script>`, an entity), a table cell's end (`|`), emphasis,
+# code, links and images, strike-through, a backslash (so the escapes added stay escapes). An underscore
+# between two letters or digits (`batch_size`) is left alone: CommonMark never opens emphasis inside a word.
+_MD_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+_MD_SPECIALS = re.compile(r"[\\`*\[\]|~#!]|(?<![^\W_])_|_(?![^\W_])")
+
+
+def md(text: Any) -> str:
+    """`text` as literal text in markdown (report.md, sweep.md, leaderboard.md): control characters as
+    `printable` shows them, `&`, `<`, `>` as entities, and markdown's specials (`|`, `*`, `_` but inside a word,
+    `` ` ``, `[`, `]`, `~`, `#`, `!`, a backslash) backslash-escaped, so a name renders as written and never ends
+    a table cell."""
+    shown = _MD_SPECIALS.sub(lambda m: "\\" + m.group(), printable(text))
+    return "".join(_MD_ENTITIES.get(c, c) for c in shown)
+
+
+def grid(rows: Sequence[Sequence[Any]], headers: Sequence[str], fmt: str = "text", *, numparse: bool = False) -> str:
+    """A report table: tabulate's `simple` for text, `github` for markdown (`fmt="md"`), every cell and header
+    through `md` or `printable` (so a column is as wide as what is shown, and `cat report.txt` is as safe as
+    the terminal's own output). The one way report.txt/.md, sweep.txt/.md, leaderboard.txt/.md and the
+    scaling tables make theirs."""
+    from tabulate import tabulate
+
+    shown = md if fmt == "md" else printable
+    rows = [[c if c is None else shown(c) for c in row] for row in rows]
+    headers = [shown(h) for h in headers]
+    return tabulate(
+        rows, headers=list(headers), tablefmt="github" if fmt == "md" else "simple", disable_numparse=not numparse
+    )

@@ -351,6 +351,25 @@ class GateOutcome:
     """The one line that decided, for the CI log."""
 
 
+CLEAR_MARGIN_FLOOR = 10.0
+"""Below 3 windows on a side there is no interval (stats.MIN_SAMPLES_FOR_CI) and the gate passes as "cannot
+tell", unless the gap is clear of the windows themselves: B's fastest window below A's slowest by more than the
+threshold plus a margin as large again, and at least this many percentage points (so `--fail-if-slower 0` does
+not fail on the chance order of two windows each). docs/sweeps-and-reports.md, Regression gate. A run at 1e-300
+img/s against one at 25.7 is not noise however few its windows."""
+
+
+def clear_gap(pct: float) -> float:
+    """How far apart (percent of A's slowest window) the windows must lie for too few of them to fail the gate."""
+    return pct + max(pct, CLEAR_MARGIN_FLOOR)
+
+
+def _windows_apart(a_windows: Sequence[float], b_windows: Sequence[float]) -> float:
+    """How far, in percent of A's slowest window, B's fastest window lies below it (<= 0: the ranges meet)."""
+    slowest_a, fastest_b = min(a_windows), max(b_windows)
+    return 100.0 * (slowest_a - fastest_b) / slowest_a if slowest_a > 0 else 0.0
+
+
 def slower_gate(a: schema.Results, a_windows: Sequence[float], b: schema.Results, b_windows: Sequence[float], pct: float) -> GateOutcome:  # fmt: skip
     """Fail when B's throughput is below A's by more than `pct` percent and Welch's 95% interval of
     mean(B) - mean(A) over the throughput windows lies below 0.
@@ -358,7 +377,9 @@ def slower_gate(a: schema.Results, a_windows: Sequence[float], b: schema.Results
     The slowdown is computed from the runs' own figures (results.json `throughput_img_s`, the one
     definition in analysis/throughput that `report` and `compare` print), not from the window means,
     so the gate judges the number the user reads. The windows only decide noise (stats.difference, the
-    interval `compare` prints): a run figure that says slower while the interval says faster passes.
+    interval `compare` prints): a run figure that says slower while the interval says faster passes. Below 3
+    windows on a side there is no interval: "cannot tell" passes, but a slowdown beyond `pct` whose windows lie
+    apart by more than `clear_gap(pct)` fails, with that reason.
     """
     opt = f"--fail-if-slower {pct:g}"
     tb = b.throughput_img_s
@@ -388,6 +409,14 @@ def slower_gate(a: schema.Results, a_windows: Sequence[float], b: schema.Results
             for side, r, w in (("A", a, a_windows), ("B", b, b_windows))
             if len(w) < stats.MIN_SAMPLES_FOR_CI
         )
+        apart = _windows_apart(a_windows, b_windows)
+        if -rel > pct and apart > clear_gap(pct):
+            return GateOutcome(
+                True,
+                f"FAIL {opt}: B is {-rel:.1f}% slower than A ({figures}); {too_few}, but B's fastest window is "
+                f"{apart:.1f}% below A's slowest, more than {clear_gap(pct):g}% (the threshold and a clear margin): "
+                f"no spread of its windows explains that ({fixes})",
+            )
         return GateOutcome(False, f"PASS {opt}: cannot tell ({figures}): {too_few}: {fixes}")
     ci = f"windows' 95% CI of B - A {interval(d.ci_low, d.ci_high, signed=True)} img/s"
     if rel >= 0:

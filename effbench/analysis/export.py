@@ -218,17 +218,40 @@ def _results_file(path: Path) -> Path:
     return path if path.is_file() else path / results.RESULTS_FILE
 
 
-def _cell_of(sweep_dir: Path, run_dir: Path) -> tuple[str, dict[str, Any]] | None:
+@dataclass(frozen=True)
+class SweepCells:
+    """A sweep's cells by their run folder (resolved) and by key, read from sweep.json once per `collect`: read
+    and scanned again for each of its cells, a sweep of n cells cost n^2 (250 cells: 10 s, issue 33)."""
+
+    by_run: dict[Path, dict[str, Any]]
+    by_key: dict[str, dict[str, Any]]
+
+    @classmethod
+    def read(cls, sweep_dir: Path) -> SweepCells:
+        by_run: dict[Path, dict[str, Any]] = {}
+        by_key: dict[str, dict[str, Any]] = {}
+        for cell in M.load_manifest(sweep_dir).cells:  # the first cell naming a folder or key, as listed
+            if cell.run_dir:
+                by_run.setdefault((sweep_dir / cell.run_dir).resolve(), dict(cell.params))
+            by_key.setdefault(cell.key, dict(cell.params))
+        return cls(by_run, by_key)
+
+
+def _cell_of(
+    sweep_dir: Path, run_dir: Path, sweeps: dict[Path, SweepCells] | None = None
+) -> tuple[str, dict[str, Any]] | None:
     """(kind, swept values) of a run folder inside a sweep: the cell's current run, or an earlier
-    attempt the runner moved to attempts/<key>/ before rerunning the cell; None when not its own."""
-    cells = M.load_manifest(sweep_dir).cells
-    for cell in cells:
-        if cell.run_dir and (sweep_dir / cell.run_dir).resolve() == run_dir.resolve():
-            return "sweep-cell", dict(cell.params)
+    attempt the runner moved to attempts/<key>/ before rerunning the cell; None when not its own.
+    `sweeps`: the sweeps read so far (one `collect`), each read once."""
+    sweeps = {} if sweeps is None else sweeps
+    if sweep_dir not in sweeps:
+        sweeps[sweep_dir] = SweepCells.read(sweep_dir)
+    cells = sweeps[sweep_dir]
+    if run_dir.resolve() in cells.by_run:
+        return "sweep-cell", dict(cells.by_run[run_dir.resolve()])
     rel = run_dir.resolve().relative_to(sweep_dir.resolve()).parts
     if len(rel) == 3 and rel[0] == "attempts":
-        found = next((c for c in cells if c.key == rel[1]), None)
-        return "sweep-attempt", dict(found.params) if found else {}
+        return "sweep-attempt", dict(cells.by_key.get(rel[1], {}))
     return None
 
 
@@ -240,11 +263,11 @@ def _scaling_dim(record: schema.Results) -> dict[str, Any]:
     return {schema.field_path(schema.Config, lambda c: c.gpus): config.gpus}
 
 
-def locate(run_dir: Path) -> RunFolder:
+def locate(run_dir: Path, sweeps: dict[Path, SweepCells] | None = None) -> RunFolder:
     """What holds a run folder: a sweep (sweep.json lists it), a scaling series (scaling.json beside it) or nothing."""
     for parent in list(run_dir.resolve().parents)[:3]:  # cells/<key>/<run>/, attempts/<key>/<run>/
         if os.path.lexists(parent / M.MANIFEST_FILE):  # in any form: read_manifest says what is wrong with it
-            found = _cell_of(parent, run_dir)
+            found = _cell_of(parent, run_dir, sweeps)
             if found is not None:
                 return RunFolder(run_dir, found[0], parent, found[1])
     parent = run_dir.resolve().parent
@@ -303,13 +326,13 @@ class Run:
     windows_img_s: list[float]
 
 
-def read_run(results_file: Path) -> Run:
+def read_run(results_file: Path, sweeps: dict[Path, SweepCells] | None = None) -> Run:
     run_dir = results_file.parent
     # by its folder when it is a run's results.json: a folder in its place is then refused as one, not looked into
     # a `running` record whose process is gone reads `dead` (liveness.py): so its row, and the leaderboard's
     record = liveness.read(run_dir if results_file.name == results.RESULTS_FILE else results_file)
     steps = windows.read_steps(run_dir)
-    where = locate(run_dir)
+    where = locate(run_dir, sweeps)
     swept = where.swept or (_scaling_dim(record) if where.kind == "scaling-member" else {})
     kind = "selftest" if record.command == SELFTEST_COMMAND else where.kind
     w = schema.Windows.model_validate(windows.windows_of(record, steps))
@@ -325,8 +348,9 @@ def collect(paths: Sequence[Path]) -> list[Run]:
     """The runs at or under `paths`; the selftest's internal runs only where a path names them (a results.json,
     or a folder inside the selftest's), not when found by scanning the results folder that holds the selftest's."""
     runs = []
+    sweeps: dict[Path, SweepCells] = {}  # each sweep.json read once, whatever its cells
     for path in map(Path, paths):
-        found = [read_run(f) for f in find_runs([path])]
+        found = [read_run(f, sweeps) for f in find_runs([path])]
         runs += [r for r in found if r.row["kind"] != "selftest" or _names_selftest(path, Path(r.row["path"]))]
     if not runs:
         raise EffbenchError(

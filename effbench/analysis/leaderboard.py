@@ -13,6 +13,7 @@ container, shm, CPU quota...), which are where a gap's explanation usually start
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -195,10 +196,11 @@ def leaderboard(runs: Sequence[Run]) -> list[Group]:
         rest = [m for m in members if id(m) not in figures]
         best = measured[0] if measured else None
         names = [machine_label(m.row) for m in measured + rest]
+        runs_of = Counter(names)  # counted once: names.count per row made a group of n runs cost n^2
         entries = []
         for m, name in zip(measured + rest, names, strict=True):
             thr = figures.get(id(m))
-            if names.count(name) > 1:  # several runs of one machine: tell them apart by folder
+            if runs_of[name] > 1:  # several runs of one machine: tell them apart by folder
                 name = f"{name} {Path(str(m.row.get(ex.PATH))).name}"
             entries.append(
                 Entry(

@@ -10,11 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tabulate import tabulate
 
 from effbench import schema
 from effbench.analysis import epoch_time
-from effbench.fmt import fit_table, fmt_value
+from effbench.fmt import fit_table, fmt_value, grid
 
 HEADERS = (
     "devices",
@@ -132,12 +131,7 @@ def render(
     """The scaling table and its notes. `width` (text only): fitted to that many columns (fmt.fit_table), the
     columns it leaves out added to `left`."""
     if fmt == "md" or width is None:
-        table = tabulate(
-            table_rows(rows),
-            headers=HEADERS,
-            tablefmt="github" if fmt == "md" else "simple",
-            disable_numparse=True,
-        )
+        table = grid(table_rows(rows), HEADERS, fmt)
     else:
         table, dropped = fit_table(HEADERS, table_rows(rows), width, drop=TERMINAL_DROP)
         if left is not None:

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from effbench.cli.common import invocation
+from effbench.cli.common import invocation, say
 from effbench.cli.common import opt as _opt
 from effbench.cli.doctor import doctor
 from effbench.cli.options import config_options, with_config_options
@@ -42,7 +42,7 @@ def _print_version(value: bool) -> None:
     if value:
         from effbench.system.identity import version_text  # torch-free: reads versions from metadata
 
-        typer.echo(version_text())
+        say(version_text())
         raise typer.Exit(0)
 
 
@@ -121,13 +121,13 @@ def run(
     configs = [RunConfig(**base, gpus=g, nproc=p) for g in gpu_counts for p in proc_counts]
     command = invocation(ctx)
     if len(configs) == 1:
-        outcome = launch.run(configs[0], command=command, echo=typer.echo, progress=not quiet, reports=RUN_REPORTS)
+        outcome = launch.run(configs[0], command=command, echo=say, progress=not quiet, reports=RUN_REPORTS)
         _warn_if_output_is_lost(configs[0].output)
         _exit_for(outcome)
         return
     from effbench.sweep.series import run_scaling_series
 
-    series = run_scaling_series(configs, command=command, echo=typer.echo, progress=not quiet)
+    series = run_scaling_series(configs, command=command, echo=say, progress=not quiet)
     _warn_if_output_is_lost(configs[0].output)
     worst = next((o for o in series.outcomes if o.results.status != "ok"), None)
     if worst is not None:
@@ -140,7 +140,7 @@ def _warn_if_output_is_lost(output: Path) -> None:
 
     warning = output_loss_warning(output)
     if warning:
-        typer.echo(warning, err=True)
+        say(warning, err=True)
 
 
 def _exit_for(outcome: Any) -> None:
@@ -155,7 +155,7 @@ def _exit_for(outcome: Any) -> None:
         detail = f" by {_signal_name(record.signal)}" + (f" during {phase}" if phase else "")
     what = "measurements so far are" if record.epochs else "nothing was measured; results.json is"
     where = f"; {what} in {outcome.run_dir}" if outcome.run_dir else ""
-    typer.echo(f"error: run {status}{detail}{where}", err=True)
+    say(f"error: run {status}{detail}{where}", err=True)
     raise typer.Exit(outcome.exit_code)
 
 
@@ -231,7 +231,7 @@ def _main(argv: list[str] | None) -> None:
             print(e.ctx.get_help())
             sys.exit(0)
         hint = f" (see `effbench {e.ctx.command.name} --help`)" if e.ctx and e.ctx.command.name != "effbench" else ""
-        print(f"error: {' '.join(e.format_message().split())}{hint}", file=sys.stderr)
+        say(f"error: {' '.join(e.format_message().split())}{hint}", err=True)  # the argument as typed, shown
         sys.exit(2)
     except typer.Abort:
         print("error: aborted", file=sys.stderr)

@@ -10,6 +10,8 @@ from typing import Any
 
 import typer
 
+from effbench.fmt import printable
+
 
 def opt(help: str, *names: str, **kw: Any) -> Any:
     """An option whose help states its default in words ('[default: ...]'), not typer's repr."""
@@ -27,6 +29,13 @@ def values_given(command: list[str], option: str) -> list[str]:
         elif tok.startswith(f"{option}="):
             found.append(tok.partition("=")[2])
     return found
+
+
+def say(text: str = "", *, err: bool = False, nl: bool = True) -> None:
+    """Every line the CLI prints (stdout, or stderr with `err`): control characters in it shown, not obeyed
+    (fmt.printable), newlines kept. A run folder, a cell, a class folder or a hostname may be named with an
+    escape sequence; the terminal gets `\\x1b`, never the sequence."""
+    typer.echo(printable(text, newlines=True), err=err, nl=nl)
 
 
 def invocation(ctx: typer.Context) -> list[str]:

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
 from effbench.cli.common import opt as _opt
+from effbench.cli.common import say
 from effbench.datasets import CATALOG, DatasetSpec
 
 # Wide enough for the longest layout line; tabulate wraps longer text.
@@ -98,6 +97,6 @@ def datasets(
     if data_dir is not None:
         check_path("--data-dir", data_dir)
     root = Path(data_dir) if data_dir is not None else RunConfig.data_dir
-    typer.echo(f"datasets under --data-dir {root} (DATA_DIR below; docs/datasets.md has the layouts):\n")
-    typer.echo(status_table(catalog_status(root)))
-    typer.echo("\nrun one: effbench run --dataset NAME --data-dir DATA_DIR [--download]")
+    say(f"datasets under --data-dir {root} (DATA_DIR below; docs/datasets.md has the layouts):\n")
+    say(status_table(catalog_status(root)))
+    say("\nrun one: effbench run --dataset NAME --data-dir DATA_DIR [--download]")

@@ -23,6 +23,7 @@ import typer
 
 from effbench.system import preflight
 from effbench.cli.common import opt as _opt
+from effbench.cli.common import say
 from effbench.cli.options import config_options, with_config_options
 from effbench.config import RunConfig, preset_conflicts, smoke_overrides
 
@@ -110,23 +111,23 @@ def doctor(
     findings.append(load)
     from tabulate import tabulate
 
-    typer.echo(tabulate(environment_summary(gpu), tablefmt="plain"))
-    typer.echo("")
-    typer.echo(findings_table(findings))
+    say(tabulate(environment_summary(gpu), tablefmt="plain"))
+    say("")
+    say(findings_table(findings))
     if not asked_data:
         from effbench.cli.datasets import catalog_status, status_table
 
-        typer.echo(f"\ndatasets under --data-dir {cfg.data_dir} (none asked for: check one with --dataset NAME):\n")
-        typer.echo(status_table(catalog_status(cfg.data_dir)))
+        say(f"\ndatasets under --data-dir {cfg.data_dir} (none asked for: check one with --dataset NAME):\n")
+        say(status_table(catalog_status(cfg.data_dir)))
     failed = preflight.errors(findings)
     warned = sum(f.level == "warning" for f in findings)
-    typer.echo("")
+    say("")
     if failed:
-        typer.echo(
+        say(
             f"doctor: {len(failed)} check(s) failed, {warned} warning(s); `effbench run` would stop at: {failed[0].check}"
         )
         raise typer.Exit(2)
     if load.level != "ok":  # the run would start, but what it measures would be the other processes' load too
-        typer.echo(f"doctor: no check failed, but figures measured now would be wrong: {load.message}; fix: {load.fix}")
+        say(f"doctor: no check failed, but figures measured now would be wrong: {load.message}; fix: {load.fix}")
         return
-    typer.echo(f"doctor: all checks passed ({warned} warning(s))")
+    say(f"doctor: all checks passed ({warned} warning(s))")

@@ -10,10 +10,13 @@ Column names: docs/sweeps-and-reports.md, "Export columns" (analysis/export.py C
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from effbench.cli.common import say
 
 
 def export(
@@ -62,7 +65,13 @@ def export(
     runs = ex.collect(paths)
     text = ex.render([r.row for r in runs], format_)
     if target is None:
-        typer.echo(text, nl=False)
+        # to a terminal the names in it are shown, not obeyed (fmt.printable); to a pipe or file the exact text,
+        # written as is (click.echo strips ANSI sequences from output that is not a terminal)
+        if sys.stdout.isatty():
+            say(text, nl=False)
+        else:
+            sys.stdout.write(text)
+            sys.stdout.flush()
         return
     try:
         results.atomic_write_text(target, text)
@@ -70,4 +79,4 @@ def export(
         raise EffbenchError(
             "--output", f"cannot write {target} ({e.strerror}); write to a file on a writable filesystem"
         ) from None
-    typer.echo(f"exported {len(runs)} runs to {target}", err=True)
+    say(f"exported {len(runs)} runs to {target}", err=True)

@@ -18,6 +18,7 @@ from typing import Annotated
 import typer
 
 from effbench.cli.common import opt as _opt
+from effbench.cli.common import say
 
 
 def selftest(
@@ -51,8 +52,8 @@ def selftest(
         only=tuple(s.strip() for s in only.split(",")) if only is not None else (),
         data_loaders=tuple(s.strip() for s in data_loaders.split(",")) if data_loaders is not None else DATA_LOADERS,
     )
-    outcome = run_selftest(cfg, echo=typer.echo)
-    typer.echo(table(outcome.checks, terminal_width()))
-    typer.echo(f"\nselftest.json: {outcome.folder / 'selftest.json'}")
-    typer.echo(summary_line(outcome.checks))
+    outcome = run_selftest(cfg, echo=say)
+    say(table(outcome.checks, terminal_width()))
+    say(f"\nselftest.json: {outcome.folder / 'selftest.json'}")
+    say(summary_line(outcome.checks))
     raise typer.Exit(outcome.exit_code)

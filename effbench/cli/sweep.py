@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from effbench.cli.common import invocation, values_given
+from effbench.cli.common import invocation, say, values_given
 from effbench.cli.common import opt as _opt
 from effbench.cli.options import config_options, field_kind, is_bool_field, with_config_options
 from effbench.sweep.presets import presets_help
@@ -104,25 +104,25 @@ def sweep(
         name=name,
         fail_fast=fail_fast,
     )
-    outcome = sweeper.run_sweep(spec, command=invocation(ctx), echo=typer.echo, progress=not quiet)
+    outcome = sweeper.run_sweep(spec, command=invocation(ctx), echo=say, progress=not quiet)
     summary = outcome.folder / "sweep.txt"
     if summary.is_file():  # written: the report could be made
         from effbench.fmt import terminal_width
         from effbench.report import render
 
-        typer.echo(render.sweep_terminal_text(outcome.folder, terminal_width()))
-    typer.echo(f"sweep folder: {outcome.folder} (report.html, sweep.md, plots/)")
+        say(render.sweep_terminal_text(outcome.folder, terminal_width()))
+    say(f"sweep folder: {outcome.folder} (report.html, sweep.md, plots/)")
     if outcome.report_error:
-        typer.echo(
+        say(
             f"warning: the sweep report was not fully written ({outcome.report_error}); `effbench report {outcome.folder}` retries",
             err=True,
         )
     skipped = outcome.counts.get("skipped", 0)
     if skipped:
-        typer.echo(f"warning: {skipped} cell(s) skipped: this machine cannot run them (see sweep.txt)", err=True)
+        say(f"warning: {skipped} cell(s) skipped: this machine cannot run them (see sweep.txt)", err=True)
     code, message = sweeper.exit_message(outcome)
     if message:
-        typer.echo(message, err=True)
+        say(message, err=True)
     if code:
         raise typer.Exit(code)
 
@@ -161,10 +161,10 @@ def report(
             raise EffbenchError("--output", f"{dest} is {kind}; pass a folder to write the reports into")
     kind, files = render.write_reports(folder, dest)
     if kind == "leaderboard":
-        typer.echo(files[0].read_text(encoding="utf-8"))
-    typer.echo(f"{kind} {folder}: wrote {len(files)} files")
+        say(files[0].read_text(encoding="utf-8"))
+    say(f"{kind} {folder}: wrote {len(files)} files")
     for f in files:
-        typer.echo(f"  {f}")
+        say(f"  {f}")
 
 
 def compare(
@@ -239,7 +239,7 @@ def compare(
         ra, rb = liveness.read(a), liveness.read(b)  # a `running` run whose process is gone: `dead`
         sa, sb = windows.read_steps(run_dir(a)), windows.read_steps(run_dir(b))
         deltas = cmp.compare_runs(ra, sa, rb, sb)
-        typer.echo(
+        say(
             cmp.render_runs(
                 deltas,
                 a_name=cmp.run_label(str(a), ra),
@@ -256,7 +256,7 @@ def compare(
         if fail_if_less_accurate is not None:
             gates.append(cmp.accuracy_gate(ra, rb, fail_if_less_accurate))
         for g in gates:
-            typer.echo(g.line)
+            say(g.line)
         if any(g.failed for g in gates):
             raise typer.Exit(1)
         return
@@ -267,4 +267,4 @@ def compare(
         )
     _, rows_a = render.load_sweep(a)
     _, rows_b = render.load_sweep(b)
-    typer.echo(cmp.render_sweeps(rows_a, rows_b, a_name=str(a), b_name=str(b)), nl=False)
+    say(cmp.render_sweeps(rows_a, rows_b, a_name=str(a), b_name=str(b)), nl=False)

@@ -28,6 +28,7 @@ from effbench.config import RunConfig
 from effbench.data.images import FileExamples, ImageFiles, nothing_readable
 from effbench.data.source import Source
 from effbench.errors import EffbenchError
+from effbench.fmt import printable
 
 VAL_FOLDERS = ("val", "test")
 
@@ -95,9 +96,10 @@ def warn_empty_classes(where: Path, classes: list[str], examples: FileExamples) 
     empty = [classes[i] for i in np.flatnonzero(counts == 0)]
     if not empty:
         return None
-    few = ", ".join(empty[:3]) + (", ..." if len(empty) > 3 else "")
+    few = ", ".join(printable(name) for name in empty[:3]) + (", ..." if len(empty) > 3 else "")
     return (
-        f"warning: --data-dir: {len(empty):,} of {len(classes):,} class folders in {where} hold no image ({few}); "
+        f"warning: --data-dir: {len(empty):,} of {len(classes):,} class folders in {printable(where)} hold no "
+        f"image ({few}); "
         f"they still count as classes (a {len(classes):,}-way head): remove them or add their images"
     )
 

@@ -12,6 +12,7 @@ import html
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 if TYPE_CHECKING:
     from effbench import schema
@@ -84,10 +85,28 @@ def preformatted(text: str) -> str:
     return f"<pre>{esc(text)}</pre>"
 
 
-def link(href: str, text: str) -> str:
-    """A relative link to a file beside the report (a cell's report.html); never another host."""
-    if "://" in href or href.startswith("//"):
-        raise ValueError(f"report links stay local: {href}")
+def local_href(path: str) -> str | None:
+    """`path` (relative, `/`-separated: a cell's `cells/<key>/<run>/report.html`) as an href that can only
+    name a file inside the report's folder, or None when it could name anything else.
+
+    Each segment is percent-encoded whole (urllib.parse.quote with no safe character: `:` `/` `?` `#` `%` and
+    every control included) and the href starts with `./`, so a folder named `javascript:alert(1)` or
+    `https:` reads as a file name, never as a scheme, a host or a query. An absolute path, an empty segment
+    (`a//b`, a protocol-relative `//host`) and `..` could leave the folder: None."""
+    if not path or path.startswith("/"):
+        return None
+    segments = [s for s in path.split("/") if s != "."]
+    if not segments or any(s in ("", "..") for s in segments):
+        return None
+    return "./" + "/".join(quote(s, safe="") for s in segments)
+
+
+def link(path: str, text: str) -> str:
+    """A link to a file inside the report's folder (a cell's report.html, `local_href`); any other target is
+    plain text, never a link (report.html links to no host and runs no script)."""
+    href = local_href(path)
+    if href is None:
+        return esc(text)
     return f'<a href="{esc(href)}">{esc(text)}</a>'
 
 

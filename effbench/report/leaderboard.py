@@ -8,12 +8,10 @@ from collections.abc import Sequence
 import os
 from pathlib import Path
 
-from tabulate import tabulate
-
 from effbench import results, schema
 from effbench.analysis import export
 from effbench.analysis import leaderboard as lb
-from effbench.fmt import interval, num
+from effbench.fmt import grid, interval, md, num, printable
 from effbench.report import html as H
 from effbench.sweep import manifest as M
 
@@ -63,12 +61,12 @@ def rows(group: lb.Group) -> list[list[str]]:
 
 
 def render(groups: Sequence[lb.Group], *, title: str, fmt: str) -> str:
-    tablefmt = "github" if fmt == "md" else "simple"
-    head = f"# {title}" if fmt == "md" else title
-    parts = [head, "", *(f"- {g.verdict}" for g in groups), ""]
+    text = md if fmt == "md" else printable  # names from disk (hosts, folders): shown, never obeyed
+    head = f"# {text(title)}" if fmt == "md" else text(title)
+    parts = [head, "", *(f"- {text(g.verdict)}" for g in groups), ""]
     for i, g in enumerate(groups):
-        parts += [f"## {i + 1}. {g.label}" if fmt == "md" else f"{i + 1}. {g.label}", ""]
-        parts += [tabulate(rows(g), headers=headers(g), tablefmt=tablefmt, disable_numparse=True), ""]
+        parts += [f"## {i + 1}. {text(g.label)}" if fmt == "md" else f"{i + 1}. {text(g.label)}", ""]
+        parts += [grid(rows(g), headers(g), fmt), ""]
     parts.append(
         "img/s: each run's throughput, the figure its own report prints (all measured images over the slowest "
         "rank's time, warm-up excluded), and the rows' order; 95% CI: Student's t interval of its windows' mean; "

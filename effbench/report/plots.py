@@ -15,9 +15,13 @@ no global backend, no display needed) and writes `path`. Nothing here reads resu
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from effbench.fmt import printable
+from effbench.report import bounds
 
 DPI = 100
 DATA_COLOR = "#e4572e"  # data loading: warm, the part to shrink
@@ -45,12 +49,36 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
+MAX_WIDTH_IN = 40.0  # inches (4,000 px at DPI): a chart's width stops growing with its bars here
+
+
+def _width(n: int, per_bar: float = 0.9) -> float:
+    return min(max(6.0, per_bar * n + 2), MAX_WIDTH_IN)
+
+
+def _capped_title(title: str, n: int) -> tuple[int, str]:
+    """How many categories a bar chart draws (bounds.MAX_BARS at most) and its title, saying so when fewer than all."""
+    shown, note = bounds.capped(n, unit="bars")
+    return shown, f"{title} ({note})" if note else title
+
+
 def _bar_width(n: int) -> float:
     return 0.7 if n > 1 else 0.4
 
 
+def _label(text: str) -> str:
+    """A name from disk (a cell, a host, a configuration) as chart text: control characters shown as
+    fmt.printable shows them (the font has no glyph for ESC), `$` literal (matplotlib reads `$...$` as math)."""
+    return re.sub(r"(?<!\\)\$", r"\\$", printable(text))  # idempotent: an escaped `$` stays one
+
+
+def _labelled(series: Mapping[str, Any]) -> dict[str, Any]:
+    return {_label(k): v for k, v in series.items()}
+
+
 def _xticks(ax: Any, labels: Sequence[str]) -> None:
     """Category labels, slanted when they would run into each other."""
+    labels = [_label(s) for s in labels]
     crowded = sum(len(s) for s in labels) > 60
     ax.set_xticks(
         range(len(labels)), labels, rotation=25 if crowded else 0, ha="right" if crowded else "center", fontsize=8
@@ -68,8 +96,12 @@ def stacked_time_bars(
     warmup_s: Sequence[float] | None = None,
 ) -> Path:
     """Compute and data wait stacked per bar, "% data" of their sum over each; `warmup_s` (a run's epochs, a
-    sweep's configurations): a warm-up segment on top, outside that share, as the headline excludes it."""
-    fig = _figure(max(6.0, 0.9 * len(labels) + 2), 4.5)
+    sweep's configurations): a warm-up segment on top, outside that share, as the headline excludes it. At most
+    bounds.MAX_BARS bars (the first; the title says so): a caller with more bins them (a run's epochs)."""
+    n, title = _capped_title(title, len(labels))
+    labels, data_s, compute_s = labels[:n], data_s[:n], compute_s[:n]
+    warmup_s = warmup_s[:n] if warmup_s is not None else None
+    fig = _figure(_width(len(labels)), 4.5)
     ax = fig.add_subplot()
     x = list(range(len(labels)))
     w = _bar_width(len(labels))
@@ -103,8 +135,12 @@ def throughput_bars(
     title: str,
     notes: Sequence[str] | None = None,
 ) -> Path:
-    """Bars of the runs' throughput; whiskers show the 95% CI (kept >= 0); a bar-less cell shows its status."""
-    fig = _figure(max(6.0, 0.9 * len(labels) + 2), 4.5)
+    """Bars of the runs' throughput; whiskers show the 95% CI (kept >= 0); a bar-less cell shows its status. At
+    most bounds.MAX_BARS bars, the first in the caller's order (the title says so; the tables list every one)."""
+    n, title = _capped_title(title, len(labels))
+    labels, values, lows, highs = labels[:n], values[:n], lows[:n], highs[:n]
+    notes = notes[:n] if notes is not None else None
+    fig = _figure(_width(len(labels)), 4.5)
     ax = fig.add_subplot()
     x = list(range(len(labels)))
     heights = [v or 0.0 for v in values]
@@ -146,20 +182,37 @@ def top1_figure(
     series: Mapping[str, Mapping[str, Sequence[float | None]]], *, title: str, target: float | None = None
 ) -> Any:
     """Lines per epoch; with one epoch each, bars with their values: a line of one point is a lone dot on an
-    epoch axis matplotlib pads to 0.96..1.04. `target` (--target-top1): a horizontal line at it."""
+    epoch axis matplotlib pads to 0.96..1.04. `target` (--target-top1): a horizontal line at it. A series longer than
+    bounds.MAX_POINTS is drawn as the mean of each bin of consecutive epochs, at the bin's mean epoch (the title
+    says so); at most bounds.MAX_BARS configurations (the first)."""
+    series = _labelled(series)
     if all(len(s.get("train") or []) <= 1 and len(s.get("val") or []) <= 1 for s in series.values()):
         return _top1_bars(series, title=title, target=target)
+    n, title = _capped_title(title, len(series))
+    series = dict(list(series.items())[:n])
+    longest = max((len(s.get(kind) or []) for s in series.values() for kind in ("train", "val")), default=0)
+    b = bounds.bins(longest, bounds.MAX_POINTS)
+    if b.note():
+        title = f"{title} ({b.note()})"
+    epoch_at = [(span.start + span.stop + 1) / 2 for span in b.spans()]  # a bin's mean epoch, counted from 1
     crowded = len(series) > 3  # many lines: the legend goes beside the axes, not over the lines
     fig = _figure(9.5 if crowded else 7.0, 4.5)
     ax = fig.add_subplot()
     for i, (label, s) in enumerate(series.items()):
         color = f"C{i % 10}"
         for kind, style in (("train", "--"), ("val", "-")):
-            ys = s.get(kind) or []
-            pts = [(e + 1, y) for e, y in enumerate(ys) if y is not None]
+            ys = list(s.get(kind) or [])
+            ys = bounds.means(ys, bounds.Bins(b.size, len(ys))) if b.size > 1 else ys
+            pts = [(epoch_at[e] if b.size > 1 else e + 1, y) for e, y in enumerate(ys) if y is not None]
             if pts:
+                marker = "o" if len(pts) <= bounds.MAX_BARS else None
                 ax.plot(
-                    [p[0] for p in pts], [p[1] for p in pts], style, marker="o", color=color, label=f"{label} ({kind})"
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    style,
+                    marker=marker,
+                    color=color,
+                    label=f"{label} ({kind})",
                 )
     ax.set_xlabel("epoch")
     ax.set_ylabel("top-1 accuracy")
@@ -188,9 +241,11 @@ def top1_figure(
 def _top1_bars(
     series: Mapping[str, Mapping[str, Sequence[float | None]]], *, title: str, target: float | None = None
 ) -> Any:
-    """Train and validation top-1 of a single epoch: a pair of bars per configuration, each with its value."""
-    labels = list(series)
-    fig = _figure(max(6.0, 1.2 * len(labels) + 2), 4.5)
+    """Train and validation top-1 of a single epoch: a pair of bars per configuration, each with its value (the
+    first bounds.MAX_BARS configurations)."""
+    n, title = _capped_title(title, len(series))
+    labels = list(series)[:n]
+    fig = _figure(_width(len(labels), 1.2), 4.5)
     ax = fig.add_subplot()
     w = 0.35
     top = 0.0
@@ -222,6 +277,7 @@ def throughput_vs_batch(
     series: Mapping[str, Sequence[tuple[int, float | None, str]]], path: Path, *, title: str
 ) -> Path:
     """series: label -> [(batch per device, throughput or None, status)]; OOM cells as red crosses."""
+    series = _labelled(series)
     fig = _figure(7.0, 4.5)
     ax = fig.add_subplot()
     ok_values = [t for pts in series.values() for _, t, _ in pts if t]
@@ -253,6 +309,7 @@ def throughput_vs_batch(
 
 
 def data_time_vs_workers(series: Mapping[str, Sequence[tuple[int, float]]], path: Path, *, title: str) -> Path:
+    series = _labelled(series)
     fig = _figure(7.0, 4.5)
     ax = fig.add_subplot()
     for i, (label, pts) in enumerate(series.items()):
@@ -270,6 +327,7 @@ def scaling(
     series: Mapping[str, Sequence[tuple[int, float | None, float | None]]], path: Path, *, title: str, xlabel: str
 ) -> Path:
     """series: label -> [(devices, throughput, efficiency)]; ideal = linear from the smallest count."""
+    series = _labelled(series)
     fig = _figure(11.0, 4.5)
     ax_t, ax_e = fig.subplots(1, 2)
     counts = sorted({n for pts in series.values() for n, _, _ in pts})
@@ -305,6 +363,7 @@ def throughput_and_time_to_target(
 ) -> Path:
     """series: label -> [(batch per device, throughput, training seconds to the target or None, status)]; two
     panels side by side on one batch axis: images/s, and the time to the target (crosses: not reached)."""
+    series = _labelled(series)
     fig = _figure(11.0, 4.5)
     ax_t, ax_a = fig.subplots(1, 2, sharex=True)  # one batch axis: a cell reads across both panels
     top = ax_a.get_xaxis_transform()  # x in data, y in axes fraction: a not-reached cell sits at the top edge

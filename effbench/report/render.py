@@ -23,14 +23,14 @@ from effbench.report import html as H
 from effbench.report.charts import Plot
 from effbench.report.charts import draw as _draw
 from effbench.report.charts import images as _images
-from effbench.report import outputs
+from effbench.report import bounds, outputs
 from effbench.sweep import manifest as M
 from effbench import liveness, results, safe_files
 from effbench.report import tables as report
 from effbench.report import sweep_tables as sweep_report
 from effbench.analysis import epoch_time, scaling, windows
 from effbench.errors import EffbenchError
-from effbench.fmt import interval
+from effbench.fmt import interval, printable
 from effbench.sweep.spec import dim_option, show, varied
 
 if TYPE_CHECKING:
@@ -48,8 +48,9 @@ SWEEP_CHARTS = ("time_breakdown.png", "throughput.png", "top1_per_epoch.png", "t
 
 
 def warn(message: str) -> None:
-    """Warnings go to stderr, one line, so stdout holds only what was asked for."""
-    print("warning: " + " ".join(message.split()), file=sys.stderr)
+    """Warnings go to stderr, one line, so stdout holds only what was asked for; a name from disk in it is
+    shown, not obeyed (fmt.printable)."""
+    print("warning: " + printable(" ".join(message.split())), file=sys.stderr)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -62,13 +63,19 @@ def run_plots(record: schema.Results, out_dir: Path) -> tuple[list[Plot], list[s
     made: list[Plot] = []
     problems: list[str] = []
     if epochs:
-        labels = [f"epoch {e.epoch}" for e in epochs]  # 1-based in the record
+        # one bar per epoch up to bounds.MAX_BARS, else per bin of consecutive epochs (the mean epoch of each, the
+        # title says so): 100,000 epochs draw as fast as 50
+        b = bounds.bins(len(epochs))
+        labels = [bounds.span_label(epochs[s.start].epoch, epochs[s.stop - 1].epoch) for s in b.spans()]  # 1-based
         # the measured steps' split (the headline's data wait share, the epoch table's data %), warm-up apart
         measured = [epoch_time.epoch_measured(e) for e in epochs]
+        data_s, compute_s = bounds.means([d for d, _ in measured], b), bounds.means([c for _, c in measured], b)
+        warmup_s = bounds.means([epoch_time.epoch_warmup_s(e) for e in epochs], b)
+        title = "Where each epoch's time goes" + (f" ({b.note()})" if b.note() else "")
         _draw(made, problems, "Data loading vs training time per epoch: measured steps, warm-up apart", lambda: plots.stacked_time_bars(
-            labels, [d or 0.0 for d, _ in measured], [c or 0.0 for _, c in measured],
-            out_dir / "time_per_epoch.png", title="Where each epoch's time goes", ylabel="seconds",
-            warmup_s=[epoch_time.epoch_warmup_s(e) or 0.0 for e in epochs]))  # fmt: skip
+            labels, [d or 0.0 for d in data_s], [c or 0.0 for c in compute_s],
+            out_dir / "time_per_epoch.png", title=title, ylabel="seconds" + (" per epoch" if b.size > 1 else ""),
+            warmup_s=[u or 0.0 for u in warmup_s]))  # fmt: skip
         target = record.time_to_accuracy.target_top1 if record.time_to_accuracy else None
         _draw(made, problems, "Top-1 accuracy per epoch" + (f" (dotted: the target, {target:g})" if target else ""), lambda: plots.top1_per_epoch(
             {str(record.config.arch or "run"): {"train": [e.train_top1 for e in epochs], "val": [e.val_top1 for e in epochs]}},
@@ -135,7 +142,7 @@ def run_html(
         sections.append(
             H.Section(
                 "Profiling pass: phases",
-                [H.table(("phase", "calls", "CPU (s)", "CPU share", "device (s)", "device share"), phases)],
+                [H.table(report.PHASE_HEADERS, phases)],
             )
         )
     sections.append(H.Section("Charts", _images(plots) + [H.paragraph(p) for p in problems]))

@@ -14,7 +14,6 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tabulate import tabulate
 
 from effbench.results import StepRow
 from effbench.analysis import epoch_time
@@ -24,7 +23,7 @@ from effbench.analysis import time_to_accuracy
 from effbench.analysis import windows
 from effbench.analysis.efficiency import CONTENDED
 from effbench.datasets import chance_note
-from effbench.fmt import fit_table, fmt_value, interval, wrap_text
+from effbench.fmt import fit_table, fmt_value, grid, interval, md, printable, wrap_text
 from effbench.sweep.spec import dim_option, show, varied
 
 if TYPE_CHECKING:
@@ -656,10 +655,8 @@ def _table(
 ) -> str:
     """A table in `fmt`; in text with a `width`, fitted to it (fmt.fit_table), the headers left out added to `left`."""
     if fmt == "md" or width is None:
-        return tabulate(
-            body, headers=list(headers), tablefmt="github" if fmt == "md" else "simple", disable_numparse=True
-        )
-    text, dropped = fit_table(headers, body, width, drop=TERMINAL_DROP)
+        return grid(body, headers, fmt)
+    text, dropped = fit_table(headers, [[printable(c) for c in row] for row in body], width, drop=TERMINAL_DROP)
     if left is not None:
         left.extend(d for d in dropped if d not in left)
     return text
@@ -677,21 +674,22 @@ def render(
     fit a terminal that many columns wide: fewer columns (named at the end; sweep.txt and sweep.md hold them all)
     and wrapped lines."""
     names = list(dims)
-    h = (lambda t: f"## {t}") if fmt == "md" else (lambda t: f"{t}\n{'-' * len(t)}")
+    shown = md if fmt == "md" else printable  # cell keys, values, names from disk: shown, never obeyed
+    h = (lambda t: f"## {shown(t)}") if fmt == "md" else (lambda t: f"{shown(t)}\n{'-' * len(shown(t))}")
     left: list[str] = []
-    parts = [f"# {title}" if fmt == "md" else title]
+    parts = [f"# {shown(title)}" if fmt == "md" else shown(title)]
     lines = verdicts(rows, dims)
     if lines:
-        parts += [h("Verdicts"), "\n".join(f"- {v}" for v in lines)]
+        parts += [h("Verdicts"), "\n".join(f"- {shown(v)}" for v in lines)]
     parts += [h("Cells"), _table(*summary_table(rows, names), fmt, width, left)]
     split_notes = time_split_notes(rows) + chance_notes(rows)
     if split_notes:
-        parts.append("\n".join(f"- {line}" for line in split_notes))
+        parts.append("\n".join(f"- {shown(line)}" for line in split_notes))
     idle = no_effect_dims(rows, dims)
     for dim in varied(dims):
         parts += [h(f"By {dim_option(dim)}"), _table(*dimension_table(rows, names, dim), fmt, width, left)]
         if dim in idle:
-            parts.append(f"{idle[dim]}: {IDLE_NOTE}")
+            parts.append(shown(f"{idle[dim]}: {IDLE_NOTE}"))
         elif dim in ("gpus", "nproc"):  # no speedup along devices that changed nothing
             for group, members in groups(rows, names, dim).items():
                 srows = scaling_rows(members)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tabulate import tabulate
-
 from effbench.analysis.efficiency import WITHIN_NOISE
 from effbench.analysis.epoch_time import epoch_measured, epoch_warmup_s
 from effbench.analysis import stats
@@ -13,7 +11,8 @@ from effbench.analysis.time_to_accuracy import describe as describe_tta
 from effbench.config import typed_option
 from effbench.datasets import CATALOG, chance_note
 from effbench.analysis.windows import describe_windows, more_windows_fix, summary_of
-from effbench.fmt import decimals, fmt_value, interval
+from effbench.report import bounds
+from effbench.fmt import decimals, fmt_value, grid, interval, md, printable
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -236,6 +235,9 @@ def _utilization_rows(util: schema.Utilization) -> list[tuple[str, str]]:
     return rows
 
 
+PHASE_HEADERS = ("phase", "calls", "CPU (s)", "CPU share", "device (s)", "device share")
+
+
 def phase_rows(results: schema.Results) -> list[list[str]]:
     rows = []
     for p in (results.profile.phases if results.profile else None) or []:
@@ -277,28 +279,35 @@ EPOCH_HEADERS = (
 
 
 def epoch_rows(results: schema.Results) -> list[list[str]]:
-    rows = []
-    for e in results.epochs:
-        data, compute = epoch_measured(e)
-        total = data + compute if data is not None and compute is not None else None
-        rows.append(
-            [
-                fmt_value(e.epoch),
-                fmt_value(e.images, 3),
-                fmt_value(e.warmup_steps),
-                fmt_value(epoch_warmup_s(e), 3),
-                fmt_value(data, 3),
-                fmt_value(compute, 3),
-                fmt_value(total, 3),
-                _pct(data, total),  # as the summary's data wait share: "-" when no step was measured
-                fmt_value(e.throughput_img_s, 1),  # warm-up excluded, like the headline
-                fmt_value(e.train_loss, 4),
-                fmt_value(e.train_top1, 4),
-                fmt_value(e.val_top1, 4),
-                fmt_value(e.val_time_s, 3),
-            ]
-        )
-    return rows
+    """The epoch table's rows: every epoch of a short run; of a long one the first and last
+    bounds.TABLE_EDGE with a `... N epochs more` row between (epochs.csv and results.json hold every one),
+    so the table costs the same at 100,000 epochs as at 50."""
+    epochs = results.epochs
+    head, skipped, tail = bounds.head_tail(len(epochs))
+    rows = [_epoch_row(epochs[i]) for i in head]
+    if skipped:
+        rows.append([f"... {skipped:,} epochs more", *[""] * (len(EPOCH_HEADERS) - 1)])
+    return rows + [_epoch_row(epochs[i]) for i in tail]
+
+
+def _epoch_row(e: schema.Epoch) -> list[str]:
+    data, compute = epoch_measured(e)
+    total = data + compute if data is not None and compute is not None else None
+    return [
+        fmt_value(e.epoch),
+        fmt_value(e.images, 3),
+        fmt_value(e.warmup_steps),
+        fmt_value(epoch_warmup_s(e), 3),
+        fmt_value(data, 3),
+        fmt_value(compute, 3),
+        fmt_value(total, 3),
+        _pct(data, total),  # as the summary's data wait share: "-" when no step was measured
+        fmt_value(e.throughput_img_s, 1),  # warm-up excluded, like the headline
+        fmt_value(e.train_loss, 4),
+        fmt_value(e.train_top1, 4),
+        fmt_value(e.val_top1, 4),
+        fmt_value(e.val_time_s, 3),
+    ]
 
 
 # Above this share of unreadable images the figures describe a different dataset: say so in the report.
@@ -321,20 +330,10 @@ def skipped_images_warning(results: schema.Results) -> str | None:
 
 def render(results: schema.Results, fmt: str = "text") -> str:
     """The run report as text (`fmt="text"`) or markdown (`fmt="md"`)."""
-    table_fmt = "github" if fmt == "md" else "simple"
-    summary = tabulate(summary_rows(results), headers=("metric", "value"), tablefmt=table_fmt)
-    epochs = tabulate(epoch_rows(results), headers=EPOCH_HEADERS, tablefmt=table_fmt, disable_numparse=True)
+    summary = grid(summary_rows(results), ("metric", "value"), fmt, numparse=True)
+    epochs = grid(epoch_rows(results), EPOCH_HEADERS, fmt)
     phases = phase_rows(results)
-    phase_table = (
-        tabulate(
-            phases,
-            headers=("phase", "calls", "CPU (s)", "CPU share", "device (s)", "device share"),
-            tablefmt=table_fmt,
-            disable_numparse=True,
-        )
-        if phases
-        else ""
-    )
+    phase_table = grid(phases, PHASE_HEADERS, fmt) if phases else ""
     verdict = verdict_line(results) or ""
     skipped = skipped_images_warning(results)
     title = f"effbench run {results.run_name or ''}".strip()
@@ -349,12 +348,13 @@ def render(results: schema.Results, fmt: str = "text") -> str:
             "Data-only run: no model. Throughput is images delivered to the device per second over the "
             "measured steps (warm-up excluded): next() on the loader, the copy and a device sync."
         )
-    if fmt == "md":
-        parts = [f"# {title}", f"**{skipped}**" if skipped else "", f"**{verdict}**" if verdict else ""]
+    if fmt == "md":  # the run name, the verdict's evidence: literal text
+        parts = [f"# {md(title)}", f"**{md(skipped)}**" if skipped else "", f"**{md(verdict)}**" if verdict else ""]
         parts += ["## Summary", summary, "## Epochs", epochs]
         if phase_table:
             parts += ["## Profiling pass: phases", phase_table]
         return "\n\n".join(p for p in parts if p) + f"\n\n{notes}\n"
+    title, skipped, verdict = printable(title), skipped and printable(skipped), verdict and printable(verdict)
     parts = [title, *([skipped] if skipped else []), summary, f"Epochs\n{epochs}"]
     if phase_table:
         parts.append(f"Profiling pass: phases of the step\n{phase_table}")

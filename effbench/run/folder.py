@@ -85,6 +85,27 @@ def plan_dict(plan: LaunchPlan) -> dict[str, Any]:
     }
 
 
+class RunFolderGone(EffbenchError):
+    """The run folder was deleted (or moved) while the run wrote into it: nothing more can be recorded there."""
+
+
+@contextlib.contextmanager
+def kept(run_dir: Path | None) -> Iterator[None]:
+    """Writes into the run folder: when it has gone (deleted or moved while the run trained), the atomic write's
+    temporary file cannot be made there and FileNotFoundError names `.utilization.csv.*.tmp`; the user gets
+    one line naming the folder (exit 2) instead, and the run ends as a bad input does. Anything else passes."""
+    try:
+        yield
+    except (FileNotFoundError, NotADirectoryError):
+        if run_dir is None or Path(run_dir).is_dir():
+            raise
+        raise RunFolderGone(
+            "--output",
+            f"the run folder {run_dir} was deleted or moved while the run wrote into it; nothing more can be "
+            "recorded: keep the folder until the run ends, and run again",
+        ) from None
+
+
 @contextlib.contextmanager
 def first_no_space(failure: BaseException | None) -> Iterator[None]:
     """The disk filled while the epochs were written, and the final files could not be written either: the
@@ -109,13 +130,14 @@ def write_final(
     has ended), then the CSVs and results.json."""
     assert run_dir is not None
     try:
-        sampler.write_csv(
-            run_dir / UTILIZATION_FILE
-        )  # first: the launcher reads it as "rank 0 reached its final write"
-        if reports is not None:
-            reports.write(run_dir, record, steps)
-        # results.json last: never `ok` with a report missing
-        write_progress(run_dir, record, epochs, steps)
+        with kept(run_dir):
+            sampler.write_csv(
+                run_dir / UTILIZATION_FILE
+            )  # first: the launcher reads it as "rank 0 reached its final write"
+            if reports is not None:
+                reports.write(run_dir, record, steps)
+            # results.json last: never `ok` with a report missing
+            write_progress(run_dir, record, epochs, steps)
     except results.NoSpaceError as e:  # never `running` forever: `failed`, the reason and the epochs measured
         record_no_space(run_dir, record, e)
         raise
@@ -225,7 +247,8 @@ def enter_phase(phase: Phase, name: str, start: Started, received: list[int]) ->
         start.record.phase = name
         if start.writer:
             assert start.run_dir is not None
-            results.write_record(start.run_dir, start.record)
+            with kept(start.run_dir):
+                results.write_record(start.run_dir, start.record)
     if received:
         raise Interrupted(received[0], phase.name)
     phase.enter(name)
@@ -244,7 +267,8 @@ def interrupted_before_measuring(start: Started, signum: int, phase: str, receiv
         )
         if start.writer:
             assert start.run_dir is not None
-            results.write_record(start.run_dir, record)
+            with kept(start.run_dir):
+                results.write_record(start.run_dir, record)
     return record
 
 
@@ -301,9 +325,10 @@ def open_run_folder(prep: Prepared, plan: LaunchPlan, dist: DistContext, start: 
     )
     if start.writer:
         assert start.run_dir is not None
-        results.write_json(start.run_dir / results.CONFIG_FILE, config)
-        results.write_json(start.run_dir / results.ENV_FILE, env)
-        results.write_record(start.run_dir, record)
+        with kept(start.run_dir):
+            results.write_json(start.run_dir / results.CONFIG_FILE, config)
+            results.write_json(start.run_dir / results.ENV_FILE, env)
+            results.write_record(start.run_dir, record)
         echo(f"run folder: {start.run_dir}")
     return record
 
@@ -333,6 +358,7 @@ def write_progress(
     run_dir: Path | None, record: schema.Results, epochs: list[schema.Epoch], steps: list[StepRow]
 ) -> None:
     assert run_dir is not None
-    results.write_csv(run_dir / results.EPOCHS_FILE, results.EPOCH_FIELDS, [e.model_dump() for e in epochs])
-    results.write_csv(run_dir / results.STEPS_FILE, results.STEP_FIELDS, [r._asdict() for r in steps])
-    results.write_record(run_dir, record)
+    with kept(run_dir):
+        results.write_csv(run_dir / results.EPOCHS_FILE, results.EPOCH_FIELDS, [e.model_dump() for e in epochs])
+        results.write_csv(run_dir / results.STEPS_FILE, results.STEP_FIELDS, [r._asdict() for r in steps])
+        results.write_record(run_dir, record)

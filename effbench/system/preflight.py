@@ -40,7 +40,7 @@ from effbench.config import RunConfig
 from effbench.system.download import MIRROR_FIX, mirror_problem
 from effbench.datasets import dataset_spec
 from effbench.errors import EffbenchError
-from effbench.fmt import GIB, MIB
+from effbench.fmt import GIB, MIB, printable
 from effbench.system.cuda_compat import CompatVerdict, DriverFacts, ImageCuda, forward_compat, read_image_cuda
 from effbench.system.hardware import CpuLoad, container_runtime
 from effbench.system.mounts import lost_with_container, read_mountinfo
@@ -1232,4 +1232,4 @@ def raise_on_errors(
             if line in said:
                 continue
             said.add(line)
-        print(line, file=out)
+        print(printable(line), file=out)  # a path from the environment or the disk: shown, not obeyed
