@@ -187,6 +187,7 @@ def compare(
     """Per-metric deltas of B against A with 95% confidence intervals; says when a difference is within noise.
     With a --fail-if-* gate it is a CI check: exit 1 on a regression beyond the threshold and noise, else 0."""
     from effbench.analysis import compare as cmp
+    from effbench.analysis import roofline
     from effbench import results
     from effbench.report import render
     from effbench.analysis import windows
@@ -220,6 +221,9 @@ def compare(
         typer.echo(
             cmp.render_runs(deltas, a_name=str(a), b_name=str(b), differences=cmp.config_differences(ra, rb)), nl=False
         )
+        per_kind = cmp.render_kinds(roofline.kind_deltas(ra.roofline, rb.roofline))
+        if per_kind:
+            typer.echo(per_kind, nl=False)
         gates = []
         if fail_if_slower is not None:
             wa = [x for x in windows.windows_of(ra, sa).throughput_img_s or [] if x is not None]

@@ -13,6 +13,7 @@ from effbench.analysis.time_to_accuracy import describe as describe_tta
 from effbench.config import typed_option
 from effbench.analysis.windows import describe_windows, more_windows_fix, summary_of
 from effbench.fmt import decimals, fmt_value, interval
+from effbench.report import roofline_tables
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -302,6 +303,7 @@ def render(results: schema.Results, fmt: str = "text") -> str:
         else ""
     )
     verdict = verdict_line(results) or ""
+    roof = roofline_tables.block(results, fmt)
     skipped = skipped_images_warning(results)
     title = f"effbench run {results.run_name or ''}".strip()
     notes = (
@@ -320,10 +322,14 @@ def render(results: schema.Results, fmt: str = "text") -> str:
         parts += ["## Summary", summary, "## Epochs", epochs]
         if phase_table:
             parts += ["## Profiling pass: phases", phase_table]
+        if roof:
+            parts.append(roof)
         return "\n\n".join(p for p in parts if p) + f"\n\n{notes}\n"
     parts = [title, *([skipped] if skipped else []), summary, f"Epochs\n{epochs}"]
     if phase_table:
         parts.append(f"Profiling pass: phases of the step\n{phase_table}")
+    if roof:
+        parts.append(roof)
     if verdict:
         parts.append(verdict)
     return "\n\n".join(parts) + f"\n\n{notes}\n"
