@@ -755,6 +755,85 @@ def check_pipelined(ctx: Context) -> list[Check]:
     ]
 
 
+# The roofs check: the roof against a plain matmul / copy of the selftest's own (reference.py), rep beside rep
+# (interleaved, so a busy machine slows both alike) and compared by their medians. The references are smaller or
+# differently written (a @ b at 3/4 of the roof's N; dst[:] = src of the same size), so they may run somewhat below
+# or above the roof; one far below it (under ROOF_REF_RANGE[0]) says the roof is not what this device attains, one
+# far above it that the roof is too low. On a GPU the measured roofs also sit inside the datasheet's (DATASHEET_RANGE): an H100's
+# 8192^3 bf16 matmul reaches ~70-80% of its dense datasheet peak and a 1 GiB copy ~80-90% of its bandwidth.
+ROOF_REF_RANGE = (0.5, 1.5)
+DATASHEET_RANGE = (0.3, 1.05)
+ROOF_ROUNDS = 5
+ROOF_ATTEMPTS = 3
+
+
+def _roof_vs_reference(roof_rate: Callable[[], float], ref_rate: Callable[[], float]) -> tuple[float, float, float]:
+    """(median roof rate, median reference rate, their ratio) over ROOF_ROUNDS interleaved rounds; the best of
+    ROOF_ATTEMPTS when a burst of load lands on one side."""
+    best: tuple[float, float, float] | None = None
+    for _ in range(ROOF_ATTEMPTS):
+        roof, ref = [], []
+        for _ in range(ROOF_ROUNDS):
+            roof.append(roof_rate())
+            ref.append(ref_rate())
+        r, f = stats.median(roof), stats.median(ref)
+        got = (r, f, f / r)
+        if best is None or abs(math.log(got[2])) < abs(math.log(best[2])):
+            best = got
+        if ROOF_REF_RANGE[0] <= got[2] <= ROOF_REF_RANGE[1]:
+            break
+    assert best is not None
+    return best
+
+
+def check_roofs(ctx: Context) -> list[Check]:
+    """This machine's roofs (measure/roofs.py, measured afresh: no cache), each against a plain matmul or copy
+    timed by the host clock (reference.py), and on a GPU against its datasheet."""
+    import torch
+
+    from effbench.measure import roofs
+    from effbench.selftest.reference import PlainCopy, PlainMatmul
+
+    device = ctx.device
+    cuda = ctx.cuda
+    precisions = ["bf16", "fp32"] if cuda and torch.cuda.is_bf16_supported() else ["fp32"]
+    measured = roofs.measure_roofs(device, precisions=precisions, sm_count=(
+        torch.cuda.get_device_properties(device).multi_processor_count if cuda else None))  # fmt: skip
+    rows = []
+    for c in measured.compute:
+        n = (roofs.GPU_MATMUL_N if cuda else roofs.CPU_MATMUL_N) * 3 // 4
+        ref = PlainMatmul(device, getattr(torch, roofs.DTYPE_OF[c.precision]), n)
+        roof_r, ref_r, ratio = _roof_vs_reference(lambda p=c.precision: roofs.matmul_tflops(device, p, reps=1)[0] * 1e12, ref.once)  # fmt: skip
+        ok = ROOF_REF_RANGE[0] <= ratio <= ROOF_REF_RANGE[1] and (c.tflops or 0) > 0
+        sheet = ""
+        if c.datasheet_tflops:
+            share = (c.tflops or 0) / c.datasheet_tflops
+            ok = ok and DATASHEET_RANGE[0] <= share <= DATASHEET_RANGE[1]
+            sheet = f"; {share:.0%} of the datasheet's {c.datasheet_tflops:g} TFLOP/s"
+        rows.append(Check(
+            f"roofs: {c.precision} matmul", PASS if ok else FAIL, f"{(c.tflops or 0) * 1e3:,.1f} GFLOP/s",
+            f"a @ b {n}x{n}: {ref_r / 1e9:,.1f} GFLOP/s ({ratio:.2f}x the roof's {roof_r / 1e9:,.1f}, interleaved)",
+            f"{ROOF_REF_RANGE[0]}..{ROOF_REF_RANGE[1]}x" + (f", datasheet {DATASHEET_RANGE[0]}..{DATASHEET_RANGE[1]}x" if c.datasheet_tflops else ""),
+            f"{c.how}{sheet}; medians of {ROOF_ROUNDS} interleaved reps",
+        ))  # fmt: skip
+    copy_bytes = roofs.GPU_COPY_BYTES if cuda else roofs.CPU_COPY_BYTES  # the same size: the same share of it in cache
+    plain = PlainCopy(device, copy_bytes)
+    roof_r, ref_r, ratio = _roof_vs_reference(lambda: roofs.copy_gb_s(device, reps=1)[0] * 1e9, plain.once)
+    ok = ROOF_REF_RANGE[0] <= ratio <= ROOF_REF_RANGE[1] and (measured.memory_gb_s or 0) > 0
+    sheet = ""
+    if measured.memory_datasheet_gb_s:
+        share = (measured.memory_gb_s or 0) / measured.memory_datasheet_gb_s
+        ok = ok and DATASHEET_RANGE[0] <= share <= DATASHEET_RANGE[1]
+        sheet = f"; {share:.0%} of the datasheet's {measured.memory_datasheet_gb_s:g} GB/s"
+    rows.append(Check(
+        "roofs: memory bandwidth", PASS if ok else FAIL, f"{measured.memory_gb_s or 0:,.1f} GB/s",
+        f"dst[:] = src {copy_bytes / 2**20:,.0f} MiB: {ref_r / 1e9:,.1f} GB/s ({ratio:.2f}x the roof's {roof_r / 1e9:,.1f}, interleaved)",
+        f"{ROOF_REF_RANGE[0]}..{ROOF_REF_RANGE[1]}x" + (f", datasheet {DATASHEET_RANGE[0]}..{DATASHEET_RANGE[1]}x" if measured.memory_datasheet_gb_s else ""),
+        f"{measured.memory_how}{sheet}; medians of {ROOF_ROUNDS} interleaved reps",
+    ))  # fmt: skip
+    return rows
+
+
 CHECKS: dict[str, Callable[[Context], list[Check]]] = {
     "flops": check_flops,
     "harness": check_harness_vs_bare,
@@ -764,6 +843,7 @@ CHECKS: dict[str, Callable[[Context], list[Check]]] = {
     "ddp": check_ddp,
     "data": check_data_path,
     "pipelined": check_pipelined,
+    "roofs": check_roofs,
 }
 
 
