@@ -834,6 +834,113 @@ def check_roofs(ctx: Context) -> list[Check]:
     return rows
 
 
+# The roofline check (issue 35): a matmul-only model reaches >= 70% of the compute roof and is called compute-bound;
+# an element-wise-only model >= 50% of the memory roof and is called memory-bound (docs/methodology.md, "Roofline").
+ROOFLINE_GOALS = {"matmul-only model": 0.70, "elementwise-only model": 0.50}
+
+
+@contextmanager
+def _threads(n: int | None) -> Iterator[None]:
+    import torch
+
+    before = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def model_against_roofs(
+    device: Any,
+    step: Callable[[Any], Any],
+    kind: str,
+    *,
+    precision: str,
+    matmul_n: int,
+    copy_bytes: int,
+    out_dir: Path,
+    goal: float,
+    attempts: int = ROOF_ATTEMPTS,
+) -> tuple[list[float], str]:
+    """The fraction of its roof that `kind` reaches in `step` under the profiling pass (effbench's roofline,
+    analysis/roofline.py), against the roofs measured in the same loop: each profiled step's data wait (no
+    kind's time) runs the two microbenchmarks, so roof and model meet the same load; the roof is the median of
+    those reps. Up to `attempts` passes, stopping at the first that reaches `goal` (a burst of load on one side
+    can only lower the fraction). Returns every attempt's fraction and the last bound."""
+    from effbench import schema
+    from effbench.measure import observe, roofs
+    from effbench.measure.profiling import run_profile_pass
+
+    fractions: list[float] = []
+    bound = ""
+    for attempt in range(attempts):
+        compute: list[float] = []
+        memory: list[float] = []
+
+        def interleaved(compute: list[float] = compute, memory: list[float] = memory) -> Iterator[None]:
+            while True:
+                compute.append(roofs.matmul_tflops(device, precision, n=matmul_n, reps=2)[0])
+                memory.append(roofs.copy_gb_s(device, nbytes=copy_bytes, reps=2)[0])
+                yield None
+
+        info = run_profile_pass(step, interleaved(), device_type=device.type, out_dir=out_dir / f"attempt{attempt}",
+                                wait=0, warmup=1, active=3)  # fmt: skip
+        measured = schema.Roofs(
+            compute=[schema.ComputeRoof(precision=precision, tflops=stats.median(compute))],
+            memory_gb_s=stats.median(memory),
+        )
+        r = observe.roofline_of(info, measured, precision, device_type=device.type, conv_tf32=False,
+                                matmul_tf32=precision == "tf32")  # fmt: skip
+        row = next((k for k in r.kinds if k.kind == kind), None)
+        if row is None:
+            raise RuntimeError(f"the profiled step has no {kind} ops: {[k.kind for k in r.kinds]}")
+        bound = row.bound or ""
+        fractions.append(row.roof_fraction or 0.0)
+        if max(fractions) >= goal:
+            break
+    return fractions, bound
+
+
+def check_roofline(ctx: Context) -> list[Check]:
+    """A matmul-only and an element-wise-only model (reference.py) through the profiling pass's roofline, each
+    against the roofs measured beside it: the one >= 70% of the compute roof and compute-bound, the other >= 50%
+    of the memory roof and memory-bound. On the CPU on one thread (two on a shared 2-core machine stall each other)."""
+    import torch
+
+    from effbench.analysis import roofline
+    from effbench.measure import roofs
+    from effbench.selftest.reference import ElementwiseOnly, MatmulOnly
+
+    device, cuda = ctx.device, ctx.cuda
+    precision = "bf16" if cuda and torch.cuda.is_bf16_supported() else "fp32"
+    n = roofs.GPU_MATMUL_N if cuda else roofs.CPU_MATMUL_N
+    size = roofs.GPU_COPY_BYTES if cuda else 64 * 2**20  # the CPU's: twice a 32 MiB L3, as the roof's copy
+    rows = []
+    with _threads(None if cuda else 1):
+        cases = (
+            ("matmul-only model", lambda: MatmulOnly(device, getattr(torch, roofs.DTYPE_OF[precision]), n),
+             roofline.MATMUL, "compute"),
+            ("elementwise-only model", lambda: ElementwiseOnly(device, size), roofline.ELEMENTWISE, "memory"),
+        )  # fmt: skip
+        for name, build, kind, want in cases:
+            goal = ROOFLINE_GOALS[name]
+            model = build()
+            fractions, bound = model_against_roofs(
+                device, model, kind, precision=precision, matmul_n=n if kind == roofline.MATMUL else n // 2,
+                copy_bytes=size, out_dir=ctx.folder / "roofline" / name.split()[0], goal=goal,
+            )  # fmt: skip
+            del model
+            ok = max(fractions) >= goal and bound == want
+            rows.append(Check(
+                f"roofline: {name}", PASS if ok else FAIL, f"{max(fractions):.0%} of the {bound} roof, {bound}-bound",
+                f"the {want} roof measured in the same loop", f">= {goal:.0%}, {want}-bound",
+                f"{kind} ops under the profiling pass, {precision}; attempts {', '.join(f'{f:.0%}' for f in fractions)}",
+            ))  # fmt: skip
+    return rows
+
+
 CHECKS: dict[str, Callable[[Context], list[Check]]] = {
     "flops": check_flops,
     "harness": check_harness_vs_bare,
@@ -844,6 +951,7 @@ CHECKS: dict[str, Callable[[Context], list[Check]]] = {
     "data": check_data_path,
     "pipelined": check_pipelined,
     "roofs": check_roofs,
+    "roofline": check_roofline,
 }
 
 

@@ -159,6 +159,43 @@ class PlainCopy:
         return 2.0 * self.nbytes / _host_timed(self.device, assign)
 
 
+class MatmulOnly:
+    """A model that is only large matmuls: two bias-free n x n linear layers on an n x n batch, no autograd, in
+    `dtype` (the roofline check's compute-bound reference: intensity n / 6 FLOP per byte in fp32)."""
+
+    def __init__(self, device: Any, dtype: Any, n: int) -> None:
+        import torch
+
+        torch.manual_seed(0)
+        self.layers = torch.nn.Sequential(torch.nn.Linear(n, n, bias=False), torch.nn.Linear(n, n, bias=False)).to(
+            device, dtype
+        )
+        self.x = torch.randn(n, n, device=device).to(dtype)
+
+    def __call__(self, _batch: Any = None) -> Any:
+        import torch
+
+        with torch.no_grad():
+            return self.layers(self.x)
+
+
+class ElementwiseOnly:
+    """A model that is only large element-wise ops: a.mul_(0.5).add_(b) over two fp32 buffers of `nbytes`, in
+    place (no allocation, no first-touch page faults inside a step): the memory-bound reference, 0 FLOPs counted."""
+
+    def __init__(self, device: Any, nbytes: int) -> None:
+        import torch
+
+        self.a = torch.ones(nbytes // 4, device=device)
+        self.b = torch.full((nbytes // 4,), 0.5, device=device)
+
+    def __call__(self, _batch: Any = None) -> Any:
+        import torch
+
+        with torch.no_grad():
+            return self.a.mul_(0.5).add_(self.b)
+
+
 def _allreduce_rank(rank: int, world: int, init_file: str, numel: int, iters: int, backend: str, out: Any) -> None:
     import torch
     import torch.distributed as dist

@@ -21,6 +21,7 @@ from effbench.analysis import roofline as R
 from effbench.measure import observe, op_events, roofs
 from effbench.measure.flops import step_flops
 from effbench.measure.profiling import run_profile_pass
+from effbench.selftest import checks as st
 
 F32 = 4  # bytes per fp32 element
 CPU = torch.device("cpu")
@@ -190,69 +191,28 @@ def test_kind_times_are_the_profilers_op_times_and_sum_to_the_step_with_the_rema
 
 
 # --------------------------------------------------------------------------------------------------
-# Against the roofs measured in the same loop: each profiled step's data wait runs the two microbenchmarks (the
-# data wait is no kind's time), so roof and model see the same load on a busy 2-core machine; the roof is the
-# median of those reps. One thread; up to three attempts, as a burst of load can still land on one side only.
+# A matmul-only and an elementwise-only model against the roofs measured in the same loop (the selftest's check,
+# effbench/selftest/checks.py check_roofline: the microbenchmarks run in each profiled step's data wait, so roof
+# and model meet the same load on a busy 2-core machine; one thread; up to three attempts)
 # --------------------------------------------------------------------------------------------------
-ATTEMPTS = 3
+def test_a_matmul_only_model_reaches_70pct_of_the_compute_roof_an_elementwise_only_50pct_of_memory(tmp_path):
+    ctx = st.Context(st.SelftestConfig(device="cpu", output=tmp_path), CPU, tmp_path, print)
+    rows = st.check_roofline(ctx)
+    assert [(c.name, c.status) for c in rows] == [
+        ("roofline: matmul-only model", st.PASS),
+        ("roofline: elementwise-only model", st.PASS),
+    ], [(c.measured, c.reason) for c in rows]
+    assert rows[0].measured.endswith("compute-bound") and rows[1].measured.endswith("memory-bound")
 
 
-def _against_roofs(step, tmp_path: Path, kind: str, *, matmul_n: int, copy_bytes: int) -> tuple[list[float], str]:
-    import statistics
-
-    fractions, bound = [], ""
-    for attempt in range(ATTEMPTS):
-        compute: list[float] = []
-        memory: list[float] = []
-
-        def interleaved(compute=compute, memory=memory):
-            while True:
-                compute.append(roofs.matmul_tflops(CPU, "fp32", n=matmul_n, reps=2)[0])
-                memory.append(roofs.copy_gb_s(CPU, nbytes=copy_bytes, reps=2)[0])
-                yield None
-
-        info = run_profile_pass(step, interleaved(), device_type="cpu", out_dir=tmp_path / str(attempt),
-                                wait=0, warmup=1, active=3)  # fmt: skip
-        measured = schema.Roofs(
-            compute=[schema.ComputeRoof(precision="fp32", tflops=statistics.median(compute))],
-            memory_gb_s=statistics.median(memory),
-        )
-        r = observe.roofline_of(info, measured, "fp32", device_type="cpu", conv_tf32=False, matmul_tf32=False)
-        got = row(r, kind)
-        bound = got.bound or ""
-        fractions.append(got.roof_fraction or 0.0)
-        if max(fractions) >= 0.7:
-            break
-    return fractions, bound
-
-
-def test_a_matmul_only_model_reaches_the_compute_roof_and_is_compute_bound(tmp_path):
-    n = roofs.CPU_MATMUL_N
-    with threads(1), torch.no_grad():
-        torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(n, n, bias=False), nn.Linear(n, n, bias=False))
-        x = torch.randn(n, n)
-        fractions, bound = _against_roofs(lambda _: model(x), tmp_path, R.MATMUL, matmul_n=n, copy_bytes=32 * 2**20)
-    assert bound == "compute"
-    assert max(fractions) >= 0.70, fractions
-
-
-def test_an_elementwise_only_model_reaches_the_memory_roof_and_is_memory_bound(tmp_path):
-    size = 64 * 2**20  # twice this machine's L3 (32 MiB); the roof's copy is the same size
-
-    class Elementwise(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.a, self.b = torch.ones(size // 4), torch.full((size // 4,), 0.5)
-
-        def forward(self) -> torch.Tensor:  # in place: no allocation, no first-touch page faults in a step
-            return self.a.mul_(0.5).add_(self.b)
-
-    with threads(1), torch.no_grad():
-        model = Elementwise()
-        fractions, bound = _against_roofs(lambda _: model(), tmp_path, R.ELEMENTWISE, matmul_n=512, copy_bytes=size)
-    assert bound == "memory"
-    assert max(fractions) >= 0.50, fractions
+def test_the_roofline_check_fails_against_roofs_10x_too_high(tmp_path, monkeypatch):
+    real_mm, real_copy = roofs.matmul_tflops, roofs.copy_gb_s
+    monkeypatch.setattr(roofs, "matmul_tflops", lambda *a, **k: (10 * real_mm(*a, **k)[0], "inflated"))
+    monkeypatch.setattr(roofs, "copy_gb_s", lambda *a, **k: (10 * real_copy(*a, **k)[0], "inflated"))
+    monkeypatch.setattr(roofs, "CPU_MATMUL_N", 512)  # quick: only the verdict matters here
+    monkeypatch.setattr(st, "ROOF_ATTEMPTS", 1)
+    ctx = st.Context(st.SelftestConfig(device="cpu", output=tmp_path), CPU, tmp_path, print)
+    assert [c.status for c in st.check_roofline(ctx)] == [st.FAIL, st.FAIL]
 
 
 # --------------------------------------------------------------------------------------------------
