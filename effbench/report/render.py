@@ -442,7 +442,8 @@ def sweep_html(
         sections.append(
             H.Section(
                 roofline_tables.SWEEP_TITLE,
-                [H.table(roof_headers, roof_body, table_id="roofline")] + ([H.paragraph(moved)] if moved else []),
+                [H.table(roof_headers, roof_body, table_id="roofline")]
+                + [H.paragraph(line) for line in (moved, roofline_tables.SWEEP_NOTE) if line],
             )
         )
     for dim in ("gpus", "nproc"):

@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 
 TITLE = "Where the step's time goes, against this machine's roofs"
 SWEEP_TITLE = "Where the step's time goes, kind by kind (ms per step, % of the kind's roof)"
+SWEEP_NOTE = (
+    "Per kind: each cell's profiling pass (a few steps under the profiler), one figure per cell and no interval, "
+    "so a small difference may be noise; the percentage is the kind's fraction of its roof at its intensity "
+    "(docs/roofline.md)."
+)
 HEADERS = ("kind", "ms / step", "share of step", "GFLOP / step", "min MB / step", "FLOP / byte", "achieved",
            "GB/s", "bound", "% of roof", "ms at roof")  # fmt: skip
 READING = (

@@ -667,8 +667,7 @@ def render(rows: Sequence[CellRow], dims: Mapping[str, Sequence[Any]], *, title:
     if roof_body:
         parts += [h(roofline_tables.SWEEP_TITLE), _table(roof_headers, roof_body, fmt)]
         moved = roofline_moved(rows, dims)
-        if moved:
-            parts.append(moved)
+        parts.append((f"{moved}. " if moved else "") + roofline_tables.SWEEP_NOTE)
     parts.append(
         "img/s: the cell's throughput (all measured images over the slowest rank's time, warm-up excluded), with the "
         "95% Student's t interval of its windows' mean (--repeats; none below 3 windows). No best is named along an "

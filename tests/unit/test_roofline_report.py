@@ -64,6 +64,19 @@ def test_the_sweep_table_has_a_column_per_cell_and_names_the_kinds_that_moved():
     assert roofline_tables.sweep_table(["x"], [None]) == ([], [])
 
 
+def test_the_sweep_report_holds_the_kind_by_cell_table():
+    from effbench.report import sweep_tables
+
+    rows = [
+        sweep_tables.CellRow(key=f"00{i}_channels-last-{v}", params={"channels_last": on}, status="ok",
+                             record=record(kinds(dw_ms=dw, conv_ms=2.0)))
+        for i, (v, on, dw) in enumerate((("off", False, 6.0), ("on", True, 2.0)))
+    ]  # fmt: skip
+    text = sweep_tables.render(rows, {"channels_last": [False, True]}, title="t", fmt="text")
+    assert roofline_tables.SWEEP_TITLE in text and "channels-last=off" in text and "channels-last=on" in text
+    assert f"kinds whose time moved most across the cells: {R.DEPTHWISE}" in text
+
+
 def test_compare_gives_b_minus_a_per_kind():
     a, b = kinds(dw_ms=6.0, conv_ms=2.0), kinds(dw_ms=3.0, conv_ms=2.0)
     deltas = R.kind_deltas(a, b)
