@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = ("harness_overhead", "cifar_loader", "food_loader", "smoke_e2e", "profiler_overhead")
+SCRIPTS = ("harness_overhead", "cifar_loader", "food_loader", "smoke_e2e", "profiler_overhead", "roofline")
 ROW = re.compile(r"^\|[^|]+\|[^|]+\|[^|]+\| (\d+\.\d\d) +\| >= [\d.]+ +\| (yes|NO) +\|", re.M)
 
 
