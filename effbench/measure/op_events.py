@@ -20,6 +20,7 @@ output shape, which the profiler does not record, comes from its arguments (anal
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,8 +58,15 @@ def _on_cpu(evt: Any) -> bool:
     return str(getattr(evt, "device_type", "CPU")).rsplit(".", 1)[-1] == "CPU"
 
 
+@functools.lru_cache(maxsize=4096)
 def is_op(name: str) -> bool:
+    """An op a head can be: aten::, c10d:: and the backends' collectives (by name, once per name)."""
     return name.startswith(OP_PREFIXES) or roofline.is_communication(name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_fused(name: str) -> bool:
+    return roofline.is_fused(name)
 
 
 def _frozen(v: Any) -> Any:
@@ -169,7 +177,7 @@ def _head_of(e: Any, memo: dict[int, Any]) -> Any:
             chain.append(p)
             p = getattr(p, "cpu_parent", None)
         head = next((x for x in reversed(chain) if is_op(x.name)), None)
-        memo[key] = head if head is not None else next((x for x in chain if roofline.is_fused(x.name)), None)
+        memo[key] = head if head is not None else next((x for x in chain if _is_fused(x.name)), None)
     return memo[key]
 
 
