@@ -134,7 +134,8 @@ def run_html(
     w = windows.windows_of(record, steps)
     sections = []
     verdict = report.verdict_line(record)
-    top = [H.bullets([verdict])] if verdict else []
+    lines = [line for line in (verdict, *roofline_tables.verdict_lines(record)) if line]
+    top = [H.bullets(lines)] if lines else []
     err = record.error
     if err is not None and (err.model_fields_set or err.model_extra):
         top.append(H.paragraph(f"{record.status}: {err.type}: {err.message}", cls="error"))

@@ -3,6 +3,7 @@ and the sweep's kind-by-cell table (compare's B - A per kind is analysis/compare
 
     TITLE, HEADERS, rows(r)           the run's table: "where the step's time goes, against this machine's roofs"
     notes(record)                     the roofs, the verdict, the ceiling and how to read the table
+    verdict_lines(record)             the verdict and the ceiling alone (the page's top)
     block(record, fmt)                all of it as text or markdown, for report.txt / report.md / the terminal
     sweep_table(labels, roofs)        one row per kind, a column per cell: ms per step and the share of its roof
     moved_line(labels, roofs)         the kinds whose time moved most across the cells
@@ -109,6 +110,18 @@ def roofs_line(roofs: schema.Roofs | None, r: schema.Roofline | None = None) -> 
     return f"roofs of {roofs.device}{threads} ({when}{roofs.measured_at}): {', '.join(parts)}{ridge}"
 
 
+def verdict_lines(record: schema.Results) -> list[str]:
+    """The roofline's verdict and ceiling, for the page's top: [] without them."""
+    r = record.roofline
+    if r is None:
+        return []
+    out = [f"Roofline: {r.verdict}"] if r.verdict else []
+    ceiling = R.ceiling_line(r)
+    if ceiling:
+        out.append(ceiling[0].upper() + ceiling[1:])
+    return out
+
+
 def notes(record: schema.Results) -> list[str]:
     """The lines under the table: the roofs, the verdict, the ceiling, the remainder, how to read it."""
     r = record.roofline
@@ -120,11 +133,7 @@ def notes(record: schema.Results) -> list[str]:
         out.append(f"roofs not measured ({record.roofs_error}): times, FLOPs and bytes without a bound")
     if r is None:
         return out
-    if r.verdict:
-        out.append(f"Roofline: {r.verdict}")
-    ceiling = R.ceiling_line(r)
-    if ceiling:
-        out.append(ceiling[0].upper() + ceiling[1:])
+    out += verdict_lines(record)
     out.append(READING.format(basis=r.time_basis or "-"))
     return out
 
