@@ -298,6 +298,114 @@ class Profile(_Model):
     """Why the exposed share could not be read from the trace."""
 
 
+class ComputeRoof(_Model):
+    """One measured matmul roof (measure/roofs.py) at one precision."""
+
+    precision: str
+    """fp32 (full FP32), tf32, bf16 or fp16: the analysis.efficiency.PEAK_TFLOPS column it is held against."""
+    tflops: Pos = None
+    """Attainable dense matmul TFLOP/s measured on this device: the best rep."""
+    datasheet_tflops: Pos = None
+    """The GPU's dense datasheet peak at the precision (analysis.efficiency.PEAK_TFLOPS); none on the CPU."""
+    how: str | None = None
+    """The microbenchmark: operands, reps, threads, clock."""
+
+
+class Roofs(_Model):
+    """This machine's two roofs for the roofline: measured outside the timed steps (before the profiling
+    pass) by microbenchmarks that share no code with the model path, cached per machine (measure/roofs.py)."""
+
+    device: str | None = None
+    """The device measured: the GPU's name, or the CPU's model."""
+    threads: int | None = None
+    """torch's intra-op threads the CPU roofs ran on (the run's)."""
+    compute: list[ComputeRoof] = []
+    """The matmul roof at the run's precision, and at fp32 where that differs."""
+    memory_gb_s: Pos = None
+    """Attainable memory bandwidth: a large device copy, bytes read + written (STREAM's convention), GB/s (1e9)."""
+    memory_datasheet_gb_s: Pos = None
+    """The GPU's datasheet memory bandwidth, GB/s (analysis.efficiency.PEAK_MEM_GB_S); none on the CPU."""
+    memory_how: str | None = None
+    """The copy: its size, reps, threads, clock."""
+    measured_at: str | None = None
+    """ISO 8601 time the roofs were measured (by this run, or by an earlier one when cached)."""
+    cached: bool | None = None
+    """True when read from the machine's cache (cache_file), measured by an earlier run."""
+    cache_file: str | None = None
+    """The per-machine cache the roofs were read from or written to."""
+    cache_key: str | None = None
+    """Hostname, device, torch version, threads and precisions: what a cached entry must match."""
+    cache_note: str | None = None
+    """Why the roofs could not be written to the cache (the run goes on)."""
+
+
+class KindRow(_Model):
+    """One kind of operation in the profiled step (analysis/roofline.py), per step."""
+
+    kind: str
+    """convolution, depthwise/grouped conv, matmul/linear, batch norm, ... (analysis.roofline.KINDS)."""
+    calls: Pos = None
+    """Ops of the kind per step."""
+    time_s: Pos = None
+    """Time per step: device time of the kernels its ops launched (CUDA), or their self CPU time (CPU), s."""
+    share_of_step: Pos = None
+    """time_s over the profiled step time."""
+    flops: Pos = None
+    """FLOPs per step (the validated counter's formulas: convolutions and matmuls; 0 for the rest)."""
+    min_bytes: Pos = None
+    """Minimum memory traffic per step: every input read once and every output written once, bytes."""
+    intensity_flop_per_byte: Pos = None
+    """flops / min_bytes."""
+    achieved_tflops: Pos = None
+    """flops / time_s / 1e12."""
+    achieved_gb_s: Pos = None
+    """min_bytes / time_s / 1e9."""
+    compute_roof_tflops: Pos = None
+    """The compute roof the kind is held against (its precision's), TFLOP/s."""
+    bound: str | None = None
+    """memory or compute: which side of the ridge point its intensity falls on; none without a roof."""
+    roof_fraction: Pos = None
+    """Achieved over the roof at its intensity (min(compute, intensity x memory)); above 1 when its data fit in cache."""
+    roof_time_s: Pos = None
+    """The time at its roof: max(flops / compute roof, min_bytes / memory roof), s."""
+
+
+class Roofline(_Model):
+    """Where the profiled step's time goes, against this machine's roofs (analysis/roofline.py)."""
+
+    time_basis: str | None = None
+    """What a kind's time is: device time (CUDA) or self CPU time on the step's thread (CPU)."""
+    steps: int | None = None
+    """Profiled steps the figures are the mean of."""
+    step_time_s: Pos = None
+    """The profiled step's host time (data wait + step), s."""
+    data_wait_s: Pos = None
+    """Of it, waiting for the loader, s."""
+    ops_time_s: Pos = None
+    """The kinds' times summed, s."""
+    unattributed_s: Num = None
+    """step_time_s - data_wait_s - ops_time_s: time in no op (Python, autograd, launches, the profiler's own
+    ranges); on CUDA, device time no kernel covered; negative when kernels overlapped on several streams."""
+    compute_roof_tflops: Pos = None
+    """The compute roof of the convolutions and element-wise kinds, TFLOP/s."""
+    compute_roof_precision: str | None = None
+    """Its precision column."""
+    matmul_roof_tflops: Pos = None
+    """The matmul kind's compute roof where it differs (fp32 matmuls without TF32 on CUDA), TFLOP/s."""
+    memory_roof_gb_s: Pos = None
+    """The memory roof, GB/s."""
+    ridge_flop_per_byte: Pos = None
+    """compute roof / memory roof: the intensity above which a kind is compute-bound."""
+    ceiling_time_s: Pos = None
+    """The step if every kind ran at its roof (kinds with no roof as measured; no time outside ops), s."""
+    ceiling_speedup: Pos = None
+    """step_time_s / ceiling_time_s: at most this many times faster on this hardware."""
+    verdict: str | None = None
+    """The kind with the most time above its roof, with its share and roof fraction."""
+    kinds: list[KindRow] = []
+    """One row per kind seen, by time."""
+
+
 class Verdict(_Model):
     bottleneck: str
     """data, compute, communication, host, ... (analysis/efficiency.py BOTTLENECKS)."""
@@ -808,6 +916,12 @@ class Results(_Model):
     """The profiling pass: per-phase times, the tables and trace files, the profiler's own cost."""
     profile_error: str | None = None
     """Why the profiling pass failed (the training figures stand)."""
+    roofs: Roofs | None = None
+    """This machine's measured compute and memory roofs, how they were taken (with the profiling pass)."""
+    roofs_error: str | None = None
+    """Why the roofs could not be measured (the profiling pass goes on)."""
+    roofline: Roofline | None = None
+    """The profiled step's time per kind of operation against the roofs, the verdict and the ceiling."""
     verdict: Verdict | None = None
     """The bottleneck in plain words, its evidence and the advice."""
     time_to_accuracy: TimeToAccuracy | None = None

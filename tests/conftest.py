@@ -13,6 +13,7 @@ import functools
 import http.server
 import os
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,6 +42,10 @@ os.environ["EFFBENCH_MOUNTINFO"] = os.devnull
 # plan and record. libgomp reads it when it loads: set before any test imports torch, inherited by the
 # runs tests start. A value the user exported wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+# The roofs every profiled run measures are cached per machine (effbench/measure/roofs.py): one cache for the
+# session, so its runs measure once and the user's own cache (~/.cache/effbench) is never written by a test.
+os.environ.setdefault("EFFBENCH_CACHE_DIR", tempfile.mkdtemp(prefix="effbench-test-cache-"))
 
 
 @pytest.fixture

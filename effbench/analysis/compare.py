@@ -26,7 +26,7 @@ from tabulate import tabulate
 
 from effbench import results
 from effbench.results import StepRow
-from effbench.analysis import stats
+from effbench.analysis import roofline, stats
 from effbench.analysis import windows
 from effbench.datasets import chance_note
 from effbench.errors import EffbenchError
@@ -287,6 +287,39 @@ def render_runs(deltas: Sequence[MetricDelta], *, a_name: str, b_name: str, diff
     return f"A: {a_name}\nB: {b_name}\n{diff}\n\n{table}\n\n{conclusion(deltas)}\n"
 
 
+KIND_HEADERS = ("kind", "A ms / step", "B ms / step", "B - A ms", "B - A %", "A % of roof", "B % of roof")
+KIND_NOTE = (
+    "Per kind of operation: each run's profiling pass (a few steps under the profiler, analysis/roofline.py), one "
+    "figure a side, so no interval: a small difference may be noise."
+)
+
+
+def kind_rows(deltas: Sequence[roofline.KindDelta]) -> list[list[str]]:
+    """compare's per-kind rows: each kind's time per step in A and B, B - A, and the fraction of its roof."""
+
+    def ms(s: float | None) -> str:
+        return "-" if s is None else f"{1e3 * s:,.{decimals([1e3 * s], least=2, most=4)}f}"
+
+    def pct(f: float | None) -> str:
+        return "-" if f is None else f"{100 * f:.1f}%" if f < 0.1 else f"{100 * f:.0f}%"
+
+    out = []
+    for d in deltas:
+        change = d.delta_s
+        rel = f"{100 * change / d.a_s:+.0f}%" if change is not None and d.a_s else "-"
+        shown = "-" if change is None else f"{1e3 * change:+,.{decimals([1e3 * change], least=2, most=4)}f}"
+        out.append([d.kind, ms(d.a_s), ms(d.b_s), shown, rel, pct(d.a_roof), pct(d.b_roof)])
+    return out
+
+
+def render_kinds(deltas: Sequence[roofline.KindDelta]) -> str:
+    """B - A per kind (`roofline.kind_deltas`) as a table with its note; "" when a run has no roofline."""
+    if not deltas:
+        return ""
+    table = tabulate(kind_rows(deltas), headers=KIND_HEADERS, tablefmt="simple", disable_numparse=True)
+    return f"\n{table}\n\n{KIND_NOTE}\n"
+
+
 def match_cells(
     a_rows: Sequence[CellRow], b_rows: Sequence[CellRow]
 ) -> tuple[list[tuple[CellRow, CellRow]], list[str]]:
@@ -329,6 +362,15 @@ def render_sweeps(a_rows: Sequence[CellRow], b_rows: Sequence[CellRow], *, a_nam
             significant += bool(d.significant) and d.metric.startswith("throughput")
     table = tabulate(body, headers=("cell", *HEADERS), tablefmt="simple", disable_numparse=True)
     lines = [f"A: {a_name}", f"B: {b_name}", f"{len(pairs)} cells matched by their swept values", "", table, ""]
+    kinds = [
+        [ra.key, *row]
+        for ra, rb in pairs
+        if ra.record is not None and rb.record is not None
+        for row in kind_rows(roofline.kind_deltas(ra.record.roofline, rb.record.roofline))
+    ]
+    if kinds:
+        kind_table = tabulate(kinds, headers=("cell", *KIND_HEADERS), tablefmt="simple", disable_numparse=True)
+        lines += [kind_table, "", KIND_NOTE, ""]
     if alone:
         lines += ["not compared: " + "; ".join(alone), ""]
     if not pairs:

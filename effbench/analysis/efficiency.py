@@ -183,6 +183,56 @@ def peak_tflops(gpu_name: str | None, precision: str, sm_count: int | None = Non
     return PEAK_TFLOPS[model].get(precision.lower())
 
 
+# Peak memory bandwidth per GPU, GB/s (1e9 bytes/s), from the same datasheets as PEAK_TFLOPS: the roofline's
+# datasheet memory roof beside the measured one (measure/roofs.py). A row whose datasheet gives one figure for
+# parts with different memories (GH200: 4 TB/s HBM3 or 4.9 TB/s HBM3e; A100 40GB or 80GB) is resolved by the
+# name's memory size (`peak_mem_gb_s`) or left out: a wrong roof is worse than none.
+PEAK_MEM_GB_S: dict[str, float] = {
+    # NVIDIA H100 Tensor Core GPU datasheet: GPU memory bandwidth 3.35 TB/s (SXM), 2 TB/s (PCIe), 3.9 TB/s (NVL).
+    "H100 SXM": 3350.0,
+    "H100 PCIe": 2000.0,
+    "H100 NVL": 3900.0,
+    # NVIDIA H200 Tensor Core GPU datasheet: GPU memory bandwidth 4.8 TB/s (H200 SXM and H200 NVL).
+    "H200 SXM": 4800.0,
+    "H200 NVL": 4800.0,
+    # NVIDIA V100 Tensor Core GPU datasheet: memory bandwidth 900 GB/s (SXM2, PCIe), 1134 GB/s (V100S PCIe).
+    "V100 SXM2": 900.0,
+    "V100 PCIe": 900.0,
+    "V100S PCIe": 1134.0,
+    # NVIDIA L40S datasheet: GPU memory bandwidth 864 GB/s.
+    "L40S": 864.0,
+    # NVIDIA L4 datasheet: GPU memory bandwidth 300 GB/s.
+    "L4": 300.0,
+    # NVIDIA A10 datasheet: GPU memory bandwidth 600 GB/s.
+    "A10": 600.0,
+    # NVIDIA T4 datasheet: GPU memory bandwidth 320+ GB/s.
+    "T4": 320.0,
+    # NVIDIA Ada GPU Architecture whitepaper (v2.1), RTX 4090: memory bandwidth 1008 GB/s.
+    "RTX 4090": 1008.0,
+    # NVIDIA Ampere GA102 GPU Architecture whitepaper (v2), RTX 3090: memory bandwidth 936 GB/s.
+    "RTX 3090": 936.0,
+}
+# NVIDIA A100 Tensor Core GPU datasheet, GPU memory bandwidth: A100 40GB PCIe 1,555 GB/s, 80GB PCIe 1,935 GB/s,
+# 40GB SXM 1,555 GB/s, 80GB SXM 2,039 GB/s; NVML names the part "NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe".
+A100_MEM_GB_S = {("40gb", False): 1555.0, ("40gb", True): 1555.0, ("80gb", False): 2039.0, ("80gb", True): 1935.0}
+
+
+def peak_mem_gb_s(gpu_name: str | None) -> float | None:
+    """Datasheet memory bandwidth of one whole GPU, GB/s; None for an unknown GPU, an A100 whose name gives no
+    memory size, a GH200 (two memories, one name) or a MIG instance (its share of the memory slices is not its
+    share of the SMs)."""
+    if not gpu_name:
+        return None
+    tokens = _tokens(gpu_name)
+    if "mig" in tokens:
+        return None
+    model = _model_of(tokens)
+    if model == "A100":
+        size = next((t for t in ("40gb", "80gb") if any(tok.startswith(t) for tok in tokens)), None)
+        return A100_MEM_GB_S.get((size, "pcie" in tokens)) if size else None
+    return PEAK_MEM_GB_S.get(model) if model else None
+
+
 TF32_MIN_CAPABILITY = (8, 0)
 """TF32 tensor cores arrive with Ampere (sm_80); on Volta/Turing (T4 is 7.5) `cudnn.allow_tf32` changes
 nothing and fp32 convolutions run at the plain FP32 rate (NVIDIA Ampere architecture whitepaper, "TF32")."""

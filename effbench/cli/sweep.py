@@ -202,6 +202,7 @@ def compare(
     With a --fail-if-* gate it is a CI check: exit 1 on a regression beyond the threshold and noise, else 0."""
     from effbench.analysis import compare as cmp
     from effbench import liveness
+    from effbench.analysis import roofline
     from effbench.report import render
     from effbench.analysis import windows
 
@@ -248,6 +249,9 @@ def compare(
             ),
             nl=False,
         )
+        per_kind = cmp.render_kinds(roofline.kind_deltas(ra.roofline, rb.roofline))
+        if per_kind:
+            typer.echo(per_kind, nl=False)
         gates = []
         if fail_if_slower is not None:
             wa = [x for x in windows.windows_of(ra, sa).throughput_img_s or [] if x is not None]

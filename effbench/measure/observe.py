@@ -374,6 +374,8 @@ def summarize(
     flops_matmul_image: float | None = None,
     tf32_matmul_enabled: bool = False,
     verdict: bool = True,
+    roofs: schema.Roofs | None = None,
+    roofs_error: str | None = None,
 ) -> schema.Results:
     """`record` (not changed) with its observability fields set from the measurements. Pure: no torch, no I/O.
 
@@ -391,7 +393,10 @@ def summarize(
 
     The verdict's GPU utilisation and process CPU, and images per joule, read the utilisation summary's
     `measured_window` (the measured steps alone). A summary without one (no window marked) has no energy;
-    its utilisation, and the CPU figures of a window too short to hold a sample, are the whole block's."""
+    its utilisation, and the CPU figures of a window too short to hold a sample, are the whole block's.
+
+    `roofs`: this machine's (measure/roofs.py); with the profiling pass's ops they make the roofline section
+    (analysis/roofline.py), each kind held against its precision's compute roof (the MFU's column rule)."""
     out = record.model_copy()
     device_type = run_device_type(record)
     throughput = record.throughput_img_s
@@ -430,6 +435,7 @@ def summarize(
             out.images_per_j = per_j
     if profile_info:
         out.profile = _profile(profile_info, timed_step_times_s, run_dir)
+    _add_roofline(out, profile_info, roofs, roofs_error, tf32=(tf32_enabled, tf32_matmul_enabled))
     phases = profile_info.phases if profile_info else []
     gpu_util, host = _verdict_scope(utilization)
     peak_fraction, outside_gib = None, None
@@ -499,6 +505,66 @@ def _job_devices(
     if gpus:
         return [on(gpus[0].name, gpus[0].capability, gpus[0].sm_count)] * devices
     return [on(None, None, None)] * devices
+
+
+def _add_roofline(
+    out: schema.Results,
+    info: ProfileInfo | None,
+    roofs: schema.Roofs | None,
+    roofs_error: str | None,
+    *,
+    tf32: tuple[bool, bool],
+) -> None:
+    """The record's roofs and, with the profiling pass's ops, its roofline (in place on `out`, summarize's copy)."""
+    if roofs is not None:
+        out.roofs = roofs
+    if roofs_error:
+        out.roofs_error = roofs_error
+    if info is None or info.ops is None or not info.profiled_step_time_s:
+        return
+    device_type = run_device_type(out)
+    caps = [g.capability for g in out.env.gpus]
+    capability = analysis.parse_capability(caps[0]) if device_type == "cuda" and caps else None
+    out.roofline = roofline_of(
+        info, roofs, out.precision or "fp32", device_type=device_type, conv_tf32=tf32[0], matmul_tf32=tf32[1],
+        capability=capability,
+    )  # fmt: skip
+
+
+def roofline_of(
+    info: ProfileInfo,
+    roofs: schema.Roofs | None,
+    precision: str,
+    *,
+    device_type: str,
+    conv_tf32: bool,
+    matmul_tf32: bool,
+    capability: tuple[int, int] | None = None,
+) -> schema.Roofline:
+    """The profiled step per kind (analysis/roofline.py) against `roofs`: the convolutions and the rest against
+    the roof of the column their FLOPs run at, the matmuls against theirs (analysis.kind_precisions' rule: on
+    CUDA an fp32 run's convolutions use TF32 when cuDNN may, its matmuls only when cuBLAS may)."""
+    from effbench.analysis import roofline
+
+    trace = info.ops
+    by_precision = {c.precision: c.tflops for c in (roofs.compute if roofs else []) if c.tflops}
+    if device_type == "cuda":
+        conv_col = analysis.peak_precision(precision, tf32_enabled=conv_tf32, capability=capability)
+        mm_col = analysis.peak_precision(precision, tf32_enabled=matmul_tf32, capability=capability)
+    else:
+        conv_col = mm_col = precision
+    steps = max(int(trace.steps), 1)
+    return roofline.roofline(
+        trace.ops,
+        steps=steps,
+        step_time_s=float(info.profiled_step_time_s or 0.0),
+        data_wait_s=trace.data_wait_s / steps,
+        time_basis=trace.time_basis,
+        compute_roof_tflops=by_precision.get(conv_col),
+        compute_roof_precision=conv_col,
+        matmul_roof_tflops=by_precision.get(mm_col),
+        memory_roof_gb_s=roofs.memory_gb_s if roofs else None,
+    )
 
 
 def _profile(info: ProfileInfo, timed_step_times_s: Sequence[float], run_dir: Path | None) -> schema.Profile:

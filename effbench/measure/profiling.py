@@ -132,6 +132,8 @@ class ProfileInfo:
     """False on CPU-only runs."""
     comm: Comm | None = None
     """CUDA: the collectives on the trace's timeline."""
+    ops: Any = None
+    """The active steps' ops for the roofline (measure/op_events.OpTrace); None when no active step ran."""
 
 
 def _device_and_stream(evt: dict[str, Any]) -> tuple[Any, Any]:
@@ -542,6 +544,11 @@ def _outputs(
     atomic_write_text(dev_path, header + dev_text + "\n")
 
     phases = phase_breakdown(prof.events() if counts["active"] else [], with_device=on_cuda)
+    ops = None
+    if counts["active"]:  # the roofline's ops (measure/op_events.py)
+        from effbench.measure import op_events
+
+        ops = op_events.collect(prof.events(), on_cuda=on_cuda)
     table = phase_table(phases)
     atomic_write_text(phases_path, header + table + "\n")
     return ProfileInfo(
@@ -556,4 +563,5 @@ def _outputs(
         warmup_steps=counts["warmup"],
         device_table=on_cuda,
         comm=comm,
+        ops=ops,
     )

@@ -11,6 +11,7 @@ no global backend, no display needed) and writes `path`. Nothing here reads resu
     data_time_vs_workers data-loading time per epoch (measured steps) vs DataLoader workers
     scaling             throughput and efficiency vs device count, with the ideal lines
     throughput_and_time_to_target  images/s and time to a --target-top1 vs batch size, side by side
+    roofline            each kind of op at its intensity and achieved FLOP/s, sized by its share, under both roofs
 """
 
 from __future__ import annotations
@@ -393,4 +394,51 @@ def throughput_and_time_to_target(
     ax_t.set_title(f"{title}: throughput")
     ax_a.set_ylabel(f"training s to val top-1 >= {target:g}")
     ax_a.set_title(f"{title}: time to accuracy")
+    return _save(fig, path)
+
+
+def roofline(
+    points: Sequence[tuple[str, float, float, float]],
+    path: Path,
+    *,
+    compute_flop_s: float,
+    memory_byte_s: float,
+    title: str,
+    other_compute: Mapping[str, float] | None = None,
+    min_intensity: float | None = None,
+) -> Path:
+    """The roofline (Williams, Waterman and Patterson 2009) on log-log axes: the memory roof (FLOP/s = intensity x
+    bytes/s) up to the ridge point, the compute roof after it, and each kind as a point (kind, intensity FLOP/byte,
+    achieved FLOP/s, share of step) whose area is its share of the step, named in the legend (and beside it when
+    it has counted FLOPs). `other_compute`: further compute roofs drawn dashed (a matmul precision's);
+    `min_intensity`: the intensity kinds with no counted FLOPs were placed at, marked by a dotted line."""
+    fig = _figure(10.0, 5.5)
+    ax = fig.add_subplot()
+    intensities = [i for _, i, _, _ in points] or [1.0]
+    ridge = compute_flop_s / memory_byte_s
+    lo = min([*intensities, ridge]) / 10
+    hi = max([*intensities, ridge]) * 10
+    ax.plot([lo, ridge], [lo * memory_byte_s, compute_flop_s], color="black", lw=2,
+            label=f"memory roof, {memory_byte_s / 1e9:,.1f} GB/s")  # fmt: skip
+    ax.plot([ridge, hi], [compute_flop_s, compute_flop_s], color="black", lw=2, ls="-.",
+            label=f"compute roof, {compute_flop_s / 1e9:,.1f} GFLOP/s")  # fmt: skip
+    for label, flop_s in (other_compute or {}).items():
+        ax.plot([flop_s / memory_byte_s, hi], [flop_s, flop_s], color="gray", lw=1, ls="--",
+                label=f"{label}, {flop_s / 1e9:,.1f} GFLOP/s")  # fmt: skip
+    for i, (kind, intensity, flop_s, share) in enumerate(points):
+        ax.scatter([intensity], [flop_s], s=40 + 2000 * max(share, 0.0), color=f"C{i % 10}", alpha=0.6,
+                   edgecolors="black", linewidths=0.5, label=f"{kind} ({100 * share:.0f}% of step)")  # fmt: skip
+        if intensity != min_intensity:
+            ax.annotate(kind, (intensity, flop_s), textcoords="offset points", xytext=(8, 4), fontsize=8)
+    if min_intensity is not None and any(i == min_intensity for _, i, _, _ in points):
+        ax.axvline(min_intensity, color="gray", lw=0.5, ls=":")
+        ax.annotate("no counted FLOPs:\nat their bandwidth", (min_intensity, 0.02), xycoords=("data", "axes fraction"),
+                    textcoords="offset points", xytext=(4, 0), fontsize=7, color="gray")  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_xlabel("arithmetic intensity (FLOP / byte of minimum traffic)")
+    ax.set_ylabel("FLOP/s")
+    ax.set_title(title)
+    fig.legend(loc="outside right upper", fontsize=7, markerscale=0.4, frameon=False)
     return _save(fig, path)

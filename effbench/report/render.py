@@ -27,6 +27,7 @@ from effbench.report import bounds, outputs
 from effbench.sweep import manifest as M
 from effbench import liveness, results, safe_files
 from effbench.report import tables as report
+from effbench.report import roofline_tables
 from effbench.report import sweep_tables as sweep_report
 from effbench.analysis import epoch_time, scaling, windows
 from effbench.errors import EffbenchError
@@ -80,7 +81,29 @@ def run_plots(record: schema.Results, out_dir: Path) -> tuple[list[Plot], list[s
         _draw(made, problems, "Top-1 accuracy per epoch" + (f" (dotted: the target, {target:g})" if target else ""), lambda: plots.top1_per_epoch(
             {str(record.config.arch or "run"): {"train": [e.train_top1 for e in epochs], "val": [e.val_top1 for e in epochs]}},
             out_dir / "top1_per_epoch.png", title="Top-1 per epoch", target=target))  # fmt: skip
+    roofline_chart(record.roofline, out_dir, made, problems)
     return made, problems
+
+
+ROOFLINE_PNG = "roofline.png"
+
+
+def roofline_chart(r: schema.Roofline | None, out_dir: Path, made: list[Plot], problems: list[str]) -> None:
+    """The run's roofline chart (plots.roofline) when its roofs were measured."""
+    from effbench.report import plots
+
+    if r is None or not r.compute_roof_tflops or not r.memory_roof_gb_s:
+        return
+    points = roofline_tables.chart_points(r)
+    other = {f"matmul roof ({'fp32' if r.compute_roof_precision == 'tf32' else 'matmul precision'})": r.matmul_roof_tflops * 1e12} if r.matmul_roof_tflops else None  # fmt: skip
+    caption = (
+        f"{roofline_tables.TITLE}: each kind at its arithmetic intensity and achieved FLOP/s, its area its share of "
+        "the step; kinds with no counted FLOPs sit at their bandwidth on the memory side"
+    )
+    _draw(made, problems, caption, lambda: plots.roofline(
+        points, out_dir / ROOFLINE_PNG, compute_flop_s=float(r.compute_roof_tflops or 0) * 1e12,
+        memory_byte_s=float(r.memory_roof_gb_s or 0) * 1e9, title=f"Roofline ({r.compute_roof_precision})",
+        other_compute=other, min_intensity=roofline_tables.MIN_INTENSITY))  # fmt: skip
 
 
 def window_rows(w: schema.Windows) -> list[list[str]]:
@@ -119,7 +142,8 @@ def run_html(
     w = windows.windows_of(record, steps)
     sections = []
     verdict = report.verdict_line(record)
-    top = [H.bullets([verdict])] if verdict else []
+    lines = [line for line in (verdict, *roofline_tables.verdict_lines(record)) if line]
+    top = [H.bullets(lines)] if lines else []
     err = record.error
     if err is not None and (err.model_fields_set or err.model_extra):
         top.append(H.paragraph(f"{record.status}: {err.type}: {err.message}", cls="error"))
@@ -145,6 +169,18 @@ def run_html(
                 [H.table(report.PHASE_HEADERS, phases)],
             )
         )
+    r = record.roofline
+    if r is not None and r.kinds:
+        roof_png = [p for p in plots if p[0].name == ROOFLINE_PNG]
+        sections.append(
+            H.Section(
+                roofline_tables.TITLE,
+                [H.table(roofline_tables.headers(r), roofline_tables.rows(r), table_id="roofline")]
+                + _images(roof_png)
+                + [H.paragraph(line) for line in roofline_tables.notes(record)],
+            )
+        )
+        plots = [p for p in plots if p[0].name != ROOFLINE_PNG]
     sections.append(H.Section("Charts", _images(plots) + [H.paragraph(p) for p in problems]))
     sections.append(
         H.Section("Environment", [H.key_values(H.environment_pairs(env or record.env), table_id="environment")])
@@ -418,6 +454,16 @@ def sweep_html(
         if dim in idle:
             parts.append(H.paragraph(f"{idle[dim]}: {sweep_report.IDLE_NOTE}"))
         sections.append(H.Section(f"By {dim_option(dim)}", parts))
+    roof_headers, roof_body = sweep_report.roofline_table(rows, dims)
+    if roof_body:
+        moved = sweep_report.roofline_moved(rows, dims)
+        sections.append(
+            H.Section(
+                roofline_tables.SWEEP_TITLE,
+                [H.table(roof_headers, roof_body, table_id="roofline")]
+                + [H.paragraph(line) for line in (moved, roofline_tables.SWEEP_NOTE) if line],
+            )
+        )
     for dim in ("gpus", "nproc"):
         if dim in varied(dims) and dim not in idle:  # no speedup along devices that changed nothing
             for g, members in sweep_report.groups(rows, names, dim).items():

@@ -24,6 +24,7 @@ from effbench.analysis import windows
 from effbench.analysis.efficiency import CONTENDED
 from effbench.datasets import chance_note
 from effbench.fmt import fit_table, fmt_value, grid, interval, md, printable, wrap_text
+from effbench.report import roofline_tables
 from effbench.sweep.spec import dim_option, show, varied
 
 if TYPE_CHECKING:
@@ -646,6 +647,23 @@ TERMINAL_DROP = (
 )
 
 
+def _roofline_cells(rows: Sequence[CellRow], dims: Mapping[str, Sequence[Any]]) -> tuple[list[str], list[Any]]:
+    """The cells that have a roofline (a profiling pass), labelled by their varied values."""
+    ran_rows = [r for r in rows if r.record is not None and r.record.roofline is not None]
+    labels = chart_labels(ran_rows, varied(dims) or list(dims))
+    return labels, [r.record.roofline for r in ran_rows if r.record is not None]
+
+
+def roofline_table(rows: Sequence[CellRow], dims: Mapping[str, Sequence[Any]]) -> tuple[list[str], list[list[str]]]:
+    """Each kind's time per step and fraction of its roof, a column per cell (report/roofline_tables.py)."""
+    return roofline_tables.sweep_table(*_roofline_cells(rows, dims))
+
+
+def roofline_moved(rows: Sequence[CellRow], dims: Mapping[str, Sequence[Any]]) -> str | None:
+    """Which kinds' time moved most across the cells (what --channels-last or --compile changed)."""
+    return roofline_tables.moved_line(*_roofline_cells(rows, dims))
+
+
 def _table(
     headers: Sequence[str],
     body: Sequence[Sequence[str]],
@@ -698,6 +716,11 @@ def render(
                     mode = members[0].params.get("scaling") or (record and record.config.scaling) or "weak"
                     text = scaling_table.render(srows, scaling=mode, fmt=fmt, width=width, left=left)
                     parts += [h(f"Scaling [{group}]" if group else "Scaling"), text.split("\n", 2)[-1].strip()]
+    roof_headers, roof_body = roofline_table(rows, dims)
+    if roof_body:
+        parts += [h(roofline_tables.SWEEP_TITLE), _table(roof_headers, roof_body, fmt, width, left)]
+        moved = roofline_moved(rows, dims)
+        parts.append(shown((f"{moved}. " if moved else "") + roofline_tables.SWEEP_NOTE))
     parts.append(
         "img/s: the cell's throughput (all measured images over the slowest rank's time, warm-up excluded), with the "
         "95% Student's t interval of its windows' mean (--repeats; none below 3 windows). No best is named along an "

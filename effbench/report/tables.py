@@ -11,7 +11,7 @@ from effbench.analysis.time_to_accuracy import describe as describe_tta
 from effbench.config import typed_option
 from effbench.datasets import CATALOG, chance_note
 from effbench.analysis.windows import describe_windows, more_windows_fix, summary_of
-from effbench.report import bounds
+from effbench.report import bounds, roofline_tables
 from effbench.fmt import decimals, fmt_value, grid, interval, md, printable
 
 if TYPE_CHECKING:
@@ -335,6 +335,7 @@ def render(results: schema.Results, fmt: str = "text") -> str:
     phases = phase_rows(results)
     phase_table = grid(phases, PHASE_HEADERS, fmt) if phases else ""
     verdict = verdict_line(results) or ""
+    roof = roofline_tables.block(results, fmt)
     skipped = skipped_images_warning(results)
     title = f"effbench run {results.run_name or ''}".strip()
     notes = (
@@ -353,11 +354,15 @@ def render(results: schema.Results, fmt: str = "text") -> str:
         parts += ["## Summary", summary, "## Epochs", epochs]
         if phase_table:
             parts += ["## Profiling pass: phases", phase_table]
+        if roof:
+            parts.append(roof)
         return "\n\n".join(p for p in parts if p) + f"\n\n{notes}\n"
     title, skipped, verdict = printable(title), skipped and printable(skipped), verdict and printable(verdict)
     parts = [title, *([skipped] if skipped else []), summary, f"Epochs\n{epochs}"]
     if phase_table:
         parts.append(f"Profiling pass: phases of the step\n{phase_table}")
+    if roof:
+        parts.append(roof)
     if verdict:
         parts.append(verdict)
     return "\n\n".join(parts) + f"\n\n{notes}\n"

@@ -157,6 +157,8 @@ class Measurement:
     gathered: list[dict[str, Any]] | None = None  # the final gather, when the run got that far
     profile_info: ProfileInfo | None = None
     profile_error: str | None = None
+    roofs: schema.Roofs | None = None  # measured (or cached) before the profiling pass
+    roofs_error: str | None = None
     failure: BaseException | None = None
     outcome: rec.Outcome = rec.OK  # rec.outcome_of(failure)
     window: observe.MeasuredWindow | None = None  # opened / closed by the trainer's phases
@@ -347,6 +349,7 @@ def _measure(
         _epochs(prep, plan, dist, opened, run_dir, m, progress=progress, phase=phase)
         if prep.cfg.profile and not prep.cfg.data_only:  # after the timed run: the profiler never touches it
             phase.enter("profiling")
+            m.roofs, m.roofs_error = _roofs(prep)  # outside the timed steps, before the profiler starts
             m.profile_info, m.profile_error = _profile_pass(prep, dist, run_dir)
         m.gathered = dist.gather(
             {
@@ -469,6 +472,8 @@ def _measured(prep: Prepared, dist: DistContext, m: Measurement) -> rec.Measured
         data_stats=prep.data.stats(),
         profile_info=m.profile_info,
         profile_error=m.profile_error,
+        roofs=m.roofs,
+        roofs_error=m.roofs_error,
         finished_at=dt.datetime.now(dt.timezone.utc).isoformat(),
         wall_time_s=time.perf_counter() - m.t0,
     )
@@ -494,6 +499,29 @@ def _conditions(prep: Prepared, plan: LaunchPlan, run_dir: Path | None) -> rec.C
         flops_matmul_per_image=prep.flops.matmul_per_image if prep.flops else None,
         tf32_matmul_enabled=bool(torch.backends.cuda.matmul.allow_tf32),
     )
+
+
+def _roofs(prep: Prepared) -> tuple[schema.Roofs | None, str | None]:
+    """This machine's roofs for the roofline (measure/roofs.py: cached per machine, else measured now on the run's
+    device and threads): (the roofs, None), or (None, the error): never fatal."""
+    import torch
+
+    from effbench.measure import roofs
+
+    device = prep.rt.device
+    cuda = device.type == "cuda"
+    try:
+        precisions = roofs.run_precisions(
+            prep.rt.precision,
+            device_type=device.type,
+            conv_tf32=bool(torch.backends.cudnn.allow_tf32),
+            matmul_tf32=bool(torch.backends.cuda.matmul.allow_tf32),
+            capability=torch.cuda.get_device_capability(device) if cuda else None,
+        )
+        sm_count = torch.cuda.get_device_properties(device).multi_processor_count if cuda else None
+        return roofs.machine_roofs(device, precisions=precisions, sm_count=sm_count), None
+    except Exception as e:  # noqa: BLE001
+        return None, f"{type(e).__name__}: {e}".splitlines()[0]
 
 
 def _profile_pass(prep: Prepared, dist: DistContext, run_dir: Path | None) -> tuple[ProfileInfo | None, str | None]:

@@ -303,6 +303,8 @@ class Measured:
     profile_error: str | None
     finished_at: str  # ISO 8601, UTC
     wall_time_s: float
+    roofs: schema.Roofs | None = None  # this machine's roofs, measured (or cached) before the profiling pass
+    roofs_error: str | None = None
 
 
 @dataclass
@@ -352,6 +354,8 @@ def finish(opened: Mapping[str, Any] | schema.Results, m: Measured, c: Condition
         run_dir=c.run_dir,
         flops_matmul_image=c.flops_matmul_per_image,
         tf32_matmul_enabled=c.tf32_matmul_enabled,
+        roofs=m.roofs,
+        roofs_error=m.roofs_error,
         verdict=not c.data_only,  # no model ran: a training bottleneck verdict would mislead
     )
 

@@ -789,6 +789,192 @@ def check_pipelined(ctx: Context) -> list[Check]:
     ]
 
 
+# The roofs check: the roof against a plain matmul / copy of the selftest's own (reference.py), rep beside rep
+# (interleaved, so a busy machine slows both alike) and compared by their medians. The references are smaller or
+# differently written (a @ b at 3/4 of the roof's N; dst[:] = src of the same size), so they may run somewhat below
+# or above the roof; one far below it (under ROOF_REF_RANGE[0]) says the roof is not what this device attains, one
+# far above it that the roof is too low. On a GPU the measured roofs also sit inside the datasheet's (DATASHEET_RANGE): an H100's
+# 8192^3 bf16 matmul reaches ~70-80% of its dense datasheet peak and a 1 GiB copy ~80-90% of its bandwidth.
+ROOF_REF_RANGE = (0.5, 1.5)
+DATASHEET_RANGE = (0.3, 1.05)
+ROOF_ROUNDS = 5
+ROOF_ATTEMPTS = 3
+
+
+def _roof_vs_reference(roof_rate: Callable[[], float], ref_rate: Callable[[], float]) -> tuple[float, float, float]:
+    """(median roof rate, median reference rate, their ratio) over ROOF_ROUNDS interleaved rounds; the best of
+    ROOF_ATTEMPTS when a burst of load lands on one side."""
+    best: tuple[float, float, float] | None = None
+    for _ in range(ROOF_ATTEMPTS):
+        roof, ref = [], []
+        for _ in range(ROOF_ROUNDS):
+            roof.append(roof_rate())
+            ref.append(ref_rate())
+        r, f = stats.median(roof), stats.median(ref)
+        got = (r, f, f / r)
+        if best is None or abs(math.log(got[2])) < abs(math.log(best[2])):
+            best = got
+        if ROOF_REF_RANGE[0] <= got[2] <= ROOF_REF_RANGE[1]:
+            break
+    assert best is not None
+    return best
+
+
+def check_roofs(ctx: Context) -> list[Check]:
+    """This machine's roofs (measure/roofs.py, measured afresh: no cache), each against a plain matmul or copy
+    timed by the host clock (reference.py), and on a GPU against its datasheet."""
+    import torch
+
+    from effbench.measure import roofs
+    from effbench.selftest.reference import PlainCopy, PlainMatmul
+
+    device = ctx.device
+    cuda = ctx.cuda
+    precisions = ["bf16", "fp32"] if cuda and torch.cuda.is_bf16_supported() else ["fp32"]
+    measured = roofs.measure_roofs(device, precisions=precisions, sm_count=(
+        torch.cuda.get_device_properties(device).multi_processor_count if cuda else None))  # fmt: skip
+    rows = []
+    for c in measured.compute:
+        n = (roofs.GPU_MATMUL_N if cuda else roofs.CPU_MATMUL_N) * 3 // 4
+        ref = PlainMatmul(device, getattr(torch, roofs.DTYPE_OF[c.precision]), n)
+        roof_r, ref_r, ratio = _roof_vs_reference(lambda p=c.precision: roofs.matmul_tflops(device, p, reps=1)[0] * 1e12, ref.once)  # fmt: skip
+        ok = ROOF_REF_RANGE[0] <= ratio <= ROOF_REF_RANGE[1] and (c.tflops or 0) > 0
+        sheet = ""
+        if c.datasheet_tflops:
+            share = (c.tflops or 0) / c.datasheet_tflops
+            ok = ok and DATASHEET_RANGE[0] <= share <= DATASHEET_RANGE[1]
+            sheet = f"; {share:.0%} of the datasheet's {c.datasheet_tflops:g} TFLOP/s"
+        rows.append(Check(
+            f"roofs: {c.precision} matmul", PASS if ok else FAIL, f"{(c.tflops or 0) * 1e3:,.1f} GFLOP/s",
+            f"a @ b {n}x{n}: {ref_r / 1e9:,.1f} GFLOP/s ({ratio:.2f}x the roof's {roof_r / 1e9:,.1f}, interleaved)",
+            f"{ROOF_REF_RANGE[0]}..{ROOF_REF_RANGE[1]}x" + (f", datasheet {DATASHEET_RANGE[0]}..{DATASHEET_RANGE[1]}x" if c.datasheet_tflops else ""),
+            f"{c.how}{sheet}; medians of {ROOF_ROUNDS} interleaved reps",
+        ))  # fmt: skip
+    copy_bytes = roofs.GPU_COPY_BYTES if cuda else roofs.CPU_COPY_BYTES  # the same size: the same share of it in cache
+    plain = PlainCopy(device, copy_bytes)
+    roof_r, ref_r, ratio = _roof_vs_reference(lambda: roofs.copy_gb_s(device, reps=1)[0] * 1e9, plain.once)
+    ok = ROOF_REF_RANGE[0] <= ratio <= ROOF_REF_RANGE[1] and (measured.memory_gb_s or 0) > 0
+    sheet = ""
+    if measured.memory_datasheet_gb_s:
+        share = (measured.memory_gb_s or 0) / measured.memory_datasheet_gb_s
+        ok = ok and DATASHEET_RANGE[0] <= share <= DATASHEET_RANGE[1]
+        sheet = f"; {share:.0%} of the datasheet's {measured.memory_datasheet_gb_s:g} GB/s"
+    rows.append(Check(
+        "roofs: memory bandwidth", PASS if ok else FAIL, f"{measured.memory_gb_s or 0:,.1f} GB/s",
+        f"dst[:] = src {copy_bytes / 2**20:,.0f} MiB: {ref_r / 1e9:,.1f} GB/s ({ratio:.2f}x the roof's {roof_r / 1e9:,.1f}, interleaved)",
+        f"{ROOF_REF_RANGE[0]}..{ROOF_REF_RANGE[1]}x" + (f", datasheet {DATASHEET_RANGE[0]}..{DATASHEET_RANGE[1]}x" if measured.memory_datasheet_gb_s else ""),
+        f"{measured.memory_how}{sheet}; medians of {ROOF_ROUNDS} interleaved reps",
+    ))  # fmt: skip
+    return rows
+
+
+# The roofline check (issue 35): a matmul-only model reaches >= 70% of the compute roof and is called compute-bound;
+# an element-wise-only model >= 50% of the memory roof and is called memory-bound (docs/methodology.md, "Roofline").
+ROOFLINE_GOALS = {"matmul-only model": 0.70, "elementwise-only model": 0.50}
+
+
+@contextmanager
+def _threads(n: int | None) -> Iterator[None]:
+    import torch
+
+    before = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def model_against_roofs(
+    device: Any,
+    step: Callable[[Any], Any],
+    kind: str,
+    *,
+    precision: str,
+    matmul_n: int,
+    copy_bytes: int,
+    out_dir: Path,
+    goal: float,
+    attempts: int = ROOF_ATTEMPTS,
+) -> tuple[list[float], str]:
+    """The fraction of its roof that `kind` reaches in `step` under the profiling pass (effbench's roofline,
+    analysis/roofline.py), against the roofs measured in the same loop: each profiled step's data wait (no
+    kind's time) runs the two microbenchmarks, so roof and model meet the same load; the roof is the median of
+    those reps. Up to `attempts` passes, stopping at the first that reaches `goal` (a burst of load on one side
+    can only lower the fraction). Returns every attempt's fraction and the last bound."""
+    from effbench import schema
+    from effbench.measure import observe, roofs
+    from effbench.measure.profiling import run_profile_pass
+
+    fractions: list[float] = []
+    bound = ""
+    for attempt in range(attempts):
+        compute: list[float] = []
+        memory: list[float] = []
+
+        def interleaved(compute: list[float] = compute, memory: list[float] = memory) -> Iterator[None]:
+            while True:
+                compute.append(roofs.matmul_tflops(device, precision, n=matmul_n, reps=2)[0])
+                memory.append(roofs.copy_gb_s(device, nbytes=copy_bytes, reps=2)[0])
+                yield None
+
+        info = run_profile_pass(step, interleaved(), device_type=device.type, out_dir=out_dir / f"attempt{attempt}",
+                                wait=0, warmup=1, active=3)  # fmt: skip
+        measured = schema.Roofs(
+            compute=[schema.ComputeRoof(precision=precision, tflops=stats.median(compute))],
+            memory_gb_s=stats.median(memory),
+        )
+        r = observe.roofline_of(info, measured, precision, device_type=device.type, conv_tf32=False,
+                                matmul_tf32=precision == "tf32")  # fmt: skip
+        row = next((k for k in r.kinds if k.kind == kind), None)
+        if row is None:
+            raise RuntimeError(f"the profiled step has no {kind} ops: {[k.kind for k in r.kinds]}")
+        bound = row.bound or ""
+        fractions.append(row.roof_fraction or 0.0)
+        if max(fractions) >= goal:
+            break
+    return fractions, bound
+
+
+def check_roofline(ctx: Context) -> list[Check]:
+    """A matmul-only and an element-wise-only model (reference.py) through the profiling pass's roofline, each
+    against the roofs measured beside it: the one >= 70% of the compute roof and compute-bound, the other >= 50%
+    of the memory roof and memory-bound. On the CPU on one thread (two on a shared 2-core machine stall each other)."""
+    import torch
+
+    from effbench.analysis import roofline
+    from effbench.measure import roofs
+    from effbench.selftest.reference import ElementwiseOnly, MatmulOnly
+
+    device, cuda = ctx.device, ctx.cuda
+    precision = "bf16" if cuda and torch.cuda.is_bf16_supported() else "fp32"
+    n = roofs.GPU_MATMUL_N if cuda else roofs.CPU_MATMUL_N
+    size = roofs.GPU_COPY_BYTES if cuda else 64 * 2**20  # the CPU's: twice a 32 MiB L3, as the roof's copy
+    rows = []
+    with _threads(None if cuda else 1):
+        cases = (
+            ("matmul-only model", lambda: MatmulOnly(device, getattr(torch, roofs.DTYPE_OF[precision]), n),
+             roofline.MATMUL, "compute"),
+            ("elementwise-only model", lambda: ElementwiseOnly(device, size), roofline.ELEMENTWISE, "memory"),
+        )  # fmt: skip
+        for name, build, kind, want in cases:
+            goal = ROOFLINE_GOALS[name]
+            model = build()
+            fractions, bound = model_against_roofs(
+                device, model, kind, precision=precision, matmul_n=n if kind == roofline.MATMUL else n // 2,
+                copy_bytes=size, out_dir=ctx.folder / "roofline" / name.split()[0], goal=goal,
+            )  # fmt: skip
+            del model
+            ok = max(fractions) >= goal and bound == want
+            rows.append(Check(
+                f"roofline: {name}", PASS if ok else FAIL, f"{max(fractions):.0%} of the {bound} roof, {bound}-bound",
+                f"the {want} roof measured in the same loop", f">= {goal:.0%}, {want}-bound",
+                f"{kind} ops under the profiling pass, {precision}; attempts {', '.join(f'{f:.0%}' for f in fractions)}",
+            ))  # fmt: skip
+    return rows
+
+
 CHECKS: dict[str, Callable[[Context], list[Check]]] = {
     "flops": check_flops,
     "harness": check_harness_vs_bare,
@@ -798,6 +984,8 @@ CHECKS: dict[str, Callable[[Context], list[Check]]] = {
     "ddp": check_ddp,
     "data": check_data_path,
     "pipelined": check_pipelined,
+    "roofs": check_roofs,
+    "roofline": check_roofline,
 }
 
 

@@ -1,5 +1,6 @@
 """The selftest's references, written apart from effbench's harness: a bare training loop, per-layer
-FLOP formulas, a depthwise net, and an all-reduce timed by hand. Only the model under test is shared."""
+FLOP formulas, a depthwise net, an all-reduce timed by hand, and a matmul and a copy timed by the host clock
+(the roofs' references). Only the model under test is shared."""
 
 from __future__ import annotations
 
@@ -121,6 +122,89 @@ def depthwise_net(classes: int = 10) -> Any:
         nn.Conv2d(32, 32, 3, stride=2, padding=1, groups=32), nn.Conv2d(32, 64, 1), nn.ReLU(),
         nn.Conv2d(64, 64, 3, padding=1, groups=8), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, classes),
     )  # fmt: skip
+
+
+def _host_timed(device: Any, fn: Any) -> float:
+    """Seconds of one call by the host clock, the device idle before and synced after (not CUDA events)."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - t0
+
+
+class PlainMatmul:
+    """`a @ b` of two n x n operands: FLOP/s of one product (2 n^3 FLOPs), timed by the host clock."""
+
+    def __init__(self, device: Any, dtype: Any, n: int) -> None:
+        import torch
+
+        self.device, self.n = device, n
+        self.a = torch.rand(n, n, device=device).to(dtype)
+        self.b = torch.rand(n, n, device=device).to(dtype)
+        self.once()
+
+    def once(self) -> float:
+        return 2.0 * self.n**3 / _host_timed(self.device, lambda: self.a @ self.b)
+
+
+class PlainCopy:
+    """`dst[:] = src` over two fp32 buffers of `nbytes`: bytes/s counting a read and a write of each element."""
+
+    def __init__(self, device: Any, nbytes: int) -> None:
+        import torch
+
+        self.device, self.nbytes = device, nbytes // 4 * 4
+        self.src = torch.full((nbytes // 4,), 2.0, device=device)
+        self.dst = torch.zeros(nbytes // 4, device=device)
+        self.once()
+
+    def once(self) -> float:
+        def assign() -> None:
+            self.dst[:] = self.src
+
+        return 2.0 * self.nbytes / _host_timed(self.device, assign)
+
+
+class MatmulOnly:
+    """A model that is only large matmuls: two bias-free n x n linear layers on an n x n batch, no autograd, in
+    `dtype` (the roofline check's compute-bound reference: intensity n / 6 FLOP per byte in fp32)."""
+
+    def __init__(self, device: Any, dtype: Any, n: int) -> None:
+        import torch
+
+        torch.manual_seed(0)
+        self.layers = torch.nn.Sequential(torch.nn.Linear(n, n, bias=False), torch.nn.Linear(n, n, bias=False)).to(
+            device, dtype
+        )
+        self.x = torch.randn(n, n, device=device).to(dtype)
+
+    def __call__(self, _batch: Any = None) -> Any:
+        import torch
+
+        with torch.no_grad():
+            return self.layers(self.x)
+
+
+class ElementwiseOnly:
+    """A model that is only large element-wise ops: a.mul_(0.5).add_(b) over two fp32 buffers of `nbytes`, in
+    place (no allocation, no first-touch page faults inside a step): the memory-bound reference, 0 FLOPs counted."""
+
+    def __init__(self, device: Any, nbytes: int) -> None:
+        import torch
+
+        self.a = torch.ones(nbytes // 4, device=device)
+        self.b = torch.full((nbytes // 4,), 0.5, device=device)
+
+    def __call__(self, _batch: Any = None) -> Any:
+        import torch
+
+        with torch.no_grad():
+            return self.a.mul_(0.5).add_(self.b)
 
 
 def _allreduce_rank(rank: int, world: int, init_file: str, numel: int, iters: int, backend: str, out: Any) -> None:

@@ -39,6 +39,8 @@ DIMENSIONS: dict[str, str] = {
     "optimizer": "str",
     "batch_norm": "onoff",
     "precision": "str",
+    "channels_last": "onoff",
+    "compile": "onoff",
     "freeze": "str",
     "loader": "str",
     "gpu_decode": "onoff",

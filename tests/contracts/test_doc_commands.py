@@ -285,6 +285,17 @@ RUN: dict[str, Spec] = {
         slow=True, timeout=600, check=lambda d: assert_sample_matches(d.out, STEADY + ("dataset",))
     ),
     "effbench models --source timm --json": Spec(slow=True, check=lambda d: assert_count(d.out, 1371)),
+    # docs/roofline.md
+    "effbench run --arch b0 --dataset synthetic --weights none --image-size 64 --batch-size 16 --max-steps 6 --epochs 1": Spec(
+        slow=True,
+        timeout=900,
+        shows=(r"^Where the step's time goes, against this machine's roofs$", r"could be at most"),
+    ),
+    "effbench sweep --channels-last off,on --arch b0 --dataset synthetic --weights none --image-size 64 "
+    "--batch-size 16 --max-steps 6 --epochs 1 --device cpu": Spec(
+        slow=True, timeout=1200, shows=(r"^kinds whose time moved most",)
+    ),
+    "effbench selftest --device cpu --only roofs,roofline": Spec(slow=True, timeout=600, shows=(r"PASS",)),
     # docs/selftest.md
     "effbench selftest --device cpu": Spec(slow=True, timeout=600, shows=(r"PASS", r"SKIP")),
     # docs/sweeps-and-reports.md

@@ -13,7 +13,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = ("harness_overhead", "cifar_loader", "food_loader", "smoke_e2e", "profiler_overhead", "omp_policy")
+SCRIPTS = (
+    "harness_overhead",
+    "cifar_loader",
+    "food_loader",
+    "smoke_e2e",
+    "profiler_overhead",
+    "omp_policy",
+    "roofline",
+)
 ROW = re.compile(r"^\|[^|]+\|[^|]+\|[^|]+\| (\d+\.\d\d) +\| >= [\d.]+ +\| (yes|NO) +\|", re.M)
 
 

@@ -86,16 +86,24 @@ def test_synthetic_validation_reads_chance_and_says_so(tmp_path, capsys):
 
 
 def test_cifar100_two_epochs_b0_done_when(tmp_path, capsys, cifar100_dir):
-    code, _, err = invoke(
+    code, out, err = invoke(
         ["run", "--arch", "b0", "--dataset", "cifar100", "--data-dir", cifar100_dir, "--weights", "none", "--image-size", "32",
          "--epochs", "2", "--max-steps", "5", "--device", "cpu", "--batch-size", "8", "--warmup-steps", "2", "--workers", "0",
          "--output", tmp_path, "--quiet"],
         capsys,
     )  # fmt: skip
     assert code == 0, err
-    r = check_run_folder(only_run(tmp_path), epochs=2)
+    run = only_run(tmp_path)
+    r = check_run_folder(run, epochs=2)
     assert all(e["val_top1"] is not None for e in r["epochs"])
     assert r["data"]["num_classes"] == 100 and r["model"]["trainable_params"] == r["model"]["total_params"]
+    # issue 35: the per-kind roofline table and the ceiling line, printed and in every report, the chart in the page
+    assert "Where the step's time goes, against this machine's roofs" in out and "could be at most" in out
+    kinds = {k["kind"] for k in r["roofline"]["kinds"]}
+    assert {"convolution", "depthwise/grouped conv", "batch norm", "activation", "optimizer step"} <= kinds
+    assert r["roofs"]["memory_gb_s"] > 0 and r["roofs"]["compute"][0]["precision"] == "fp32"
+    assert r["roofline"]["ceiling_speedup"] >= 1 and "could be at most" in (run / "report.md").read_text()
+    assert (run / "plots" / "roofline.png").is_file() and 'id="roofline"' in (run / "report.html").read_text()
 
 
 def test_food101_with_val_fraction_and_workers(tmp_path, capsys, food101_dir):

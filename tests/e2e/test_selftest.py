@@ -106,6 +106,22 @@ def test_flops_check_passes_and_would_see_the_stock_counter(monkeypatch, tmp_pat
     assert [c.status for c in st.check_flops(ctx)] == [st.FAIL, st.PASS]  # depthwise wrong, ResNet right
 
 
+def test_roofs_check_passes_and_would_see_a_roof_off_by_3x(monkeypatch, tmp_path):
+    from effbench.measure import roofs
+
+    monkeypatch.setattr(roofs, "CPU_MATMUL_N", 768)  # quicker; still past the sizes that fit in L2
+    monkeypatch.setattr(roofs, "CPU_COPY_BYTES", 48 * 2**20)
+    ctx = st.Context(st.SelftestConfig(device="cpu", output=tmp_path), torch.device("cpu"), tmp_path, print)
+    rows = st.check_roofs(ctx)
+    assert [c.name for c in rows] == ["roofs: fp32 matmul", "roofs: memory bandwidth"]
+    assert [c.status for c in rows] == [st.PASS, st.PASS], [c.reference for c in rows]
+    real = roofs.matmul_tflops
+    monkeypatch.setattr(st, "ROOF_ATTEMPTS", 1)
+    monkeypatch.setattr(roofs, "CPU_COPY_BYTES", 4 * 2**20)  # the memory row is not what this part checks
+    monkeypatch.setattr(roofs, "matmul_tflops", lambda *a, **k: (real(*a, **k)[0] * 3, "inflated"))
+    assert st.check_roofs(ctx)[0].status == st.FAIL  # the plain matmul reaches a third of the roof
+
+
 def test_probe_sees_the_autocast_dtype_and_one_interval_per_step():
     model = depthwise_net()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
