@@ -238,8 +238,14 @@ def machine_roofs(
     sm_count: int | None = None,
     path: Path | None = None,
     measure: Callable[..., schema.Roofs] = measure_roofs,
+    busy_reason: Callable[[Any], str | None] | None = None,
+    now: Callable[[], float] = time.time,
 ) -> schema.Roofs:
-    """The roofs from this machine's cache, else measured now and cached."""
+    """The roofs from this machine's cache when measured there less than CACHE_MAX_AGE_S ago, else measured now
+    and cached, except on a busy CPU (`busy_reason`, cpu_busy_reason by default): a roof measured while other
+    processes held the cores would stand for this machine's in every later run's roofline."""
+    if busy_reason is None:
+        busy_reason = cpu_busy_reason
     import torch
 
     path = path or cache_path()
@@ -251,12 +257,39 @@ def machine_roofs(
         precisions=precisions,
     )
     hit = cached(path, key)
-    if hit is not None:
+    if hit is not None and _fresh(hit, now):
         hit.cached, hit.cache_file, hit.cache_key = True, str(path), key
         return hit
     roofs = measure(device, precisions=precisions, sm_count=sm_count)
-    note = store(path, key, roofs)
+    busy = busy_reason(device) if busy_reason is not None else None
+    note = f"not cached: measured on a busy machine ({busy})" if busy else store(path, key, roofs)
     roofs.cache_file, roofs.cache_key = str(path), key
     if note:
         roofs.cache_note = note
     return roofs
+
+
+# A cached measurement is reused for a day: long enough for a sweep, a day's runs or a selftest not to measure
+# again, short enough that a driver, BIOS or clock change is measured over within a day.
+CACHE_MAX_AGE_S = 24 * 3600.0
+
+
+def _fresh(roofs: schema.Roofs, now: Callable[[], float]) -> bool:
+    """The cached entry was measured less than CACHE_MAX_AGE_S ago (an entry without a time is not fresh)."""
+    try:
+        at = dt.datetime.fromisoformat(str(roofs.measured_at)).timestamp()
+    except ValueError:
+        return False
+    return 0.0 <= now() - at < CACHE_MAX_AGE_S
+
+
+def cpu_busy_reason(device: Any) -> str | None:
+    """Why a CPU's roofs measured now are not this machine's own (another process's load or a neighbour VM's
+    steal: preflight.cpu_busy), so they are used by this run but never cached for the next; None on a GPU
+    (its roofs do not share the host's cores) or on an idle machine."""
+    if getattr(device, "type", "cpu") != "cpu":
+        return None
+    from effbench.system.hardware import read_cpu_load
+    from effbench.system.preflight import cpu_busy
+
+    return cpu_busy(read_cpu_load())

@@ -337,23 +337,55 @@ def _fake_measure(calls: list[int]):
     def measure(device, *, precisions, sm_count=None):
         calls.append(1)
         return schema.Roofs(
-            device="cpu (test)", threads=torch.get_num_threads(), memory_gb_s=10.0, measured_at="2026-01-01T00:00:00",
+            device="cpu (test)", threads=torch.get_num_threads(), memory_gb_s=10.0, measured_at=MEASURED_AT,
             compute=[schema.ComputeRoof(precision=p, tflops=0.05) for p in precisions], cached=False,
         )  # fmt: skip
 
     return measure
 
 
+MEASURED_AT = "2026-01-01T00:00:00"
+
+
+def _machine_roofs(precisions, path, calls, *, busy=None, hours_later=1.0):
+    """roofs.machine_roofs with a fake measurement, an idle machine (or `busy`'s reason) and a clock
+    `hours_later` hours after the fake's measured_at."""
+    import datetime as dt
+
+    at = dt.datetime.fromisoformat(MEASURED_AT).timestamp() + 3600 * hours_later
+    return roofs.machine_roofs(CPU, precisions=precisions, path=path, measure=_fake_measure(calls),
+                               busy_reason=lambda _d: busy, now=lambda: at)  # fmt: skip
+
+
+def test_roofs_measured_on_a_busy_cpu_are_used_but_never_cached(tmp_path):
+    # a roof measured while other processes held the cores would stand for the machine's in every later run
+    calls: list[int] = []
+    path = tmp_path / "roofs.json"
+    got = _machine_roofs(["fp32"], path, calls, busy="load average 7.00 over the last minute on 2 cores")
+    assert got.memory_gb_s == 10.0 and got.cache_note.startswith("not cached: measured on a busy machine (load")
+    assert not path.exists()
+    _machine_roofs(["fp32"], path, calls)  # idle now: measured again, and cached
+    assert len(calls) == 2 and path.exists()
+
+
+def test_a_cached_entry_older_than_a_day_is_measured_again(tmp_path):
+    calls: list[int] = []
+    path = tmp_path / "roofs.json"
+    _machine_roofs(["fp32"], path, calls)
+    assert _machine_roofs(["fp32"], path, calls, hours_later=23).cached is True and len(calls) == 1
+    assert _machine_roofs(["fp32"], path, calls, hours_later=25).cached is False and len(calls) == 2
+
+
 def test_roofs_are_measured_once_per_machine_key_then_read_from_the_cache(tmp_path):
     calls: list[int] = []
     path = tmp_path / "cache" / "roofs.json"
-    first = roofs.machine_roofs(CPU, precisions=["fp32"], path=path, measure=_fake_measure(calls))
-    second = roofs.machine_roofs(CPU, precisions=["fp32"], path=path, measure=_fake_measure(calls))
+    first = _machine_roofs(["fp32"], path, calls)
+    second = _machine_roofs(["fp32"], path, calls)
     assert len(calls) == 1 and first.cached is False and second.cached is True
     assert second.memory_gb_s == 10.0 and second.cache_file == str(path) and second.cache_key == first.cache_key
     with threads(max(1, torch.get_num_threads() % 2 + 1)):  # other threads: another key, measured again
-        roofs.machine_roofs(CPU, precisions=["fp32"], path=path, measure=_fake_measure(calls))
-    roofs.machine_roofs(CPU, precisions=["bf16", "fp32"], path=path, measure=_fake_measure(calls))
+        _machine_roofs(["fp32"], path, calls)
+    _machine_roofs(["bf16", "fp32"], path, calls)
     assert len(calls) == 3
     entries = json.loads(path.read_text())["roofs"]
     assert len(entries) == 3 and all("cached" not in e and "cache_file" not in e for e in entries.values())
@@ -363,11 +395,11 @@ def test_a_damaged_or_unwritable_cache_is_measured_over_never_fatal(tmp_path):
     calls: list[int] = []
     path = tmp_path / "roofs.json"
     path.write_text("{not json")
-    got = roofs.machine_roofs(CPU, precisions=["fp32"], path=path, measure=_fake_measure(calls))
+    got = _machine_roofs(["fp32"], path, calls)
     assert len(calls) == 1 and got.cache_note is None and json.loads(path.read_text())["schema_version"] == 1
     blocked = tmp_path / "a-file"
     blocked.write_text("")
-    got = roofs.machine_roofs(CPU, precisions=["fp32"], path=blocked / "roofs.json", measure=_fake_measure(calls))
+    got = _machine_roofs(["fp32"], blocked / "roofs.json", calls)
     assert len(calls) == 2 and got.cache_note and got.cache_note.startswith("not cached")
 
 
