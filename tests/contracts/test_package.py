@@ -115,6 +115,7 @@ TOP_LEVEL = {
     "results.py": "the run folder's files: atomic writes, the results reader",
     "schema.py": "the pydantic schema of results.json and sweep.json",
     "safe_files.py": "the one bounded reader of files effbench reads back (JSON and CSV)",
+    "liveness.py": "whether a record's writer still lives, read by every reader of results.json and sweep.json",
 }
 
 
