@@ -346,3 +346,42 @@ def test_uint8_and_grid_random_resized_crops_agree():
     b = augment.random_resized_crop_flip(img, 32, torch.Generator().manual_seed(5))
     assert a.shape == b.shape == (16, 3, 32, 32)
     assert (a - b).abs().mean() < 3.0, (a - b).abs().mean()
+
+
+# --- issue 37: the CPU's crop + flip + rotation is PIL's own, and the squares are stacked as they lie ---------
+def _pil_reference(images, size, dy, dx, flip, angle):
+    """torchvision's seed recipe on a PIL image, written here: crop, mirror, Image.rotate(NEAREST, fill 0)."""
+    import numpy as np
+    from PIL import Image
+
+    outs = []
+    for i in range(images.shape[0]):
+        a = images[i].permute(1, 2, 0).numpy()[dy[i] : dy[i] + size, dx[i] : dx[i] + size]
+        if flip[i]:
+            a = a[:, ::-1]
+        rotated = Image.fromarray(np.ascontiguousarray(a)).rotate(
+            float(angle[i]), resample=Image.NEAREST, fillcolor=(0, 0, 0)
+        )
+        outs.append(torch.from_numpy(np.array(rotated)).permute(2, 0, 1))
+    return torch.stack(outs)
+
+
+@pytest.mark.parametrize(("side", "size"), [(256, 224), (64, 56)])
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
+def test_the_cpu_rotation_is_pils_image_by_image(side, size, layout):
+    g = torch.Generator().manual_seed(side)
+    x = torch.randint(0, 256, (8, 3, side, side), dtype=torch.uint8, generator=g)
+    params = augment.crop_flip_rotate_params(8, side, side, size, 10.0, g)
+    got = augment.crop_flip_rotate_pil(x.contiguous(memory_format=layout), size, *params)
+    assert torch.equal(got, _pil_reference(x, size, *[p.tolist() for p in params]))
+
+
+def test_squares_are_stacked_in_their_own_memory_order_with_the_same_values():
+    from effbench.data.fast_images import collate_squares, square
+
+    g = torch.Generator().manual_seed(0)
+    images = [torch.randint(0, 256, (3, 40, 52), dtype=torch.uint8, generator=g) for _ in range(4)]
+    squares = [square(im, 32) for im in images]
+    batch, labels, skipped = collate_squares([(s, k, ()) for k, s in enumerate(squares)] + [(None, 9, ("bad.jpg",))])
+    assert torch.equal(batch, torch.stack([s.contiguous() for s in squares])) and labels.tolist() == [0, 1, 2, 3]
+    assert batch.is_contiguous(memory_format=torch.channels_last) and skipped == ("bad.jpg",)
