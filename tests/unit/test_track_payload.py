@@ -190,3 +190,17 @@ def test_mlflow_is_not_imported_before_the_run_ends():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.stdout.strip() == "[False] 0", out.stdout + out.stderr
+
+
+def test_a_scaling_series_is_a_parent_of_its_members(tmp_path):
+    series = tmp_path / "20261127-000000_scaling_b0_synthetic_cpu_weak"
+    lone_run(series / "m1", started_at="2026-11-27T00:00:01+00:00", status="ok")
+    lone_run(series / "m2", started_at="2026-11-27T00:00:09+00:00", status="interrupted")
+    (series / "scaling.json").write_text(json.dumps({"schema_version": 1, "scaling": "weak", "rows": []}))
+    upload = payload.collect([series], traces=False)
+    assert {r.tags[payload.KIND] for r in upload.runs} == {"scaling-member"}
+    (parent,) = upload.groups.values()
+    assert parent.tags[payload.KIND] == "scaling" and parent.name == series.name and parent.status == "KILLED"
+    assert parent.params == {"scaling": "weak"} and parent.artifacts == [series / "scaling.json"]
+    assert parent.start_ms == min(r.start_ms for r in upload.runs)
+    assert {r.group for r in upload.runs} == {series}
