@@ -67,12 +67,13 @@ class Column:
 
 
 # Names of the columns that are the export's own (no field of the record holds them as they are).
-PATH, KIND, HOST, GPU_MODEL = "path", "kind", "host", "gpu_model"
+PATH, KIND, GROUP, HOST, GPU_MODEL = "path", "kind", "group", "host", "gpu_model"
 CPU_QUOTA_CORES, SHM_GIB, IMAGE_REVISION = "cpu_quota_cores", "shm_gib", "image_revision"
 CI_LOW, CI_HIGH, TIME_TO_TARGET_S = "throughput_ci_low_img_s", "throughput_ci_high_img_s", "time_to_target_s"
 ACCURACY_NOTE, CPU_CONTENDED, HOST_CPU_BUSY_PCT = "accuracy_note", "cpu_contended", "host_cpu_busy_pct"
 OMP_WAIT_POLICY = "omp_wait_policy"
 BOTTLENECK = schema.field_path(schema.Results, lambda r: r.verdict.bottleneck).replace(".", "_")  # verdict_bottleneck
+DATA_WAIT_SHARE, ENERGY_PER_IMAGE_J = "data_wait_share", "energy_per_image_j"
 # Columns named after the model field they summarise: the GPUs' mean SM clock, the windows' median (as a
 # sweep manifest's cell summary holds it), and how many throughput windows there are.
 SM_CLOCK_MHZ = schema.field_path(schema.GpuUse, lambda g: g.sm_clock_mhz)
@@ -146,7 +147,7 @@ COLUMN_SPEC: tuple[Column, ...] = (
     Column(PATH, "the run folder", lambda s: str(s.folder.path)),
     Column(KIND, "run, sweep-cell, sweep-attempt (an earlier try of a cell, superseded) or scaling-member",
            lambda s: s.kind),
-    Column("group", "the sweep or scaling-series folder holding it; empty for a lone run",
+    Column(GROUP, "the sweep or scaling-series folder holding it; empty for a lone run",
            lambda s: str(s.folder.group) if s.folder.group else None),
     _field(lambda r: r.status,
            "ok, failed, interrupted, oom, diverged, running, or dead (a `running` run whose process is gone)"),
@@ -178,10 +179,10 @@ COLUMN_SPEC: tuple[Column, ...] = (
     Column(CI_HIGH, "95% Student's t interval of the window mean, high end",
            lambda s: _throughput(s).ci_high),
     Column(WINDOWS, "windows behind the median and interval", lambda s: s.windows.windows or 0),
-    Column("data_wait_share", "share of step time waiting on the input pipeline (0..1)",
+    Column(DATA_WAIT_SHARE, "share of step time waiting on the input pipeline (0..1)",
            lambda s: s.record.data_time_share),
     _field(lambda r: r.mfu, "model FLOPs utilisation (0..1); empty for devices with no datasheet peak"),
-    Column("energy_per_image_j", "GPU energy per trained image in joules; empty without an energy counter",
+    Column(ENERGY_PER_IMAGE_J, "GPU energy per trained image in joules; empty without an energy counter",
            lambda s: _energy_per_image_j(s.record)),
     _field(lambda r: r.peak_mem_gib, "peak device memory allocated, GiB"),
     _field(lambda r: r.final.train_loss, "train loss of the last epoch"),

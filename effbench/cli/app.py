@@ -23,6 +23,7 @@ from effbench.cli.common import opt as _opt
 from effbench.cli.doctor import doctor
 from effbench.cli.options import config_options, with_config_options
 from effbench.cli.sweep import compare, report, sweep
+from effbench.cli.track import DEFAULT_EXPERIMENT, TrackExperiment, TrackTraces, TrackUri, after, track, tracking
 from effbench.errors import EffbenchError
 
 # click's UsageError, wherever this Typer takes click from (recent Typer vendors it privately).
@@ -82,9 +83,13 @@ def run(
         ),
     ] = False,
     quiet: Annotated[bool, _opt("No progress lines; the final report is still printed.")] = False,
+    track: TrackUri = None,
+    track_experiment: TrackExperiment = DEFAULT_EXPERIMENT,
+    track_traces: TrackTraces = False,
     **given: Any,
 ) -> None:
     """Train one model, measure it, and write a run folder with config, env, results and reports."""
+    tracked = tracking(track, track_experiment, track_traces)  # before anything runs: one line if it cannot log
     from effbench.report.run_reports import RUN_REPORTS
     from effbench.run import launch
     from effbench.config import RunConfig, preset_conflicts, smoke_overrides
@@ -122,12 +127,14 @@ def run(
     command = invocation(ctx)
     if len(configs) == 1:
         outcome = launch.run(configs[0], command=command, echo=say, progress=not quiet, reports=RUN_REPORTS)
+        after(outcome.run_dir, tracked)  # the settled record; a node without rank 0 has no folder to log
         _warn_if_output_is_lost(configs[0].output)
         _exit_for(outcome)
         return
     from effbench.sweep.series import run_scaling_series
 
     series = run_scaling_series(configs, command=command, echo=say, progress=not quiet)
+    after(series.folder, tracked)
     _warn_if_output_is_lost(configs[0].output)
     worst = next((o for o in series.outcomes if o.results.status != "ok"), None)
     if worst is not None:
@@ -186,6 +193,7 @@ from effbench.cli.selftest import selftest  # noqa: E402  (torch-free until it r
 app.command()(selftest)
 
 app.command()(export)
+app.command()(track)
 
 
 def _signal_name(signum: int) -> str:

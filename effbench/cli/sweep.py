@@ -21,6 +21,7 @@ import typer
 from effbench.cli.common import invocation, say, values_given
 from effbench.cli.common import opt as _opt
 from effbench.cli.options import config_options, field_kind, is_bool_field, with_config_options
+from effbench.cli.track import DEFAULT_EXPERIMENT, TrackExperiment, TrackTraces, TrackUri, after, tracking
 from effbench.sweep.presets import presets_help
 from effbench.sweep.spec import DIMENSIONS, PRESET_ONLY
 from effbench.config import Range, RunConfig, option_name
@@ -73,9 +74,13 @@ def sweep(
         bool, _opt("Start every cell from the --smoke preset (CPU, synthetic, tiny); other options override.")
     ] = False,
     quiet: Annotated[bool, _opt("No per-step progress; one line per cell and the summary are still printed.")] = False,
+    track: TrackUri = None,
+    track_experiment: TrackExperiment = DEFAULT_EXPERIMENT,
+    track_traces: TrackTraces = False,
     **given: Any,
 ) -> None:
     """Run every combination of the listed values (or a preset), one run folder per cell, resumable."""
+    tracked = tracking(track, track_experiment, track_traces)  # before any cell runs
     from effbench.sweep import runner as sweeper
     from effbench.sweep.spec import SweepSpec, dim_option, one_value, parse_list
 
@@ -117,6 +122,7 @@ def sweep(
             f"warning: the sweep report was not fully written ({outcome.report_error}); `effbench report {outcome.folder}` retries",
             err=True,
         )
+    after(outcome.folder, tracked)  # the sweep as a parent run, its cells' folders as its children
     skipped = outcome.counts.get("skipped", 0)
     if skipped:
         say(f"warning: {skipped} cell(s) skipped: this machine cannot run them (see sweep.txt)", err=True)
@@ -129,24 +135,38 @@ def sweep(
 
 def report(
     folder: Annotated[
-        Path,
+        Path | None,
         typer.Argument(
             help="A run folder (results.json), a sweep folder (sweep.json), or a folder of runs from several machines or sweeps (a leaderboard).",
             show_default=False,
         ),
-    ],
+    ] = None,
     output: Annotated[
         str | None,
         typer.Option(
             "--output",
             "-o",
             show_default=False,
-            help="Write the reports into this folder instead of FOLDER (FOLDER may be read-only). [default: FOLDER]",
+            help="Write the reports into this folder instead of FOLDER (FOLDER may be read-only). [default: FOLDER; "
+            "with --from-tracking ./results/tracking-<experiment>, env EFFBENCH_OUTPUT for ./results]",
         ),
     ] = None,
+    from_tracking: Annotated[
+        str | None,
+        _opt(
+            "Instead of FOLDER: the runs logged to this MLflow tracking URI (--track), as a leaderboard per "
+            "configuration; their results.json files are read into OUTPUT/runs/, where `effbench compare` reads them.",
+            "--from-tracking",
+            metavar="URI",
+        ),
+    ] = None,
+    experiment: Annotated[
+        str, _opt(f"The MLflow experiment --from-tracking reads. [default: {DEFAULT_EXPERIMENT}]", metavar="NAME")
+    ] = DEFAULT_EXPERIMENT,
 ) -> None:
     """Re-render every table, plot and report.html of a run or sweep folder from its saved JSON (no torch);
-    for a folder of runs from several machines or sweeps, write a leaderboard per configuration."""
+    for a folder of runs from several machines or sweeps, or the runs of an MLflow experiment
+    (--from-tracking), write a leaderboard per configuration."""
     from effbench.config import check_path
     from effbench.report import render
 
@@ -159,12 +179,42 @@ def report(
 
             kind = file_kind(dest.stat().st_mode)
             raise EffbenchError("--output", f"{dest} is {kind}; pass a folder to write the reports into")
+    if from_tracking is not None:
+        if folder is not None:
+            raise EffbenchError("--from-tracking", f"reads the runs from {from_tracking}: pass no FOLDER with it")
+        _report_from_tracking(from_tracking, experiment, dest)
+        return
+    if folder is None:
+        raise EffbenchError("FOLDER", "pass a run, sweep or results folder, or --from-tracking URI")
+    if experiment != DEFAULT_EXPERIMENT:
+        raise EffbenchError("--experiment", "names the experiment --from-tracking reads; add --from-tracking URI")
     kind, files = render.write_reports(folder, dest)
     if kind == "leaderboard":
         say(files[0].read_text(encoding="utf-8"))
     say(f"{kind} {folder}: wrote {len(files)} files")
     for f in files:
         say(f"  {f}")
+
+
+def _report_from_tracking(uri: str, experiment: str, dest: Path | None) -> None:
+    """The leaderboard of an MLflow experiment's runs, built from their logged results.json as from folders."""
+    from effbench import results
+    from effbench.report import leaderboard
+    from effbench.track import mlflow_store
+
+    out = dest or Path(os.environ.get("EFFBENCH_OUTPUT") or "results") / f"tracking-{results.safe_name(experiment)}"
+    runs, unread = mlflow_store.read_back(uri, experiment, out)
+    if not runs:
+        raise EffbenchError(
+            "--experiment", f"{experiment!r} at {uri} holds no run logged by effbench; log some with --track URI"
+        )
+    files = leaderboard.write_leaderboard(runs, title=f"effbench leaderboard {experiment}", out=out)
+    typer.echo(files[0].read_text(encoding="utf-8"))
+    typer.echo(f"leaderboard of {len(runs)} runs from {uri} (experiment {experiment!r}): wrote {len(files)} files")
+    for f in files:
+        typer.echo(f"  {f}")
+    if unread:
+        typer.echo(f"warning: {unread} run(s) of {experiment!r} have no results.json artifact: left out", err=True)
 
 
 def compare(

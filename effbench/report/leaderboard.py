@@ -91,12 +91,16 @@ def html(groups: Sequence[lb.Group], *, title: str, charts: Sequence[str], probl
 
 def write_reports(folder: Path, dest: Path | None = None) -> list[Path]:
     """leaderboard.txt/.md, its chart and report.html, into the folder or `dest`, never through a link leaving it."""
+    folder = Path(folder)
+    out = Path(dest) if dest is not None else folder
+    return write_leaderboard(export.collect([folder]), title=f"effbench leaderboard {folder.name}", out=out)
+
+
+def write_leaderboard(runs: Sequence[export.Run], *, title: str, out: Path) -> list[Path]:
+    """The leaderboard of exported runs (a folder's, or those read back from a tracking server) into `out`."""
     from effbench.report import outputs
 
-    folder = Path(folder)
-    groups = lb.leaderboard(export.collect([folder]))
-    title = f"effbench leaderboard {folder.name}"
-    out = Path(dest) if dest is not None else folder
+    groups = lb.leaderboard(runs)
     out.mkdir(parents=True, exist_ok=True)
     txt, md, html_file = (outputs.file(out, n) for n in (LEADERBOARD_TXT, LEADERBOARD_MD, REPORT_HTML))
     plots_dir = outputs.folder(out, PLOTS_DIR)

@@ -65,6 +65,10 @@ SUITE = "runs the test suite itself"
 ELIDED = "not a whole command: `...` stands for the options of the command above it"
 PLACEHOLDER = "a template: `<version>` is for the reader to fill in"
 FULL_SIZE = "a full-size run (resnet50 at 224 px, default epochs): hours on a CPU"
+TRACKING_SERVER = (
+    "starts or needs an MLflow server on a fixed port (tests/e2e/test_tracking.py starts one on a free port and "
+    "runs these commands against it)"
+)
 
 SKIP: dict[str, str] = {
     # README.md
@@ -78,6 +82,7 @@ SKIP: dict[str, str] = {
     "sbatch --nodes 4 entrypoint/slurm-multi-node.sbatch": SLURM,
     "effbench run --arch b5 --dataset cifar --download": NETWORK + "; " + DATASET,
     "effbench sweep --preset workers": DATASET,
+    "effbench track results/ --track http://mlflow:5000": TRACKING_SERVER,
     # docs/PERFORMANCE.md
     ".venv/bin/pip install timm": VENV + "; " + NETWORK,
     ".venv/bin/python benchmarks/timm_compare.py": GPU,
@@ -141,6 +146,15 @@ SKIP: dict[str, str] = {
     "effbench sweep --preset scaling": DATASET,
     "effbench sweep --preset models --data-dir ./data": DATASET,
     "effbench sweep --preset workers --workers 0,2,4 --loader torchvision": DATASET,
+    # docs/tracking.md
+    "python3 -m venv ~/mlflow-server && ~/mlflow-server/bin/pip install 'mlflow==3.17.2'": VENV + "; " + NETWORK,
+    "mkdir -p ~/mlflow": "makes the server's folder in the reader's home; " + TRACKING_SERVER,
+    '~/mlflow-server/bin/mlflow server --backend-store-uri "sqlite:///$HOME/mlflow/mlflow.db" --artifacts-destination '
+    '"$HOME/mlflow/artifacts" --host 127.0.0.1 --port 5000 &': TRACKING_SERVER,
+    "effbench run --smoke --track http://127.0.0.1:5000": TRACKING_SERVER,
+    "effbench sweep --smoke --batch-size 16,32 --track http://127.0.0.1:5000": TRACKING_SERVER,
+    "effbench track results/ --track http://127.0.0.1:5000": TRACKING_SERVER,
+    "effbench report --from-tracking http://127.0.0.1:5000 --experiment effbench -o leaderboard/": TRACKING_SERVER,
     # docs/time-to-accuracy.md
     "effbench run ... --target-top1 0.9 --stop-at-target": ELIDED,
     "effbench sweep --batch-size 32,128,512 --target-top1 0.9 ...": ELIDED,
@@ -338,6 +352,10 @@ RUN: dict[str, Spec] = {
     ),
     'effbench compare ci/baseline.json "$run" --fail-if-slower 10 --fail-if-less-accurate 2': Spec(
         smoke=True, setup=place("ci-out/run", baseline=True), shows=PASS_GATE
+    ),
+    # docs/tracking.md: no server, a SQLite file (MLflow's SQL store: sqlalchemy, alembic in the dev extra)
+    "effbench track results/ --track sqlite:///mlflow.db": Spec(
+        smoke=True, setup=place("results/run"), shows=(r"^tracked: 1 run\(s\) in experiment 'effbench' \(1 new\)",)
     ),
     # docs/time-to-accuracy.md
     "effbench run --dataset imagefolder --data-dir ./digits --arch resnet18 --image-size 16 --epochs 10 "

@@ -25,10 +25,11 @@ from clitools import invoke
 ROOT = Path(__file__).resolve().parents[2]
 FIELDS = {option_name(f.name) for f in dataclasses.fields(RunConfig)} - {"--smoke"}  # --smoke: each command's own
 RUN_ONLY = {"--nnodes", "--node-rank", "--rdzv-endpoint", "--rdzv-id"}  # a sweep runs on one node
+TRACK = {"--track", "--track-experiment", "--track-traces"}  # effbench/cli/track.py, the same on both
 # What each command declares itself, beside RunConfig's fields (and --help).
 OWN = {
-    "run": {"--smoke", "--quiet"},
-    "sweep": {"--smoke", "--quiet", "--preset", "--zip", "--name", "--fail-fast", "--output"},
+    "run": {"--smoke", "--quiet", *TRACK},
+    "sweep": {"--smoke", "--quiet", "--preset", "--zip", "--name", "--fail-fast", "--output", *TRACK},
     "doctor": {"--smoke"},
 }
 DOCTOR_FIELDS = {"--output", "--data-dir", "--dataset", "--download", "--arch", "--workers", "--batch-size",

@@ -1,0 +1,360 @@
+"""MLflow as effbench's tracker: finished run folders uploaded (payload.py says what), and read back as records.
+
+    upload([run_dir], "http://127.0.0.1:5000", "effbench")          # after a run, or `effbench track`
+    read_back("http://127.0.0.1:5000", "effbench", Path("out"))     # `effbench report --from-tracking`
+
+The only module that imports MLflow (`mlflow-skinny`, the client alone: `pip install 'effbench[tracking]'`), and
+only inside its functions, so `effbench --help` and a run's measured steps never load it. An upload is
+idempotent: each run is looked up by its key (tag effbench.run_id) before one is created; one that is there
+complete is left as it is, one cut short (no effbench.upload tag) is replaced whole. A sweep or scaling series
+is a parent run (looked up the same way, its status and files refreshed) with its runs as children
+(tag mlflow.parentRunId, which MLflow's UI nests).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+import shutil
+import warnings
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from effbench import results
+from effbench.analysis import export as ex
+from effbench.errors import EffbenchError
+from effbench.track import payload as P
+
+INSTALL = "pip install 'effbench[tracking]'"
+# Tracking URIs MLflow takes (mlflow/tracking/_tracking_service/utils.py registers a store per scheme); a
+# database scheme may carry a driver (postgresql+psycopg2).
+SCHEMES = ("http", "https", "file", "databricks", "sqlite", "postgresql", "mysql", "mssql")
+DATABASES = ("sqlite", "postgresql", "mysql", "mssql")
+GROUP_KINDS = ("sweep", "scaling")
+PARENT = "mlflow.parentRunId"  # mlflow/utils/mlflow_tags.py MLFLOW_PARENT_RUN_ID: the UI nests the run under it
+# mlflow/environment_variables.py defaults: 7 retries with exponential backoff (about 4 minutes) and 120 s per
+# request. A run that has just ended should not wait minutes on a server that is down: 2 retries 1 s apart
+# and 20 s per request; a value the user exported wins.
+CLIENT_ENV = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "20",
+    # MlflowClient.set_terminated prints "View run ... at" per run (tracking/_tracking_service/client.py
+    # _log_url): effbench says once where the runs went
+    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+}
+# mlflow/store/tracking/file_store.py refuses a file: store unless this is set ("maintenance mode"); the
+# user asked for one by naming it
+FILE_STORE_ENV = {"MLFLOW_ALLOW_FILE_STORE": "true"}
+# Loggers that would print retries, migrations and MLflow's own errors: the upload's outcome is effbench's one line.
+QUIET_LOGGERS = ("mlflow", "alembic", "urllib3")
+READ_FILES = (results.RESULTS_FILE, results.ENV_FILE, results.CONFIG_FILE)
+READ_MARKER = ".effbench-tracking"
+"""In the runs/ folder `read_back` fills: it may replace a folder holding it, never another one."""
+
+
+def scheme(uri: str) -> str:
+    head, sep, _ = uri.partition(":")
+    return head.split("+")[0].lower() if sep else ""
+
+
+def check(uri: str, option: str = "--track") -> None:
+    """Before a run starts: the URI is one MLflow takes and its client is installed (one line with the fix)."""
+    if scheme(uri) not in SCHEMES:
+        raise EffbenchError(
+            option,
+            f"{uri!r} is not an MLflow tracking URI; use a server (http://HOST:5000) or a database "
+            "(sqlite:///PATH.db), e.g. --track http://127.0.0.1:5000",
+        )
+    if importlib.util.find_spec("mlflow") is None:
+        raise EffbenchError(option, f"logging to MLflow needs its client, which is not installed: {INSTALL}")
+    if scheme(uri) in DATABASES and any(importlib.util.find_spec(m) is None for m in ("sqlalchemy", "alembic")):
+        raise EffbenchError(
+            option,
+            f"{uri} is a database: writing to one directly needs MLflow's SQL store (pip install sqlalchemy "
+            "alembic, or the full `mlflow` package); or log to an MLflow server: --track http://HOST:5000",
+        )
+
+
+@contextlib.contextmanager
+def _client_env(uri: str) -> Iterator[None]:
+    """MLflow's client settings for one upload or read (CLIENT_ENV), its loggers and warnings silenced; all
+    restored after, so a test or a caller in the same process keeps its own."""
+    wanted = {**CLIENT_ENV, **(FILE_STORE_ENV if scheme(uri) == "file" else {})}
+    saved_env = {k: os.environ.get(k) for k in wanted}
+    loggers = [logging.getLogger(n) for n in QUIET_LOGGERS]
+    saved_levels = [lg.level for lg in loggers]
+    for k, v in wanted.items():
+        os.environ.setdefault(k, v)
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL + 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for k, old in saved_env.items():
+            if old is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = old
+        for lg, level in zip(loggers, saved_levels, strict=True):
+            lg.setLevel(level)
+
+
+def reason(e: BaseException) -> str:
+    """What went wrong, in a few words: MLflow's messages carry the whole request and urllib3's retry state."""
+    text = " ".join(str(e).split())
+    for needle, said in (
+        ("Connection refused", "connection refused"),
+        ("timed out", f"no answer within {os.environ.get('MLFLOW_HTTP_REQUEST_TIMEOUT', CLIENT_ENV['MLFLOW_HTTP_REQUEST_TIMEOUT'])} s"),
+        ("Name or service not known", "host not found"),
+        ("Failed to resolve", "host not found"),
+        ("Max retries exceeded", "cannot connect"),
+    ):  # fmt: skip
+        if needle in text:
+            return said
+    text = text or type(e).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _client(uri: str) -> Any:
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def _artifact_location(uri: str) -> str | None:
+    """Where a new experiment keeps its files: beside a SQLite file (MLflow's default is ./mlruns in whatever
+    folder the command ran from); a server or other store: its own default."""
+    if scheme(uri) != "sqlite" or not uri.startswith("sqlite:///"):
+        return None
+    db = Path(uri[len("sqlite:///") :])
+    return (db.resolve().parent / "mlartifacts").as_uri()
+
+
+def _experiment_id(client: Any, name: str, uri: str, option: str) -> str:
+    from mlflow.exceptions import MlflowException
+
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        try:
+            return str(client.create_experiment(name, artifact_location=_artifact_location(uri)))
+        except MlflowException:  # another upload created it meanwhile
+            exp = client.get_experiment_by_name(name)
+            if exp is None:
+                raise
+    if exp.lifecycle_stage == "deleted":
+        raise EffbenchError(
+            option, f"experiment {name!r} at {uri} is deleted; restore it (mlflow experiments restore) or name another"
+        )
+    return str(exp.experiment_id)
+
+
+def _find(client: Any, experiment_id: str, key: str) -> list[Any]:
+    # the key is hex (payload._hash): nothing in it needs quoting in the filter
+    found = client.search_runs([experiment_id], filter_string=f"tags.`{P.KEY}` = '{key}'", max_results=100)
+    return list(found)
+
+
+def _chunks(items: Sequence[Any], n: int) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(items), n):
+        yield items[i : i + n]
+
+
+def _log(client: Any, run_id: str, run: P.TrackedRun, *, params: bool = True) -> None:
+    from mlflow.entities import Metric, Param
+    from mlflow.utils.time import get_current_time_millis
+
+    stamp = run.end_ms or get_current_time_millis()
+    if params:  # mlflow/utils/validation.py: at most 100 params and 1000 metrics per batch
+        for chunk in _chunks([Param(k, v) for k, v in run.params.items()], 100):
+            client.log_batch(run_id, params=chunk)
+    metrics = [Metric(k, v, stamp, 0) for k, v in run.metrics.items()]
+    metrics += [Metric(k, v, stamp, step) for k, v, step in run.steps]
+    for chunk in _chunks(metrics, 1000):
+        client.log_batch(run_id, metrics=chunk)
+    for f in run.artifacts:
+        client.log_artifact(run_id, str(f))
+
+
+def _upsert_run(client: Any, experiment_id: str, run: P.TrackedRun, parent: str | None) -> str:
+    """created, present (there complete: untouched but for its kind and parent) or replaced (cut short before)."""
+    found = _find(client, experiment_id, run.key)
+    done = next((r for r in found if r.data.tags.get(P.UPLOAD) == P.COMPLETE), None)
+    if done is not None:
+        # a cell rerun by a resumed sweep turns its first try into an attempt; an upload of the cell alone
+        # before its sweep's gains the parent
+        fresh = {P.KIND: run.tags.get(P.KIND), P.GROUP: run.tags.get(P.GROUP), PARENT: parent}
+        for k, v in fresh.items():
+            if v is not None and done.data.tags.get(k) != v:
+                client.set_tag(done.info.run_id, k, v)
+        return "present"
+    for r in found:
+        client.delete_run(r.info.run_id)
+    tags = {**run.tags, **({PARENT: parent} if parent else {})}
+    created = client.create_run(experiment_id, start_time=run.start_ms, tags=tags, run_name=run.name)
+    run_id = created.info.run_id
+    _log(client, run_id, run)
+    if run.status != "RUNNING":  # a record never settled stays RUNNING and incomplete: the next upload replaces it
+        client.set_terminated(run_id, run.status, end_time=run.end_ms)
+        client.set_tag(run_id, P.UPLOAD, P.COMPLETE)
+    return "replaced" if found else "created"
+
+
+def _upsert_group(client: Any, experiment_id: str, group: P.TrackedRun) -> str:
+    """The parent run's id: found by its key (its tags and files refreshed: a resumed sweep has more cells),
+    else created with its params."""
+    found = _find(client, experiment_id, group.key)
+    if found:
+        run_id = str(found[0].info.run_id)
+        for k, v in group.tags.items():
+            client.set_tag(run_id, k, v)
+        _log(client, run_id, group, params=False)
+        return run_id
+    created = client.create_run(experiment_id, start_time=group.start_ms, tags=group.tags, run_name=group.name)
+    _log(client, created.info.run_id, group)
+    return str(created.info.run_id)
+
+
+@dataclass(frozen=True)
+class Uploaded:
+    uri: str
+    experiment: str
+    experiment_id: str
+    counts: dict[str, int]
+    """created / present / replaced -> runs."""
+    groups: int
+
+    def line(self) -> str:
+        c = self.counts
+        done = f"{c.get('created', 0)} new" + (f", {c['replaced']} replaced" if c.get("replaced") else "")
+        if c.get("present"):
+            done += f", {c['present']} already there"
+        parents = f" and {self.groups} sweep(s) as parent runs" if self.groups else ""
+        where = (
+            f"{self.uri.rstrip('/')}/#/experiments/{self.experiment_id}"
+            if scheme(self.uri) in ("http", "https")
+            else self.uri
+        )
+        return f"tracked: {sum(c.values())} run(s){parents} in experiment {self.experiment!r} ({done}): {where}"
+
+
+def upload(
+    paths: Sequence[Path], uri: str, experiment: str, *, traces: bool = False, option: str = "--track"
+) -> Uploaded:
+    """Log every run folder at or under `paths` (the same folders `effbench export` reads) to `uri`.
+
+    A bad folder is an EffbenchError before anything is sent; a tracker that cannot be reached or refuses a
+    request is an EffbenchError naming `option`, the URI and the reason."""
+    plan = P.collect(paths, traces=traces)
+    counts: dict[str, int] = {}
+    with _client_env(uri):
+        try:
+            client = _client(uri)
+            experiment_id = _experiment_id(client, experiment, uri, "--track-experiment")
+            parents = {folder: _upsert_group(client, experiment_id, g) for folder, g in plan.groups.items()}
+            for run in plan.runs:
+                outcome = _upsert_run(client, experiment_id, run, parents.get(run.group) if run.group else None)
+                counts[outcome] = counts.get(outcome, 0) + 1
+            for folder, g in plan.groups.items():  # after its runs: a cut-short upload leaves it incomplete
+                if g.status != "RUNNING":
+                    client.set_terminated(parents[folder], g.status, end_time=g.end_ms)
+                    client.set_tag(parents[folder], P.UPLOAD, P.COMPLETE)
+        except EffbenchError:
+            raise
+        except Exception as e:  # MLflow's and requests' own: the server is down, refused, or the URI is wrong
+            raise EffbenchError(option, f"could not log to {uri} ({reason(e)})") from None
+    return Uploaded(uri, experiment, experiment_id, counts, len(plan.groups))
+
+
+def _all_runs(client: Any, experiment_id: str) -> list[Any]:
+    runs: list[Any] = []
+    token = None
+    while True:
+        page = client.search_runs(
+            [experiment_id], filter_string=f"tags.`{P.UPLOAD}` = '{P.COMPLETE}'", max_results=1000, page_token=token
+        )
+        runs += list(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def _runs_folder(dest: Path) -> Path:
+    """dest/runs/, emptied: only a runs/ folder an earlier read back wrote (READ_MARKER) is replaced."""
+    runs_dir = dest / "runs"
+    if runs_dir.exists():
+        if not (runs_dir / READ_MARKER).is_file():
+            raise EffbenchError(
+                "--output", f"{runs_dir} exists and was not written by `effbench report --from-tracking`; "
+                "choose another --output"
+            )  # fmt: skip
+        shutil.rmtree(runs_dir)
+    runs_dir.mkdir(parents=True)
+    (runs_dir / READ_MARKER).write_text(
+        "run folders read back from an MLflow tracking server; replaced on every read\n"
+    )
+    return runs_dir
+
+
+def _download(client: Any, run_id: str, folder: Path) -> bool:
+    """results.json, env.json and config.json of one run into its folder; False without results.json."""
+    folder.mkdir()
+    for name in READ_FILES:
+        try:
+            client.download_artifacts(run_id, name, str(folder))
+        except Exception:  # env.json and config.json may be absent: the record holds copies of both
+            if name == results.RESULTS_FILE:
+                return False
+    return (folder / results.RESULTS_FILE).is_file()
+
+
+def read_back(uri: str, experiment: str, dest: Path, option: str = "--from-tracking") -> tuple[list[ex.Run], int]:
+    """Every run logged complete to `experiment` (the parents of sweeps aside) as run folders under dest/runs/,
+    and as the export rows the leaderboard reads (their kind and group as tagged); and how many runs had no
+    results.json to read."""
+    check(uri, option)
+    with _client_env(uri):
+        try:
+            client = _client(uri)
+            exp = client.get_experiment_by_name(experiment)
+            if exp is None:
+                names = sorted(e.name for e in client.search_experiments(max_results=50))
+                raise EffbenchError(
+                    "--experiment", f"{uri} has no experiment {experiment!r}; it has: {', '.join(names) or 'none'}"
+                )
+            found = [r for r in _all_runs(client, str(exp.experiment_id)) if r.data.tags.get(P.KIND) not in GROUP_KINDS]
+            # in the order of their folders' paths when uploaded, as `effbench report FOLDER` finds them
+            # (export.find_runs): the leaderboard lists its groups in the order it first meets them
+            found.sort(key=lambda r: (Path(r.data.tags.get(P.PATH, "")), r.info.run_name or "", r.info.run_id))
+            runs_dir = _runs_folder(Path(dest))
+            folders: list[Path] = []
+            taken: set[str] = set()
+            for r in found:  # the run folder's own name; two of one name (two machines) told apart by run id
+                base = results.safe_name(r.info.run_name or r.info.run_id)
+                name = base if base not in taken else f"{base}-{r.info.run_id[:8]}"
+                taken.add(name)
+                folders.append(runs_dir / name)
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                got = list(
+                    pool.map(lambda rf: _download(client, rf[0].info.run_id, rf[1]), zip(found, folders, strict=True))
+                )
+        except EffbenchError:
+            raise
+        except Exception as e:
+            raise EffbenchError(option, f"could not read {uri} ({reason(e)})") from None
+    out = []
+    for r, folder, ok in zip(found, folders, got, strict=True):
+        if not ok:
+            continue
+        run = ex.read_run(folder / results.RESULTS_FILE)
+        run.row[ex.KIND] = r.data.tags.get(P.KIND, run.row[ex.KIND])
+        run.row[ex.GROUP] = r.data.tags.get(P.GROUP)
+        out.append(run)
+    return out, got.count(False)

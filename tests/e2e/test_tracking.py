@@ -1,0 +1,299 @@
+"""`--track URI`, `effbench track` and `report --from-tracking` against a real `mlflow server` (SQLite store, on
+127.0.0.1, started once for the module: ~20-40 s on 2 loaded cores), read back with MLflow's own client.
+
+What is logged is checked against the run folder's files read here with json (params = config.json flattened,
+metrics = results.json's figures), never against effbench's payload code; the leaderboard read back from the
+server against the one `effbench report` writes from the folders.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from effbench.cli import app as cli
+from clitools import invoke, only_run
+
+SERVER_MODULES = ("mlflow", "flask", "sqlalchemy", "alembic")
+pytestmark = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in SERVER_MODULES),
+    reason="needs MLflow's client and server packages: pip install -e '.[dev]'",
+)
+TINY = ["--arch", "resnet18", "--image-size", "16", "--weights", "none", "--device", "cpu", "--dataset", "synthetic",
+        "--max-steps", "4", "--warmup-steps", "1", "--epochs", "2", "--repeats", "3", "--quiet"]  # fmt: skip
+RUN_FILES = {"report.html", "results.json", "env.json", "config.json"}
+FIXTURE_RECORD = Path(__file__).resolve().parents[1] / "fixtures" / "records" / "v1-smoke-aef98bb.json"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """`mlflow server` over a SQLite file in a fresh folder, its artifacts proxied (--artifacts-destination) as
+    a remote client's would be; the URI. Stopped (its process group) after the module."""
+    root = tmp_path_factory.mktemp("mlflow-server")
+    port = free_port()
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root}/mlflow.db",
+           "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+           "--workers", "1"]  # fmt: skip
+    log = open(root / "server.log", "w")  # noqa: SIM115  (open for the server's life)
+    # mlflow/server/__init__.py: with huey installed the server starts 7 job consumers (~200 MB each); nothing
+    # here runs a job
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"{uri}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"mlflow server did not start: {(root / 'server.log').read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield uri
+    finally:
+        with_group = proc.poll() is None
+        if with_group:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+
+
+def client(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def runs_of(uri: str, experiment: str) -> list:
+    c = client(uri)
+    exp = c.get_experiment_by_name(experiment)
+    assert exp is not None, f"no experiment {experiment!r}"
+    return list(c.search_runs([exp.experiment_id], max_results=1000))
+
+
+def flat(d: dict, prefix: str = "") -> dict[str, str]:
+    """config.json flattened the way the test reads the issue: nested keys joined by dots, values as JSON spells
+    them (a string as itself)."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(flat(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v if isinstance(v, str) else json.dumps(v, sort_keys=True)
+    return out
+
+
+@dataclass(frozen=True)
+class Ran:
+    code: int
+    stdout: str
+    stderr: str
+
+
+def main(args: list) -> Ran:
+    """The CLI in this process (no second torch import), for a module-scoped fixture where capsys is not at hand."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), pytest.raises(SystemExit) as info:
+        cli.main([str(a) for a in args])
+    return Ran(int(info.value.code or 0), out.getvalue(), err.getvalue())
+
+
+@pytest.fixture(scope="module")
+def run_folder(server, tmp_path_factory):
+    """One small run with --track (profiler on, so the folder has a trace that must not be uploaded)."""
+    out = tmp_path_factory.mktemp("runs")
+    ran = main(["run", *TINY, "--profile-steps", "1", "--output", out, "--track", server, "--track-experiment", "runs"])
+    assert ran.code == 0, ran.stderr[-3000:]
+    return only_run(out), ran
+
+
+def test_a_tracked_run_logs_its_config_figures_tags_and_files(server, run_folder):
+    folder, ran = run_folder
+    assert "tracked: 1 run(s) in experiment 'runs' (1 new)" in ran.stdout
+    assert "warning" not in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
+    (run,) = runs_of(server, "runs")
+    r = json.loads((folder / "results.json").read_text())
+    config = json.loads((folder / "config.json").read_text())
+
+    assert run.info.status == "FINISHED" and run.info.run_name == folder.name
+    assert run.data.params == flat(config)
+    m = run.data.metrics
+    summary = r["throughput_windows"]["summary"]["throughput_img_s"]
+    assert m["throughput_img_s"] == r["throughput_img_s"]
+    assert (m["throughput_ci_low_img_s"], m["throughput_ci_high_img_s"]) == (summary["ci_low"], summary["ci_high"])
+    assert m["throughput_median_img_s"] == summary["median"]
+    assert m["data_wait_share"] == r["data_time_share"]
+    assert m["final_val_top1"] == r["final"]["val_top1"] and m["final_train_loss"] == r["final"]["train_loss"]
+    # a CPU run has no MFU, device memory or energy: absent, never a zero
+    assert not {"mfu", "peak_mem_gib", "energy_per_image_j"} & set(m) and r.get("mfu") is None
+    history = client(server).get_metric_history(run.info.run_id, "epoch/throughput_img_s")
+    assert sorted((h.step, h.value) for h in history) == [(e["epoch"], e["throughput_img_s"]) for e in r["epochs"]]
+    assert len(r["epochs"]) == 2
+
+    t = run.data.tags
+    assert t["effbench.status"] == "ok" and t["effbench.verdict"] == r["verdict"]["bottleneck"]
+    assert t["effbench.device"] == r["device"] and t["effbench.run_folder"] == folder.name
+    assert t["effbench.host"] == json.loads((folder / "env.json").read_text())["hostname"]
+    assert t["effbench.kind"] == "run" and "mlflow.parentRunId" not in t
+
+    c = client(server)
+    assert {a.path for a in c.list_artifacts(run.info.run_id)} == RUN_FILES  # no trace without --track-traces
+    assert list(folder.glob("trace_rank*.json.gz")), "the run had a trace to leave out"
+    got = Path(c.download_artifacts(run.info.run_id, "results.json", str(folder.parent / "dl")))
+    assert got.read_bytes() == (folder / "results.json").read_bytes()
+
+
+def test_track_afterwards_is_idempotent_and_traces_are_opt_in(server, run_folder, capsys):
+    folder, _ = run_folder
+    code, out, err = invoke(["track", folder, "--track", server, "--track-experiment", "runs"], capsys)
+    assert code == 0 and "(0 new, 1 already there)" in out, err
+    assert len(runs_of(server, "runs")) == 1
+
+    code, out, err = invoke(
+        ["track", folder, "--track", server, "--track-experiment", "traces", "--track-traces"], capsys
+    )
+    assert code == 0, err
+    (run,) = runs_of(server, "traces")
+    names = {a.path for a in client(server).list_artifacts(run.info.run_id)}
+    assert names == RUN_FILES | {p.name for p in folder.glob("trace_rank*.json.gz")}
+
+
+@pytest.fixture(scope="module")
+def sweep_folder(server, tmp_path_factory):
+    """A two-cell sweep with --track, in a folder named like the experiment (the leaderboards' titles agree)."""
+    out = tmp_path_factory.mktemp("sweeps") / "sweeps"
+    ran = main(["sweep", *TINY, "--no-profile", "--batch-size", "4,8", "--output", out, "--name", "bs",
+                "--track", server, "--track-experiment", "sweeps"])  # fmt: skip
+    assert ran.code == 0, ran.stderr[-3000:]
+    return out, ran
+
+
+def test_a_tracked_sweep_is_a_parent_run_with_its_cells_as_children(server, sweep_folder):
+    out, ran = sweep_folder
+    assert "tracked: 2 run(s) and 1 sweep(s) as parent runs" in ran.stdout, ran.stdout[-2000:]
+    runs = runs_of(server, "sweeps")
+    parents = [r for r in runs if r.data.tags.get("effbench.kind") == "sweep"]
+    children = [r for r in runs if r.data.tags.get("effbench.kind") == "sweep-cell"]
+    assert len(parents) == 1 and len(children) == 2 and len(runs) == 3
+    parent = parents[0]
+    manifest = json.loads((out / "bs" / "sweep.json").read_text())
+    assert parent.info.status == "FINISHED" and parent.info.run_name == "bs"
+    assert json.loads(parent.data.params["swept.batch_size"]) == manifest["dims"]["batch_size"] == [4, 8]
+    assert {a.path for a in client(server).list_artifacts(parent.info.run_id)} >= {"sweep.json", "report.html"}
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
+    by_name = {c.info.run_name: c for c in children}
+    for cell in manifest["cells"]:
+        run_dir = out / "bs" / cell["run_dir"]
+        child = by_name[run_dir.name]
+        r = json.loads((run_dir / "results.json").read_text())
+        assert child.data.params["batch_size"] == str(cell["params"]["batch_size"])
+        assert child.data.metrics["throughput_img_s"] == r["throughput_img_s"]
+        assert child.data.tags["effbench.group"] == "bs" and child.info.status == "FINISHED"
+
+
+def test_uploading_the_same_folders_twice_makes_no_duplicates(server, sweep_folder, capsys):
+    out, _ = sweep_folder
+    before = {r.info.run_id for r in runs_of(server, "sweeps")}
+    for _ in range(2):
+        code, printed, err = invoke(["track", out, "--track", server, "--track-experiment", "sweeps"], capsys)
+        assert code == 0 and "(0 new, 2 already there)" in printed, err
+    assert {r.info.run_id for r in runs_of(server, "sweeps")} == before
+
+
+def test_the_leaderboard_read_back_equals_the_one_from_the_folders(server, sweep_folder, tmp_path, capsys):
+    out, _ = sweep_folder
+    code, _, err = invoke(["report", out, "--output", tmp_path / "folders"], capsys)
+    assert code == 0, err
+    code, printed, err = invoke(
+        ["report", "--from-tracking", server, "--experiment", "sweeps", "--output", tmp_path / "tracked"], capsys
+    )
+    assert code == 0, err
+    assert "leaderboard of 2 runs from" in printed
+    from_folders = (tmp_path / "folders" / "leaderboard.txt").read_text()
+    assert from_folders.startswith("effbench leaderboard sweeps\n") and "batch_size=4" in from_folders
+    assert (tmp_path / "tracked" / "leaderboard.txt").read_text() == from_folders
+    assert (tmp_path / "tracked" / "leaderboard.md").read_text() == (
+        tmp_path / "folders" / "leaderboard.md"
+    ).read_text()
+    # the records read back are run folders `compare` reads
+    pulled = sorted(p for p in (tmp_path / "tracked" / "runs").iterdir() if p.is_dir())
+    assert len(pulled) == 2
+    code, printed, err = invoke(["compare", *pulled], capsys)
+    assert code == 0 and "throughput (img/s)" in printed, err
+
+
+def test_a_stopped_server_costs_one_warning_line_not_the_run(tmp_path):
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there: a server that has stopped
+    # a process of its own: every line MLflow, urllib3 or effbench writes to its stderr is seen
+    one_epoch = [*TINY, "--epochs", "1", "--max-steps", "3", "--repeats", "2", "--no-profile"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "effbench", "run", *one_epoch, "--output", str(tmp_path), "--track", dead],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    folder = only_run(tmp_path)
+    assert json.loads((folder / "results.json").read_text())["status"] == "ok"
+    assert {p.name for p in folder.iterdir()} >= RUN_FILES
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    tracking = [ln for ln in lines if "track" in ln or "mlflow" in ln.lower() or "Retry" in ln]
+    assert len(tracking) == 1 and tracking[0].startswith("warning: --track: could not log to " + dead), lines
+    assert f"`effbench track {folder} --track {dead}` logs it later" in tracking[0]
+
+
+def test_failed_and_interrupted_runs_end_with_mlflow_s_matching_status(server, tmp_path, capsys):
+    record = json.loads(FIXTURE_RECORD.read_text())
+    for status, extra in (
+        ("failed", {"error": {"type": "RuntimeError", "message": "x"}}),
+        ("interrupted", {"signal": 15}),
+    ):
+        folder = tmp_path / "runs" / status
+        folder.mkdir(parents=True)
+        (folder / "results.json").write_text(json.dumps({**record, **extra, "status": status, "run_name": status}))
+    code, _, err = invoke(["track", tmp_path / "runs", "--track", server, "--track-experiment", "ends"], capsys)
+    assert code == 0, err
+    got = {r.info.run_name: (r.info.status, r.data.tags["effbench.status"]) for r in runs_of(server, "ends")}
+    assert got == {"failed": ("FAILED", "failed"), "interrupted": ("KILLED", "interrupted")}
+
+
+def test_a_sqlite_uri_needs_no_server(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "lone"
+    folder.mkdir()
+    shutil.copy(FIXTURE_RECORD, folder / "results.json")
+    uri = f"sqlite:///{tmp_path}/m.db"
+    code, out, err = invoke(["track", folder, "--track", uri], capsys)
+    assert code == 0 and "(1 new)" in out, err
+    (run,) = runs_of(uri, "effbench")
+    record = json.loads(FIXTURE_RECORD.read_text())
+    assert run.data.metrics["throughput_img_s"] == record["throughput_img_s"]
+    assert run.data.params["arch"] == record["config"]["arch"]  # no config.json: the record's copy
+    # the files go beside the database, not into ./mlruns of whatever folder this ran in
+    assert {a.path for a in client(uri).list_artifacts(run.info.run_id)} == {"results.json"}
+    assert (tmp_path / "mlartifacts").is_dir() and not (tmp_path / "mlruns").exists()
