@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from effbench.analysis import roofline
-from effbench.measure.profiling import DATA_WAIT, PHASES, STEP
+from effbench.measure.labels import DATA_WAIT, PHASES, STEP
 
 OP_PREFIXES = ("aten::", "c10d::", "_c10d_functional::", "c10d_functional::", "torchvision::", "nccl:", "gloo:")
 CPU_BASIS = "self CPU time of each op and its callees, on the step's thread"

@@ -36,14 +36,16 @@ from effbench.results import atomic_write_text, output_file
 from effbench.run import faults
 from effbench.run.timing import DeviceClock, device_clock
 
-PHASE_H2D = "h2d_copy"
-PHASE_FORWARD = "forward"
-PHASE_BACKWARD = "backward"
-PHASE_OPTIMIZER = "optimizer"
-PHASE_ALL_REDUCE = "all_reduce"
-PHASES = (PHASE_H2D, PHASE_FORWARD, PHASE_BACKWARD, PHASE_OPTIMIZER, PHASE_ALL_REDUCE)
-DATA_WAIT = "data_wait"
-STEP = "step"
+from effbench.measure.labels import (  # noqa: F401 - the names every reader of the pass imports from here
+    DATA_WAIT,
+    PHASE_ALL_REDUCE,
+    PHASE_BACKWARD,
+    PHASE_FORWARD,
+    PHASE_H2D,
+    PHASE_OPTIMIZER,
+    PHASES,
+    STEP,
+)
 
 OPS_BY_DEVICE_FILE = "profile_ops_by_device_time"
 OPS_BY_CPU_FILE = "profile_ops_by_cpu_time"
