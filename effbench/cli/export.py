@@ -70,8 +70,9 @@ def export(
         if sys.stdout.isatty():
             say(text, nl=False)
         else:
-            sys.stdout.write(text)
-            sys.stdout.flush()
+            out = sys.stdout  # a local: app._stdout_refused knows a failed write by the frame holding stdout
+            out.write(text)
+            out.flush()
         return
     try:
         results.atomic_write_text(target, text)

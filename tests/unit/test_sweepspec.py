@@ -252,8 +252,9 @@ def test_html_is_escaped_and_self_contained():
         ],
     )
     assert "<script>" not in page and "&lt;script&gt;" in page and "data:image/png;base64," in page
-    with pytest.raises(ValueError):
-        html_report.link("https://example.com/x", "x")
+    # a target outside the report's folder is text, never a link (issue 33 section 5)
+    assert html_report.link("https://example.com/x", "x<") == "x&lt;"
+    assert html_report.link("cells/a b/report.html", "a").startswith('<a href="./cells/a%20b/report.html"')
 
 
 def test_compare_a_run_with_itself_is_within_noise():
