@@ -130,7 +130,7 @@ COLUMN_SPEC: tuple[Column, ...] = (
            lambda s: s.kind),
     Column("group", "the sweep or scaling-series folder holding it; empty for a lone run",
            lambda s: str(s.folder.group) if s.folder.group else None),
-    _field(lambda r: r.status, "ok, failed, interrupted, oom or running"),
+    _field(lambda r: r.status, ", ".join(results.STATUSES[:-1]) + " or " + results.STATUSES[-1]),
     _field(lambda r: r.run_name, "the run's folder name when it ran"),
     _field(lambda r: r.started_at, "ISO 8601 start time"),
     Column(HOST, "hostname (env.json)", lambda s: s.env.hostname),
