@@ -34,6 +34,14 @@ def test_the_link_check_finds_a_missing_file_a_missing_anchor_and_a_link_out(tmp
     assert [p.split(": ")[1] for p in problems] == ["nope.md", "b.md#not-there", "../../etc/passwd"]
 
 
+def test_every_troubleshooting_pointer_the_code_prints_leads_to_a_section():
+    from effbench import troubleshooting
+
+    page = ROOT / troubleshooting.PAGE
+    missing = [a for a in troubleshooting.ANCHORS if a not in check_docs.anchors(page)]
+    assert missing == [], f"{troubleshooting.PAGE} has no heading for these anchors"
+
+
 def test_readme_is_a_front_page_that_links_every_docs_page():
     readme = (ROOT / "README.md").read_text()
     lines = readme.splitlines()
