@@ -62,6 +62,14 @@ def test_the_export_columns_table_is_the_code_s_list():
     assert rows == list(ex.COLUMN_DOCS)
 
 
+def test_the_sweep_page_names_every_status_a_cell_can_end_in():
+    from effbench.sweep import manifest
+
+    page = (ROOT / "docs" / "sweeps-and-reports.md").read_text()
+    ends = page.split("**How a cell ends**")[1].split("\n\n")[0]
+    assert [s for s in manifest.CELL_STATUSES if f"`{s}`" not in ends] == []
+
+
 @pytest.mark.parametrize("script", ["check_docs.py"])
 def test_the_docs_check_runs_in_make_lint(script):
     assert f"tools/{script}" in (ROOT / ".ci" / "lint.sh").read_text()
