@@ -83,12 +83,18 @@ def broken_links(path: Path, root: Path = ROOT) -> list[str]:
 
 @dataclass(frozen=True)
 class Block:
-    """One fenced code block: its language word (`` for none), the line of its opening fence, its lines."""
+    """One fenced code block: its language word (`` for none), the line of its opening fence, its lines, and
+    the words of an HTML comment on the line just above the fence (`<!-- gpu -->`: why the docs test cannot
+    run it; tests/contracts/test_doc_commands.py)."""
 
     path: Path
     lang: str
     line: int
     lines: tuple[str, ...]
+    marks: tuple[str, ...] = ()
+
+
+MARK = re.compile(r"^\s*<!--\s*([\w\s-]+?)\s*-->\s*$")
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,7 @@ class Command:
     line: int
     text: str
     block: int  # the line of its block's opening fence
+    marks: tuple[str, ...] = ()  # its block's (Block.marks)
 
     @property
     def key(self) -> str:
@@ -112,17 +119,20 @@ SHELL_LANGS = {"bash", "sh", "shell", "console", "zsh"}
 def code_blocks(path: Path) -> list[Block]:
     """Every fenced block of a Markdown file, in order."""
     blocks, open_at, lang, body = [], 0, "", []
-    fence = ""
+    fence, marks, previous = "", (), ""
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         m = FENCE.match(line)
         if not fence and m:
             fence, open_at, body = m.group(1), n, []
             lang = line.strip()[len(fence) :].strip().split(" ")[0]
+            mark = MARK.match(previous)
+            marks = tuple(mark.group(1).split()) if mark else ()
         elif fence and line.strip().startswith(fence):
-            blocks.append(Block(path, lang, open_at, tuple(body)))
+            blocks.append(Block(path, lang, open_at, tuple(body), marks))
             fence = ""
         elif fence:
             body.append(line)
+        previous = line
     return blocks
 
 
@@ -151,7 +161,7 @@ def shell_commands(block: Block) -> list[Command]:
             start = n
         pending.append(line)
         if not strip_comment(line).endswith("\\"):
-            out.append(Command(block.path, start, "\n".join(pending).strip(), block.line))
+            out.append(Command(block.path, start, "\n".join(pending).strip(), block.line, block.marks))
             pending = []
     return out
 

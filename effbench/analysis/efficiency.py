@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from effbench import troubleshooting
 from effbench.analysis import stats
 
 # --------------------------------------------------------------------------------------------------
@@ -531,6 +532,15 @@ class Measurements:
     """OMP_WAIT_POLICY as the run saw it (env.json's env_vars); None when unset."""
 
 
+# The docs/troubleshooting.md section a verdict's advice points to, where one explains it at length.
+SEE = {
+    "cpu-starved": troubleshooting.SHARED_CPU,
+    "cpu-contended": troubleshooting.SHARED_CPU,
+    "cpu-underused": troubleshooting.SHARED_CPU,
+    "memory-capacity-bound": troubleshooting.OOM,
+}
+
+
 @dataclass(frozen=True)
 class Verdict:
     bottleneck: str
@@ -709,12 +719,18 @@ def verdict(m: Measurements) -> Verdict | None:
         return None
     found = _findings(m)
     if not found:
-        return _compute_bound(m) if m.device_type == "cuda" else _cpu_fallback(m)
+        alone = _compute_bound(m) if m.device_type == "cuda" else _cpu_fallback(m)
+        return _pointed(alone) if alone is not None else None
     first, rest = found[0], found[1:]
     evidence = first.evidence
     if rest:
         evidence += "; also " + "; ".join(f"{v.bottleneck}: {v.evidence}" for v in rest)
-    return Verdict(first.bottleneck, evidence, first.advice)
+    return _pointed(Verdict(first.bottleneck, evidence, first.advice))
+
+
+def _pointed(v: Verdict) -> Verdict:
+    """The verdict with its advice ending in its troubleshooting section, where it has one."""
+    return Verdict(v.bottleneck, v.evidence, troubleshooting.pointed(v.advice, SEE.get(v.bottleneck)))
 
 
 def verdict_dict(v: Verdict) -> dict[str, str]:

@@ -150,7 +150,7 @@ COLUMN_SPEC: tuple[Column, ...] = (
     Column(GROUP, "the sweep or scaling-series folder holding it; empty for a lone run",
            lambda s: str(s.folder.group) if s.folder.group else None),
     _field(lambda r: r.status,
-           "ok, failed, interrupted, oom, diverged, running, or dead (a `running` run whose process is gone)"),
+           ", ".join(results.STATUSES) + ", or dead (a `running` run whose process is gone)"),
     _field(lambda r: r.run_name, "the run's folder name when it ran"),
     _field(lambda r: r.started_at, "ISO 8601 start time"),
     Column(HOST, "hostname (env.json)", lambda s: s.env.hostname),

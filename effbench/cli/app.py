@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from effbench import troubleshooting
 from effbench.cli.common import invocation, say
 from effbench.cli.common import opt as _opt
 from effbench.cli.doctor import doctor
@@ -150,6 +152,22 @@ def _warn_if_output_is_lost(output: Path) -> None:
         say(warning, err=True)
 
 
+# Exceptions of a broken collective or rendezvous, matched by class name so this needs no torch:
+# torch.distributed's DistError and its subclasses DistBackendError (an NCCL watchdog timeout),
+# DistNetworkError, DistStoreError (torch/distributed/__init__.py: torch._C's classes, __name__ without
+# the underscore), and torch/distributed/elastic/rendezvous/api.py's RendezvousError and its subclasses.
+DIST_ERRORS = re.compile(r"^(Dist\w*Error|Rendezvous\w*Error)$")
+
+
+def run_error_section(status: str, error_type: str | None) -> str | None:
+    """The docs/troubleshooting.md section a failed run's closing line points to, if any."""
+    if status == "oom":
+        return troubleshooting.OOM
+    if status == "failed" and error_type and DIST_ERRORS.match(error_type):
+        return troubleshooting.NCCL
+    return None
+
+
 def _exit_for(outcome: Any) -> None:
     record = outcome.results  # schema.Results (run/rank.py RunOutcome)
     status = record.status
@@ -162,7 +180,8 @@ def _exit_for(outcome: Any) -> None:
         detail = f" by {_signal_name(record.signal)}" + (f" during {phase}" if phase else "")
     what = "measurements so far are" if record.epochs else "nothing was measured; results.json is"
     where = f"; {what} in {outcome.run_dir}" if outcome.run_dir else ""
-    say(f"error: run {status}{detail}{where}", err=True)
+    see = run_error_section(status, err.type if err is not None else None)
+    say(f"error: run {status}{detail}{where}" + (f"; {troubleshooting.see(see)}" if see else ""), err=True)
     raise typer.Exit(outcome.exit_code)
 
 

@@ -44,7 +44,7 @@ def _fix(f: preflight.Finding) -> str:
     """The fix, led by the option to change when the finding blames one (as `run`'s error line does)."""
     if f.level == "ok":
         return ""
-    return f"{f.option}: {f.fix}" if f.option and f.fix else f.fix
+    return f"{f.option}: {f.fix_line}" if f.option and f.fix else f.fix_line
 
 
 def _image_cuda(gpu: preflight.GpuState) -> str:

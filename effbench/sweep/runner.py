@@ -97,7 +97,7 @@ def blocked_cells(plan: SweepPlan, output: Path) -> dict[str, EffbenchError]:
         errs = errors(run_checks(dataclasses.replace(cell.config, output=output)))
         if errs:
             f = errs[0]
-            blocked[cell.key] = EffbenchError(f.option, f"{f.message}; fix: {f.fix}" if f.fix else f.message)
+            blocked[cell.key] = EffbenchError(f.option, f"{f.message}; fix: {f.fix_line}" if f.fix_line else f.message)
     return blocked
 
 

@@ -40,6 +40,7 @@ from effbench.config import RunConfig
 from effbench.system.download import MIRROR_FIX, mirror_problem
 from effbench.datasets import dataset_spec
 from effbench.errors import EffbenchError
+from effbench import troubleshooting
 from effbench.fmt import GIB, MIB, printable
 from effbench.system.cuda_compat import CompatVerdict, DriverFacts, ImageCuda, forward_compat, read_image_cuda
 from effbench.system.hardware import CpuLoad, container_runtime
@@ -59,6 +60,23 @@ class Finding:
     fix: str = ""
     option: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def fix_line(self) -> str:
+        """The fix as printed: a failure's fix ends with its docs/troubleshooting.md section where it has one."""
+        return self.fix if self.level == "ok" else troubleshooting.pointed(self.fix, SEE.get(self.check))
+
+
+# The docs/troubleshooting.md section for a failure of each check (by Finding.check).
+SEE = {
+    "shm": troubleshooting.SHM,
+    "driver": troubleshooting.OLD_DRIVER,
+    "arch": troubleshooting.OLD_DRIVER,
+    "gpu": troubleshooting.NO_GPU,
+    "memlock": troubleshooting.NCCL,
+    "dataset": troubleshooting.DATASET,
+    "memory": troubleshooting.OOM,
+}
 
 
 @dataclass(frozen=True)
@@ -465,7 +483,7 @@ def output_loss_warning(output: Path, *, env: Mapping[str, str] = os.environ, ro
     """The one-line stderr warning of check_output_persists, or None (for the end of a run)."""
     for f in check_output_persists(output, container_runtime(root, env), Probes()):
         if f.level == "warning":
-            return f"warning: {f.check}: {f.message} (fix: {f.fix})"
+            return f"warning: {f.check}: {f.message} (fix: {f.fix_line})"
     return None
 
 
@@ -1221,13 +1239,13 @@ def raise_on_errors(
     the selftest): each is printed once, not once per run; the lines printed here are added to it."""
     for f in findings:
         if f.level == "error":
-            raise EffbenchError(f.option, f"{f.message}; fix: {f.fix}" if f.fix else f.message)
+            raise EffbenchError(f.option, f"{f.message}; fix: {f.fix_line}" if f.fix_line else f.message)
     apply_redirects(findings, environ)
     out = stream if stream is not None else sys.stderr
     for f in findings:
         if f.level != "warning":
             continue
-        line = f"warning: {f.check}: {f.message}" + (f" (fix: {f.fix})" if f.fix else "")
+        line = f"warning: {f.check}: {f.message}" + (f" (fix: {f.fix_line})" if f.fix_line else "")
         if said is not None:
             if line in said:
                 continue

@@ -1,20 +1,26 @@
 """Every shell command in README.md and docs/*.md, run as written where a CPU can run it.
 
 The commands are the lines of the docs' ```bash (sh, shell, console) blocks, `\\` continuations joined
-(tools/check_docs.shell_commands). Each one is either in RUN (how it is run and what it must show), in
-STATE (a shell line whose effect the block's later commands carry), or in SKIP (why it cannot run here);
-a command the docs gain that is in none of them fails test_every_doc_command_is_run_or_skipped, so the
-docs cannot drift from what is tested.
+(tools/check_docs.shell_commands). A block that cannot run on a CPU says why in an HTML comment on the
+line above its fence, `<!-- gpu -->`, `<!-- container network -->`: one or more words of MARKS. Every
+other command runs here:
+
+- on a page in SCRIPTS, its unmarked blocks run top to bottom as one bash script, as a reader pastes
+  them (docs/kubernetes.md with `kubectl` replaced by tests/kubectl_check.py, a check of the manifests
+  it applies);
+- elsewhere each command is in RUN (how it is run and what it must show) or in STATE (a shell line whose
+  effect the block's later commands carry), and a command the docs gain that is in neither fails
+  test_every_doc_command_runs_or_its_block_is_marked. The count of marked blocks per page is
+  MARKED_BLOCKS, so a block cannot slip out of the run by gaining a mark.
 
 How a command runs: through bash, its text as written (comments included), in a fresh folder (the
-`ws` fixture) where `effbench` on PATH and `.venv/bin/...` are this checkout's, and `benchmarks/` is the
-repository's. What a command needs that the docs assume exists (a run folder under the name the command
-uses, ci/baseline.json, a sweep folder, a dataset folder) is made by its Spec.setup before it runs.
-The only rewrites are the ones in SUBSTITUTIONS, each with its reason (an absolute path outside the
-test's folder). `effbench` is this venv's console script (or pip's form of it where the venv's lacks
-the `__main__` guard: effbench_bin). The smoke run of the README's CI block runs once per session; the
-commands that read a run folder get copies of its folder. A command over ~20 s on 2 loaded cores is
-marked slow.
+`ws` fixture) where `effbench` on PATH and `.venv/bin/...` are this checkout's, and `benchmarks/`,
+`tools/` and `entrypoint/` are the repository's. What a command needs that the docs assume exists (a
+run folder under the name the command uses, ci/baseline.json, a sweep folder) is made by its
+Spec.setup before it runs. The only rewrites are the ones in SUBSTITUTIONS, each with its reason.
+`effbench` is this venv's console script (or pip's form of it where the venv's lacks the `__main__`
+guard: effbench_bin). The smoke run of the README's CI block runs once per session; the commands that
+read a run folder get copies of its folder. A command over ~30 s on 2 loaded cores is marked slow.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -49,119 +55,47 @@ def doc_commands() -> list[check_docs.Command]:
     ]
 
 
+def page(path: Path) -> str:
+    return check_docs.shown(path)
+
+
+def run_here() -> list[check_docs.Command]:
+    """The commands RUN and STATE answer for: unmarked, on no page of SCRIPTS."""
+    return [c for c in doc_commands() if not c.marks and page(c.path) not in SCRIPTS]
+
+
 def places(key: str) -> list[check_docs.Command]:
-    return [c for c in doc_commands() if c.key == key]
+    return [c for c in run_here() if c.key == key]
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Why a command cannot run here. Every skipped command names one of these.
-GPU = "needs an NVIDIA GPU"
-CONTAINER = "builds or runs a container image (no docker/apptainer/singularity engine on the test machine)"
-SLURM = "submits a Slurm job"
-NETWORK = "needs the network (a download, a package index)"
-DATASET = "needs a real dataset on disk (CIFAR, Food-101) and hours on a CPU"
-VENV = "creates or installs into a virtual environment (the test runs in one)"
-SUITE = "runs the test suite itself"
-ELIDED = "not a whole command: `...` stands for the options of the command above it"
-PLACEHOLDER = "a template: `<version>` is for the reader to fill in"
-FULL_SIZE = "a full-size run (resnet50 at 224 px, default epochs): hours on a CPU"
-TRACKING_SERVER = (
-    "starts or needs an MLflow server on a fixed port (tests/e2e/test_tracking.py starts one on a free port and "
-    "runs these commands against it)"
-)
-
-SKIP: dict[str, str] = {
-    # README.md
-    "make run": VENV + "; then `effbench run --smoke`, run below from getting-started.md",
-    "make test": SUITE,
-    "docker build -t effbench .": CONTAINER,
-    'docker run --rm --gpus 4 --shm-size=8g --user "$(id -u):$(id -g)" -v "$PWD/results:/results" '
-    '-v "$PWD/data:/data:ro" effbench run --arch b5 --dataset cifar': CONTAINER + "; " + GPU,
-    "docker save effbench:latest -o effbench.tar && apptainer build effbench.sif singularity.def": CONTAINER,
-    "singularity exec --nv effbench.sif effbench run --arch b5 --dataset cifar": CONTAINER + "; " + GPU,
-    "sbatch --nodes 4 entrypoint/slurm-multi-node.sbatch": SLURM,
-    "effbench run --arch b5 --dataset cifar --download": NETWORK + "; " + DATASET,
-    "effbench sweep --preset workers": DATASET,
-    "effbench track results/ --track http://mlflow:5000": TRACKING_SERVER,
-    # docs/PERFORMANCE.md
-    ".venv/bin/pip install timm": VENV + "; " + NETWORK,
-    ".venv/bin/python benchmarks/timm_compare.py": GPU,
-    ".venv/bin/python benchmarks/harness_overhead.py --device cuda --arch b0 --image-size 224 --batch-size 128": GPU,
-    ".venv/bin/python benchmarks/cifar_loader.py --device cuda --data-dir ./data": GPU + "; " + DATASET,
-    ".venv/bin/python benchmarks/food_loader.py --device cuda --data-dir ./data": GPU + "; " + DATASET,
-    ".venv/bin/effbench run --dataset food --data-dir ./data --data-only --gpu-decode": GPU + "; " + DATASET,
-    ".venv/bin/effbench run --dataset food --data-dir ./data --data-only": DATASET,
-    # docs/containers.md
-    "docker run --rm --gpus all effbench doctor": CONTAINER + "; " + GPU,
-    "docker run --rm effbench --version": CONTAINER,
-    "docker run --rm effbench effbench run --smoke": CONTAINER,
-    'docker run --rm --read-only --tmpfs /tmp -v "$PWD/results:/results" effbench run --smoke': CONTAINER,
-    "python3 tools/lock.py generate --flavour cu126 --index-url https://download.pytorch.org/whl/cu126 "
-    "--torch <version>+cu126 --torchvision <version>+cu126": NETWORK + "; " + PLACEHOLDER,
-    "docker build -t effbench:cu126 --build-arg FLAVOUR=cu126 --build-arg "
-    "TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 --build-arg TORCH_VERSION=<version> "
-    "--build-arg TORCHVISION_VERSION=<matching version> .": CONTAINER + "; " + PLACEHOLDER,
-    'export UID; export GID="$(id -g)"; mkdir -p results data': "sets up the `docker compose` lines after it; "
-    + CONTAINER,
-    "GPU_COUNT=2 docker compose run --rm effbench run --arch b0 --dataset cifar100": CONTAINER + "; " + GPU,
-    "docker compose --profile cpu up cpu": CONTAINER,
-    "docker compose -f compose.yaml -f compose.memlock.yaml up effbench": CONTAINER + "; " + GPU,
-    "docker save effbench:latest -o effbench.tar": CONTAINER,
-    "apptainer build effbench.sif singularity.def": CONTAINER,
-    "apptainer test effbench.sif": CONTAINER,
-    "sbatch entrypoint/slurm-single-node.sbatch": SLURM,
-    "python3 tools/lock.py generate --flavour cu126 --index-url https://download.pytorch.org/whl/cu126 "
-    "--torch <version>+cu126 --torchvision <version>+cu126 --python-version 3.12": NETWORK + "; " + PLACEHOLDER,
-    "docker build -t effbench:cu126 --build-arg FLAVOUR=cu126 --build-arg "
-    "TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 --build-arg TORCH_VERSION=<version> "
-    "--build-arg TORCHVISION_VERSION=<version> --build-arg BASE_IMAGE=nvidia/cuda:12.6.3-base-ubuntu24.04 "
-    "--build-arg BASE_DIGEST= .": CONTAINER + "; " + PLACEHOLDER,
-    # docs/distributed.md
-    "effbench run --arch b0 --dataset cifar": GPU + "; " + DATASET,
-    "effbench run --arch b0 --dataset cifar --gpus 2": GPU + "; " + DATASET,
-    "effbench run --arch b0 --dataset cifar --gpus 4 --strategy dp": GPU + "; " + DATASET,
-    "effbench run --arch b0 --dataset cifar --gpus 1,2,4": GPU + "; " + DATASET,
-    # docs/getting-started.md
-    "python3 -m venv .venv": VENV,
-    ".venv/bin/pip install torch==2.14.1 torchvision==0.29.1": VENV + "; " + NETWORK,
-    ".venv/bin/pip install -e '.[dev]'": VENV + "; " + NETWORK,
-    ".venv/bin/python -m pytest": SUITE,
-    "effbench run --arch b5 --dataset cifar --data-dir ./data --download": NETWORK + "; " + DATASET,
-    "effbench run --arch b3 --dataset food --val-fraction 0.25 --download": NETWORK + "; " + DATASET,
-    "effbench run --arch resnet18 --dataset cifar10 --no-batch-norm --optimizer adadelta --workers 4": DATASET,
-    "effbench run --arch resnet18 --dataset cifar10 --device cpu": DATASET,
-    "effbench run --arch resnet50 --dataset synthetic": FULL_SIZE,
-    "effbench run --arch timm:convnext_tiny --dataset cifar100 --weights imagenet --freeze classifier": NETWORK
-    + " (timm's ImageNet weights); "
-    + DATASET,
-    "effbench sweep --preset yardstick --device cuda": GPU,
-    # docs/selftest.md
-    "docker run --rm --gpus all effbench selftest": CONTAINER + "; " + GPU,
-    # docs/sweeps-and-reports.md
-    "effbench sweep --preset workers --dataset cifar10 --data-dir ./data": DATASET,
-    "effbench sweep --preset optimizers": DATASET,
-    "effbench sweep --preset batchnorm": DATASET,
-    "effbench sweep --preset cpu-vs-gpu": DATASET,
-    "effbench sweep --preset batch-size": DATASET,
-    "effbench sweep --preset scaling": DATASET,
-    "effbench sweep --preset models --data-dir ./data": DATASET,
-    "effbench sweep --preset workers --workers 0,2,4 --loader torchvision": DATASET,
-    # docs/tracking.md
-    "python3 -m venv ~/mlflow-server && ~/mlflow-server/bin/pip install 'mlflow==3.17.2'": VENV + "; " + NETWORK,
-    "mkdir -p ~/mlflow": "makes the server's folder in the reader's home; " + TRACKING_SERVER,
-    '~/mlflow-server/bin/mlflow server --backend-store-uri "sqlite:///$HOME/mlflow/mlflow.db" --artifacts-destination '
-    '"$HOME/mlflow/artifacts" --host 127.0.0.1 --port 5000 &': TRACKING_SERVER,
-    "effbench run --smoke --track http://127.0.0.1:5000": TRACKING_SERVER,
-    "effbench sweep --smoke --batch-size 16,32 --track http://127.0.0.1:5000": TRACKING_SERVER,
-    "effbench track results/ --track http://127.0.0.1:5000": TRACKING_SERVER,
-    "effbench report --from-tracking http://127.0.0.1:5000 --experiment effbench -o leaderboard/": TRACKING_SERVER,
-    # docs/time-to-accuracy.md
-    "effbench run ... --target-top1 0.9 --stop-at-target": ELIDED,
-    "effbench sweep --batch-size 32,128,512 --target-top1 0.9 ...": ELIDED,
+# Why a block cannot run here: the words a `<!-- ... -->` line above a block may hold.
+MARKS: dict[str, str] = {
+    "gpu": "needs an NVIDIA GPU",
+    "container": "builds or runs a container image (no docker/apptainer/singularity engine on the test machine)",
+    "cluster": "submits to a cluster (Slurm, enroot) that the test machine is not",
+    "network": "needs the network (a download, a package index, a registry)",
+    "dataset": "needs a real dataset on disk (CIFAR, Food-101) and hours on a CPU",
+    "setup": "makes the environment or runs the test suite, which this test runs inside",
 }
 
-# Lines that change the shell's state for the block's later commands: each later command of the same
-# block runs after them (as a script would), so they are run, not skipped.
+# The marked shell blocks of each page: a block that gains or loses a mark changes what the docs test runs,
+# so the count is stated here. Pages not named have none.
+MARKED_BLOCKS: dict[str, int] = {
+    "README.md": 4,
+    "docs/PERFORMANCE.md": 1,
+    "docs/containers.md": 10,
+    "docs/dali.md": 1,
+    "docs/distributed.md": 1,
+    "docs/getting-started.md": 5,
+    "docs/kubernetes.md": 2,
+    "docs/selftest.md": 1,
+    "docs/sweeps-and-reports.md": 1,
+    "docs/troubleshooting.md": 5,
+}
+
+# Shell lines run for their effect on the lines after them in the block (STATE): whenever a later command of
+# the block runs after them (as a script would), so they are run, not skipped.
 STATE: dict[str, str] = {
     "set -e": "the block is a script: stop at the first failure",
     "run=$(ls -d ci-out/*/ | tail -n 1)": "the newest run folder, read by the compare after it",
@@ -174,10 +108,7 @@ SUBSTITUTIONS: dict[str, dict[str, str]] = {
 }
 
 SMOKE = "effbench run --smoke --seed 0 --max-steps 30 --warmup-steps 5 --repeats 5 --no-profile --quiet --output ci-out"
-GRID_SWEEP = (
-    "effbench sweep --batch-size 32,64 --workers 0,2 --device cpu --dataset synthetic --arch resnet18 "
-    "--image-size 32 --max-steps 10 --epochs 1 --repeats 5"
-)
+GRID_SWEEP = "effbench sweep --smoke --batch-size 16,32 --optimizer sgd,adam --quiet"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -209,9 +140,10 @@ class Spec:
     timeout: int = 300
 
 
-def place(*dests: str, baseline: bool = False) -> Callable[[Path, Path | None], None]:
-    """Setup: copies of the session's smoke run folder (or grid sweep folder) at `dests`, and with
-    `baseline` its results.json as ci/baseline.json (the docs' "first time: cp ... ci/baseline.json")."""
+def place(*dests: str, baseline: bool = False, git: bool = False) -> Callable[[Path, Path | None], None]:
+    """Setup: copies of the session's smoke run folder (or grid sweep folder) at `dests`; with `baseline`
+    its results.json as ci/baseline.json (what the README's baseline block makes); with `git` the folder is
+    a git repository, as the reader's checkout is."""
 
     def setup(ws: Path, made: Path | None) -> None:
         assert made is not None
@@ -220,14 +152,10 @@ def place(*dests: str, baseline: bool = False) -> Callable[[Path, Path | None], 
         if baseline:
             (ws / "ci").mkdir()
             shutil.copy(made / "results.json", ws / "ci" / "baseline.json")
+        if git:
+            subprocess.run(["git", "init", "-q", str(ws)], check=True)
 
     return setup
-
-
-def digits(ws: Path, made: Path | None) -> None:
-    from test_digits_learns import write_digits  # scikit-learn's bundled digits as train/ + val/ folders
-
-    write_digits(ws / "digits")
 
 
 def csv_rows(n: int) -> Callable[[Done], None]:
@@ -251,12 +179,23 @@ def report_written(folder: str) -> Callable[[Done], None]:
     return check
 
 
+def baseline_made(done: Done) -> None:
+    """The README's baseline block: ci/baseline.json is the run's results.json, staged in git."""
+    record = json.loads((done.cwd / "ci" / "baseline.json").read_text())
+    assert record["status"] == "ok" and record["throughput_img_s"] > 0
+    staged = subprocess.run(["git", "diff", "--cached", "--name-only"], cwd=done.cwd, capture_output=True, text=True)
+    assert staged.stdout.split() == ["ci/baseline.json"]
+
+
 PASS_GATE = (r"PASS",)
 
 RUN: dict[str, Spec] = {
-    # README.md: the CI block (its smoke run is the session's one)
+    # README.md: the CI blocks (their smoke run is the session's one)
     SMOKE: Spec(smoke=True, shows=(r"^run folder: ci-out/",)),
-    'effbench compare ci/baseline.json "$(ls -d ci-out/*/ | tail -n 1)" --fail-if-slower 10 --fail-if-less-accurate 2': Spec(
+    'mkdir -p ci && cp "$run/results.json" ci/baseline.json && git add ci/baseline.json': Spec(
+        smoke=True, setup=place("ci-out/run", git=True), check=baseline_made
+    ),
+    'effbench compare ci/baseline.json "$run" --fail-if-slower 10 --fail-if-less-accurate 2': Spec(
         smoke=True, setup=place("ci-out/run", baseline=True), shows=PASS_GATE
     ),
     # README.md: the commands one line each
@@ -298,6 +237,9 @@ RUN: dict[str, Spec] = {
     ".venv/bin/effbench run --smoke": Spec(
         slow=True, timeout=600, check=lambda d: assert_sample_matches(d.out, STEADY + ("dataset",))
     ),
+    'ls "$(ls -d results/*/ | tail -n 1)"': Spec(
+        smoke=True, setup=place("results/run"), shows=(r"^results\.json$", r"^report\.html$", r"^steps\.csv$")
+    ),
     "effbench models --source timm --json": Spec(slow=True, check=lambda d: assert_count(d.out, 1371)),
     # docs/roofline.md
     "effbench run --arch b0 --dataset synthetic --weights none --image-size 64 --batch-size 16 --max-steps 6 --epochs 1": Spec(
@@ -310,7 +252,11 @@ RUN: dict[str, Spec] = {
         slow=True, timeout=1200, shows=(r"^kinds whose time moved most",)
     ),
     "effbench selftest --device cpu --only roofs,roofline": Spec(slow=True, timeout=600, shows=(r"PASS",)),
+    "effbench run --arch resnet50 --dataset synthetic --image-size 64 --batch-size 16 --epochs 1 --max-steps 6 --no-profile --quiet": Spec(
+        slow=True, timeout=900, shows=(r"^arch\s+torchvision:resnet50$", r"^status\s+ok$")
+    ),
     # docs/selftest.md
+    "effbench selftest --device cpu --only flops": Spec(shows=(r"^FLOPs: depthwise net\s+PASS", r"^selftest.json: ")),
     "effbench selftest --device cpu": Spec(slow=True, timeout=600, shows=(r"PASS", r"SKIP")),
     # docs/sweeps-and-reports.md
     GRID_SWEEP: Spec(sweep=True, slow=True),
@@ -350,16 +296,83 @@ RUN: dict[str, Spec] = {
     "effbench compare ci/baseline.json results/run --fail-if-slower 5 --fail-if-less-accurate 2": Spec(
         smoke=True, setup=place("results/run", baseline=True), shows=PASS_GATE
     ),
-    'effbench compare ci/baseline.json "$run" --fail-if-slower 10 --fail-if-less-accurate 2': Spec(
-        smoke=True, setup=place("ci-out/run", baseline=True), shows=PASS_GATE
+    # docs/troubleshooting.md
+    "OMP_WAIT_POLICY=PASSIVE effbench run --smoke --quiet": Spec(slow=True, shows=(r"^status\s+ok$",), timeout=600),
+    "uptime": Spec(shows=(r"load average",)),
+    "taskset -c 0,1 effbench run --smoke --quiet": Spec(slow=True, shows=(r"^status\s+ok$",), timeout=600),
+    "df -h /dev/shm": Spec(shows=(r"/dev/shm$",)),
+    "effbench doctor --workers 4 --batch-size 256": Spec(
+        shows=(r"^shm\s+ok\s+/dev/shm has .* free; 4 DataLoader workers x batch 256", r"^doctor: all checks passed")
+    ),
+    "effbench datasets --data-dir ./data": Spec(shows=(r"^datasets under --data-dir data ",)),
+}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Pages run top to bottom as one script (their unmarked blocks, in order), as a reader pastes them.
+@dataclass(frozen=True)
+class Script:
+    """setup: what the page's marked blocks would have left (a download), made by hand. replace: the rewrites
+    of the script's text, each with its reason in a comment. env: extra environment. shows: lines (regular
+    expressions) its stdout must hold. check: a further check on the folder it ran in."""
+
+    setup: Callable[[Path], None] | None = None
+    replace: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    shows: tuple[str, ...] = ()
+    check: Callable[[Path], None] | None = None
+    slow: bool = False
+    timeout: int = 300
+
+
+K8S_IMAGE = "test.example/effbench:doc-test"
+
+
+def cifar_download(ws: Path) -> None:
+    """What the page's marked download block leaves: data/cifar-100-python/ (empty files will do for kubectl cp)."""
+    folder = ws / "data" / "cifar-100-python"
+    folder.mkdir(parents=True)
+    for name in ("meta", "test", "train"):
+        (folder / name).write_bytes(b"")
+
+
+def k8s_left_the_claims(ws: Path) -> None:
+    """After the page: the claims stay with the results; the pod and the jobs were deleted; results fetched."""
+    state = json.loads((ws / ".kubectl-check.json").read_text())
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in state) == [
+        ("PersistentVolumeClaim", "datasets"),
+        ("PersistentVolumeClaim", "effbench-results"),
+    ]
+    assert (ws / "k8s-results").is_dir()
+
+
+SCRIPTS: dict[str, Script] = {
+    "docs/kubernetes.md": Script(
+        setup=cifar_download,
+        # the image the page names is the reader's to choose; a distinct one proves every manifest gets it
+        replace={"IMAGE=registry.example.org/effbench:latest": f"IMAGE={K8S_IMAGE}"},
+        env={"KUBECTL_CHECK_IMAGE": K8S_IMAGE},
+        check=k8s_left_the_claims,
+    ),
+    "docs/recipes.md": Script(
+        shows=(r'^\s*"steps": "imagenet: resize shorter side 18, center square 18, random-resized crop 16',)
+    ),
+    "docs/dali.md": Script(
+        shows=(r"^loader / workers\s+dali / 2$", r"^data path: fast vs dali\s+PASS"), slow=True, timeout=600
+    ),
+    "docs/time-to-accuracy.md": Script(
+        shows=(
+            r"^digits: 1438 train and 359 val images",
+            r"^time to accuracy\s+[\d.]+ s training .* to val top-1 >= 0.9, run stopped there$",
+            r"^- shortest training time to val top-1 >= 0.9 along batch-size: ",
+        ),
+        slow=True,
+        timeout=1800,
     ),
     # docs/tracking.md: no server, a SQLite file (MLflow's SQL store: sqlalchemy, alembic in the dev extra)
     "effbench track results/ --track sqlite:///mlflow.db": Spec(
         smoke=True, setup=place("results/run"), shows=(r"^tracked: 1 run\(s\) in experiment 'effbench' \(1 new\)",)
     ),
-    # docs/time-to-accuracy.md
-    "effbench run --dataset imagefolder --data-dir ./digits --arch resnet18 --image-size 16 --epochs 10 "
-    "--target-top1 0.9": Spec(slow=True, timeout=1200, setup=digits),
 }
 
 
@@ -369,10 +382,12 @@ def assert_count(out: str, n: int) -> None:
 
 # ---------------------------------------------------------------------------------------------------------
 def workspace(folder: Path) -> Path:
-    """A fresh folder as a reader's checkout looks from its root: .venv/ (this one) and benchmarks/."""
+    """A fresh folder as a reader's checkout looks from its root: .venv/ (this one), and the repository's
+    benchmarks/, tools/ and entrypoint/."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / ".venv").symlink_to(VENV_BIN.parent)
-    (folder / "benchmarks").symlink_to(ROOT / "benchmarks")
+    for name in ("benchmarks", "tools", "entrypoint"):
+        (folder / name).symlink_to(ROOT / name)
     return folder
 
 
@@ -410,11 +425,18 @@ def run_doc_command(key: str, ws: Path, timeout: int) -> Done:
     # the block's earlier commands: STATE lines run again first; what the others made, setup provides
     state = [c.text for c in doc_commands() if (c.path, c.block) == (cmd.path, cmd.block) and c.line < cmd.line]
     state = [line for line in state if check_docs.strip_comment(line).strip() in STATE]
-    env = dict(os.environ, PATH=f"{effbench_bin(ws)}{os.pathsep}{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    return run_bash("\n".join([*state, text]), ws, timeout)
+
+
+def run_bash(
+    script: str, ws: Path, timeout: int, env: dict[str, str] | None = None, bins: tuple[Path, ...] = ()
+) -> Done:
+    """`script` in bash in `ws`, with this checkout's `effbench` (and `bins`) first on PATH."""
+    path = os.pathsep.join([*map(str, bins), str(effbench_bin(ws)), str(VENV_BIN), os.environ.get("PATH", "")])
     proc = subprocess.run(
-        ["bash", "-c", "\n".join([*state, text])],
+        ["bash", "-c", script],
         cwd=ws,
-        env=env,
+        env={**os.environ, **(env or {}), "PATH": path},
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -443,49 +465,74 @@ def grid_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Done, Path]:
 
 
 def case_id(key: str) -> str:
-    return "+".join(f"{check_docs.shown(c.path)}:{c.line}" for c in places(key))
+    return "+".join(f"{page(c.path)}:{c.line}" for c in places(key))
 
 
 def cases() -> list:
-    keys = dict.fromkeys(c.key for c in doc_commands() if c.key in RUN)
+    keys = dict.fromkeys(c.key for c in run_here() if c.key in RUN)
     return [pytest.param(key, id=case_id(key), marks=[pytest.mark.slow] if RUN[key].slow else []) for key in keys]
 
 
-def test_every_doc_command_is_run_or_skipped():
-    found = {c.key: c for c in doc_commands()}
-    unknown = [
-        f"{check_docs.shown(c.path)}:{c.line}: {k}"
-        for k, c in found.items()
-        if k not in RUN and k not in SKIP and k not in STATE
-    ]
-    assert unknown == [], "a documented command is neither run (RUN, STATE) nor skipped with a reason (SKIP)"
-    both = set(RUN) & set(SKIP) | set(RUN) & set(STATE) | set(SKIP) & set(STATE)
-    assert both == set()
-    stale = sorted(k for k in [*RUN, *SKIP, *STATE, *SUBSTITUTIONS] if k not in found)
-    assert stale == [], "these table entries name commands no doc holds any more"
+def test_every_doc_command_runs_or_its_block_is_marked():
+    found = {c.key: c for c in run_here()}
+    unknown = [f"{page(c.path)}:{c.line}: {k}" for k, c in found.items() if k not in RUN and k not in STATE]
+    assert unknown == [], "a documented command is neither run (RUN, STATE) nor in a block marked <!-- why -->"
+    assert set(RUN) & set(STATE) == set()
+    stale = sorted(k for k in [*RUN, *STATE, *SUBSTITUTIONS] if k not in found)
+    assert stale == [], "these table entries name commands no unmarked block holds any more"
+
+
+def shell_blocks(path: Path) -> list[check_docs.Block]:
+    return [b for b in check_docs.code_blocks(path) if b.lang in check_docs.SHELL_LANGS]
+
+
+def test_the_marked_blocks_are_the_expected_ones_and_say_why():
+    """Each page's count of blocks not run here is what MARKED_BLOCKS says, and each mark is a known reason."""
+    marked = {page(p): [b for b in shell_blocks(p) if b.marks] for p in check_docs.doc_files()}
+    assert {p: len(bs) for p, bs in marked.items() if bs} == MARKED_BLOCKS
+    unknown = [f"{p}:{b.line}: {w}" for p, bs in marked.items() for b in bs for w in b.marks if w not in MARKS]
+    assert unknown == [], f"a mark names none of {sorted(MARKS)}"
+    # a mark on a block that is not shell would hide nothing: it is a mistake
+    stray = [
+        f"{page(p)}:{b.line}" for p in check_docs.doc_files() for b in check_docs.code_blocks(p)
+        if b.marks and b.lang not in check_docs.SHELL_LANGS
+    ]  # fmt: skip
+    assert stray == []
+
+
+def test_the_recipe_pages_run_every_block_a_cpu_can():
+    """getting-started, kubernetes, time-to-accuracy and the README's CI blocks: nothing is left out but the
+    marked blocks (a GPU, a container engine, a cluster, the network, a real dataset, the set-up itself)."""
+    ci_blocks = [b for b in shell_blocks(ROOT / "README.md") if any("ci-out" in line for line in b.lines)]
+    assert len(ci_blocks) == 2 and not any(b.marks for b in ci_blocks)  # the baseline, then the gate
+    for name in ("docs/getting-started.md", "docs/kubernetes.md", "docs/time-to-accuracy.md"):
+        blocks = shell_blocks(ROOT / name)
+        runs = [b for b in blocks if not b.marks]
+        assert runs, name
+        assert len(blocks) - len(runs) == MARKED_BLOCKS.get(name, 0)
+
+
+def test_the_extractor_joins_continuations_drops_comments_and_reads_marks(tmp_path):
+    page_md = tmp_path / "p.md"
+    page_md.write_text(
+        "```bash\n# a comment line\neffbench run --a 1 \\\n    --b 2   # what it does\n\n"
+        "echo '# not a comment' \"x # y\" # gone\n```\n```text\neffbench not-a-command\n```\n"
+        "<!-- gpu network -->\n```bash\nnvidia-smi\n```\n<!-- gpu -->\n\n```bash\nnot-marked\n```\n"
+    )
+    blocks = check_docs.code_blocks(page_md)
+    # a mark is the line just above the fence: one with a blank line between marks nothing
+    assert [(b.lang, b.line, b.marks) for b in blocks] == [
+        ("bash", 1, ()), ("text", 8, ()), ("bash", 12, ("gpu", "network")), ("bash", 17, ())
+    ]  # fmt: skip
+    cmds = check_docs.shell_commands(blocks[0])
+    assert [(c.line, c.key) for c in cmds] == [(3, "effbench run --a 1 --b 2"), (6, "echo '# not a comment' \"x # y\"")]
+    assert check_docs.shell_commands(blocks[2])[0].marks == ("gpu", "network")
 
 
 def test_every_code_block_names_its_language():
     """A block without one could hold commands this test never sees: shell blocks say bash, the rest text."""
-    bare = [
-        f"{check_docs.shown(b.path)}:{b.line}"
-        for p in check_docs.doc_files()
-        for b in check_docs.code_blocks(p)
-        if not b.lang
-    ]
+    bare = [f"{page(b.path)}:{b.line}" for p in check_docs.doc_files() for b in check_docs.code_blocks(p) if not b.lang]
     assert bare == []
-
-
-def test_the_extractor_joins_continuations_and_drops_comments(tmp_path):
-    page = tmp_path / "p.md"
-    page.write_text(
-        "```bash\n# a comment line\neffbench run --a 1 \\\n    --b 2   # what it does\n\n"
-        "echo '# not a comment' \"x # y\" # gone\n```\n```text\neffbench not-a-command\n```\n"
-    )
-    blocks = check_docs.code_blocks(page)
-    assert [(b.lang, b.line) for b in blocks] == [("bash", 1), ("text", 8)]
-    cmds = check_docs.shell_commands(blocks[0])
-    assert [(c.line, c.key) for c in cmds] == [(3, "effbench run --a 1 --b 2"), (6, "echo '# not a comment' \"x # y\"")]
 
 
 @pytest.mark.parametrize("key", cases())
@@ -511,6 +558,106 @@ def test_doc_command(key, tmp_path, request):
     assert "Traceback" not in done.err
     if spec.check:
         spec.check(done)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The pages run top to bottom
+def page_script(name: str) -> str:
+    """The page's unmarked shell blocks, in order, as one script."""
+    return "\n".join(c.text for b in shell_blocks(ROOT / name) if not b.marks for c in check_docs.shell_commands(b))
+
+
+KUBECTL = """#!{python}
+import sys
+sys.path.insert(0, {tests!r})
+import kubectl_check
+sys.exit(kubectl_check.main(sys.argv[1:]))
+"""
+
+
+def fake_kubectl(ws: Path) -> Path:
+    """A folder whose `kubectl` is tests/kubectl_check.py, its state in the workspace."""
+    folder = ws / ".kubectl-bin"
+    folder.mkdir()
+    (folder / "kubectl").write_text(KUBECTL.format(python=sys.executable, tests=str(ROOT / "tests")))
+    (folder / "kubectl").chmod(0o755)
+    return folder
+
+
+def run_script(name: str, script: str, ws: Path, spec: Script) -> Done:
+    for old, new in spec.replace.items():
+        assert old in script, f"{name}: the rewrite of {old!r} no longer applies"
+        script = script.replace(old, new)
+    env = {**spec.env, "KUBECTL_CHECK_STATE": str(ws / ".kubectl-check.json")}
+    return run_bash("set -eo pipefail\n" + script, ws, spec.timeout, env=env, bins=(fake_kubectl(ws),))
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, id=n, marks=[pytest.mark.slow] if s.slow else []) for n, s in SCRIPTS.items()]
+)
+def test_the_page_runs_top_to_bottom(name, tmp_path):
+    spec = SCRIPTS[name]
+    ws = workspace(tmp_path / "ws")
+    if spec.setup:
+        spec.setup(ws)
+    done = run_script(name, page_script(name), ws, spec)
+    assert done.rc == 0, f"{name} stopped, exit {done.rc}\n{done.out[-2000:]}\n{done.err[-3000:]}"
+    for pattern in spec.shows:
+        assert re.search(pattern, done.out, re.M), f"{pattern!r} not in the output:\n{done.out[-3000:]}"
+    assert "Traceback" not in done.err
+    if spec.check:
+        spec.check(ws)
+
+
+SEDDED_JOB = (
+    'sed "s|registry.example.org/effbench:latest|$IMAGE|" entrypoint/kubeflow-pytorchjob.yaml | kubectl apply -f -'
+)
+CLAIMS = "entrypoint/kubernetes-claims.yaml"
+
+
+@pytest.mark.parametrize(
+    ("manifest", "old", "new", "refusal"),
+    [
+        # a claim one node only can mount
+        (CLAIMS, "accessModes: [ReadWriteMany]   # the pod", "accessModes: [ReadWriteOnce]   # the pod", "is not ReadWriteMany"),
+        # a manifest applied as it ships, with the example registry's image
+        (None, SEDDED_JOB, "kubectl apply -f entrypoint/kubeflow-pytorchjob.yaml", "not the image the page built"),
+        # the claims never created
+        (None, f"kubectl apply -f {CLAIMS}\n", "", "was not applied before this command"),
+        # a pod name the operator does not make
+        (None, "kubectl logs -f effbench-master-0", "kubectl logs -f effbench-0", "no applied object makes a pod"),
+        # a copy to a path no claim holds
+        (None, "effbench-files:/data/cifar-100-python", "effbench-files:/tmp/cifar-100-python", "is on no claim"),
+        # a condition a PyTorchJob never has
+        (None, "--for=condition=Running pytorchjob", "--for=condition=Ready pytorchjob", "has no condition Ready"),
+    ],
+    ids=["rwo-claim", "image-not-set", "no-claims", "wrong-pod", "not-on-a-claim", "wrong-condition"],
+)  # fmt: skip
+def test_the_kubernetes_check_refuses_a_recipe_that_would_not_work(manifest, old, new, refusal, tmp_path):
+    """The stand-in kubectl fails the page for each mistake a cluster would fail it for: it can fail."""
+    ws = workspace(tmp_path / "ws")
+    cifar_download(ws)
+    script = page_script("docs/kubernetes.md")
+    if manifest:  # the mistake is in a manifest: a copy of entrypoint/ that has it
+        (ws / "entrypoint").unlink()
+        shutil.copytree(ROOT / "entrypoint", ws / "entrypoint")
+        text = (ws / manifest).read_text()
+        assert old in text
+        (ws / manifest).write_text(text.replace(old, new, 1))
+    else:
+        assert old in script
+        script = script.replace(old, new, 1)
+    done = run_script("docs/kubernetes.md", script, ws, SCRIPTS["docs/kubernetes.md"])
+    assert done.rc == 1 and "kubectl-check: " in done.err and refusal in done.err, (done.rc, done.err[-2000:])
+
+
+def test_the_kubernetes_page_downloads_the_dataset_the_catalog_names():
+    """The page's one download (a marked block) fetches CIFAR-100 from the URL effbench --download uses."""
+    from effbench.datasets import dataset_spec
+
+    (block,) = [b for b in shell_blocks(ROOT / "docs/kubernetes.md") if "network" in b.marks]
+    url = re.search(r"https://\S+\.tar\.gz", "\n".join(block.lines)).group(0)
+    assert url == dataset_spec("cifar100").archive.url
 
 
 def readme_sample() -> dict[str, str]:
@@ -562,7 +709,7 @@ def effbench_argv(key: str, commands: set[str]) -> list[str] | None:
     return words[starts[-1] + 1 :] if starts else None
 
 
-def test_every_skipped_effbench_command_parses():
+def test_every_marked_effbench_command_parses():
     """The lines that cannot run here still name a real command and real options: each is parsed by
     effbench's own CLI (the Click context Typer builds), not run. Values are strings there (RunConfig
     checks them when a run starts), so a wrong value is not caught here; a wrong option name is."""
@@ -578,7 +725,7 @@ def test_every_skipped_effbench_command_parses():
         group.get_command(ctx, argv[0]).make_context(argv[0], argv[1:])
 
     parsed = 0
-    for key in SKIP:
+    for key in dict.fromkeys(c.key for c in doc_commands() if c.marks):
         argv = effbench_argv(key, commands)
         if argv is None:
             continue

@@ -34,6 +34,14 @@ def test_the_link_check_finds_a_missing_file_a_missing_anchor_and_a_link_out(tmp
     assert [p.split(": ")[1] for p in problems] == ["nope.md", "b.md#not-there", "../../etc/passwd"]
 
 
+def test_every_troubleshooting_pointer_the_code_prints_leads_to_a_section():
+    from effbench import troubleshooting
+
+    page = ROOT / troubleshooting.PAGE
+    missing = [a for a in troubleshooting.ANCHORS if a not in check_docs.anchors(page)]
+    assert missing == [], f"{troubleshooting.PAGE} has no heading for these anchors"
+
+
 def test_readme_is_a_front_page_that_links_every_docs_page():
     readme = (ROOT / "README.md").read_text()
     lines = readme.splitlines()
@@ -52,6 +60,14 @@ def test_the_export_columns_table_is_the_code_s_list():
     page = (ROOT / "docs" / "sweeps-and-reports.md").read_text().split("## Export columns")[1]
     rows = re.findall(r"^\| `([a-z0-9_]+)` \| (.*?) \|$", page, re.M)
     assert rows == list(ex.COLUMN_DOCS)
+
+
+def test_the_sweep_page_names_every_status_a_cell_can_end_in():
+    from effbench.sweep import manifest
+
+    page = (ROOT / "docs" / "sweeps-and-reports.md").read_text()
+    ends = page.split("**How a cell ends**")[1].split("\n\n")[0]
+    assert [s for s in manifest.CELL_STATUSES if f"`{s}`" not in ends] == []
 
 
 @pytest.mark.parametrize("script", ["check_docs.py"])

@@ -17,6 +17,7 @@ import functools
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,35 +26,17 @@ import torch
 
 from clitools import invoke, only_run
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+from make_digits import SEED, SIZE, write_digits  # noqa: E402  (the docs' command writes the same folder)
+
 sklearn_datasets = pytest.importorskip("sklearn.datasets")
 
-SIZE = 16  # the PNGs' side and the model's input: effbench resizes to 18 (8/7) and center-crops 16
 EPOCHS = 2
 BATCH = 64
 LR = 0.05
-SEED = 0
 # torchvision's reference ImageNet statistics, written here rather than imported from effbench
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
-
-
-def write_digits(root: Path) -> Path:
-    """digits as root/{train,val}/<digit>/<i>.png, 16 px RGB, a seeded 80/20 split."""
-    from PIL import Image
-
-    digits = sklearn_datasets.load_digits()
-    images = (digits.images * (255.0 / 16.0)).round().astype(np.uint8)  # values 0..16 -> 0..255
-    labels = digits.target.copy()
-    rng = np.random.default_rng(SEED)
-    order = rng.permutation(len(images))
-    n_val = len(images) // 5
-    for split, idx in (("val", order[:n_val]), ("train", order[n_val:])):
-        for i in idx:
-            folder = root / split / str(labels[i])
-            folder.mkdir(parents=True, exist_ok=True)
-            im = Image.fromarray(images[i], mode="L").resize((SIZE, SIZE), Image.Resampling.NEAREST)
-            im.convert("RGB").save(folder / f"{i:04d}.png")
-    return root
 
 
 def reference_inputs(root: Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:
