@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import Row, conditions, print_table  # noqa: E402
+from _common import Row, print_table  # noqa: E402
 
 POLICIES = {
     "default": {},
@@ -60,7 +60,6 @@ def main() -> None:
         for arch in archs:
             for n in names[r % len(names) :] + names[: r % len(names)]:  # rotate the order each round
                 got[(arch, n)].append(one(arch, size, batch, steps, {**base, **POLICIES[n]}))
-    print(conditions())
     rows = []
     for arch in archs:
         ref = statistics.median(e for e, _ in got[(arch, "default")])
