@@ -77,6 +77,8 @@ MARKS: dict[str, str] = {
     "network": "needs the network (a download, a package index, a registry)",
     "dataset": "needs a real dataset on disk (CIFAR, Food-101) and hours on a CPU",
     "setup": "makes the environment or runs the test suite, which this test runs inside",
+    "server": "starts or needs an MLflow server on a fixed port (tests/e2e/test_tracking.py runs these against "
+    "one it starts on a free port)",
 }
 
 # The marked shell blocks of each page: a block that gains or loses a mark changes what the docs test runs,
@@ -91,6 +93,7 @@ MARKED_BLOCKS: dict[str, int] = {
     "docs/kubernetes.md": 2,
     "docs/selftest.md": 1,
     "docs/sweeps-and-reports.md": 1,
+    "docs/tracking.md": 2,
     "docs/troubleshooting.md": 5,
 }
 
@@ -305,6 +308,10 @@ RUN: dict[str, Spec] = {
         shows=(r"^shm\s+ok\s+/dev/shm has .* free; 4 DataLoader workers x batch 256", r"^doctor: all checks passed")
     ),
     "effbench datasets --data-dir ./data": Spec(shows=(r"^datasets under --data-dir data ",)),
+    # docs/tracking.md: no server, a SQLite file (MLflow's SQL store: sqlalchemy, alembic in the dev extra)
+    "effbench track results/ --track sqlite:///mlflow.db": Spec(
+        smoke=True, setup=place("results/run"), shows=(r"^tracked: 1 run\(s\) in experiment 'effbench' \(1 new\)",)
+    ),
 }
 
 
@@ -368,10 +375,6 @@ SCRIPTS: dict[str, Script] = {
         ),
         slow=True,
         timeout=1800,
-    ),
-    # docs/tracking.md: no server, a SQLite file (MLflow's SQL store: sqlalchemy, alembic in the dev extra)
-    "effbench track results/ --track sqlite:///mlflow.db": Spec(
-        smoke=True, setup=place("results/run"), shows=(r"^tracked: 1 run\(s\) in experiment 'effbench' \(1 new\)",)
     ),
 }
 
