@@ -116,6 +116,7 @@ TOP_LEVEL = {
     "schema.py": "the pydantic schema of results.json and sweep.json",
     "safe_files.py": "the one bounded reader of files effbench reads back (JSON and CSV)",
     "liveness.py": "whether a record's writer still lives, read by every reader of results.json and sweep.json",
+    "troubleshooting.py": "the anchors of docs/troubleshooting.md, read by cli, preflight and the verdict (torch-free)",
 }
 
 
