@@ -6,7 +6,7 @@ import copy
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from effbench.analysis import stats
@@ -23,6 +23,18 @@ T_975 = {1: 12.706, 2: 4.303, 4: 2.776, 9: 2.262, 10: 2.228, 30: 2.042, 120: 1.9
 def test_t_quantile_matches_the_table(df, expected):
     assert stats.t_ppf(0.975, df) == pytest.approx(expected, abs=1e-3)
     assert stats.t_ppf(0.025, df) == pytest.approx(-expected, abs=1e-3)
+
+
+@settings(deadline=None)  # the first example imports SciPy
+@given(
+    p=st.floats(min_value=1e-9, max_value=1 - 1e-9).filter(lambda p: p != 0.5),
+    df=st.floats(min_value=0.2, max_value=1e7),
+)
+def test_t_quantile_agrees_with_scipy(p, df):
+    # SciPy's stdtrit (Boost's inverse incomplete beta) is written apart from this code: the reference
+    scipy_stats = pytest.importorskip("scipy.stats")
+    want = float(scipy_stats.t.ppf(p, df))
+    assert stats.t_ppf(p, df) == pytest.approx(want, rel=1e-7, abs=1e-7)
 
 
 def test_t_cdf_is_symmetric_and_tends_to_the_normal():
