@@ -375,11 +375,13 @@ def _read_checked(path: Path) -> tuple[dict[str, Any], schema.Results]:
     typed = schema.check(schema.Results, data, path, "rerun the benchmark, or restore the file effbench wrote")
     profile = typed.profile
     files = [] if profile is None else [*(profile.tables.items() if profile.tables else ()), ("trace", profile.trace)]
+    folder = path.parent.resolve() if files else None
     for name, value in files:
         # Relative names are resolved inside the folder; absolute ones were written by effbench into
         # the folder it ran in (the folder may have moved since) and are never followed.
         if value and not Path(value).is_absolute():
-            schema.inside(path.parent, value, f"profile.{'tables.' if name != 'trace' else ''}{name}", path)
+            field = f"profile.{'tables.' if name != 'trace' else ''}{name}"
+            schema.inside(path.parent, value, field, path, resolved=folder)
     return data, typed
 
 

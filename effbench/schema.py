@@ -18,6 +18,8 @@ instant.
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
@@ -1092,9 +1094,15 @@ def check(model: type[_M], data: Any, path: Path, fix: str) -> _M:
         ) from None
 
 
-def inside(folder: Path, value: str, field: str, path: Path) -> Path:
-    """`folder / value`, resolved, refused unless it stays inside `folder` (a result file is input)."""
-    base = Path(folder).resolve()
+def inside(folder: Path, value: str, field: str, path: Path, *, resolved: Path | None = None) -> Path:
+    """`folder / value`, resolved, refused unless it stays inside `folder` (a result file is input).
+    `resolved`: `folder` already resolved (a caller checking several names in one folder resolves it once)."""
+    base = Path(folder).resolve() if resolved is None else resolved
+    parts = Path(value).parts
+    # A relative name without ".." can only leave the folder through a link among its own components: checking
+    # those (an lstat each) spares a full resolve per name, which a 10,000-run leaderboard paid 40,000 times.
+    if parts and not Path(value).is_absolute() and ".." not in parts and not _holds_a_link(base, parts):
+        return base.joinpath(*parts)
     target = (base / value).resolve()
     if not target.is_relative_to(base):
         raise EffbenchError(
@@ -1102,3 +1110,18 @@ def inside(folder: Path, value: str, field: str, path: Path) -> Path:
             f"field {field}: {value!r} points outside {folder}; a result file may only name paths inside its folder",
         )
     return target
+
+
+def _holds_a_link(base: Path, parts: tuple[str, ...]) -> bool:
+    """Whether base/parts[0], base/parts[0]/parts[1], ... is a symbolic link, up to the first that is missing."""
+    current = base
+    for part in parts:
+        current = current / part
+        try:
+            if stat.S_ISLNK(os.lstat(current).st_mode):
+                return True
+        except FileNotFoundError:
+            return False
+        except OSError:  # not a folder on the way, a loop, a permission: resolve() decides
+            return True
+    return False
