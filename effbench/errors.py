@@ -6,6 +6,8 @@ with no traceback. Anything else that escapes is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+from typing import Any
+
 from effbench.fmt import printable
 
 
@@ -26,3 +28,14 @@ class EffbenchError(Exception):
 
     def __str__(self) -> str:
         return f"{self.option}: {self.message}" if self.option else self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # as it is, not through __init__ again: a worker process's error reaches the parent unchanged
+        return (_rebuild, (type(self), self.option, self.message))
+
+
+def _rebuild(cls: type[EffbenchError], option: str | None, message: str) -> EffbenchError:
+    error = cls.__new__(cls)
+    error.option, error.message = option, message
+    Exception.__init__(error, str(error))
+    return error

@@ -517,3 +517,49 @@ def test_a_leaderboard_of_many_runs_draws_a_bounded_chart(tmp_path, capsys, monk
     assert code == 0, err
     assert drawn.bars == [bounds.MAX_BARS]  # one chart, the first 50 rows of the table
     assert out.count("node-") >= bounds.MAX_BARS + 10  # the table lists every run
+
+
+def _parallel(monkeypatch, from_runs: int) -> None:
+    """collect's parallel read, from `from_runs` runs on, with two readers whatever this machine has."""
+    from effbench.analysis import export as ex
+    from effbench.system import hardware
+
+    monkeypatch.setattr(ex, "PARALLEL_FROM", from_runs)
+    monkeypatch.setattr(hardware, "allowed_cores", lambda: 2.0)
+
+
+def test_runs_read_in_parallel_are_the_runs_read_one_by_one_in_order(tmp_path, monkeypatch):
+    from effbench.analysis import export as ex
+
+    root = tmp_path / "many"
+    for i in range(12):
+        make_run(root / f"r{i:02d}", [x + i for x in BASE], host=f"node-{i % 3}")
+    alone = ex.collect([root])
+    _parallel(monkeypatch, 4)
+    calls = []
+    import concurrent.futures as cf
+
+    class Counted(cf.ProcessPoolExecutor):
+        def __init__(self, *a, **k):
+            calls.append(a[0] if a else k.get("max_workers"))
+            super().__init__(*a, **k)
+
+    monkeypatch.setattr(cf, "ProcessPoolExecutor", Counted)
+    together = ex.collect([root])
+    assert calls == [2]  # the pool ran, with two readers
+    assert [r.row for r in together] == [r.row for r in alone]
+    assert [r.windows_img_s for r in together] == [r.windows_img_s for r in alone]
+
+
+def test_a_bad_file_read_in_parallel_is_the_same_one_line_error(tmp_path, monkeypatch, capsys):
+    root = tmp_path / "many"
+    for i in range(12):
+        make_run(root / f"r{i:02d}", [x + i for x in BASE])
+    for bad in ("r05", "r09"):  # the first in order is the one named, as a sequential read names it
+        (root / bad / "results.json").write_text('{"schema_version": 1, "status": "ok", "x": 1e999}')
+    alone = invoke(["report", root, "-o", tmp_path / "a"], capsys)
+    _parallel(monkeypatch, 4)
+    together = invoke(["report", root, "-o", tmp_path / "b"], capsys)
+    assert alone[0] == together[0] == 2
+    assert together[2] == alone[2] and together[2].count("\n") == 1 and "r05" in together[2], together[2]
+    assert "Traceback" not in together[2]
