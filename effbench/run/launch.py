@@ -293,8 +293,10 @@ def worker_main(spec_path: Path) -> int:
                 # as torchrun stops the whole group at the first non-zero exit.
                 dist.barrier()
     except EffbenchError as e:
-        (Path(spec_path).parent / f"error-rank{rank}.txt").write_text(f"{e.option or ''}\t{e.message}")
-        print(f"error: rank {rank}: {e}", file=sys.stderr)
+        try:  # the launcher that wrote the spec raises it as its own one line (run/launch.py: _run_in_child)
+            (Path(spec_path).parent / f"error-rank{rank}.txt").write_text(f"{e.option or ''}\t{e.message}")
+        except OSError:  # it cannot hear of it: the terminal must
+            print(f"error: rank {rank}: {e}", file=sys.stderr)
         return 2
     return outcome.exit_code
 

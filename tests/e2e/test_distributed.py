@@ -635,3 +635,35 @@ def test_an_isolated_worker_and_torchrun_get_none_of_the_jobs_rank_variables(mon
     for env in seen:
         assert not {k for k in env if k in pod and k != "NCCL_DEBUG"}, sorted(env)
         assert env["NCCL_DEBUG"] == "WARN" and env["OMP_NUM_THREADS"]
+
+
+def test_a_run_folder_deleted_under_torchrun_is_one_line_naming_it(tmp_path):
+    """Issue 33 item 7 on two ranks: both hold at the epochs phase, the folder goes, they go on. Rank 0's next
+    write fails; the launcher relays its error as the only line (the rank no longer prints its own copy)."""
+    import shutil
+
+    from effbench.run import faults
+
+    out, release = tmp_path / "out", tmp_path / "release"
+    env = {**os.environ, faults.FAULT_HOLD_ENV: "epochs", faults.FAULT_HOLD_RELEASE_ENV: str(release)}
+    proc = subprocess.Popen(
+        [*EFFBENCH, "run", *TINY, "--dataset", "synthetic", "--batch-size", "2", "--max-steps", "3", "--epochs", "2",
+         "--warmup-steps", "1", "--no-profile", "--nproc", "2", "--output", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        held = 0
+        while held < 2:  # each rank says so once it holds
+            line = proc.stderr.readline()
+            assert line, proc.communicate()
+            held += line.startswith(f"{faults.HOLD_MARK} epochs")
+        (run,) = [p for p in out.iterdir() if p.is_dir()]
+        shutil.rmtree(run)
+        release.touch()
+        _, err = proc.communicate(timeout=120)
+    finally:
+        kill_family(proc)
+    lines = [x for x in err.splitlines() if x and not x.startswith(faults.HOLD_MARK)]
+    assert proc.returncode == 2 and len(lines) == 1, err
+    assert lines[0].startswith("error: --output:") and str(run) in lines[0] and "deleted or moved" in lines[0]
+    assert "Traceback" not in err and not run.exists() and list(out.iterdir()) == []
