@@ -7,7 +7,7 @@ VENV ?= .venv
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 STAMP := $(VENV)/.effbench-installed
 
-.PHONY: run test env lint image-smoke clean
+.PHONY: run test test-slow env lint image-smoke clean
 
 env: $(STAMP)
 
@@ -22,6 +22,10 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest
+
+# The tests marked slow (each 15-100 s on 2 cores: DDP on gloo, convergence, the benchmarks at --tiny).
+test-slow: $(STAMP)
+	$(VENV)/bin/python -m pytest -m slow
 
 # Python (ruff, ruff format, mypy) and container files (hadolint, docker compose config, singularity.def validator, shellcheck).
 lint: $(STAMP)

@@ -22,6 +22,9 @@ SCRIPTS = (
     "omp_policy",
     "roofline",
 )
+# Every script at --tiny, in parallel: ~80 s on 2 cores. `make test-slow` and CI's slow step run them; CI also runs
+# the food benchmark's guard itself (.ci/run).
+pytestmark = pytest.mark.slow
 ROW = re.compile(r"^\|[^|]+\|[^|]+\|[^|]+\| (\d+\.\d\d) +\| >= [\d.]+ +\| (yes|NO) +\|", re.M)
 
 

@@ -106,6 +106,7 @@ def reference(digits_root) -> float:
     return reference_top1(digits_root)
 
 
+@pytest.mark.slow  # 15-100 s on 2 cores: run by `make test-slow` and CI's slow step
 def test_effbench_learns_the_digits_as_a_plain_loop_does(digits_root, reference, tmp_path, capsys):
     top1, res = effbench_top1(digits_root, tmp_path / "runs", capsys)
     assert res["config"]["augment"] == "none" and res["data"]["augment"]["name"] == "none"

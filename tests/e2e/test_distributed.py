@@ -97,6 +97,7 @@ def test_two_gloo_processes_share_a_cifar_epoch(tmp_path, cifar10_dir):
     assert r["throughput_img_s"] > 0
 
 
+@pytest.mark.slow  # 15-100 s on 2 cores: run by `make test-slow` and CI's slow step
 def test_a_nan_loss_seen_by_one_rank_stops_every_rank_at_that_step_as_diverged(tmp_path):
     # Only rank 1's recorded loss goes NaN (faults.py hook; the gradients stay finite, so rank 0, the one
     # that writes results.json, never sees one). Before the ranks agreed, rank 1 stopped alone and rank 0
@@ -156,6 +157,7 @@ def test_two_gloo_ranks_agree_on_the_earliest_non_finite_loss_either_saw(tmp_pat
         assert json.loads((tmp_path / f"rank{rank}.json").read_text()) == expected
 
 
+@pytest.mark.slow  # 15-100 s on 2 cores: run by `make test-slow` and CI's slow step
 def test_two_nodes_on_loopback_complete_one_run(tmp_path):
     port = free_port()
     out = tmp_path / "out"
@@ -170,6 +172,7 @@ def test_two_nodes_on_loopback_complete_one_run(tmp_path):
     assert r["status"] == "ok" and r["world_size"] == 2 and len(r["ranks"]) == 2
 
 
+@pytest.mark.slow  # 15-100 s on 2 cores: run by `make test-slow` and CI's slow step
 def test_a_killed_rank_ends_the_job_and_is_named(tmp_path):
     out = tmp_path / "out"
     proc = start_endless_two_rank_run(out, "--pg-timeout-s", "30", "--log-interval", "1")
@@ -189,6 +192,7 @@ def test_a_killed_rank_ends_the_job_and_is_named(tmp_path):
     assert r["status"] == "failed" and "rank 1" in r["error"]["message"]
 
 
+@pytest.mark.slow  # 15-100 s on 2 cores: run by `make test-slow` and CI's slow step
 def test_sigterm_to_the_parent_leaves_no_process(tmp_path):
     out = tmp_path / "out"
     proc = start_endless_two_rank_run(out)
@@ -207,6 +211,7 @@ def test_sigterm_to_the_parent_leaves_no_process(tmp_path):
     assert r["status"] == "interrupted"
 
 
+@pytest.mark.slow  # 15-100 s on 2 cores: run by `make test-slow` and CI's slow step
 def test_sigkill_of_the_parent_leaves_no_orphan_and_a_readable_folder(tmp_path):
     from effbench.results import read_results
 
@@ -231,6 +236,7 @@ def test_sigkill_of_the_parent_leaves_no_orphan_and_a_readable_folder(tmp_path):
     assert r["status"] in ("interrupted", "running")
 
 
+@pytest.mark.slow  # 15-100 s on 2 cores: run by `make test-slow` and CI's slow step
 def test_cpu_scaling_series_writes_the_table(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.Popen(
@@ -253,6 +259,7 @@ def test_cpu_scaling_series_writes_the_table(tmp_path):
     assert proc.pid not in pids and len(set(pids)) == 2
 
 
+@pytest.mark.slow  # 15-100 s on 2 cores: run by `make test-slow` and CI's slow step
 def test_one_rank_out_of_memory_makes_the_job_oom_naming_that_rank(tmp_path):
     # Only rank 1 runs out of memory (faults.py hook, RANK:N) at the start of training; rank 0 is then stopped
     # in DDP's first collective (broken by the dead peer, or torchrun's SIGTERM) and records `failed` or
@@ -414,6 +421,7 @@ def test_a_rank_that_stopped_on_a_nonfinite_loss_leaves_a_diverged_marker(tmp_pa
     assert marker["rank"] == 1 and marker["diverged"]["global_step"] == 7
 
 
+@pytest.mark.slow  # 15-100 s on 2 cores: run by `make test-slow` and CI's slow step
 def test_a_rank_without_a_validation_image_does_not_hang_the_job(tmp_path):
     # GPU truth 3.5: one validation image for two ranks (the shards are not padded): rank 1's shard is
     # empty, so it never made DDP's first no-grad forward, whose buffer broadcast rank 0 waited in, while
@@ -437,8 +445,8 @@ def test_a_rank_without_a_validation_image_does_not_hang_the_job(tmp_path):
     assert [e["val_images"] for e in r["epochs"]] == [1, 1]
 
 
-@pytest.mark.parametrize("where", ["start", pytest.param("step", marks=pytest.mark.slow),
-                                   pytest.param("end", marks=pytest.mark.slow)])  # fmt: skip
+@pytest.mark.slow  # 15-100 s on 2 cores: run by `make test-slow` and CI's slow step
+@pytest.mark.parametrize("where", ["start", "step", "end"])
 def test_one_rank_failing_in_the_profiling_pass_voids_the_profile_not_the_run(tmp_path, where):
     # GPU truth 3.6: the failing rank caught its error and went on to the run's final gather while rank 0
     # was in the pass's next all-reduce: a hang until the process-group timeout (20 s here). The ranks now
@@ -637,6 +645,7 @@ def test_an_isolated_worker_and_torchrun_get_none_of_the_jobs_rank_variables(mon
         assert env["NCCL_DEBUG"] == "WARN" and env["OMP_NUM_THREADS"]
 
 
+@pytest.mark.slow  # 15-100 s on 2 cores: run by `make test-slow` and CI's slow step
 def test_a_run_folder_deleted_under_torchrun_is_one_line_naming_it(tmp_path):
     """Issue 33 item 7 on two ranks: both hold at the epochs phase, the folder goes, they go on. Rank 0's next
     write fails; the launcher relays its error as the only line (the rank no longer prints its own copy)."""

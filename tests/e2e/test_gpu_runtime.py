@@ -98,6 +98,7 @@ def test_fp16_profiling_pass_takes_the_timed_loops_scaler_at_its_scale(monkeypat
     assert error is None and seen == [1024.0]
 
 
+@pytest.mark.slow  # 15-100 s on 2 cores: run by `make test-slow` and CI's slow step
 def test_an_fp16_run_makes_one_scaler_for_its_timed_loop_and_its_profiling_pass(monkeypatch, tmp_path):
     from effbench.launch.plan import LaunchPlan
     from effbench.measure import observe
@@ -164,6 +165,7 @@ def _torchrun_two_ranks(script: Path, *args: str) -> None:
     assert res.returncode == 0, res.stderr[-6000:]
 
 
+@pytest.mark.slow  # 15-100 s on 2 cores: run by `make test-slow` and CI's slow step
 def test_ddp_ranks_draw_their_own_dropout_masks_from_the_same_weights_and_data_order(tmp_path, cifar10_dir):
     from effbench.config import resolve_for_device
     from effbench.data.build import build_data
@@ -208,6 +210,7 @@ sys.exit(launch.worker_main(Path(sys.argv[1])))
 """
 
 
+@pytest.mark.slow  # 15-100 s on 2 cores: run by `make test-slow` and CI's slow step
 def test_a_slow_rank0_write_between_epochs_is_in_no_ranks_measured_time(tmp_path):
     """Two gloo ranks, rank 0's first per-epoch write held for DELAY_S. Before, rank 1 went on into epoch 2's
     first (measured) step and waited for rank 0 in its all-reduce: its measured time carried the write, and the

@@ -118,6 +118,7 @@ def test_food101_with_val_fraction_and_workers(tmp_path, capsys, food101_dir):
     assert r["config"]["dataset"] == "food101" and r["epochs"][-1]["val_top1"] is not None
 
 
+@pytest.mark.slow  # 15-100 s on 2 cores: run by `make test-slow` and CI's slow step
 def test_resnet18_without_batchnorm_adadelta_on_cifar10(tmp_path, capsys, cifar10_dir):
     code, _, err = invoke(
         ["run", "--arch", "resnet18", "--no-batch-norm", "--optimizer", "adadelta", "--dataset", "cifar10",

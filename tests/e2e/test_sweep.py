@@ -238,6 +238,7 @@ def test_run_alone_exits_nonzero_on_oom_with_one_line(tmp_path, capsys, monkeypa
     assert r["status"] == "oom" and r["batch_size_per_device"] == 4 and (run / "report.html").is_file()
 
 
+@pytest.mark.slow  # 15-100 s on 2 cores: run by `make test-slow` and CI's slow step
 def test_sigkill_after_two_cells_then_resume(tmp_path, capsys):
     out = tmp_path / "out"
     # batch 4 cells first, then two slower batch-16 cells: the kill lands while the third runs

@@ -141,6 +141,7 @@ def test_sweep_refuses_a_bad_target_before_any_cell(tmp_path, capsys, imagefolde
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow  # 15-100 s on 2 cores: run by `make test-slow` and CI's slow step
 def test_stop_at_target_under_ddp_stops_every_rank_after_the_same_epoch(tmp_path, imagefolder_split_dir):
     """Two gloo ranks: a rank that went on alone would wait in the next epoch's all_gather until the
     process-group timeout, and the job would fail instead of ending `ok` with k epoch rows."""

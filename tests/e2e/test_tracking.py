@@ -249,6 +249,7 @@ def test_the_leaderboard_read_back_equals_the_one_from_the_folders(server, sweep
     assert code == 0 and "throughput (img/s)" in printed, err
 
 
+@pytest.mark.slow  # 15-100 s on 2 cores: run by `make test-slow` and CI's slow step
 def test_a_stopped_server_costs_one_warning_line_not_the_run(tmp_path):
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there: a server that has stopped
     # a process of its own: every line MLflow, urllib3 or effbench writes to its stderr is seen
