@@ -108,6 +108,7 @@ TINY_SWEEP = ["sweep", "--batch-size", "2,4", "--dataset", "synthetic", "--arch"
               "--epochs", "1", "--no-profile", "--name", "shared"]  # fmt: skip
 
 
+@pytest.mark.slow  # 8-13 s on 2 cores: run by `make test-slow` (CI's slow step for test_distributed)
 def test_a_second_sweep_into_a_folder_in_use_is_refused_and_the_first_finishes_ok(tmp_path):
     import os
     import subprocess

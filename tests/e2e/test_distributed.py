@@ -528,6 +528,7 @@ def _wait_gone(p: psutil.Process, timeout_s: float) -> bool:
     return _gone(p)
 
 
+@pytest.mark.slow  # 8-13 s on 2 cores: run by `make test-slow` (CI's slow step for test_distributed)
 @pytest.mark.timeout(120)
 def test_an_isolated_worker_in_a_pod_ignores_the_jobs_ranks_and_dies_with_a_killed_effbench(tmp_path):
     """The red-team case: a scaling series (--nproc 1,2) in a pod-like environment. The 1-process member runs

@@ -238,6 +238,7 @@ def test_a_slow_rank0_write_between_epochs_is_in_no_ranks_measured_time(tmp_path
 
 
 # --- item 10: torch.compile's in-process caches across sweep cells ---------------------------------------
+@pytest.mark.slow  # 8-13 s on 2 cores: run by `make test-slow` (CI's slow step for test_distributed)
 def test_each_compiled_sweep_cell_compiles_as_it_would_in_a_fresh_process(monkeypatch, tmp_path):
     """A sweep runs its one-device cells in this process. Dynamo keeps per-code state between torch.compile
     calls (automatic-dynamic shapes in torch/_dynamo/pgo.py's code state, compiled code per code object), so

@@ -39,6 +39,7 @@ def test_presets_help_names_the_loaders_preset():
     assert "loaders" in presets.presets_help()
 
 
+@pytest.mark.slow  # 8-13 s on 2 cores: run by `make test-slow` (CI's slow step for test_distributed)
 def test_loaders_sweep_runs_on_the_cpu_and_skips_gpu_decode_with_its_reason(tmp_path, capsys):
     pytest.importorskip("nvidia.dali")
     import torch

@@ -53,6 +53,7 @@ def test_the_run_command_draws_the_reports_once_in_one_process(monkeypatch, caps
     assert (run / "report.md").is_file() and (run / "report.html").is_file()
 
 
+@pytest.mark.slow  # 8-13 s on 2 cores: run by `make test-slow` (CI's slow step for test_distributed)
 @pytest.mark.timeout(600)
 def test_a_two_rank_run_is_drawn_once_by_the_launcher_with_the_end_torchrun_settled(monkeypatch, tmp_path):
     # Rank 1 runs out of memory (faults.py hook, RANK:N); rank 0 then ends `failed` or `interrupted` on its own,
