@@ -139,7 +139,9 @@ def resolve(args: argparse.Namespace) -> list[dict]:
     """pip's installation report for torch, torchvision and effbench with its `timm`, `dali` and `tracking` extras (the image has them), for this Python."""
     cmd = ["-c", str(ROOT / "constraints.txt")] + (["--extra-index-url", args.index_url] if args.index_url else [])
     with tempfile.TemporaryDirectory() as tmp:
-        return _report([*cmd, f"{ROOT}[timm,dali,tracking]", f"torch=={args.torch}", f"torchvision=={args.torchvision}"], tmp)
+        return _report(
+            [*cmd, f"{ROOT}[timm,dali,tracking]", f"torch=={args.torch}", f"torchvision=={args.torchvision}"], tmp
+        )
 
 
 def files_for(args: argparse.Namespace, pins: dict[str, str], python_version: str) -> list[dict]:
