@@ -287,6 +287,69 @@ def test_fastest_steps_are_judged_only_outside_the_machines_own_scatter(measured
         assert "rerun" in why or "fewer than 2 rounds" in why
 
 
+class _Bundle:
+    """A DataBundle's iteration surface: `per_epoch` batches of `batch` images, set_epoch recorded."""
+
+    def __init__(self, per_epoch: int, batch: int = 4) -> None:
+        self.epochs: list[int] = []
+        self._batches = [(torch.zeros(batch, 3, 2, 2), torch.zeros(batch, dtype=torch.long))] * per_epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epochs.append(epoch)
+
+    @property
+    def train(self):
+        return self._batches
+
+
+def _ticking_clock():
+    """A DeviceClock whose every read is one second after the last, and which counts its waits."""
+    from effbench.run.timing import DeviceClock
+
+    ticks = iter(range(10**6))
+    waits = []
+    return DeviceClock(now=lambda: float(next(ticks)), sync_stream=lambda: waits.append("stream")), waits
+
+
+def test_loader_turns_time_each_batch_as_the_loop_does_and_roll_over_epochs():
+    """Each batch is the loop's data span (two clock reads, one stream wait); an epoch's iterator costs its first
+    batch two more reads, and the exhausted next() before it one more, as a run charges them."""
+    clock, waits = _ticking_clock()
+    bundle = _Bundle(per_epoch=2)
+    turns = st.LoaderTurns(bundle, clock, torch.device("cpu"))
+    got = [turns.batch_img_s() for _ in range(5)]
+    # epoch 0: iterator (1 s) + batch (1 s), batch (1 s); epoch 1: the end (1 s) + iterator (1 s) + batch (1 s), ...
+    assert got == [4 / 2, 4 / 1, 4 / 3, 4 / 1, 4 / 3]
+    assert bundle.epochs == [0, 1, 2] and turns.epoch == 2
+    assert len(waits) == 5  # one stream wait per delivered batch: none for the exhausted next()
+
+
+def test_interleaved_batches_alternate_which_loader_goes_first_and_skip_the_warmup():
+    order: list[str] = []
+
+    class Side:
+        def __init__(self, name: str) -> None:
+            self.name, self.n = name, 0
+
+        def batch_img_s(self) -> float:
+            self.n += 1
+            order.append(self.name)
+            return float(self.n)
+
+    a, b = Side("a"), Side("b")
+    got_a, got_b = st.interleaved_batches(a, b, pairs=4, warmup=2)
+    assert order == ["a", "b"] * 2 + ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert got_a == [3.0, 4.0, 5.0, 6.0] and got_b == [3.0, 4.0, 5.0, 6.0]
+
+
+def test_a_data_path_skip_says_only_what_a_rerun_can_change():
+    """The data check's pair count is fixed: its inconclusive verdict must not point at --pairs (the harness's)."""
+    noisy_m = [1.0 + 0.5 * ((i * 7919) % 13 - 6) / 6 for i in range(120)]
+    centre = st.compare_interleaved_steps(noisy_m, [1.0] * 120, min_ratio=0.0)[1]
+    status, *_, why = st.compare_interleaved_steps(noisy_m, [1.0] * 120, min_ratio=centre, rerun="rerun it idle")
+    assert status == st.SKIP and why.endswith("too noisy now, rerun it idle"), why
+
+
 def test_step_img_s_reads_measured_steps_only(tmp_path):
     path = tmp_path / "steps.csv"
     path.write_text(
