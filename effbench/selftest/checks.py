@@ -907,6 +907,28 @@ def _roof_vs_reference(roof_rate: Callable[[], float], ref_rate: Callable[[], fl
     return best
 
 
+def _roof_row(
+    name: str, shown: str, attained: float, datasheet: float | None, unit: str, reference: str, ratio: float, how: str
+) -> Check:
+    """A roof's verdict: its plain reference within ROOF_REF_RANGE of it (`ratio` = reference / roof), the roof
+    above zero and, where the device has a datasheet figure, `attained` within DATASHEET_RANGE of it."""
+    ok = ROOF_REF_RANGE[0] <= ratio <= ROOF_REF_RANGE[1] and attained > 0
+    tolerance, sheet = f"{ROOF_REF_RANGE[0]}..{ROOF_REF_RANGE[1]}x", ""
+    if datasheet:
+        share = attained / datasheet
+        ok = ok and DATASHEET_RANGE[0] <= share <= DATASHEET_RANGE[1]
+        tolerance += f", datasheet {DATASHEET_RANGE[0]}..{DATASHEET_RANGE[1]}x"
+        sheet = f"; {share:.0%} of the datasheet's {datasheet:g} {unit}"
+    return Check(
+        name,
+        PASS if ok else FAIL,
+        shown,
+        reference,
+        tolerance,
+        f"{how}{sheet}; medians of {ROOF_ROUNDS} interleaved reps",
+    )
+
+
 def check_roofs(ctx: Context) -> list[Check]:
     """This machine's roofs (measure/roofs.py, measured afresh: no cache), each against a plain matmul or copy
     timed by the host clock (reference.py), and on a GPU against its datasheet."""
@@ -925,32 +947,20 @@ def check_roofs(ctx: Context) -> list[Check]:
         n = (roofs.GPU_MATMUL_N if cuda else roofs.CPU_MATMUL_N) * 3 // 4
         ref = PlainMatmul(device, getattr(torch, roofs.DTYPE_OF[c.precision]), n)
         roof_r, ref_r, ratio = _roof_vs_reference(lambda p=c.precision: roofs.matmul_tflops(device, p, reps=1)[0] * 1e12, ref.once)  # fmt: skip
-        ok = ROOF_REF_RANGE[0] <= ratio <= ROOF_REF_RANGE[1] and (c.tflops or 0) > 0
-        sheet = ""
-        if c.datasheet_tflops:
-            share = (c.tflops or 0) / c.datasheet_tflops
-            ok = ok and DATASHEET_RANGE[0] <= share <= DATASHEET_RANGE[1]
-            sheet = f"; {share:.0%} of the datasheet's {c.datasheet_tflops:g} TFLOP/s"
-        rows.append(Check(
-            f"roofs: {c.precision} matmul", PASS if ok else FAIL, f"{(c.tflops or 0) * 1e3:,.1f} GFLOP/s",
+        rows.append(_roof_row(
+            f"roofs: {c.precision} matmul", f"{(c.tflops or 0) * 1e3:,.1f} GFLOP/s", c.tflops or 0,
+            c.datasheet_tflops, "TFLOP/s",
             f"a @ b {n}x{n}: {ref_r / 1e9:,.1f} GFLOP/s ({ratio:.2f}x the roof's {roof_r / 1e9:,.1f}, interleaved)",
-            f"{ROOF_REF_RANGE[0]}..{ROOF_REF_RANGE[1]}x" + (f", datasheet {DATASHEET_RANGE[0]}..{DATASHEET_RANGE[1]}x" if c.datasheet_tflops else ""),
-            f"{c.how}{sheet}; medians of {ROOF_ROUNDS} interleaved reps",
+            ratio, c.how,
         ))  # fmt: skip
     copy_bytes = roofs.GPU_COPY_BYTES if cuda else roofs.CPU_COPY_BYTES  # the same size: the same share of it in cache
     plain = PlainCopy(device, copy_bytes)
     roof_r, ref_r, ratio = _roof_vs_reference(lambda: roofs.copy_gb_s(device, reps=1)[0] * 1e9, plain.once)
-    ok = ROOF_REF_RANGE[0] <= ratio <= ROOF_REF_RANGE[1] and (measured.memory_gb_s or 0) > 0
-    sheet = ""
-    if measured.memory_datasheet_gb_s:
-        share = (measured.memory_gb_s or 0) / measured.memory_datasheet_gb_s
-        ok = ok and DATASHEET_RANGE[0] <= share <= DATASHEET_RANGE[1]
-        sheet = f"; {share:.0%} of the datasheet's {measured.memory_datasheet_gb_s:g} GB/s"
-    rows.append(Check(
-        "roofs: memory bandwidth", PASS if ok else FAIL, f"{measured.memory_gb_s or 0:,.1f} GB/s",
+    rows.append(_roof_row(
+        "roofs: memory bandwidth", f"{measured.memory_gb_s or 0:,.1f} GB/s", measured.memory_gb_s or 0,
+        measured.memory_datasheet_gb_s, "GB/s",
         f"dst[:] = src {copy_bytes / 2**20:,.0f} MiB: {ref_r / 1e9:,.1f} GB/s ({ratio:.2f}x the roof's {roof_r / 1e9:,.1f}, interleaved)",
-        f"{ROOF_REF_RANGE[0]}..{ROOF_REF_RANGE[1]}x" + (f", datasheet {DATASHEET_RANGE[0]}..{DATASHEET_RANGE[1]}x" if measured.memory_datasheet_gb_s else ""),
-        f"{measured.memory_how}{sheet}; medians of {ROOF_ROUNDS} interleaved reps",
+        ratio, measured.memory_how,
     ))  # fmt: skip
     return rows
 

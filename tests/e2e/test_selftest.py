@@ -455,3 +455,24 @@ def test_the_table_fits_the_terminal_and_a_summary_line_ends_it(columns, tmp_pat
         assert "left out" not in out
     words = " ".join(line.split("  ")[-1].strip() for line in table)  # the reason column's lines, joined
     assert "thirty blocks of pairs" in words.replace("  ", " ")
+
+
+@pytest.mark.parametrize(
+    ("ratio", "attained", "datasheet", "status"),
+    [
+        (1.0, 400.0, None, st.PASS),  # a CPU: no datasheet, the reference agrees
+        (0.4, 400.0, None, st.FAIL),  # the plain matmul far below the roof: the roof is not what the device attains
+        (1.6, 400.0, None, st.FAIL),  # far above it: the roof is too low
+        (1.0, 0.0, None, st.FAIL),  # no roof at all
+        (1.0, 700.0, 989.0, st.PASS),  # an H100's bf16 matmul at ~71% of its dense datasheet peak
+        (1.0, 200.0, 989.0, st.FAIL),  # 20% of the datasheet: the roof misses most of the device
+        (1.0, 1100.0, 989.0, st.FAIL),  # above the datasheet: a timer that missed work
+    ],
+)
+def test_a_roof_passes_only_beside_its_reference_and_inside_its_datasheet(ratio, attained, datasheet, status):
+    row = st._roof_row("roofs: bf16 matmul", "x", attained, datasheet, "TFLOP/s", "ref", ratio, "how")
+    assert row.status == status, row
+    # written apart: the bounds of docs/selftest.md (0.5..1.5x the reference, 0.3..1.05x the datasheet)
+    assert ("datasheet 0.3..1.05x" in row.tolerance) == bool(datasheet) and row.tolerance.startswith("0.5..1.5x")
+    if datasheet:
+        assert f"{attained / datasheet:.0%} of the datasheet's {datasheet:g} TFLOP/s" in row.reason
