@@ -151,10 +151,59 @@ def pixel_limit() -> int | None:
     return None if Image.MAX_IMAGE_PIXELS is None else 2 * Image.MAX_IMAGE_PIXELS
 
 
-def over_pixel_limit(data: bytes | bytearray | memoryview) -> str | None:
+# JPEG frame headers (T.81 table B.1: SOF0-3, 5-7, 9-11, 13-15) hold the height and width PIL's JpegImageFile
+# takes its size from; markers with no length field (TEM, RST0-7, SOI, EOI) end the walk below (PIL decides).
+_SOF = frozenset({*range(0xC0, 0xC4), *range(0xC5, 0xC8), *range(0xC9, 0xCC), *range(0xCD, 0xD0)})
+
+
+def jpeg_declared_pixels(buf: bytes) -> int | None:
+    """width x height as PIL's JpegImageFile._open sets its size (each SOF segment before the first SOS
+    overwrites it; PIL/JpegImagePlugin.py), from a walk of the marker segments by their lengths; None where
+    the walk meets anything it does not model (bytes between segments, a marker with no length, a segment
+    past the end): PIL then reads the header itself."""
+    n = len(buf)
+    if buf[:3] != b"\xff\xd8\xff":
+        return None
+    pos, pixels = 2, None
+    while pos + 4 <= n:
+        if buf[pos] != 0xFF:
+            return None
+        while pos + 1 < n and buf[pos + 1] == 0xFF:  # fill bytes before a marker
+            pos += 1
+        if pos + 4 > n:
+            return None
+        code = buf[pos + 1]
+        if code == 0xDA:  # start of scan: PIL stops here
+            return pixels
+        if code == 0x00 or code == 0x01 or 0xD0 <= code <= 0xD9:
+            return None
+        length = (buf[pos + 2] << 8) | buf[pos + 3]
+        if length < 2 or pos + 2 + length > n:
+            return None
+        if code in _SOF:
+            if length < 7:
+                return None
+            height = (buf[pos + 5] << 8) | buf[pos + 6]
+            width = (buf[pos + 7] << 8) | buf[pos + 8]
+            pixels = width * height
+        pos += 2 + length
+    return None
+
+
+def over_pixel_limit(data: bytes | bytearray | memoryview | np.ndarray) -> str | None:
     """Why an encoded image is refused before decoding (its header declares too many pixels), or
     None. Reads the header only (Image.open is lazy), through the same check the PIL loader meets:
-    a 633-byte JPEG declaring 30000 x 30000 would otherwise decode to 2.7 GB."""
+    a 633-byte JPEG declaring 30000 x 30000 would otherwise decode to 2.7 GB. A JPEG whose frame header
+    declares no more than the limit is let through from a walk of its markers (jpeg_declared_pixels: 8 us
+    against Image.open's 47 us on a 512x384 photo, issue 37); PIL's own open decides every other file, and
+    words every refusal."""
+    limit = pixel_limit()
+    if limit is None:
+        return None  # PIL checks nothing then (_decompression_bomb_check)
+    head = bytes(memoryview(data)[:65536])  # the frame header comes before the scan: no need to copy the rest
+    declared = jpeg_declared_pixels(head)
+    if declared is not None and declared <= limit:
+        return None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # below the refusal: decoded

@@ -400,3 +400,83 @@ def test_a_torchcodec_that_cannot_load_stops_the_run_and_is_never_counted_as_cor
     with pytest.raises(EffbenchError, match="TorchCodec"):  # in the training process, before any worker
         build_loaders(examples, examples, LoaderOptions(batch_size=1, workers=0, seed=0), torch.device("cpu"),
                       resolve("seed", "imagefolder", 8), channels_last=False, gpu_decode=False)  # fmt: skip
+
+
+# --- the pixel limit's header walk (issue 37): what PIL's Image.open reads, in microseconds --------------------
+
+
+def _with_sof(data: bytes, width: int, height: int, *, second: bool = False) -> bytes:
+    """`data` with its (first) SOF segment declaring width x height; with `second`, a copy of that segment
+    declaring it is put after the original, so two frame headers precede the scan."""
+    buf = bytearray(data)
+    at = next(i for i in range(2, len(buf) - 1) if buf[i] == 0xFF and buf[i + 1] in (0xC0, 0xC1, 0xC2))
+    length = (buf[at + 2] << 8) | buf[at + 3]
+    seg = bytearray(buf[at : at + 2 + length])
+    seg[5:9] = height.to_bytes(2, "big") + width.to_bytes(2, "big")
+    if second:
+        return bytes(buf[: at + 2 + length] + seg + buf[at + 2 + length :])
+    return bytes(buf[:at] + seg + buf[at + 2 + length :])
+
+
+def _header_cases() -> dict[str, bytes]:
+    cases = dict(_jpeg_cases())
+    rgb = _jpeg_cases()["rgb-sub2-prog0"]
+    cases["bomb-30000"] = _with_sof(rgb, 30000, 30000)
+    cases["bomb-prog"] = _with_sof(_jpeg_cases()["rgb-sub2-prog1"], 20000, 20000)
+    cases["two-sofs-small-then-bomb"] = _with_sof(rgb, 30000, 30000, second=True)
+    cases["fill-bytes"] = rgb[:2] + b"\xff\xff\xff" + rgb[2:]  # fill 0xFFs before the first marker
+    cases["garbage-between-segments"] = rgb[:2] + b"\x00\x11" + rgb[2:]  # PIL skips stray bytes: the walk does not
+    cases["truncated-header"] = rgb[:40]
+    cases["exif-thumbnail"] = _encode(_noise("RGB", 300, 200), "JPEG", exif=_exif(6))
+    cases["big-icc"] = _encode(_noise("RGB", 40, 24), "JPEG", icc_profile=b"\x00" * 70_000)  # split over APP2s
+    cases["not-a-jpeg"] = _other_cases()["png-RGB"]
+    return cases
+
+
+def _pil_size(data: bytes) -> tuple[int, int] | None:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(io.BytesIO(data)) as im:
+                return im.size if im.format in ("JPEG", "MPO") else None
+    except Image.DecompressionBombError:
+        return "bomb"  # type: ignore[return-value]
+    except Exception:
+        return None
+
+
+@pytest.mark.parametrize("name", sorted(_header_cases()))
+def test_the_header_walk_reads_the_size_pil_reads_or_leaves_it_to_pil(name, monkeypatch):
+    from effbench.data.images import jpeg_declared_pixels
+
+    data = _header_cases()[name]
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", None)  # PIL's own size, however large
+    got, size = jpeg_declared_pixels(data), _pil_size(data)
+    assert got is None or (size is not None and got == size[0] * size[1]), (got, size)
+    # every clean JPEG the library writes is read by the walk, not handed back to PIL
+    if name in _jpeg_cases() or name.startswith(("bomb", "two-sofs", "fill", "exif-thumb")):
+        assert got is not None
+
+
+@pytest.mark.parametrize("name", sorted(_header_cases()))
+@pytest.mark.parametrize("max_pixels", [None, 100, 89_478_485])
+def test_the_pixel_limit_gives_pils_verdict_on_every_header(name, max_pixels, monkeypatch):
+    """The refusal is PIL's (Image.open raises DecompressionBombError above 2 * MAX_IMAGE_PIXELS), whichever
+    way over_pixel_limit reached it."""
+    from effbench.data.images import over_pixel_limit
+
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", max_pixels)
+    data = _header_cases()[name]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            Image.open(io.BytesIO(data)).close()
+        refused = False
+    except Image.DecompressionBombError:
+        refused = True
+    except Exception:
+        refused = False
+    got = over_pixel_limit(np.frombuffer(data, dtype=np.uint8))
+    assert (got is not None) == refused, got
+    if refused:
+        assert got.startswith("over the pixel limit (Image size (") and "pixels) exceeds limit of" in got
