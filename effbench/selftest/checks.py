@@ -22,12 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from effbench.analysis import stats
-from effbench.config import check_path
+from effbench.config import RunConfig, check_path
 from effbench.errors import EffbenchError
 
 if TYPE_CHECKING:
     from effbench import results, schema
-    from effbench.config import RunConfig
     from effbench.data.build import DataBundle
     from effbench.run.timing import DeviceClock
 
@@ -183,8 +182,6 @@ class Harnessed(NamedTuple):
 
 def harness_config(ctx: Context, **overrides: Any) -> RunConfig:
     """The RunConfig of a selftest run: the harness's defaults, then `overrides`."""
-    from effbench.config import RunConfig
-
     base: dict[str, Any] = dict(
         dataset="synthetic", weights="none", freeze="none", epochs=1, max_val_steps=1, workers=0,
         profile=False, log_interval=10_000, output=ctx.runs, device=ctx.device.type,
@@ -260,11 +257,6 @@ def precision_row(name: str, recorded: str | None, dtypes_seen: list[dict[str, i
         name, PASS if ok else FAIL, measured, f"{expected} (results.json precision {recorded})", "equal",
         f"dtype of every Conv2d/Linear output in training forwards, {len(dtypes_seen)} process(es)",
     )  # fmt: skip
-
-
-def step_img_s(steps_csv: Path) -> list[float]:
-    """Images/s of each measured step (data wait + compute) of a run, from its steps.csv (warm-up excluded)."""
-    return [int(r.images) / (r.data_time_s + r.compute_time_s) for r in _measured_rows(steps_csv)]
 
 
 def measured_steps(steps_csv: Path) -> list[tuple[int, float, float]]:
@@ -448,7 +440,6 @@ def _rel(a: float, b: float) -> float:
 def check_harness_vs_bare(ctx: Context) -> list[Check]:
     import torch
 
-    from effbench.config import RunConfig
     from effbench.data.synthetic import NUM_CLASSES
     from effbench.models import build_model
     from effbench.run.train import between_steps
@@ -506,7 +497,6 @@ def check_harness_vs_bare(ctx: Context) -> list[Check]:
 def check_flops(ctx: Context) -> list[Check]:
     import torch
 
-    from effbench.config import RunConfig
     from effbench.measure.flops import step_flops
     from effbench.models import build_model
     from effbench.selftest.reference import depthwise_net, layer_flops
@@ -842,7 +832,6 @@ def check_pipelined(ctx: Context) -> list[Check]:
     pipelined loop is slower beyond the range (which would mean the comparison itself is broken)."""
     if not ctx.cuda:
         return [Check(PIPELINED_NAME, SKIP, reason=PIPELINED_CPU_SKIP)]
-    from effbench.config import RunConfig
     from effbench.data.synthetic import NUM_CLASSES
     from effbench.models import build_model
     from effbench.selftest.reference import BareLoop
@@ -908,7 +897,14 @@ def _roof_vs_reference(roof_rate: Callable[[], float], ref_rate: Callable[[], fl
 
 
 def _roof_row(
-    name: str, shown: str, attained: float, datasheet: float | None, unit: str, reference: str, ratio: float, how: str
+    name: str,
+    shown: str,
+    attained: float,
+    datasheet: float | None,
+    unit: str,
+    reference: str,
+    ratio: float,
+    how: str | None,
 ) -> Check:
     """A roof's verdict: its plain reference within ROOF_REF_RANGE of it (`ratio` = reference / roof), the roof
     above zero and, where the device has a datasheet figure, `attained` within DATASHEET_RANGE of it."""

@@ -287,6 +287,17 @@ def test_fastest_steps_are_judged_only_outside_the_machines_own_scatter(measured
         assert "rerun" in why or "fewer than 2 rounds" in why
 
 
+def test_measured_steps_reads_measured_steps_only(tmp_path):
+    path = tmp_path / "steps.csv"
+    path.write_text(
+        "epoch,step,warmup,images,loss,top1,data_time_s,compute_time_s\n"
+        "1,1,True,16,2.3,0.1,0.5,0.5\n"
+        "1,2,False,16,2.2,0.1,0.1,0.3\n"
+        "1,3,False,8,2.1,0.1,0.0,0.1\n"
+    )
+    assert st.measured_steps(path) == [(16, 0.1, 0.3), (8, 0.0, 0.1)]
+
+
 class _Bundle:
     """A DataBundle's iteration surface: `per_epoch` batches of `batch` images, set_epoch recorded."""
 
@@ -348,17 +359,6 @@ def test_a_data_path_skip_says_only_what_a_rerun_can_change():
     centre = st.compare_interleaved_steps(noisy_m, [1.0] * 120, min_ratio=0.0)[1]
     status, *_, why = st.compare_interleaved_steps(noisy_m, [1.0] * 120, min_ratio=centre, rerun="rerun it idle")
     assert status == st.SKIP and why.endswith("too noisy now, rerun it idle"), why
-
-
-def test_step_img_s_reads_measured_steps_only(tmp_path):
-    path = tmp_path / "steps.csv"
-    path.write_text(
-        "epoch,step,warmup,images,loss,top1,data_time_s,compute_time_s\n"
-        "1,1,True,16,2.3,0.1,0.5,0.5\n"
-        "1,2,False,16,2.2,0.1,0.1,0.3\n"
-        "1,3,False,8,2.1,0.1,0.0,0.1\n"
-    )
-    assert st.step_img_s(path) == pytest.approx([16 / 0.4, 8 / 0.1])
 
 
 @pytest.mark.slow
