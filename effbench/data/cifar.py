@@ -14,6 +14,7 @@ import os
 import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -175,8 +176,21 @@ class ArrayExamples:
     def take(self, indices: np.ndarray) -> ArrayExamples:
         return ArrayExamples(self.images[indices], self.labels[indices])
 
+    def __reduce__(self) -> tuple[Callable, tuple[torch.Tensor, torch.Tensor]]:
+        # Pickled once per loader worker (loaders.worker_context): as shared memory, a file descriptor
+        # each, so eight workers map CIFAR's 150 MB once instead of receiving eight copies.
+        return _from_shared, self._shared
+
+    @cached_property
+    def _shared(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.from_numpy(self.images).share_memory_(), torch.from_numpy(self.labels).share_memory_()
+
     def dataset(self, transform: Callable, *, train: bool) -> ArrayDataset:
         return ArrayDataset(self, transform)
+
+
+def _from_shared(images: torch.Tensor, labels: torch.Tensor) -> ArrayExamples:
+    return ArrayExamples(images.numpy(), labels.numpy())  # views: each array keeps its tensor alive
 
 
 class ArrayDataset(torch.utils.data.Dataset):

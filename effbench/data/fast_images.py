@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader, Dataset
 from effbench.data import augment
 from effbench.data.augment import stream_seed
 from effbench.data.images import MAX_STAND_INS, FileExamples, over_pixel_limit, read_image_bytes
-from effbench.data.loaders import LoaderOptions, ShardSampler, SkipLog, collate_samples, seeded_sampler
+from effbench.data.loaders import LoaderOptions, ShardSampler, SkipLog, collate_samples, seeded_sampler, worker_context
 from effbench.errors import EffbenchError
 from effbench.recipes import Recipe
 
@@ -431,6 +431,7 @@ def build_loaders(
             pin_memory=opts.pin_memory and not gpu_decode,
             drop_last=train,
             persistent_workers=opts.workers > 0,
+            multiprocessing_context=worker_context(opts.workers),
         )
         wrapped = DeviceAugmentLoader(
             loader, log, device, train_prep if train else val_prep, gen,
