@@ -50,14 +50,15 @@ def conditions() -> str:
     )
 
 
-def alternate(a: Callable[[], float], b: Callable[[], float], rounds: int) -> tuple[list[float], list[float]]:
-    """Run a, b, a, b, ... `rounds` times each; alternation spreads drifting background load over
-    both sides instead of charging it to whichever ran second."""
-    xs, ys = [], []
+def alternate(*runs: Callable[[], float], rounds: int) -> tuple[list[float], ...]:
+    """Run a, b, a, b, ... (or a, b, c, a, b, c, ...) `rounds` times each: one list of results per run.
+    Alternation spreads drifting background load over every side instead of charging it to whichever
+    ran last, and a round's results, back to back, make that round's ratio (median_ratio)."""
+    results: list[list[float]] = [[] for _ in runs]
     for _ in range(rounds):
-        xs.append(a())
-        ys.append(b())
-    return xs, ys
+        for run, out in zip(runs, results, strict=True):
+            out.append(run())
+    return tuple(results)
 
 
 def median_ratio(xs: list[float], ys: list[float]) -> float:

@@ -71,7 +71,7 @@ def main() -> None:
         fs, rs = alternate(
             lambda: epoch_img_s(fast, device, warm, next(epochs)),
             lambda: epoch_img_s(ref, device, warm, next(epochs)),
-            rounds,
+            rounds=rounds,
         )
         size = fast.train_size
     row = Row("CIFAR-10 loader (img/s delivered)", fmt_rate(fs), fmt_rate(rs), median_ratio(fs, rs), GOAL,

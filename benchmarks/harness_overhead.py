@@ -135,7 +135,7 @@ def main() -> None:
             precisions.append(precision)
             return thr
 
-        effs, bares = alternate(eff, lambda: bare_throughput(cfg_kw, threads[-1], precisions[-1]), s["rounds"])
+        effs, bares = alternate(eff, lambda: bare_throughput(cfg_kw, threads[-1], precisions[-1]), rounds=s["rounds"])
     what = (
         f"{cfg_kw['arch']} {s['image_size']} px, batch {s['batch_size']}, {s['steps']} steps, {threads[-1]} threads, "
         f"{a.device} {precisions[-1]} (both sides)"

@@ -56,7 +56,7 @@ def main() -> None:
                 notes.append(prof.profiler_overhead_note)  # within noise: no figure, never a negative one
             return float(r.wall_time_s)
 
-        without, with_ = alternate(lambda: wall(False), lambda: wall(True), rounds)
+        without, with_ = alternate(lambda: wall(False), lambda: wall(True), rounds=rounds)
     ratio = median_ratio(without, with_)
     step_note = (
         f"profiled step +{100 * statistics.median(per_step):.0f}% vs timed step"
