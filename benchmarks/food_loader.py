@@ -144,7 +144,7 @@ def main() -> None:
             return processes / decode_ceiling_s(files, recipe.base)
 
         # the ceiling in every round, just before the fast loader: its share is a per-round ratio like the first
-        # row's (measured once after all rounds, the same loader read 0.43-0.67 of it on a VM drifting 20%)
+        # row's (measured once after the rounds, it drifted with the VM's speed: docs/PERFORMANCE.md)
         cs, fs, rs = alternate(run_ceiling, run_fast, lambda: delivered_img_s(ref, device, 3), rounds=rounds)
     row = Row("Food-101 loader (img/s delivered)", fmt_rate(fs), fmt_rate(rs), median_ratio(fs, rs), GOAL,
               f"{fast.train_size:,} JPEGs 512x384, {size} px, batch {batch}, {a.workers} workers both, {a.device}; "

@@ -10,9 +10,9 @@ them in the training process, so counts need no memory shared with the worker pr
 from __future__ import annotations
 
 import multiprocessing
-from multiprocessing import forkserver
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from multiprocessing import forkserver
 from multiprocessing.context import BaseContext
 from typing import Any
 
@@ -30,14 +30,11 @@ WORKER_PRELOAD = ("__main__", "torch", "torchvision.transforms.v2", "PIL.Image",
 
 
 def worker_context(workers: int) -> BaseContext | None:
-    """How loader workers start: from a fork server, not by forking the training process. A fork copies
-    the training process mid-flight, with the locks its other threads held at that instant (DALI's, the
-    pin-memory and queue-feeder threads', OpenMP's, CUDA's) and no threads to release them; on this
-    project's CI that killed a worker with SIGSEGV or hung the loader in 3 of 4 runs of the suite. The
-    fork server is a fresh single-threaded process that imports the modules above once, started here
-    (when the loaders are built) so the import overlaps building the model; each worker forks from it and
-    receives its dataset pickled (CIFAR's arrays by shared memory: cifar.ArrayExamples). Cost: the
-    import, 4 s on a 2-core VM, of which 3.5 s still lands in the first (warm-up) step's data wait."""
+    """How loader workers start: from a fork server, not by forking the training process, whose copy would
+    hold the locks its other threads (DALI, pin memory, queue feeders, OpenMP, CUDA) held at that instant
+    with no thread to release them: workers died of SIGSEGV or hung. Started here, when the loaders are
+    built, so its imports overlap building the model; each worker forks from it and gets its dataset
+    pickled (CIFAR's arrays as shared memory: cifar.ArrayExamples). Cost and figures: docs/methodology.md."""
     if workers == 0:
         return None
     ctx = multiprocessing.get_context("forkserver")
