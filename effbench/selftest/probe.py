@@ -4,8 +4,9 @@ Installed in-process by the selftest, or in torchrun's ranks through a `sitecust
 selftest puts first on PYTHONPATH (Python imports `sitecustomize` at start-up, site.py), so
 effbench's code carries no selftest hook. Per process it records:
 - the dtypes of Conv2d/Linear outputs in forwards run with autograd on (training, not validation);
-- one interval per training step: from the root module's forward (the first module entered at
-  depth 0) to the end of `optimizer.step()`, timed by CUDA events on CUDA, by perf_counter on the CPU.
+- one interval per training step: from the first root forward after the previous `optimizer.step()` (the
+  model's, not the loss module's) to the end of `optimizer.step()`, timed by CUDA events on CUDA, by
+  perf_counter on the CPU.
 `dump()` writes them as probe-<pid>.json into the folder named by EFFBENCH_SELFTEST_PROBE_DIR.
 """
 
@@ -41,8 +42,11 @@ class Probe:
             return time.perf_counter()
 
         def pre(module: Any, _args: Any) -> None:
-            if self._depth == 0 and torch.is_grad_enabled():
-                self._start = now()  # a forward that no step follows (FLOPs count) is overwritten
+            # the step starts at its first root forward: the model's. The loss module is a root forward too
+            # (nn.CrossEntropyLoss), and taking its start left the model's forward out of every step. A
+            # forward that no step follows (the FLOPs count) opens the first step, a warm-up step.
+            if self._depth == 0 and self._start is None and torch.is_grad_enabled():
+                self._start = now()
             self._depth += 1
 
         def post(module: Any, _args: Any, out: Any) -> None:
