@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import bisect
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,10 +76,39 @@ def _frozen(v: Any) -> Any:
     return v if v is None or isinstance(v, (bool, int, float, str)) else str(v)
 
 
-def _inputs(evt: Any) -> tuple[tuple[Any, ...], tuple[str, ...], tuple[Any, ...]]:
+DtypesOf = Callable[[Any], "list[str] | None"]
+"""An event's input dtypes from elsewhere, for a torch whose events do not carry them (kineto_dtypes)."""
+
+
+def _event_key(thread: Any, start_ns: int, name: str) -> tuple[Any, int, str]:
+    return (thread, start_ns, name)
+
+
+def kineto_dtypes(prof: Any, events: list[Any]) -> DtypesOf | None:
+    """Each op's input dtypes read off the profiler's KinetoEvents, for a torch whose FunctionEvents have no
+    `input_dtypes` (torch 2.11 on the first GPU run: torch added the field in 2026, pytorch PR 179714; the
+    KinetoEvent has had `dtypes()` since 2021). Without them every op read as carrying no tensor: no FLOPs,
+    no bytes, a roofline of zeros. An event is matched by its thread, its start in ns from the trace's start
+    (what torch/autograd/profiler.py _parse_kineto_results turns into `time_range.start` in us) and its
+    name. None when the events carry their own dtypes or the profiler keeps no KinetoEvents."""
+    if not events or hasattr(events[0], "input_dtypes"):
+        return None
+    results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    if results is None:
+        return None
+    t0 = results.trace_start_ns()
+    table = {_event_key(k.start_thread_id(), k.start_ns() - t0, k.name()): list(k.dtypes()) for k in results.events()}
+
+    def dtypes_of(evt: Any) -> list[str] | None:
+        return table.get(_event_key(evt.thread, round(float(evt.time_range.start) * 1000), evt.name))
+
+    return dtypes_of
+
+
+def _inputs(evt: Any, dtypes_of: DtypesOf | None = None) -> tuple[tuple[Any, ...], tuple[str, ...], tuple[Any, ...]]:
     """(shapes, dtypes, concrete args) as recorded: structured shapes give a tensor list's shapes too."""
     shapes = getattr(evt, "structured_input_shapes", None) or getattr(evt, "input_shapes", None) or []
-    dtypes = getattr(evt, "input_dtypes", None) or []
+    dtypes = getattr(evt, "input_dtypes", None) or (dtypes_of(evt) if dtypes_of is not None else None) or []
     args = getattr(evt, "concrete_inputs", None) or []
     return _frozen(shapes), tuple(str(d) for d in dtypes), _frozen(args)
 
@@ -181,9 +210,10 @@ def _head_of(e: Any, memo: dict[int, Any]) -> Any:
     return memo[key]
 
 
-def collect(events: Iterable[Any], *, on_cuda: bool) -> OpTrace:
+def collect(events: Iterable[Any], *, on_cuda: bool, dtypes_of: DtypesOf | None = None) -> OpTrace:
     """The ops of the profiled steps (`prof.events()` of a pass whose steps are labelled `step` and
-    `data_wait`, measure/profiling.py) with their time, FLOPs and the phase each started in."""
+    `data_wait`, measure/profiling.py) with their time, FLOPs and the phase each started in. `dtypes_of`:
+    the events' input dtypes where torch does not put them on the events (kineto_dtypes)."""
     evs = [e for e in events if _on_cpu(e) and not getattr(e, "is_async", False)]
     windows = _Windows(evs)
     formulas = Formulas()
@@ -207,9 +237,9 @@ def collect(events: Iterable[Any], *, on_cuda: bool) -> OpTrace:
             unit.callees.add(e.name)
         # FLOPs: the outermost counted op between e and its head, once
         if formulas.of(e.name) is not None and not _counted_above(e, head, formulas):
-            unit.flops += op_flops(e.name, *_inputs(e), formulas) or 0.0
+            unit.flops += op_flops(e.name, *_inputs(e, dtypes_of), formulas) or 0.0
     return OpTrace(
-        ops=_merged_calls(units.values(), windows),
+        ops=_merged_calls(units.values(), windows, dtypes_of),
         steps=len(windows.spans[STEP]),
         data_wait_s=windows.total_s(DATA_WAIT),
         time_basis=CUDA_BASIS if on_cuda else CPU_BASIS,
@@ -217,12 +247,12 @@ def collect(events: Iterable[Any], *, on_cuda: bool) -> OpTrace:
     )
 
 
-def _merged_calls(units: Iterable[_Unit], windows: _Windows) -> list[roofline.OpEvent]:
+def _merged_calls(units: Iterable[_Unit], windows: _Windows, dtypes_of: DtypesOf | None) -> list[roofline.OpEvent]:
     """One OpEvent per distinct call (name, inputs, phase), its time summed and its calls counted."""
     merged: dict[tuple[Any, ...], roofline.OpEvent] = {}
     for unit in units:
         h = unit.evt
-        shapes, dtypes, args = _inputs(h)
+        shapes, dtypes, args = _inputs(h, dtypes_of)
         phase = windows.phase(float(h.time_range.start))
         key = (h.name, shapes, dtypes, args, phase)
         old = merged.get(key)

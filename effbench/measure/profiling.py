@@ -550,7 +550,8 @@ def _outputs(
     if counts["active"]:  # the roofline's ops (measure/op_events.py)
         from effbench.measure import op_events
 
-        ops = op_events.collect(prof.events(), on_cuda=on_cuda)
+        events = list(prof.events())
+        ops = op_events.collect(events, on_cuda=on_cuda, dtypes_of=op_events.kineto_dtypes(prof, events))
     table = phase_table(phases)
     atomic_write_text(phases_path, header + table + "\n")
     return ProfileInfo(

@@ -190,6 +190,35 @@ def test_kind_times_are_the_profilers_op_times_and_sum_to_the_step_with_the_rema
     assert kinds + (r.data_wait_s or 0.0) + r.unattributed_s == pytest.approx(step_s)
 
 
+def test_a_torch_without_event_dtypes_gets_them_from_the_kineto_events():
+    """torch 2.11 (the first GPU run) puts no `input_dtypes` on its FunctionEvents: every op read as moving no
+    bytes and counting no FLOPs. The profiler's KinetoEvents have them; matched back, the trace is the one a
+    torch with the field gives."""
+    torch.manual_seed(0)
+    step = train_step(small_net())
+    x, y = torch.randn(8, 3, 16, 16), torch.randint(0, 10, (8,))
+    step((x, y))
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        for _ in range(2):
+            with record_function("step"):
+                step((x, y))
+    events = list(prof.events())
+    assert op_events.kineto_dtypes(prof, events) is None  # this torch's events carry their own
+
+    def key(trace):
+        return sorted((op.name, op.shapes, op.dtypes, op.args, op.phase, op.calls, op.flops) for op in trace.ops)
+
+    native = op_events.collect(events, on_cuda=False)
+    for e in events:  # as torch 2.11 makes them
+        del e.input_dtypes
+    assert sum(op.flops for op in op_events.collect(events, on_cuda=False).ops) == 0  # what the H200 showed
+    fallback = op_events.kineto_dtypes(prof, events)
+    assert fallback is not None
+    restored = op_events.collect(events, on_cuda=False, dtypes_of=fallback)
+    assert key(restored) == key(native)
+    assert sum(op.flops for op in native.ops) > 0 and any(op.dtypes for op in restored.ops)
+
+
 # --------------------------------------------------------------------------------------------------
 # A matmul-only and an elementwise-only model against the roofs measured in the same loop (the selftest's check,
 # effbench/selftest/checks.py check_roofline: the microbenchmarks run in each profiled step's data wait, so roof
