@@ -3,7 +3,9 @@ training process, and what they receive (CIFAR's arrays by shared memory, not a 
 
 from __future__ import annotations
 
+import gc
 import pickle
+import weakref
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 
@@ -53,3 +55,17 @@ def test_cifar_arrays_reach_workers_by_shared_memory_not_a_copy():
     back = pickle.loads(sent)
     assert np.array_equal(back.images, images) and np.array_equal(back.labels, ex.labels)
     assert isinstance(back.images.base, torch.Tensor) and back.images.base.is_shared()
+
+
+def test_once_shared_the_training_process_reads_the_shared_copy_and_frees_its_own():
+    images = np.random.default_rng(0).integers(0, 256, (1000, 32, 32, 3), dtype=np.uint8)
+    expected = images.copy()
+    ex = ArrayExamples(images, np.arange(1000) % 10)
+    original = weakref.ref(images)
+    del images
+    ForkingPickler.dumps(ex)  # what a worker's start does (loaders.worker_context)
+    gc.collect()
+    assert original() is None  # the array read from disk is gone: one copy in this process, not two
+    assert isinstance(ex.images.base, torch.Tensor) and ex.images.base.is_shared()
+    assert np.array_equal(ex.images, expected)
+    assert ex.images.base.data_ptr() == ex._shared[0].data_ptr()  # the very memory the workers map
