@@ -879,7 +879,11 @@ class Results(_Model):
     stragglers: Stragglers | None = None
     """How far the slowest rank lagged the fastest (runs with 2+ ranks)."""
     wall_time_s: Pos = None
-    """The whole run, s: setup, data, training, validation, profiling."""
+    """The whole run up to its report, s: setup, data, model (its FLOPs counted), warm-up, training, validation,
+    profiling. The sum of wall_time_by_phase_s."""
+    wall_time_by_phase_s: dict[str, Annotated[float, Field(ge=0)]] | None = None
+    """Wall seconds per phase, in the order the run goes (run/phases.py PHASES: setup, dataset, model, warm-up,
+    epochs, validation, profiling), each summed over its visits; a phase the run never entered is absent."""
     throughput_windows: Windows | None = None
     """The measured steps cut into windows: per-window throughput and its median with a 95% interval."""
     utilization: Annotated[Utilization, EMPTY_IF_NULL] = Utilization()

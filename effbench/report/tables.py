@@ -64,6 +64,8 @@ def summary_rows(results: schema.Results) -> list[tuple[str, str]]:
         ),
         ("final val top-1", _top1(results)),
     ]
+    if results.wall_time_by_phase_s:  # where the run's own wall time went, the model's build and FLOP count included
+        rows.append(("wall time by phase (s)", _by_phase(results.wall_time_by_phase_s, results.wall_time_s)))
     tta = describe_tta(results.time_to_accuracy)
     if tta:  # --target-top1: training seconds (validation apart) and epochs to the target
         rows.append(("time to accuracy", tta))
@@ -82,6 +84,11 @@ def summary_rows(results: schema.Results) -> list[tuple[str, str]]:
     if results.error is not None and _given(results.error):
         rows.append(("error", fmt_value(results.error.message)))
     return rows
+
+
+def _by_phase(seconds: dict[str, float], total: float | None) -> str:
+    parts = ", ".join(f"{name} {fmt_value(s, 1)}" for name, s in seconds.items())
+    return f"{parts}; {fmt_value(total, 1)} in all" if total is not None else parts
 
 
 def _dropped(results: schema.Results) -> str | None:

@@ -13,6 +13,7 @@ files (`deferred`), so the files always say how the run ended. No torch import.
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -36,17 +37,28 @@ class Interrupted(BaseException):
 
 
 class Phase:
-    """The run's current phase; `enter` also serves the hold hook (faults.hold_phase) for tests."""
+    """The run's current phase and the wall time each phase took so far; `enter` also serves the hold hook
+    (faults.hold_phase) for tests. `now`: the clock (perf_counter; a test's own)."""
 
-    def __init__(self, received: list[int], name: str = "setup") -> None:
+    def __init__(self, received: list[int], name: str = "setup", now: Callable[[], float] = time.perf_counter) -> None:
         self.received = received
         self.name = name
+        self._now = now
+        self._since = now()
+        self._seconds: dict[str, float] = {}
 
     def enter(self, name: str) -> None:
         if name not in PHASES:
             raise ValueError(f"unknown phase {name!r}; one of {', '.join(PHASES)}")
-        self.name = name
+        t = self._now()
+        self._seconds[self.name] = self._seconds.get(self.name, 0.0) + t - self._since
+        self.name, self._since = name, t
         faults.hold_phase(name, until=lambda: bool(self.received))
+
+    def seconds_before_current(self) -> dict[str, float]:
+        """Wall seconds of each phase entered and left, summed over its visits, in PHASES order: the run
+        so far up to the current phase (the report phase, when the record is made)."""
+        return {p: self._seconds[p] for p in PHASES if p in self._seconds}
 
 
 def _raise_interrupted(signum: int, _frame: Any) -> None:

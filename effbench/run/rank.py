@@ -20,7 +20,6 @@ import dataclasses
 import datetime as dt
 import random
 import signal
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,7 +146,6 @@ class Measurement:
 
     sampler: UtilizationSampler
     gpus: list[int]  # every GPU this process drives (all of them under DataParallel)
-    t0: float
     epochs: list[schema.Epoch] = dataclasses.field(default_factory=list)
     steps: list[StepRow] = dataclasses.field(default_factory=list)  # rank 0's
     warmup: Tally = dataclasses.field(default_factory=Tally)  # every warm-up step that ran, as it ended
@@ -224,7 +222,7 @@ def _run_benchmark(
     with deferred(received), folder.first_no_space(m.failure):
         signals_before = len(received)
         phase.enter("report")
-        final = rec.finish(opened, _measured(prep, dist, m), _conditions(prep, plan, run_dir))
+        final = rec.finish(opened, _measured(prep, dist, m, phase), _conditions(prep, plan, run_dir))
         if writer:
             folder.write_final(run_dir, final, m.epochs, m.steps, m.sampler, reports)
         if len(received) > signals_before and final.status == "ok":  # a failure keeps its own status
@@ -340,9 +338,8 @@ def _measure(
     """The timed epochs (or data-only passes), the profiling pass, the final gather; a failure is kept
     in `failure` (classified by rec.outcome_of), never raised."""
     gpus = observe.job_cuda_indices(prep.rt.device.type, plan.mode, plan.nproc_per_node, dist.local_rank)
-    m = Measurement(sampler=observe.sampler_for(gpus, prep.cfg.sample_interval_s), gpus=gpus, t0=0.0)
+    m = Measurement(sampler=observe.sampler_for(gpus, prep.cfg.sample_interval_s), gpus=gpus)
     m.window = observe.MeasuredWindow(m.sampler, gpus)  # peak memory and the sampler's window: measured steps only
-    m.t0 = time.perf_counter()
     try:
         if received:  # a signal arrived while the run folder was made
             raise Interrupted(received[0], phase.name)
@@ -448,9 +445,10 @@ def _wait_for_rank0s_write(dist: DistContext, rt: Runtime) -> None:
         torch.distributed.barrier(device_ids=[dist.local_rank] if rt.device.type == "cuda" else None)
 
 
-def _measured(prep: Prepared, dist: DistContext, m: Measurement) -> rec.Measured:
+def _measured(prep: Prepared, dist: DistContext, m: Measurement, phase: Phase) -> rec.Measured:
     """The measurement as plain values for rec.finish; after a failure, without asking the peers
-    (no collective after a failure: a dead peer would hang it)."""
+    (no collective after a failure: a dead peer would hang it). Called in the report phase: the wall time is
+    every phase before it, from setup on (building the model and counting its FLOPs included)."""
     if m.gathered is not None and m.failure is None:
         ranks = rec.rank_rows([g["row"] for g in m.gathered])
         utilization = [g["util"] for g in m.gathered]
@@ -460,6 +458,7 @@ def _measured(prep: Prepared, dist: DistContext, m: Measurement) -> rec.Measured
         ranks = rec.ranks_after_failure(m.epoch_ranks, _rank_row(dist, prep.rt, m.measured), dist.world_size)
         utilization, memory = [m.sampler.summary()], m.window.peak_memory() if m.window else []
         steps_by_rank = [m.rank_steps] if dist.world_size == 1 else []
+    by_phase = phase.seconds_before_current()
     return rec.Measured(
         outcome=m.outcome,
         epochs=m.epochs,
@@ -475,7 +474,8 @@ def _measured(prep: Prepared, dist: DistContext, m: Measurement) -> rec.Measured
         roofs=m.roofs,
         roofs_error=m.roofs_error,
         finished_at=dt.datetime.now(dt.timezone.utc).isoformat(),
-        wall_time_s=time.perf_counter() - m.t0,
+        wall_time_s=sum(by_phase.values()),
+        wall_time_by_phase_s=by_phase,
     )
 
 

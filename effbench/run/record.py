@@ -303,6 +303,7 @@ class Measured:
     profile_error: str | None
     finished_at: str  # ISO 8601, UTC
     wall_time_s: float
+    wall_time_by_phase_s: dict[str, float] | None = None  # Phase.seconds_before_current: setup to report
     roofs: schema.Roofs | None = None  # this machine's roofs, measured (or cached) before the profiling pass
     roofs_error: str | None = None
 
@@ -333,6 +334,7 @@ def finish(opened: Mapping[str, Any] | schema.Results, m: Measured, c: Condition
         record.profile_error = m.profile_error
     record = ended(record, m.outcome, finished_at=m.finished_at)
     record.wall_time_s = m.wall_time_s
+    record.wall_time_by_phase_s = m.wall_time_by_phase_s
     # --repeats; analysis/windows builds it as a dict (until it moves onto the typed model)
     record.throughput_windows = schema.Windows.model_validate(windows.rank_windows(m.steps_by_rank, c.repeats))
     if c.flops_error:
