@@ -187,6 +187,12 @@ def test_interleave_charges_the_gaps_and_side_threads_to_the_harness():
         gap.untimed_share([1.0, 1.0, 1.0])
 
 
+def test_the_harness_row_splits_its_median_step_into_data_and_compute_beside_the_bare_step():
+    steps = [(8, 0.001, 0.010), (8, 0.002, 0.012), (8, 0.003, 0.011)]  # (images, data s, compute s)
+    got = st.step_split(steps, [800.0, 640.0, 1000.0], 8)  # bare median 800 img/s: 10 ms a step
+    assert got == "median step: harness 2.000 ms data + 11.000 ms compute, bare 10.000 ms"
+
+
 def test_side_threads_are_the_python_threads_not_torchs_pools():
     """On CUDA autograd's device thread ran every backward, the bare loop's too, and was charged to the harness
     (0.43 cores on the first GPU run). The CPU shows the same with torch's intra-op pool: its threads are not
