@@ -42,10 +42,12 @@ class Probe:
             return time.perf_counter()
 
         def pre(module: Any, _args: Any) -> None:
-            # the step starts at its first root forward: the model's. The loss module is a root forward too
-            # (nn.CrossEntropyLoss), and taking its start left the model's forward out of every step. A
-            # forward that no step follows (the FLOPs count) opens the first step, a warm-up step.
-            if self._depth == 0 and self._start is None and torch.is_grad_enabled():
+            # The step starts at the model's forward: the first root forward with trainable parameters since the
+            # last optimizer step. Not any root forward: the loss module (nn.CrossEntropyLoss) is one, and
+            # taking its start left the model's forward out of every step; torchvision's v1 transforms are
+            # modules too, run in this thread while a batch loads (--workers 0). A forward that no step
+            # follows (the FLOPs count) opens the first step, a warm-up step.
+            if self._depth == 0 and self._start is None and torch.is_grad_enabled() and _trains(module):
                 self._start = now()
             self._depth += 1
 
@@ -63,7 +65,7 @@ class Probe:
 
         self._handles = [
             register_module_forward_pre_hook(pre),
-            register_module_forward_hook(post),
+            register_module_forward_hook(post, always_call=True),  # a forward that raises still leaves its depth
             register_optimizer_step_post_hook(step_end),
         ]
         return self
@@ -94,6 +96,10 @@ class Probe:
     def dump(self, folder: str | Path) -> None:
         path = Path(folder) / f"probe-{os.getpid()}.json"
         path.write_text(json.dumps(self.record()))
+
+
+def _trains(module: Any) -> bool:
+    return any(p.requires_grad for p in module.parameters())
 
 
 def install_from_env() -> None:
