@@ -299,7 +299,7 @@ def one_core(*, enabled: bool = True) -> Iterator[int | None]:
 class _Call:
     wall_in: float
     wall_out: float
-    side_cpu_in: float  # the CPU time of this process's other Python threads (python_side_threads_cpu_s)
+    side_cpu_in: float  # the CPU seconds of this process's other Python threads so far (SideThreads)
 
 
 def _thread_cpu_s(native_id: int) -> float | None:
@@ -318,21 +318,30 @@ def _thread_cpu_s(native_id: int) -> float | None:
         return None
 
 
-def python_side_threads_cpu_s() -> float:
-    """CPU seconds of this process's Python threads other than the caller's: the harness's side work (the
-    utilisation sampler; pin-memory and queue-feeder threads where a loader has them). Threads that Python did
-    not start are left out: torch's intra-op pool and, on CUDA, autograd's device thread, which runs every
-    backward of the harness and of the bare loop alike (0.43 cores of the first GPU run, charged to the harness
-    as if it were its own)."""
-    import threading
+class SideThreads:
+    """CPU seconds of this process's Python threads other than the caller's, summed over every one seen so far:
+    the harness's side work (the utilisation sampler; pin-memory and queue-feeder threads where a loader has
+    them). A thread that ended keeps its last reading, so the sum never drops. Threads that Python did not start
+    are left out: torch's intra-op pool and, on CUDA, autograd's device thread, which runs every backward of the
+    harness and of the bare loop alike (0.43 cores of the first GPU run, charged to the harness as its own).
+    `total_s()` is None where /proc/self/task is not there to read threads by."""
 
-    me = threading.get_ident()
-    total = 0.0
-    for t in threading.enumerate():
-        if t.ident == me or t.native_id is None:
-            continue
-        total += _thread_cpu_s(t.native_id) or 0.0  # a thread gone since it was listed used nothing since
-    return total
+    def __init__(self) -> None:
+        self._last: dict[Any, float] = {}  # threading.Thread -> its CPU seconds when last read
+
+    def total_s(self) -> float | None:
+        import threading
+
+        if not os.path.isdir("/proc/self/task"):
+            return None
+        me = threading.get_ident()
+        for t in threading.enumerate():
+            if t.ident == me or t.native_id is None:
+                continue
+            cpu = _thread_cpu_s(t.native_id)
+            if cpu is not None:  # None: gone since it was listed; it keeps its last reading
+                self._last[t] = cpu
+        return sum(self._last.values())
 
 
 class Interleave:
@@ -349,11 +358,14 @@ class Interleave:
         self.loop, self.warmup = loop, warmup
         self.bare_img_s: list[float] = []
         self.calls: list[_Call] = []
+        self.side = SideThreads()
 
     def __call__(self) -> None:
         import time
 
-        wall_in, side_cpu_in = time.perf_counter(), python_side_threads_cpu_s()
+        wall_in, side_cpu_in = time.perf_counter(), self.side.total_s()
+        if side_cpu_in is None:  # no /proc: every thread but this one, torch's pools included
+            side_cpu_in = time.process_time() - time.thread_time()
         measured_index = len(self.calls) - self.warmup  # of the harness step that just ended
         if measured_index < 0:
             self.loop.step()
@@ -376,8 +388,7 @@ class Interleave:
         return 1 - sum(timed_step_s) / wall
 
     def side_threads_cores(self) -> float:
-        """CPU seconds of the harness's side threads (python_side_threads_cpu_s) per wall second, over the
-        measured span."""
+        """CPU seconds of the harness's side threads (SideThreads) per wall second, over the measured span."""
         first, last = self._measured_span()
         return (last.side_cpu_in - first.side_cpu_in) / (last.wall_in - first.wall_in)
 

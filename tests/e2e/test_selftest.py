@@ -193,25 +193,27 @@ def test_the_harness_row_splits_its_median_step_into_data_and_compute_beside_the
     assert got == "median step: harness 2.000 ms data + 11.000 ms compute, bare 10.000 ms"
 
 
-def test_side_threads_are_the_python_threads_not_torchs_pools():
+def test_side_threads_are_the_python_threads_not_torchs_pools_and_an_ended_one_keeps_its_time():
     """On CUDA autograd's device thread ran every backward, the bare loop's too, and was charged to the harness
     (0.43 cores on the first GPU run). The CPU shows the same with torch's intra-op pool: its threads are not
-    the harness's, a Python thread is."""
+    the harness's, a Python thread is, and a thread that ends inside the span (a loader's pin-memory thread at an
+    epoch's end) still counts the CPU it used."""
     import threading
     import time
 
     import torch
 
+    side = st.SideThreads()
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         a = torch.randn(512, 512)
-        before, proc0, main0 = st.python_side_threads_cpu_s(), time.process_time(), time.thread_time()
+        before, proc0, main0 = side.total_s(), time.process_time(), time.thread_time()
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < 0.5:
             a @ a  # noqa: B018 - work for the intra-op pool
         pool_cpu = (time.process_time() - proc0) - (time.thread_time() - main0)
-        assert st.python_side_threads_cpu_s() - before < 0.05 < pool_cpu  # the pool worked, and is not counted
+        assert side.total_s() - before < 0.05 < pool_cpu  # the pool worked, and is not counted
     finally:
         torch.set_num_threads(threads)
     stop = threading.Event()
@@ -220,14 +222,15 @@ def test_side_threads_are_the_python_threads_not_torchs_pools():
         while not stop.is_set():
             pass
 
-    side = threading.Thread(target=spin)
-    before = st.python_side_threads_cpu_s()
-    side.start()
+    worker = threading.Thread(target=spin)
+    before = side.total_s()
+    worker.start()
     time.sleep(0.4)
-    during = st.python_side_threads_cpu_s() - before
+    during = side.total_s() - before
     stop.set()
-    side.join()
+    worker.join()
     assert during > 0.1  # a spinning Python thread (the GIL shares it with this sleeping one)
+    assert side.total_s() - before >= during  # ended, it keeps what it used
 
 
 def _blocks(centres):
