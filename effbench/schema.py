@@ -883,7 +883,9 @@ class Results(_Model):
     profiling. The sum of wall_time_by_phase_s."""
     wall_time_by_phase_s: dict[str, Annotated[float, Field(ge=0)]] | None = None
     """Wall seconds per phase, in the order the run goes (run/phases.py PHASES: setup, dataset, model, warm-up,
-    epochs, validation, profiling), each summed over its visits; a phase the run never entered is absent."""
+    epochs, validation, profiling), each summed over its visits; a phase the run never entered is absent. A phase
+    holds what runs until the next begins: model also writes the run folder's first files (env.json) and starts
+    the sampler, validation also writes the epoch's records."""
     throughput_windows: Windows | None = None
     """The measured steps cut into windows: per-window throughput and its median with a 95% interval."""
     utilization: Annotated[Utilization, EMPTY_IF_NULL] = Utilization()
