@@ -394,18 +394,18 @@ def test_summary_memory_and_energy_cover_every_gpu_of_a_dp_run():
 def _two_rank_record(*, failed: bool) -> dict:
     """The final record of a 2-GPU DDP job on rank 0, through the runner's own `_measured` and record.finish:
     each rank's sampler saw its own GPU (rank 0: 100 J, rank 1: 120 J); every rank trained 500 images."""
-    import time
     import types
 
-    from effbench.run import record as rec
     from effbench.run import rank
+    from effbench.run import record as rec
+    from effbench.run.phases import Phase
 
     rows = [schema.Rank(rank=r, local_rank=r, host="n1", device=f"cuda:{r}", images=500, steps=5, data_time_s=0.1,
                         compute_time_s=0.9, time_s=1.0, throughput_img_s=500.0) for r in (0, 1)]  # fmt: skip
     utils = [typedrec.utilization({"host": {}, "gpus": [{"index": r, "uuid": U[r], "energy_j": e}],
                                    "measured_window": {"host": {}, "gpus": [{"index": r, "energy_j": e}]}})
              for r, e in ((0, 100.0), (1, 120.0))]  # fmt: skip
-    m = rank.Measurement(sampler=types.SimpleNamespace(summary=lambda: utils[0]), gpus=[], t0=time.perf_counter())
+    m = rank.Measurement(sampler=types.SimpleNamespace(summary=lambda: utils[0]), gpus=[])
     m.epochs, m.epoch_ranks = [schema.Epoch(epoch=1, images=1000)], rows  # the last epoch's gather: every rank's rows
     if failed:  # a peer died: no final gather (run/rank.py `_measure` keeps the failure)
         m.failure = RuntimeError("NCCL communicator was aborted")
@@ -420,7 +420,9 @@ def _two_rank_record(*, failed: bool) -> dict:
     conditions = rec.Conditions(repeats=None, compile=False, data_only=False, flops_per_image=None,
                                 flops_forward_per_image=None, flops_error=None, workers_per_process=0,
                                 processes_per_node=2, tf32_enabled=False, cpu_quota_cores=None, run_dir=None)  # fmt: skip
-    return rec.finish(opened, rank._measured(prep, dist, m), conditions).model_dump(exclude_unset=True)
+    phase = Phase([])
+    phase.enter("report")  # where the runner makes the record
+    return rec.finish(opened, rank._measured(prep, dist, m, phase), conditions).model_dump(exclude_unset=True)
 
 
 def test_a_failed_ddp_run_reports_no_energy_from_rank_0s_gpu_alone():
