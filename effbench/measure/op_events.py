@@ -80,10 +80,6 @@ DtypesOf = Callable[[Any], "list[str] | None"]
 """An event's input dtypes from elsewhere, for a torch whose events do not carry them (kineto_dtypes)."""
 
 
-def _event_key(thread: Any, start_ns: int, name: str) -> tuple[Any, int, str]:
-    return (thread, start_ns, name)
-
-
 def kineto_dtypes(prof: Any, events: list[Any]) -> DtypesOf | None:
     """Each op's input dtypes read off the profiler's KinetoEvents, for a torch whose FunctionEvents have no
     `input_dtypes` (torch 2.11 on the first GPU run: torch added the field in 2026, pytorch PR 179714; the
@@ -97,10 +93,10 @@ def kineto_dtypes(prof: Any, events: list[Any]) -> DtypesOf | None:
     if results is None:
         return None
     t0 = results.trace_start_ns()
-    table = {_event_key(k.start_thread_id(), k.start_ns() - t0, k.name()): list(k.dtypes()) for k in results.events()}
+    table = {(k.start_thread_id(), k.start_ns() - t0, k.name()): list(k.dtypes()) for k in results.events()}
 
     def dtypes_of(evt: Any) -> list[str] | None:
-        return table.get(_event_key(evt.thread, round(float(evt.time_range.start) * 1000), evt.name))
+        return table.get((evt.thread, round(float(evt.time_range.start) * 1000), evt.name))
 
     return dtypes_of
 

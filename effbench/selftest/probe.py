@@ -4,9 +4,9 @@ Installed in-process by the selftest, or in torchrun's ranks through a `sitecust
 selftest puts first on PYTHONPATH (Python imports `sitecustomize` at start-up, site.py), so
 effbench's code carries no selftest hook. Per process it records:
 - the dtypes of Conv2d/Linear outputs in forwards run with autograd on (training, not validation);
-- one interval per training step: from the first root forward after the previous `optimizer.step()` (the
-  model's, not the loss module's) to the end of `optimizer.step()`, timed by CUDA events on CUDA, by
-  perf_counter on the CPU.
+- one interval per training step: from the model's forward (the first root module with trainable parameters
+  entered after the previous `optimizer.step()`) to the end of `optimizer.step()`, timed by CUDA events on
+  CUDA, by perf_counter on the CPU.
 `dump()` writes them as probe-<pid>.json into the folder named by EFFBENCH_SELFTEST_PROBE_DIR.
 """
 
