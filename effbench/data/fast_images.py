@@ -2,7 +2,8 @@
 
 Workers read each file, decode it (JPEG: TorchCodec's libjpeg-turbo `decode_jpeg`; other formats: PIL,
 as the torchvision loader; both give PIL's pixels bit for bit, docs/decoding.md), resize the shorter
-side to `side` = 8/7 of the input size and cut the central side x side square, all on uint8 tensors.
+side to `side` = 8/7 of the input size and cut the central side x side square (or, where the recipe's next
+step is CenterCrop, its central window), all on uint8 tensors.
 Batches travel as uint8 (a quarter of float32's bytes through shared memory and over PCIe), pinned on CUDA and copied with non_blocking=True. On the
 device: the --augment recipe's crop, flip and rotation (train) or CenterCrop (val), then Normalize,
 batched (effbench.data.augment; the recipes in effbench.recipes).
@@ -177,15 +178,27 @@ def read_encoded(path: str, side: int) -> torch.Tensor | None:
 
 class SquaredFiles(Dataset):
     """Samples (uint8 image or None, label, skipped paths), the torchvision loader's contract, with
-    a torch reader in place of PIL. Training stands the next readable file in for a bad one."""
+    a torch reader in place of PIL. Training stands the next readable file in for a bad one.
+
+    `window` < side: a decoded image is cut to its central window x window square here, in the worker, where
+    the recipe's next step is that CenterCrop anyway (validation, `--augment none`): the batch then carries
+    (window / side)^2 of the bytes through shared memory (224 of 256 px: 0.77), and the device's CenterCrop of
+    it is the whole batch. The same pixels: CenterCrop of a CenterCrop of the square, as on the device."""
 
     def __init__(
-        self, examples: FileExamples, reader: Callable[[str, int], torch.Tensor | None], side: int, *, stand_in: bool
+        self,
+        examples: FileExamples,
+        reader: Callable[[str, int], torch.Tensor | None],
+        side: int,
+        *,
+        stand_in: bool,
+        window: int | None = None,
     ) -> None:
         self.examples = examples
         self.reader = reader
         self.side = side
         self.stand_in = stand_in
+        self.window = side if window is None else window
 
     def __len__(self) -> int:
         return len(self.examples)
@@ -197,6 +210,8 @@ class SquaredFiles(Dataset):
             i = (index + k) % n
             image = self.reader(self.examples.paths[i], self.side)
             if image is not None:
+                if image.ndim == 3 and self.window < self.side:  # --gpu-decode's JPEG bytes (1-D) stay whole
+                    image = augment.center_crop(image, self.window)
                 return image, int(self.examples.labels[i]), tuple(skipped)
             skipped.append(self.examples.paths[i])
         return None, int(self.examples.labels[index]), tuple(skipped)
@@ -351,7 +366,8 @@ class DeviceAugmentLoader:
 def image_recipe(
     recipe: Recipe, *, train: bool, channels_last: bool
 ) -> Callable[[torch.Tensor, torch.Generator], torch.Tensor]:
-    """`prepare` for uint8 base x base squares on the device: the recipe's augmentation, batched (the
+    """`prepare` for uint8 base x base squares on the device (or, where its first step is CenterCrop, the
+    crop_size windows the workers already cut: SquaredFiles.window): the recipe's augmentation, batched (the
     torchvision loader builds the same recipe per sample in effbench.data.transforms)."""
     assert recipe.kind == "files"
     fmt = torch.channels_last if channels_last else torch.contiguous_format
@@ -417,7 +433,10 @@ def build_loaders(
     gen = torch.Generator(device=device).manual_seed(stream_seed(opts.seed, opts.rank, 0))
 
     def make(ex: FileExamples, train: bool) -> tuple[DeviceAugmentLoader, Any]:
-        ds: Dataset = SquaredFiles(ex, reader, side, stand_in=train)
+        centred = not train or recipe.crop == "center"  # image_recipe's first step is CenterCrop(crop_size)
+        # --gpu-decode: JPEGs are squared on the device, other files in the workers; one size for both
+        window = recipe.crop_size if centred and not gpu_decode else side
+        ds: Dataset = SquaredFiles(ex, reader, side, stand_in=train, window=window)
         collate: Callable = collate_squares
         if gpu_decode:
             ds, collate = _WithPaths(ds), _collate_with_paths  # type: ignore[arg-type]

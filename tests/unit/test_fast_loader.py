@@ -237,6 +237,29 @@ def test_fast_food101_is_deterministic_and_validation_is_a_center_crop(food101_d
     assert torch.equal(va, torch.cat([x for x, _ in a.val]))  # no randomness in validation
 
 
+@pytest.mark.parametrize("name", ["none", "seed"])
+def test_workers_cut_the_centre_window_where_the_recipe_centre_crops_next(food101_dir, name):
+    """Validation and `--augment none` training: the workers send the central crop_size window, not the base
+    square, and the batches are the recipe's own: CenterCrop of the square of each file, normalized
+    (computed here from read_square, in the sampler's order). A random crop still gets the whole square."""
+    from effbench.data.fast_images import read_square
+
+    data = build(food101_dir, "food101", workers=0, augment=name)
+    recipe = resolve(name, "food101", 32)
+    assert recipe.base > recipe.crop_size == 32
+    data.set_epoch(2)
+    for loader, centred in ((data.train, name == "none"), (data.val, True)):
+        raw = next(iter(loader.loader))[0]
+        assert raw.shape[-1] == (recipe.crop_size if centred else recipe.base)
+        if not centred:
+            continue
+        ds = loader.loader.dataset
+        order = [i for batch in loader.loader.batch_sampler for i in batch]
+        want = torch.stack([augment.center_crop(read_square(ds.examples.paths[i], recipe.base), 32) for i in order])
+        got = torch.cat([x for x, _ in loader])
+        assert torch.equal(got, augment.normalize(want, recipe.mean, recipe.std))
+
+
 def test_gpu_decode_path_skips_undecodable_jpegs_and_keeps_batches_full(food101_dir):
     # The nvjpeg path decodes in the training process on the device; on the CPU the same code runs
     # with the CPU decoder, which is what this checks (the CLI refuses --gpu-decode without CUDA).
