@@ -22,6 +22,10 @@ no effbench loader code), times the processes that decode (min(workers, cores)),
 before the fast loader; the share is the median of the rounds' ratios. Goal: >= 60% of it with the seed
 recipe (the default), >= 70% with `--augment none` (no random crop, flip or rotation).
 `--min-ratio R` exits 1 when the first row's ratio is below R (CI runs `--tiny --min-ratio 1.2`).
+
+Below the table, the same decode work in a DataLoader with the same workers and batch (DecodeOnly: no recipe, no
+effbench code): what decoding alone delivers through worker processes and shared memory on this machine, and
+the fast loader's share of that.
 """
 
 from __future__ import annotations
@@ -100,6 +104,26 @@ def make_food(root: Path, n: int, classes: int = 4) -> Path:
     return root
 
 
+class DecodeOnly:
+    """The ceiling's work per file (read, decode with torchvision.io, resize the shorter side to `base`, centre
+    square) as a Dataset, each square handed over in its decoder's HWC memory order so that stacking it is a
+    plain copy. Module level: the loader's worker processes unpickle it."""
+
+    def __init__(self, files: list[Path], base: int) -> None:
+        self.files = [str(f) for f in files]
+        self.base = base
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int) -> object:
+        import torchvision.io as tvio
+        import torchvision.transforms.v2.functional as tvf
+
+        img = tvio.decode_jpeg(tvio.read_file(self.files[i]), mode=tvio.ImageReadMode.RGB)
+        return tvf.center_crop(tvf.resize(img, [self.base], antialias=True), [self.base, self.base]).permute(1, 2, 0)
+
+
 def main() -> None:
     p = loader_parser(__doc__.splitlines()[0], "food-101/")
     p.add_argument("--image-size", type=int, default=None)
@@ -145,9 +169,19 @@ def main() -> None:
         def run_ceiling() -> float:
             return processes / decode_ceiling_s(files, recipe.base)
 
+        all_files = sorted((Path(data_dir) / "food-101" / "images").rglob("*.jpg"))
+        decode_only = DataLoader(DecodeOnly(all_files, recipe.base), batch_size=batch, shuffle=True, drop_last=True,
+                                 num_workers=a.workers, persistent_workers=a.workers > 0,
+                                 generator=torch.Generator().manual_seed(0))  # fmt: skip
+
+        def run_decode_only() -> float:  # (batch, a view for the count) as the loaders' (images, labels)
+            return delivered_img_s(((x, x[:, 0, 0, 0]) for x in decode_only), device, 3)
+
         # the ceiling in every round, just before the fast loader: its share is a per-round ratio like the first
         # row's (measured once after the rounds, it drifted with the VM's speed: docs/PERFORMANCE.md)
-        cs, fs, rs = alternate(run_ceiling, run_fast, lambda: delivered_img_s(ref, device, 3), rounds=rounds)
+        cs, ds, fs, rs = alternate(
+            run_ceiling, run_decode_only, run_fast, lambda: delivered_img_s(ref, device, 3), rounds=rounds
+        )
     row = Row("Food-101 loader (img/s delivered)", fmt_rate(fs), fmt_rate(rs), median_ratio(fs, rs), GOAL,
               f"{fast.train_size:,} JPEGs 512x384, {size} px, batch {batch}, {a.workers} workers both, {a.device}; "
               f"--augment {a.augment}; median of {rounds} A/B round(s)")  # fmt: skip
@@ -156,6 +190,8 @@ def main() -> None:
                       f"ceiling: read + decode + resize to {recipe.base} + centre square, one thread "
                       f"(torchvision.io), x {processes} process(es); {len(files)} files")  # fmt: skip
     print_table([row, ceiling_row], f"Food-101: --loader fast vs ImageFolder + PIL transforms, --augment {a.augment}")
+    print(f"decode only, the ceiling's work in a DataLoader ({a.workers} workers, batch {batch}): {fmt_rate(ds)}, "
+          f"{median_ratio(ds, cs):.2f} of the ceiling; the fast loader delivers {median_ratio(fs, ds):.2f} of it")  # fmt: skip
     if a.min_ratio is not None and row.ratio < a.min_ratio:
         print(f"FAIL: fast / reference {row.ratio:.2f} is below --min-ratio {a.min_ratio:g}", file=sys.stderr)
         sys.exit(1)

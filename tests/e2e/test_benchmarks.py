@@ -64,6 +64,10 @@ def test_the_food_benchmark_holds_the_fast_loader_against_the_decode_ceiling(out
     text = outputs["food_loader"].stdout
     (line,) = [ln for ln in text.splitlines() if ln.startswith("| fast loader / decode ceiling")]
     assert "--augment seed" in text and "x 2 process(es)" in line and ">= 0.6" in line
+    # and the same decode work through a DataLoader with the same workers: what any loader of these files can reach
+    (only,) = [ln for ln in text.splitlines() if ln.startswith("decode only, the ceiling's work in a DataLoader")]
+    shares = re.findall(r"(\d+\.\d\d) of (?:the ceiling|it)", only)
+    assert "(2 workers, batch 8)" in only and len(shares) == 2 and all(float(x) > 0 for x in shares), only
 
 
 def test_min_ratio_fails_the_run_below_the_floor(tmp_path):
