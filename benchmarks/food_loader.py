@@ -105,9 +105,9 @@ def make_food(root: Path, n: int, classes: int = 4) -> Path:
 
 
 class DecodeOnly:
-    """The ceiling's work per file (read, decode with torchvision.io, resize the shorter side to `base`, centre
-    square) as a Dataset, each square handed over in its decoder's HWC memory order so that stacking it is a
-    plain copy. Module level: the loader's worker processes unpickle it."""
+    """The ceiling's work per file (selftest.reference.decode_square) as a Dataset, each square handed over in
+    its decoder's HWC memory order so that stacking it is a plain copy. Module level: the loader's worker
+    processes unpickle it."""
 
     def __init__(self, files: list[Path], base: int) -> None:
         self.files = [str(f) for f in files]
@@ -117,11 +117,9 @@ class DecodeOnly:
         return len(self.files)
 
     def __getitem__(self, i: int) -> object:
-        import torchvision.io as tvio
-        import torchvision.transforms.v2.functional as tvf
+        from effbench.selftest.reference import decode_square
 
-        img = tvio.decode_jpeg(tvio.read_file(self.files[i]), mode=tvio.ImageReadMode.RGB)
-        return tvf.center_crop(tvf.resize(img, [self.base], antialias=True), [self.base, self.base]).permute(1, 2, 0)
+        return decode_square(self.files[i], self.base).permute(1, 2, 0)
 
 
 def main() -> None:

@@ -210,7 +210,7 @@ class SquaredFiles(Dataset):
             i = (index + k) % n
             image = self.reader(self.examples.paths[i], self.side)
             if image is not None:
-                if image.ndim == 3 and self.window < self.side:  # --gpu-decode's JPEG bytes (1-D) stay whole
+                if self.window < self.side:
                     image = augment.center_crop(image, self.window)
                 return image, int(self.examples.labels[i]), tuple(skipped)
             skipped.append(self.examples.paths[i])
@@ -363,6 +363,11 @@ class DeviceAugmentLoader:
             yield x, labels.to(self.device, non_blocking=True)
 
 
+def centre_crop_first(recipe: Recipe, *, train: bool) -> bool:
+    """Whether image_recipe's first step is CenterCrop(crop_size): validation, and `--augment none` training."""
+    return not train or recipe.crop == "center"
+
+
 def image_recipe(
     recipe: Recipe, *, train: bool, channels_last: bool
 ) -> Callable[[torch.Tensor, torch.Generator], torch.Tensor]:
@@ -374,7 +379,7 @@ def image_recipe(
     size = recipe.image_size
 
     def prepare(batch: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        if not train or recipe.crop == "center":
+        if centre_crop_first(recipe, train=train):
             x = augment.center_crop(batch, recipe.crop_size)
         elif recipe.crop == "random" and batch.device.type == "cpu":  # PIL's own rotation, image by image
             x = augment.random_crop_flip_rotate_pil(batch, recipe.crop_size, recipe.rotation_deg, generator)
@@ -433,9 +438,8 @@ def build_loaders(
     gen = torch.Generator(device=device).manual_seed(stream_seed(opts.seed, opts.rank, 0))
 
     def make(ex: FileExamples, train: bool) -> tuple[DeviceAugmentLoader, Any]:
-        centred = not train or recipe.crop == "center"  # image_recipe's first step is CenterCrop(crop_size)
-        # --gpu-decode: JPEGs are squared on the device, other files in the workers; one size for both
-        window = recipe.crop_size if centred and not gpu_decode else side
+        # --gpu-decode: the workers send JPEG bytes, squared on the device, and square other files: one size
+        window = recipe.crop_size if centre_crop_first(recipe, train=train) and not gpu_decode else side
         ds: Dataset = SquaredFiles(ex, reader, side, stand_in=train, window=window)
         collate: Callable = collate_squares
         if gpu_decode:

@@ -283,6 +283,17 @@ def write_image_folder(root: Any, *, classes: int, per_class: int, size: int) ->
     return root
 
 
+def decode_square(path: str, base: int) -> Any:
+    """One JPEG read, decoded (torchvision.io, libjpeg-turbo), its shorter side resized to `base` (bilinear,
+    antialiased) and its central base x base square cut: uint8 3 x base x base, in the decoder's HWC memory
+    order. The decode ceiling's work for one image, written apart from effbench's loaders."""
+    import torchvision.io as tvio
+    import torchvision.transforms.v2.functional as tvf
+
+    img = tvio.decode_jpeg(tvio.read_file(path), mode=tvio.ImageReadMode.RGB)
+    return tvf.center_crop(tvf.resize(img, [base], antialias=True), [base, base])
+
+
 def decode_ceiling_s(paths: Any, base: int, *, passes: int = 3) -> float:
     """Seconds per image, on one thread, to read a JPEG, decode it (torchvision.io, libjpeg-turbo), resize its
     shorter side to `base` (bilinear, antialiased) and cut the central base x base square: the least work any
@@ -290,8 +301,6 @@ def decode_ceiling_s(paths: Any, base: int, *, passes: int = 3) -> float:
     passes over the files (a pass's mean), so another process's burst is not counted as decode time.
     A loader with W worker processes on C cores cannot deliver more than min(W, C) / this (W = 0: one)."""
     import torch
-    import torchvision.io as tvio
-    import torchvision.transforms.v2.functional as tvf
 
     paths = [str(p) for p in paths]
     before = torch.get_num_threads()
@@ -301,8 +310,7 @@ def decode_ceiling_s(paths: Any, base: int, *, passes: int = 3) -> float:
         for _ in range(passes):
             t0 = time.perf_counter()
             for p in paths:
-                img = tvio.decode_jpeg(tvio.read_file(p), mode=tvio.ImageReadMode.RGB)
-                tvf.center_crop(tvf.resize(img, [base], antialias=True), [base, base])
+                decode_square(p, base)
             best = min(best, (time.perf_counter() - t0) / len(paths))
         return best
     finally:
