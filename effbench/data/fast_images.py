@@ -4,9 +4,11 @@ Workers read each file, decode it (JPEG: TorchCodec's libjpeg-turbo `decode_jpeg
 as the torchvision loader; both give PIL's pixels bit for bit, docs/decoding.md), resize the shorter
 side to `side` = 8/7 of the input size and cut the central side x side square (or, where the recipe's next
 step is CenterCrop, its central window), all on uint8 tensors.
-Batches travel as uint8 (a quarter of float32's bytes through shared memory and over PCIe), pinned on CUDA and copied with non_blocking=True. On the
-device: the --augment recipe's crop, flip and rotation (train) or CenterCrop (val), then Normalize,
-batched (effbench.data.augment; the recipes in effbench.recipes).
+Batches travel as uint8 (a quarter of float32's bytes through shared memory and over PCIe), pinned on CUDA
+and copied with non_blocking=True; on the CPU the workers write them into a ring of shared-memory slots the
+training process reads in place (effbench.data.batch_ring). On the device: the --augment recipe's crop,
+flip and rotation (train) or CenterCrop (val), then Normalize, batched (effbench.data.augment; the recipes in
+effbench.recipes).
 
 With --gpu-decode the workers only read the bytes; JPEGs are decoded in batches on the GPU (TorchCodec's
 nvJPEG `decode_jpeg(device="cuda")`, on the current stream) and resized there. Other formats are still
@@ -25,10 +27,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 
 from effbench.data import augment
 from effbench.data.augment import stream_seed
+from effbench.data.batch_ring import PREFETCH_FACTOR, BatchRing, RingCollate, SlotSamples, SlottedBatches, ring_slots
 from effbench.data.images import MAX_STAND_INS, FileExamples, over_pixel_limit, read_image_bytes
 from effbench.data.loaders import LoaderOptions, ShardSampler, SkipLog, collate_samples, seeded_sampler, worker_context
 from effbench.errors import EffbenchError
@@ -313,6 +316,7 @@ class DeviceAugmentLoader:
         side: int,
         keep_full: bool,
         batch_size: int,
+        ring: BatchRing | None = None,
     ) -> None:
         self.loader = loader
         self.log = log
@@ -323,6 +327,7 @@ class DeviceAugmentLoader:
         self.side = side
         self.keep_full = keep_full
         self.batch_size = batch_size
+        self.ring = ring
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -356,10 +361,14 @@ class DeviceAugmentLoader:
                 images, labels = self._decode(images, labels, list(batch[3]))
                 if len(labels) == 0:  # validation only: _decode raises for a training batch
                     continue
+            elif self.ring is not None:  # the CPU: the batch is a slot of the ring, read in place
+                images, labels = self.ring.view(images), torch.tensor(labels, dtype=torch.int64)
             else:
                 images = images.to(self.device, non_blocking=True)
             with augment.one_host_thread(self.device):
                 x = self.prepare(images, self.generator)
+            if self.ring is not None and self.ring.holds(x):  # the next batch would overwrite what we yield
+                raise AssertionError("the recipe returned a view of the batch ring; it must copy the pixels out")
             yield x, labels.to(self.device, non_blocking=True)
 
 
@@ -417,6 +426,23 @@ def _collate_with_paths(
     return images, labels, skipped, tuple(s[3] for s in samples if s[0] is not None)
 
 
+def plain_loader(
+    ds: Dataset, sampler: Sampler[int], opts: LoaderOptions, train: bool, collate: Callable, *, pin_memory: bool
+) -> DataLoader:
+    """A DataLoader whose workers send each batch in a shared-memory segment of its own (torch's path)."""
+    return DataLoader(
+        ds,
+        batch_size=opts.batch_size,
+        sampler=sampler,
+        num_workers=opts.workers,
+        collate_fn=collate,
+        pin_memory=pin_memory,
+        drop_last=train,
+        persistent_workers=opts.workers > 0,
+        multiprocessing_context=worker_context(opts.workers),
+    )
+
+
 def build_loaders(
     train_ex: FileExamples,
     val_ex: FileExamples,
@@ -441,24 +467,27 @@ def build_loaders(
         # --gpu-decode: the workers send JPEG bytes, squared on the device, and square other files: one size
         window = recipe.crop_size if centre_crop_first(recipe, train=train) and not gpu_decode else side
         ds: Dataset = SquaredFiles(ex, reader, side, stand_in=train, window=window)
-        collate: Callable = collate_squares
-        if gpu_decode:
-            ds, collate = _WithPaths(ds), _collate_with_paths  # type: ignore[arg-type]
         sampler = seeded_sampler(len(ex), opts) if train else ShardSampler(len(ex), opts.rank, opts.world_size)
-        loader = DataLoader(
-            ds,
-            batch_size=opts.batch_size,
-            sampler=sampler,
-            num_workers=opts.workers,
-            collate_fn=collate,
-            pin_memory=opts.pin_memory and not gpu_decode,
-            drop_last=train,
-            persistent_workers=opts.workers > 0,
-            multiprocessing_context=worker_context(opts.workers),
-        )
+        ring = None
+        if gpu_decode:
+            loader = plain_loader(_WithPaths(ds), sampler, opts, train, _collate_with_paths, pin_memory=False)
+        elif device.type == "cpu" and opts.workers > 0:  # batches stay in shared memory: batch_ring
+            ring = BatchRing(ring_slots(opts.workers), opts.batch_size, (window, window, 3))
+            batches = SlottedBatches(BatchSampler(sampler, opts.batch_size, drop_last=train), ring.slots)
+            loader = DataLoader(
+                SlotSamples(ds),
+                batch_sampler=batches,
+                num_workers=opts.workers,
+                collate_fn=RingCollate(ring),
+                persistent_workers=True,
+                prefetch_factor=PREFETCH_FACTOR,
+                multiprocessing_context=worker_context(opts.workers),
+            )
+        else:
+            loader = plain_loader(ds, sampler, opts, train, collate_squares, pin_memory=opts.pin_memory)
         wrapped = DeviceAugmentLoader(
             loader, log, device, train_prep if train else val_prep, gen,
-            encoded=gpu_decode, side=side, keep_full=train, batch_size=opts.batch_size,
+            encoded=gpu_decode, side=side, keep_full=train, batch_size=opts.batch_size, ring=ring,
         )  # fmt: skip
         return wrapped, sampler
 
