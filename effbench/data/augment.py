@@ -96,8 +96,19 @@ def normalize(
     bias = (
         -torch.tensor(mean, dtype=torch.float32, device=dev) / torch.tensor(std, dtype=torch.float32, device=dev)
     ).view(1, -1, 1, 1)
-    x = images.to(dtype=torch.float32, memory_format=memory_format)
-    return x.mul_(scale).add_(bias)
+    if dev.type != "cpu" or images.ndim != 4:
+        x = images.to(dtype=torch.float32, memory_format=memory_format)
+        return x.mul_(scale).add_(bias)
+    # The CPU: image by image, so each image's float32 copy (600 kB at 224 px) is scaled and shifted while it is
+    # in the core's cache, not written to memory and read back twice: 0.17-0.24 against 0.38-0.73 ms per image
+    # of a batch of 32 on the 2-core VM (issue 37). The same conversion and the same two roundings per value.
+    in_place = images.dtype == torch.float32 and images.is_contiguous(memory_format=memory_format)
+    x = images if in_place else torch.empty(images.shape, dtype=torch.float32, memory_format=memory_format)
+    for i in range(x.shape[0]):
+        if not in_place:
+            x[i].copy_(images[i])
+        x[i].mul_(scale[0]).add_(bias[0])
+    return x
 
 
 def resize(images: torch.Tensor, size: int) -> torch.Tensor:

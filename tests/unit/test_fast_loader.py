@@ -408,3 +408,22 @@ def test_squares_are_stacked_in_their_own_memory_order_with_the_same_values():
     batch, labels, skipped = collate_squares([(s, k, ()) for k, s in enumerate(squares)] + [(None, 9, ("bad.jpg",))])
     assert torch.equal(batch, torch.stack([s.contiguous() for s in squares])) and labels.tolist() == [0, 1, 2, 3]
     assert batch.is_contiguous(memory_format=torch.channels_last) and skipped == ("bad.jpg",)
+
+
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_normalize_is_totensor_then_normalize_in_any_layout(layout, dtype):
+    """The CPU path goes image by image: the values are still x / 255 then (x - mean) / std (torchvision's
+    formula, to float32 rounding) and bit for bit the batch-wide x * (1 / (255 std)) - mean / std; a float32
+    input in the asked layout is normalized in place."""
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    g = torch.Generator().manual_seed(0)
+    u8 = torch.randint(0, 256, (5, 7, 9, 3), dtype=torch.uint8, generator=g).permute(0, 3, 1, 2)  # channels-last
+    images = u8.to(dtype).contiguous(memory_format=layout)
+    m, s = torch.tensor(mean).view(1, 3, 1, 1), torch.tensor(std).view(1, 3, 1, 1)
+    torchvision_formula = (u8.double() / 255 - m.double()) / s.double()
+    batch_wide = u8.float() * (1.0 / (255.0 * s)) + (-m / s)
+    got = augment.normalize(images, mean, std, memory_format=layout)
+    assert got.dtype == torch.float32 and got.is_contiguous(memory_format=layout)
+    assert torch.equal(got, batch_wide) and torch.allclose(got.double(), torchvision_formula, atol=1e-5, rtol=0)
+    assert (got.data_ptr() == images.data_ptr()) == (dtype == torch.float32)
