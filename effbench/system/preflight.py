@@ -591,7 +591,8 @@ def check_home_and_caches(env: Mapping[str, str], probes: Probes) -> list[Findin
     return findings
 
 
-# DataLoader's default prefetch_factor: each worker keeps 2 batches in flight (torch.utils.data.DataLoader).
+# DataLoader's default prefetch_factor: each worker keeps 2 batches in flight (torch.utils.data.DataLoader). The fast
+# loader's batch rings on the CPU are sized by it too (effbench.data.batch_ring), well inside the estimate below.
 PREFETCH_FACTOR = 2
 # Headroom over the raw tensors: pinned-memory copies, collate buffers and fragmentation of the tmpfs.
 SHM_SAFETY = 2

@@ -38,6 +38,19 @@ def test_batch_k_goes_to_slot_k_mod_slots_with_the_samplers_indices():
     assert ring_slots(2) == 2 * PREFETCH_FACTOR + 1
 
 
+def test_the_shm_preflight_counts_the_rings_prefetch_and_more_than_both_rings():
+    """The /dev/shm check sizes what the workers hold by the same prefetch_factor, and its estimate (float32
+    batches, with headroom) covers the train and validation rings of the fast loader at any worker count."""
+    from effbench.recipes import resolve
+    from effbench.system import preflight
+
+    assert preflight.PREFETCH_FACTOR == PREFETCH_FACTOR
+    base = resolve("seed", "food101", 224).base
+    for workers in (1, 2, 8, 32):
+        rings = 2 * ring_slots(workers) * 256 * base * base * 3
+        assert preflight.shm_needed_bytes(workers, 256, 224) > rings
+
+
 def test_ring_collate_gives_torchs_batch_in_place():
     """The same values, strides, labels and skipped paths as collate_squares' stack, read from the slot."""
     g = torch.Generator().manual_seed(0)
