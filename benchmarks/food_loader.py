@@ -191,7 +191,7 @@ def main() -> None:
     print(f"decode only, the ceiling's work in a DataLoader ({a.workers} workers, batch {batch}): {fmt_rate(ds)}, "
           f"{median_ratio(ds, cs):.2f} of the ceiling; the fast loader delivers {median_ratio(fs, ds):.2f} of it")  # fmt: skip
     if a.min_ratio is not None and row.ratio < a.min_ratio:
-        print(f"FAIL: fast / reference {row.ratio:.2f} is below --min-ratio {a.min_ratio:g}", file=sys.stderr)
+        print(f"FAIL: fast / reference {row.ratio:.3f} is below --min-ratio {a.min_ratio:g}", file=sys.stderr)
         sys.exit(1)
 
 
