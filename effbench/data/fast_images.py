@@ -27,13 +27,21 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset
 
 from effbench.data import augment
 from effbench.data.augment import stream_seed
 from effbench.data.batch_ring import PREFETCH_FACTOR, BatchRing, RingCollate, SlotSamples, SlottedBatches, ring_slots
 from effbench.data.images import MAX_STAND_INS, FileExamples, over_pixel_limit, read_image_bytes
-from effbench.data.loaders import LoaderOptions, ShardSampler, SkipLog, collate_samples, seeded_sampler, worker_context
+from effbench.data.loaders import (
+    LoaderOptions,
+    ShardSampler,
+    SkipLog,
+    collate_samples,
+    sample_loader,
+    seeded_sampler,
+    worker_context,
+)
 from effbench.errors import EffbenchError
 from effbench.recipes import Recipe
 
@@ -426,23 +434,6 @@ def _collate_with_paths(
     return images, labels, skipped, tuple(s[3] for s in samples if s[0] is not None)
 
 
-def plain_loader(
-    ds: Dataset, sampler: Sampler[int], opts: LoaderOptions, train: bool, collate: Callable, *, pin_memory: bool
-) -> DataLoader:
-    """A DataLoader whose workers send each batch in a shared-memory segment of its own (torch's path)."""
-    return DataLoader(
-        ds,
-        batch_size=opts.batch_size,
-        sampler=sampler,
-        num_workers=opts.workers,
-        collate_fn=collate,
-        pin_memory=pin_memory,
-        drop_last=train,
-        persistent_workers=opts.workers > 0,
-        multiprocessing_context=worker_context(opts.workers),
-    )
-
-
 def build_loaders(
     train_ex: FileExamples,
     val_ex: FileExamples,
@@ -470,7 +461,9 @@ def build_loaders(
         sampler = seeded_sampler(len(ex), opts) if train else ShardSampler(len(ex), opts.rank, opts.world_size)
         ring = None
         if gpu_decode:
-            loader = plain_loader(_WithPaths(ds), sampler, opts, train, _collate_with_paths, pin_memory=False)
+            loader = sample_loader(
+                _WithPaths(ds), sampler, opts, drop_last=train, collate=_collate_with_paths, pin_memory=False
+            )
         elif device.type == "cpu" and opts.workers > 0:  # batches stay in shared memory: batch_ring
             ring = BatchRing(ring_slots(opts.workers), opts.batch_size, (window, window, 3))
             batches = SlottedBatches(BatchSampler(sampler, opts.batch_size, drop_last=train), ring.slots)
@@ -484,7 +477,7 @@ def build_loaders(
                 multiprocessing_context=worker_context(opts.workers),
             )
         else:
-            loader = plain_loader(ds, sampler, opts, train, collate_squares, pin_memory=opts.pin_memory)
+            loader = sample_loader(ds, sampler, opts, drop_last=train, collate=collate_squares)
         wrapped = DeviceAugmentLoader(
             loader, log, device, train_prep if train else val_prep, gen,
             encoded=gpu_decode, side=side, keep_full=train, batch_size=opts.batch_size, ring=ring,

@@ -10,7 +10,7 @@ them in the training process, so counts need no memory shared with the worker pr
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing import forkserver
 from multiprocessing.context import BaseContext
@@ -140,7 +140,17 @@ class LoaderOptions:
     pin_memory: bool = False
 
 
-def _loader(dataset: Dataset, sampler: Sampler[int], opts: LoaderOptions, *, drop_last: bool) -> DataLoader:
+def sample_loader(
+    dataset: Dataset,
+    sampler: Sampler[int],
+    opts: LoaderOptions,
+    *,
+    drop_last: bool,
+    collate: Callable[..., Any] = collate_samples,
+    pin_memory: bool | None = None,
+) -> DataLoader:
+    """A DataLoader over a per-sample dataset whose workers send each batch in a shared-memory segment of its own
+    (torch's path; the fast loader on the CPU uses batch_ring instead). `pin_memory` defaults to opts'."""
     # Workers draw their augmentation seeds from this generator; rank-offset so ranks augment differently.
     g = torch.Generator().manual_seed(offset_seed(opts.seed, opts.rank))
     return DataLoader(
@@ -148,8 +158,8 @@ def _loader(dataset: Dataset, sampler: Sampler[int], opts: LoaderOptions, *, dro
         batch_size=opts.batch_size,
         sampler=sampler,
         num_workers=opts.workers,
-        collate_fn=collate_samples,
-        pin_memory=opts.pin_memory,
+        collate_fn=collate,
+        pin_memory=opts.pin_memory if pin_memory is None else pin_memory,
         drop_last=drop_last,
         persistent_workers=opts.workers > 0,
         multiprocessing_context=worker_context(opts.workers),
@@ -176,10 +186,10 @@ def seeded_sampler(n: int, opts: LoaderOptions) -> Any:
 def train_loader(dataset: Dataset, opts: LoaderOptions, log: SkipLog) -> tuple[CountingLoader, Any]:
     """(loader, sampler whose set_epoch reshuffles). Every batch holds exactly batch_size images."""
     sampler = seeded_sampler(len(dataset), opts)  # type: ignore[arg-type]
-    return CountingLoader(_loader(dataset, sampler, opts, drop_last=True), log), sampler
+    return CountingLoader(sample_loader(dataset, sampler, opts, drop_last=True), log), sampler
 
 
 def val_loader(dataset: Dataset, opts: LoaderOptions, log: SkipLog) -> CountingLoader:
     n = len(dataset)  # type: ignore[arg-type]
     sampler = ShardSampler(n, opts.rank, opts.world_size)
-    return CountingLoader(_loader(dataset, sampler, opts, drop_last=False), log)
+    return CountingLoader(sample_loader(dataset, sampler, opts, drop_last=False), log)

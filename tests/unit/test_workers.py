@@ -18,14 +18,16 @@ import forklock
 from effbench.config import RunConfig
 from effbench.data.build import build_data
 from effbench.data.cifar import ArrayExamples
-from effbench.data.loaders import CountingLoader, LoaderOptions, ShardSampler, SkipLog, _loader, worker_context
+from effbench.data.loaders import CountingLoader, LoaderOptions, ShardSampler, SkipLog, sample_loader, worker_context
 
 
 def test_workers_do_not_inherit_a_lock_the_training_process_holds():
     # Forked workers would see LOCK held for ever (each sample 0.0 after a 2 s wait); this fails with fork.
     opts = LoaderOptions(batch_size=2, workers=2, seed=0)
     with forklock.LOCK:
-        loader = CountingLoader(_loader(forklock.LockProbe(), ShardSampler(4, 0, 1), opts, drop_last=False), SkipLog())
+        loader = CountingLoader(
+            sample_loader(forklock.LockProbe(), ShardSampler(4, 0, 1), opts, drop_last=False), SkipLog()
+        )
         got = torch.cat([x for x, _ in loader])
     assert got.tolist() == [1.0, 1.0, 1.0, 1.0]
 
