@@ -20,20 +20,42 @@ copies them out (its recipe's first step makes a new tensor) before it yields.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch.utils.data import Dataset, Sampler
 
+from effbench.errors import EffbenchError
+
 # The DataLoader's prefetch_factor where a ring is used: the ring's size depends on it, so it is set, not defaulted.
 PREFETCH_FACTOR = 2
+# Where torch's file-descriptor sharing creates its segments (shm_open) on Linux.
+SHM = Path("/dev/shm")
 
 
 def ring_slots(workers: int, prefetch_factor: int = PREFETCH_FACTOR) -> int:
     """Slots enough for every batch in flight (prefetch_factor per worker) and the one the caller holds."""
     return workers * prefetch_factor + 1
+
+
+def check_room(nbytes: int, shm: Path, what: str) -> None:
+    """An EffbenchError, before any page is touched, when `shm` has less room than the ring: writing past a
+    full /dev/shm kills the process with SIGBUS, no message (the run's preflight checks this too, check_shm;
+    this also covers callers without it and a /dev/shm that filled since)."""
+    from effbench.fmt import GIB
+    from effbench.system.preflight import fix_shm, shm_free_bytes
+
+    free = shm_free_bytes(shm)
+    if free is not None and free < nbytes:
+        raise EffbenchError(
+            "--workers",
+            f"{shm} has {free / GIB:.2f} GiB free but the fast loader's batch ring of {what} needs "
+            f"{nbytes / GIB:.2f} GiB; {fix_shm(max(1, math.ceil(4 * nbytes / GIB)))}",
+        )
 
 
 @dataclass(frozen=True)
@@ -50,10 +72,11 @@ class BatchRing:
     Allocated in the training process before the workers start; each worker maps the same memory when the
     collate function holding the ring reaches it (torch's shared-memory pickling, a file descriptor)."""
 
-    def __init__(self, slots: int, batch_size: int, shape: tuple[int, int, int]) -> None:
+    def __init__(self, slots: int, batch_size: int, shape: tuple[int, int, int], shm: Path = SHM) -> None:
         if slots < 1 or batch_size < 1:
             raise ValueError(f"a ring needs at least one slot and one image per batch, not {slots} x {batch_size}")
         self.slots = slots
+        check_room(slots * batch_size * math.prod(shape), shm, f"{slots} batches of {batch_size} at {shape[0]} px")
         self.buffer = torch.empty((slots, batch_size, *shape), dtype=torch.uint8).share_memory_()
 
     @property

@@ -418,7 +418,7 @@ FIX_TMP = (
 )
 
 
-def _fix_shm(size_gib: int) -> str:
+def fix_shm(size_gib: int) -> str:
     return (
         f"Docker: --shm-size={size_gib}g (or --ipc=host); compose: SHM_SIZE={size_gib}gb; "
         "Apptainer: it uses the node's /dev/shm, ask for a larger one; "
@@ -625,7 +625,7 @@ def check_shm(cfg: RunConfig, root: Path, probes: Probes, processes: int = 1) ->
     )
     if free is None:
         return [
-            Finding("error", "shm", f"there is no /dev/shm, which {what} need", _fix_shm(size_gib), option="--workers")
+            Finding("error", "shm", f"there is no /dev/shm, which {what} need", fix_shm(size_gib), option="--workers")
         ]
     if free < need:
         return [
@@ -634,7 +634,7 @@ def check_shm(cfg: RunConfig, root: Path, probes: Probes, processes: int = 1) ->
                 "shm",
                 f"/dev/shm has {_fmt_bytes(free)} free but {what} need about {_fmt_bytes(need)} "
                 "(too small a /dev/shm makes the workers hang, not fail)",
-                _fix_shm(size_gib),
+                fix_shm(size_gib),
                 option="--workers",
             )
         ]

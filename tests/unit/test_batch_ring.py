@@ -23,6 +23,7 @@ from effbench.data.batch_ring import (
 from effbench.data.build import build_data
 from effbench.data.fast_images import DeviceAugmentLoader, collate_squares
 from effbench.data.loaders import SkipLog, worker_context
+from effbench.errors import EffbenchError
 
 CPU = torch.device("cpu")
 SIDE = 6
@@ -70,6 +71,18 @@ def test_ring_collate_gives_torchs_batch_in_place():
     assert RingCollate(ring)([(None, 0, ("a.jpg",), 1)]) == (None, None, ("a.jpg",))
     with pytest.raises(ValueError, match="does not fit"):  # a gray plane is not broadcast over three channels
         ring.write(0, [torch.zeros((1, SIDE, SIDE), dtype=torch.uint8)])
+
+
+def test_a_ring_larger_than_dev_shm_is_refused_in_one_line_before_a_page_is_written(monkeypatch, tmp_path):
+    """Writing past a full /dev/shm is a SIGBUS with no message; the ring says what it needs and the fixes."""
+    from effbench.system import preflight
+
+    monkeypatch.setattr(preflight, "shm_free_bytes", lambda path: 1000 if path == tmp_path else None)
+    with pytest.raises(EffbenchError) as e:
+        BatchRing(5, 4, (SIDE, SIDE, 3), shm=tmp_path)  # 5 x 4 x 108 bytes
+    assert e.value.option == "--workers" and e.value.exit_code == 2 and "\n" not in str(e.value)
+    assert "batch ring of 5 batches of 4 at 6 px" in str(e.value) and "--shm-size" in str(e.value)
+    assert BatchRing(2, 4, (SIDE, SIDE, 3), shm=tmp_path).nbytes == 864  # fits in 1,000
 
 
 class Numbered(Dataset):
