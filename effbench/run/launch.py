@@ -298,6 +298,11 @@ def worker_main(spec_path: Path) -> int:
         except OSError:  # it cannot hear of it: the terminal must
             print(f"error: rank {rank}: {e}", file=sys.stderr)
         return 2
+    except Interrupted as e:
+        # torchrun stops the other ranks with SIGTERM when one fails, and effbench forwards a user's signal to the
+        # ranks: the launcher says how the run ended, in one line. A signal that reached this rank outside the
+        # run's phases (joining or leaving the process group, after its record) would print a second line.
+        return 128 + e.signum
     return outcome.exit_code
 
 

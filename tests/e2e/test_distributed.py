@@ -397,6 +397,49 @@ def test_a_batch_size_sweep_on_two_ranks_says_oom_for_the_cell_one_rank_could_no
     assert len(warnings) == len(set(warnings)), warnings  # a preflight warning once, not once per cell
 
 
+@pytest.mark.parametrize("where", ["run", "group"])
+def test_a_rank_stopped_by_a_signal_outside_the_runs_phases_exits_silently(where, tmp_path, monkeypatch, capsys):
+    """torchrun SIGTERMs the other ranks when one fails (a run folder deleted under --nproc 2): a rank that got it
+    while leaving the process group printed "error: interrupted by SIGTERM" beside the launcher's one line."""
+    import contextlib
+    import signal
+
+    from effbench import results, schema
+    from effbench.config import RunConfig
+    from effbench.launch import distributed, supervise
+    from effbench.launch.plan import LaunchPlan
+    from effbench.run import folder, launch
+    from effbench.run.phases import Interrupted
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({
+        "config": RunConfig(arch="resnet18", dataset="synthetic", device="cpu").to_dict(), "run_dir": str(tmp_path / "run"),
+        "command": ["effbench"], "plan": folder.plan_dict(LaunchPlan("torchrun", "cpu", 2, 1, 1)), "progress": False,
+    }))  # fmt: skip
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setattr(supervise, "exit_with_parent", lambda *_a: None)
+
+    def interrupted(*_a, **_k):
+        raise Interrupted(signal.SIGTERM)
+
+    if where == "run":
+        monkeypatch.setattr(launch, "run_benchmark", interrupted)
+    else:
+
+        @contextlib.contextmanager
+        def group(*_a, **_k):
+            yield None
+            interrupted()  # destroy_process_group's wait, after the record
+
+        ok = schema.Results(schema_version=results.SCHEMA_VERSION, status="ok")
+        monkeypatch.setattr(distributed, "process_group", group)
+        monkeypatch.setattr(launch, "run_benchmark", lambda *_a, **_k: launch.RunOutcome(None, ok))
+    assert launch.worker_main(spec) == 128 + signal.SIGTERM
+    out, err = capsys.readouterr()
+    assert out == err == ""
+
+
 def test_a_rank_that_stopped_on_a_nonfinite_loss_leaves_a_diverged_marker(tmp_path, monkeypatch):
     from effbench.config import RunConfig
     from effbench.launch import supervise
