@@ -23,17 +23,21 @@ before the fast loader; the share is the median of the rounds' ratios. Goal: >= 
 recipe (the default), >= 70% with `--augment none` (no random crop, flip or rotation).
 `--min-ratio R` exits 1 when the first row's ratio is below R (CI runs `--tiny --min-ratio 1.2`).
 
-Below the table, the same decode work in a DataLoader with the same workers and batch (DecodeOnly: no recipe, no
-effbench code): what decoding alone delivers through worker processes and shared memory on this machine, and
-the fast loader's share of that.
+Below the table, two measures of what this machine's cores deliver, each with the fast loader's share of it:
+the same decode work in min(workers, cores) processes at once, nothing else (what the ceiling's "x processes"
+assumes: a VM's cores may not scale so), and in a DataLoader with the same workers and batch (DecodeOnly: no
+recipe, no effbench code), which adds the worker processes' hand-over to the training process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import multiprocessing
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -122,6 +126,37 @@ class DecodeOnly:
         return decode_square(self.files[i], self.base).permute(1, 2, 0)
 
 
+_START: object = None  # the pool's barrier, inherited by its forked processes (concurrent_decode_img_s)
+
+
+def _hold_barrier(barrier: object) -> None:
+    global _START
+    _START = barrier
+
+
+def _decode_after_barrier(job: tuple[list[str], int]) -> tuple[float, float]:
+    """decode_square over the files on one thread, begun when every process of the pool is ready:
+    (start, end) on the system-wide monotonic clock."""
+    import torch
+
+    from effbench.selftest.reference import decode_square
+
+    torch.set_num_threads(1)
+    paths, base = job
+    _START.wait(timeout=120)  # N jobs block N distinct processes until all have one: they decode at once
+    t0 = time.perf_counter()
+    for p in paths:
+        decode_square(p, base)
+    return t0, time.perf_counter()
+
+
+def concurrent_decode_img_s(pool: object, processes: int, files: list[str], base: int) -> float:
+    """img/s of `processes` processes each doing the ceiling's work over `files` at the same time: the images
+    over the span from the first start to the last end."""
+    spans = pool.map(_decode_after_barrier, [(files, base)] * processes, chunksize=1)
+    return processes * len(files) / (max(e for _, e in spans) - min(s for s, _ in spans))
+
+
 def main() -> None:
     p = loader_parser(__doc__.splitlines()[0], "food-101/")
     p.add_argument("--image-size", type=int, default=None)
@@ -145,7 +180,8 @@ def main() -> None:
     n, size, batch, rounds = (96, 64, 8, 1) if a.tiny else (1000, 224, 32, 3)
     n, size, batch, rounds = a.images or n, a.image_size or size, a.batch_size or batch, a.rounds or rounds
     device = torch.device(a.device)
-    with tempfile.TemporaryDirectory(prefix="effbench-bench-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="effbench-bench-"))
         data_dir = a.data_dir or make_food(Path(tmp), n)
         cfg = RunConfig(arch="b0", dataset="food101", data_dir=data_dir, image_size=size, batch_size=batch, workers=a.workers,
                         device=a.device, loader="fast", seed=0, augment=a.augment)  # fmt: skip
@@ -167,6 +203,14 @@ def main() -> None:
         def run_ceiling() -> float:
             return processes / decode_ceiling_s(files, recipe.base)
 
+        # fork, as the DataLoader's workers are made: the same process image decodes in both
+        ctx = multiprocessing.get_context("fork")
+        pool = stack.enter_context(ctx.Pool(processes, _hold_barrier, (ctx.Barrier(processes),)))
+        concurrent_decode_img_s(pool, processes, [str(f) for f in files[:8]], recipe.base)  # the processes start
+
+        def run_concurrent() -> float:
+            return concurrent_decode_img_s(pool, processes, [str(f) for f in files], recipe.base)
+
         all_files = sorted((Path(data_dir) / "food-101" / "images").rglob("*.jpg"))
         decode_only = DataLoader(DecodeOnly(all_files, recipe.base), batch_size=batch, shuffle=True, drop_last=True,
                                  num_workers=a.workers, persistent_workers=a.workers > 0,
@@ -177,8 +221,13 @@ def main() -> None:
 
         # the ceiling in every round, just before the fast loader: its share is a per-round ratio like the first
         # row's (measured once after the rounds, it drifted with the VM's speed: docs/PERFORMANCE.md)
-        cs, ds, fs, rs = alternate(
-            run_ceiling, run_decode_only, run_fast, lambda: delivered_img_s(ref, device, 3), rounds=rounds
+        cs, ps, ds, fs, rs = alternate(
+            run_ceiling,
+            run_concurrent,
+            run_decode_only,
+            run_fast,
+            lambda: delivered_img_s(ref, device, 3),
+            rounds=rounds,
         )
     row = Row("Food-101 loader (img/s delivered)", fmt_rate(fs), fmt_rate(rs), median_ratio(fs, rs), GOAL,
               f"{fast.train_size:,} JPEGs 512x384, {size} px, batch {batch}, {a.workers} workers both, {a.device}; "
@@ -188,6 +237,8 @@ def main() -> None:
                       f"ceiling: read + decode + resize to {recipe.base} + centre square, one thread "
                       f"(torchvision.io), x {processes} process(es); {len(files)} files")  # fmt: skip
     print_table([row, ceiling_row], f"Food-101: --loader fast vs ImageFolder + PIL transforms, --augment {a.augment}")
+    print(f"the ceiling's work in {processes} process(es) at once, no loader: {fmt_rate(ps)}, {median_ratio(ps, cs):.2f} of "
+          f"the ceiling; the fast loader delivers {median_ratio(fs, ps):.2f} of it")  # fmt: skip
     print(f"decode only, the ceiling's work in a DataLoader ({a.workers} workers, batch {batch}): {fmt_rate(ds)}, "
           f"{median_ratio(ds, cs):.2f} of the ceiling; the fast loader delivers {median_ratio(fs, ds):.2f} of it")  # fmt: skip
     if a.min_ratio is not None and row.ratio < a.min_ratio:

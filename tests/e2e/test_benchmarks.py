@@ -64,6 +64,10 @@ def test_the_food_benchmark_holds_the_fast_loader_against_the_decode_ceiling(out
     text = outputs["food_loader"].stdout
     (line,) = [ln for ln in text.splitlines() if ln.startswith("| fast loader / decode ceiling")]
     assert "--augment seed" in text and "x 2 process(es)" in line and ">= 0.6" in line
+    # the same work in 2 bare processes at once: what the ceiling's "x 2" assumes of the cores
+    (bare,) = [ln for ln in text.splitlines() if ln.startswith("the ceiling's work in 2 process(es) at once")]
+    shares = re.findall(r"(\d+\.\d\d) of (?:the ceiling|it)", bare)
+    assert len(shares) == 2 and all(float(x) > 0 for x in shares), bare
     # and the same decode work through a DataLoader with the same workers: what any loader of these files can reach
     (only,) = [ln for ln in text.splitlines() if ln.startswith("decode only, the ceiling's work in a DataLoader")]
     shares = re.findall(r"(\d+\.\d\d) of (?:the ceiling|it)", only)
