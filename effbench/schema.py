@@ -983,7 +983,8 @@ class CellSummary(_Model):
     final: Annotated[Final, EMPTY_IF_NULL] = Final()
     """The last epoch's losses and top-1."""
     wall_time_s: Pos = None
-    """The run's wall time, s."""
+    """The run's whole wall time, s (its results.json wall_time_s); null for a run folder made before effbench
+    timed runs by phase, whose wall time left out setup, dataset and model."""
     time_to_accuracy: TimeToAccuracy | None = None
     """--target-top1's outcome."""
 

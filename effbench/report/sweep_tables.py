@@ -160,7 +160,7 @@ def cell_row(cell: schema.Cell, record: schema.Results | None, steps: Sequence[S
         devices=record.devices or record.world_size,
         peak_mem_gib=record.peak_mem_gib,
         peak_host_gib=host_peak_gib(record),
-        wall_time_s=record.wall_time_s,
+        wall_time_s=whole_run_wall_s(record),
         device=record.device,
         **time_to_accuracy.cell_fields(record),
         contended=record.verdict is not None and record.verdict.bottleneck == CONTENDED,
@@ -250,6 +250,12 @@ def host_peak_gib(record: schema.Results) -> float | None:
         if sampled is not None and sampled.max is not None:
             return sampled.max
     return None
+
+
+def whole_run_wall_s(record: schema.Results) -> float | None:
+    """The run's whole wall time (setup to report), or None for a run folder made before effbench timed the run by
+    phase: its wall_time_s began after setup, dataset and model, so beside newer cells it would read short."""
+    return record.wall_time_s if record.wall_time_by_phase_s is not None else None
 
 
 TIME_NOTE = epoch_time.TIME_NOTE  # said under the tables and on the sweep page

@@ -36,7 +36,7 @@ from effbench.sweep import manifest as M
 from effbench import liveness, results
 from effbench.report import outputs, render
 from effbench.errors import EffbenchError
-from effbench.report.sweep_tables import host_peak_gib
+from effbench.report.sweep_tables import host_peak_gib, whole_run_wall_s
 from effbench.sweep.spec import CELLS_DIR, SweepPlan, SweepSpec, config_identity, plan_cells
 
 if TYPE_CHECKING:
@@ -191,7 +191,7 @@ def cell_summary(record: schema.Results) -> schema.CellSummary:
         peak_rss_gib=rss.max if rss else None,
         peak_host_gib=host_peak_gib(record),
         final=record.final,
-        wall_time_s=record.wall_time_s,
+        wall_time_s=whole_run_wall_s(record),
         time_to_accuracy=record.time_to_accuracy,  # --target-top1; None without
     )
 

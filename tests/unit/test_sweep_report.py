@@ -424,3 +424,17 @@ def test_sweep_prints_its_report_fitted_to_the_terminal(columns, tmp_path, capsy
     assert ("peak mem GiB" in note) == (columns == 80)  # 200 columns keep more of them
     for kept in ("cell", "status", "val top-1", "speedup", "efficiency"):
         assert kept in out, kept
+
+
+def test_a_cell_recorded_before_runs_were_timed_by_phase_shows_no_whole_run_wall_time(tmp_path):
+    # before wall_time_by_phase_s, a record's wall_time_s began after setup, dataset and model: beside a newer
+    # cell's setup-to-report figure it would read short, so neither the table row nor sweep.json carries it
+    from effbench.sweep.runner import cell_summary
+
+    base = fake_run(tmp_path / "run", devices=1, batch=8, throughput=100.0)
+    phases = {"setup": 2.0, "dataset": 1.0, "model": 0.5, "warm-up": 0.5, "epochs": 50.0, "validation": 6.0}
+    new = results.record_of({**base, "wall_time_s": 60.0, "wall_time_by_phase_s": phases})
+    old = results.record_of({**base, "wall_time_s": 56.5})
+    cell = schema.Cell.model_validate({"key": "000", "params": {}, "index": 0, "config": {}, "status": "ok"})
+    assert sweep_report.cell_row(cell, new).wall_time_s == 60.0 and cell_summary(new).wall_time_s == 60.0
+    assert sweep_report.cell_row(cell, old).wall_time_s is None and cell_summary(old).wall_time_s is None
