@@ -206,10 +206,11 @@ def main() -> None:
         # fork, as the DataLoader's workers are made: the same process image decodes in both
         ctx = multiprocessing.get_context("fork")
         pool = stack.enter_context(ctx.Pool(processes, _hold_barrier, (ctx.Barrier(processes),)))
-        concurrent_decode_img_s(pool, processes, [str(f) for f in files[:8]], recipe.base)  # the processes start
+        paths = [str(f) for f in files]
+        concurrent_decode_img_s(pool, processes, paths[:8], recipe.base)  # the processes start
 
         def run_concurrent() -> float:
-            return concurrent_decode_img_s(pool, processes, [str(f) for f in files], recipe.base)
+            return concurrent_decode_img_s(pool, processes, paths, recipe.base)
 
         all_files = sorted((Path(data_dir) / "food-101" / "images").rglob("*.jpg"))
         decode_only = DataLoader(DecodeOnly(all_files, recipe.base), batch_size=batch, shuffle=True, drop_last=True,
