@@ -29,6 +29,12 @@ sys.path[:0] = [str(_TESTS), *(str(_TESTS / kind) for kind in ("unit", "e2e", "c
 
 import fakedata  # noqa: E402
 
+pytest_plugins = ["ctrl_c"]  # one Ctrl-C stops the suite, even inside an in-process run (tests/ctrl_c.py)
+
+# The tables effbench prints fit $COLUMNS when it is set (fmt.terminal_width). pytest-xdist sets COLUMNS=80 in its
+# workers, and a terminal's value may be anything: each test that fits a table to a width sets its own.
+os.environ.pop("COLUMNS", None)
+
 # This machine may itself be a container whose folders all die with it: without a mount table the
 # output-mount warning (system/mounts.py) stays silent, in this process and in the runs it starts.
 # Tests of that warning inject their own tables.

@@ -235,7 +235,7 @@ def _epoch(data) -> int:
 
 
 @pytest.mark.timeout(120)  # a loader that opened the FIFO would wait for a writer forever: fail, not hang
-@pytest.mark.parametrize("loader", ["torchvision", "fast", "dali"])
+@pytest.mark.parametrize("loader", ["torchvision", "fast", pytest.param("dali", marks=pytest.mark.dali)])
 def test_a_fifo_named_like_an_image_hangs_no_loader_and_is_counted(imagefolder_split_dir, loader):
     fifo = imagefolder_split_dir / "train" / "class_0" / "x.jpg"
     os.mkfifo(fifo)
