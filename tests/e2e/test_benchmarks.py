@@ -94,6 +94,7 @@ def test_every_script_documents_its_commands():
         assert f"benchmarks/{name}.py" in text and "--tiny" in text
 
 
+@pytest.mark.dali
 def test_dali_loaders_tiny_prints_each_backend_and_dalis_costs():
     pytest.importorskip("nvidia.dali")
     res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "dali_loaders.py"), "--tiny", "--workers", "0"],

@@ -40,6 +40,7 @@ def test_presets_help_names_the_loaders_preset():
 
 
 @pytest.mark.slow  # 8-13 s on 2 cores: run by `make test-slow` (CI's slow step for test_distributed)
+@pytest.mark.dali
 def test_loaders_sweep_runs_on_the_cpu_and_skips_gpu_decode_with_its_reason(tmp_path, capsys):
     pytest.importorskip("nvidia.dali")
     import torch

@@ -462,6 +462,7 @@ def test_selftest_runs_take_one_gpu_unless_a_check_asks_for_more(device, overrid
     assert seen["cfg"].gpus == gpus
 
 
+@pytest.mark.dali
 def test_the_data_path_check_compares_the_two_loaders_named(tmp_path, capsys):
     pytest.importorskip("nvidia.dali")
     code, out, err = invoke(["selftest", "--device", "cpu", "--output", tmp_path, "--only", "data",

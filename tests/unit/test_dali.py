@@ -23,6 +23,7 @@ from PIL import Image
 import fakedata
 from clitools import invoke, only_run
 
+pytestmark = pytest.mark.dali  # `make test-dali`
 pytest.importorskip("nvidia.dali")
 
 from effbench.config import RunConfig  # noqa: E402
