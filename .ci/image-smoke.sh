@@ -5,6 +5,7 @@
 #   KEEP_IMAGE=1 bash .ci/image-smoke.sh  # keep localhost/effbench:ci-smoke afterwards
 #   KEEP_IMAGE=1 REUSE_IMAGE=1 bash .ci/image-smoke.sh   # rerun the checks on the kept image
 #   MEASURE_REBUILD=0 bash .ci/image-smoke.sh             # skip the timed rebuild after a one-line change
+#   VENV_CACHE= bash .ci/image-smoke.sh                   # keep no venv layers for the next run
 #
 # 1. installs podman, buildah, runc and debootstrap from Debian when missing;
 # 2. makes a Debian base image (debootstrap --variant=minbase + python3, `podman import`), reused
@@ -28,13 +29,17 @@
 #    a read-only /results, and a 64 MiB /dev/shm with DataLoader workers;
 # 6. runs singularity.def's %environment with its %test, then a smoke run, in the image as Apptainer
 #    would (read-only, no entrypoint, another uid, cwd bound): results must land under the cwd;
-# 7. removes the image and the build's intermediate images (the small base image is kept).
+# 7. removes the image and the build's intermediate images, except the venv stage's (tagged VENV_CACHE): the
+#    next run on this machine reuses them while the lock and the Dockerfile's venv steps are unchanged, and
+#    builds only the layers above (the small base image is kept too). A fresh machine builds everything.
 # Every podman run is under `timeout`, so a hang fails the step. Prints PASS/FAIL lines; exits 1 on
 # any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 IMAGE=${IMAGE:-localhost/effbench:ci-smoke}
+# The venv stage's layers (~6.3 GB: torch and its CUDA wheels), kept for the next run; empty: keep nothing.
+VENV_CACHE=${VENV_CACHE-localhost/effbench-ci-venv:cache}
 BASE=${BASE:-localhost/effbench-ci-base:bookworm}
 SUITE=${SUITE:-bookworm}
 RUN_UID=${RUN_UID:-23456}          # neither root nor the image's 10001; no passwd entry in the image
@@ -69,6 +74,11 @@ check() {
 WORK=$(mktemp -d /tmp/effbench-image-smoke.XXXXXX)
 chmod 755 "$WORK"
 
+# The images VENV_CACHE's layers belong to (the venv stage and the stages below it), sorted: what cleanup keeps.
+venv_cache_chain() {
+    podman history -q --no-trunc "$VENV_CACHE" 2>/dev/null | grep -v missing | sed 's/^sha256://; s/^/sha256:/' | sort -u
+}
+
 cleanup() {
     local c
     # -v: the image's VOLUME lines give every container anonymous volumes, removed only with it
@@ -76,10 +86,13 @@ cleanup() {
     if [ "${KEEP_IMAGE:-0}" != 1 ]; then
         podman rmi -f "$IMAGE" >/dev/null 2>&1 || true
         # every image the builds made, intermediate ones (-a) included: they hold the venv layers
-        # (~6 GB); a parent goes only after its children, hence the passes
+        # (~6 GB) but for the venv stage's, which VENV_CACHE keeps; a parent goes only after its children, hence the passes
+        local keep=""
+        [ -z "$VENV_CACHE" ] || keep=$(venv_cache_chain)
         for _ in 1 2 3; do
             [ -n "${images_before+set}" ] || break
-            mapfile -t new_images < <(comm -13 <(echo "$images_before") <(podman images -a -q --no-trunc | sort -u))
+            mapfile -t new_images < <(comm -13 <(echo "$images_before") <(podman images -a -q --no-trunc | sort -u) \
+                | comm -23 - <(echo "$keep"))
             [ ${#new_images[@]} -gt 0 ] || break
             podman rmi -f "${new_images[@]}" >/dev/null 2>&1 || true
         done
@@ -200,6 +213,26 @@ elif log "building $IMAGE (timeout ${BUILD_TIMEOUT}s)" && timeout "$BUILD_TIMEOU
 else
     tail -40 "$WORK/build.log"
     die "podman build failed or ran past ${BUILD_TIMEOUT}s"
+fi
+cached_venv=$(grep -c "Using cache" "$WORK/build.log" || true)
+log "build: $cached_venv step(s) from the layer cache"
+# Tag the venv stage (every step a cache hit: seconds) so that cleanup keeps its layers for the next run; the
+# layers an earlier lock made are no longer needed then.
+if [ -n "$VENV_CACHE" ] && [ "${REUSE_IMAGE:-0}" != 1 ]; then
+    old_cache=$(podman image inspect "$VENV_CACHE" --format '{{.Id}}' 2>/dev/null || true)
+    if timeout "$BUILD_TIMEOUT" podman build --isolation chroot --layers "${build_args[@]}" "${mounts[@]}" \
+        --build-arg BASE_DIGEST= --target venv -t "$VENV_CACHE" . >"$WORK/venv-cache.log" 2>&1; then
+        new_cache=$(podman image inspect "$VENV_CACHE" --format '{{.Id}}')
+        if [ -n "$old_cache" ] && [ "$old_cache" != "$new_cache" ]; then
+            podman rmi -f "$old_cache" >/dev/null 2>&1 || true
+            for _ in 1 2 3 4 5 6; do podman image prune -f >/dev/null 2>&1 || true; done
+            log "the venv changed: the earlier venv layers removed"
+        fi
+        log "venv layers kept for the next run on this machine as $VENV_CACHE"
+    else
+        tail -20 "$WORK/venv-cache.log"
+        fail "tagging the venv stage as $VENV_CACHE failed"
+    fi
 fi
 
 # Bytes of the layers an effbench change produces: the wheel copy and its install. podman history's
