@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from effbench import redact
 from effbench.fmt import printable
 
 
@@ -16,14 +17,15 @@ class EffbenchError(Exception):
 
     `option` is what the user typed (`--batch-size`, `--data-dir`, a file path), or None when no
     single option is to blame. `message` says what is wrong and how to fix it. Both are kept printable
-    (fmt.printable): a file or folder name found on disk with an escape sequence in it is shown, not obeyed.
+    (fmt.printable): a file or folder name found on disk with an escape sequence in it is shown, not obeyed; a
+    URI's password (a tracking server's, say) is shown as *** (redact.text).
     """
 
     exit_code = 2
 
     def __init__(self, option: str | None, message: str) -> None:
         self.option = printable(option) if option is not None else None
-        self.message = printable(" ".join(message.split()))  # always one line
+        self.message = printable(redact.text(" ".join(message.split())))  # always one line
         super().__init__(str(self))
 
     def __str__(self) -> str:

@@ -701,7 +701,7 @@ class Env(_Model):
     """Per GPU, from NVML."""
     env_vars: dict[str, str] | None = None
     """Environment variables that change what runs, as the run saw them (CUDA_VISIBLE_DEVICES, NCCL_*,
-    OMP_NUM_THREADS, OMP_WAIT_POLICY, GOMP_SPINCOUNT...)."""
+    OMP_NUM_THREADS, OMP_WAIT_POLICY, GOMP_SPINCOUNT...); a password or token in one as `***` (effbench/redact.py)."""
     load_avg_1m: Pos = None
     """The host's 1-minute load average (runnable threads) when the run folder opened, its own setup included."""
 
@@ -823,7 +823,7 @@ class Results(_Model):
     run_name: str | None = None
     """The run folder's name."""
     command: list[str] | None = None
-    """The command line as typed."""
+    """The command line as typed, a password or token in it as `***` (effbench/redact.py)."""
     started_at: str | None = None
     """ISO 8601 time the run started."""
     finished_at: str | None = None
@@ -1043,7 +1043,7 @@ class Manifest(_Model):
     fingerprint: str
     """A hash of the dims and fixed options: a resumed sweep must match it."""
     command: list[str] | None = None
-    """The command line as typed."""
+    """The command line as typed, a password or token in it as `***` (effbench/redact.py)."""
     created_at: str | None = None
     """ISO 8601 time the sweep was planned."""
     updated_at: str | None = None

@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 
+from effbench import redact
 from effbench.fmt import printable
 
 
@@ -34,12 +35,14 @@ def values_given(command: list[str], option: str) -> list[str]:
 def say(text: str = "", *, err: bool = False, nl: bool = True) -> None:
     """Every line the CLI prints (stdout, or stderr with `err`): control characters in it shown, not obeyed
     (fmt.printable), newlines kept. A run folder, a cell, a class folder or a hostname may be named with an
-    escape sequence; the terminal gets `\\x1b`, never the sequence."""
-    typer.echo(printable(text, newlines=True), err=err, nl=nl)
+    escape sequence; the terminal gets `\\x1b`, never the sequence. A URI's password or a secret's value is
+    shown as *** (redact.text)."""
+    typer.echo(printable(redact.text(text), newlines=True), err=err, nl=nl)
 
 
 def invocation(ctx: typer.Context) -> list[str]:
     """The exact command line, recorded in results.json so a run can be repeated: the argv that `main` was
-    given (it hands it to click as the root context's `obj`), else the process's own."""
+    given (it hands it to click as the root context's `obj`), else the process's own; its passwords and tokens
+    as *** (redact.argv): every record, report and upload of it is shown to others."""
     argv = ctx.find_root().obj
-    return ["effbench", *(argv if argv is not None else sys.argv[1:])]
+    return redact.argv(["effbench", *(argv if argv is not None else sys.argv[1:])])

@@ -210,7 +210,7 @@ def _report_from_tracking(uri: str, experiment: str, dest: Path | None) -> None:
         )
     files = leaderboard.write_leaderboard(runs, title=f"effbench leaderboard {experiment}", out=out)
     typer.echo(files[0].read_text(encoding="utf-8"))
-    typer.echo(f"leaderboard of {len(runs)} runs from {uri} (experiment {experiment!r}): wrote {len(files)} files")
+    say(f"leaderboard of {len(runs)} runs from {uri} (experiment {experiment!r}): wrote {len(files)} files")
     for f in files:
         typer.echo(f"  {f}")
     if unread:

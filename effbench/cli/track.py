@@ -18,7 +18,7 @@ from typing import Annotated
 
 import typer
 
-from effbench.cli.common import opt
+from effbench.cli.common import opt, say
 from effbench.errors import EffbenchError
 
 DEFAULT_EXPERIMENT = "effbench"
@@ -85,12 +85,12 @@ def after(folder: Path | None, t: Tracking | None) -> None:
             str(e) if isinstance(e, EffbenchError) else f"--track: could not log to {t.uri} ({mlflow_store.reason(e)})"
         )
     else:
-        typer.echo(done.line())
+        say(done.line())
         return
     later = f"effbench track {folder} --track {t.uri}" + (
         f" --track-experiment {t.experiment}" if t.experiment != DEFAULT_EXPERIMENT else ""
     )
-    typer.echo(f"warning: {problem}; {folder} is complete: `{later}` logs it later", err=True)
+    say(f"warning: {problem}; {folder} is complete: `{later}` logs it later", err=True)
 
 
 def track(
@@ -113,4 +113,4 @@ def track(
     assert t is not None
     from effbench.track import mlflow_store
 
-    typer.echo(mlflow_store.upload(paths, t.uri, t.experiment, traces=t.traces).line())
+    say(mlflow_store.upload(paths, t.uri, t.experiment, traces=t.traces).line())

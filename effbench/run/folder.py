@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from effbench.results import StepRow
-from effbench import liveness, results, schema
+from effbench import liveness, redact, results, schema
 from effbench.analysis import windows
 from effbench.config import RunConfig
 from effbench.errors import EffbenchError
@@ -223,7 +223,7 @@ def start_run_folder(
         status="running",
         phase="setup",
         run_name=run_dir.name if run_dir else None,
-        command=list(command if command is not None else sys.argv),
+        command=redact.argv(command if command is not None else sys.argv),  # shown to whoever reads the record
         started_at=started.isoformat(),
         config=schema.Config.model_validate(results.json_safe(cfg.to_dict())),  # as given; config.json: resolved
         **launch_facts(plan, dist, rt, batch),

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from effbench import redact
 from effbench.fmt import GIB
 from effbench.system.mounts import container_signs, read_mountinfo
 from effbench.system.nvml import nvml_session
@@ -322,9 +323,10 @@ def nccl_version() -> str | None:
 
 
 def relevant_env_vars(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment variables that change results (ENV_VAR_NAMES and ENV_VAR_PREFIXES), sorted."""
+    """The environment variables that change results (ENV_VAR_NAMES and ENV_VAR_PREFIXES), sorted; a secret's
+    value as *** (redact.env: EFFBENCH_TRACK may hold a server's password, and env.json is uploaded with the run)."""
     env = os.environ if environ is None else environ
-    return {k: v for k, v in sorted(env.items()) if k in ENV_VAR_NAMES or k.startswith(ENV_VAR_PREFIXES)}
+    return redact.env({k: v for k, v in sorted(env.items()) if k in ENV_VAR_NAMES or k.startswith(ENV_VAR_PREFIXES)})
 
 
 def env_snapshot() -> dict[str, Any]:

@@ -298,3 +298,47 @@ def test_a_sqlite_uri_needs_no_server(tmp_path, capsys, monkeypatch):
     # the files go beside the database, not into ./mlruns of whatever folder this ran in
     assert {a.path for a in client(uri).list_artifacts(run.info.run_id)} == {"results.json"}
     assert (tmp_path / "mlartifacts").is_dir() and not (tmp_path / "mlruns").exists()
+
+
+def test_no_password_or_token_reaches_a_file_the_terminal_or_the_server(server, tmp_path, capsys, monkeypatch):
+    """Issue 46: a password in `--track`'s URI and in EFFBENCH_TRACK, and tokens in the environment, are in no
+    file of the run folder, no line printed, no artifact, param or tag on the server; the upload still gets the
+    URI as given."""
+    secrets = ("PW-opt-46", "PW-env-46", "TOKEN-mlflow-46", "TOKEN-effbench-46")
+    host = server.removeprefix("http://")
+    by_option, by_env = f"http://alice:{secrets[0]}@{host}", f"http://bob:{secrets[1]}@{host}"
+    monkeypatch.setenv("EFFBENCH_TRACK", by_env)  # recorded (EFFBENCH_*) in env.json's env_vars
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", secrets[2])  # sent as a bearer token: this server ignores it
+    monkeypatch.setenv("EFFBENCH_API_TOKEN", secrets[3])
+    from effbench.track import mlflow_store
+
+    real_upload, given = mlflow_store.upload, []
+
+    def spy(paths, uri, *args, **kw):
+        given.append(uri)
+        return real_upload(paths, uri, *args, **kw)
+
+    monkeypatch.setattr(mlflow_store, "upload", spy)
+    out = tmp_path / "out"
+    loud = [a for a in TINY if a != "--quiet"]  # every progress line printed too
+    code, printed, err = invoke(["run", *loud, "--no-profile", "--output", out, "--track", by_option,
+                                 "--track-experiment", "secrets"], capsys)  # fmt: skip
+    assert code == 0 and "tracked: 1 run(s)" in printed, err[-3000:]
+    folder = only_run(out)
+    # the same folder again through the environment's URI alone (already there: looked up, not logged again)
+    code, printed2, err2 = invoke(["track", folder, "--track-experiment", "secrets"], capsys)
+    assert code == 0 and "(0 new, 1 already there)" in printed2, err2
+    assert given == [by_option, by_env]  # the connection uses the real password
+
+    (run,) = runs_of(server, "secrets")
+    pulled = Path(client(server).download_artifacts(run.info.run_id, "", str(tmp_path / "pulled")))
+    assert {"report.html", "results.json", "env.json"} <= {p.name for p in pulled.iterdir()}
+    seen = {"stdout": printed + printed2, "stderr": err + err2, "params, tags": str([run.data.params, run.data.tags])}
+    for p in [*out.rglob("*"), *pulled.rglob("*")]:
+        if p.is_file():
+            seen[str(p)] = p.read_bytes().decode("utf-8", "replace")
+    assert [(where, s) for where, body in seen.items() for s in secrets if s in body] == []
+    # still named, without the password: the terminal line, the command, the variable
+    assert f"http://alice:***@{host}" in printed
+    assert f"http://alice:***@{host}" in json.loads((folder / "results.json").read_text())["command"]
+    assert json.loads((folder / "env.json").read_text())["env_vars"]["EFFBENCH_TRACK"] == f"http://bob:***@{host}"
