@@ -45,6 +45,7 @@ from effbench.fmt import GIB, MIB, printable
 from effbench.system.cuda_compat import CompatVerdict, DriverFacts, ImageCuda, forward_compat, read_image_cuda
 from effbench.system.hardware import CpuLoad, container_runtime
 from effbench.system.mounts import lost_with_container, read_mountinfo
+from effbench.system.private_dirs import make_private
 
 Level = Literal["error", "warning", "ok"]
 
@@ -52,7 +53,8 @@ Level = Literal["error", "warning", "ok"]
 @dataclass(frozen=True)
 class Finding:
     """One check's verdict. `fix` is the exact change that makes it pass; `option` is what the user
-    typed that an error blames; `env` holds environment redirects (HOME, caches) to apply."""
+    typed that an error blames; `env` holds environment redirects (HOME, caches) to apply, folders made under
+    `shared` (the temp dir other users share)."""
 
     level: Level
     check: str
@@ -60,6 +62,7 @@ class Finding:
     fix: str = ""
     option: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    shared: Path | None = None
 
     @property
     def fix_line(self) -> str:
@@ -535,6 +538,7 @@ def check_home_and_caches(env: Mapping[str, str], probes: Probes) -> list[Findin
                 "nothing to do for this run; to keep a home, Docker: -e HOME=/tmp (or keep the image's entrypoint); "
                 "compose: environment: HOME: /tmp; Apptainer binds your home by default",
                 env={"HOME": str(new_home)},
+                shared=scratch.parent,
             )
         )
 
@@ -586,6 +590,7 @@ def check_home_and_caches(env: Mapping[str, str], probes: Probes) -> list[Findin
                 f"{var}={value} is not writable by uid {uid} ({reason}); using {new} for this run",
                 FIX_CACHE,
                 env={var: str(new)},
+                shared=scratch.parent,
             )
         )
     return findings
@@ -1209,20 +1214,18 @@ def errors(findings: Iterable[Finding]) -> list[Finding]:
 
 
 def apply_redirects(findings: Iterable[Finding], environ: MutableMapping[str, str]) -> list[Path]:
-    """Set the redirected HOME/cache variables in `environ` and create their folders (private,
-    0700). A folder that exists but belongs to another uid is refused: the temp dir is shared."""
+    """Set the redirected HOME/cache variables in `environ` and create their folders: private (0700), each
+    folder below the shared temp dir checked (no link, ours, writable by no one else; private_dirs.py), else
+    one EffbenchError naming the variable."""
     made = []
     for f in findings:
         for name, value in f.env.items():
             if name in ("USER", "LOGNAME"):
                 environ[name] = value
                 continue
-            path = Path(value)
-            path.mkdir(mode=0o700, parents=True, exist_ok=True)
-            if path.stat().st_uid != os.getuid():
-                raise EffbenchError(name, f"{path} belongs to another user; set TMPDIR to a folder of your own")
+            assert f.shared is not None  # every folder redirect is made under the temp dir
+            made.append(make_private(f.shared, Path(value), option=name))
             environ[name] = value
-            made.append(path)
     return made
 
 

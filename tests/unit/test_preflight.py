@@ -160,6 +160,84 @@ def test_home_redirect_goes_to_a_private_temp_folder(tmp_path):
     assert "warning: home: HOME=/nonexistent" in stream.getvalue()
 
 
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)  # the common default: a folder made without a mode of its own is 0755
+    yield
+    os.umask(old)
+
+
+def test_every_folder_of_a_redirect_below_the_temp_dir_is_made_private(tmp_path, umask_022):
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    env = {"HOME": "/home/me", "TMPDIR": str(shared), "TORCH_HOME": "/cache/torch"}
+    findings = preflight.run_checks(cfg(tmp_path), env=env, probes=probes(unwritable=["/cache"], uid=os.getuid()))
+    preflight.raise_on_errors(findings, environ=dict(env), stream=io.StringIO())
+    scratch = shared / f"effbench-{os.getuid()}"
+    for folder in (scratch, scratch / "cache", scratch / "cache" / "torch_home"):
+        assert (folder.lstat().st_mode & 0o7777) == 0o700, folder
+
+
+def _hostile_scratch(case: str, shared: Path, theirs: Path) -> str:
+    """The temp dir as another local user could leave it before effbench runs; the words the refusal holds."""
+    scratch = shared / f"effbench-{os.getuid()}"
+    if case == "shared folder not sticky":
+        shared.chmod(0o777)
+        return "writable by others without the sticky bit"
+    scratch.mkdir(mode=0o700)
+    if case == "home a link":
+        (scratch / "home").symlink_to(theirs)
+        return f"{scratch / 'home'} is a link"
+    scratch.chmod(0o777)
+    if case == "scratch open to all":
+        return f"{scratch} is writable by group or others (mode 0777)"
+    os.chown(scratch, 4242, 4242)  # "another owner": as root, a folder another uid made
+    return f"{scratch} belongs to uid 4242"
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "home a link",
+        "scratch open to all",
+        "shared folder not sticky",
+        pytest.param(
+            "scratch of another owner",
+            marks=pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a folder to another uid"),
+        ),
+    ],
+)
+def test_a_scratch_home_another_user_could_take_over_is_refused_in_one_line(tmp_path, case):
+    shared, theirs = tmp_path / "tmp", tmp_path / "theirs"
+    shared.mkdir()
+    theirs.mkdir()
+    said = _hostile_scratch(case, shared, theirs)
+    env = {"HOME": "/nonexistent", "TMPDIR": str(shared)}
+    findings = preflight.run_checks(cfg(tmp_path), env=env, probes=probes(unwritable=["/nonexistent"], uid=os.getuid()))
+    environ = dict(env)
+    with pytest.raises(EffbenchError) as info:
+        preflight.raise_on_errors(findings, environ=environ, stream=io.StringIO())
+    assert info.value.option == "HOME" and said in info.value.message and "set TMPDIR" in info.value.message
+    assert "\n" not in str(info.value)
+    assert environ == env and list(theirs.iterdir()) == []  # HOME not moved, nothing made in their folder
+
+
+def test_run_refuses_a_scratch_home_open_to_others_with_one_line(tmp_path, capsys, monkeypatch):
+    from clitools import invoke
+
+    shared = tmp_path / "tmp"
+    (shared / f"effbench-{os.getuid()}").mkdir(parents=True)
+    (shared / f"effbench-{os.getuid()}").chmod(0o777)
+    monkeypatch.setenv("HOME", "/proc/effbench-no-home")  # unwritable, even for root
+    monkeypatch.setenv("TMPDIR", str(shared))
+    code, out, err = invoke(["run", "--smoke", "--output", tmp_path / "out"], capsys)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: HOME: "), err
+    assert "writable by group or others" in lines[0]
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+
+
 def test_unwritable_cache_is_redirected_and_a_writable_one_kept(tmp_path):
     env = {"HOME": "/home/me", "TMPDIR": "/tmp", "TORCH_HOME": "/cache/torch", "XDG_CACHE_HOME": "/home/me/.cache"}
     findings = preflight.run_checks(cfg(tmp_path), env=env, probes=probes(unwritable=["/cache"], uid=77))
