@@ -22,10 +22,31 @@ writable() {
     mkdir -p "$1" 2>/dev/null && [ -w "$1" ]
 }
 
+# The temp dir may be shared with other users (a bound host /tmp), who could make $scratch first or put a
+# link in it: each folder below the temp dir is made 0700 and used only when it is no link, is ours and is
+# writable by no one else, in a temp dir others cannot rename it in (effbench/system/private_dirs.py checks
+# the same; a folder refused here is left to it, which says so in one line).
+private() {
+    mkdir -m 700 "$1" 2>/dev/null
+    { [ -d "$1" ] && [ ! -L "$1" ]; } || return 1
+    set -f
+    # shellcheck disable=SC2046  # split on purpose: ls -ldn's fields are mode, links, uid
+    set -- $(ls -ldn "$1")
+    set +f
+    [ "${3:-}" = "$uid" ] || return 1
+    case "$1" in ?????w* | ????????w*) return 1 ;; esac
+}
+shared_ok() {
+    set -f
+    # shellcheck disable=SC2046
+    set -- $(ls -ldn "${TMPDIR:-/tmp}/" 2>/dev/null)
+    set +f
+    case "${1:-}" in ?????????[tT]*) return 0 ;; ?????w* | ????????w*) return 1 ;; esac
+}
+
 if [ -z "${HOME:-}" ] || [ "$HOME" = / ] || ! writable "$HOME"; then
-    if writable "$scratch/home"; then
+    if shared_ok && private "$scratch" && private "$scratch/home"; then
         HOME="$scratch/home"
-        chmod 700 "$HOME" "$scratch" 2>/dev/null || true
         export HOME
     fi
 fi
@@ -52,7 +73,7 @@ for var in XDG_CACHE_HOME TORCH_HOME TRITON_CACHE_DIR TORCHINDUCTOR_CACHE_DIR MP
     if [ "$var" = TORCH_HOME ] && [ -n "$(ls -A "$dir/hub/checkpoints" 2>/dev/null)" ]; then
         continue
     fi
-    writable "$new" || continue
+    { shared_ok && private "$scratch" && private "$scratch/cache" && private "$new"; } || continue
     echo "effbench-entrypoint: $var=$dir is not writable by uid $uid; using $new" >&2
     export "$var=$new"
 done

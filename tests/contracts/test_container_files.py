@@ -346,6 +346,46 @@ def test_entry_script_redirects_an_unwritable_home(tmp_path):
     assert "TORCH_HOME=/proc/effbench-cache/torch is not writable" in out.stderr
 
 
+@pytest.mark.parametrize(
+    "case",
+    [
+        "home a link",
+        "scratch open to all",
+        "temp dir not sticky",
+        pytest.param(
+            "scratch of another owner",
+            marks=pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a folder to another uid"),
+        ),
+    ],
+)
+def test_entry_script_never_moves_home_or_caches_into_a_scratch_another_user_controls(tmp_path, case):
+    """Issue 46: in a temp dir shared with other users the script moves nothing into a folder that is a link,
+    not ours, or writable by others (effbench's own preflight then refuses it in one line)."""
+    fake, shared, theirs = tmp_path / "bin", tmp_path / "tmp", tmp_path / "theirs"
+    for d in (fake, shared, theirs):
+        d.mkdir()
+    (fake / "effbench").write_text('#!/bin/sh\necho "HOME=$HOME"\necho "TORCH_HOME=$TORCH_HOME"\n')
+    (fake / "effbench").chmod(0o755)
+    scratch = shared / f"effbench-{os.getuid()}"
+    if case == "temp dir not sticky":
+        shared.chmod(0o777)
+    else:
+        scratch.mkdir(mode=0o700)
+    if case == "home a link":
+        (scratch / "home").symlink_to(theirs)
+        (scratch / "cache").symlink_to(theirs)
+    elif case != "temp dir not sticky":
+        scratch.chmod(0o777)
+    if case == "scratch of another owner":
+        os.chown(scratch, 4242, 4242)
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "HOME": "/", "TMPDIR": str(shared),
+           "TORCH_HOME": "/proc/effbench-cache/torch"}  # fmt: skip
+    out = subprocess.run(["sh", str(ROOT / "entrypoint" / "entrypoint.sh"), "run", "--smoke"], env=env,
+                         capture_output=True, text=True, timeout=30, check=True)  # fmt: skip
+    assert "HOME=/\n" in out.stdout and "TORCH_HOME=/proc/effbench-cache/torch\n" in out.stdout, out.stdout
+    assert list(theirs.iterdir()) == []
+
+
 def test_slurm_examples_run_the_sif_with_the_multi_node_rendezvous():
     single = (ROOT / "entrypoint" / "slurm-single-node.sbatch").read_text()
     multi = (ROOT / "entrypoint" / "slurm-multi-node.sbatch").read_text()
