@@ -936,6 +936,10 @@ class Results(_Model):
     """--target-top1: whether and when the target was reached."""
     error: Error | None = None
     """What ended a failed, oom or diverged run."""
+    reports_error: str | None = None
+    """The report files the run could not write at its end, each with why: `report.html not written (no space
+    left on the device)`. The status stands: only the measurement's own files (results.json, epochs.csv,
+    steps.csv, utilization.csv) make a run `failed`; `effbench report DIR` draws the reports again."""
     diverged: Diverged | None = None
     """The step (and rank) where the loss became non-finite."""
     signal: int | None = None

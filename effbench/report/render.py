@@ -1,7 +1,7 @@
 """Saved JSON -> every table, plot and report.html of a run folder or a sweep folder. No torch import.
 
     effbench report DIR           write_reports(DIR): a run folder (results.json) or a sweep (sweep.json)
-    runner (end of every run)     write_run_html_safely(...): plots + report.html; a failure is a warning, a full disk an error
+    runner (end of every run)     write_run_html(...): plots + report.html (run_reports.py: a failure is a note)
     sweep (end of every sweep)    write_sweep_reports(folder)
 
 Tables come from report.py / sweep_report.py, charts from plots.py (matplotlib, imported there
@@ -211,27 +211,6 @@ def write_run_html(
     html_file = outputs.file(dest, REPORT_HTML)
     results.atomic_write_text(html_file, run_html(record, steps, plots, problems, env))
     return [p for p, _ in plots] + [html_file]
-
-
-def write_run_html_safely(
-    run_dir: Path | None,
-    record: schema.Results,
-    steps: Sequence[StepRow],
-    warn: Callable[[str], None] = warn,
-) -> None:
-    """The runner's call: a chart or page that cannot be made is a warning on stderr, the run keeps
-    its status. A full disk is not: it is the user's to fix, one error line and exit 2 (docs/guarantees.md
-    Guarantees), as for every other file of the run folder."""
-    if run_dir is None:
-        return
-    try:
-        write_run_html(run_dir, record, steps)
-    except EffbenchError:
-        raise  # results.atomic_write_bytes turned ENOSPC/EDQUOT into the one-line --output error
-    except Exception as e:  # noqa: BLE001
-        if isinstance(e, OSError) and e.errno in results.NO_SPACE_ERRNOS:
-            raise results.no_space_error(Path(run_dir) / REPORT_HTML) from None
-        warn(f"report.html not written ({type(e).__name__}: {e}); `effbench report {run_dir}` retries")
 
 
 def write_run_reports(run_dir: Path, dest: Path | None = None) -> list[Path]:

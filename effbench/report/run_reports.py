@@ -7,25 +7,51 @@ run/folder.py's `Reports` and imports nothing from report/.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import errno
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from effbench.results import StepRow
 from effbench import results, schema
+from effbench.errors import EffbenchError
 from effbench.report import render, tables
 
 
 class RunReports:
     """What `effbench run`, a sweep and the selftest hand run/launch.run as `reports`."""
 
-    def write(self, run_dir: Path, record: schema.Results, steps: Sequence[StepRow]) -> None:
-        """A full disk raises results.NoSpaceError (run/ records it); a chart that cannot be drawn is a warning."""
-        results.atomic_write_text(run_dir / results.REPORT_TXT, tables.render(record, "text"))
-        results.atomic_write_text(run_dir / results.REPORT_MD, tables.render(record, "md"))
-        render.write_run_html_safely(run_dir, record, steps)  # plots + report.html; a warning if not, on stderr
+    def write(self, run_dir: Path, record: schema.Results, steps: Sequence[StepRow]) -> list[str]:
+        """report.txt, report.md, then the charts and report.html, each tried whatever befell the one before.
+        Returns those not written, each as `<file> not written (<why>)`: a full disk, a refused write, a chart
+        value the page cannot draw. None of them makes the measurement `failed` (run/folder.py notes them)."""
+        text, md = tables.render(record, "text"), tables.render(record, "md")
+        pages: tuple[tuple[str, Callable[[], object]], ...] = (
+            (results.REPORT_TXT, lambda: results.atomic_write_text(run_dir / results.REPORT_TXT, text)),
+            (results.REPORT_MD, lambda: results.atomic_write_text(run_dir / results.REPORT_MD, md)),
+            (render.REPORT_HTML, lambda: render.write_run_html(run_dir, record, steps)),
+        )
+        missed = []
+        for name, write in pages:
+            try:
+                write()
+            except Exception as e:  # noqa: BLE001 - a report must never cost the measurement it reports
+                missed.append(f"{name} not written ({why_not_written(e)})")
+        return missed
 
     def text(self, record: schema.Results) -> str:
         return tables.render(record, "text")
+
+
+def why_not_written(e: Exception) -> str:
+    """The reason in a few words: results.NoSpaceError's own line names --output and the fix, too long for a note."""
+    if isinstance(e, results.NoSpaceError):
+        return "no space left on the device"
+    if isinstance(e, EffbenchError):
+        return e.message
+    if isinstance(e, OSError) and e.strerror:
+        name = errno.errorcode.get(e.errno or 0, "")
+        return f"{e.strerror}, {name}" if name else e.strerror
+    return f"{type(e).__name__}: {e}".splitlines()[0]
 
 
 RUN_REPORTS = RunReports()

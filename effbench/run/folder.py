@@ -1,7 +1,7 @@
 """The run folder's lifecycle, on rank 0: made with a `running` results.json at the start of setup, the phase kept
 current while the run is built, `interrupted` when a signal comes before anything is measured, removed after a
 bad input, opened with config.json / env.json, rewritten after every epoch, and its final write (results.json
-last; a full disk recorded as `failed`).
+last; a full disk recorded as `failed`, a report that cannot be written as a note).
 
     start_run_folder -> enter_phase ... -> open_run_folder -> write_progress (each epoch) -> write_final
     interrupted_before_measuring / discard   how a run that measured nothing leaves its folder
@@ -24,6 +24,7 @@ from effbench import liveness, redact, results, schema
 from effbench.analysis import windows
 from effbench.config import RunConfig
 from effbench.errors import EffbenchError
+from effbench.fmt import printable
 from effbench.launch.distributed import DistContext
 from effbench.launch.plan import LaunchPlan
 from effbench.run import record as rec
@@ -39,9 +40,10 @@ Echo = Callable[[str], None]
 class Reports(Protocol):
     """The reports the caller draws from a run's settled record (report/run_reports.py; run/ imports nothing
     from report/). run/ calls `write` once per run, where the outcome is settled: rank 0's final write in one
-    process, the launcher once torchrun has ended (the ranks get none); a full disk raises NoSpaceError."""
+    process, the launcher once torchrun has ended (the ranks get none). `write` returns the files it could
+    not write, each as `<file> not written (<why>)`, and raises nothing for them (draw_reports)."""
 
-    def write(self, run_dir: Path, record: schema.Results, steps: list[StepRow]) -> None: ...
+    def write(self, run_dir: Path, record: schema.Results, steps: list[StepRow]) -> list[str]: ...
 
     def text(self, record: schema.Results) -> str: ...
 
@@ -135,12 +137,28 @@ def write_final(
                 run_dir / UTILIZATION_FILE
             )  # first: the launcher reads it as "rank 0 reached its final write"
             if reports is not None:
-                reports.write(run_dir, record, steps)
-            # results.json last: never `ok` with a report missing
+                draw_reports(reports, run_dir, record, steps)
+            # results.json last: it names any report missing (reports_error)
             write_progress(run_dir, record, epochs, steps)
     except results.NoSpaceError as e:  # never `running` forever: `failed`, the reason and the epochs measured
         record_no_space(run_dir, record, e)
         raise
+
+
+def draw_reports(reports: Reports, run_dir: Path, record: schema.Results, steps: list[StepRow]) -> None:
+    """The caller's reports from the settled record. One that cannot be written (a full disk, a refused write)
+    leaves the measurement as it ended, else a measured run read `failed` and compare and leaderboards dropped
+    it: `record.reports_error` names the files and why, and one warning line says so. Only the measurement's
+    own files (results.json, epochs.csv, steps.csv, utilization.csv) make it `failed` (write_final)."""
+    missed = reports.write(run_dir, record, steps)
+    if not missed:
+        record.unset("reports_error")  # drawn this time: a second final write (a signal while reporting)
+        return
+    if not run_dir.is_dir():
+        return  # the folder itself has gone: the next write says so in one error line (kept)
+    record.reports_error = "; ".join(missed)
+    print(f"warning: {printable(record.reports_error)}; `effbench report {printable(str(run_dir))}` retries",
+          file=sys.stderr)  # fmt: skip
 
 
 # Keys of the final record left out of the last-resort copy on a full disk, so it fits where the last epoch's

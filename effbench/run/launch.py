@@ -220,13 +220,13 @@ def _run_in_child(
     # rank 0 reached its final write (utilization.csv comes first): the reports it would have drawn in one
     # process, drawn here once, with the end torchrun settled; results.json last, as in one process
     drawn = reports if (run_dir / folder.UTILIZATION_FILE).exists() else None
-    if drawn is not None:
-        try:
-            drawn.write(run_dir, settled, windows.read_steps(run_dir))
-        except results.NoSpaceError as e:  # `failed` naming the file, as rank 0 records it in one process
-            folder.record_no_space(run_dir, settled, e)
-            raise
-    results.write_record(run_dir, settled)
+    if drawn is not None:  # one that cannot be written is a note in the record, as in one process
+        folder.draw_reports(drawn, run_dir, settled, windows.read_steps(run_dir))
+    try:
+        results.write_record(run_dir, settled)
+    except results.NoSpaceError as e:  # `failed` naming the file, as rank 0 records it in one process
+        folder.record_no_space(run_dir, settled, e)
+        raise
     if drawn is not None:
         echo(drawn.text(settled))
     return RunOutcome(run_dir, settled)

@@ -30,7 +30,7 @@ class Counting:
 
     def write(self, run_dir, record, steps):
         self.writes.append((record.status, (run_dir / "report.txt").exists()))
-        _WRITE(RUN_REPORTS, run_dir, record, steps)
+        return _WRITE(RUN_REPORTS, run_dir, record, steps)
 
     def text(self, record):
         self.texts.append(record.status)
