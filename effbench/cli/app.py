@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: one-line errors and exit code 2 for every bad input."""
     from effbench.run.phases import Interrupted, install, restore
 
-    # First: SIGTERM/SIGINT raise from here on (as PID 1 in a container, SIGTERM would else be ignored).
+    # First: SIGTERM/SIGINT/SIGHUP raise from here on (as PID 1 in a container, SIGTERM would else be ignored).
     old_handlers = install()
     try:
         _main(argv)

@@ -1,6 +1,6 @@
 """Run torchrun as a child process group and stay in charge of it.
 
-- SIGINT/SIGTERM to effbench are forwarded to the whole torchrun process group; if it has not
+- SIGINT/SIGTERM/SIGHUP to effbench are forwarded to the whole torchrun process group; if it has not
   exited after a grace period it is killed, so no process is left behind. Exit code 128 + signal.
 - torchrun's stderr is read line by line: all of it goes to `log` (the caller keeps it in the run folder as
   torchrun.log), and the terminal gets the ranks' own lines (progress, warnings) but not torchrun's logger
@@ -175,7 +175,9 @@ def run_supervised(
         received.append(signum)
         _killpg(proc.pid, signum)
 
-    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    # as run/phases.py HANDLED; torchrun stops its ranks with the signal it got, SIGHUP included (torch/distributed/
+    # elastic/multiprocessing/api.py, PContext.start: TORCHELASTIC_SIGNALS_TO_HANDLE's default)
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         while True:
             try:

@@ -1,11 +1,12 @@
-"""Where a run is, and SIGTERM / SIGINT turned into an exception that knows it, from the first line of main.
+"""Where a run is, and SIGTERM / SIGINT / SIGHUP turned into an exception that knows it, from the first line of main.
 
     setup -> dataset -> model -> warm-up -> epochs <-> validation -> profiling -> report
 
 `install()` is the first call of `cli.main`. In a container effbench is PID 1, and the kernel only
 delivers to PID 1 the signals it installed a handler for (signal(7): "the only signals that can be
 sent to process ID 1, the init process, are those for which init has explicitly installed signal
-handlers"), so without one `docker stop` waits its 10 s and SIGKILLs. The runner narrows the
+handlers"), so without one `docker stop` waits its 10 s and SIGKILLs. SIGHUP (the terminal closed)
+killed the run by default, leaving `running`: it is handled as SIGTERM. The runner narrows the
 handler to `Interrupted(signum, phase)` for the run, and defers signals while it writes the final
 files (`deferred`), so the files always say how the run ended. No torch import.
 """
@@ -21,11 +22,11 @@ from typing import Any
 from effbench.run import faults
 
 PHASES = ("setup", "dataset", "model", "warm-up", "epochs", "validation", "profiling", "report")
-HANDLED = (signal.SIGTERM, signal.SIGINT)
+HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class Interrupted(BaseException):
-    """SIGTERM or SIGINT; carries the signal (exit code 128 + signum) and the phase it arrived in.
+    """SIGTERM, SIGINT or SIGHUP; carries the signal (exit code 128 + signum) and the phase it arrived in.
 
     Not a KeyboardInterrupt: Typer turns those into exit 130 whatever the signal (typer/core.py
     `_main`: `except KeyboardInterrupt as e: raise Exit(130) from e`), and 143 must stay 143."""
@@ -66,7 +67,7 @@ def _raise_interrupted(signum: int, _frame: Any) -> None:
 
 
 def install() -> dict[signal.Signals, Any]:
-    """Every SIGTERM/SIGINT raises Interrupted; returns the previous handlers for `restore`."""
+    """Every SIGTERM/SIGINT/SIGHUP raises Interrupted; returns the previous handlers for `restore`."""
     return {s: signal.signal(s, _raise_interrupted) for s in HANDLED}
 
 
@@ -86,7 +87,7 @@ def _handling(handler: Callable[[int, Any], None]) -> Iterator[None]:
 
 @contextmanager
 def interrupt_on_signals(received: list[int], phase: Phase | None = None) -> Iterator[None]:
-    """Turn SIGTERM/SIGINT into `Interrupted` for the duration; remember the signal in `received`
+    """Turn SIGTERM/SIGINT/SIGHUP into `Interrupted` for the duration; remember the signal in `received`
     (a DataLoader worker killed by the same signal can surface first as a RuntimeError)."""
 
     def handler(signum: int, _frame: Any) -> None:
@@ -99,6 +100,6 @@ def interrupt_on_signals(received: list[int], phase: Phase | None = None) -> Ite
 
 @contextmanager
 def deferred(received: list[int]) -> Iterator[None]:
-    """Record SIGTERM/SIGINT without raising: for writing the files that say how the run ended."""
+    """Record SIGTERM/SIGINT/SIGHUP without raising: for writing the files that say how the run ended."""
     with _handling(lambda signum, _frame: received.append(signum)):
         yield

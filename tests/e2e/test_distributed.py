@@ -193,18 +193,19 @@ def test_a_killed_rank_ends_the_job_and_is_named(tmp_path):
 
 
 @pytest.mark.slow  # 15-100 s on 2 cores: run by `make test-slow` and CI's slow step
-def test_sigterm_to_the_parent_leaves_no_process(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])  # SIGHUP: the terminal closed (issue 46)
+def test_sigterm_to_the_parent_leaves_no_process(signum, tmp_path):
     out = tmp_path / "out"
     proc = start_endless_two_rank_run(out)
     try:
         run = wait_for_running(out, proc)
         family = psutil.Process(proc.pid).children(recursive=True)
         assert len(family) >= 3  # torchrun + two ranks
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         proc.communicate(timeout=60)
     finally:
         kill_family(proc)
-    assert proc.returncode == 128 + signal.SIGTERM
+    assert proc.returncode == 128 + signum
     gone, alive = psutil.wait_procs(family, timeout=10)
     assert not alive, [p.pid for p in alive]
     r = json.loads((run / "results.json").read_text())

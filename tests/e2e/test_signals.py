@@ -272,3 +272,23 @@ def test_a_run_killed_by_sigkill_reads_dead_in_report_export_and_compare(tmp_pat
     code, printed, err = invoke(["compare", run, run], capsys)
     assert code == 0 and f"A: {run} (status {dead})" in printed, err
     assert (run / "results.json").read_bytes() == left
+
+
+def test_sighup_mid_run_is_handled_as_sigterm(tmp_path):
+    """The terminal closed: SIGHUP's default action killed the run, leaving `running` with no phase and no line.
+    It ends as SIGTERM does: `interrupted` in its phase, one line, exit 128 + 1."""
+    out = tmp_path / "out"
+    proc = _spawn(out, "epochs", ignore_sigterm=False)
+    try:
+        _wait_for_hold(proc, "epochs")
+        proc.send_signal(signal.SIGHUP)
+        _, err = proc.communicate(timeout=faults.HOLD_MAX_S / 2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGHUP, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: run interrupted by SIGHUP during epochs"), err
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    r = _check_whole(run)
+    assert (r["status"], r["signal"], r["interrupted_phase"]) == ("interrupted", signal.SIGHUP, "epochs")
