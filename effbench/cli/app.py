@@ -14,6 +14,7 @@ import errno
 import os
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -231,13 +232,16 @@ def _interrupted(e: Any) -> None:
     sys.exit(128 + e.signum)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point: one-line errors and exit code 2 for every bad input."""
+def main(argv: list[str] | None = None, held: Sequence[int] = ()) -> None:
+    """The CLI: one-line errors and exit code 2 for every bad input. `held`: signals that came while
+    effbench/__main__.py imported this module, raised first thing as if they came now."""
     from effbench.run.phases import Interrupted, install, restore
 
     # First: SIGTERM/SIGINT/SIGHUP raise from here on (as PID 1 in a container, SIGTERM would else be ignored).
     old_handlers = install()
     try:
+        if held:
+            raise Interrupted(held[0])
         _main(argv)
     except Interrupted as e:
         _interrupted(e)

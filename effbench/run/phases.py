@@ -8,21 +8,27 @@ sent to process ID 1, the init process, are those for which init has explicitly 
 handlers"), so without one `docker stop` waits its 10 s and SIGKILLs. SIGHUP (the terminal closed)
 killed the run by default, leaving `running`: it is handled as SIGTERM. The runner narrows the
 handler to `Interrupted(signum, phase)` for the run, and defers signals while it writes the final
-files (`deferred`), so the files always say how the run ended. No torch import.
+files (`deferred`), so the files always say how the run ended. A signal that comes while a module is
+being imported is raised once the import is over (`_after_import`). No torch import.
 """
 
 from __future__ import annotations
 
+import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import FrameType
 from typing import Any
 
 from effbench.run import faults
 
 PHASES = ("setup", "dataset", "model", "warm-up", "epochs", "validation", "profiling", "report")
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# How soon a signal that came during an import is looked at again: a few checks in a second-long `import torch`.
+RESEND_S = 0.05
 
 
 class Interrupted(BaseException):
@@ -62,8 +68,37 @@ class Phase:
         return {p: self._seconds[p] for p in PHASES if p in self._seconds}
 
 
-def _raise_interrupted(signum: int, _frame: Any) -> None:
-    raise Interrupted(signum)
+def _importing(frame: FrameType | None) -> bool:
+    """Whether the main thread is inside an import: importlib's frames are on its stack (through C code too)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _after_import(signum: int, frame: FrameType | None) -> bool:
+    """When `frame` is inside an import, send `signum` again RESEND_S later instead of raising now, and say so.
+    Raised inside a library's import, the exception is not always seen: under `import torch`, torch._C imports
+    numpy, which printed it as a 40-line ImportError (exit 1) or dropped it (the run went on to `ok`). It is sent
+    again only while a handler of this module is installed (another may have replaced the first meanwhile); once
+    `cli.main` gave an in-process caller its own handlers back, the signal is dropped with the run it was for."""
+    if not _importing(frame):
+        return False
+
+    def resend() -> None:
+        if getattr(signal.getsignal(signum), "__module__", None) == __name__:
+            os.kill(os.getpid(), signum)
+
+    timer = threading.Timer(RESEND_S, resend)
+    timer.daemon = True
+    timer.start()
+    return True
+
+
+def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    if not _after_import(signum, frame):
+        raise Interrupted(signum)
 
 
 def install() -> dict[signal.Signals, Any]:
@@ -90,7 +125,9 @@ def interrupt_on_signals(received: list[int], phase: Phase | None = None) -> Ite
     """Turn SIGTERM/SIGINT/SIGHUP into `Interrupted` for the duration; remember the signal in `received`
     (a DataLoader worker killed by the same signal can surface first as a RuntimeError)."""
 
-    def handler(signum: int, _frame: Any) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if _after_import(signum, frame):
+            return
         received.append(signum)
         raise Interrupted(signum, phase.name if phase is not None else None)
 
@@ -100,6 +137,7 @@ def interrupt_on_signals(received: list[int], phase: Phase | None = None) -> Ite
 
 @contextmanager
 def deferred(received: list[int]) -> Iterator[None]:
-    """Record SIGTERM/SIGINT/SIGHUP without raising: for writing the files that say how the run ended."""
+    """Record SIGTERM/SIGINT/SIGHUP without raising: for writing the files that say how the run ended, and for
+    the CLI's own imports (effbench/__main__.py)."""
     with _handling(lambda signum, _frame: received.append(signum)):
         yield

@@ -407,7 +407,7 @@ def workspace(folder: Path) -> Path:
 # as __mp_main__; without the guard each rank runs the whole CLI and exits 1.
 CONSOLE_SCRIPT = """#!{python}
 import sys
-from effbench.cli.app import main
+from effbench.__main__ import main
 if __name__ == "__main__":
     sys.exit(main())
 """

@@ -105,7 +105,7 @@ def test_each_stage_says_what_it_owns():
 # The package's top holds only what every stage reads and what must stay torch-free below config; everything
 # else lives in a stage (a subpackage whose __init__ says what it owns).
 TOP_LEVEL = {
-    "__main__.py": "python -m effbench",
+    "__main__.py": "the console script and python -m effbench: signals held while the CLI is imported",
     "errors.py": "EffbenchError, the one-line error every stage raises",
     "fmt.py": "how every table prints a value",
     "config.py": "RunConfig, validated where declared",

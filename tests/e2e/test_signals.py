@@ -292,3 +292,37 @@ def test_sighup_mid_run_is_handled_as_sigterm(tmp_path):
     (run,) = [p for p in out.iterdir() if p.is_dir()]
     r = _check_whole(run)
     assert (r["status"], r["signal"], r["interrupted_phase"]) == ("interrupted", signal.SIGHUP, "epochs")
+
+
+# Run as `effbench` runs, with SIGTERM sent to itself the moment `target` is first looked for while the modules
+# `inside` are being imported: a signal at a known point of the start-up imports, whatever the machine's speed.
+SIGNAL_IN_IMPORT = """
+import os, signal, sys
+
+class SignalInImport:
+    def find_spec(self, name, path=None, target=None):
+        if name == {target!r} and all(m in sys.modules for m in {inside!r}):
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return None
+
+sys.meta_path.insert(0, SignalInImport())
+sys.argv = ["effbench", *{args!r}]
+from effbench.__main__ import main
+main()
+"""
+
+
+@pytest.mark.parametrize("target, inside", [("typer", ()), ("numpy", ("torch",))], ids=["cli-imports", "torch-import"])
+def test_a_signal_during_the_start_up_imports_is_one_line_and_exit_143(target, inside, tmp_path):
+    """SIGTERM while the CLI's own modules are imported (typer, by cli/app.py: before, exit -15 and no word) or
+    while the run imports torch (numpy, under torch._C: before, the signal was dropped and the run went on to
+    `ok`, or numpy printed it as a 40-line ImportError and exit 1)."""
+    args = ["run", *TINY, "--output", str(tmp_path / "out")]
+    done = subprocess.run(
+        [sys.executable, "-c", SIGNAL_IN_IMPORT.format(target=target, inside=inside, args=args)],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.match(r"error: (run )?interrupted by SIGTERM", lines[0]), done.stderr
