@@ -108,6 +108,7 @@ TOP_LEVEL = {
     "__main__.py": "the console script and python -m effbench: signals held while the CLI is imported",
     "errors.py": "EffbenchError, the one-line error every stage raises",
     "fmt.py": "how every table prints a value",
+    "redact.py": "what a secret looks like: every writer of a record, a report, a line or an upload hides it",
     "config.py": "RunConfig, validated where declared",
     "datasets.py": "the dataset catalog, read by config, data, preflight and --help (torch-free)",
     "archs.py": "the architecture names and metadata, read by config and models (torch-free)",
