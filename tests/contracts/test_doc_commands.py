@@ -316,7 +316,7 @@ RUN: dict[str, Spec] = {
         shows=(r"^shm\s+ok\s+/dev/shm has .* free; 4 DataLoader workers x batch 256", *DOCTOR_ROWS, DOCTOR_VERDICT)
     ),
     "effbench datasets --data-dir ./data": Spec(shows=(r"^datasets under --data-dir data ",)),
-    # docs/tracking.md: no server, a SQLite file (MLflow's SQL store: sqlalchemy, alembic in the dev extra)
+    # docs/tracking.md: no server, a SQLite file (MLflow's SQL store: sqlalchemy, alembic in the test extra)
     "effbench track results/ --track sqlite:///mlflow.db": Spec(
         smoke=True, setup=place("results/run"), shows=(r"^tracked: 1 run\(s\) in experiment 'effbench' \(1 new\)",)
     ),

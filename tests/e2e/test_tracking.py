@@ -31,7 +31,7 @@ from clitools import invoke, only_run
 SERVER_MODULES = ("mlflow", "flask", "sqlalchemy", "alembic")
 pytestmark = pytest.mark.skipif(
     any(importlib.util.find_spec(m) is None for m in SERVER_MODULES),
-    reason="needs MLflow's client and server packages: pip install -e '.[dev]'",
+    reason="needs MLflow's client and server packages: pip install -e '.[test]'",
 )
 TINY = ["--arch", "resnet18", "--image-size", "16", "--weights", "none", "--device", "cpu", "--dataset", "synthetic",
         "--max-steps", "4", "--warmup-steps", "1", "--epochs", "2", "--repeats", "3", "--quiet"]  # fmt: skip

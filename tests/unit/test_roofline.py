@@ -224,6 +224,9 @@ def test_a_torch_without_event_dtypes_gets_them_from_the_kineto_events():
 # effbench/selftest/checks.py check_roofline: the microbenchmarks run in each profiled step's data wait, so roof
 # and model meet the same load on a busy 2-core machine; one thread; up to three attempts)
 # --------------------------------------------------------------------------------------------------
+# Its verdict is the machine's as much as the code's: beside another busy process it read 41-66% (2 cores, load 6).
+# CI's selftest stage runs the same check on an otherwise idle machine, once more when it says "too noisy".
+@pytest.mark.slow
 def test_a_matmul_only_model_reaches_70pct_of_the_compute_roof_an_elementwise_only_50pct_of_memory(tmp_path):
     ctx = st.Context(st.SelftestConfig(device="cpu", output=tmp_path), CPU, tmp_path, print)
     rows = st.check_roofline(ctx)
