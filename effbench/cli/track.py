@@ -58,12 +58,9 @@ def tracking(uri: str | None, experiment: str, traces: bool) -> Tracking | None:
             given = "--track-traces" if traces else "--track-experiment"
             raise EffbenchError(given, f"logs to a tracking server: give one with --track URI (or {ENV})")
         return None
-    if not experiment.strip():
-        raise EffbenchError(
-            "--track-experiment", "is empty; name the MLflow experiment, e.g. --track-experiment effbench"
-        )
     from effbench.track import mlflow_store
 
+    mlflow_store.check_experiment(experiment)
     mlflow_store.check(uri)
     return Tracking(uri, experiment, traces)
 

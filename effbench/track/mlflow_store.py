@@ -18,6 +18,9 @@ import importlib.util
 import logging
 import os
 import shutil
+import tempfile
+import urllib.parse
+import urllib.request
 import warnings
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -53,6 +56,7 @@ CLIENT_ENV = {
 FILE_STORE_ENV = {"MLFLOW_ALLOW_FILE_STORE": "true"}
 # Loggers that would print retries, migrations and MLflow's own errors: the upload's outcome is effbench's one line.
 QUIET_LOGGERS = ("mlflow", "alembic", "urllib3")
+MAX_EXPERIMENT_CHARS = 500  # mlflow/utils/validation.py MAX_EXPERIMENT_NAME_LENGTH: a longer name is refused
 READ_FILES = (results.RESULTS_FILE, results.ENV_FILE, results.CONFIG_FILE)
 READ_MARKER = ".effbench-tracking"
 """In the runs/ folder `read_back` fills: it may replace a folder holding it, never another one."""
@@ -63,8 +67,8 @@ def scheme(uri: str) -> str:
     return head.split("+")[0].lower() if sep else ""
 
 
-def check(uri: str, option: str = "--track") -> None:
-    """Before a run starts: the URI is one MLflow takes and its client is installed (one line with the fix)."""
+def check(uri: str, option: str = "--track", *, write: bool = True) -> None:
+    """Before a run starts: the URI is one MLflow takes, its client is installed and, to `write`, a SQLite file's or file: store's folder takes a file (one line with the fix)."""
     if scheme(uri) not in SCHEMES:
         raise EffbenchError(
             option,
@@ -78,6 +82,49 @@ def check(uri: str, option: str = "--track") -> None:
             option,
             f"{uri} is a database: writing to one directly needs MLflow's SQL store (pip install sqlalchemy "
             "alembic, or the full `mlflow` package); or log to an MLflow server: --track http://HOST:5000",
+        )
+    folder = _store_folder(uri) if write else None
+    if folder is not None:
+        _check_writable(folder, uri, option)
+
+
+def _store_folder(uri: str) -> Path | None:
+    """The folder a SQLite file or a file: store is written in; None for a server or another database."""
+    if scheme(uri) == "sqlite" and uri.startswith("sqlite:///") and uri != "sqlite:///:memory:":
+        return Path(urllib.parse.unquote(uri[len("sqlite:///") :].split("?")[0])).parent
+    if scheme(uri) == "file":
+        return Path(urllib.request.url2pathname(urllib.parse.urlparse(uri).path))
+    return None
+
+
+def _check_writable(folder: Path, uri: str, option: str) -> None:
+    """Before a run: a file written where the store will be (MLflow makes the missing folders, so the nearest
+    existing one is tried). Tried, not os.access: root passes every permission check yet cannot write to a
+    read-only mount or /proc; and MLflow's engine would retry an unwritable SQLite file for ~100 s."""
+    existing = folder.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(f"{existing} is not a folder")
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".effbench-probe-"):
+            pass
+    except OSError as e:
+        why = e.strerror or str(e)
+        raise EffbenchError(
+            option,
+            f"{uri} cannot be written: no file can be made in {existing} ({why}); name a store in a folder you "
+            "can write, "
+            "e.g. --track sqlite:///$HOME/mlflow/mlflow.db",
+        ) from None
+
+
+def check_experiment(name: str, option: str = "--track-experiment") -> None:
+    if not name.strip():
+        raise EffbenchError(option, "is empty; name the MLflow experiment, e.g. --track-experiment effbench")
+    if len(name) > MAX_EXPERIMENT_CHARS:
+        raise EffbenchError(
+            option, f"is {len(name)} characters; MLflow takes at most {MAX_EXPERIMENT_CHARS}: name a shorter one"
         )
 
 
@@ -319,7 +366,7 @@ def read_back(uri: str, experiment: str, dest: Path, option: str = "--from-track
     """Every run logged complete to `experiment` (the parents of sweeps aside) as run folders under dest/runs/,
     and as the export rows the leaderboard reads (their kind and group as tagged); and how many runs had no
     results.json to read."""
-    check(uri, option)
+    check(uri, option, write=False)  # a database copied read-only is still read
     with _client_env(uri):
         try:
             client = _client(uri)

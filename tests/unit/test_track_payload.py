@@ -125,6 +125,44 @@ def test_bad_tracking_options_are_one_line_before_the_run(args, line, tmp_path, 
     assert not any(tmp_path.iterdir())
 
 
+NEEDS_SQL_STORE = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("mlflow", "sqlalchemy", "alembic")),
+    reason="needs MLflow's client and SQL store (effbench[tracking], sqlalchemy, alembic)",
+)
+
+
+@NEEDS_SQL_STORE
+@pytest.mark.parametrize(
+    "store, line",
+    [
+        # /proc takes no new file, root or not (os.access would say yes to root); MLflow's engine retried ~100 s
+        ("sqlite:////proc/effbench-46/m.db", "error: --track: sqlite:////proc/effbench-46/m.db cannot be written: "
+         "no file can be made in /proc ("),
+        ("sqlite:///{tmp}/a-file/m.db", "error: --track: sqlite:///{tmp}/a-file/m.db cannot be written: "
+         "no file can be made in {tmp}/a-file ("),
+        ("file:///proc/effbench-46/mlruns", "error: --track: file:///proc/effbench-46/mlruns cannot be written: "),
+    ],
+)  # fmt: skip
+def test_a_store_that_cannot_be_written_is_refused_before_the_run(store, line, tmp_path, capsys, monkeypatch):
+    (tmp_path / "a-file").write_text("not a folder")
+    monkeypatch.setattr("effbench.run.launch.run", lambda *a, **k: pytest.fail("the run started"))
+    out = tmp_path / "out"
+    for command in (["run", "--smoke"], ["sweep", "--smoke", "--batch-size", "4,8"]):
+        code, _, err = invoke([*command, "--output", out, "--track", store.format(tmp=tmp_path)], capsys)
+        assert code == 2 and err.startswith(line.format(tmp=tmp_path)) and err.count("\n") == 1, err
+        assert "name a store in a folder you can write" in err
+    assert not out.exists() and {p.name for p in tmp_path.iterdir()} == {"a-file"}
+
+
+def test_an_experiment_name_mlflow_would_refuse_after_the_run_is_refused_before_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("effbench.run.launch.run", lambda *a, **k: pytest.fail("the run started"))
+    args = ["run", "--smoke", "--output", tmp_path, "--track", "http://127.0.0.1:5000", "--track-experiment", "e" * 501]
+    code, _, err = invoke(args, capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("error: --track-experiment: is 501 characters; MLflow takes at most 500"), err
+    assert not any(tmp_path.iterdir())
+
+
 def test_without_mlflow_track_says_how_to_install_it(tmp_path, capsys, monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
