@@ -203,7 +203,9 @@ def _report_from_tracking(uri: str, experiment: str, dest: Path | None) -> None:
     from effbench.track import mlflow_store
 
     out = dest or Path(os.environ.get("EFFBENCH_OUTPUT") or "results") / f"tracking-{results.safe_name(experiment)}"
-    runs, unread = mlflow_store.read_back(uri, experiment, out)
+    runs, left_out = mlflow_store.read_back(uri, experiment, out)
+    for line in left_out:  # before the leaderboard: a left-out run is seen, not scrolled past
+        say(f"warning: --from-tracking: {line}", err=True)
     if not runs:
         raise EffbenchError(
             "--experiment", f"{experiment!r} at {uri} holds no run logged by effbench; log some with --track URI"
@@ -213,8 +215,6 @@ def _report_from_tracking(uri: str, experiment: str, dest: Path | None) -> None:
     say(f"leaderboard of {len(runs)} runs from {uri} (experiment {experiment!r}): wrote {len(files)} files")
     for f in files:
         typer.echo(f"  {f}")
-    if unread:
-        typer.echo(f"warning: {unread} run(s) of {experiment!r} have no results.json artifact: left out", err=True)
 
 
 def compare(

@@ -9,20 +9,23 @@ idempotent: each run is looked up by its key (tag effbench.run_id) before one is
 complete is left as it is, one cut short (no effbench.upload tag) is replaced whole. A sweep or scaling series
 is a parent run (looked up the same way, its status and files refreshed) with its runs as children
 (tag mlflow.parentRunId, which MLflow's UI nests).
+
+Each upload or read runs in a child process (bounded.py) with a wall-clock budget for every MLflow call; the
+functions OPS names are what the child runs, the client they are handed already under that budget.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import logging
 import os
+import re
 import shutil
 import tempfile
 import urllib.parse
 import urllib.request
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +34,7 @@ from typing import Any
 from effbench import results
 from effbench.analysis import export as ex
 from effbench.errors import EffbenchError
+from effbench.track import bounded
 from effbench.track import payload as P
 
 INSTALL = "pip install 'effbench[tracking]'"
@@ -40,22 +44,28 @@ SCHEMES = ("http", "https", "file", "databricks", "sqlite", "postgresql", "mysql
 DATABASES = ("sqlite", "postgresql", "mysql", "mssql")
 GROUP_KINDS = ("sweep", "scaling")
 PARENT = "mlflow.parentRunId"  # mlflow/utils/mlflow_tags.py MLFLOW_PARENT_RUN_ID: the UI nests the run under it
-# mlflow/environment_variables.py defaults: 7 retries with exponential backoff (about 4 minutes) and 120 s per
-# request. A run that has just ended should not wait minutes on a server that is down: 2 retries 1 s apart
-# and 20 s per request; a value the user exported wins.
+# mlflow/environment_variables.py defaults: 7 retries with exponential backoff (about 4 minutes). A run that has
+# just ended should not wait minutes on a server that is down: 2 retries 1 s apart; a value the user exported
+# wins. MLFLOW_HTTP_REQUEST_TIMEOUT is per socket read, not per request: it defaults to the budget of each call
+# (bounded.py), which is what bounds a call's whole time.
 CLIENT_ENV = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-    "MLFLOW_HTTP_REQUEST_TIMEOUT": "20",
     # MlflowClient.set_terminated prints "View run ... at" per run (tracking/_tracking_service/client.py
     # _log_url): effbench says once where the runs went
     "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+    # store/artifact/artifact_repo.py download_artifacts draws a tqdm bar per call (ArtifactProgressBar)
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
 }
 # mlflow/store/tracking/file_store.py refuses a file: store unless this is set ("maintenance mode"); the
 # user asked for one by naming it
 FILE_STORE_ENV = {"MLFLOW_ALLOW_FILE_STORE": "true"}
-# Loggers that would print retries, migrations and MLflow's own errors: the upload's outcome is effbench's one line.
-QUIET_LOGGERS = ("mlflow", "alembic", "urllib3")
+# Loggers that would print retries, migrations ("Creating initial MLflow database tables...") and MLflow's own
+# errors: the upload's outcome is effbench's one line.
+QUIET_LOGGERS = ("mlflow", "alembic", "sqlalchemy", "urllib3")
+# mlflow/store/db/utils.py create_sqlalchemy_engine_with_retry: MAX_RETRY_COUNT = 10 tries 0.1 * (2**n - 1) s
+# apart (~100 s, a warning each) and no setting for it; one retry is enough for a database that is up.
+SQL_TRIES = 2
 MAX_EXPERIMENT_CHARS = 500  # mlflow/utils/validation.py MAX_EXPERIMENT_NAME_LENGTH: a longer name is refused
 READ_FILES = (results.RESULTS_FILE, results.ENV_FILE, results.CONFIG_FILE)
 READ_MARKER = ".effbench-tracking"
@@ -68,7 +78,8 @@ def scheme(uri: str) -> str:
 
 
 def check(uri: str, option: str = "--track", *, write: bool = True) -> None:
-    """Before a run starts: the URI is one MLflow takes, its client is installed and, to `write`, a SQLite file's or file: store's folder takes a file (one line with the fix)."""
+    """Before a run starts: the URI is one MLflow takes, its client is installed, EFFBENCH_TRACK_TIMEOUT is a
+    budget and, to `write`, a SQLite file's or file: store's folder takes a file (one line with the fix)."""
     if scheme(uri) not in SCHEMES:
         raise EffbenchError(
             option,
@@ -83,6 +94,7 @@ def check(uri: str, option: str = "--track", *, write: bool = True) -> None:
             f"{uri} is a database: writing to one directly needs MLflow's SQL store (pip install sqlalchemy "
             "alembic, or the full `mlflow` package); or log to an MLflow server: --track http://HOST:5000",
         )
+    bounded.budget_s()
     folder = _store_folder(uri) if write else None
     if folder is not None:
         _check_writable(folder, uri, option)
@@ -128,52 +140,56 @@ def check_experiment(name: str, option: str = "--track-experiment") -> None:
         )
 
 
-@contextlib.contextmanager
-def _client_env(uri: str) -> Iterator[None]:
-    """MLflow's client settings for one upload or read (CLIENT_ENV), its loggers and warnings silenced; all
-    restored after, so a test or a caller in the same process keeps its own."""
-    wanted = {**CLIENT_ENV, **(FILE_STORE_ENV if scheme(uri) == "file" else {})}
-    saved_env = {k: os.environ.get(k) for k in wanted}
-    loggers = [logging.getLogger(n) for n in QUIET_LOGGERS]
-    saved_levels = [lg.level for lg in loggers]
-    for k, v in wanted.items():
+def quiet_mlflow(uri: str, budget: float) -> None:
+    """In the tracking child (bounded.py): MLflow's settings for our calls, its loggers, warnings and retry loops
+    bounded and silenced. Only that process is touched: it ends with the operation."""
+    # a read never times out before the call's budget does: the watchdog's line, naming it, is the one seen
+    wanted = {**CLIENT_ENV, "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(budget) + 1)}
+    for k, v in {**wanted, **(FILE_STORE_ENV if scheme(uri) == "file" else {})}.items():
         os.environ.setdefault(k, v)
-    for lg in loggers:
-        lg.setLevel(logging.CRITICAL + 1)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for k, old in saved_env.items():
-            if old is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = old
-        for lg, level in zip(loggers, saved_levels, strict=True):
-            lg.setLevel(level)
+    import mlflow  # noqa: F401  (its import sets its loggers' levels: quieted after it)
+
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+    warnings.simplefilter("ignore")
+    if scheme(uri) in DATABASES:
+        from mlflow.store.db import utils as db_utils
+
+        db_utils.MAX_RETRY_COUNT = SQL_TRIES
+
+
+_STATUS = re.compile(r"too many (\d{3}) error responses|error code (\d{3})")
+_BODY = re.compile(r"Response body: '(.*)'", re.DOTALL)
 
 
 def reason(e: BaseException) -> str:
-    """What went wrong, in a few words: MLflow's messages carry the whole request and urllib3's retry state."""
+    """What went wrong, in a few words: MLflow's messages carry the whole request, urllib3's retry state and the
+    server's answer as it came (bounded.excerpt shows a short, printable, redacted piece of it at most)."""
     text = " ".join(str(e).split())
+    if m := _STATUS.search(text):
+        said = f"the server answered HTTP {m.group(1) or m.group(2)}"
+        body = _BODY.search(text)
+        return said + (f": {bounded.excerpt(body.group(1))}" if body and body.group(1).strip() else "")
     for needle, said in (
         ("Connection refused", "connection refused"),
-        ("timed out", f"no answer within {os.environ.get('MLFLOW_HTTP_REQUEST_TIMEOUT', CLIENT_ENV['MLFLOW_HTTP_REQUEST_TIMEOUT'])} s"),
+        ("not in a valid JSON format", "the server's answer is not MLflow's (not JSON)"),
+        ("BadStatusLine", "the server's answer is not HTTP"),
+        ("RemoteDisconnected", "the server closed the connection without an answer"),
+        ("timed out", f"no answer within MLFLOW_HTTP_REQUEST_TIMEOUT={os.environ.get('MLFLOW_HTTP_REQUEST_TIMEOUT')} s"),
         ("Name or service not known", "host not found"),
         ("Failed to resolve", "host not found"),
         ("Max retries exceeded", "cannot connect"),
     ):  # fmt: skip
         if needle in text:
             return said
-    text = text or type(e).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
+    return bounded.excerpt(text or type(e).__name__)
 
 
-def _client(uri: str) -> Any:
+def _client(uri: str, watch: bounded.Watchdog) -> Any:
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=uri)
+    with watch("connect"):  # a database store connects (and makes its tables) here
+        return bounded.Watched(MlflowClient(tracking_uri=uri), watch)
 
 
 def _artifact_location(uri: str) -> str | None:
@@ -297,27 +313,34 @@ def upload(
 ) -> Uploaded:
     """Log every run folder at or under `paths` (the same folders `effbench export` reads) to `uri`.
 
-    A bad folder is an EffbenchError before anything is sent; a tracker that cannot be reached or refuses a
-    request is an EffbenchError naming `option`, the URI and the reason."""
-    plan = P.collect(paths, traces=traces)
+    A bad folder is an EffbenchError before anything is sent; a tracker that cannot be reached, refuses a
+    request or outlives the budget of a call is an EffbenchError naming `option`, the URI and the reason."""
+    P.collect(paths, traces=traces)  # here, before the child: a bad folder is its own error line
+    args = {"paths": [str(Path(p).absolute()) for p in paths], "uri": uri, "experiment": experiment, "traces": traces}
+    try:
+        done = bounded.call("upload", args, bounded.budget_s())
+    except bounded.Unanswered as e:
+        raise EffbenchError(option, f"could not log to {uri} ({e})") from None
+    return Uploaded(uri, experiment, done["experiment_id"], done["counts"], done["groups"])
+
+
+def _upload_here(
+    *, paths: list[str], uri: str, experiment: str, traces: bool, watch: bounded.Watchdog
+) -> dict[str, Any]:
+    """upload's work, in the tracking child."""
+    plan = P.collect([Path(p) for p in paths], traces=traces)
     counts: dict[str, int] = {}
-    with _client_env(uri):
-        try:
-            client = _client(uri)
-            experiment_id = _experiment_id(client, experiment, uri, "--track-experiment")
-            parents = {folder: _upsert_group(client, experiment_id, g) for folder, g in plan.groups.items()}
-            for run in plan.runs:
-                outcome = _upsert_run(client, experiment_id, run, parents.get(run.group) if run.group else None)
-                counts[outcome] = counts.get(outcome, 0) + 1
-            for folder, g in plan.groups.items():  # after its runs: a cut-short upload leaves it incomplete
-                if g.status != "RUNNING":
-                    client.set_terminated(parents[folder], g.status, end_time=g.end_ms)
-                    client.set_tag(parents[folder], P.UPLOAD, P.COMPLETE)
-        except EffbenchError:
-            raise
-        except Exception as e:  # MLflow's and requests' own: the server is down, refused, or the URI is wrong
-            raise EffbenchError(option, f"could not log to {uri} ({reason(e)})") from None
-    return Uploaded(uri, experiment, experiment_id, counts, len(plan.groups))
+    client = _client(uri, watch)
+    experiment_id = _experiment_id(client, experiment, uri, "--track-experiment")
+    parents = {folder: _upsert_group(client, experiment_id, g) for folder, g in plan.groups.items()}
+    for run in plan.runs:
+        outcome = _upsert_run(client, experiment_id, run, parents.get(run.group) if run.group else None)
+        counts[outcome] = counts.get(outcome, 0) + 1
+    for folder, g in plan.groups.items():  # after its runs: a cut-short upload leaves it incomplete
+        if g.status != "RUNNING":
+            client.set_terminated(parents[folder], g.status, end_time=g.end_ms)
+            client.set_tag(parents[folder], P.UPLOAD, P.COMPLETE)
+    return {"experiment_id": experiment_id, "counts": counts, "groups": len(plan.groups)}
 
 
 def _all_runs(client: Any, experiment_id: str) -> list[Any]:
@@ -350,58 +373,77 @@ def _runs_folder(dest: Path) -> Path:
     return runs_dir
 
 
-def _download(client: Any, run_id: str, folder: Path) -> bool:
-    """results.json, env.json and config.json of one run into its folder; False without results.json."""
+def _download(client: Any, run_id: str, folder: Path) -> str | None:
+    """results.json, env.json and config.json of one run into its folder; why not, when results.json is not."""
     folder.mkdir()
     for name in READ_FILES:
         try:
             client.download_artifacts(run_id, name, str(folder))
-        except Exception:  # env.json and config.json may be absent: the record holds copies of both
+        except Exception as e:  # env.json and config.json may be absent: the record holds copies of both
             if name == results.RESULTS_FILE:
-                return False
-    return (folder / results.RESULTS_FILE).is_file()
+                return f"its {name} artifact could not be read ({reason(e)})"
+    return None if (folder / results.RESULTS_FILE).is_file() else f"it has no {results.RESULTS_FILE} artifact"
 
 
-def read_back(uri: str, experiment: str, dest: Path, option: str = "--from-tracking") -> tuple[list[ex.Run], int]:
+def _read_here(*, uri: str, experiment: str, dest: str, watch: bounded.Watchdog) -> list[dict[str, Any]]:
+    """read_back's downloads, in the tracking child: each run's id, name, folder, kind, group, and why it could
+    not be read (None when it could)."""
+    client = _client(uri, watch)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        names = sorted(e.name for e in client.search_experiments(max_results=50))
+        raise EffbenchError(
+            "--experiment", f"{uri} has no experiment {experiment!r}; it has: {', '.join(names) or 'none'}"
+        )
+    found = [r for r in _all_runs(client, str(exp.experiment_id)) if r.data.tags.get(P.KIND) not in GROUP_KINDS]
+    # in the order of their folders' paths when uploaded, as `effbench report FOLDER` finds them
+    # (export.find_runs): the leaderboard lists its groups in the order it first meets them
+    found.sort(key=lambda r: (Path(r.data.tags.get(P.PATH, "")), r.info.run_name or "", r.info.run_id))
+    runs_dir = _runs_folder(Path(dest))
+    folders: list[Path] = []
+    taken: set[str] = set()
+    for r in found:  # the run folder's own name; two of one name (two machines) told apart by run id
+        base = results.safe_name(r.info.run_name or r.info.run_id)
+        name = base if base not in taken else f"{base}-{r.info.run_id[:8]}"
+        taken.add(name)
+        folders.append(runs_dir / name)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        why = list(pool.map(lambda rf: _download(client, rf[0].info.run_id, rf[1]), zip(found, folders, strict=True)))
+    return [
+        {"id": r.info.run_id, "name": r.info.run_name or r.info.run_id, "folder": str(folder), "why": w,
+         "kind": r.data.tags.get(P.KIND), "group": r.data.tags.get(P.GROUP)}
+        for r, folder, w in zip(found, folders, why, strict=True)
+    ]  # fmt: skip
+
+
+def read_back(uri: str, experiment: str, dest: Path, option: str = "--from-tracking") -> tuple[list[ex.Run], list[str]]:
     """Every run logged complete to `experiment` (the parents of sweeps aside) as run folders under dest/runs/,
-    and as the export rows the leaderboard reads (their kind and group as tagged); and how many runs had no
-    results.json to read."""
+    and as the export rows the leaderboard reads (their kind and group as tagged); and, for each run left out
+    because its results.json could not be downloaded or read, a line naming it and why (its folder removed)."""
     check(uri, option, write=False)  # a database copied read-only is still read
-    with _client_env(uri):
-        try:
-            client = _client(uri)
-            exp = client.get_experiment_by_name(experiment)
-            if exp is None:
-                names = sorted(e.name for e in client.search_experiments(max_results=50))
-                raise EffbenchError(
-                    "--experiment", f"{uri} has no experiment {experiment!r}; it has: {', '.join(names) or 'none'}"
-                )
-            found = [r for r in _all_runs(client, str(exp.experiment_id)) if r.data.tags.get(P.KIND) not in GROUP_KINDS]
-            # in the order of their folders' paths when uploaded, as `effbench report FOLDER` finds them
-            # (export.find_runs): the leaderboard lists its groups in the order it first meets them
-            found.sort(key=lambda r: (Path(r.data.tags.get(P.PATH, "")), r.info.run_name or "", r.info.run_id))
-            runs_dir = _runs_folder(Path(dest))
-            folders: list[Path] = []
-            taken: set[str] = set()
-            for r in found:  # the run folder's own name; two of one name (two machines) told apart by run id
-                base = results.safe_name(r.info.run_name or r.info.run_id)
-                name = base if base not in taken else f"{base}-{r.info.run_id[:8]}"
-                taken.add(name)
-                folders.append(runs_dir / name)
-            with ThreadPoolExecutor(max_workers=4) as pool:
-                got = list(
-                    pool.map(lambda rf: _download(client, rf[0].info.run_id, rf[1]), zip(found, folders, strict=True))
-                )
-        except EffbenchError:
-            raise
-        except Exception as e:
-            raise EffbenchError(option, f"could not read {uri} ({reason(e)})") from None
-    out = []
-    for r, folder, ok in zip(found, folders, got, strict=True):
-        if not ok:
-            continue
-        run = ex.read_run(folder / results.RESULTS_FILE)
-        run.row[ex.KIND] = r.data.tags.get(P.KIND, run.row[ex.KIND])
-        run.row[ex.GROUP] = r.data.tags.get(P.GROUP)
-        out.append(run)
-    return out, got.count(False)
+    try:
+        got = bounded.call("read", {"uri": uri, "experiment": experiment, "dest": str(Path(dest).absolute())},
+                           bounded.budget_s())  # fmt: skip
+    except bounded.Unanswered as e:
+        raise EffbenchError(option, f"could not read {uri} ({e})") from None
+    out: list[ex.Run] = []
+    left_out: list[str] = []
+    for r in got:
+        folder, why = Path(r["folder"]), r["why"]
+        if why is None:
+            try:
+                run = ex.read_run(folder / results.RESULTS_FILE)
+            except EffbenchError as e:  # its own line: one bad run must not sink the leaderboard
+                why = f"its {results.RESULTS_FILE} is not an effbench record ({e.message.split('; ')[0]})"
+            else:
+                run.row[ex.KIND] = r["kind"] or run.row[ex.KIND]
+                run.row[ex.GROUP] = r["group"]
+                out.append(run)
+                continue
+        left_out.append(f"run {r['name']!r} ({r['id']}) left out: {why}")
+        shutil.rmtree(folder, ignore_errors=True)  # runs/ holds only records compare and export can read
+    return out, left_out
+
+
+OPS: dict[str, Callable[..., Any]] = {"upload": _upload_here, "read": _read_here}
+"""What the tracking child (bounded.py) runs, by name."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 
 from effbench import results
 from effbench.cli import track as cli_track
-from effbench.track import mlflow_store, payload
+from effbench.track import bounded, mlflow_store, payload
 from clitools import invoke
 
 FIXTURE_RECORD = Path(__file__).resolve().parents[1] / "fixtures" / "records" / "v1-smoke-aef98bb.json"
@@ -98,16 +99,41 @@ def test_the_reason_is_a_few_words():
     refused = "API request to http://x:1/api failed with exception HTTPConnectionPool(...): Max retries exceeded with url: (Caused by NewConnectionError(...: [Errno 111] Connection refused'))"
     assert mlflow_store.reason(Exception(refused)) == "connection refused"
     assert mlflow_store.reason(Exception("line one\nline two")) == "line one line two"
-    assert len(mlflow_store.reason(Exception("y" * 500))) == 200
+    assert len(mlflow_store.reason(Exception("y" * 500))) == bounded.EXCERPT_CHARS
 
 
-def test_the_client_settings_are_put_back(monkeypatch):
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "7")
-    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
-    with mlflow_store._client_env("http://x:1"):
-        assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "7"  # the user's wins
-        assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "2"
-    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ and os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "7"
+def test_a_server_s_answer_is_named_by_its_status_and_never_echoed_raw():
+    # the texts MLflow 3.17 raises: utils/rest_utils.py http_request wraps urllib3's MaxRetryError once the
+    # retries on a 5xx (request_utils._TRANSIENT_FAILURE_RESPONSE_CODES) are spent; verify_rest_response
+    # quotes the body of any other status as it came
+    spent = "API request to http://h/api/2.0/mlflow/experiments/get-by-name failed with exception HTTPConnectionPool(host='h', port=80): Max retries exceeded with url: /api (Caused by ResponseError('too many 500 error responses'))"
+    assert mlflow_store.reason(Exception(spent)) == "the server answered HTTP 500"
+    body = "\x1b[2J<h1>no</h1> http://eve:PW46@h/ " + "z" * 400
+    quoted = f"API request to endpoint /api/2.0/mlflow/runs/create failed with error code 403 != 200. Response body: '{body}'"
+    said = mlflow_store.reason(Exception(quoted))
+    assert said.startswith("the server answered HTTP 403: \\x1b[2J<h1>no</h1> http://eve:***@h/ z")
+    assert "\x1b" not in said and "PW46" not in said and len(said) < 200
+
+
+def test_the_tracking_child_s_settings_bound_mlflow_and_leave_exported_values(monkeypatch):
+    """quiet_mlflow runs in the tracking child only (bounded.main); here on a copy of the environment."""
+    pytest.importorskip("mlflow")
+    pytest.importorskip("sqlalchemy")
+    from mlflow.store.db import utils as db_utils
+
+    monkeypatch.setattr(os, "environ", {"MLFLOW_HTTP_REQUEST_TIMEOUT": "7"})
+    monkeypatch.setattr(db_utils, "MAX_RETRY_COUNT", db_utils.MAX_RETRY_COUNT)
+    levels = {n: logging.getLogger(n).level for n in mlflow_store.QUIET_LOGGERS}
+    try:
+        mlflow_store.quiet_mlflow("sqlite:///m.db", 2.0)
+        assert {n: logging.getLogger(n).level for n in levels} == dict.fromkeys(levels, logging.CRITICAL + 1)
+    finally:
+        for n, level in levels.items():
+            logging.getLogger(n).setLevel(level)
+    assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "7"  # the user's wins
+    assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "2"
+    assert os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] == "false"
+    assert db_utils.MAX_RETRY_COUNT == mlflow_store.SQL_TRIES
 
 
 @pytest.mark.parametrize(
@@ -160,6 +186,16 @@ def test_an_experiment_name_mlflow_would_refuse_after_the_run_is_refused_before_
     code, _, err = invoke(args, capsys)
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith("error: --track-experiment: is 501 characters; MLflow takes at most 500"), err
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "nan", "1e9"])
+def test_a_bad_track_timeout_is_refused_before_the_run(value, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("EFFBENCH_TRACK_TIMEOUT", value)
+    monkeypatch.setattr("effbench.run.launch.run", lambda *a, **k: pytest.fail("the run started"))
+    code, _, err = invoke(["run", "--smoke", "--output", tmp_path, "--track", "http://127.0.0.1:5000"], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: EFFBENCH_TRACK_TIMEOUT: '{value}' is not a number of seconds in (0, 86400]"), err
     assert not any(tmp_path.iterdir())
 
 
