@@ -481,9 +481,11 @@ def _job_devices(
     conv_tf32: bool,
     matmul_tf32: bool,
 ) -> list[analysis.JobDevice]:
-    """The job's devices for its MFU peak: each rank's own GPU where the ranks say which (a job may mix
-    models, and its peak is the sum of theirs); else the node's first GPU for every device (DataParallel:
-    one process driving the node's GPUs; records written before ranks named theirs); none on the CPU."""
+    """The job's devices for its MFU peak, device i by whatever names it: rank i's own row (a job may mix
+    models, and its peak is the sum of theirs), else the node's GPU at CUDA index i where device i is on
+    the node env.json describes (DataParallel drives cuda:0..n-1 from one process; a one-node job's rank i
+    trains on cuda:i, its local rank), else none, so no MFU (a failed multi-node run whose other ranks
+    never reported). Before, every device without a row took the node's first GPU's peak. None on the CPU."""
 
     def on(name: str | None, capability: str | None, sm_count: int | None) -> analysis.JobDevice:
         mix = analysis.kind_precisions(
@@ -496,15 +498,20 @@ def _job_devices(
         )
         return analysis.JobDevice(name, sm_count, mix)
 
-    gpus = record.env.gpus
-    per_rank = [r for r in record.ranks if r.gpu_name]
     if device_type != "cuda":
         return [on(None, None, None)] * devices
-    if per_rank and len(per_rank) == len(record.ranks) == devices:
-        return [on(r.gpu_name, r.gpu_capability, r.gpu_sm_count) for r in per_rank]
-    if gpus:
-        return [on(gpus[0].name, gpus[0].capability, gpus[0].sm_count)] * devices
-    return [on(None, None, None)] * devices
+    gpus = record.env.gpus
+    named = {r.rank: r for r in record.ranks if r.gpu_name}
+    on_node = record.launch.mode == "dp" or (record.launch.nnodes or 1) == 1
+
+    def device(i: int) -> analysis.JobDevice:
+        if (r := named.get(i)) is not None:
+            return on(r.gpu_name, r.gpu_capability, r.gpu_sm_count)
+        if on_node and i < len(gpus):
+            return on(gpus[i].name, gpus[i].capability, gpus[i].sm_count)
+        return on(None, None, None)
+
+    return [device(i) for i in range(devices)]
 
 
 def _add_roofline(

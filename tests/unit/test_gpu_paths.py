@@ -903,3 +903,42 @@ def test_a_job_over_two_gpu_models_is_held_against_both_peaks():
     out = typedrec.summarize(rec, flops_image=flops, utilization=None, memory=[], profile_info=None,
                              cpu_quota_cores=None, workers_per_process=0, processes_per_node=2, tf32_enabled=True)  # fmt: skip
     assert "mfu" not in out
+
+
+# A100 SXM and H100 SXM datasheets: 312 and 989.5 dense bf16 TFLOP/s (efficiency.PEAK_TFLOPS cites them)
+_A100, _H100 = ("NVIDIA A100-SXM4-80GB", "8.0", 108), ("NVIDIA H100 80GB HBM3", "9.0", 132)
+
+
+def _mixed_node_record(mode: str, ranks: list[dict], **kw) -> dict:
+    """A bf16 record on one node whose env.json lists cuda:0 an H100 and cuda:1 an A100."""
+    gpus = [{"index": i, "name": n, "capability": c, "sm_count": s} for i, (n, c, s) in enumerate([_H100, _A100])]
+    return {"precision": "bf16", "devices": 2, "world_size": 1 if mode == "dp" else 2, "throughput_img_s": 500.0,
+            "data_time_share": 0.02, "measured": {"steps": 50, "time_s": 1.0, "images": 500}, "ranks": ranks,
+            "launch": {"mode": mode, "device_type": "cuda", "nproc_per_node": 2, "nnodes": 1}, "env": {"gpus": gpus},
+            **kw}  # fmt: skip
+
+
+def _mfu_summary(rec: dict) -> dict:
+    return typedrec.summarize(rec, flops_image=1e12, utilization=None, memory=[], profile_info=None,
+                              cpu_quota_cores=None, workers_per_process=0, processes_per_node=2, tf32_enabled=True)  # fmt: skip
+
+
+def _row(rank: int, gpu: tuple[str, str, int]) -> dict:
+    return {"rank": rank, "local_rank": rank, "gpu_name": gpu[0], "gpu_capability": gpu[1], "gpu_sm_count": gpu[2]}
+
+
+def test_dataparallel_and_a_failed_run_hold_each_device_against_its_own_peak():
+    # GPU truth 3.11 residual: a device no rank row names took the node's first GPU's peak. 1 TFLOP per image at
+    # 500 img/s is 500 TFLOP/s; the job's peak is the H100's and the A100's, 989.5 + 312 (before: 2 x 989.5).
+    both = 989.5 + 312.0
+    dp = _mfu_summary(_mixed_node_record("dp", [_row(0, _H100)]))  # one process: rank 0's row names cuda:0
+    assert dp["mfu"] == pytest.approx(500.0 / both) and dp["mfu_peak_tflops_per_device"] == pytest.approx(both / 2)
+    assert "A100" in dp["mfu_peak_gpu"] and "H100" in dp["mfu_peak_gpu"]
+    # a DDP run that failed before the first epoch's gather keeps only rank 0's own row (record.ranks_after_failure):
+    # rank 1 trained on cuda:1 of the same node
+    failed = _mfu_summary(_mixed_node_record("torchrun", [_row(0, _H100)], status="failed"))
+    assert failed["mfu"] == pytest.approx(500.0 / both)
+    # on two nodes the other node's GPU is named by nothing that reached the record: no MFU, never a guess
+    two_nodes = _mixed_node_record("torchrun", [_row(0, _H100)], status="failed")
+    two_nodes["launch"]["nnodes"] = 2
+    assert "mfu" not in _mfu_summary(two_nodes)
