@@ -77,6 +77,12 @@ class LaunchPlan:
         """Devices (GPUs or CPU processes) that share the work; DataParallel counts its GPUs."""
         return self.nproc_per_node * self.nnodes
 
+    def job_devices(self, world_size: int) -> int:
+        """The devices of the job once its process group exists (`world_size`, every node's ranks):
+        `devices` is this node's count times the nodes, and another node may run more or fewer ranks
+        (its own visible GPUs or --gpus). DataParallel's GPUs are one process's, so its own count."""
+        return self.devices if self.mode == "dp" else world_size
+
 
 def parse_counts(option: str, text: str) -> list[int]:
     """`"1,2,4"` -> [1, 2, 4]: a process or GPU count, or a list of them for a scaling run."""

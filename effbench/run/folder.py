@@ -204,15 +204,16 @@ def launch_facts(plan: LaunchPlan, dist: DistContext, rt: Runtime, batch: int) -
 
     launch = schema.Launch.model_validate(plan_dict(plan))
     launch.threads_per_proc, launch.pid = torch.get_num_threads(), os.getpid()
+    devices = plan.job_devices(dist.world_size)  # every node's ranks, not this node's count x nodes
     return dict(
         device=rt.device_name if plan.mode != "dp" else f"{plan.nproc_per_node} x {rt.device_name} (DataParallel)",
         world_size=dist.world_size,
-        devices=plan.devices,
-        strategy="single" if plan.devices == 1 else plan.mode if plan.mode == "dp" else "ddp",
+        devices=devices,
+        strategy="single" if devices == 1 else plan.mode if plan.mode == "dp" else "ddp",
         launch=launch,
         precision=rt.precision,
         batch_size_per_device=batch,
-        global_batch_size=batch * plan.devices,
+        global_batch_size=batch * devices,
     )
 
 

@@ -76,6 +76,12 @@ def per_device_batch(cfg: RunConfig, devices: int) -> int:
     return cfg.batch_size // devices
 
 
+def rank_batch(cfg: RunConfig, plan: LaunchPlan, dist: DistContext) -> int:
+    """The batch this rank's device trains on, once the process group exists (worker_main joins it first):
+    under strong scaling split over the job's ranks (plan.job_devices), not this node's count x the nodes."""
+    return per_device_batch(cfg, plan.job_devices(dist.world_size))
+
+
 def seed_everything(seed: int) -> None:
     import numpy as np
     import torch
@@ -187,7 +193,7 @@ def _run_benchmark(
     torch.set_num_threads(plan.threads_per_proc)  # explicit, and recorded in the run folder
     rt = resolve_runtime(cfg, local_rank=dist.local_rank, device_type=plan.device_type)  # the plan's device, pinned
     cfg = resolve_for_device(cfg, rt.device.type)  # channels_last, pinning, optimizer kernels: explicit in config.json
-    batch = per_device_batch(cfg, plan.devices)
+    batch = rank_batch(cfg, plan, dist)
     # A signal while the folder is made is recorded, then raised once it is whole.
     with deferred(received):  # a full disk: no folder, one line
         start = folder.start_run_folder(cfg, plan, dist, rt, batch, run_dir, command)

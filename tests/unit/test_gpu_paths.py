@@ -942,3 +942,42 @@ def test_dataparallel_and_a_failed_run_hold_each_device_against_its_own_peak():
     two_nodes = _mixed_node_record("torchrun", [_row(0, _H100)], status="failed")
     two_nodes["launch"]["nnodes"] = 2
     assert "mfu" not in _mfu_summary(two_nodes)
+
+
+def test_a_two_node_job_counts_every_nodes_ranks_for_devices_the_split_and_the_mfu(monkeypatch):
+    # GPU truth N11 (issue 45): rank 0's node sees 4 H100s, the other node 8; `devices`, the strong-scaling split
+    # and the MFU's device list came from rank 0's plan, 4 per node x 2 nodes = 8, for a job of 12 ranks.
+    from effbench.config import RunConfig
+    from effbench.launch.distributed import DistContext, torchrun_env
+    from effbench.launch.plan import plan_launch
+    from effbench.run import folder, rank
+
+    plan = plan_launch(device="cuda", gpus=None, nproc=None, strategy="ddp", nnodes=2, node_rank=0,
+                       rdzv_endpoint="n1:29500", rdzv_id="j", visible_gpus=4, cores=16, env={}, python="python",
+                       worker_args=["effbench", "worker"])  # fmt: skip
+    assert plan.devices == 8  # this node's count x the nodes
+    # what torchrun gives rank 0 (torch/distributed/run.py sets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE)
+    for k, v in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "12", "LOCAL_WORLD_SIZE": "4"}.items():
+        monkeypatch.setenv(k, v)
+    env = torchrun_env()
+    assert env is not None
+    dist = DistContext(backend="nccl", **env._asdict())  # as launch.distributed.process_group yields it
+    cfg = RunConfig(batch_size=384, scaling="strong")
+    assert rank.rank_batch(cfg, plan, dist) == 384 // 12  # before: 384 // 8 = 48 a device, 576 a step in all
+    rt = types.SimpleNamespace(device_name="cuda:0 (NVIDIA H100 80GB HBM3)", precision="bf16")
+    facts = folder.launch_facts(plan, dist, rt, 32)
+    assert facts["devices"] == 12 and facts["global_batch_size"] == 384 and facts["strategy"] == "ddp"
+    # every rank names its GPU; 1 TFLOP per image at 1200 img/s is 1200 TFLOP/s against 12 H100 SXM peaks
+    # (datasheet: 989.5 dense bf16); before, against 8 of them
+    ranks = [_row(r, _H100) for r in range(12)]
+    rec = {**facts, "throughput_img_s": 1200.0, "data_time_share": 0.02, "ranks": ranks,
+           "measured": {"steps": 50, "time_s": 1.0, "images": 1200}, "epochs": [],
+           "env": {"gpus": [{"index": i, "name": _H100[0], "capability": "9.0", "sm_count": 132} for i in range(4)]}}  # fmt: skip
+    out = _mfu_summary(rec)
+    assert out["mfu"] == pytest.approx(1200.0 / (12 * 989.5))
+    # the scaling table's ideal speedup over a one-node run of 4 is 3, not 2
+    from effbench.analysis import scaling
+
+    one_node = {**rec, "devices": 4, "world_size": 4, "throughput_img_s": 400.0, "global_batch_size": 384}
+    rows = scaling.scaling_rows([typedrec.record(one_node), typedrec.record(rec)])
+    assert rows[-1]["ideal_speedup"] == pytest.approx(3.0)
