@@ -565,8 +565,13 @@ class GpuUse(_Model):
     """Temperature, C."""
     sm_clock_mhz: MeanMax | None = None
     """SM clock, MHz."""
+    sm_clock_max_mhz: Num = None
+    """The SM clock's maximum (NVML's nvmlDeviceGetMaxClockInfo), MHz."""
     energy_j: Num = None
     """Energy counted over the block, J."""
+    clock_event_reasons: list[str] | None = None
+    """What NVML named as holding the clocks down in any sample (nvmlDeviceGetCurrentClocksEventReasons' bits);
+    [] when it named none."""
 
 
 class UnmappedGpu(_Model):
@@ -914,6 +919,9 @@ class Results(_Model):
     """Which peak (per op kind and precision) MFU used."""
     mfu_peak_gpu: str | None = None
     """Whose datasheet peak: its row ("A100"), or a MIG instance's share of it ("A100 MIG (14/108 SMs)")."""
+    clock_note: str | None = None
+    """Set when a GPU's mean SM clock over the measured steps was under 90% of its maximum: the clocks and NVML's
+    clock-event reasons. MFU and throughput are then a slowed GPU's (the verdict's evidence says so too)."""
     energy_j: Num = None
     """GPU energy of the measured steps alone (the window's counter reads), J."""
     images_per_j: Num = None

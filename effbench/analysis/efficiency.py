@@ -386,6 +386,44 @@ def job_efficiency(
     )
 
 
+# A tensor-core rate is SMs x per-SM rate x clock, so a GPU whose mean SM clock over the measured steps is under 90%
+# of NVML's maximum SM clock (nvmlDeviceGetMaxClockInfo) did its arithmetic over 10% slower than it can, for a reason
+# outside the run that NVML's clock-event reasons name (power or thermal capping, an applications-clocks setting).
+# 90% is issue 45's threshold (N12). The note changes no figure: it says what the figures ran at.
+LOW_CLOCK_FRACTION = 0.90
+
+
+class GpuClock(NamedTuple):
+    """One GPU's clocks over the measured steps, as the sampler's window summary holds them."""
+
+    gpu: int | None
+    """Its CUDA index."""
+    sm_clock_mhz: float | None
+    """Mean sampled SM clock, MHz."""
+    sm_clock_max_mhz: float | None
+    reasons: Sequence[str] | None
+    """NVML's clock-event reasons any sample named (monitor.clock_event_reasons); None when never read."""
+
+
+def clock_note(gpus: Sequence[GpuClock]) -> str | None:
+    """A line naming each GPU whose mean SM clock was under LOW_CLOCK_FRACTION of its maximum, with NVML's reasons;
+    None when none was (or no clock was read: no note without a measurement)."""
+    parts = []
+    for g in gpus:
+        clock, top = g.sm_clock_mhz, g.sm_clock_max_mhz
+        if clock is None or not top or clock >= LOW_CLOCK_FRACTION * top:
+            continue
+        why = ", ".join(g.reasons) if g.reasons else ("none named" if g.reasons is not None else "not read")
+        parts.append(
+            f"GPU {g.gpu} SM clock {clock:.0f} MHz, {_pct(clock / top)} of its {top:.0f} MHz maximum "
+            f"(NVML clock-event reasons: {why})"
+        )
+    if not parts:
+        return None
+    where = f"clock below {_pct(LOW_CLOCK_FRACTION)} of maximum over the measured steps: "
+    return where + "; ".join(parts) + ", so MFU and throughput are a slowed GPU's"
+
+
 def images_per_joule(images: int | float | None, energy_j: float | None) -> float | None:
     """Images trained per joule of GPU energy; None without a positive energy reading."""
     if images is None or energy_j is None or energy_j <= 0:
@@ -530,6 +568,8 @@ class Measurements:
     """torch's intra-op threads in each training process (torch.get_num_threads()); None when unknown."""
     omp_wait_policy: str | None = None
     """OMP_WAIT_POLICY as the run saw it (env.json's env_vars); None when unset."""
+    clock_note: str | None = None
+    """`clock_note`'s line when a GPU's SM clock was low over the measured steps; added to any verdict's evidence."""
 
 
 # The docs/troubleshooting.md section a verdict's advice points to, where one explains it at length.
@@ -720,12 +760,17 @@ def verdict(m: Measurements) -> Verdict | None:
     found = _findings(m)
     if not found:
         alone = _compute_bound(m) if m.device_type == "cuda" else _cpu_fallback(m)
-        return _pointed(alone) if alone is not None else None
+        return _pointed(_clocked(alone, m.clock_note)) if alone is not None else None
     first, rest = found[0], found[1:]
     evidence = first.evidence
     if rest:
         evidence += "; also " + "; ".join(f"{v.bottleneck}: {v.evidence}" for v in rest)
-    return _pointed(Verdict(first.bottleneck, evidence, first.advice))
+    return _pointed(_clocked(Verdict(first.bottleneck, evidence, first.advice), m.clock_note))
+
+
+def _clocked(v: Verdict, note: str | None) -> Verdict:
+    """A slowed clock is not a bottleneck of the run's making, but every figure behind the verdict ran at it."""
+    return v if not note else Verdict(v.bottleneck, f"{v.evidence}; {note}", v.advice)
 
 
 def _pointed(v: Verdict) -> Verdict:

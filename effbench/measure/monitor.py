@@ -9,7 +9,8 @@ interval while a `with UtilizationSampler():` block runs.
 Each row is flat: `t_s` (seconds since the sampler started), host columns (`cpu_pct`,
 `proc_cpu_pct`, `rss_gib`, `net_sent_bytes`, `net_recv_bytes`, `disk_read_bytes`,
 `disk_write_bytes`) and per GPU `gpu{i}_util_pct`, `gpu{i}_mem_used_gib`, `gpu{i}_power_w`,
-`gpu{i}_temp_c`, `gpu{i}_sm_clock_mhz`, `gpu{i}_energy_j`.
+`gpu{i}_temp_c`, `gpu{i}_sm_clock_mhz`, `gpu{i}_energy_j`, `gpu{i}_clock_event_reasons` (NVML's bitmask; the
+summary names its bits, `clock_event_reasons`, and each GPU's maximum SM clock, `sm_clock_max_mhz`).
 
 What is not measured is absent, never zero: without NVML (or without GPUs) there are no GPU
 columns; a metric whose NVML call fails is missing from that row only; CPU percentages are absent
@@ -51,7 +52,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
+import operator
 import os
 import socket
 import threading
@@ -95,6 +98,7 @@ class GpuSample:
     temp_c: float | None = None
     sm_clock_mhz: float | None = None
     energy_j: float | None = None
+    clock_event_reasons: int | None = None  # a bitmask: summarised as the names of its bits, not a mean
 
 
 def _names(sample: type) -> tuple[str, ...]:
@@ -125,12 +129,47 @@ PSS_EVERY_S = 5.0
 PSS_CPU_SHARE = 0.001
 _HOST_STATS = _mean_max_fields(schema.HostUse)  # cpu_pct, proc_cpu_pct, rss_gib, pss_gib
 _HOST_TOTALS = tuple(c for c in HOST_COLUMNS if c not in _HOST_STATS)  # since-start byte counters
-_GPU_STATS = _mean_max_fields(schema.GpuUse)  # every GPU metric but the energy counter
+_GPU_STATS = _mean_max_fields(schema.GpuUse)  # every GPU metric but the energy counter and the reasons
+_REASONS = schema.field_path(schema.GpuUse, lambda g: g.clock_event_reasons)
 
 # NVML enum values (nvml.h): NVML_TEMPERATURE_GPU = 0, NVML_CLOCK_SM = 1; used when a fake module
 # does not define them.
 _NVML_TEMPERATURE_GPU = 0
 _NVML_CLOCK_SM = 1
+
+# NVML's clock-event reason bits by name: nvidia-ml-py 13.615.71's pynvml.py:2190-2199 (nvmlClocksEventReason*)
+# and :2225-2226 (BoardLimit, Reliability: only in the deprecated nvmlClocksThrottleReason* list, same bits).
+CLOCK_EVENT_REASONS: dict[int, str] = {
+    0x001: "GPU idle",
+    0x002: "applications clocks setting",
+    0x004: "SW power cap",
+    0x008: "HW slowdown",
+    0x010: "sync boost",
+    0x020: "SW thermal slowdown",
+    0x040: "HW thermal slowdown",
+    0x080: "HW power brake slowdown",
+    0x100: "display clock setting",
+    0x200: "board limit",
+    0x400: "reliability",
+}
+
+
+def clock_event_reasons(mask: int) -> list[str]:
+    """NVML's clock-event reasons bitmask by name; a bit this table lacks (a newer driver's) by its value."""
+    names = [name for bit, name in CLOCK_EVENT_REASONS.items() if mask & bit]
+    rest = mask & ~sum(CLOCK_EVENT_REASONS)
+    return names + ([f"bits {rest:#x}"] if rest else [])
+
+
+def _read_clock_event_reasons(nvml: Any, handle: Any) -> int | None:
+    """The reasons bitmask now: nvmlDeviceGetCurrentClocksEventReasons (pynvml.py:4672-4677, a c_ulonglong);
+    a driver without it has the deprecated nvmlDeviceGetCurrentClocksThrottleReasons (:4665-4670, same bits)."""
+    for call in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+        try:
+            return int(getattr(nvml, call)(handle))
+        except Exception:
+            continue
+    return None
 
 
 def gpu_column(index: int, metric: str) -> str:
@@ -172,6 +211,9 @@ class _GpuProbe:
         self._energy0_mj = self._energy_mj()
         self.power_source: str | None = None
         """Which power reading the samples hold: POWER_INSTANT or POWER_AVERAGE (set at the first read)."""
+        sm = getattr(nvml, "NVML_CLOCK_SM", _NVML_CLOCK_SM)
+        self.sm_clock_max_mhz = _attempt(lambda: float(nvml.nvmlDeviceGetMaxClockInfo(handle, sm)))
+        """The SM clock's maximum (pynvml.py:3682-3687, nvmlDeviceGetMaxClockInfo): what a sampled clock is held to."""
 
     def _is_mig(self) -> bool:
         """pynvml.nvmlDeviceIsMigDeviceHandle(handle) returns the c_uint it filled (pynvml.py); where it
@@ -210,6 +252,7 @@ class _GpuProbe:
             sm_clock_mhz=_attempt(
                 lambda: float(nv.nvmlDeviceGetClockInfo(h, getattr(nv, "NVML_CLOCK_SM", _NVML_CLOCK_SM)))
             ),
+            clock_event_reasons=_read_clock_event_reasons(nv, h),
         )
         # NVML measures power per physical GPU: a MIG handle answers NOT_SUPPORTED, and a driver that
         # answered with the GPU's would count the other instances' jobs. Absent, never another's watts.
@@ -704,6 +747,8 @@ class UtilizationSampler:
             gpus = []
             for g in self._gpus:
                 entry = _gpu_stats(inside, g.index)
+                if g.sm_clock_max_mhz is not None:  # what the window's clock is held to (analysis.clock_note)
+                    entry.sm_clock_max_mhz = g.sm_clock_max_mhz
                 energy = _window_energy_j(marks, g.index)
                 if energy is not None:
                     entry.energy_j = energy
@@ -714,7 +759,7 @@ class UtilizationSampler:
 
 # the GPU's identity in its summary (set when known), and the energy counter's column
 _GPU_LABELS = tuple(n for n in schema.GpuUse.model_fields if n not in GPU_METRICS and n != "index")
-_ENERGY = next(m for m in GPU_METRICS if m not in _GPU_STATS)
+_ENERGY = next(m for m in GPU_METRICS if m not in _GPU_STATS and m != _REASONS)
 
 
 def _gpu_stats(rows: Sequence[Mapping[str, Any]], index: int) -> schema.GpuUse:
@@ -724,6 +769,10 @@ def _gpu_stats(rows: Sequence[Mapping[str, Any]], index: int) -> schema.GpuUse:
         s = _stats([r.get(gpu_column(index, metric)) for r in rows])
         if s is not None:
             setattr(entry, metric, s)
+    col = gpu_column(index, _REASONS)
+    masks = [int(r[col]) for r in rows if r.get(col) is not None]
+    if masks:  # every reason any sample named: a bit set for one sample is the GPU's for that moment
+        entry.clock_event_reasons = clock_event_reasons(functools.reduce(operator.or_, masks, 0))
     return entry
 
 

@@ -260,6 +260,24 @@ def _verdict_scope(utilization: schema.Utilization | None) -> tuple[float | None
     return gpu_util, host
 
 
+def _add_clock_note(out: schema.Results, utilization: schema.Utilization | None, device_type: str) -> str | None:
+    """analysis.clock_note over the measured window's GPUs only (set on `out`, summarize's copy, and returned):
+    warm-up, validation and the gathers between epochs idle the GPU and drop its clock, so the whole block's
+    mean would flag a healthy run."""
+    window = utilization.measured_window if utilization and device_type == "cuda" else None
+    if window is None:
+        return None
+    clocks = [
+        analysis.GpuClock(g.index, g.sm_clock_mhz.mean if g.sm_clock_mhz else None, g.sm_clock_max_mhz,
+                          g.clock_event_reasons)
+        for g in window.gpus
+    ]  # fmt: skip
+    note = analysis.clock_note(clocks)
+    if note is not None:
+        out.clock_note = note
+    return note
+
+
 def _allreduce_share(
     profile: schema.Profile | None, phases: Sequence[schema.ProfilePhase], device_type: str
 ) -> float | None:
@@ -425,6 +443,7 @@ def summarize(
             out.mfu_peak_tflops_per_device = eff.peak_tflops_per_device
             out.mfu_peak_precision = eff.precision
             out.mfu_peak_gpu = eff.gpu_model
+    clock_note = _add_clock_note(out, utilization, device_type)  # beside MFU in the report, and in the verdict
     # the job's GPUs: every rank's under DDP, every DataParallel device (LaunchPlan.devices)
     energy, per_j, note = _energy(record, utilization, devices if device_type == "cuda" else None)
     if note is not None:
@@ -465,6 +484,7 @@ def summarize(
         host_cpu_pct_mean=host.cpu_pct.mean if host.cpu_pct else None,
         threads_per_process=record.launch.threads_per_proc,
         omp_wait_policy=record.env.env_vars.get("OMP_WAIT_POLICY") if record.env.env_vars else None,
+        clock_note=clock_note,
     )
     v = analysis.verdict(m)
     if v is not None and verdict:  # no measured step: no verdict

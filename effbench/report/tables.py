@@ -181,6 +181,8 @@ def observability_rows(results: schema.Results) -> list[tuple[str, str]]:
                 + (f", {results.mfu_peak_gpu}" if results.mfu_peak_gpu else ""),
             )
         )
+    if results.clock_note:  # beside MFU, whose peak assumes the maximum clock
+        rows.append(("GPU clock", results.clock_note))
     rows += _utilization_rows(results.utilization)
     if results.peak_mem_gib is not None:
         rows.append(

@@ -567,3 +567,83 @@ def test_the_report_says_which_timing_the_headline_is():
     assert (
         rows["throughput timing"].startswith("per-step synced") and "timm's benchmark.py" in rows["throughput timing"]
     )
+
+
+# ------------------------------------------------------------------------------------------------
+# N12 (issue 45): the SM clock over the measured window against its maximum, with NVML's reasons
+# ------------------------------------------------------------------------------------------------
+class ClockNVML(EnergyNVML):
+    """EnergyNVML with an SM clock, its maximum and the clock-event reasons the test sets. pynvml.py:3674-3687:
+    nvmlDeviceGetClockInfo and nvmlDeviceGetMaxClockInfo take (handle, NVML_CLOCK_SM = 1, :177) and return a
+    c_uint's value, MHz; :4672-4677: nvmlDeviceGetCurrentClocksEventReasons returns a c_ulonglong's value, a bitmask."""
+
+    NVML_CLOCK_SM = 1
+    MAX_MHZ = 1980  # an H100 SXM's maximum SM clock
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock_mhz = self.MAX_MHZ
+        self.reasons = 0
+
+    def nvmlDeviceGetClockInfo(self, h: int, clock: int) -> int:
+        assert clock == self.NVML_CLOCK_SM
+        return self.clock_mhz
+
+    def nvmlDeviceGetMaxClockInfo(self, h: int, clock: int) -> int:
+        assert clock == self.NVML_CLOCK_SM
+        return self.MAX_MHZ
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int:
+        return self.reasons
+
+
+def _clocked_summary(window_clocks: list[tuple[int, int]]) -> schema.Utilization:
+    """The sampler's summary where rows before and after the window idle at 300 MHz, and the window's rows read
+    `window_clocks` ((MHz, reasons) each), every row read through the sampler's own NVML probe."""
+    import pynvml
+
+    nvml = ClockNVML()
+    idle = (300, pynvml.nvmlClocksEventReasonGpuIdle)
+    with monitor.UtilizationSampler(interval_s=60, gpu_indices=[0], nvml=nvml) as mon:
+        rows = []
+        for t, (mhz, reasons) in zip((0.5, 1.5, 2.5, 3.5), [idle, *window_clocks, idle], strict=True):
+            nvml.clock_mhz, nvml.reasons = mhz, reasons
+            rows.append({"t_s": t, **mon._gpus[0].read()})
+    mon._rows, mon._marks = rows, [(1.0, True, {0: 0.0}), (3.0, False, {0: 2.0})]  # rows 1.5 and 2.5 inside
+    return mon.summary()
+
+
+def test_the_reason_names_are_pynvmls_bits():
+    import pynvml
+
+    # every single-bit reason constant the pinned nvidia-ml-py defines (pynvml.py:2190-2199, 2215-2226) is named
+    named = [v for k, v in vars(pynvml).items() if k.startswith(("nvmlClocksEventReason", "nvmlClocksThrottleReason"))]
+    bits = {v for v in named if isinstance(v, int) and v and not v & (v - 1)}  # None and All left out
+    assert bits == set(monitor.CLOCK_EVENT_REASONS)
+    both = pynvml.nvmlClocksEventReasonSwPowerCap | pynvml.nvmlClocksEventReasonHwThermalSlowdown
+    assert monitor.clock_event_reasons(both) == ["SW power cap", "HW thermal slowdown"]
+    board = pynvml.nvmlClocksThrottleReasonBoardLimit
+    assert monitor.clock_event_reasons(0x1000 | board) == ["board limit", "bits 0x1000"]  # a newer driver's bit
+
+
+def test_a_clock_held_down_over_the_measured_steps_is_named_beside_mfu_and_in_the_verdict():
+    import pynvml
+
+    from effbench.report.tables import observability_rows
+
+    cap, hot = pynvml.nvmlClocksEventReasonSwPowerCap, pynvml.nvmlClocksEventReasonHwThermalSlowdown
+    util = _clocked_summary([(1380, cap), (1420, cap | hot)])
+    g = util.measured_window.gpus[0]
+    assert g.sm_clock_mhz.mean == pytest.approx(1400.0) and g.sm_clock_max_mhz == 1980.0
+    assert g.clock_event_reasons == ["SW power cap", "HW thermal slowdown"]
+    out = _summ(_cuda_record(precision="bf16"), utilization=util, flops_image=1e9)
+    share = f"{100 * 1400 / 1980:.0f}%"  # 71%: under 90% of the maximum
+    note = out["clock_note"]
+    assert "1400 MHz" in note and f"{share} of its 1980 MHz maximum" in note
+    assert "SW power cap, HW thermal slowdown" in note
+    assert note in out["verdict"]["evidence"] and "mfu" in out
+    rows = dict(observability_rows(_rec(**out)))
+    assert rows["GPU clock"] == note and list(rows).index("GPU clock") == list(rows).index("MFU") + 1
+    # 1900 MHz is 96% of 1980: no note, though the idle rows outside the window sat at 300 MHz (15%)
+    healthy = _summ(_cuda_record(precision="bf16"), utilization=_clocked_summary([(1900, 0), (1900, 0)]))
+    assert "clock_note" not in healthy and "clock" not in healthy["verdict"]["evidence"]

@@ -388,6 +388,7 @@ def test_the_sample_columns_are_the_summarys_fields():
     # utilization.csv's host and GPU columns are summarised under the same names in results.json: a column
     # added to the sampler without a field in the record model (or the reverse) would be dropped silently
     assert set(monitor.HOST_COLUMNS) == set(schema.HostUse.model_fields)
-    gpu_fields = set(schema.GpuUse.model_fields) - {"index", "uuid", "nvml_uuid", "name", "power_source"}
+    labels = {"index", "uuid", "nvml_uuid", "name", "power_source", "sm_clock_max_mhz"}  # the probe's, not a sample's
+    gpu_fields = set(schema.GpuUse.model_fields) - labels
     assert set(monitor.GPU_METRICS) == gpu_fields
     assert set(monitor._HOST_STATS) == {"cpu_pct", "proc_cpu_pct", "rss_gib", "pss_gib"}  # mean/max, not totals
