@@ -1,7 +1,7 @@
 """Each tracking operation in a process of its own, every MLflow call in it under one wall-clock budget.
 
     reply = call("upload", {"uri": ..., ...}, budget_s=60)    # the parent: a JSON request in, a JSON reply out
-    python -m effbench.track.bounded                         # the child: reads the request on stdin
+    python -m effbench.track.child                           # the child: reads the request on stdin
 
 Why a process: MLflow's request timeout is per socket read (a server that sends headers and then a byte a second
 is waited on for ever), its SQL store retries a failed connection for ~100 s, its artifact transfers run in
@@ -74,7 +74,7 @@ def call(op: str, args: dict[str, Any], budget: float) -> Any:
     root = str(Path(__file__).resolve().parents[2])  # the child runs this same effbench, wherever it came from
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "effbench.track.bounded"],
+        [sys.executable, "-m", "effbench.track.child"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
     )  # fmt: skip
     try:
@@ -141,36 +141,3 @@ class Watched:
                 return attr(*args, **kwargs)
 
         return watched
-
-
-def main() -> None:
-    reply_to = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    os.dup2(2, 1)  # whatever a library prints goes to the stderr the parent drops, never into the reply
-    lock = threading.Lock()
-    sent: list[bool] = []
-
-    def reply(value: dict[str, Any]) -> None:
-        with lock:
-            if not sent:
-                sent.append(True)
-                reply_to.write(json.dumps(value) + "\n")
-                reply_to.flush()
-
-    request = json.loads(sys.stdin.read())
-    watch = Watchdog(float(request["budget_s"]), reply)
-    from effbench.track import mlflow_store
-
-    try:
-        # imports MLflow: not timed, it waits on no server (a loaded machine's slow import is not the tracker's)
-        mlflow_store.quiet_mlflow(request["args"]["uri"], watch.budget)
-        result = mlflow_store.OPS[request["op"]](watch=watch, **request["args"])
-    except EffbenchError as e:
-        reply({"error": [e.option, e.message]})
-    except Exception as e:  # MLflow's, requests' and urllib3's own: the server is down, refused or answered junk
-        reply({"failed": mlflow_store.reason(e)})
-    else:
-        reply({"ok": result})
-
-
-if __name__ == "__main__":
-    main()
