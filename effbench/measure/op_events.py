@@ -193,16 +193,46 @@ class _Windows:
         return next((p for p in PHASES if self.inside(t, p)), None)
 
 
-def _head_of(e: Any, memo: dict[int, Any]) -> Any:
-    """The outermost op above `e` (or `e`); else the innermost compiled region above it; else None."""
+AUTOCAST_CASTS = ("aten::to", "aten::_to_copy")
+"""The casts autocast launches on an op's inputs (torch/include/ATen/autocast_mode.h:324 `cached_cast`, which the
+pinned torch's profiler records as aten::to > aten::_to_copy > aten::copy_)."""
+
+
+def _redispatches(evs: list[Any]) -> dict[int, Any]:
+    """id(op) -> its child of the same name: autocast's signature. Its kernel is recorded as the op with the
+    caller's (fp32) inputs; it casts them and calls the op again (autocast_mode.h:481-581 `(*F)(cached_cast(...))`),
+    which is recorded with the cast (bf16) inputs: aten::conv2d > [aten::to, aten::to, aten::conv2d > ...]."""
+    out: dict[int, Any] = {}
+    for e in evs:
+        p = getattr(e, "cpu_parent", None)
+        if p is not None and p.name == e.name and is_op(e.name):
+            out[id(p)] = e
+    return out
+
+
+def _innermost(op: Any, redispatched: dict[int, Any]) -> Any:
+    """The op as it ran: under autocast the redispatched call, whose inputs are the cast ones."""
+    while id(op) in redispatched:
+        op = redispatched[id(op)]
+    return op
+
+
+def _head_of(e: Any, memo: dict[int, Any], redispatched: dict[int, Any]) -> Any:
+    """The outermost op above `e` (or `e`); else the innermost compiled region above it; else None. A cast that
+    autocast launched inside an op is its own head: it is a copy, not part of the convolution or matmul."""
     key = id(e)
     if key not in memo:
         chain, p = [], e
         while p is not None:
             chain.append(p)
             p = getattr(p, "cpu_parent", None)
-        head = next((x for x in reversed(chain) if is_op(x.name)), None)
-        memo[key] = head if head is not None else next((x for x in chain if _is_fused(x.name)), None)
+        i = next((i for i in range(len(chain) - 1, -1, -1) if is_op(chain[i].name)), None)
+        if i is None:
+            memo[key] = next((x for x in chain if _is_fused(x.name)), None)
+        elif i > 0 and id(chain[i]) in redispatched and chain[i - 1].name in AUTOCAST_CASTS:
+            memo[key] = chain[i - 1]
+        else:
+            memo[key] = chain[i]
     return memo[key]
 
 
@@ -214,6 +244,7 @@ def collect(events: Iterable[Any], *, on_cuda: bool, dtypes_of: DtypesOf | None 
     windows = _Windows(evs)
     formulas = Formulas()
     memo: dict[int, Any] = {}
+    redispatched = _redispatches(evs)
     units: dict[int, _Unit] = {}
     for e in evs:
         t0 = float(e.time_range.start)
@@ -221,7 +252,7 @@ def collect(events: Iterable[Any], *, on_cuda: bool, dtypes_of: DtypesOf | None 
             continue
         if not on_cuda and e.thread not in windows.step_threads:
             continue
-        head = _head_of(e, memo)
+        head = _head_of(e, memo, redispatched)
         if head is None:
             continue  # in no op: the step's unattributed remainder
         unit = units.setdefault(id(head), _Unit(head))
@@ -235,7 +266,7 @@ def collect(events: Iterable[Any], *, on_cuda: bool, dtypes_of: DtypesOf | None 
         if formulas.of(e.name) is not None and not _counted_above(e, head, formulas):
             unit.flops += op_flops(e.name, *_inputs(e, dtypes_of), formulas) or 0.0
     return OpTrace(
-        ops=_merged_calls(units.values(), windows, dtypes_of),
+        ops=_merged_calls(units.values(), windows, dtypes_of, redispatched),
         steps=len(windows.spans[STEP]),
         data_wait_s=windows.total_s(DATA_WAIT),
         time_basis=CUDA_BASIS if on_cuda else CPU_BASIS,
@@ -243,12 +274,15 @@ def collect(events: Iterable[Any], *, on_cuda: bool, dtypes_of: DtypesOf | None 
     )
 
 
-def _merged_calls(units: Iterable[_Unit], windows: _Windows, dtypes_of: DtypesOf | None) -> list[roofline.OpEvent]:
-    """One OpEvent per distinct call (name, inputs, phase), its time summed and its calls counted."""
+def _merged_calls(
+    units: Iterable[_Unit], windows: _Windows, dtypes_of: DtypesOf | None, redispatched: dict[int, Any]
+) -> list[roofline.OpEvent]:
+    """One OpEvent per distinct call (name, inputs, phase), its time summed and its calls counted; the inputs
+    (dtypes: bytes per element) are the innermost call's, the ones the op read after autocast's casts."""
     merged: dict[tuple[Any, ...], roofline.OpEvent] = {}
     for unit in units:
         h = unit.evt
-        shapes, dtypes, args = _inputs(h, dtypes_of)
+        shapes, dtypes, args = _inputs(_innermost(h, redispatched), dtypes_of)
         phase = windows.phase(float(h.time_range.start))
         key = (h.name, shapes, dtypes, args, phase)
         old = merged.get(key)

@@ -78,6 +78,43 @@ def test_convolution_bytes_match_the_formula(tmp_path, n, cin, cout, hw, k, stri
     assert got.flops == pytest.approx(3 * 2 * n * cout * ho * ho * cin * k * k)  # forward + grad_x + grad_w
 
 
+BF16 = 2  # bytes per bf16 element
+
+
+def autocast_backward_of(layer: nn.Module):
+    def step(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = layer(x)
+        y.sum().backward()
+
+    return step
+
+
+@pytest.mark.parametrize("layer", ["conv", "linear"])
+def test_autocasts_casts_are_copies_and_the_layer_moves_bf16(tmp_path, layer):
+    """Issue 45 N4: autocast records the layer with its fp32 inputs, casts them (aten::to) inside it, then calls
+    it again with the bf16 ones. The casts were charged to the convolution / matmul and its bytes read at fp32."""
+    torch.manual_seed(0)
+    n, cin, cout, hw = 2, 3, 8, 16
+    if layer == "conv":
+        mod, kind = nn.Conv2d(cin, cout, 3, padding=1), R.CONV
+        xs, ws, bs, ys = n * cin * hw * hw, cout * cin * 9, cout, n * cout * hw * hw
+        x = torch.randn(n, cin, hw, hw, requires_grad=True)
+        # forward reads x, w, b and writes y; backward reads grad_y, x, w, writes grad_x, grad_w, grad_b
+        layer_elems = (xs + ws + bs) + ys + (ys + xs + ws) + (xs + ws + bs)
+    else:
+        mod, kind = nn.Linear(cin * hw, cout), R.MATMUL
+        xs, ws, bs, ys = n * cin * hw, cout * cin * hw, cout, n * cout
+        x = torch.randn(n, cin * hw, requires_grad=True)
+        # forward; grad_x = grad_y @ W; grad_w = grad_y^T @ x (the bias gradient is a sum: a reduction)
+        layer_elems = (xs + ws + bs) + ys + (ys + ws + xs) + (ys + xs + ws)
+    r = profiled(autocast_backward_of(mod), x, tmp_path)
+    assert row(r, kind).min_bytes == BF16 * layer_elems
+    # forward: x, w, b each cast fp32 -> bf16; backward: their gradients cast bf16 -> fp32 (ToCopyBackward0)
+    casts = row(r, R.COPY)
+    assert casts.calls == 6 and casts.min_bytes == 2 * (F32 + BF16) * (xs + ws + bs)
+
+
 @pytest.mark.parametrize(("n", "c", "hw", "k", "stride"), [(2, 16, 14, 3, 1), (3, 24, 17, 5, 2)])
 def test_depthwise_convolution_bytes_match_the_formula(tmp_path, n, c, hw, k, stride):
     torch.manual_seed(0)
