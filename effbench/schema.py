@@ -351,7 +351,7 @@ class KindRow(_Model):
     time_s: Pos = None
     """Time per step: device time of the kernels its ops launched (CUDA), or their self CPU time (CPU), s."""
     share_of_step: Pos = None
-    """time_s over the profiled step time."""
+    """time_s over the roofline's step_time_s (the timed step where the run has one)."""
     flops: Pos = None
     """FLOPs per step (the validated counter's formulas: convolutions and matmuls; 0 for the rest)."""
     min_bytes: Pos = None
@@ -380,9 +380,13 @@ class Roofline(_Model):
     steps: int | None = None
     """Profiled steps the figures are the mean of."""
     step_time_s: Pos = None
-    """The profiled step's host time (data wait + step), s."""
+    """The step the shares, the remainder, the verdict and the ceiling are held against (data wait + step), s: the
+    timed loop's mean step, measured outside the profiler; the profiled step's host time where there is none (and
+    in records before issue 45, which have no profiled_step_time_s)."""
+    profiled_step_time_s: Pos = None
+    """The profiling pass's own step (host time, data wait included), inflated by the profiler, s."""
     data_wait_s: Pos = None
-    """Of it, waiting for the loader, s."""
+    """Of step_time_s, waiting for the loader, s."""
     ops_time_s: Pos = None
     """The kinds' times summed, s."""
     unattributed_s: Num = None

@@ -39,6 +39,10 @@ READING = (
     "the memory roof means its data stayed in cache. 'outside ops' is the step's time in no op (Python, autograd, "
     "the profiler's ranges; on CUDA, time no kernel ran), reported rather than spread over the kinds."
 )
+TIMED = (
+    "Shares, the remainder, the verdict and the ceiling are of the timed step, measured outside the profiler, which "
+    "slows the profiled one (its row)."
+)
 
 
 def _ms(seconds: float | None) -> str:
@@ -80,7 +84,10 @@ def rows(r: schema.Roofline) -> list[list[str]]:
     blank = ["-"] * (len(HEADERS) - 3)
     for label, t in ((R.DATA_WAIT, r.data_wait_s), (R.OUTSIDE_OPS, r.unattributed_s)):
         out.append([label, _ms(t), _pct(t / step) if t is not None and step else "-", *blank])
-    out.append(["profiled step", _ms(r.step_time_s), _pct(1.0 if step else None), *blank])
+    out.append([R.step_label(r), _ms(r.step_time_s), _pct(1.0 if step else None), *blank])
+    if r.profiled_step_time_s is not None:  # the pass's own step, against the timed one: the profiler's cost
+        out.append(["profiled step", _ms(r.profiled_step_time_s), _pct(r.profiled_step_time_s / step if step else None),
+                    *blank])  # fmt: skip
     return out
 
 
@@ -135,6 +142,8 @@ def notes(record: schema.Results) -> list[str]:
         return out
     out += verdict_lines(record)
     out.append(READING.format(basis=r.time_basis or "-"))
+    if r.profiled_step_time_s is not None:
+        out.append(TIMED)
     return out
 
 
@@ -171,7 +180,8 @@ def sweep_table(labels: Sequence[str], roofs: Sequence[schema.Roofline | None]) 
             cells.append(f"{_ms(k.time_s)} ms{roof}")
         body.append([kind, *cells])
     body.append([R.OUTSIDE_OPS, *(f"{_ms(r.unattributed_s)} ms" if r is not None else "-" for r in roofs)])
-    body.append(["profiled step", *(f"{_ms(r.step_time_s)} ms" if r is not None else "-" for r in roofs)])
+    label = next((R.step_label(r) for r in roofs if r is not None), "profiled step")
+    body.append([label, *(f"{_ms(r.step_time_s)} ms" if r is not None else "-" for r in roofs)])
     body.append([
         "at most x faster",
         *(f"{r.ceiling_speedup:,.1f}x" if r is not None and r.ceiling_speedup is not None else "-" for r in roofs),

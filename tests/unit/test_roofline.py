@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import typedrec
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -20,8 +21,10 @@ from effbench import schema
 from effbench.analysis import roofline as R
 from effbench.measure import observe, op_events, roofs
 from effbench.measure.flops import step_flops
-from effbench.measure.profiling import run_profile_pass
+from effbench.measure.profiling import ProfileInfo, run_profile_pass
+from effbench.report import roofline_tables
 from effbench.selftest import checks as st
+
 
 F32 = 4  # bytes per fp32 element
 CPU = torch.device("cpu")
@@ -381,6 +384,37 @@ def test_the_table_holds_each_kind_against_its_roof():
         "ceiling: 5 ms per step with every kind at its roof (of 10 ms measured): this step could be at most 2.0x "
         "faster on this hardware"
     )
+
+
+def test_the_roofline_is_held_against_the_timed_step_not_the_profiled_one():
+    """Issue 45 N2: the profiler (record_shapes, profile_memory, with_flops) slows the pass's steps, 20 ms against
+    10 ms timed, so shares, the time outside ops, the verdict and the ceiling read against the profiled step were
+    half as large, and the verdict blamed the profiler's own time. The kinds as in roofline_of_parts."""
+    parts = roofline_of_parts()
+    ops = [ev("aten::relu", [[25_000_000 // 2]], ["float"], [None], time_s=4e-3),
+           ev("aten::mm", [[1000, 1000], [1000, 1000]], ["float", "float"], time_s=3e-3, flops=3e10),
+           ev("c10d::allreduce_", time_s=1e-3)]  # fmt: skip
+    info = ProfileInfo(phases=[], phase_table="", tables={}, trace=None, profiled_step_time_s=20e-3,
+                       profiled_step_times_s=[20e-3], active_steps=1, wait_steps=0, warmup_steps=1, device_table=False,
+                       ops=op_events.OpTrace(ops=ops, steps=1, data_wait_s=2e-3, time_basis="test"))  # fmt: skip
+    roofs_ = schema.Roofs(device="test", memory_gb_s=100.0, compute=[schema.ComputeRoof(precision="fp32", tflops=10.0)])
+    rec = {"precision": "fp32", "data_time_share": 0.1, "launch": {"device_type": "cpu"}}
+    timed = [9e-3, 10e-3, 11e-3]  # mean 10 ms, of which 10% (1 ms) data wait
+    r = schema.Roofline.model_validate(
+        typedrec.summarize(rec, flops_image=None, utilization=None, memory=[], profile_info=info, cpu_quota_cores=None,
+                           workers_per_process=0, processes_per_node=1, tf32_enabled=False, roofs=roofs_,
+                           timed_step_times_s=timed)["roofline"]
+    )  # fmt: skip
+    step, data = 10e-3, 0.1 * 10e-3
+    assert r.step_time_s == pytest.approx(step) and r.profiled_step_time_s == pytest.approx(20e-3)
+    assert r.data_wait_s == pytest.approx(data)
+    assert row(r, R.ACTIVATION).share_of_step == pytest.approx(4e-3 / step)
+    assert r.unattributed_s == pytest.approx(step - data - (4e-3 + 3e-3 + 1e-3))
+    # each kind at its roof: the relu's 1e8 bytes at 100 GB/s, the mm's 3e10 FLOPs at 10 TFLOP/s, communication as is
+    ceiling = 1e8 / 100e9 + 3e10 / 10e12 + 1e-3
+    assert r.ceiling_time_s == pytest.approx(ceiling) and r.ceiling_speedup == pytest.approx(step / ceiling)
+    assert r.verdict == "activation: 40% of the step at 25% of the memory roof: memory-bound" == parts.verdict
+    assert [x[0] for x in roofline_tables.rows(r)[-2:]] == ["timed step", "profiled step"]
 
 
 def test_without_roofs_the_table_has_times_flops_and_bytes_but_no_bound():
