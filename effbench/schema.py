@@ -370,6 +370,9 @@ class KindRow(_Model):
     """Achieved over the roof at its intensity (min(compute, intensity x memory)); above 1 when its data fit in cache."""
     roof_time_s: Pos = None
     """The time at its roof: max(flops / compute roof, min_bytes / memory roof), s."""
+    exposed_time_s: Pos = None
+    """A kind with no roof on CUDA: the part of time_s its kernels ran with no other kind's kernel on their device
+    (an all-reduce beside backward's kernels runs hidden), per step, s; what the ceiling adds for it."""
 
 
 class Roofline(_Model):
@@ -403,7 +406,8 @@ class Roofline(_Model):
     ridge_flop_per_byte: Pos = None
     """compute roof / memory roof: the intensity above which a kind is compute-bound."""
     ceiling_time_s: Pos = None
-    """The step if every kind ran at its roof (kinds with no roof as measured; no time outside ops), s."""
+    """The step if every kind ran at its roof (kinds with no roof: their exposed_time_s on CUDA, their time on the
+    CPU; no time outside ops), s."""
     ceiling_speedup: Pos = None
     """step_time_s / ceiling_time_s: at most this many times faster on this hardware."""
     verdict: str | None = None

@@ -20,7 +20,7 @@ count 0 FLOPs, so their intensity is 0 and their roof is the memory roof. No tor
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import prod
 from typing import TYPE_CHECKING, Any
@@ -576,12 +576,15 @@ def roofline(
     compute_roof_precision: str | None = None,
     matmul_roof_tflops: float | None = None,
     profiled_step_time_s: float | None = None,
+    exposed_s: Mapping[str, float] | None = None,
 ) -> schema.Roofline:
     """The profiled step's time per kind against the roofs: `ops` over `steps` profiled steps, held against a step
     of `step_time_s` (mean, data wait included: the timed loop's where the run has one, `profiled_step_time_s`
     being the pass's own) of which `data_wait_s` waited for the loader. The matmul kind
     is held against `matmul_roof_tflops` when given (fp32 matmuls without TF32), the rest against
-    `compute_roof_tflops`; without the roofs the table has times, FLOPs and bytes but no bound."""
+    `compute_roof_tflops`; without the roofs the table has times, FLOPs and bytes but no bound. `exposed_s`: per
+    step, the part of a no-roof kind's time no other kind's kernel overlapped (CUDA's concurrent streams,
+    op_events.exposed_by_kind): the ceiling adds that part alone."""
     from effbench import schema
 
     steps = max(int(steps), 1)
@@ -603,6 +606,8 @@ def roofline(
         if step_time_s > 0:
             row.share_of_step = time_s / step_time_s
         if kind in NO_ROOF:
+            if exposed_s is not None and kind in exposed_s:
+                row.exposed_time_s = min(time_s, exposed_s[kind])
             rows.append(row)
             continue
         row.min_bytes = nbytes
@@ -639,9 +644,13 @@ def roofline(
             out.matmul_roof_tflops = matmul_roof_tflops
         out.memory_roof_gb_s = memory_roof_gb_s
         out.ridge_flop_per_byte = compute_roof_tflops * 1e12 / mem
-        # a kind faster than its roof (its data fit in cache) keeps its own time: the ceiling never slows one down
+        # a kind faster than its roof (its data fit in cache) keeps its own time: the ceiling never slows one down;
+        # a kind with no roof adds what it ran alone (an all-reduce hidden behind backward adds nothing)
         ceiling = sum(
-            min(r.roof_time_s, r.time_s or 0.0) if r.roof_time_s is not None else (r.time_s or 0.0) for r in rows
+            min(r.roof_time_s, r.time_s or 0.0)
+            if r.roof_time_s is not None
+            else (r.exposed_time_s if r.exposed_time_s is not None else (r.time_s or 0.0))
+            for r in rows
         )
         if ceiling > 0:
             out.ceiling_time_s = ceiling

@@ -609,6 +609,7 @@ def roofline_of(
         compute_roof_precision=conv_col,
         matmul_roof_tflops=by_precision.get(mm_col),
         memory_roof_gb_s=roofs.memory_gb_s if roofs else None,
+        exposed_s={kind: t / steps for kind, t in trace.exposed_s.items()},
     )
 
 

@@ -9,7 +9,8 @@ the CPU an event adds its self CPU time, on the step's thread (where autograd ru
 device time of the kernels it launched (the profiler links each kernel to the op that launched it), from any
 thread (autograd's device threads run the backward). Time under a torch.compile region in no op goes to the
 region; time in no op at all (Python, the autograd engine, the profiler's own ranges) to no one: it is the
-table's unattributed remainder, reported beside it.
+table's unattributed remainder, reported beside it. On CUDA each kind's kernel spans are kept too, so that a kind
+with no roof (an all-reduce on NCCL's stream) is held to the part of its time no other kind's kernel overlapped.
 
 FLOPs are the validated counter's (measure/flops.py): torch's flop_registry, with effbench's grouped-conv
 backward (`step_flop_mapping`), applied to each op's recorded shapes and arguments, counting the outermost
@@ -20,6 +21,7 @@ output shape, which the profiler does not record, comes from its arguments (anal
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -44,6 +46,13 @@ class OpTrace:
     time_basis: str
     step_windows_s: float = 0.0
     """Host time in `step` ranges over the profiled steps, s."""
+    exposed_s: dict[str, float] = field(default_factory=dict)
+    """CUDA: per kind with no roof (roofline.NO_ROOF), over the profiled steps, the time its kernels ran with no
+    other kind's kernel on their device (exposed_by_kind), s."""
+
+
+Span = tuple[Any, float, float]
+"""A device event's (device, start us, end us)."""
 
 
 @dataclass
@@ -52,6 +61,7 @@ class _Unit:
     time_us: float = 0.0
     flops: float = 0.0
     callees: set[str] = field(default_factory=set)
+    spans: list[Span] = field(default_factory=list)
 
 
 def _on_cpu(evt: Any) -> bool:
@@ -112,6 +122,51 @@ def _inputs(evt: Any, dtypes_of: DtypesOf | None = None) -> tuple[tuple[Any, ...
 def _within(t: float, starts: list[float], spans: list[tuple[float, float]]) -> bool:
     i = bisect.bisect_right(starts, t) - 1
     return i >= 0 and spans[i][0] <= t <= spans[i][1]
+
+
+def _device_spans(events: list[Any]) -> dict[int, list[Span]]:
+    """The device events (kernels, copies, sets) by the id of the CPU op that launched them: the pinned torch links
+    each to it by `linked_correlation_id` == the op's `id` and appends them to its `kernels` with their duration
+    alone (torch/autograd/profiler.py _parse_kineto_results: device_corr_map, fe.append_kernel)."""
+    out: dict[int, list[Span]] = {}
+    for d in events:
+        corr = getattr(d, "linked_correlation_id", 0) or 0
+        if _on_cpu(d) or corr <= 0 or getattr(d, "is_user_annotation", False):
+            continue
+        span = (getattr(d, "device_index", 0), float(d.time_range.start), float(d.time_range.end))
+        out.setdefault(corr, []).append(span)
+    return out
+
+
+def _overlap_us(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Length of the merged spans `a` that the merged spans `b` cover (both sorted, disjoint)."""
+    total, j = 0.0, 0
+    for start, end in a:
+        while j < len(b) and b[j][1] <= start:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < end:
+            total += min(end, b[k][1]) - max(start, b[k][0])
+            k += 1
+    return total
+
+
+def exposed_by_kind(spans_by_kind: dict[str, list[Span]]) -> dict[str, float]:
+    """Per kind with no roof, the time (s) its device spans ran with no other kind's span on the same device: the
+    part of it that lengthened the step. NCCL's all-reduce runs on its own stream beside backward's kernels, so
+    its summed kernel time is mostly hidden; a ceiling adding it whole was slower than the step itself."""
+    out: dict[str, float] = {}
+    for kind in roofline.NO_ROOF:
+        if kind not in spans_by_kind:
+            continue
+        total = 0.0
+        devices = {d for d, _, _ in spans_by_kind[kind]}
+        for device in devices:
+            own = _merged([(s, e) for d, s, e in spans_by_kind[kind] if d == device])
+            other = [(s, e) for k, v in spans_by_kind.items() if k != kind for d, s, e in v if d == device]
+            total += sum(e - s for s, e in own) - _overlap_us(own, _merged(other))
+        out[kind] = total / 1e6
+    return out
 
 
 def _merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -240,7 +295,9 @@ def collect(events: Iterable[Any], *, on_cuda: bool, dtypes_of: DtypesOf | None 
     """The ops of the profiled steps (`prof.events()` of a pass whose steps are labelled `step` and
     `data_wait`, measure/profiling.py) with their time, FLOPs and the phase each started in. `dtypes_of`:
     the events' input dtypes where torch does not put them on the events (kineto_dtypes)."""
+    events = list(events)
     evs = [e for e in events if _on_cpu(e) and not getattr(e, "is_async", False)]
+    device_spans = _device_spans(events) if on_cuda else {}
     windows = _Windows(evs)
     formulas = Formulas()
     memo: dict[int, Any] = {}
@@ -258,6 +315,7 @@ def collect(events: Iterable[Any], *, on_cuda: bool, dtypes_of: DtypesOf | None 
         unit = units.setdefault(id(head), _Unit(head))
         if on_cuda:
             unit.time_us += float(sum(k.duration for k in (getattr(e, "kernels", None) or ())))
+            unit.spans += device_spans.get(getattr(e, "id", -1), [])
         else:
             unit.time_us += float(e.self_cpu_time_total)
         if e is not head:
@@ -265,38 +323,41 @@ def collect(events: Iterable[Any], *, on_cuda: bool, dtypes_of: DtypesOf | None 
         # FLOPs: the outermost counted op between e and its head, once
         if formulas.of(e.name) is not None and not _counted_above(e, head, formulas):
             unit.flops += op_flops(e.name, *_inputs(e, dtypes_of), formulas) or 0.0
+    calls = [(unit, _op_event(unit, windows, dtypes_of, redispatched)) for unit in units.values()]
+    spans_by_kind: dict[str, list[Span]] = {}
+    for unit, op in calls:
+        if unit.spans:
+            spans_by_kind.setdefault(roofline.kind_of(op), []).extend(unit.spans)
     return OpTrace(
-        ops=_merged_calls(units.values(), windows, dtypes_of, redispatched),
+        ops=_merged_calls(op for _, op in calls),
         steps=len(windows.spans[STEP]),
         data_wait_s=windows.total_s(DATA_WAIT),
         time_basis=CUDA_BASIS if on_cuda else CPU_BASIS,
         step_windows_s=windows.total_s(STEP),
+        exposed_s=exposed_by_kind(spans_by_kind),
     )
 
 
-def _merged_calls(
-    units: Iterable[_Unit], windows: _Windows, dtypes_of: DtypesOf | None, redispatched: dict[int, Any]
-) -> list[roofline.OpEvent]:
-    """One OpEvent per distinct call (name, inputs, phase), its time summed and its calls counted; the inputs
-    (dtypes: bytes per element) are the innermost call's, the ones the op read after autocast's casts."""
+def _op_event(unit: _Unit, windows: _Windows, dtypes_of: DtypesOf | None, redispatched: dict[int, Any]) -> roofline.OpEvent:  # fmt: skip
+    """One call as an OpEvent; its inputs (dtypes: bytes per element) are the innermost call's, the ones the op
+    read after autocast's casts."""
+    h = unit.evt
+    shapes, dtypes, args = _inputs(_innermost(h, redispatched), dtypes_of)
+    return roofline.OpEvent(name=h.name, time_s=unit.time_us / 1e6, shapes=shapes, dtypes=dtypes, args=args,
+                            flops=unit.flops, phase=windows.phase(float(h.time_range.start)),
+                            callees=frozenset(unit.callees))  # fmt: skip
+
+
+def _merged_calls(calls: Iterable[roofline.OpEvent]) -> list[roofline.OpEvent]:
+    """One OpEvent per distinct call (name, inputs, phase), its time summed and its calls counted."""
     merged: dict[tuple[Any, ...], roofline.OpEvent] = {}
-    for unit in units:
-        h = unit.evt
-        shapes, dtypes, args = _inputs(_innermost(h, redispatched), dtypes_of)
-        phase = windows.phase(float(h.time_range.start))
-        key = (h.name, shapes, dtypes, args, phase)
+    for op in calls:
+        key = (op.name, op.shapes, op.dtypes, op.args, op.phase)
         old = merged.get(key)
-        merged[key] = roofline.OpEvent(
-            name=h.name,
-            time_s=unit.time_us / 1e6 + (old.time_s if old else 0.0),
-            calls=1 + (old.calls if old else 0),
-            shapes=shapes,
-            dtypes=dtypes,
-            args=args,
-            flops=unit.flops,
-            phase=phase,
-            callees=frozenset(unit.callees) | (old.callees if old else frozenset()),
-        )
+        if old is not None:
+            op = dataclasses.replace(op, time_s=op.time_s + old.time_s, calls=old.calls + 1,
+                                     callees=op.callees | old.callees)  # fmt: skip
+        merged[key] = op
     return list(merged.values())
 
 

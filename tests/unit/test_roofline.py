@@ -557,3 +557,38 @@ def test_on_cuda_kernels_are_charged_to_their_ops_head_from_any_thread():
     assert by_name["aten::convolution_backward"].time_s == pytest.approx(120e-6)
     assert by_name["aten::conv2d"].phase == "forward" and by_name["aten::convolution_backward"].phase == "backward"
     assert trace.time_basis == op_events.CUDA_BASIS and trace.data_wait_s == pytest.approx(10e-6)
+
+
+def on_device(corr: int, start: float, end: float, *, stream: int, device: int = 0):
+    """A device event (kernel) as torch's profiler makes it: linked to the CPU op whose `id` launched it."""
+    return SimpleNamespace(name="kernel", time_range=SimpleNamespace(start=start, end=end), thread=stream,
+                           device_type="DeviceType.CUDA", linked_correlation_id=corr, device_index=device,
+                           device_resource_id=stream, is_async=False, is_user_annotation=False)  # fmt: skip
+
+
+def test_on_cuda_the_ceiling_adds_only_the_communication_no_other_kernel_hid():
+    """Issue 45 N3: DDP's all-reduce runs on NCCL's stream beside backward's kernels on the compute stream. Its
+    kernel time, added whole to the ceiling, made a ceiling slower than the device's own busy time. Here an
+    element-wise op's kernel runs 0-950 us on stream 7 and the all-reduce's 0-1000 us on stream 20."""
+    n = 1_000_000
+    step, bwd = fake("step", 0, 1000), fake("backward", 10, 990)
+    add = fake("aten::add", 20, 40, parent=bwd, kernels_us=[950.0], shapes=[[n], [n]], dtypes=["float", "float"])
+    comm = fake("c10d::allreduce_", 30, 45, thread=3, kernels_us=[1000.0])  # from the reducer's hook, another thread
+    add.id, comm.id = 1, 2
+    trace = op_events.collect(
+        [step, bwd, add, comm, on_device(1, 0, 950, stream=7), on_device(2, 0, 1000, stream=20)], on_cuda=True
+    )
+    info = ProfileInfo(phases=[], phase_table="", tables={}, trace=None, profiled_step_time_s=1000e-6,
+                       profiled_step_times_s=[1000e-6], active_steps=1, wait_steps=0, warmup_steps=1, device_table=True,
+                       ops=trace)  # fmt: skip
+    roofs_ = schema.Roofs(device="test", memory_gb_s=1000.0, compute=[schema.ComputeRoof(precision="fp32", tflops=1.0)])
+    r = observe.roofline_of(info, roofs_, "fp32", device_type="cuda", conv_tf32=False, matmul_tf32=False)
+    exposed_s = ((1000 - 0) - (950 - 0)) / 1e6  # the all-reduce's span less the part the add's kernel covers
+    add_at_roof_s = 3 * F32 * n / 1000e9  # reads two fp32 vectors, writes one, at 1000 GB/s
+    assert row(r, R.COMMUNICATION).time_s == pytest.approx(1000e-6)
+    assert r.ceiling_time_s == pytest.approx(add_at_roof_s + exposed_s)
+    assert trace.exposed_s == {R.COMMUNICATION: pytest.approx(exposed_s)}
+    # the kernel times summed (the rule before): 1,012 us, slower than the step (1,000 us) the kernels ran in
+    kw = dict(steps=1, step_time_s=1000e-6, data_wait_s=0.0, time_basis=trace.time_basis, compute_roof_tflops=1.0,
+              memory_roof_gb_s=1000.0)  # fmt: skip
+    assert r.ceiling_time_s < 1000e-6 < R.roofline(trace.ops, **kw).ceiling_time_s
