@@ -383,11 +383,12 @@ class Roofline(_Model):
     steps: int | None = None
     """Profiled steps the figures are the mean of."""
     step_time_s: Pos = None
-    """The step the shares, the remainder, the verdict and the ceiling are held against (data wait + step), s: the
-    timed loop's mean step, measured outside the profiler; the profiled step's host time where there is none (and
-    in records before issue 45, which have no profiled_step_time_s)."""
+    """The step the shares, the remainder, the verdict and the ceiling are held against (data wait + step), s: on
+    CUDA the timed loop's mean step, measured outside the profiler; else (the CPU, whose kinds' times are host
+    times under the profiler; no timed step; records before issue 45) the profiled step's host time."""
     profiled_step_time_s: Pos = None
-    """The profiling pass's own step (host time, data wait included), inflated by the profiler, s."""
+    """The profiling pass's own step (host time, data wait included), inflated by the profiler, s; only where
+    step_time_s is the timed step."""
     data_wait_s: Pos = None
     """Of step_time_s, waiting for the loader, s."""
     ops_time_s: Pos = None

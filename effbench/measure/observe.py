@@ -545,7 +545,7 @@ def _add_roofline(
     timed_step_times_s: Sequence[float] = (),
 ) -> None:
     """The record's roofs and, with the profiling pass's ops, its roofline (in place on `out`, summarize's copy),
-    held against the timed step (its mean, and its data wait by the record's data share) where there is one."""
+    on CUDA held against the timed step (its mean, and its data wait by the record's data share) where there is one."""
     if roofs is not None:
         out.roofs = roofs
     if roofs_error:
@@ -555,7 +555,10 @@ def _add_roofline(
     device_type = run_device_type(out)
     caps = [g.capability for g in out.env.gpus]
     capability = analysis.parse_capability(caps[0]) if device_type == "cuda" and caps else None
-    timed = [float(t) for t in timed_step_times_s]
+    # Only a device-time table (CUDA) is held against the timed step: its kernel times are the profiler-free ones.
+    # On the CPU each kind's time is host time under the profiler, slowed as the profiled step is, so the profiled
+    # step is the one on the same clock (against the timed one the shares overran 100%, the remainder went negative).
+    timed = [float(t) for t in timed_step_times_s] if device_type == "cuda" else []
     timed_s = sum(timed) / len(timed) if timed and sum(timed) > 0 else None
     data_s = timed_s * out.data_time_share if timed_s is not None and out.data_time_share is not None else None
     out.roofline = roofline_of(

@@ -41,7 +41,7 @@ READING = (
 )
 TIMED = (
     "Shares, the remainder, the verdict and the ceiling are of the timed step, measured outside the profiler, which "
-    "slows the profiled one (its row)."
+    "slows the profiled one (its row) but not the kernels."
 )
 
 
