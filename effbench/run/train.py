@@ -19,6 +19,7 @@ Profiler phase labels (record_function) are added only in the profiling pass, no
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import statistics
 from collections.abc import Callable, Generator, Iterator
@@ -408,9 +409,9 @@ def evaluate(
     correct = torch.zeros((), device=rt.device, dtype=torch.int64)
     seen = 0
     with torch.inference_mode():
-        for i, batch in enumerate(loader):
-            if cfg.max_val_steps is not None and i >= cfg.max_val_steps:
-                break
+        # islice stops before it asks for the batch past --max-val-steps: a fetched and dropped batch was a
+        # decode inside val_time_s (DALI queues the next run at each __next__)
+        for batch in itertools.islice(loader, cfg.max_val_steps):
             x, y = _to_device(batch, rt, bool(cfg.channels_last))
             with _autocast(rt):
                 logits = model(x)
