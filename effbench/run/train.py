@@ -274,6 +274,7 @@ def train_epochs(
     agree = nonfinite_agreement(rt.device)  # under DDP: one all_gather per check, so the ranks stop together
     nan_from = faults.nan_loss_from()  # test hook EFFBENCH_FAULT_NAN_LOSS (faults.py); None unless set
     between = _BETWEEN_STEPS.get()
+    val_model = validation_module(model)
 
     for epoch in range(cfg.epochs):
         data.set_epoch(epoch)
@@ -344,7 +345,7 @@ def train_epochs(
         ]
         if on_phase:
             on_phase("validation")
-        val_model = for_validation(model)  # every rank, before its first batch: a rank may have none
+        sync_buffers_for_validation(model)  # every rank, before its first batch: a rank may have none
         val_loss, val_top1, val_images, val_time_s = evaluate(val_model, data.val, rt, cfg, validation_loss, clock)
         yield EpochResult(
             epoch=epoch,
@@ -373,9 +374,27 @@ def _phase_of(on_phase: PhaseFn | None, global_step: int, cfg: RunConfig) -> Non
         on_phase("warm-up" if global_step < cfg.warmup_steps else "epochs")
 
 
-def for_validation(model: Any) -> Any:
-    """The module validation runs: under DDP, the bare module, after the one buffer broadcast that DDP's first
-    no-grad forward would have made (rank 0's running statistics, as before).
+def validation_module(model: Any) -> Any:
+    """The module validation runs, chosen once per run: the model as trained, but under DDP its bare module
+    (see `sync_buffers_for_validation`), under the model's own compiler when the DDP module was compiled.
+
+    run/rank.py compiles the DDP wrapper, so the bare module `ddp.module` is plain eager code: validation of a
+    `--compile` DDP run measured eager inference. The compiled bare module is built as OptimizedModule's own
+    `__reduce__` rebuilds one, (module, dynamo_ctx) (torch/_dynamo/eval_frame.py:621-624): the same backend
+    and options as training's. Built once, so its eval graph compiles once, in the first validation."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp = getattr(model, "_orig_mod", model)  # torch.compile wraps the DDP module (run/rank.py)
+    if not isinstance(ddp, DistributedDataParallel):
+        return model
+    if ddp is model:
+        return ddp.module
+    return type(model)(ddp.module, model.dynamo_ctx)
+
+
+def sync_buffers_for_validation(model: Any) -> None:
+    """Under DDP, the one buffer broadcast that DDP's first no-grad forward would have made (rank 0's running
+    statistics, as before); validation then runs the bare module (`validation_module`).
 
     DDP broadcasts its buffers from rank 0 in the first forward after a training forward
     (torch/nn/parallel/distributed.py:1782-1783 `_sync_buffers`, 1829-1842 `require_forward_param_sync`). A
@@ -385,12 +404,9 @@ def for_validation(model: Any) -> Any:
     its shard holds, and validation itself holds no collective. Called every epoch, by every rank."""
     from torch.nn.parallel import DistributedDataParallel
 
-    ddp = getattr(model, "_orig_mod", model)  # torch.compile wraps the DDP module (run/rank.py)
-    if not isinstance(ddp, DistributedDataParallel):
-        return model
-    if ddp.will_sync_module_buffers():
+    ddp = getattr(model, "_orig_mod", model)
+    if isinstance(ddp, DistributedDataParallel) and ddp.will_sync_module_buffers():
         ddp._sync_buffers()
-    return ddp.module
 
 
 def evaluate(
