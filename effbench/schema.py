@@ -157,6 +157,10 @@ class Epoch(_Model):
     """Data wait of the measured steps, s."""
     measured_compute_time_s: Pos = None
     """Compute of the measured steps, s."""
+    skipped_steps: Count = None
+    """Steps of the epoch (warm-up included) whose optimizer step the fp16 loss scaler skipped (inf/nan
+    gradients): no weight update, no LR-schedule step. Still in steps, images and every time. Absent without
+    a loss scaler (every precision but fp16)."""
 
 
 class Tally(_Model):
@@ -172,6 +176,10 @@ class Tally(_Model):
     """data_time_s + compute_time_s, s."""
     throughput_img_s: Pos = None
     """images / time_s."""
+    skipped_steps: Count = None
+    """Of these steps, those whose optimizer step the fp16 loss scaler skipped (inf/nan gradients: no weight
+    update, no LR-schedule step, the scale lowered). Included in steps, images, the times and throughput_img_s:
+    a skipped step still ran its forward and backward. Absent without a loss scaler (every precision but fp16)."""
 
 
 class Final(_Model):

@@ -228,7 +228,7 @@ class SimModel:
 class SimStep:
     """train.TrainStep's shape: the loop's `step_fn(batch)`; queues forward, backward and optimizer
     kernels (`compute_s` in all, on the training stream) after `host_s` of host time, and returns the
-    loss and correct count as tensors, as TrainStep does."""
+    loss and correct count as tensors and no loss scaler (None), as TrainStep does in fp32."""
 
     def __init__(self, sim: SimDevice, compute_s: float, host_s: float = 0.0):
         self.sim, self.compute_s, self.host_s = sim, compute_s, host_s
@@ -239,7 +239,7 @@ class SimStep:
         self.sim.host(self.host_s)
         for _phase in ("forward", "backward", "optimizer"):
             self.sim.kernel("compute", self.compute_s / 3)
-        return torch.tensor(1.0), torch.tensor(0), int(y.shape[0])
+        return torch.tensor(1.0), torch.tensor(0), int(y.shape[0]), None
 
 
 @dataclass

@@ -397,10 +397,10 @@ def _epochs(
             if m.window is not None:  # outside the step timers: run/train.py calls it between steps
                 m.window.on_phase(name)
 
-        def on_step(warmup: bool, t: StepTime, images: int) -> None:
+        def on_step(warmup: bool, t: StepTime, images: int, skipped: bool | None) -> None:
             # every warm-up step as it ends: one cut short by a signal in warm-up still reports the ones that ran
             if warmup:
-                m.warmup.add(t, images)
+                m.warmup.add(t, images, skipped)
             prog.step(warmup, t.total_s, images)  # the progress lines' img/s: measured steps, as the headline
 
         epochs_iter = (

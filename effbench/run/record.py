@@ -69,6 +69,7 @@ def merge_epoch(per_rank: Sequence[schema.Epoch]) -> schema.Epoch:
             return None
         return float(sum(value(r) * (weight(r) or 0) for r in per_rank) / total)
 
+    # skipped_steps stays the slowest rank's: every rank's inf check reads the same all-reduced gradients
     merged = slowest_row.model_copy()
     merged.images = sum(r.images or 0 for r in per_rank)
     merged.val_images = sum(r.val_images or 0 for r in per_rank)
@@ -134,6 +135,9 @@ def added(total: Tally, part: Tally) -> Tally:
         data_time_s=total.data_time_s + part.data_time_s,
         compute_time_s=total.compute_time_s + part.compute_time_s,
         step_times_s=[*total.step_times_s, *part.step_times_s],
+        skipped_steps=None
+        if total.skipped_steps is None and part.skipped_steps is None
+        else (total.skipped_steps or 0) + (part.skipped_steps or 0),
     )
 
 

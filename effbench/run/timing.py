@@ -148,13 +148,18 @@ class Tally:
     data_time_s: float = 0.0
     compute_time_s: float = 0.0
     step_times_s: list[float] = field(default_factory=list, repr=False)
+    skipped_steps: int | None = None
+    """Of `steps`, those whose optimizer step the fp16 loss scaler skipped (inf/nan gradients); they stay in
+    every other figure: a skipped step still ran its forward and backward. None: no loss scaler."""
 
-    def add(self, t: StepTime, images: int) -> None:
+    def add(self, t: StepTime, images: int, skipped: bool | None = None) -> None:
         self.steps += 1
         self.images += images
         self.data_time_s += t.data_s
         self.compute_time_s += t.compute_s
         self.step_times_s.append(t.total_s)
+        if skipped is not None:
+            self.skipped_steps = (self.skipped_steps or 0) + int(skipped)
 
     @property
     def time_s(self) -> float:
@@ -165,8 +170,9 @@ class Tally:
         return job_throughput([Part(self.images, self.time_s)])
 
     def record(self) -> schema.Tally:
-        """The tally as results.json's `warmup` / `measured` (without the step times)."""
-        return schema.Tally(
+        """The tally as results.json's `warmup` / `measured` (without the step times; skipped_steps only
+        where there is a loss scaler)."""
+        tally = schema.Tally(
             steps=self.steps,
             images=self.images,
             data_time_s=self.data_time_s,
@@ -174,3 +180,6 @@ class Tally:
             time_s=self.time_s,
             throughput_img_s=self.throughput_img_s,
         )
+        if self.skipped_steps is not None:
+            tally.skipped_steps = self.skipped_steps
+        return tally

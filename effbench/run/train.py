@@ -12,7 +12,10 @@ Every clock read goes through a timing.DeviceClock (`clock`), the seam the async
   divergence check (a non-finite loss stops the run: `Diverged`), and `.tolist()` once per epoch;
   under DDP the check adds one tiny all_gather per interval so every rank stops at the same step
   (launch/distributed.nonfinite_agreement);
-- validation reads its sums once at the end.
+- validation reads its sums once at the end;
+- fp16 only: one read of the loss scale per step, after the scaler's update (`TrainStep`), to learn whether
+  the scaler skipped the step (the LR schedule must not advance on it); the non-fused optimizers' path of
+  `GradScaler.step` already reads its inf check on the host (torch/amp/grad_scaler.py:371).
 Profiler phase labels (record_function) are added only in the profiling pass, not in timed steps.
 """
 
@@ -41,9 +44,10 @@ from effbench.run.timing import DeviceClock, StepTime, StepTimer, Tally, device_
 ProgressFn = Callable[[int, int, int, float], None]
 # on_phase(name): the run entered "warm-up", "epochs" or "validation" (run/phases.py)
 PhaseFn = Callable[[str], None]
-# on_step(warmup, step_time, images): a step just ended, as it was tallied; the runner counts the warm-up
-# steps from these, so an epoch cut short (a signal, a non-finite loss) still reports the ones that ran
-StepFn = Callable[[bool, StepTime, int], None]
+# on_step(warmup, step_time, images, skipped): a step just ended, as it was tallied; the runner counts the
+# warm-up steps from these, so an epoch cut short (a signal, a non-finite loss) still reports the ones that
+# ran. skipped: the loss scaler skipped its optimizer step (None: no loss scaler, TrainStep)
+StepFn = Callable[[bool, StepTime, int, bool | None], None]
 
 # The selftest's interleave point (selftest/checks.py, harness vs bare loop): a function called after each
 # training step, in the gap between the step's timer and the next one, so a reference loop's steps can
@@ -132,7 +136,7 @@ class EpochResult:
 
     def record(self) -> schema.Epoch:
         """The epoch's row of results.json and epochs.csv (this rank's; run/record.merge_epoch joins the ranks')."""
-        return schema.Epoch(
+        row = schema.Epoch(
             epoch=self.epoch + 1,  # 1-based in every file and line (progress, tables, CSV, JSON, plots)
             steps=self.steps,
             images=self.images,
@@ -154,6 +158,10 @@ class EpochResult:
             warmup_steps=self.warmup.steps,
             warmup_time_s=self.warmup.time_s,
         )
+        skipped = [t.skipped_steps for t in (self.warmup, self.measured) if t.skipped_steps is not None]
+        if skipped:  # fp16: the loss scaler's skipped steps; absent without one
+            row.skipped_steps = sum(skipped)
+        return row
 
 
 def steps_per_epoch(cfg: RunConfig, available: int) -> int:
@@ -198,7 +206,8 @@ class TrainStep:
     """One optimizer step on a batch, its phases labelled for the profiler; nothing else.
 
     Returns the detached loss and the count of correct predictions as device tensors, so the
-    caller decides when (if ever) to pay a host sync to read them.
+    caller decides when (if ever) to pay a host sync to read them, the batch's images, and whether the loss
+    scaler skipped the optimizer step (None when there is no loss scaler: every precision but fp16).
     """
 
     model: Any
@@ -219,8 +228,9 @@ class TrainStep:
         self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=self.label_smoothing)
         if self.scaler is None:
             self.scaler = grad_scaler(self.rt)
+        self._scale: float | None = None  # the loss scale after this step's last update: the next step's before
 
-    def __call__(self, batch: Any) -> tuple[Any, Any, int]:
+    def __call__(self, batch: Any) -> tuple[Any, Any, int, bool | None]:
         from torch.profiler import record_function
 
         phase = record_function if self.label_phases else (lambda _name: nullcontext())
@@ -233,10 +243,32 @@ class TrainStep:
             self.optimizer.zero_grad(set_to_none=True)
             self.scaler.scale(loss).backward()  # DDP's all-reduce overlaps this phase
         with phase(PHASE_OPTIMIZER):
+            skipped = self._optimizer_step()
+        return loss.detach(), (logits.detach().argmax(1) == y).sum(), int(y.shape[0]), skipped
+
+    def _optimizer_step(self) -> bool | None:
+        """The scaler's optimizer step and update, then the LR schedule's step unless the scaler skipped the
+        optimizer's; whether it did (None without a loss scaler).
+
+        A GradScaler skips the optimizer step when the gradients hold an inf or nan (torch/amp/grad_scaler.py:
+        371, or the fused kernels' found_inf) and its update then multiplies the scale by backoff_factor < 1
+        (:487-488, 549); any other update keeps or grows it. So a scale lower after update() than before
+        is a skipped step (torch's AMP recipe compares get_scale() around update()). Stepping the schedule on
+        it moved the LR on for a step that trained nothing. The scale before is the last update's, read then:
+        one host read per fp16 step, after the step's work is queued, none mid-step."""
+        if not self.scaler.is_enabled():  # its step() is optimizer.step(), its update() nothing
             self.scaler.step(self.optimizer)
             self.scaler.update()
             self.scheduler.step()
-        return loss.detach(), (logits.detach().argmax(1) == y).sum(), int(y.shape[0])
+            return None
+        before = self.scaler.get_scale() if self._scale is None else self._scale
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self._scale = self.scaler.get_scale()
+        skipped = self._scale < before
+        if not skipped:
+            self.scheduler.step()
+        return skipped
 
 
 def train_epochs(
@@ -252,12 +284,12 @@ def train_epochs(
     on_step: StepFn | None = None,
     scaler: Any = None,
     clock: DeviceClock | None = None,
-    step_fn: Callable[[Any], tuple[Any, Any, int]] | None = None,
+    step_fn: Callable[[Any], tuple[Any, Any, int, bool | None]] | None = None,
 ) -> Generator[EpochResult, None, None]:
     """Train for cfg.epochs, yielding each finished epoch (train + validation). `scaler`: the run's
     (grad_scaler), so the profiling pass goes on from its scale; None: one of its own. `clock`: the
     device's (timing.device_clock) unless a test gives the simulator's; `step_fn`: TrainStep unless a
-    test gives its own."""
+    test gives its own, returning TrainStep's (loss, correct, images, skipped)."""
     import torch
 
     assert cfg.warmup_steps is not None, "the runner resolves the default warm-up (config.resolve_warmup)"
@@ -295,15 +327,15 @@ def train_epochs(
                 timer.lap()
                 break
             with timer.compute():
-                loss, n_correct, images = step_fn(batch)
+                loss, n_correct, images, skipped = step_fn(batch)
                 if nan_from is not None and global_step >= nan_from:
                     loss = loss * float("nan")
                 losses[step] = loss
                 correct[step] = n_correct
             t = timer.lap()
-            (warmup if global_step < cfg.warmup_steps else measured).add(t, images)
+            (warmup if global_step < cfg.warmup_steps else measured).add(t, images, skipped)
             if on_step:
-                on_step(global_step < cfg.warmup_steps, t, images)
+                on_step(global_step < cfg.warmup_steps, t, images, skipped)
             counts.append(images)
             times.append(t)
             global_step += 1
@@ -480,7 +512,7 @@ def data_epochs(
             t = timer.lap()
             (warmup if global_step < cfg.warmup_steps else measured).add(t, images)
             if on_step:
-                on_step(global_step < cfg.warmup_steps, t, images)
+                on_step(global_step < cfg.warmup_steps, t, images, None)
             rows.append(StepRow(epoch=epoch + 1, step=step + 1, warmup=global_step < cfg.warmup_steps, images=images,
                                 loss=None, top1=None, data_time_s=t.data_s, compute_time_s=0.0))  # fmt: skip
             global_step += 1
