@@ -63,11 +63,13 @@ EPOCH_FIELDS = (
     "measured_compute_time_s",
     "throughput_img_s",
     "skipped_steps",
+    "val_warmup_time_s",
 )
 # epoch: 1-based everywhere (progress lines, tables, epochs.csv, steps.csv, results.json, plots).
 # data_time_s / compute_time_s / total_time_s: every step of the epoch, warm-up included; measured_*: its
 # measured steps only (warm-up excluded), the headline's definition, which the epoch table and chart show.
 # throughput_img_s: the epoch's measured steps only (warm-up excluded), analysis/throughput.job_throughput.
+# val_time_s: the validation pass without its warm-up (val_warmup_time_s: the first forward at each new input shape).
 # skipped_steps: fp16 only (empty otherwise), the steps the loss scaler skipped, inside every figure above.
 STEP_FIELDS = ("epoch", "step", "warmup", "images", "loss", "top1", "data_time_s", "compute_time_s")
 

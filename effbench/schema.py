@@ -140,7 +140,8 @@ class Epoch(_Model):
     val_top1: Frac = None
     """Validation top-1 after the epoch, a fraction 0..1."""
     val_time_s: Pos = None
-    """Time of the validation pass, s (not in any throughput)."""
+    """Time of the validation pass, s (not in any throughput), its warm-up (val_warmup_time_s) left out: every
+    epoch's times the same work."""
     val_images: Count = None
     """Images validated."""
     throughput_img_s: Pos = None
@@ -157,6 +158,9 @@ class Epoch(_Model):
     """Data wait of the measured steps, s."""
     measured_compute_time_s: Pos = None
     """Compute of the measured steps, s."""
+    val_warmup_time_s: Pos = None
+    """The validation's warm-up, s: one extra forward, output dropped, per input shape no earlier validation of
+    the run had (torch.compile's eval graph, cuDNN's autotuning): the first validation's, in practice."""
     skipped_steps: Count = None
     """Steps of the epoch (warm-up included) whose optimizer step the fp16 loss scaler skipped (inf/nan
     gradients): no weight update, no LR-schedule step. Still in steps, images and every time. Absent without
@@ -446,7 +450,9 @@ class TimeToAccuracy(_Model):
     train_time_to_target_s: Pos = None
     """Training time up to that epoch, s."""
     val_time_to_target_s: Pos = None
-    """Validation time up to it, s."""
+    """Validation time up to it, s, the validation warm-up included."""
+    val_warmup_time_included_s: Pos = None
+    """The validation warm-up inside val_time_to_target_s, s (compilation, autotuning: the first validation)."""
     warmup_time_included_s: Pos = None
     """Warm-up time inside train_time_to_target_s, s."""
     best_val_top1: Frac = None

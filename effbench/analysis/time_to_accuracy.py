@@ -6,7 +6,8 @@
 The time is the training steps' own timed seconds (each step's data wait + compute, ending with a device sync:
 run/timing.py), summed over the epochs up to and including the first one whose validation top-1 is at or above
 the target: epochs.csv's total_time_s. Warm-up steps count (they train the model; how much of the time they
-took is recorded beside it), validation does not (its seconds are recorded apart), nor does anything outside
+took is recorded beside it), validation does not (its seconds, val_time_s plus the first validation's
+warm-up val_warmup_time_s, are recorded apart, with the warm-up's share), nor does anything outside
 the steps (model build, data open, the profiling pass). Under DDP an epoch row is already the job's: the
 slowest rank's time and the top-1 over every rank's validation images (run/record.merge_epoch).
 docs/time-to-accuracy.md describes the fields. No torch, no I/O.
@@ -54,13 +55,15 @@ def summarize(
 
     if target_top1 is None:
         return None
-    train_s = val_s = warmup_s = 0.0
+    train_s = val_s = warmup_s = val_warmup_s = 0.0
     best: float | None = None
     best_epoch: int | None = None
     for i, row in enumerate(epochs):
         e = _row(row)
         train_s += _train_s(e)
-        val_s += e.val_time_s or 0.0
+        # every validation second, its warm-up included (recorded apart per epoch: val_warmup_time_s)
+        val_s += (e.val_time_s or 0.0) + (e.val_warmup_time_s or 0.0)
+        val_warmup_s += e.val_warmup_time_s or 0.0
         warmup_s += e.warmup_time_s or 0.0
         top1 = e.val_top1
         if top1 is not None and (best is None or top1 > best):
@@ -73,6 +76,7 @@ def summarize(
                 train_time_to_target_s=train_s,
                 val_time_to_target_s=val_s,
                 warmup_time_included_s=warmup_s,
+                val_warmup_time_included_s=val_warmup_s,
                 best_val_top1=best,
                 best_epoch=best_epoch,
                 epochs_run=len(epochs),
@@ -86,6 +90,7 @@ def summarize(
         train_time_to_target_s=None,
         val_time_to_target_s=None,
         warmup_time_included_s=None,
+        val_warmup_time_included_s=None,
         best_val_top1=best,
         best_epoch=best_epoch,
         epochs_run=len(epochs),

@@ -78,6 +78,8 @@ def merge_epoch(per_rank: Sequence[schema.Epoch]) -> schema.Epoch:
     merged.val_loss = weighted(lambda r: r.val_loss, lambda r: r.val_images)
     merged.val_top1 = weighted(lambda r: r.val_top1, lambda r: r.val_images)
     merged.val_time_s = max(r.val_time_s or 0.0 for r in per_rank)
+    if any(r.val_warmup_time_s is not None for r in per_rank):  # an older writer's row has none
+        merged.val_warmup_time_s = max(r.val_warmup_time_s or 0.0 for r in per_rank)
     merged.measured_images = sum(r.measured_images or 0 for r in per_rank)
     merged.measured_time_s = max(r.measured_time_s or 0.0 for r in per_rank)
     merged.measured_data_time_s = slowest_measured.measured_data_time_s

@@ -28,7 +28,8 @@ The spans (docs/methodology.md, "What each span holds"):
 - compute: from the batch in hand to the end of the optimizer step, then `sync_stream`, so the kernels
   count in the step that queued them. One host sync per step, and it exists only for this measurement.
 - validation (run/train.py evaluate): from the first batch to `sync_stream` after the last; the clock is
-  read after that wait, so queued validation kernels are in `val_time_s`.
+  read after that wait, so queued validation kernels are in `val_time_s`. The one warm-up forward per new
+  input shape (compilation, autotuning) runs between two `sync_stream`s and is timed apart.
 
 Warm-up steps are timed the same way but accounted apart (see `Tally`), so they never enter the
 reported throughput. The asynchronous-device simulator in tests/simdevice.py checks which queued work

@@ -12,7 +12,8 @@ Every clock read goes through a timing.DeviceClock (`clock`), the seam the async
   divergence check (a non-finite loss stops the run: `Diverged`), and `.tolist()` once per epoch;
   under DDP the check adds one tiny all_gather per interval so every rank stops at the same step
   (launch/distributed.nonfinite_agreement);
-- validation reads its sums once at the end;
+- validation reads its sums once at the end, and waits for the training stream before and after the one
+  untimed warm-up forward at each input shape the run had not validated yet (`evaluate`);
 - fp16 only: one read of the loss scale per step, after the scaler's update (`TrainStep`), to learn whether
   the scaler skipped the step (the LR schedule must not advance on it); the non-fused optimizers' path of
   `GradScaler.step` already reads its inf check on the host (torch/amp/grad_scaler.py:371).
@@ -129,6 +130,7 @@ class EpochResult:
     warmup: Tally
     measured: Tally
     step_rows: list[StepRow] = field(repr=False)
+    val_warmup_time_s: float = 0.0
 
     @property
     def total_time_s(self) -> float:
@@ -149,6 +151,7 @@ class EpochResult:
             val_top1=self.val_top1,
             val_time_s=self.val_time_s,
             val_images=self.val_images,
+            val_warmup_time_s=self.val_warmup_time_s,
             # warm-up excluded, like the headline: the epoch's measured steps only (None: all warm-up)
             measured_images=self.measured.images,
             measured_time_s=self.measured.time_s,
@@ -307,6 +310,7 @@ def train_epochs(
     nan_from = faults.nan_loss_from()  # test hook EFFBENCH_FAULT_NAN_LOSS (faults.py); None unless set
     between = _BETWEEN_STEPS.get()
     val_model = validation_module(model)
+    val_shapes: frozenset[tuple[int, ...]] = frozenset()  # input shapes validated so far: warm (evaluate)
 
     for epoch in range(cfg.epochs):
         data.set_epoch(epoch)
@@ -378,7 +382,8 @@ def train_epochs(
         if on_phase:
             on_phase("validation")
         sync_buffers_for_validation(model)  # every rank, before its first batch: a rank may have none
-        val_loss, val_top1, val_images, val_time_s = evaluate(val_model, data.val, rt, cfg, validation_loss, clock)
+        val = evaluate(val_model, data.val, rt, cfg, validation_loss, clock, warm=val_shapes)
+        val_shapes = val.shapes
         yield EpochResult(
             epoch=epoch,
             steps=done,
@@ -389,13 +394,14 @@ def train_epochs(
             if images
             else float("nan"),
             train_top1=sum(correct_list) / images if images else float("nan"),
-            val_loss=val_loss,
-            val_top1=val_top1,
-            val_time_s=val_time_s,
-            val_images=val_images,
+            val_loss=val.loss,
+            val_top1=val.top1,
+            val_time_s=val.time_s,
+            val_images=val.images,
             warmup=warmup,
             measured=measured,
             step_rows=step_rows,
+            val_warmup_time_s=val.warmup_time_s,
         )
 
 
@@ -441,13 +447,53 @@ def sync_buffers_for_validation(model: Any) -> None:
         ddp._sync_buffers()
 
 
+@dataclass(frozen=True)
+class Validation:
+    """One validation pass (`evaluate`)."""
+
+    loss: float | None
+    top1: float | None
+    images: int
+    time_s: float
+    """From the first batch to the training stream's end of the last, the warm-up forwards left out."""
+    warmup_time_s: float
+    """The warm-up forwards: one per input shape the run had not validated yet, its output dropped."""
+    shapes: frozenset[tuple[int, ...]]
+    """The input shapes validated in the run so far (`warm` and this pass's): the next pass's `warm`."""
+
+
+def _warm_up(model: Any, x: Any, rt: Runtime, clock: DeviceClock) -> float:
+    """One forward of `x` whose output is dropped, between two waits for the training stream: its seconds."""
+    clock.sync_stream()  # the batches before it, and this batch's copy, are validation time
+    t0 = clock.now()
+    with _autocast(rt):
+        model(x)
+    clock.sync_stream()  # its compilation, autotuning and kernels end here
+    return clock.now() - t0
+
+
 def evaluate(
-    model: Any, loader: Any, rt: Runtime, cfg: RunConfig, criterion: Any, clock: DeviceClock | None = None
-) -> tuple[float | None, float | None, int, float]:
+    model: Any,
+    loader: Any,
+    rt: Runtime,
+    cfg: RunConfig,
+    criterion: Any,
+    clock: DeviceClock | None = None,
+    *,
+    warm: frozenset[tuple[int, ...]] = frozenset(),
+) -> Validation:
     """Mean loss, top-1, images seen and seconds over the validation loader (capped by --max-val-steps).
 
     The seconds run from the first batch to the training stream's end of the last one: the clock is read
-    after that wait, so the validation kernels still queued when the loop ends are in them."""
+    after that wait, so the validation kernels still queued when the loop ends are in them.
+
+    The first forward at an input shape (the first validation's first batch, its last and shorter one) also
+    holds one-off costs: torch.compile traces and compiles the eval graph (and again for a new batch size),
+    cuDNN's benchmark mode times its algorithms for the new shape. Epoch 1's val_time_s held them. Such a
+    batch, a shape not in `warm`, now first runs one forward of its own, output dropped, timed apart as
+    `warmup_time_s`; then it is validated as every other batch. So every pass's `time_s` times the same work,
+    and the warm-up is reported apart, as the training warm-up is (inference mode and eval mode: the extra
+    forward changes no weight and no statistic)."""
     import torch
 
     clock = clock if clock is not None else device_clock(rt.device)
@@ -456,22 +502,28 @@ def evaluate(
     loss_sum = torch.zeros((), device=rt.device)
     correct = torch.zeros((), device=rt.device, dtype=torch.int64)
     seen = 0
+    shapes = set(warm)
+    warmup_s = 0.0
     with torch.inference_mode():
         # islice stops before it asks for the batch past --max-val-steps: a fetched and dropped batch was a
         # decode inside val_time_s (DALI queues the next run at each __next__)
         for batch in itertools.islice(loader, cfg.max_val_steps):
             x, y = _to_device(batch, rt, bool(cfg.channels_last))
+            if tuple(x.shape) not in shapes:
+                warmup_s += _warm_up(model, x, rt, clock)
+                shapes.add(tuple(x.shape))
             with _autocast(rt):
                 logits = model(x)
                 loss_sum += criterion(logits.float(), y) * y.shape[0]
             correct += (logits.argmax(1) == y).sum()
             seen += int(y.shape[0])
     clock.sync_stream()  # the queued validation work is validation time
-    elapsed = clock.now() - t0
+    elapsed = clock.now() - t0 - warmup_s
     model.train()
+    done = frozenset(shapes)
     if seen == 0:
-        return None, None, 0, elapsed
-    return loss_sum.item() / seen, correct.item() / seen, seen, elapsed
+        return Validation(None, None, 0, elapsed, warmup_s, done)
+    return Validation(loss_sum.item() / seen, correct.item() / seen, seen, elapsed, warmup_s, done)
 
 
 def data_epochs(

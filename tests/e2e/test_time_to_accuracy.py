@@ -50,7 +50,10 @@ def test_reached_target_time_is_the_training_steps_up_to_that_epoch(tmp_path, ca
     from_steps = sum(float(s["data_time_s"]) + float(s["compute_time_s"]) for s in steps)
     assert tta["train_time_to_target_s"] == pytest.approx(from_steps, rel=1e-9, abs=1e-12)
     assert tta["train_time_to_target_s"] == pytest.approx(sum(float(e["total_time_s"]) for e in epochs[:k]), rel=1e-12)
-    assert tta["val_time_to_target_s"] == pytest.approx(sum(float(e["val_time_s"]) for e in epochs[:k]), rel=1e-12)
+    val_warmup = sum(float(e["val_warmup_time_s"]) for e in epochs[:k])
+    assert tta["val_time_to_target_s"] == pytest.approx(sum(float(e["val_time_s"]) for e in epochs[:k]) + val_warmup,
+                                                        rel=1e-12)  # fmt: skip
+    assert tta["val_warmup_time_included_s"] == pytest.approx(val_warmup, rel=1e-12)
     whole = sum(float(e["total_time_s"]) for e in epochs)  # the run's whole training time
     assert 0 < tta["train_time_to_target_s"] <= whole
     assert tta["warmup_time_included_s"] == pytest.approx(float(epochs[0]["warmup_time_s"]), rel=1e-12)
@@ -281,3 +284,15 @@ def test_a_recorded_time_to_accuracy_is_checked_when_read_back(tmp_path):
     results.write_json(tmp_path / "old" / "results.json", edited)
     with pytest.raises(EffbenchError, match="time_to_accuracy.target_top1"):
         results.read_results(tmp_path / "old")
+
+
+def test_the_first_validations_warm_up_counts_as_validation_time_and_is_named():
+    # N8a: val_time_s leaves the first validation's warm-up out (val_warmup_time_s); time to accuracy still
+    # holds every validation second, as it did when val_time_s held the warm-up, and says how much was it.
+    from effbench.analysis.time_to_accuracy import summarize
+
+    rows = [{"epoch": 1, "total_time_s": 2.0, "val_time_s": 0.5, "val_warmup_time_s": 4.0, "val_top1": 0.5},
+            {"epoch": 2, "total_time_s": 3.0, "val_time_s": 0.5, "val_warmup_time_s": 0.0, "val_top1": 0.8}]  # fmt: skip
+    at = summarize(rows, 0.75)
+    assert at is not None and (at.val_time_to_target_s, at.val_warmup_time_included_s) == (5.0, 4.0)
+    assert summarize(rows, 0.9).val_warmup_time_included_s is None  # not reached: no times

@@ -88,10 +88,10 @@ def test_validation_time_holds_the_validation_work_still_queued():
     val = sd.HostLoader(sim, 3, host_s=0.0, copy_s=0.1 * MS)
     cfg = _cfg(4)
     with sim.patch_tensor_reads():
-        loss, top1, seen, val_s = evaluate(sd.SimModel(sim, 2 * MS), val, RT, cfg, torch.nn.CrossEntropyLoss(),
-                                           sim.clock())  # fmt: skip
-    assert seen == 12 and val_s == pytest.approx(3 * 2.1 * MS)
-    assert sim.busy("forward", 0.0, val_s) == pytest.approx(6 * MS)
+        v = evaluate(sd.SimModel(sim, 2 * MS), val, RT, cfg, torch.nn.CrossEntropyLoss(), sim.clock(),
+                     warm=frozenset({(4, 3, 8, 8)}))  # fmt: skip
+    assert v.images == 12 and v.time_s == pytest.approx(3 * 2.1 * MS)
+    assert sim.busy("forward", 0.0, v.time_s) == pytest.approx(6 * MS)
 
 
 def test_a_training_epochs_validation_is_timed_to_its_last_kernel():
@@ -102,6 +102,55 @@ def test_a_training_epochs_validation_is_timed_to_its_last_kernel():
         (epoch,) = train_epochs(sd.SimModel(sim, 3 * MS), data, None, None, RT, _cfg(4), clock=sim.clock(),
                                 step_fn=sd.SimStep(sim, COMPUTE))  # fmt: skip
     assert epoch.val_time_s == pytest.approx(2 * 3 * MS) and epoch.val_images == 8
+
+
+class _CompilingModel(sd.SimModel):
+    """SimModel whose first forward at an input shape first costs `compile_s` of host time (Dynamo tracing and
+    Inductor) and queues `autotune_s` of kernels (cuDNN's benchmark mode timing its algorithms)."""
+
+    def __init__(self, sim: sd.SimDevice, forward_s: float, *, compile_s: float, autotune_s: float) -> None:
+        super().__init__(sim, forward_s)
+        self.compile_s, self.autotune_s, self.shapes = compile_s, autotune_s, set()
+
+    def __call__(self, x):
+        if x.shape not in self.shapes:
+            self.shapes.add(x.shape)
+            self.sim.host(self.compile_s)
+            self.sim.kernel("autotune", self.autotune_s)
+        return super().__call__(x)
+
+
+class _SizedBatches:
+    """Validation batches of the given sizes (the last one shorter, as a split's remainder), each copied to
+    the device in `copy_s` by the loop's `.to()`."""
+
+    def __init__(self, sim: sd.SimDevice, sizes: list[int], copy_s: float) -> None:
+        self.sim, self.sizes, self.copy_s = sim, sizes, copy_s
+
+    def __iter__(self):
+        for n in self.sizes:
+            yield sd.SimTensor(self.sim, n, on_device=False, copy_s=self.copy_s), sd.labels(n)
+
+
+def test_the_first_validations_compilation_and_autotuning_are_its_warm_up_not_its_time():
+    # N8a (round four). The first forward at a shape compiles (50 ms on the host) and autotunes (5 ms on the
+    # device): twice in epoch 1 (batches of 4, then the last batch of 2), never after. Epoch 1's val_time_s
+    # held 110 ms of them beside 6.3 ms of validation. Now each new shape gets one forward of its own, timed
+    # apart: both epochs' val_time_s are the same 3 x (0.1 ms copy + 2 ms forward).
+    sim = sd.SimDevice()
+    model = _CompilingModel(sim, 2 * MS, compile_s=50 * MS, autotune_s=5 * MS)
+    data = sd.SimData(train=sd.HostLoader(sim, 4, host_s=0.0, copy_s=0.0), val=_SizedBatches(sim, [4, 4, 2], 0.1 * MS),
+                      steps_per_epoch=4)  # fmt: skip
+    cfg = resolve_for_device(RunConfig(dataset="synthetic", epochs=2, warmup_steps=2, log_interval=1, max_steps=4),
+                             "cpu")  # fmt: skip
+    with sim.patch_tensor_reads():
+        first, second = train_epochs(
+            model, data, None, None, RT, cfg, clock=sim.clock(), step_fn=sd.SimStep(sim, COMPUTE)
+        )
+    assert first.val_time_s == pytest.approx(3 * 2.1 * MS) and second.val_time_s == pytest.approx(3 * 2.1 * MS)
+    assert first.val_warmup_time_s == pytest.approx(2 * (50 + 5 + 2) * MS) and second.val_warmup_time_s == 0.0
+    assert first.val_images == second.val_images == 10  # the warm-up forward's output counts nowhere
+    assert first.record().val_warmup_time_s == first.val_warmup_time_s
 
 
 def test_data_only_delivers_each_batch_onto_the_device_as_training_does():

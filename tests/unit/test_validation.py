@@ -40,13 +40,13 @@ def test_max_val_steps_fetches_no_batch_beyond_the_limit():
     # the next run queued) inside val_time_s. Now the loader is asked for exactly the batches validated.
     loader = CountingLoader(5)
     result = evaluate(torch.nn.Linear(4, 3), loader, RT, _cfg(2), torch.nn.CrossEntropyLoss())
-    assert loader.fetched == 2 and result[2] == 4  # 2 batches of 2 images
+    assert loader.fetched == 2 and result.images == 4  # 2 batches of 2 images
 
 
 def test_without_a_limit_validation_reads_the_loader_to_its_end():
     loader = CountingLoader(3)
     result = evaluate(torch.nn.Linear(4, 3), loader, RT, _cfg(None), torch.nn.CrossEntropyLoss())
-    assert loader.fetched == 4 and result[2] == 6  # 3 batches, then the StopIteration that ends the loop
+    assert loader.fetched == 4 and result.images == 6  # 3 batches, then the StopIteration that ends the loop
 
 
 @pytest.fixture
