@@ -93,6 +93,7 @@ MARKED_BLOCKS: dict[str, int] = {
     "docs/kubernetes.md": 2,
     "docs/selftest.md": 1,
     "docs/sweeps-and-reports.md": 1,
+    "docs/testing.md": 1,
     "docs/tracking.md": 2,
     "docs/troubleshooting.md": 5,
 }
