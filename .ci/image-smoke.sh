@@ -29,7 +29,7 @@
 #    a read-only /results, and a 64 MiB /dev/shm with DataLoader workers;
 # 6. runs singularity.def's %environment with its %test, then a smoke run, in the image as Apptainer
 #    would (read-only, no entrypoint, another uid, cwd bound): results must land under the cwd;
-# 7. removes the image and the build's intermediate images, except the venv stage's (tagged VENV_CACHE): the
+# 7. removes the image and the build's intermediate images, except the venv and pip stages' (VENV_CACHE): the
 #    next run on this machine reuses them while the lock and the Dockerfile's venv steps are unchanged, and
 #    builds only the layers above (the small base image is kept too). A fresh machine builds everything.
 # Every podman run is under `timeout`, so a hang fails the step. Prints PASS/FAIL lines; exits 1 on
@@ -74,9 +74,20 @@ check() {
 WORK=$(mktemp -d /tmp/effbench-image-smoke.XXXXXX)
 chmod 755 "$WORK"
 
-# The images VENV_CACHE's layers belong to (the venv stage and the stages below it), sorted: what cleanup keeps.
+# The tag each kept stage gets: VENV_CACHE for the venv stage, VENV_CACHE-pip for the pip stage.
+cache_tag() { if [ "$1" = venv ]; then echo "$VENV_CACHE"; else echo "$VENV_CACHE-$1"; fi; }
+# The images the kept stages are made of, each step's (an ARG's too: the next step's cache is looked up under it),
+# found by their parent links down to the base, sorted: what cleanup keeps. (`podman history` shows the steps
+# that add no layer as <missing>: keeping only what it names broke the chain at the first ARG.)
 venv_cache_chain() {
-    podman history -q --no-trunc "$VENV_CACHE" 2>/dev/null | grep -v missing | sed 's/^sha256://; s/^/sha256:/' | sort -u
+    local stage id
+    for stage in venv pip; do
+        id=$(podman image inspect --format '{{.Id}}' "$(cache_tag "$stage")" 2>/dev/null) || continue
+        while [ -n "$id" ]; do
+            echo "sha256:${id#sha256:}"
+            id=$(podman image inspect --format '{{.Parent}}' "$id" 2>/dev/null || true)
+        done
+    done | sort -u
 }
 
 cleanup() {
@@ -216,23 +227,31 @@ else
 fi
 cached_venv=$(grep -c "Using cache" "$WORK/build.log" || true)
 log "build: $cached_venv step(s) from the layer cache"
-# Tag the venv stage (every step a cache hit: seconds) so that cleanup keeps its layers for the next run; the
-# layers an earlier lock made are no longer needed then.
+# Tag the venv stage and the pip stage its installs mount (every step a cache hit: seconds) so that cleanup keeps
+# their layers for the next run: a RUN that mounts a stage is cached under that stage's image, so without the pip
+# stage kept the venv was built again. The layers an earlier lock (or pip settings) made are no longer needed then.
 if [ -n "$VENV_CACHE" ] && [ "${REUSE_IMAGE:-0}" != 1 ]; then
-    old_cache=$(podman image inspect "$VENV_CACHE" --format '{{.Id}}' 2>/dev/null || true)
-    if timeout "$BUILD_TIMEOUT" podman build --isolation chroot --layers "${build_args[@]}" "${mounts[@]}" \
-        --build-arg BASE_DIGEST= --target venv -t "$VENV_CACHE" . >"$WORK/venv-cache.log" 2>&1; then
-        new_cache=$(podman image inspect "$VENV_CACHE" --format '{{.Id}}')
-        if [ -n "$old_cache" ] && [ "$old_cache" != "$new_cache" ]; then
-            podman rmi -f "$old_cache" >/dev/null 2>&1 || true
-            for _ in 1 2 3 4 5 6; do podman image prune -f >/dev/null 2>&1 || true; done
-            log "the venv changed: the earlier venv layers removed"
+    changed=0
+    for stage in venv pip; do
+        tag=$(cache_tag "$stage")
+        old_cache=$(podman image inspect "$tag" --format '{{.Id}}' 2>/dev/null || true)
+        if timeout "$BUILD_TIMEOUT" podman build --isolation chroot --layers "${build_args[@]}" "${mounts[@]}" \
+            --build-arg BASE_DIGEST= --target "$stage" -t "$tag" . >"$WORK/cache-$stage.log" 2>&1; then
+            new_cache=$(podman image inspect "$tag" --format '{{.Id}}')
+            if [ -n "$old_cache" ] && [ "$old_cache" != "$new_cache" ]; then
+                podman rmi -f "$old_cache" >/dev/null 2>&1 || true
+                changed=1
+            fi
+        else
+            tail -20 "$WORK/cache-$stage.log"
+            fail "tagging the $stage stage as $tag failed"
         fi
-        log "venv layers kept for the next run on this machine as $VENV_CACHE"
-    else
-        tail -20 "$WORK/venv-cache.log"
-        fail "tagging the venv stage as $VENV_CACHE failed"
+    done
+    if [ "$changed" = 1 ]; then
+        for _ in 1 2 3 4 5 6; do podman image prune -f >/dev/null 2>&1 || true; done
+        log "the venv or pip stage changed: their earlier layers removed"
     fi
+    log "venv and pip stage layers kept for the next run on this machine as $(cache_tag venv), $(cache_tag pip)"
 fi
 
 # Bytes of the layers an effbench change produces: the wheel copy and its install. podman history's
