@@ -51,6 +51,7 @@ DEVICES = ("auto", "cpu", "cuda")
 # loader applies to it, so config.json records it as the loader that ran whatever was asked.
 LOADERS = ("auto", "fast", "torchvision", "synthetic", "dali")
 OPTIMIZER_IMPLS = ("auto", "fused", "foreach", "for-loop")
+TIMINGS = ("pipelined", "per-step")  # run/timing.py
 # Optimizers with a fused kernel per device type in torch >= 2.4 (torch.optim docs: SGD, Adam, AdamW
 # on CUDA and CPU; Adagrad on CPU only).
 FUSED_OPTIMIZERS = {
@@ -353,7 +354,14 @@ class RunConfig:
     sample_interval_s: float = _ranged(0.5, 0.05, 3600.0)
     """Utilisation sampling interval in seconds (GPU via NVML, host via psutil)."""
     log_interval: int = _ranged(10, 1, STEPS_MAX)
-    """Steps between progress lines (and device-to-host metric reads)."""
+    """Steps between progress lines (and device-to-host metric reads: the pipelined timing's one wait)."""
+    timing: str = "pipelined"
+    """How steps are timed: pipelined (one wait per --log-interval steps, spans read from CUDA events) or
+    per-step (two waits a step: exact per-step attribution, slower on a GPU).
+
+    The same figures on the CPU. On a GPU, per-step drains the device twice a step (5-9% of efficientnet-b0's
+    throughput on an H200); docs/methodology.md says what each span holds under each. `compare` refuses to
+    call runs of different timing like for like."""
     repeats: int | None = _ranged(None, 1, 1000)
     """Throughput windows: measured steps split into K for a median and 95% CI. [default: min(5, measured steps)]
 
@@ -458,6 +466,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "optimizer_impl": OPTIMIZER_IMPLS,
     "strategy": STRATEGIES,
     "scaling": SCALING_MODES,
+    "timing": TIMINGS,
 }
 
 

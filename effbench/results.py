@@ -452,3 +452,11 @@ def overwrite_json_in_place(path: Path, obj: Any) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def timing_of(record: schema.Results) -> str:
+    """How the run's measured steps were timed (--timing): the record's, else the config's; a record from
+    before the option names neither, and was timed per-step."""
+    if record.measured is not None and record.measured.timing:
+        return record.measured.timing
+    return record.config.timing or "per-step"

@@ -184,6 +184,10 @@ class Tally(_Model):
     """Of these steps, those whose optimizer step the fp16 loss scaler skipped (inf/nan gradients: no weight
     update, no LR-schedule step, the scale lowered). Included in steps, images, the times and throughput_img_s:
     a skipped step still ran its forward and backward. Absent without a loss scaler (every precision but fp16)."""
+    timing: str | None = None
+    """How these steps were timed (--timing): `pipelined` (one wait per --log-interval steps, each span read
+    from CUDA events on the training stream) or `per-step` (two waits a step, host clock). Absent in records
+    from before the option: those were timed per-step. docs/methodology.md, "What each span holds"."""
 
 
 class Final(_Model):

@@ -148,6 +148,18 @@ def no_measurement(record: schema.Results) -> str | None:
     return f"no measured step (status {status})" if steps == 0 or status != "ok" else "no measured step"
 
 
+def check_same_timing(a: schema.Results, b: schema.Results) -> None:
+    """Refuse a pair whose figures were timed differently: per-step timing drains the device twice a step
+    (5-9% of a host-bound model's throughput on a GPU), so a difference between them is partly the timer's."""
+    ta, tb = results.timing_of(a), results.timing_of(b)
+    if ta != tb:
+        raise EffbenchError(
+            "--timing",
+            f'A was timed {ta} and B {tb}: their figures are not like for like (docs/methodology.md, "What each '
+            f'span holds"); rerun B with --timing {ta}, or A with --timing {tb}',
+        )
+
+
 def run_label(name: str, record: schema.Results) -> str:
     """A run as compare's header names it: its path, and its status when it did not end `ok` (a `dead` or
     `running` run's figures are those of the epochs it wrote)."""

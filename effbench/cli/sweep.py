@@ -288,6 +288,7 @@ def compare(
         )
     if kinds[0] == "run":
         ra, rb = liveness.read(a), liveness.read(b)  # a `running` run whose process is gone: `dead`
+        cmp.check_same_timing(ra, rb)
         sa, sb = windows.read_steps(run_dir(a)), windows.read_steps(run_dir(b))
         deltas = cmp.compare_runs(ra, sa, rb, sb)
         say(

@@ -50,7 +50,7 @@ def summary_rows(results: schema.Results) -> list[tuple[str, str]]:
         ("params trainable / total", f"{fmt_value(model.trainable_params)} / {fmt_value(model.total_params)}"),
         ("loader / workers", f"{fmt_value(loader)} / {fmt_value(workers)}"),
         (HEADLINE_ROW, fmt_value(results.throughput_img_s, 1)),
-        ("throughput timing", HEADLINE_TIMING),
+        ("throughput timing", headline_timing(results)),
         (WINDOWS_ROW, _windows(results)),
         (
             "measured steps / images",
@@ -159,7 +159,18 @@ def _stat(v: schema.MeanMax | None, digits: int = 1) -> str:
 # Which timing the headline is (docs/gpu-truth.md, "Pipelined timing"): every step ends with a host sync
 # (torch.cuda.synchronize on CUDA; run/timing.py), as timm's benchmark.py times; a pipelined loop (one sync per
 # window) may be faster on CUDA for steps of a few ms, and the selftest's 'pipelined loop vs harness' measures it.
-HEADLINE_TIMING = "per-step synced, like timm's benchmark.py (selftest: pipelined loop vs harness)"
+TIMING_WORDS = {
+    "pipelined": "pipelined: one wait per --log-interval steps, spans from CUDA events",
+    "per-step": "per-step: two waits a step (exact split; slower on a GPU)",
+}
+
+
+def headline_timing(results: schema.Results) -> str:
+    """How the headline's steps were timed (--timing), in words; records from before the option: per-step."""
+    from effbench.results import timing_of
+
+    timing = timing_of(results)
+    return TIMING_WORDS.get(timing, timing)
 
 
 def observability_rows(results: schema.Results) -> list[tuple[str, str]]:
@@ -350,13 +361,13 @@ def render(results: schema.Results, fmt: str = "text") -> str:
     notes = (
         "Throughput counts measured steps only (warm-up excluded): images / (data wait + compute), with several "
         "ranks all ranks' images over the slowest rank's time; the epoch table's measured columns are the same "
-        "per epoch (images, loss and top-1 count every step). Data wait is host time blocked on the loader; "
-        "compute ends with a device sync."
+        "per epoch (images, loss and top-1 count every step). Data wait runs from asking the loader for a batch "
+        "to the batch on the device; compute from there to the end of the optimizer step (docs/methodology.md)."
     )
     if results.data_only:
         notes = (
             "Data-only run: no model. Throughput is images delivered to the device per second over the "
-            "measured steps (warm-up excluded): next() on the loader, the copy and a device sync."
+            "measured steps (warm-up excluded): next() on the loader and the copy to the device."
         )
     if fmt == "md":  # the run name, the verdict's evidence: literal text
         parts = [f"# {md(title)}", f"**{md(skipped)}**" if skipped else "", f"**{md(verdict)}**" if verdict else ""]

@@ -550,7 +550,7 @@ def _profile_pass(prep: Prepared, dist: DistContext, run_dir: Path | None) -> tu
         )
         info = observe.profile(
             step, prep.data.train, device_type=prep.rt.device.type, out_dir=out_dir, rank=dist.rank,
-            active=prep.cfg.profile_steps, clock=device_clock(prep.rt.device), agree=dist.gather,
+            active=prep.cfg.profile_steps, clock=device_clock(prep.rt.device, prep.rt.device_api), agree=dist.gather,
         )  # fmt: skip
         return info, None
     except ProfilePassFailed as e:  # every rank, at the same point: "rank 1: RuntimeError: ..."

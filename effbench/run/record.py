@@ -163,7 +163,9 @@ def with_headline(
     record.ranks = list(ranks)
     record.epochs = list(epochs)
     record.warmup = warmup.record()
+    record.warmup.timing = record.config.timing
     total = measured.record()
+    total.timing = record.config.timing
     if len(ranks) > 1:
         # the job's measured time is its slowest rank's; the images are every rank's
         slow = slowest(ranks) or ranks[0]

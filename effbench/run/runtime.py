@@ -18,6 +18,9 @@ class Runtime:
     device: Any  # torch.device
     precision: str  # resolved: fp32 | bf16 | fp16
     autocast_dtype: Any  # torch.dtype or None for fp32
+    device_api: Any = None
+    """The device's stream and event interface (run/timing.device_clock): None picks it from the device's
+    type (torch.cuda on CUDA; the CPU has none); tests/simdevice.py gives its simulated device's."""
 
     @property
     def device_name(self) -> str:

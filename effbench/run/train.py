@@ -2,12 +2,13 @@
 
 The measured step does only the step: per-step loss and correct counts are written into device
 tensors and read back once per log interval (one host sync each) and at the end of the epoch.
-Every clock read goes through a timing.DeviceClock (`clock`), the seam the asynchronous-device simulator
-(tests/simdevice.py) replaces. Host syncs, all of them:
-- end of each step's compute span (CUDA only): the training stream (timing.py), so kernels count in the
-  step that queued them and another stream's prefetch (DALI's) in none;
-- after next() and the batch's delivery to the device (CUDA only): the training stream (timing.py), so
-  the host-to-device copy and device-side augmentation count as data time, for every loader;
+Every clock read goes through the device's timing.DeviceClock (rt.device_api: torch.cuda on CUDA, the
+asynchronous-device simulator's in tests/simdevice.py). Host syncs, all of them:
+- `--timing pipelined` (the default): none inside a step. The spans' ends are CUDA events on the training
+  stream (timing.PipelinedTimer), read after one wait for the stream per --log-interval steps, at the end
+  of warm-up and of the epoch (`settle`), just before the interval's loss read that waits anyway;
+- `--timing per-step` (CUDA only): the training stream after next() and the batch's delivery, and at the
+  end of each step's compute span (timing.StepTimer), so both spans read the host clock;
 - one `.tolist()` of the interval's losses per --log-interval steps, for the progress line and the
   divergence check (a non-finite loss stops the run: `Diverged`), and `.tolist()` once per epoch;
   under DDP the check adds one tiny all_gather per interval so every rank stops at the same step
@@ -22,6 +23,7 @@ Profiler phase labels (record_function) are added only in the profiling pass, no
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import math
@@ -30,7 +32,7 @@ from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from effbench import schema
 from effbench.results import StepRow
@@ -39,7 +41,7 @@ from effbench.errors import EffbenchError
 from effbench.launch.distributed import AgreeFn, agree_alone, nonfinite_agreement
 from effbench.run import faults
 from effbench.run.runtime import Runtime
-from effbench.run.timing import DeviceClock, StepTime, StepTimer, Tally, device_clock
+from effbench.run.timing import DeviceClock, StepTime, StepTimer, Tally, device_clock, step_timer
 
 # on_progress(epoch, step_in_epoch, steps_in_epoch, latest_loss)
 ProgressFn = Callable[[int, int, int, float], None]
@@ -204,13 +206,34 @@ PHASE_BACKWARD = "backward"
 PHASE_OPTIMIZER = "optimizer"
 
 
+class StepOutput(NamedTuple):
+    """What one training step leaves on the device: the caller decides when (if ever) to pay a host sync to
+    read it, and computes its own bookkeeping (`correct`) after the step's timed span."""
+
+    loss: Any
+    """The detached loss."""
+    logits: Any
+    """The detached logits."""
+    labels: Any
+    skipped: bool | None
+    """The loss scaler skipped the optimizer step (None without a loss scaler: every precision but fp16)."""
+
+    @property
+    def images(self) -> int:
+        return int(self.labels.shape[0])
+
+    def correct(self) -> Any:
+        """Count of correct predictions, a device tensor (argmax, compare, sum: three kernels)."""
+        return (self.logits.argmax(1) == self.labels).sum()
+
+
 @dataclass
 class TrainStep:
     """One optimizer step on a batch, its phases labelled for the profiler; nothing else.
 
-    Returns the detached loss and the count of correct predictions as device tensors, so the
-    caller decides when (if ever) to pay a host sync to read them, the batch's images, and whether the loss
-    scaler skipped the optimizer step (None when there is no loss scaler: every precision but fp16).
+    Returns a StepOutput: the detached loss and logits, the labels and whether the loss scaler skipped the
+    optimizer step. Nothing after the optimizer's step: the probe of the selftest's "timing vs CUDA events"
+    ends its span there too (selftest/probe.py), and the accuracy's kernels are the loop's bookkeeping.
     """
 
     model: Any
@@ -233,7 +256,7 @@ class TrainStep:
             self.scaler = grad_scaler(self.rt)
         self._scale: float | None = None  # the loss scale after this step's last update: the next step's before
 
-    def __call__(self, batch: Any) -> tuple[Any, Any, int, bool | None]:
+    def __call__(self, batch: Any) -> StepOutput:
         from torch.profiler import record_function
 
         phase = record_function if self.label_phases else (lambda _name: nullcontext())
@@ -247,7 +270,7 @@ class TrainStep:
             self.scaler.scale(loss).backward()  # DDP's all-reduce overlaps this phase
         with phase(PHASE_OPTIMIZER):
             skipped = self._optimizer_step()
-        return loss.detach(), (logits.detach().argmax(1) == y).sum(), int(y.shape[0]), skipped
+        return StepOutput(loss.detach(), logits.detach(), y, skipped)
 
     def _optimizer_step(self) -> bool | None:
         """The scaler's optimizer step and update, then the LR schedule's step unless the scaler skipped the
@@ -274,6 +297,40 @@ class TrainStep:
         return skipped
 
 
+@dataclass
+class _Ledger:
+    """One epoch's ended steps, tallied in order as the timer gives them back (`settle`: under the pipelined
+    timing, after the window's one wait): warm-up and measured tallies, each step's times, `on_step`."""
+
+    timer: StepTimer
+    on_step: StepFn | None
+    data_only: bool = False
+    """No model: the whole step is the batch's delivery (a pipelined step's few us between marks too)."""
+    warmup: Tally = field(default_factory=Tally)
+    measured: Tally = field(default_factory=Tally)
+    steps: list[tuple[StepTime, bool, int]] = field(default_factory=list)
+    """(times, warm-up, images) of each settled step."""
+
+    @property
+    def times(self) -> list[StepTime]:
+        return [t for t, _, _ in self.steps]
+
+    def settle(self, wait: bool = True) -> None:
+        for t, (warm, images, skipped) in self.timer.flush(wait):
+            if self.data_only:
+                t = StepTime(t.data_s + t.compute_s, 0.0)
+            (self.warmup if warm else self.measured).add(t, images, skipped)
+            if self.on_step:
+                self.on_step(warm, t, images, skipped)
+            self.steps.append((t, warm, images))
+
+    def settle_after_error(self) -> None:
+        """The steps that ended before an error still count (the runner's warm-up tally, through on_step);
+        no wait: a peer may be gone, and the device with it."""
+        with contextlib.suppress(Exception):
+            self.settle(wait=False)
+
+
 def train_epochs(
     model: Any,
     data: Any,
@@ -286,13 +343,12 @@ def train_epochs(
     on_phase: PhaseFn | None = None,
     on_step: StepFn | None = None,
     scaler: Any = None,
-    clock: DeviceClock | None = None,
-    step_fn: Callable[[Any], tuple[Any, Any, int, bool | None]] | None = None,
+    step_fn: Callable[[Any], StepOutput] | None = None,
 ) -> Generator[EpochResult, None, None]:
     """Train for cfg.epochs, yielding each finished epoch (train + validation). `scaler`: the run's
-    (grad_scaler), so the profiling pass goes on from its scale; None: one of its own. `clock`: the
-    device's (timing.device_clock) unless a test gives the simulator's; `step_fn`: TrainStep unless a
-    test gives its own, returning TrainStep's (loss, correct, images, skipped)."""
+    (grad_scaler), so the profiling pass goes on from its scale; None: one of its own. The clock is the
+    device's (timing.device_clock of rt.device and rt.device_api); `step_fn`: TrainStep unless a test gives
+    its own, returning a StepOutput as TrainStep does."""
     import torch
 
     assert cfg.warmup_steps is not None, "the runner resolves the default warm-up (config.resolve_warmup)"
@@ -302,7 +358,7 @@ def train_epochs(
             label_smoothing=cfg.label_smoothing,
         )  # fmt: skip
     validation_loss = torch.nn.CrossEntropyLoss()  # without --label-smoothing: comparable across values
-    clock = clock if clock is not None else device_clock(rt.device)
+    clock = device_clock(rt.device, rt.device_api)
     deliver = functools.partial(_to_device, rt=rt, channels_last=bool(cfg.channels_last))
     n_steps = steps_per_epoch(cfg, data.steps_per_epoch)
     global_step = 0
@@ -316,46 +372,51 @@ def train_epochs(
         data.set_epoch(epoch)
         model.train()
         _phase_of(on_phase, global_step, cfg)
-        timer = StepTimer(clock, deliver)
-        warmup, measured = Tally(), Tally()
+        ledger = _Ledger(step_timer(clock, deliver, cfg.timing), on_step)
+        timer, warmup, measured = ledger.timer, ledger.warmup, ledger.measured
         losses = torch.zeros(n_steps, device=rt.device)
         correct = torch.zeros(n_steps, device=rt.device, dtype=torch.int64)
         counts: list[int] = []
-        times: list[Any] = []
-        epoch_start, checked = global_step, 0
-        it = timer.time_data(lambda: iter(data.train))
-        for step in range(n_steps):
-            try:
-                batch = timer.wait_for(it)
-            except StopIteration:
-                timer.lap()
-                break
-            with timer.compute():
-                loss, n_correct, images, skipped = step_fn(batch)
+        epoch_start, checked, done = global_step, 0, 0
+        settle = ledger.settle
+
+        try:
+            it = timer.time_data(lambda: iter(data.train))
+            for step in range(n_steps):
+                try:
+                    batch = timer.wait_for(it)
+                except StopIteration:
+                    timer.discard()
+                    break
+                with timer.compute():
+                    out = step_fn(batch)
+                timer.end_step((global_step < cfg.warmup_steps, out.images, out.skipped))
+                loss = out.loss
                 if nan_from is not None and global_step >= nan_from:
                     loss = loss * float("nan")
-                losses[step] = loss
-                correct[step] = n_correct
-            t = timer.lap()
-            (warmup if global_step < cfg.warmup_steps else measured).add(t, images, skipped)
-            if on_step:
-                on_step(global_step < cfg.warmup_steps, t, images, skipped)
-            counts.append(images)
-            times.append(t)
-            global_step += 1
-            if global_step == cfg.warmup_steps:
-                _phase_of(on_phase, global_step, cfg)
-            if (step + 1) % cfg.log_interval == 0 or step + 1 == n_steps:
-                window = losses[checked : step + 1].tolist()  # one sync per interval: progress + divergence
-                check_finite(
-                    window, epoch=epoch, first_step=checked, first_global_step=epoch_start + checked, agree=agree
-                )
-                checked = step + 1
-                if on_progress:
-                    on_progress(epoch, step + 1, n_steps, window[-1])
-            if between is not None:
-                between()
-        done = len(counts)
+                losses[step] = loss  # bookkeeping after the step's end: in no span
+                correct[step] = out.correct()
+                counts.append(out.images)
+                done += 1
+                global_step += 1
+                if global_step == cfg.warmup_steps:
+                    settle()  # warm-up ends in a wait: the measured window starts from an idle stream
+                    _phase_of(on_phase, global_step, cfg)
+                if (step + 1) % cfg.log_interval == 0 or step + 1 == n_steps:
+                    settle()  # the window's one wait (pipelined), before the read below that waits anyway
+                    window = losses[checked : step + 1].tolist()  # one sync per interval: progress + divergence
+                    check_finite(
+                        window, epoch=epoch, first_step=checked, first_global_step=epoch_start + checked, agree=agree
+                    )
+                    checked = step + 1
+                    if on_progress:
+                        on_progress(epoch, step + 1, n_steps, window[-1])
+                if between is not None:
+                    between()
+            settle()
+        except BaseException:
+            ledger.settle_after_error()
+            raise
         if done == 0:
             raise no_training_images(data)
         loss_list = losses[:done].tolist()
@@ -366,6 +427,7 @@ def train_epochs(
             check_finite(tail, epoch=epoch, first_step=checked, first_global_step=epoch_start + checked, agree=agree)
         correct_list = correct[:done].tolist()
         images = sum(counts)
+        times = ledger.times
         step_rows = [
             StepRow(
                 epoch=epoch + 1,  # 1-based, as in EpochResult.record
@@ -496,7 +558,7 @@ def evaluate(
     forward changes no weight and no statistic)."""
     import torch
 
-    clock = clock if clock is not None else device_clock(rt.device)
+    clock = clock if clock is not None else device_clock(rt.device, rt.device_api)
     t0 = clock.now()
     model.eval()
     loss_sum = torch.zeros((), device=rt.device)
@@ -534,16 +596,15 @@ def data_epochs(
     on_progress: ProgressFn | None = None,
     on_phase: PhaseFn | None = None,
     on_step: StepFn | None = None,
-    clock: DeviceClock | None = None,
 ) -> Generator[EpochResult, None, None]:
     """--data-only: the training loader's epochs, delivered to the device, with no model.
 
     Each step is the training loop's data span (timing.StepTimer.wait_for: next(), the copy to the device,
-    a no-op for batches made there, and the training stream's sync): throughput is images/s delivered,
-    warm-up excluded as in training.
+    a no-op for batches made there), timed as training's under the same --timing: throughput is images/s
+    delivered, warm-up excluded as in training.
     """
     assert cfg.warmup_steps is not None, "the runner resolves the default warm-up (config.resolve_warmup)"
-    clock = clock if clock is not None else device_clock(rt.device)
+    clock = device_clock(rt.device, rt.device_api)
     deliver = functools.partial(_to_device, rt=rt, channels_last=bool(cfg.channels_last))
     n_steps = steps_per_epoch(cfg, data.steps_per_epoch)
     global_step = 0
@@ -551,27 +612,37 @@ def data_epochs(
     for epoch in range(cfg.epochs):
         data.set_epoch(epoch)
         _phase_of(on_phase, global_step, cfg)
-        timer = StepTimer(clock, deliver)
-        warmup, measured = Tally(), Tally()
-        rows: list[StepRow] = []
-        it = timer.time_data(lambda: iter(data.train))
-        for step in range(n_steps):
-            try:
-                images = int(timer.wait_for(it)[1].shape[0])  # the same data span as training's
-            except StopIteration:
-                timer.lap()
-                break
-            t = timer.lap()
-            (warmup if global_step < cfg.warmup_steps else measured).add(t, images)
-            if on_step:
-                on_step(global_step < cfg.warmup_steps, t, images, None)
-            rows.append(StepRow(epoch=epoch + 1, step=step + 1, warmup=global_step < cfg.warmup_steps, images=images,
-                                loss=None, top1=None, data_time_s=t.data_s, compute_time_s=0.0))  # fmt: skip
-            global_step += 1
-            if global_step == cfg.warmup_steps:
-                _phase_of(on_phase, global_step, cfg)
-            if on_progress and ((step + 1) % cfg.log_interval == 0 or step + 1 == n_steps):
-                on_progress(epoch, step + 1, n_steps, float("nan"))
+        ledger = _Ledger(step_timer(clock, deliver, cfg.timing), on_step, data_only=True)
+        timer, warmup, measured, settle = ledger.timer, ledger.warmup, ledger.measured, ledger.settle
+
+        try:
+            it = timer.time_data(lambda: iter(data.train))
+            for step in range(n_steps):
+                try:
+                    images = int(timer.wait_for(it)[1].shape[0])  # the same data span as training's
+                except StopIteration:
+                    timer.discard()
+                    break
+                with timer.compute():
+                    pass  # nothing to compute: the step ends with its batch on the device
+                timer.end_step((global_step < cfg.warmup_steps, images, None))
+                global_step += 1
+                if global_step == cfg.warmup_steps:
+                    settle()
+                    _phase_of(on_phase, global_step, cfg)
+                if (step + 1) % cfg.log_interval == 0 or step + 1 == n_steps:
+                    settle()
+                    if on_progress:
+                        on_progress(epoch, step + 1, n_steps, float("nan"))
+            settle()
+        except BaseException:
+            ledger.settle_after_error()
+            raise
+        rows = [
+            StepRow(epoch=epoch + 1, step=i + 1, warmup=warm, images=images, loss=None, top1=None,
+                    data_time_s=t.data_s, compute_time_s=0.0)
+            for i, (t, warm, images) in enumerate(ledger.steps)
+        ]  # fmt: skip
         if not rows:
             raise no_training_images(data)
         yield EpochResult(

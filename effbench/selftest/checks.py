@@ -882,9 +882,9 @@ def window_img_s(steps: list[tuple[int, float, float]], window: int) -> list[flo
 
 
 def check_pipelined(ctx: Context) -> list[Check]:
-    """The headline's timing (one host sync per step, run/timing.py) beside a pipelined loop of the same
-    model (one sync per PIPELINED_WINDOW steps): how much faster the GPU runs when the host may queue the
-    next step while the last one computes. A measurement with its range, not a defect: PASS unless the
+    """The headline's timing (run/timing.py: pipelined by default, one wait per --log-interval steps) beside
+    the selftest's own pipelined loop of the same model (one sync per PIPELINED_WINDOW steps): the harness's
+    own cost on the GPU. A measurement with its range, not a defect: PASS unless the
     pipelined loop is slower beyond the range (which would mean the comparison itself is broken)."""
     if not ctx.cuda:
         return [Check(PIPELINED_NAME, SKIP, reason=PIPELINED_CPU_SKIP)]
@@ -915,7 +915,7 @@ def check_pipelined(ctx: Context) -> list[Check]:
             f"{best_h:.1f} img/s harness",
             "gap reported; FAIL only if pipelined < 0.97x",
             f"fastest window of {PIPELINED_WINDOW} steps, {PIPELINED_ROUNDS} alternating rounds a side; {why}; the "
-            f"headline is the harness's (per-step synced, like timm's benchmark.py); {shape['arch']} "
+            f"harness timed {res.record.config.timing}; {shape['arch']} "
             f"{shape['image_size']} px batch {shape['batch_size']} fp32",
         )  # fmt: skip
     ]

@@ -569,3 +569,30 @@ def test_newer_schema_is_refused_with_one_line(smoke_dir, tmp_path, capsys):
         code, out, err = invoke(args, capsys)
         assert code == 2, args
         assert len(err.strip().splitlines()) == 1 and "newer than this effbench" in err and "upgrade effbench" in err
+
+
+@pytest.mark.parametrize("gate", [[], ["--fail-if-slower", "5"]])
+@pytest.mark.parametrize(
+    ("timing_a", "timing_b"), [("pipelined", "per-step"), (None, "pipelined")], ids=["both-named", "old-record"]
+)
+def test_compare_refuses_runs_timed_differently(tmp_path, capsys, gate, timing_a, timing_b):
+    # Per-step timing drains the device twice a step (5-9% of a host-bound model on a GPU): a difference
+    # between a pipelined and a per-step run is partly the timer's. A record from before --timing names none
+    # and was timed per-step.
+    a = make_run(tmp_path / "A", BASE, config=_config(timing=timing_a))
+    b = make_run(tmp_path / "B", BASE, config=_config(timing=timing_b))
+    code, out, err = invoke(["compare", a, b, *gate], capsys)
+    first = timing_a or "per-step"
+    assert code == 2 and out == ""
+    assert err == (
+        f"error: --timing: A was timed {first} and B {timing_b}: their figures are not like for like "
+        f'(docs/methodology.md, "What each span holds"); rerun B with --timing {first}, or A with --timing '
+        f"{timing_b}\n"
+    )
+
+
+def test_compare_takes_runs_timed_alike(tmp_path, capsys):
+    a = make_run(tmp_path / "A", BASE, config=_config(timing="pipelined"))
+    b = make_run(tmp_path / "B", BASE, config=_config(timing="pipelined"))
+    code, out, _ = invoke(["compare", a, b], capsys)
+    assert code == 0 and "Throughput: no significant difference" in out

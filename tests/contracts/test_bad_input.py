@@ -968,9 +968,9 @@ def test_a_run_whose_loss_goes_nan_ends_diverged_exit_1_with_the_step_in_results
     real, calls = train.TrainStep.__call__, {"n": 0}
 
     def nan_from_step_2(self, batch):  # the leaf patched: the step's loss, as a NaN-producing lr would make it
-        loss, correct, images, skipped = real(self, batch)
+        out = real(self, batch)
         calls["n"] += 1
-        return (loss * float("nan") if calls["n"] > 2 else loss), correct, images, skipped
+        return out._replace(loss=out.loss * float("nan")) if calls["n"] > 2 else out
 
     monkeypatch.setattr(train.TrainStep, "__call__", nan_from_step_2)
     code, _, err = invoke(["run", *TINY_RUN, "--dataset", "synthetic", "--max-steps", "5", "--log-interval", "2",

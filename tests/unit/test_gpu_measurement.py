@@ -560,13 +560,20 @@ def test_pipelined_loop_syncs_once_a_window():
     assert any(not torch.equal(a, b) for a, b in zip(before, loop.model.parameters(), strict=True))
 
 
-def test_the_report_says_which_timing_the_headline_is():
+@pytest.mark.parametrize(
+    ("measured", "config", "shown"),
+    [
+        ({"timing": "pipelined"}, {"timing": "pipelined"}, "pipelined: one wait per --log-interval steps"),
+        ({"timing": "per-step"}, {"timing": "per-step"}, "per-step: two waits a step"),
+        ({}, {}, "per-step: two waits a step"),  # a record from before --timing: those were timed per-step
+    ],
+)
+def test_the_report_says_which_timing_the_headline_is(measured, config, shown):
     from effbench.report.tables import summary_rows
 
-    rows = dict(summary_rows(_rec(throughput_img_s=100.0, data={}, config={})))
-    assert (
-        rows["throughput timing"].startswith("per-step synced") and "timm's benchmark.py" in rows["throughput timing"]
-    )
+    tally = {"steps": 4, "images": 8, "data_time_s": 0.1, "compute_time_s": 0.3, "time_s": 0.4, **measured}
+    rows = dict(summary_rows(_rec(throughput_img_s=100.0, data={}, config=config, measured=tally)))
+    assert rows["throughput timing"].startswith(shown)
 
 
 # ------------------------------------------------------------------------------------------------

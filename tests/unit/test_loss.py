@@ -41,7 +41,8 @@ def test_the_training_loss_is_the_smoothed_cross_entropy(eps):
     y = torch.tensor([0, 1, 2, 3, 4, 0, 1, 2])
     with torch.no_grad():
         logits = model(x).tolist()
-    loss, correct, images, _skipped = step((x, y))
+    out = step((x, y))
+    loss, correct, images = out.loss, out.correct(), out.images
     assert images == 8 and 0 <= int(correct) <= 8
     assert float(loss) == pytest.approx(smoothed_cross_entropy(logits, y.tolist(), eps), rel=1e-5)
     if eps > 0:  # the option changes the number: a smoothing that was dropped would fail here

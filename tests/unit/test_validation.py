@@ -102,7 +102,7 @@ def test_the_training_loop_validates_every_epoch_with_the_one_compiled_bare_modu
         return real_evaluate(torch.nn.Linear(4, 3), [], *a[1:], **k)
 
     def step(batch):
-        return torch.tensor(1.0), torch.tensor(0), int(batch[1].shape[0]), None
+        return train.StepOutput(torch.tensor(1.0), torch.zeros(len(batch[1]), 3), batch[1], None)
 
     monkeypatch.setattr(train, "evaluate", fake_evaluate)
     batches = [(torch.zeros(2, 4), torch.zeros(2, dtype=torch.int64))] * 2
