@@ -64,6 +64,11 @@ def summary_rows(results: schema.Results) -> list[tuple[str, str]]:
         ),
         ("final val top-1", _top1(results)),
     ]
+    if results.status == "interrupted" and measured is not None and measured.steps:
+        # a signal cut an epoch short: the figures are those of the steps that ended before it
+        at = next(i for i, (label, _) in enumerate(rows) if label == "measured steps / images") + 1
+        rows.insert(at, ("interrupted", f"the figures rest on the {measured.steps} measured step(s) that ended "
+                                        "before the signal"))  # fmt: skip
     if results.wall_time_by_phase_s:  # where the run's own wall time went, the model's build and FLOP count included
         rows.append(("wall time by phase (s)", _by_phase(results.wall_time_by_phase_s, results.wall_time_s)))
     tta = describe_tta(results.time_to_accuracy)

@@ -382,7 +382,7 @@ def _epochs(
     """Train (or only load) epoch by epoch; rank 0 rewrites results.json after each one."""
     from effbench.run.progress import Progress
     from effbench.analysis.time_to_accuracy import reached
-    from effbench.run.train import data_epochs, train_epochs
+    from effbench.run.train import EpochResult, data_epochs, train_epochs
 
     cfg, data, rt = prep.cfg, prep.data, prep.rt
     writer = dist.is_main
@@ -403,12 +403,19 @@ def _epochs(
                 m.warmup.add(t, images, skipped)
             prog.step(warmup, t.total_s, images)  # the progress lines' img/s: measured steps, as the headline
 
+        def on_cut_short(er: EpochResult) -> None:
+            # the epoch a signal stopped: its completed measured steps count, in steps.csv and the record
+            m.measured = rec.added(m.measured, er.measured)
+            m.steps.extend(er.step_rows)
+            m.rank_steps.extend(windows.measured_steps(er.step_rows))
+
         epochs_iter = (
-            data_epochs(data, rt, cfg, on_progress=prog.update, on_phase=on_phase, on_step=on_step)
+            data_epochs(data, rt, cfg, on_progress=prog.update, on_phase=on_phase, on_step=on_step,
+                        on_cut_short=on_cut_short)
             if cfg.data_only
             else train_epochs(
                 prep.model, data, prep.optimizer, prep.scheduler, rt, cfg, on_progress=prog.update,
-                on_phase=on_phase, on_step=on_step, scaler=prep.scaler,
+                on_phase=on_phase, on_step=on_step, scaler=prep.scaler, on_cut_short=on_cut_short,
             )
         )  # fmt: skip
         for er in epochs_iter:

@@ -40,6 +40,7 @@ from effbench.config import RunConfig
 from effbench.errors import EffbenchError
 from effbench.launch.distributed import AgreeFn, agree_alone, nonfinite_agreement
 from effbench.run import faults
+from effbench.run.phases import Interrupted
 from effbench.run.runtime import Runtime
 from effbench.run.timing import DeviceClock, StepTime, StepTimer, Tally, device_clock, step_timer
 
@@ -52,6 +53,10 @@ PhaseFn = Callable[[str], None]
 # ran. skipped: the loss scaler skipped its optimizer step (None: no loss scaler, TrainStep)
 StepFn = Callable[[bool, StepTime, int, bool | None], None]
 
+# on_cut_short(epoch): the epoch a signal stopped, with its measured steps that ended before it (no validation):
+# the runner keeps them, so an interrupted run's record counts every completed measured step
+CutShortFn = Callable[["EpochResult"], None]
+
 # The selftest's interleave point (selftest/checks.py, harness vs bare loop): a function called after each
 # training step, in the gap between the step's timer and the next one, so a reference loop's steps can
 # alternate with the harness's one by one and both meet the same moment of a noisy machine. Unset in runs.
@@ -60,7 +65,8 @@ _BETWEEN_STEPS: ContextVar[Callable[[], None] | None] = ContextVar("between_step
 
 @contextmanager
 def between_steps(fn: Callable[[], None]) -> Iterator[None]:
-    """Call `fn` after every training step of the in-process runs made inside this block, untimed."""
+    """Call `fn` after every training (or --data-only) step of the in-process runs made inside this block,
+    untimed."""
     token = _BETWEEN_STEPS.set(fn)
     try:
         yield
@@ -344,11 +350,13 @@ def train_epochs(
     on_step: StepFn | None = None,
     scaler: Any = None,
     step_fn: Callable[[Any], StepOutput] | None = None,
+    on_cut_short: CutShortFn | None = None,
 ) -> Generator[EpochResult, None, None]:
     """Train for cfg.epochs, yielding each finished epoch (train + validation). `scaler`: the run's
     (grad_scaler), so the profiling pass goes on from its scale; None: one of its own. The clock is the
     device's (timing.device_clock of rt.device and rt.device_api); `step_fn`: TrainStep unless a test gives
-    its own, returning a StepOutput as TrainStep does."""
+    its own, returning a StepOutput as TrainStep does. `on_cut_short`: given the epoch a signal (Ctrl-C,
+    SIGTERM, SIGHUP) stopped, its completed steps, before the signal goes on up."""
     import torch
 
     assert cfg.warmup_steps is not None, "the runner resolves the default warm-up (config.resolve_warmup)"
@@ -414,8 +422,10 @@ def train_epochs(
                 if between is not None:
                     between()
             settle()
-        except BaseException:
+        except BaseException as e:
             ledger.settle_after_error()
+            if on_cut_short is not None and isinstance(e, (KeyboardInterrupt, Interrupted)) and ledger.steps:
+                on_cut_short(_cut_short(epoch, ledger, counts, losses, correct, rt))
             raise
         if done == 0:
             raise no_training_images(data)
@@ -465,6 +475,29 @@ def train_epochs(
             step_rows=step_rows,
             val_warmup_time_s=val.warmup_time_s,
         )
+
+
+def _cut_short(epoch: int, ledger: _Ledger, counts: list[int], losses: Any, correct: Any, rt: Runtime) -> EpochResult:
+    """The epoch a signal stopped: its settled steps, no validation. Their losses and top-1 are read on the CPU
+    only: on a GPU the read would wait for the device, and under DDP for a peer that may be gone."""
+    n = len(ledger.steps)
+    readable = losses is not None and rt.device.type == "cpu"  # --data-only has no losses
+    loss_list: list[float | None] = losses[:n].tolist() if readable else [None] * n
+    correct_list: list[int | None] = correct[:n].tolist() if readable else [None] * n
+    rows = []
+    for i, (t, warm, images) in enumerate(ledger.steps):
+        right = correct_list[i]
+        rows.append(StepRow(epoch=epoch + 1, step=i + 1, warmup=warm, images=images, loss=loss_list[i],
+                            top1=None if right is None else right / counts[i], data_time_s=t.data_s,
+                            compute_time_s=0.0 if ledger.data_only else t.compute_s))  # fmt: skip
+    warmup, measured = ledger.warmup, ledger.measured
+    return EpochResult(
+        epoch=epoch, steps=n, images=sum(images for _, _, images in ledger.steps),
+        data_time_s=warmup.data_time_s + measured.data_time_s,
+        compute_time_s=warmup.compute_time_s + measured.compute_time_s,
+        train_loss=None, train_top1=None, val_loss=None, val_top1=None, val_time_s=0.0, val_images=0,
+        warmup=warmup, measured=measured, step_rows=rows,
+    )  # fmt: skip
 
 
 def _phase_of(on_phase: PhaseFn | None, global_step: int, cfg: RunConfig) -> None:
@@ -596,6 +629,7 @@ def data_epochs(
     on_progress: ProgressFn | None = None,
     on_phase: PhaseFn | None = None,
     on_step: StepFn | None = None,
+    on_cut_short: CutShortFn | None = None,
 ) -> Generator[EpochResult, None, None]:
     """--data-only: the training loader's epochs, delivered to the device, with no model.
 
@@ -608,6 +642,7 @@ def data_epochs(
     deliver = functools.partial(_to_device, rt=rt, channels_last=bool(cfg.channels_last))
     n_steps = steps_per_epoch(cfg, data.steps_per_epoch)
     global_step = 0
+    between = _BETWEEN_STEPS.get()
 
     for epoch in range(cfg.epochs):
         data.set_epoch(epoch)
@@ -634,9 +669,13 @@ def data_epochs(
                     settle()
                     if on_progress:
                         on_progress(epoch, step + 1, n_steps, float("nan"))
+                if between is not None:
+                    between()
             settle()
-        except BaseException:
+        except BaseException as e:
             ledger.settle_after_error()
+            if on_cut_short is not None and isinstance(e, (KeyboardInterrupt, Interrupted)) and ledger.steps:
+                on_cut_short(_cut_short(epoch, ledger, [images for _, _, images in ledger.steps], None, None, rt))
             raise
         rows = [
             StepRow(epoch=epoch + 1, step=i + 1, warmup=warm, images=images, loss=None, top1=None,

@@ -326,3 +326,43 @@ def test_a_signal_during_the_start_up_imports_is_one_line_and_exit_143(target, i
     assert done.returncode == 128 + signal.SIGTERM, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and re.match(r"error: (run )?interrupted by SIGTERM", lines[0]), done.stderr
+
+
+@pytest.mark.parametrize("data_only", [False, True], ids=["train", "data-only"])
+def test_ctrl_c_mid_epoch_keeps_every_completed_measured_step(data_only, capsys, tmp_path):
+    """SIGINT after step 10 of a 14-step epoch (2 warm-up): the 8 measured steps that ended are in steps.csv,
+    in results.json's measured tally and the headline, and the report; the status stays `interrupted`.
+    Before, the epoch's steps were dropped with it: measured 0 / 0 and a steps.csv of its header alone."""
+    from effbench.run import train
+
+    ended = []
+
+    def signal_after_step_10():  # train.between_steps: after each training step, untimed
+        ended.append(len(ended) + 1)
+        if len(ended) == 10:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    args = list(TINY)
+    args[args.index("--max-steps") + 1], args[args.index("--warmup-steps") + 1] = "14", "2"
+    args += ["--log-interval", "4"] + (["--data-only"] if data_only else [])
+    with train.between_steps(signal_after_step_10):
+        code, _, err = invoke(["run", *args, "--output", tmp_path], capsys)
+    assert code == 128 + signal.SIGINT, err
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    r = _check_whole(run)
+    measured = 8
+    assert r["status"] == "interrupted" and r["interrupted_phase"] == "epochs"
+    assert r["measured"]["steps"] == measured and r["measured"]["images"] == 4 * measured
+    assert r["throughput_img_s"] == pytest.approx(r["measured"]["images"] / r["measured"]["time_s"])
+    with open(run / "steps.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert sum(row["warmup"] == "False" for row in rows) == measured and len(rows) == measured + 2
+    if not data_only:
+        assert all(row["loss"] not in ("", None) for row in rows)  # the CPU's losses are read back
+    report = (run / "report.txt").read_text()
+    assert re.search(rf"\nmeasured steps / images +{measured} / {4 * measured}\n", report), report
+    assert re.search(
+        rf"\ninterrupted +the figures rest on the {measured} measured step\(s\) that ended before the "
+        r"signal\n",
+        report,
+    ), report
