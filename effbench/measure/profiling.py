@@ -160,11 +160,18 @@ def exposed_communication(trace_events: Iterable[dict[str, Any]]) -> Comm:
     on the device timeline (Kineto writes a record_function range as a "gpu_user_annotation" span on each
     stream that ran kernels launched inside it). A kernel on another stream, such as DALI's decode for a
     later batch, overlaps the all-reduce without making the step any shorter. A trace without that
-    annotation on a device (one not written by the profiling pass) counts every other kernel there."""
+    annotation on a device (one not written by the profiling pass) counts every other kernel there.
+
+    Only communication inside a step counts (N1, round four): the pass's agreements between steps (one
+    all_gather each, `_Steps.run`) are collectives too, and under NCCL their kernels, which also wait for the
+    slowest rank to arrive, read as exposed communication. A collective kernel counts for the part of it inside
+    the `step` ranges on its device (on any stream: Kineto marks NCCL's stream too for the all-reduces launched
+    inside the step); a device without those ranges counts all of it."""
     events = list(trace_events)
     comm: dict[Any, list[tuple[float, float]]] = {}
     compute: dict[Any, dict[Any, list[tuple[float, float]]]] = {}  # device -> stream -> spans
     training: dict[Any, set[Any]] = {}
+    steps: dict[Any, list[tuple[float, float]]] = {}  # device -> the step ranges' spans, every stream's
     for evt in events:
         if evt.get("ph") != "X":
             continue
@@ -172,6 +179,8 @@ def exposed_communication(trace_events: Iterable[dict[str, Any]]) -> Comm:
         if cat == "gpu_user_annotation" and evt.get("name") == STEP:
             device, stream = _device_and_stream(evt)
             training.setdefault(device, set()).add(stream)
+            begin = float(evt["ts"])
+            steps.setdefault(device, []).append((begin, begin + float(evt.get("dur") or 0.0)))
             continue
         if cat != "kernel":
             continue
@@ -185,6 +194,8 @@ def exposed_communication(trace_events: Iterable[dict[str, Any]]) -> Comm:
     total_us = exposed_us = 0.0
     for device, spans in comm.items():
         merged = _merge_overlaps(spans)
+        if device in steps:  # the parts inside a step: the agreements between steps are no step's
+            merged = _intersect(merged, _merge_overlaps(steps[device]))
         length = sum(e - s for s, e in merged)
         by_stream = compute.get(device, {})
         streams = training.get(device, set(by_stream))
@@ -192,6 +203,17 @@ def exposed_communication(trace_events: Iterable[dict[str, Any]]) -> Comm:
         total_us += length
         exposed_us += length - _covered_us(merged, _merge_overlaps(cover))
     return Comm(comm_kernel_s=total_us / 1e6, exposed_comm_s=exposed_us / 1e6)
+
+
+def _intersect(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The parts of the merged spans `a` inside the merged spans `b`."""
+    out = []
+    for s1, e1 in a:
+        for s2, e2 in b:
+            lo, hi = max(s1, s2), min(e1, e2)
+            if hi > lo:
+                out.append((lo, hi))
+    return out
 
 
 def exposed_share(exposed_comm_s: float | None, active_steps: int, timed_step_times_s: Sequence[float]) -> float | None:
@@ -485,12 +507,16 @@ class _Steps:
                 return
             except Exception as e:  # noqa: BLE001 - agreed on below, then raised by every rank
                 error = _one_line(e)
-            _agreed(self.agree, error)  # before the step's collectives: a rank that cannot step stops them all
+            data_s = self.clock.now() - t0
+            # Before the step's collectives: a rank that cannot step stops them all. Not the step's time (N10):
+            # under DDP it waits for the slowest rank to get here.
+            _agreed(self.agree, error)
+            t1 = self.clock.now()
             with record_function(STEP):
                 self.step(batch)
             self.clock.sync_stream()  # wait on the host for the step's queued kernels (timing.py)
             if stage == "active":
-                self.active_times_s.append(self.clock.now() - t0)
+                self.active_times_s.append(data_s + self.clock.now() - t1)
             self.counts[stage] += 1
             self.prof.step()
 

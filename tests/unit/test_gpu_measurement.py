@@ -523,6 +523,20 @@ def test_only_the_training_streams_hide_communication():
     assert exposed_communication(plain).exposed_comm_s == pytest.approx(0.0)
 
 
+def test_the_agreements_between_profiled_steps_are_no_steps_communication():
+    # N1 (round four): between steps the pass's ranks agree through one all_gather (NCCL under DDP); its
+    # kernel, which also waits for the slowest rank, sat outside every step and read as 300 us of exposed
+    # communication. Only the all-reduce launched inside the step (200 us, 100 of it beside backward) counts.
+    from effbench.measure.profiling import STEP, exposed_communication
+
+    trace = [_annotation(STEP, 0.0, 1000.0, 7), _annotation(STEP, 300.0, 500.0, 21)]
+    trace += [_kernel("volta_scudnn_128x64_relu", 0.0, 400.0, 7), _kernel(ALLREDUCE, 300.0, 500.0, 21)]
+    trace += [_kernel("ncclDevKernel_AllGather_RING_LL", 1100.0, 300.0, 21)]  # the agreement before step 2
+    got = exposed_communication(trace)
+    assert got.comm_kernel_s == pytest.approx(500e-6)  # the all-reduce's 500 us inside the step; not the 300 after
+    assert got.exposed_comm_s == pytest.approx(400e-6)  # 800 - 400 us: its part beside no compute kernel
+
+
 # ------------------------------------------------------------------------------------------------
 # The measured question: a pipelined loop beside the harness (CUDA only)
 # ------------------------------------------------------------------------------------------------

@@ -389,6 +389,31 @@ def test_the_profiling_pass_times_each_step_to_its_own_last_kernel(tmp_path):
     assert info.profiled_step_times_s == pytest.approx([compute] * 3, rel=0.05)
 
 
+def test_the_profiled_step_leaves_out_the_ranks_agreement(tmp_path):
+    # N10 (round four): before each step the ranks agree (one all_gather), which waits for the slowest rank:
+    # 5 ms here. The profiled step time held it (compute + 5 ms); it is the step's data and compute alone.
+    from effbench.measure.profiling import run_profile_pass
+    from effbench.run.train import TrainStep
+
+    compute = _model_s_per_step()
+    sim = sd.SimDevice(DEVICE_BOUND)
+    cfg = _cfg(8)
+    model = sd.sim_model(8)
+    opt = build_optimizer(cfg, model.parameters())
+    rt = sim.runtime()
+    step = TrainStep(model, opt, build_scheduler(opt, 8), rt, channels_last=False)
+
+    def slow_peer(obj):  # DistContext.gather's shape: every rank's object, after the slowest arrives
+        sim.host(5 * MS)
+        return [obj]
+
+    loader = sd.HostLoader(sim, 8, host_s=0.0, copy_s=0.0)
+    with sim.installed():
+        info = run_profile_pass(step, iter(loader), device_type="cpu", out_dir=tmp_path,
+                                clock=device_clock(rt.device, sim), active=3, agree=slow_peer)  # fmt: skip
+    assert info.profiled_step_times_s == pytest.approx([compute] * 3, rel=0.05)
+
+
 # --- the simulator itself ----------------------------------------------------------------------------------
 
 
