@@ -469,13 +469,42 @@ class TimeToAccuracy(_Model):
     """The run ended at the target rather than at --epochs (--stop-at-target)."""
 
 
+def _redacted(value: Any) -> Any:
+    """A password or token in an error's text as `***` (effbench/redact.py): any exception's message may
+    quote a URI (a tracking server's, a mirror's), and the record is uploaded and shown to others."""
+    from effbench import redact
+
+    return redact.text(value) if isinstance(value, str) else value
+
+
+Redacted = Annotated[str | None, BeforeValidator(_redacted)]
+
+
+def _redacted_argv(value: Any) -> Any:
+    from effbench import redact
+
+    return redact.argv(value) if isinstance(value, list) and all(isinstance(a, str) for a in value) else value
+
+
+def _redacted_env(value: Any) -> Any:
+    from effbench import redact
+
+    ok = isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+    return redact.env(value) if ok else value
+
+
+# Also on read: a folder an older effbench wrote still shows no secret in a report, a leaderboard or an upload.
+RedactedArgv = Annotated[list[str] | None, BeforeValidator(_redacted_argv)]
+RedactedEnv = Annotated[dict[str, str] | None, BeforeValidator(_redacted_env)]
+
+
 class Error(_Model):
     type: str | None = None
     """The exception's type."""
-    message: str | None = None
-    """Its message."""
-    traceback: str | None = None
-    """Its traceback (results.json only)."""
+    message: Redacted = None
+    """Its message, a password or token in it as `***` (effbench/redact.py)."""
+    traceback: Redacted = None
+    """Its traceback (results.json only), a password or token in it as `***`."""
     oom_ranks: list[int] | None = None
     """The ranks that ran out of memory (a multi-rank `oom`)."""
     rank0_error: Error | None = None
@@ -731,7 +760,7 @@ class Env(_Model):
     """NVIDIA driver version (NVML)."""
     nvml_gpus: list[EnvGpu] = []
     """Per GPU, from NVML."""
-    env_vars: dict[str, str] | None = None
+    env_vars: RedactedEnv = None
     """Environment variables that change what runs, as the run saw them (CUDA_VISIBLE_DEVICES, NCCL_*,
     OMP_NUM_THREADS, OMP_WAIT_POLICY, GOMP_SPINCOUNT...); a password or token in one as `***` (effbench/redact.py)."""
     load_avg_1m: Pos = None
@@ -854,7 +883,7 @@ class Results(_Model):
     `running` one whose `process` is gone as `dead` (effbench/liveness.py); the file keeps `running`."""
     run_name: str | None = None
     """The run folder's name."""
-    command: list[str] | None = None
+    command: RedactedArgv = None
     """The command line as typed, a password or token in it as `***` (effbench/redact.py)."""
     started_at: str | None = None
     """ISO 8601 time the run started."""
@@ -1081,7 +1110,7 @@ class Manifest(_Model):
     """True: the dims vary together (one cell per index), not as a product."""
     fingerprint: str
     """A hash of the dims and fixed options: a resumed sweep must match it."""
-    command: list[str] | None = None
+    command: RedactedArgv = None
     """The command line as typed, a password or token in it as `***` (effbench/redact.py)."""
     created_at: str | None = None
     """ISO 8601 time the sweep was planned."""

@@ -60,3 +60,36 @@ def test_environment_values_of_secret_names_and_uri_passwords_are_hidden():
         "PWD": "/work",
         "NCCL_TOKEN_EMPTY": "",
     }
+
+
+def test_any_errors_message_and_traceback_hide_a_uris_password():
+    # issue 46: EffbenchError's messages were redacted, any other exception's message (and traceback) was
+    # written into results.json as raised, and uploaded with it
+    from effbench import results
+    from effbench.run import record as rec
+
+    try:
+        raise RuntimeError("cannot reach http://alice:S3cret@tracking.local:5000/api")
+    except RuntimeError as e:
+        outcome = rec.outcome_of(e, received=[], phase="epochs")
+    assert outcome.error is not None and "S3cret" not in (outcome.error.message or "")
+    assert "http://alice:***@tracking.local:5000" in (outcome.error.message or "")
+    assert outcome.error.traceback is None or "S3cret" not in outcome.error.traceback
+    # the same for a record read back from a file an older effbench wrote
+    old = results.record_of({"schema_version": 1, "status": "failed",
+                             "error": {"type": "HTTPError", "message": "GET https://bob:pw2@h/x failed",
+                                       "traceback": "Traceback ...\nHTTPError: https://bob:pw2@h/x"}})  # fmt: skip
+    assert old.error is not None and "pw2" not in (old.error.message or "") + (old.error.traceback or "")
+
+
+def test_a_folder_an_older_effbench_wrote_shows_no_secret_when_read():
+    # issue 46: the redaction covered what effbench writes from now on; folders written before it still held the
+    # password in `command` and env.json's variables, and reports, leaderboards and uploads read them as they were
+    from effbench import results
+
+    old = results.record_of({"schema_version": 1, "status": "ok",
+                             "command": ["effbench", "run", "--track", "http://alice:pw1@h:5000"],
+                             "env": {"env_vars": {"EFFBENCH_TRACK": "http://bob:pw2@h", "MLFLOW_TRACKING_TOKEN": "t0k"}}})  # fmt: skip
+    shown = repr(old.model_dump())
+    assert "pw1" not in shown and "pw2" not in shown and "t0k" not in shown
+    assert old.command == ["effbench", "run", "--track", "http://alice:***@h:5000"]
