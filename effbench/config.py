@@ -267,8 +267,13 @@ class RunConfig:
     """Cap on training steps per epoch. [default: the whole split]"""
     max_val_steps: int | None = _ranged(None, 1, STEPS_MAX)
     """Cap on validation batches per epoch. [default: the whole validation split]"""
-    warmup_steps: int | None = _ranged(None, 0, STEPS_MAX)
-    """First steps excluded from throughput and reported apart. [default: 5, at most half the steps]"""
+    warmup_steps: int | None = _ranged(None, 0, STEPS_MAX, text=True, metavar="auto|N")
+    """First steps excluded from throughput and reported apart: auto (ends when the step times settle, MSER-5) or
+    a count. [default: auto, at most half the steps]
+
+    auto checks every 5 steps with MSER-5 (White, Cobb & Spratt 2000) and ends the warm-up at the first check
+    that finds the step times settled, or at half the run's steps; results.json's warmup_rule says which and why
+    (docs/methodology.md). A count N keeps exactly N."""
     optimizer: str = "sgd"
     """sgd, sgd-nesterov, adagrad, adadelta, adam, adamw.
 
@@ -375,6 +380,12 @@ class RunConfig:
     (docs/time-to-accuracy.md)."""
     stop_at_target: bool = False
     """End the run at the epoch that reaches --target-top1."""
+    until: str | None = None
+    """Measure until the throughput's 95% interval is within X of its mean: ci:X% (ci:1%); the run's steps are
+    the cap.
+
+    Checked at each --log-interval window once 10 windows are measured (analysis/steady_state.py); results.json's
+    `until` records the interval reached, the steps it took and whether the cap ended it."""
 
     # --- derived helpers (not options) -------------------------------------------------------
     @property
@@ -406,6 +417,7 @@ class RunConfig:
         # In this order, so the first error a user sees is the same as it always was: names, ranges,
         # combinations, paths; then the defaults that depend on other fields.
         self._canonicalize()
+        self._set("warmup_steps", parse_warmup_steps(self.warmup_steps))
         for f in dataclasses.fields(self):  # every numeric option: finite and inside its declared range
             value = getattr(self, f.name)
             if "range" in f.metadata and value is not None:
@@ -432,6 +444,10 @@ class RunConfig:
             self._set(name, _choice(option_name(name), getattr(self, name), choices, {}))
         if self.loader == "auto":
             self._set("loader", default_loader(self.dataset))
+        if self.until is not None:
+            from effbench.analysis.steady_state import parse_until
+
+            self._set("until", f"ci:{100 * parse_until(self.until):g}%")
 
     def _resolve_defaults(self) -> None:
         """Defaults that depend on other fields, resolved once so config.json is explicit. A default
@@ -624,17 +640,52 @@ def check_path(option: str, path: str | Path, example: str | None = None) -> Non
 
 # 5 warm-up steps unless the run is too short for them: then half the steps, so a short run still
 # measures (cudnn autotuning and the first allocations fall in the first steps).
-DEFAULT_WARMUP_STEPS = 5
+
+
+WARMUP_AUTO = "auto"
+
+
+def parse_warmup_steps(value: Any) -> int | None:
+    """--warmup-steps as typed: `auto` (None) or a whole number; a number passes through to the range check."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip().lower()
+    if text == WARMUP_AUTO:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise EffbenchError(
+            "--warmup-steps", f"{value!r} is neither auto nor a whole number; use auto (the default) or e.g. 5"
+        ) from None
+
+
+FEW_STEPS_WARMUP = 5
+"""auto on a run too short for the rule: the warm-up every run had before it (at most half the steps)."""
+AUTO_MIN_STEPS = 2 * (1 + 3 * 5)
+"""The fewest steps a run needs for auto to judge: MSER-5 (analysis/steady_state.py) needs its floor of 1 and 3
+batches of 5 before it can cut at all, and cuts in the first half of what it sees."""
+
+
+def few_steps_warmup(total_steps: int, compile: bool) -> int:
+    """auto's warm-up on a run of fewer than AUTO_MIN_STEPS steps: 5, at most half the steps, at least the
+    compiled first step."""
+    return max(min(FEW_STEPS_WARMUP, total_steps // 2), 1 if compile and total_steps > 1 else 0)
+
+
+def auto_warmup_cap(total_steps: int) -> int:
+    """The most steps `auto` may spend on warm-up: half the run's steps, as the fixed default was bounded, so
+    at least half the run is measured."""
+    return total_steps // 2
 
 
 def resolve_warmup(warmup_steps: int | None, total_steps: int, compile: bool = False) -> int:
-    """The warm-up actually used. Explicit: kept as given (the runner refuses one that leaves no
-    measured step). Default (None): 5, shrunk to half the steps so at least one step is measured;
-    --compile keeps at least 1 (compilation happens in the first step)."""
+    """The most warm-up steps the run can take: an explicit count as given (the runner refuses one that leaves no
+    measured step); auto (None) at most half the steps (run/steady.auto_warmup_cap), its floor of 1 covering
+    --compile's first step. For the estimates made before the run (the default --repeats)."""
     if warmup_steps is not None:
         return warmup_steps
-    half = total_steps // 2
-    return max(min(DEFAULT_WARMUP_STEPS, half), 1 if compile and total_steps > 1 else 0)
+    return few_steps_warmup(total_steps, compile) if total_steps < AUTO_MIN_STEPS else auto_warmup_cap(total_steps)
 
 
 def default_image_size(arch: str, dataset: str) -> int:

@@ -190,6 +190,42 @@ class Tally(_Model):
     from before the option: those were timed per-step. docs/methodology.md, "What each span holds"."""
 
 
+class WarmupRule(_Model):
+    """How the warm-up's length was chosen (--warmup-steps): a fixed count, or found from the step times."""
+
+    rule: str
+    """`fixed` (--warmup-steps N) or `mser-5` (auto: White, Cobb & Spratt 2000; docs/methodology.md)."""
+    steps: Count = None
+    """The steps the warm-up took: the first measured step's 0-based index in the run."""
+    settled: bool | None = None
+    """auto: whether MSER-5 found the step times settled (False: the cap or the run's end came first)."""
+    cut_at_step: Count = None
+    """auto: MSER-5's own cut; warm-up ended at the first check (every 5 steps) at or after it that found it."""
+    cap: Count = None
+    """auto: the most warm-up steps allowed (half the run's steps)."""
+    reason: str | None = None
+    """One line: why the warm-up ends where it does."""
+
+
+class Until(_Model):
+    """`--until ci:X%`: measured until the throughput windows' 95% interval was within X of their mean."""
+
+    target: str
+    """The rule as given: `ci:1%`."""
+    half_width_pct: Num = None
+    """The interval reached: its half-width as a percent of the windows' mean (None below 3 windows)."""
+    windows: Count = None
+    """Throughput windows measured."""
+    window_steps: Count = None
+    """Steps per window (--log-interval)."""
+    steps: Count = None
+    """Measured steps it took."""
+    reached: bool | None = None
+    """True when the interval stopped the run; False when the run's steps (its cap) ran out first."""
+    reason: str | None = None
+    """Why the measurement ended."""
+
+
 class Final(_Model):
     train_loss: Num = None
     """The last epoch's mean training loss."""
@@ -931,6 +967,10 @@ class Results(_Model):
     """The warm-up steps, summed over epochs: left out of every headline figure."""
     measured: Tally | None = None
     """The measured steps, summed over epochs: the headline's window."""
+    warmup_rule: WarmupRule | None = None
+    """How the warm-up's length was chosen: fixed, or found from the step times (auto)."""
+    until: Until | None = None
+    """`--until ci:X%`: the interval reached and why the measurement ended."""
     data_time_share: Frac = None
     """Share of the measured time spent waiting for data, 0..1."""
     final: Annotated[Final, EMPTY_IF_NULL] = Final()

@@ -120,6 +120,8 @@ def is_bool_field(name: str) -> bool:
 
 
 def field_kind(name: str) -> type:
+    if _fields()[name].metadata.get("text"):  # parsed by RunConfig itself (--warmup-steps auto|N)
+        return str
     t = str(_fields()[name].type).replace(" | None", "")
     return {"int": int, "float": float, "bool": bool}.get(t, str)  # str and Path: the text as typed
 

@@ -130,3 +130,23 @@ def nonfinite_agreement(device: Any) -> AgreeFn:
         return min(found, key=lambda f: (f[0], f[2])) if found else None  # the earliest step, then the lowest rank
 
     return agree
+
+
+def rank0_decides(device: Any) -> Callable[[bool], bool]:
+    """How the ranks take one decision at the same point of the loop (the warm-up's end, `--until`'s stop): rank
+    0's, so every rank's measured window starts and ends at the same step. Outside a process group: this
+    process's own. One tiny broadcast (one float64) per decision point, never per step; `device` as in
+    nonfinite_agreement (NCCL broadcasts CUDA tensors only)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return lambda mine: mine
+
+    import torch
+
+    def decide(mine: bool) -> bool:
+        flag = torch.tensor([1.0 if mine else 0.0], dtype=torch.float64, device=device)
+        dist.broadcast(flag, src=0)
+        return bool(flag.item())
+
+    return decide

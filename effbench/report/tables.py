@@ -60,7 +60,8 @@ def summary_rows(results: schema.Results) -> list[tuple[str, str]]:
         ("data wait share", _pct(results.data_time_share, 1.0)),
         (
             "warm-up steps (excluded)",
-            f"{fmt_value(warmup.steps if warmup else None)} in {fmt_value(warmup.time_s if warmup else None, 3)} s",
+            f"{fmt_value(warmup.steps if warmup else None)} in {fmt_value(warmup.time_s if warmup else None, 3)} s"
+            + _warmup_rule(results.warmup_rule),
         ),
         ("final val top-1", _top1(results)),
     ]
@@ -69,6 +70,11 @@ def summary_rows(results: schema.Results) -> list[tuple[str, str]]:
         at = next(i for i, (label, _) in enumerate(rows) if label == "measured steps / images") + 1
         rows.insert(at, ("interrupted", f"the figures rest on the {measured.steps} measured step(s) that ended "
                                         "before the signal"))  # fmt: skip
+    if results.until is not None:  # --until ci:X%: the interval reached and what ended the measurement
+        u = results.until
+        reached = "-" if u.half_width_pct is None else f"+/-{u.half_width_pct:.2f}%"
+        rows.append(("until " + u.target, f"{reached} over {fmt_value(u.windows)} windows of {fmt_value(u.window_steps)}"
+                                          f" steps; {u.reason}"))  # fmt: skip
     if results.wall_time_by_phase_s:  # where the run's own wall time went, the model's build and FLOP count included
         rows.append(("wall time by phase (s)", _by_phase(results.wall_time_by_phase_s, results.wall_time_s)))
     tta = describe_tta(results.time_to_accuracy)
@@ -168,6 +174,15 @@ TIMING_WORDS = {
     "pipelined": "pipelined: one wait per --log-interval steps, spans from CUDA events",
     "per-step": "per-step: two waits a step (exact split; slower on a GPU)",
 }
+
+
+def _warmup_rule(rule: schema.WarmupRule | None) -> str:
+    """How the warm-up's length was chosen, after its count: auto's rule and whether the times settled."""
+    if rule is None or rule.rule == "fixed":
+        return ""
+    if rule.settled:
+        return f" (auto, {rule.rule}: settled)"
+    return f" (auto, {rule.rule}: not settled; {rule.reason})"
 
 
 def headline_timing(results: schema.Results) -> str:

@@ -363,8 +363,10 @@ def _config_json(
     to fix)."""
     from effbench.config import resolved_record, typed_option
 
-    assert cfg.warmup_steps is not None, "the runner resolves the default warm-up (config.resolve_warmup)"
-    measured_steps = cfg.epochs * n_steps - cfg.warmup_steps  # > 0: checked above (--warmup-steps)
+    from effbench.config import resolve_warmup
+
+    # the fewest measured steps the run can have (auto's warm-up at its cap); > 0: checked (--warmup-steps)
+    measured_steps = cfg.epochs * n_steps - resolve_warmup(cfg.warmup_steps, cfg.epochs * n_steps, cfg.compile)
     repeats = cfg.repeats if cfg.repeats is not None else min(windows.DEFAULT_WINDOWS, measured_steps)
     out = resolved_record(cfg, device_type=rt.device.type, precision=rt.precision, repeats=repeats, data_info=data_info)
     for option, why in (out.get("no_effect") or {}).items() if warn else ():

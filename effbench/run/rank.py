@@ -166,6 +166,7 @@ class Measurement:
     failure: BaseException | None = None
     outcome: rec.Outcome = rec.OK  # rec.outcome_of(failure)
     window: observe.MeasuredWindow | None = None  # opened / closed by the trainer's phases
+    rules: tuple[schema.WarmupRule | None, schema.Until | None] = (None, None)  # the last epoch's (run/steady.py)
 
 
 def _run_benchmark(
@@ -254,7 +255,6 @@ def _prepare(
     EffbenchError; the caller removes the run folder. `enter(phase)`: the phase changes (recorded)."""
     from effbench.data.build import build_data
     from effbench.models import build_model
-    from effbench.config import resolve_warmup
     from effbench.run.runtime import apply_backend_flags
     from effbench.run.train import steps_per_epoch
 
@@ -268,10 +268,8 @@ def _prepare(
     enter("model")
     bundle = None if cfg.data_only else build_model(cfg, data.num_classes)
     n_steps = steps_per_epoch(cfg, data.steps_per_epoch)
-    # the default warm-up shrinks to the steps now known; config.json records the value used
-    cfg = dataclasses.replace(cfg, warmup_steps=resolve_warmup(cfg.warmup_steps, cfg.epochs * n_steps, cfg.compile))
-    assert cfg.warmup_steps is not None
-    if cfg.warmup_steps >= cfg.epochs * n_steps:
+    # an explicit warm-up must leave a measured step in the steps now known (auto takes at most half of them)
+    if cfg.warmup_steps is not None and cfg.warmup_steps >= cfg.epochs * n_steps:
         raise EffbenchError(
             "--warmup-steps",
             f"{cfg.warmup_steps} warm-up steps leave no measured step in {cfg.epochs} epoch(s) of {n_steps} steps; "
@@ -408,6 +406,7 @@ def _epochs(
             m.measured = rec.added(m.measured, er.measured)
             m.steps.extend(er.step_rows)
             m.rank_steps.extend(windows.measured_steps(er.step_rows))
+            m.rules = (er.warmup_rule, er.until)
 
         epochs_iter = (
             data_epochs(data, rt, cfg, on_progress=prog.update, on_phase=on_phase, on_step=on_step,
@@ -420,6 +419,7 @@ def _epochs(
         )  # fmt: skip
         for er in epochs_iter:
             m.measured = rec.added(m.measured, er.measured)  # finished epochs: the rows of steps.csv
+            m.rules = (er.warmup_rule, er.until)
             # one small collective per epoch: the epoch rows and every rank's measured totals so far, so
             # the in-progress headline is the same all-ranks figure as the final one (analysis/throughput)
             gathered = dist.gather({"epoch": er.record(), "row": _rank_row(dist, rt, m.measured)})
@@ -429,7 +429,8 @@ def _epochs(
             m.steps.extend(er.step_rows)  # rank 0's steps
             m.rank_steps.extend(windows.measured_steps(er.step_rows))
             if writer:
-                now = rec.with_headline(opened, m.epoch_ranks, m.epochs, m.warmup, m.measured, data.stats())
+                now = rec.with_headline(opened, m.epoch_ranks, m.epochs, m.warmup, m.measured, data.stats(),
+                                        rules=m.rules)  # fmt: skip
                 folder.write_progress(run_dir, now, m.epochs, m.steps)
             _wait_for_rank0s_write(dist, rt)
             prog.log(
@@ -486,6 +487,7 @@ def _measured(prep: Prepared, dist: DistContext, m: Measurement, phase: Phase) -
         profile_error=m.profile_error,
         roofs=m.roofs,
         roofs_error=m.roofs_error,
+        rules=m.rules,
         finished_at=dt.datetime.now(dt.timezone.utc).isoformat(),
         wall_time_s=sum(by_phase.values()),
         wall_time_by_phase_s=by_phase,

@@ -156,10 +156,14 @@ def with_headline(
     warmup: Tally,
     measured: Tally,
     data_stats: Mapping[str, Any],
+    *,
+    rules: tuple[schema.WarmupRule | None, schema.Until | None] = (None, None),
 ) -> schema.Results:
     """The record opened with the run folder, with the rank rows and the headline they give: the same way
-    in progress (after every epoch) and at the end (analysis/throughput). `opened` is not changed."""
+    in progress (after every epoch) and at the end (analysis/throughput). `opened` is not changed. `rules`:
+    how the warm-up's length was chosen and `--until`'s outcome (run/steady.py)."""
     record = results.record_of(opened).model_copy()
+    record.warmup_rule, record.until = rules
     record.ranks = list(ranks)
     record.epochs = list(epochs)
     record.warmup = warmup.record()
@@ -314,6 +318,7 @@ class Measured:
     wall_time_by_phase_s: dict[str, float] | None = None  # Phase.seconds_before_current: setup to report
     roofs: schema.Roofs | None = None  # this machine's roofs, measured (or cached) before the profiling pass
     roofs_error: str | None = None
+    rules: tuple[schema.WarmupRule | None, schema.Until | None] = (None, None)  # how warm-up and --until decided
 
 
 @dataclass
@@ -337,7 +342,7 @@ class Conditions:
 
 def finish(opened: Mapping[str, Any] | schema.Results, m: Measured, c: Conditions) -> schema.Results:
     """The final results record: the one written with the run folder, plus what was measured."""
-    record = with_headline(opened, m.ranks, m.epochs, m.warmup, m.measured, m.data_stats)
+    record = with_headline(opened, m.ranks, m.epochs, m.warmup, m.measured, m.data_stats, rules=m.rules)
     if m.profile_error:
         record.profile_error = m.profile_error
     record = ended(record, m.outcome, finished_at=m.finished_at)

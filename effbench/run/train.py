@@ -36,12 +36,13 @@ from typing import Any, NamedTuple
 
 from effbench import schema
 from effbench.results import StepRow
-from effbench.config import RunConfig
+from effbench.config import AUTO_MIN_STEPS, RunConfig, auto_warmup_cap, few_steps_warmup
 from effbench.errors import EffbenchError
-from effbench.launch.distributed import AgreeFn, agree_alone, nonfinite_agreement
+from effbench.launch.distributed import AgreeFn, agree_alone, nonfinite_agreement, rank0_decides
 from effbench.run import faults
 from effbench.run.phases import Interrupted
 from effbench.run.runtime import Runtime
+from effbench.run.steady import UntilStop, WarmupEnd
 from effbench.run.timing import DeviceClock, StepTime, StepTimer, Tally, device_clock, step_timer
 
 # on_progress(epoch, step_in_epoch, steps_in_epoch, latest_loss)
@@ -139,6 +140,10 @@ class EpochResult:
     measured: Tally
     step_rows: list[StepRow] = field(repr=False)
     val_warmup_time_s: float = 0.0
+    warmup_rule: schema.WarmupRule | None = None
+    """How the warm-up's length was chosen, as decided so far (run/steady.py)."""
+    until: schema.Until | None = None
+    """`--until`: the interval reached so far and whether it stopped the run."""
 
     @property
     def total_time_s(self) -> float:
@@ -304,12 +309,52 @@ class TrainStep:
 
 
 @dataclass
+class Controls:
+    """The loop's data-driven decisions (run/steady.py): where warm-up ends, and `--until`'s stop."""
+
+    warmup: WarmupEnd
+    until: UntilStop | None = None
+
+    def observe(self, warm: bool, t: StepTime, images: int) -> None:
+        if warm:
+            self.warmup.observe(t.total_s)
+        elif self.until is not None:
+            self.until.observe(t.total_s, images)
+
+    def until_stops(self, steps_done: int) -> bool:
+        """--until, at a window's wait once measuring (the same point on every rank): whether to stop now."""
+        return self.until is not None and not self.warmup.is_warm(steps_done) and self.until.check()
+
+    def records(self) -> tuple[schema.WarmupRule, schema.Until | None]:
+        return self.warmup.record(), self.until.record() if self.until is not None else None
+
+
+def controls(cfg: RunConfig, total_steps: int, decide: Callable[[bool], bool]) -> Controls:
+    """The run's warm-up rule (fixed or auto, its cap half the run) and `--until`'s, if given."""
+    from effbench.analysis import steady_state as ss
+
+    if cfg.warmup_steps is None and total_steps < AUTO_MIN_STEPS:  # too short for the rule: as every run was
+        n = few_steps_warmup(total_steps, cfg.compile)
+        why = (f"{total_steps} steps: too few for MSER-5, which judges from {AUTO_MIN_STEPS}; the first {n} (5, at "
+               "most half the steps)")  # fmt: skip
+        warmup = WarmupEnd(n, few_steps=why)
+    else:
+        warmup = WarmupEnd(cfg.warmup_steps, cap=auto_warmup_cap(total_steps), decide=decide)
+    until = None
+    if cfg.until is not None:
+        rule = ss.IntervalStop(relative_half_width=ss.parse_until(cfg.until))
+        until = UntilStop(rule, cfg.until, window_steps=cfg.log_interval, decide=decide)
+    return Controls(warmup, until)
+
+
+@dataclass
 class _Ledger:
     """One epoch's ended steps, tallied in order as the timer gives them back (`settle`: under the pipelined
     timing, after the window's one wait): warm-up and measured tallies, each step's times, `on_step`."""
 
     timer: StepTimer
     on_step: StepFn | None
+    control: Controls
     data_only: bool = False
     """No model: the whole step is the batch's delivery (a pipelined step's few us between marks too)."""
     warmup: Tally = field(default_factory=Tally)
@@ -326,6 +371,7 @@ class _Ledger:
             if self.data_only:
                 t = StepTime(t.data_s + t.compute_s, 0.0)
             (self.warmup if warm else self.measured).add(t, images, skipped)
+            self.control.observe(warm, t, images)
             if self.on_step:
                 self.on_step(warm, t, images, skipped)
             self.steps.append((t, warm, images))
@@ -359,7 +405,6 @@ def train_epochs(
     SIGTERM, SIGHUP) stopped, its completed steps, before the signal goes on up."""
     import torch
 
-    assert cfg.warmup_steps is not None, "the runner resolves the default warm-up (config.resolve_warmup)"
     if step_fn is None:
         step_fn = TrainStep(
             model, optimizer, scheduler, rt, bool(cfg.channels_last), label_phases=False, scaler=scaler,
@@ -371,6 +416,8 @@ def train_epochs(
     n_steps = steps_per_epoch(cfg, data.steps_per_epoch)
     global_step = 0
     agree = nonfinite_agreement(rt.device)  # under DDP: one all_gather per check, so the ranks stop together
+    control = controls(cfg, cfg.epochs * n_steps, rank0_decides(rt.device))
+    warm_rule = control.warmup
     nan_from = faults.nan_loss_from()  # test hook EFFBENCH_FAULT_NAN_LOSS (faults.py); None unless set
     between = _BETWEEN_STEPS.get()
     val_model = validation_module(model)
@@ -379,8 +426,9 @@ def train_epochs(
     for epoch in range(cfg.epochs):
         data.set_epoch(epoch)
         model.train()
-        _phase_of(on_phase, global_step, cfg)
-        ledger = _Ledger(step_timer(clock, deliver, cfg.timing), on_step)
+        _phase_of(on_phase, warm_rule.is_warm(global_step))
+        ledger = _Ledger(step_timer(clock, deliver, cfg.timing), on_step, control)
+        stop = False
         timer, warmup, measured = ledger.timer, ledger.warmup, ledger.measured
         losses = torch.zeros(n_steps, device=rt.device)
         correct = torch.zeros(n_steps, device=rt.device, dtype=torch.int64)
@@ -398,7 +446,7 @@ def train_epochs(
                     break
                 with timer.compute():
                     out = step_fn(batch)
-                timer.end_step((global_step < cfg.warmup_steps, out.images, out.skipped))
+                timer.end_step((warm_rule.is_warm(global_step), out.images, out.skipped))
                 loss = out.loss
                 if nan_from is not None and global_step >= nan_from:
                     loss = loss * float("nan")
@@ -407,9 +455,8 @@ def train_epochs(
                 counts.append(out.images)
                 done += 1
                 global_step += 1
-                if global_step == cfg.warmup_steps:
-                    settle()  # warm-up ends in a wait: the measured window starts from an idle stream
-                    _phase_of(on_phase, global_step, cfg)
+                if _warmup_ends(warm_rule, global_step, settle):  # in a wait: measuring starts from an idle stream
+                    _phase_of(on_phase, False)
                 if (step + 1) % cfg.log_interval == 0 or step + 1 == n_steps:
                     settle()  # the window's one wait (pipelined), before the read below that waits anyway
                     window = losses[checked : step + 1].tolist()  # one sync per interval: progress + divergence
@@ -419,40 +466,26 @@ def train_epochs(
                     checked = step + 1
                     if on_progress:
                         on_progress(epoch, step + 1, n_steps, window[-1])
+                    # --until: at the window's wait, once measuring (the same point on every rank)
+                    stop = control.until_stops(global_step)
                 if between is not None:
                     between()
+                if stop:
+                    break
             settle()
         except BaseException as e:
             ledger.settle_after_error()
-            if on_cut_short is not None and isinstance(e, (KeyboardInterrupt, Interrupted)) and ledger.steps:
-                on_cut_short(_cut_short(epoch, ledger, counts, losses, correct, rt))
+            if _signalled(e, ledger, on_cut_short):
+                on_cut_short(_cut_short(epoch, ledger, counts, losses, correct, rt))  # type: ignore[misc]
             raise
         if done == 0:
             raise no_training_images(data)
         loss_list = losses[:done].tolist()
-        # the steps after the last interval (a loader shorter than n_steps), from the read made anyway; every
-        # rank has the same `done` (DistributedSampler's equal shards), so all call agree() here or none
-        if checked < done:
-            tail = loss_list[checked:]
-            check_finite(tail, epoch=epoch, first_step=checked, first_global_step=epoch_start + checked, agree=agree)
+        _check_tail(loss_list, checked, epoch=epoch, epoch_start=epoch_start, agree=agree)
         correct_list = correct[:done].tolist()
         images = sum(counts)
-        times = ledger.times
-        step_rows = [
-            StepRow(
-                epoch=epoch + 1,  # 1-based, as in EpochResult.record
-                step=i + 1,  # 1-based within the epoch, as progress lines and the divergence error count
-                warmup=i < warmup.steps,
-                images=counts[i],
-                loss=loss_list[i],
-                top1=correct_list[i] / counts[i],
-                data_time_s=times[i].data_s,
-                compute_time_s=times[i].compute_s,
-            )
-            for i in range(done)
-        ]
-        if on_phase:
-            on_phase("validation")
+        step_rows = _rows(epoch, ledger, counts, loss_list, correct_list)
+        _enter(on_phase, "validation")
         sync_buffers_for_validation(model)  # every rank, before its first batch: a rank may have none
         val = evaluate(val_model, data.val, rt, cfg, validation_loss, clock, warm=val_shapes)
         val_shapes = val.shapes
@@ -462,10 +495,8 @@ def train_epochs(
             images=images,
             data_time_s=warmup.data_time_s + measured.data_time_s,
             compute_time_s=warmup.compute_time_s + measured.compute_time_s,
-            train_loss=sum(loss * c for loss, c in zip(loss_list, counts, strict=True)) / images
-            if images
-            else float("nan"),
-            train_top1=sum(correct_list) / images if images else float("nan"),
+            train_loss=_mean_over_images(loss_list, counts),
+            train_top1=sum(correct_list) / images,  # > 0: an epoch without an image raised above
             val_loss=val.loss,
             val_top1=val.top1,
             val_time_s=val.time_s,
@@ -474,7 +505,38 @@ def train_epochs(
             measured=measured,
             step_rows=step_rows,
             val_warmup_time_s=val.warmup_time_s,
+            warmup_rule=control.records()[0],
+            until=control.records()[1],
         )
+        if stop:  # --until: the interval is known; the epochs after this one are not run
+            return
+
+
+def _rows(epoch: int, ledger: _Ledger, counts: list[int], losses: list[float] | None,
+          correct: list[int] | None) -> list[StepRow]:  # fmt: skip
+    """The epoch's steps.csv rows, 1-based as every file and line counts; no losses: empty loss and top-1."""
+    return [
+        StepRow(
+            epoch=epoch + 1,
+            step=i + 1,
+            warmup=warm,
+            images=counts[i],
+            loss=None if losses is None else losses[i],
+            top1=None if correct is None else correct[i] / counts[i],
+            data_time_s=t.data_s,
+            compute_time_s=0.0 if ledger.data_only else t.compute_s,
+        )  # fmt: skip
+        for i, (t, warm, _images) in enumerate(ledger.steps)
+    ]
+
+
+def _mean_over_images(values: list[float], counts: list[int]) -> float:
+    return sum(v * c for v, c in zip(values, counts, strict=True)) / sum(counts)
+
+
+def _signalled(e: BaseException, ledger: _Ledger, on_cut_short: CutShortFn | None) -> bool:
+    """A signal (Ctrl-C, SIGTERM, SIGHUP) stopped the epoch after some steps ended, and the runner keeps them."""
+    return on_cut_short is not None and isinstance(e, (KeyboardInterrupt, Interrupted)) and bool(ledger.steps)
 
 
 def _cut_short(epoch: int, ledger: _Ledger, counts: list[int], losses: Any, correct: Any, rt: Runtime) -> EpochResult:
@@ -482,29 +544,51 @@ def _cut_short(epoch: int, ledger: _Ledger, counts: list[int], losses: Any, corr
     only: on a GPU the read would wait for the device, and under DDP for a peer that may be gone."""
     n = len(ledger.steps)
     readable = losses is not None and rt.device.type == "cpu"  # --data-only has no losses
-    loss_list: list[float | None] = losses[:n].tolist() if readable else [None] * n
-    correct_list: list[int | None] = correct[:n].tolist() if readable else [None] * n
-    rows = []
-    for i, (t, warm, images) in enumerate(ledger.steps):
-        right = correct_list[i]
-        rows.append(StepRow(epoch=epoch + 1, step=i + 1, warmup=warm, images=images, loss=loss_list[i],
-                            top1=None if right is None else right / counts[i], data_time_s=t.data_s,
-                            compute_time_s=0.0 if ledger.data_only else t.compute_s))  # fmt: skip
+    rows = _rows(epoch, ledger, counts, losses[:n].tolist() if readable else None,
+                 correct[:n].tolist() if readable else None)  # fmt: skip
     warmup, measured = ledger.warmup, ledger.measured
     return EpochResult(
         epoch=epoch, steps=n, images=sum(images for _, _, images in ledger.steps),
         data_time_s=warmup.data_time_s + measured.data_time_s,
         compute_time_s=warmup.compute_time_s + measured.compute_time_s,
         train_loss=None, train_top1=None, val_loss=None, val_top1=None, val_time_s=0.0, val_images=0,
-        warmup=warmup, measured=measured, step_rows=rows,
+        warmup=warmup, measured=measured, step_rows=rows, warmup_rule=ledger.control.records()[0],
+        until=ledger.control.records()[1],
     )  # fmt: skip
 
 
-def _phase_of(on_phase: PhaseFn | None, global_step: int, cfg: RunConfig) -> None:
-    """Tell the runner whether the next step is warm-up or measured (run/phases.py: for signals)."""
-    assert cfg.warmup_steps is not None, "the runner resolves the default warm-up (config.resolve_warmup)"
+def _check_tail(loss_list: list[float], checked: int, *, epoch: int, epoch_start: int, agree: AgreeFn) -> None:
+    """The steps after the last interval's check (a loader shorter than n_steps), from the read made anyway; every
+    rank has the same steps (DistributedSampler's equal shards), so all call agree() here or none."""
+    if checked < len(loss_list):
+        check_finite(loss_list[checked:], epoch=epoch, first_step=checked, first_global_step=epoch_start + checked,
+                     agree=agree)  # fmt: skip
+
+
+def _enter(on_phase: PhaseFn | None, name: str) -> None:
     if on_phase:
-        on_phase("warm-up" if global_step < cfg.warmup_steps else "epochs")
+        on_phase(name)
+
+
+def _phase_of(on_phase: PhaseFn | None, warm: bool) -> None:
+    """Tell the runner whether the next step is warm-up or measured (run/phases.py: for signals)."""
+    if on_phase:
+        on_phase("warm-up" if warm else "epochs")
+
+
+def _warmup_ends(rule: WarmupEnd, steps_done: int, settle: Callable[[], None]) -> bool:
+    """Whether the warm-up ends after `steps_done` steps: a fixed count reached, or (auto, at its check points)
+    the settled step times found settled. Settles the ended steps first: the rule reads their times, and the
+    measured window starts after a wait."""
+    if rule.fixed is not None:
+        if steps_done != rule.fixed:
+            return False
+        settle()
+        return True
+    if not rule.due(steps_done):
+        return False
+    settle()
+    return rule.check(steps_done)
 
 
 def validation_module(model: Any) -> Any:
@@ -637,17 +721,19 @@ def data_epochs(
     a no-op for batches made there), timed as training's under the same --timing: throughput is images/s
     delivered, warm-up excluded as in training.
     """
-    assert cfg.warmup_steps is not None, "the runner resolves the default warm-up (config.resolve_warmup)"
     clock = device_clock(rt.device, rt.device_api)
     deliver = functools.partial(_to_device, rt=rt, channels_last=bool(cfg.channels_last))
     n_steps = steps_per_epoch(cfg, data.steps_per_epoch)
     global_step = 0
     between = _BETWEEN_STEPS.get()
+    control = controls(cfg, cfg.epochs * n_steps, rank0_decides(rt.device))
+    warm_rule = control.warmup
 
     for epoch in range(cfg.epochs):
         data.set_epoch(epoch)
-        _phase_of(on_phase, global_step, cfg)
-        ledger = _Ledger(step_timer(clock, deliver, cfg.timing), on_step, data_only=True)
+        _phase_of(on_phase, warm_rule.is_warm(global_step))
+        ledger = _Ledger(step_timer(clock, deliver, cfg.timing), on_step, control, data_only=True)
+        stop = False
         timer, warmup, measured, settle = ledger.timer, ledger.warmup, ledger.measured, ledger.settle
 
         try:
@@ -660,22 +746,25 @@ def data_epochs(
                     break
                 with timer.compute():
                     pass  # nothing to compute: the step ends with its batch on the device
-                timer.end_step((global_step < cfg.warmup_steps, images, None))
+                timer.end_step((warm_rule.is_warm(global_step), images, None))
                 global_step += 1
-                if global_step == cfg.warmup_steps:
-                    settle()
-                    _phase_of(on_phase, global_step, cfg)
+                if _warmup_ends(warm_rule, global_step, settle):
+                    _phase_of(on_phase, False)
                 if (step + 1) % cfg.log_interval == 0 or step + 1 == n_steps:
                     settle()
                     if on_progress:
                         on_progress(epoch, step + 1, n_steps, float("nan"))
+                    stop = control.until_stops(global_step)
                 if between is not None:
                     between()
+                if stop:
+                    break
             settle()
         except BaseException as e:
             ledger.settle_after_error()
-            if on_cut_short is not None and isinstance(e, (KeyboardInterrupt, Interrupted)) and ledger.steps:
-                on_cut_short(_cut_short(epoch, ledger, [images for _, _, images in ledger.steps], None, None, rt))
+            if _signalled(e, ledger, on_cut_short):
+                counts = [images for _, _, images in ledger.steps]
+                on_cut_short(_cut_short(epoch, ledger, counts, None, None, rt))  # type: ignore[misc]
             raise
         rows = [
             StepRow(epoch=epoch + 1, step=i + 1, warmup=warm, images=images, loss=None, top1=None,
@@ -699,7 +788,11 @@ def data_epochs(
             warmup=warmup,
             measured=measured,
             step_rows=rows,
+            warmup_rule=control.records()[0],
+            until=control.records()[1],
         )
+        if stop:
+            return
 
 
 def compile_time_s(warmup_step_times_s: list[float], measured_step_times_s: list[float]) -> float | None:

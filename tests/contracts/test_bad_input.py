@@ -804,15 +804,16 @@ def test_a_batch_that_cannot_fit_in_host_memory_is_refused_before_allocation(bat
 
 @pytest.mark.parametrize(
     "given, total, compile_, used",
-    [(None, 1, False, 0), (None, 2, False, 1), (None, 5, False, 2), (None, 10, False, 5), (None, 100, False, 5),
-     (None, 3, True, 1), (None, 1, True, 0), (0, 100, False, 0), (7, 5, False, 7)],
+    [(None, 1, False, 0), (None, 2, False, 1), (None, 5, False, 2), (None, 10, False, 5), (None, 31, False, 5),
+     (None, 100, False, 50), (None, 3, True, 1), (None, 1, True, 0), (0, 100, False, 0), (7, 5, False, 7)],
 )  # fmt: skip
 def test_the_default_warmup_shrinks_to_half_the_steps_and_an_explicit_one_is_kept(given, total, compile_, used):
+    # auto's most: 5 (at most half) on a run too short for MSER-5, else half the run (its cap); a count as given
     from effbench.config import resolve_warmup
 
     assert resolve_warmup(given, total, compile_) == used
     if given is None and total > 1:
-        assert total - used >= 1 and used <= 5
+        assert total - used >= 1 and used <= max(5, total // 2)
 
 
 def test_a_short_run_without_warmup_steps_measures_and_records_the_warmup_used(tmp_path, capsys):
@@ -822,7 +823,9 @@ def test_a_short_run_without_warmup_steps_measures_and_records_the_warmup_used(t
     assert code == 0, err
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     config = json.loads((run / "config.json").read_text())
-    assert config["warmup_steps"] == 1 and read_results(run)["config"]["warmup_steps"] == 1
+    assert config["warmup_steps"] is None and read_results(run)["config"]["warmup_steps"] is None  # auto
+    rule = read_results(run)["warmup_rule"]
+    assert (rule["rule"], rule["steps"]) == ("auto, too few steps", 1) and rule["reason"].startswith("3 steps")
     rows = list(csv.DictReader((run / "steps.csv").open()))
     assert [r["warmup"] for r in rows] == ["True", "False", "False"]
     # epochs and steps counted from 1, as the progress lines (`epoch 1/5 step 3/3`) and the divergence error count

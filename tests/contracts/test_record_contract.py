@@ -29,6 +29,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("measure/roofs.py", "schema_version"): "the roofs cache's own version key, written and checked there",
     ("sweep/spec.py", "data_only"): "--data-only as a sweep dimension (a CLI option's name)",
     ("sweep/presets.py", "data_only"): "--data-only as a preset's dimension (a CLI option's name)",
+    ("config.py", "warmup_steps"): "RunConfig's own field, set from its text (--warmup-steps auto|N)",
     ("run/folder.py", "reports_error"): "Results.unset's argument: a retry that drew every report clears it",
 }
 
