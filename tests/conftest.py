@@ -3,6 +3,8 @@
 cifar100_dir, cifar10_dir, food101_dir, imagefolder_dir   a fresh --data-dir per test (Path), outside
                                                           tmp_path so tests may use tmp_path as --output
 imagefolder_split_dir                                     train/ + val/ shape
+smoke_dir                                                 a real `run --smoke` folder, made once per session:
+                                                          copy it before changing anything in it
 http_server                                               Served(root, url): files put in root
                                                           are served at url/<name>
 """
@@ -78,6 +80,22 @@ def imagefolder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def imagefolder_split_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("imagefolder-split")
     return fakedata.make_imagefolder(root, classes=3, per_class=6, split=True, val_per_class=2)
+
+
+@pytest.fixture(scope="session")
+def smoke_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The smallest real run's folder (today's schema, every report drawn): shared, so read it or copy it."""
+    from effbench.cli import app as cli
+
+    out = tmp_path_factory.mktemp("smoke")
+    # seconds on an idle 2-core machine (minutes when 7 engineers share it)
+    args = ["run", "--smoke", "--arch", "resnet18", "--image-size", "16", "--batch-size", "4", "--max-steps", "4",
+            "--warmup-steps", "1", "--max-val-steps", "1", "--no-profile", "--quiet", "--output", out]  # fmt: skip
+    with pytest.raises(SystemExit) as info:
+        cli.main([str(a) for a in args])
+    assert info.value.code == 0
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    return run
 
 
 @dataclass(frozen=True)

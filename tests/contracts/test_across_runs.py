@@ -518,24 +518,9 @@ def test_export_report_and_gate_do_not_import_torch(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------------
-# a real smoke run's folder (today's schema) and a newer schema
+# a real smoke run's folder (today's schema: conftest.py's smoke_dir) and a newer schema
 # --------------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def smoke_dir(tmp_path_factory) -> Path:
-    from effbench.cli import app as cli
-
-    out = tmp_path_factory.mktemp("smoke")
-    # the smallest real run: seconds on an idle 2-core machine (minutes when 7 engineers share it)
-    args = ["run", "--smoke", "--arch", "resnet18", "--image-size", "16", "--batch-size", "4", "--max-steps", "4",
-            "--warmup-steps", "1", "--max-val-steps", "1", "--no-profile", "--quiet", "--output", out]  # fmt: skip
-    with pytest.raises(SystemExit) as info:
-        cli.main([str(a) for a in args])
-    assert info.value.code == 0
-    (run,) = [p for p in out.iterdir() if p.is_dir()]
-    return run
-
-
-@pytest.mark.timeout(900)  # the module's smoke run is set up inside the first of these
+@pytest.mark.timeout(900)  # the session's smoke run (conftest.py) may be set up inside the first of these
 def test_a_real_smoke_folder_exports_gates_and_ranks(smoke_dir, tmp_path, capsys):
     record = json.loads((smoke_dir / "results.json").read_text())
     env = json.loads((smoke_dir / "env.json").read_text())
@@ -558,7 +543,7 @@ def test_a_real_smoke_folder_exports_gates_and_ranks(smoke_dir, tmp_path, capsys
     assert code == 0 and "same environment fields" in (root / "leaderboard.txt").read_text()
 
 
-@pytest.mark.timeout(900)  # the module's smoke run is set up inside the first of these
+@pytest.mark.timeout(900)  # the session's smoke run (conftest.py) may be set up inside the first of these
 def test_newer_schema_is_refused_with_one_line(smoke_dir, tmp_path, capsys):
     newer = tmp_path / "runs" / "newer"
     shutil.copytree(smoke_dir, newer)

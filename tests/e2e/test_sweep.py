@@ -22,13 +22,12 @@ import pytest
 from PIL import Image
 
 from effbench.cli import app as cli
+from browser import chromium_command
 from clitools import invoke
 
 TINY = ["--arch", "resnet18", "--image-size", "16", "--weights", "none", "--device", "cpu", "--dataset", "synthetic",
         "--max-steps", "4", "--warmup-steps", "1", "--epochs", "1", "--no-profile", "--quiet"]  # fmt: skip
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"]  # fmt: skip
 
 
 def manifest(folder: Path) -> dict:
@@ -103,14 +102,11 @@ def test_every_png_is_a_real_image(sweep2x2):
 
 
 def test_html_report_renders_tables_and_images_in_chromium(sweep2x2, tmp_path):
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("chromium is not installed (apt-get install chromium; .ci/run installs it)")
+    base = chromium_command(tmp_path / "profile")  # skips when chromium is not installed
     folder, _ = sweep2x2
     html = (folder / "report.html").read_text()
     for bad in ('src="http', "src='http", 'href="http', "<script", "<link", "@import", "url(http"):
         assert bad not in html, bad  # self-contained: opens offline
-    base = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
     url = (folder / "report.html").resolve().as_uri()
     dom = subprocess.run([*base, "--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
     for table_id in ('id="cells"', 'id="by-batch-size"', 'id="by-workers"', 'id="environment"'):
