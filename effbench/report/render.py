@@ -143,12 +143,13 @@ def run_html(
     sections = []
     verdict = report.verdict_line(record)
     lines = [line for line in (verdict, *roofline_tables.verdict_lines(record)) if line]
-    top = [H.bullets(lines)] if lines else []
+    top = [H.bullets(lines, element_id="verdict")] if lines else []
     err = record.error
     if err is not None and (err.model_fields_set or err.model_extra):
         top.append(H.paragraph(f"{record.status}: {err.type}: {err.message}", cls="error"))
     sections.append(H.Section("Verdict", top))
-    sections.append(H.Section("Summary", [H.key_values(report.summary_rows(record), table_id="summary")]))
+    summary = report.summary_rows(record)
+    sections.append(H.Section("Summary", [H.key_values(summary, table_id="summary")]))
     sections.append(
         H.Section(
             "Throughput windows",
@@ -197,7 +198,26 @@ def run_html(
     )
     title = f"effbench run {record.run_name or ''}".strip()
     subtitle = f"status {record.shown_status} · {record.device} · started {record.started_at}"
-    return H.page(title, subtitle, sections)
+    return H.page(title, subtitle, sections, lead=[H.figures(headline_pairs(summary))])
+
+
+# The figures report.html opens with, above the verdict, in this order: the first is the one to quote.
+HEADLINE_LABELS = (
+    report.HEADLINE_ROW,
+    report.WINDOWS_ROW,
+    "status",
+    "arch",
+    "device",
+    "precision",
+    "batch size per device",
+    "data wait share",
+)
+
+
+def headline_pairs(summary: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """HEADLINE_LABELS' rows of the Summary table, worded and rounded as the table has them (one source)."""
+    by_label = dict(summary)
+    return [(label, by_label[label]) for label in HEADLINE_LABELS if label in by_label]
 
 
 def write_run_html(

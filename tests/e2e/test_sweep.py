@@ -22,7 +22,7 @@ import pytest
 from PIL import Image
 
 from effbench.cli import app as cli
-from browser import chromium_command
+from browser import chromium_command, layout, overflowing
 from clitools import invoke
 
 TINY = ["--arch", "resnet18", "--image-size", "16", "--weights", "none", "--device", "cpu", "--dataset", "synthetic",
@@ -123,6 +123,9 @@ def test_html_report_renders_tables_and_images_in_chromium(sweep2x2, tmp_path):
         colors = rgb.getcolors(maxcolors=1 << 20)
         # the first chart (stacked bars) is on screen: its compute colour (plots.COMPUTE_COLOR) is painted
         assert colors is not None and sum(n for n, c in colors if c == (0x4C, 0x72, 0xB0)) > 2000
+    # in a laptop's window every table fits: long values wrap (tests/e2e/test_report_html.py does a run's page)
+    shown = layout(folder / "report.html", tmp_path, 1280, 900)
+    assert overflowing(shown) == [] and {t["id"] for t in shown["tables"]} >= {"cells", "by-batch-size", "environment"}
 
 
 def test_report_rerenders_without_torch(sweep2x2, tmp_path):

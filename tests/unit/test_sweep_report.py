@@ -85,7 +85,8 @@ def test_scaling_sweep_report_has_speedup_efficiency_and_chart(tmp_path):
     html = (folder / "report.html").read_text()
     assert html.count("<img") == len(list((folder / "plots").glob("*.png"))) and "Scaling [scaling=weak]" in html
     # one scaling table: the page prints each row's cells as sweep.txt does (img/s to 0.1, speedup to 0.01)
-    assert "<td>2</td><td>128</td><td>ok</td><td>180.0</td><td>1.80</td><td>2.00</td><td>0.90</td>" in html
+    num = "".join(f'<td class="num">{v}</td>' for v in ("180.0", "1.80", "2.00", "0.90"))  # right-aligned figures
+    assert f'<td class="num">2</td><td class="num">128</td><td>ok</td>{num}' in html
     assert re.search(r"^2 +128 +ok +180\.0 +1\.80 +2\.00 +0\.90 ", text, re.M)
 
 
