@@ -493,14 +493,19 @@ LOW_GPU_UTIL_PCT = 70.0
 # The run's process tree is "saturating" its CPU allowance when it used 90% of the cores it may use
 # (psutil's cpu_times of the tree, monitor.py): the rest is sampling jitter and kernel time elsewhere.
 CPU_SATURATED_FRACTION = 0.90
-# A host "busy" at 90% system CPU while the run's tree got under half the cores it may use: other
-# processes took the rest, so the run's figures measure a contended machine, not its own limit.
+# A host "busy" at 90% system CPU while the run's tree did not get its cores: other processes took the rest, so the
+# run's figures measure a contended machine, not its own limit. A CPU run did not get its cores when its tree used
+# under CPU_SATURATED_FRACTION of the cores its threads could keep busy (run_cores: the allowance, or processes x
+# threads when fewer): its threads wanted them and the host had none idle (issue 47: at load 6.5 on 2 cores a
+# smoke run that got 1.2 of its 2 cores read "cpu-underused ... host CPU 93% busy ... cores sat idle"). A GPU run's
+# threads mostly wait on the GPU, so it is contended only when its tree got under CONTENDED_FRACTION of its cores.
 HOST_BUSY_PCT = 90.0
 CONTENDED_FRACTION = 0.5
 
 # A run's verdict when a busy host, not the run, set its pace: its figures measure the other processes too. Only
-# cpu-starved precedes it, and the two never fire together (a tree that used 90% of its cores did not get under
-# half of them), so a run's verdict alone says whether it ran contended.
+# cpu-starved precedes it, and the two never fire together (cpu-starved needs a tree that used 90% of its allowance,
+# cpu-contended one that used less: under 90% of run_cores, never more than the allowance, or under half of it), so a
+# run's verdict alone says whether it ran contended.
 CONTENDED = "cpu-contended"
 BOTTLENECKS = (
     "cpu-starved",
@@ -516,8 +521,9 @@ BOTTLENECKS = (
 # 1. cpu-starved: the run's process tree used (nearly) all the cores it may use AND a symptom was
 #    measured (data wait >= INPUT_BOUND_SHARE, or the GPU idle below LOW_GPU_UTIL_PCT); a count of
 #    processes and workers above the quota alone is no evidence. Fix the allocation first.
-# 1b. cpu-contended: the host was busy (HOST_BUSY_PCT) while the run's tree got under
-#    CONTENDED_FRACTION of its cores: other processes, not the run, set the pace.
+# 1b. cpu-contended: the host was busy (HOST_BUSY_PCT) while the run's tree did not get its cores (a CPU run:
+#    under CPU_SATURATED_FRACTION of run_cores; a GPU run: under CONTENDED_FRACTION of its allowance): other
+#    processes, not the run, set the pace.
 # 2. input-bound: waiting for data is serial time on the critical path, and a rank that waits for
 #    data makes the others wait in all-reduce, so it comes before communication.
 # 3. communication-bound: time lost to the network that no single-GPU change recovers.
@@ -526,7 +532,9 @@ BOTTLENECKS = (
 # 5. host/launch-bound: the GPU idles although the data is there.
 # 5b. cpu-underused (CPU runs): nothing above applies and the run's tree used under CPU_SATURATED_FRACTION
 #    of the cores it may use: cores sat idle, so their arithmetic is not what limits it (too few threads or
-#    processes, or a step whose serial part leaves the threads waiting).
+#    processes, or a step whose serial part leaves the threads waiting). On a busy host only a run with fewer
+#    threads than cores gets here (it got the cores its threads could use): its evidence then says that other
+#    processes took the rest, never that the cores sat idle.
 # 6. compute-bound: nothing above applies; the device is the limit. On a CPU run only with the evidence that
 #    the CPU is: its tree used at least CPU_SATURATED_FRACTION of its cores. A CPU run whose CPU use was not
 #    sampled (or whose allowance is unknown) gets no verdict: nothing says whether its cores were busy.
@@ -596,6 +604,12 @@ PASSIVE_ADVICE = (
 )
 
 
+# A CPU run with more threads than cores (--nproc beyond the cores, or OMP_NUM_THREADS pinned high): they take turns.
+OVERSUBSCRIBED_ADVICE = (
+    "run at most as many processes x threads as cores (--nproc, OMP_NUM_THREADS): more take turns on them; "
+)
+
+
 def _pct(x: float) -> str:
     """Whole percent, with one decimal below 10% so a 0.5% data wait never reads as 0%."""
     return f"{100 * x:.1f}%" if abs(x) < 0.1 else f"{100 * x:.0f}%"
@@ -607,6 +621,40 @@ def _cpu_use(m: Measurements) -> str:
         return ""
     quota = f" of {m.cpu_quota_cores:g} allowed" if m.cpu_quota_cores is not None else ""
     return f"run's processes used {m.proc_cpu_pct_mean / 100:.2f} cores{quota}"
+
+
+def run_cores(m: Measurements) -> float | None:
+    """The cores the run's threads could keep busy: its allowance, or processes x threads when that is fewer (one
+    thread on two cores wants one); None when the allowance is unknown."""
+    if m.cpu_quota_cores is None:
+        return None
+    if m.threads_per_process is None:
+        return m.cpu_quota_cores
+    return min(m.cpu_quota_cores, float(m.processes * m.threads_per_process))
+
+
+def _host_busy(m: Measurements) -> bool:
+    return m.host_cpu_pct_mean is not None and m.host_cpu_pct_mean >= HOST_BUSY_PCT
+
+
+def _contended(m: Measurements) -> bool:
+    """The host was busy and the run did not get its cores (HOST_BUSY_PCT, CONTENDED_FRACTION)."""
+    if not _host_busy(m) or m.proc_cpu_pct_mean is None or m.cpu_quota_cores is None:
+        return False
+    if m.device_type == "cpu":
+        wanted = run_cores(m)
+        return wanted is not None and m.proc_cpu_pct_mean < CPU_SATURATED_FRACTION * 100 * wanted
+    return m.proc_cpu_pct_mean < CONTENDED_FRACTION * 100 * m.cpu_quota_cores
+
+
+def _oversubscribed(m: Measurements) -> str:
+    """The run's "N process(es) x T thread(s) on C cores" when it ran more threads than its cores; else "" (none)."""
+    if m.threads_per_process is None or m.cpu_quota_cores is None:
+        return ""
+    ran = m.processes * m.threads_per_process
+    if ran <= m.cpu_quota_cores:
+        return ""
+    return f"{m.processes} process(es) x {m.threads_per_process} thread(s) on {m.cpu_quota_cores:g} cores"
 
 
 def _findings(m: Measurements) -> list[Verdict]:
@@ -631,18 +679,15 @@ def _findings(m: Measurements) -> list[Verdict]:
                 "--cpus-per-task), or lower --workers / --nproc to fit the quota",
             )
         )
-    if (
-        m.host_cpu_pct_mean is not None
-        and m.host_cpu_pct_mean >= HOST_BUSY_PCT
-        and m.proc_cpu_pct_mean is not None
-        and m.cpu_quota_cores is not None
-        and m.proc_cpu_pct_mean < CONTENDED_FRACTION * 100 * m.cpu_quota_cores
-    ):
+    if _contended(m):
+        over = _oversubscribed(m) if m.device_type == "cpu" else ""
         found.append(
             Verdict(
                 CONTENDED,
-                f"host CPU {m.host_cpu_pct_mean:.0f}% busy while the {_cpu_use(m)}: other processes took the rest",
+                f"host CPU {m.host_cpu_pct_mean:.0f}% busy while the {_cpu_use(m)}: other processes took the rest"
+                + (f"; the run itself ran {over}" if over else ""),
                 (PASSIVE_ADVICE if _spins(m) else "")
+                + (OVERSUBSCRIBED_ADVICE if over else "")
                 + "these figures measure a shared machine; rerun when it is idle, or reserve cores "
                 "(docker --cpuset-cpus, taskset, Slurm --exclusive)",
             )
@@ -729,10 +774,18 @@ def _cpu_fallback(m: Measurements) -> Verdict | None:
             "the threads were there but waited part of each step on its serial work (Python, small ops, the "
             "optimizer): a bigger batch or image gives each op more parallel work, torch.compile fuses small ops"
         )
+        if _oversubscribed(m):
+            advice = OVERSUBSCRIBED_ADVICE + advice
+    # A busy host with the run not contended (_contended): its threads had the cores they could use and other
+    # processes took the rest, so no core sat idle.
+    why = (
+        "its threads had their cores and other processes took the rest"
+        if _host_busy(m)
+        else "cores sat idle, so the CPU's arithmetic is not the limit"
+    )
     return Verdict(
         "cpu-underused",
-        f"CPU run: {_cpu_use(m)} ({_pct(used)}, under {_pct(CPU_SATURATED_FRACTION)}) with {data}{host}: "
-        "cores sat idle, so the CPU's arithmetic is not the limit",
+        f"CPU run: {_cpu_use(m)} ({_pct(used)}, under {_pct(CPU_SATURATED_FRACTION)}) with {data}{host}: {why}",
         advice,
     )
 

@@ -201,8 +201,8 @@ COLUMN_SPEC: tuple[Column, ...] = (
     Column(BOTTLENECK, "the run's bottleneck verdict (cpu-contended, input-bound, compute-bound, ...: "
            "docs/methodology.md); empty when nothing was measured", lambda s: s.record.verdict.bottleneck
            if s.record.verdict else None),
-    Column(CPU_CONTENDED, "true when the verdict is cpu-contended: the host was busy and the run got under half "
-           "its cores, so its timings measure the other processes too; empty without a verdict",
+    Column(CPU_CONTENDED, "true when the verdict is cpu-contended: the host was busy and the run did not get its "
+           "cores, so its timings measure the other processes too; empty without a verdict",
            lambda s: _contended(s.record)),
     Column(HOST_CPU_BUSY_PCT, "the whole host's CPU use over the measured steps, % of all its cores (what "
            "cpu-contended reads); empty when not sampled", lambda s: _host_busy_pct(s.record)),

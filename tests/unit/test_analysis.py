@@ -208,22 +208,26 @@ CPU = Measurements(0.001, None, None, None, 2.0, workers=0, processes=1, mfu=Non
 
 
 @pytest.mark.parametrize(
-    "proc_cpu_pct, quota, data_share, threads, expected",
+    "proc_cpu_pct, quota, data_share, threads, host, expected",
     [
-        (190.0, 2.0, 0.001, 2, "compute-bound"),  # 1.90 of 2 cores = 95% >= 90%
-        (180.0, 2.0, 0.001, 2, "compute-bound"),  # exactly 90%: the CPU_SATURATED_FRACTION bar
-        (179.9, 2.0, 0.001, 2, "cpu-underused"),  # 89.95%
-        (138.0, 2.0, 0.0, 2, "cpu-underused"),  # the audit's run: 1.38 of 2 cores, host 70% busy
-        (720.0, 8.0, 0.2499, 8, "compute-bound"),  # 90% of 8, data wait just under INPUT_BOUND_SHARE
-        (720.0, 8.0, 0.25, 8, "input-bound"),  # data wait at the bar comes first
-        (110.0, 2.0, 0.001, 1, "cpu-underused"),  # 55%: one thread on two cores
-        (None, 2.0, 0.001, 2, None),  # CPU use not sampled: no evidence, no verdict
-        (190.0, None, 0.001, 2, None),  # allowance unknown: 1.9 cores of what?
+        (190.0, 2.0, 0.001, 2, 96.0, "compute-bound"),  # 1.90 of 2 cores = 95% >= 90%
+        (180.0, 2.0, 0.001, 2, 96.0, "compute-bound"),  # exactly 90%: the CPU_SATURATED_FRACTION bar
+        (179.9, 2.0, 0.001, 2, 70.0, "cpu-underused"),  # 89.95%, the host not busy: cores sat idle
+        (179.9, 2.0, 0.001, 2, 96.0, "cpu-contended"),  # 89.95% while the host was busy: others took the rest
+        (138.0, 2.0, 0.0, 2, 70.0, "cpu-underused"),  # the audit's run: 1.38 of 2 cores, host 70% busy
+        (720.0, 8.0, 0.2499, 8, 96.0, "compute-bound"),  # 90% of 8, data wait just under INPUT_BOUND_SHARE
+        (720.0, 8.0, 0.25, 8, 96.0, "input-bound"),  # data wait at the bar comes first
+        (110.0, 2.0, 0.001, 1, 96.0, "cpu-underused"),  # 55%: one thread on two cores, and it had its core
+        (None, 2.0, 0.001, 2, 96.0, None),  # CPU use not sampled: no evidence, no verdict
+        (190.0, None, 0.001, 2, 96.0, None),  # allowance unknown: 1.9 cores of what?
     ],
 )  # fmt: skip
-def test_a_cpu_run_is_compute_bound_only_when_its_cores_were_busy(proc_cpu_pct, quota, data_share, threads, expected):
+def test_a_cpu_run_is_compute_bound_only_when_its_cores_were_busy(
+    proc_cpu_pct, quota, data_share, threads, host, expected
+):
     v = verdict(dataclasses.replace(CPU, proc_cpu_pct_mean=proc_cpu_pct, cpu_quota_cores=quota,
-                                    data_time_share=data_share, threads_per_process=threads))  # fmt: skip
+                                    data_time_share=data_share, threads_per_process=threads,
+                                    host_cpu_pct_mean=host))  # fmt: skip
     assert (v.bottleneck if v else None) == expected
 
 
@@ -284,12 +288,71 @@ def test_a_busy_host_that_starves_the_run_is_named_with_its_numbers():
     v = verdict(cpu)
     assert v.bottleneck == "cpu-contended"
     assert v.evidence.startswith("host CPU 100% busy while the run's processes used 0.16 cores of 2 allowed")
-    # the bars: 90% host, half the allowed cores (100% of one core of 2)
+    # the bars: 90% host, and 90% of the cores the run's threads could use (its threads unknown: all 2 allowed)
     # (not contended, the tree still used under 90% of its cores: cpu-underused, never compute-bound)
     assert verdict(dataclasses.replace(cpu, host_cpu_pct_mean=89.9)).bottleneck == "cpu-underused"
-    assert verdict(dataclasses.replace(cpu, proc_cpu_pct_mean=100.0)).bottleneck == "cpu-underused"
-    assert verdict(dataclasses.replace(cpu, proc_cpu_pct_mean=99.9)).bottleneck == "cpu-contended"
     assert verdict(dataclasses.replace(cpu, host_cpu_pct_mean=None)).bottleneck == "cpu-underused"
+    assert verdict(dataclasses.replace(cpu, proc_cpu_pct_mean=179.9)).bottleneck == "cpu-contended"
+    assert verdict(dataclasses.replace(cpu, proc_cpu_pct_mean=180.0)).bottleneck == "compute-bound"
+    # one thread on 2 cores wants one of them: it got it at 90% of one core, and the other went to other processes
+    one = dataclasses.replace(cpu, threads_per_process=1)
+    assert verdict(dataclasses.replace(one, proc_cpu_pct_mean=89.9)).bottleneck == "cpu-contended"
+    had = verdict(dataclasses.replace(one, proc_cpu_pct_mean=90.0))
+    assert had.bottleneck == "cpu-underused" and "cores sat idle" not in had.evidence
+    assert had.evidence.endswith("host CPU 100% busy; 1 process(es) x 1 thread(s): its threads had their cores and "
+                                 "other processes took the rest")  # fmt: skip
+    assert had.advice.startswith("give the run as many threads as allowed cores (2; it ran 1 process(es) x 1")
+    # a GPU run's threads mostly wait on the GPU: contended only below half its cores, as before
+    gpu = dataclasses.replace(cpu, device_type="cuda", gpu_util_pct_mean=95.0)
+    assert verdict(dataclasses.replace(gpu, proc_cpu_pct_mean=99.9)).bottleneck == "cpu-contended"
+    assert verdict(dataclasses.replace(gpu, proc_cpu_pct_mean=100.0)).bottleneck == "compute-bound"
+
+
+def test_a_busy_host_that_kept_the_run_from_its_cores_is_contended_never_underused():
+    # issue 47: at load 6.5 on 2 cores a smoke run (1 process x 2 threads) got 1.2 of its 2 cores and read
+    # "cpu-underused ... host CPU 93% busy ... cores sat idle": the host had no idle core, other processes had them
+    smoke = Measurements(0.02, None, None, None, 2.0, workers=0, processes=1, mfu=None, device_type="cpu",
+                         proc_cpu_pct_mean=120.0, host_cpu_pct_mean=93.0, threads_per_process=2)  # fmt: skip
+    v = verdict(smoke)
+    assert v.bottleneck == "cpu-contended"
+    assert (
+        v.evidence
+        == "host CPU 93% busy while the run's processes used 1.20 cores of 2 allowed: other processes took the rest"
+    )
+    assert "rerun when it is idle" in v.advice and "--nproc" not in v.advice
+    # the same run on an idle host: its cores did sit idle
+    idle = verdict(dataclasses.replace(smoke, host_cpu_pct_mean=40.0))
+    assert idle.bottleneck == "cpu-underused" and "cores sat idle" in idle.evidence
+    # whatever the run's share and threads, a busy host never reads "cores sat idle", and a run whose threads
+    # did not get the cores they could use (90% of them) is cpu-contended
+    for host in (90.0, 93.0, 100.0):
+        for processes, threads in ((1, None), (1, 1), (1, 2), (2, 1), (1, 4), (8, 1)):
+            for proc in range(0, 200, 5):
+                m = dataclasses.replace(smoke, host_cpu_pct_mean=host, processes=processes,
+                                        threads_per_process=threads, proc_cpu_pct_mean=float(proc))  # fmt: skip
+                v = verdict(m)
+                assert "cores sat idle" not in v.evidence, (host, processes, threads, proc, v)
+                wanted = min(2, processes * (threads or 2))
+                assert (v.bottleneck == "cpu-contended") == (proc < 90 * wanted), (host, processes, threads, proc, v)
+
+
+def test_more_processes_than_cores_is_named_in_the_verdict_and_its_fix():
+    # issue 46: `--nproc 8` on 2 cores read both "host CPU 100% busy" and "cores sat idle"
+    eight = Measurements(0.01, None, None, None, 2.0, workers=0, processes=8, mfu=None, device_type="cpu",
+                         proc_cpu_pct_mean=150.0, host_cpu_pct_mean=100.0, threads_per_process=1)  # fmt: skip
+    v = verdict(eight)
+    assert v.bottleneck == "cpu-contended" and "cores sat idle" not in v.evidence
+    assert v.evidence.endswith(
+        "other processes took the rest; the run itself ran 8 process(es) x 1 thread(s) on 2 cores"
+    )
+    assert "run at most as many processes x threads as cores (--nproc, OMP_NUM_THREADS)" in v.advice
+    # the host not busy: the cores did sit idle, and the fix still names the oversubscription
+    calm = verdict(dataclasses.replace(eight, host_cpu_pct_mean=80.0))
+    assert calm.bottleneck == "cpu-underused" and "cores sat idle" in calm.evidence
+    assert calm.advice.startswith("run at most as many processes x threads as cores (--nproc, OMP_NUM_THREADS)")
+    # as many processes as cores: nothing said of it
+    two = verdict(dataclasses.replace(eight, processes=2))
+    assert "--nproc, OMP_NUM_THREADS" not in two.advice and "the run itself ran" not in two.evidence
 
 
 def test_the_contended_fix_names_the_passive_wait_policy_on_a_cpu_that_spins():
