@@ -43,7 +43,8 @@ from effbench.errors import EffbenchError
 from effbench import troubleshooting
 from effbench.fmt import GIB, MIB, printable
 from effbench.system.cuda_compat import CompatVerdict, DriverFacts, ImageCuda, forward_compat, read_image_cuda
-from effbench.system.hardware import CpuLoad, container_runtime
+from effbench.launch.plan import threads_per_process
+from effbench.system.hardware import CpuLoad, allowed_cores, container_runtime, usable_cores
 from effbench.system.mounts import lost_with_container, read_mountinfo
 from effbench.system.private_dirs import make_private
 
@@ -358,6 +359,10 @@ class Probes:
     resolve: Callable[[str], Resolved] = resolve_host
     local_address: Callable[[str], bool] = is_local_address
     knock: Callable[[str, int], tuple[str, str]] = knock
+    usable_cores: Callable[[], int] = usable_cores
+    """The cores the launch plan divides into threads per process (affinity)."""
+    allowed_cores: Callable[[], float] = allowed_cores
+    """The cores the run may use (the tighter of the cgroup quota and the affinity), as its verdict holds them."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -675,6 +680,45 @@ def cpu_busy(load: CpuLoad) -> str | None:
     if not reasons:
         return None
     return " and ".join(reasons)
+
+
+def check_threads(processes: int, threads: int, cores: float, *, pinned: bool) -> list[Finding]:
+    """A CPU run with more threads than cores: `processes` x `threads` (the launch plan's, plan.threads_per_process)
+    over the `cores` it may use. Its threads take turns on the cores, so its figures measure the oversubscription,
+    not the CPU (issue 46: `--nproc 8` on 2 cores said nothing before the run). A warning, not an error: the run
+    works, and a --nproc scaling series may mean to go past the cores. A fractional quota (docker --cpus 1.5) counts
+    as the next whole core: one thread per started core is not oversubscribed. `pinned`: OMP_NUM_THREADS set by the
+    user, the cause when the processes alone fit; unpinned, the plan's own threads (the affinity's cores / N, which a
+    tighter cgroup quota may not hold) are not the user's to fix, and the verdict names what they did. Pure."""
+    whole = max(1, math.ceil(cores - 1e-9))
+    ran = processes * threads
+    counted = f"{processes} process(es) x {threads} thread(s) = {ran} threads on {cores:g} CPU cores"
+    if processes > whole:
+        option, said = "--nproc", f"--nproc {processes} runs {counted}"
+        fix = f"--nproc {whole} or fewer (each process gets the cores / N threads)"
+    elif pinned and ran > whole:
+        option, said = "OMP_NUM_THREADS", f"OMP_NUM_THREADS={threads} gives {counted}"
+        fix = f"OMP_NUM_THREADS={whole // processes} or unset it (effbench gives each process the cores / N threads)"
+    else:
+        return []
+    return [
+        Finding("warning", "threads", f"{said}: they take turns on the cores, so the figures measure that", fix, option)
+    ]
+
+
+def cpu_threads(cfg: RunConfig, env: Mapping[str, str], probes: Probes) -> list[Finding]:
+    """check_threads for a CPU run, with the launch plan's threads per process (nothing for a GPU run, whose
+    threads mostly wait on the GPU; nothing for an OMP_NUM_THREADS that is not a number, which the plan refuses)."""
+    if not trains_on_cpu(cfg):
+        return []
+    processes = cfg.nproc or 1
+    try:
+        threads = threads_per_process(probes.usable_cores(), processes, env)
+    except EffbenchError:
+        return []
+    return check_threads(
+        processes, threads, probes.allowed_cores(), pinned=bool(env.get("OMP_NUM_THREADS", "").strip())
+    )
 
 
 def wait_policy_applies(device_type: str, env: Mapping[str, str]) -> bool:
@@ -1201,6 +1245,7 @@ def run_checks(
     processes = local_processes(cfg, requested, gpu)
     findings += check_shm(cfg, root, probes, processes)
     findings += check_batch_memory(cfg, probes.host_memory(), gpu, processes)
+    findings += cpu_threads(cfg, env, probes)
     if gpu is not None:
         findings += check_gpus(cfg, gpu, env, requested)
         if not trains_on_cpu(cfg) and gpu.visible:  # NCCL's pinned buffers: GPU processes only

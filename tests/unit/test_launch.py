@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import pytest
 
 from effbench.launch import plan as launch
@@ -621,3 +624,31 @@ def test_a_run_folder_names_a_loader_that_is_not_the_default(dataset, loader, ta
     cfg = RunConfig(dataset=dataset, loader=loader, arch="resnet18", batch_size=64, device=device)
     name = run_name(cfg, "cpu", "fp32", dt.datetime(2026, 11, 27, 1, 2, 3))
     assert name == f"20261127-010203_resnet18_{dataset}_cpu_fp32{tail}"
+
+
+def test_a_cpu_run_with_more_processes_than_cores_says_so_once_before_it_starts(monkeypatch, capsys, tmp_path):
+    """issue 46: `--nproc 8` on 2 cores started with no word; its 8 ranks of 1 thread take turns on the cores."""
+    from effbench.config import RunConfig
+    from effbench.run import launch as run_launch
+    from effbench.system.hardware import allowed_cores, usable_cores
+
+    started = []
+    monkeypatch.setattr(run_launch, "_run_in_child", lambda *_a, **_kw: started.append(1))  # nothing runs
+    monkeypatch.setattr(run_launch, "run_benchmark", lambda *_a, **_kw: started.append(1))
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # the load warning is another test's
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    cores = usable_cores()
+    cfg = RunConfig(dataset="synthetic", device="cpu", weights="none", workers=0, output=tmp_path, nproc=cores + 1)
+    said: set[str] = set()
+    for _ in range(2):
+        run_launch.run(cfg, command=["effbench"], said_warnings=said)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "--nproc" in line]
+    allowed = allowed_cores()
+    assert lines == [
+        f"warning: threads: --nproc {cores + 1} runs {cores + 1} process(es) x 1 thread(s) = {cores + 1} threads on "
+        f"{allowed:g} CPU cores: they take turns on the cores, so the figures measure that (fix: --nproc "
+        f"{math.ceil(allowed)} or fewer (each process gets the cores / N threads))"
+    ]
+    assert started == [1, 1]  # a warning: the run goes ahead
+    run_launch.run(dataclasses.replace(cfg, nproc=None), command=["effbench"])
+    assert "warning: threads" not in capsys.readouterr().err and started == [1, 1, 1]

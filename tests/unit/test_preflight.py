@@ -3,7 +3,9 @@ compose and Apptainer; nothing here needs a GPU, NVML, a container or the networ
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import math
 import os
 import subprocess
 import sys
@@ -896,3 +898,44 @@ def test_the_wait_policy_is_offered_to_cpu_runs_that_do_not_set_it(device, polic
     f = preflight.check_load(BUSY, device_type=device, env=env)
     assert f.level == "warning" and ("OMP_WAIT_POLICY=PASSIVE" in f.fix) == offered
     assert "wait until the load is under 2, or reserve cores" in f.fix
+
+
+# --- threads (issue 46): more processes x threads than cores, said before the run ----------------------------------
+@pytest.mark.parametrize(
+    "processes, threads, cores, pinned, option",
+    [(8, 1, 2.0, False, "--nproc"), (3, 1, 2.0, False, "--nproc"), (2, 1, 2.0, False, None), (1, 2, 2.0, False, None),
+     (1, 4, 2.0, True, "OMP_NUM_THREADS"), (2, 2, 2.0, True, "OMP_NUM_THREADS"), (4, 2, 2.0, True, "--nproc"),
+     (1, 2, 1.5, False, None), (2, 1, 1.5, False, None), (3, 1, 2.5, False, None), (4, 1, 2.5, False, "--nproc"),
+     (16, 4, 64.0, False, None), (1, 2, 1.0, False, None)],
+)  # fmt: skip
+def test_more_threads_than_cores_is_a_warning_naming_what_set_them(processes, threads, cores, pinned, option):
+    found = preflight.check_threads(processes, threads, cores, pinned=pinned)
+    if option is None:
+        assert found == []
+        return
+    (f,) = found
+    assert (f.level, f.check, f.option) == ("warning", "threads", option)
+    assert f.message.startswith(option) and f"= {processes * threads} threads on {cores:g} CPU cores" in f.message
+    assert f.fix.startswith(f"{option} {math.ceil(cores)} or fewer" if option == "--nproc" else "OMP_NUM_THREADS=")
+
+
+def test_nproc_8_on_2_cores_is_said_with_the_plans_threads_and_only_for_a_cpu_run(tmp_path):
+    two = dataclasses.replace(probes(), usable_cores=lambda: 2, allowed_cores=lambda: 2.0)
+    found = by_check(preflight.run_checks(cfg(tmp_path, nproc=8), env=ENV, probes=two), "threads")
+    assert [f.message for f in found] == [
+        "--nproc 8 runs 8 process(es) x 1 thread(s) = 8 threads on 2 CPU cores: they take turns on the cores, so the "
+        "figures measure that"
+    ]
+    assert found[0].fix == "--nproc 2 or fewer (each process gets the cores / N threads)"
+    assert by_check(preflight.run_checks(cfg(tmp_path, nproc=2), env=ENV, probes=two), "threads") == []
+    pinned = by_check(preflight.run_checks(cfg(tmp_path), env={**ENV, "OMP_NUM_THREADS": "6"}, probes=two), "threads")
+    assert [f.option for f in pinned] == ["OMP_NUM_THREADS"]
+    assert pinned[0].fix.startswith("OMP_NUM_THREADS=2 or unset it")
+    # a GPU run's threads mostly wait on the GPU: not this check's
+    gpu_run = cfg(tmp_path, device="cuda")
+    found = preflight.run_checks(gpu_run, env={**ENV, "OMP_NUM_THREADS": "6"}, probes=two, gpu=gpu_state())
+    assert by_check(found, "threads") == []
+    # an OMP_NUM_THREADS that is no number is the plan's one-line error, not this check's
+    assert (
+        by_check(preflight.run_checks(cfg(tmp_path), env={**ENV, "OMP_NUM_THREADS": "x"}, probes=two), "threads") == []
+    )
