@@ -11,6 +11,7 @@ torch.no_grad() and stays in eval mode through model.train(), so the loop needs 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -97,6 +98,61 @@ def check_freeze(cfg: RunConfig) -> None:
     frozen_stage_count(model.effbench_stages(), cfg.freeze_mode, cfg.arch)
 
 
+class _OneValue(Exception):
+    """Raised by check_batch_norm's hook at the first BatchNorm that would see one value per channel."""
+
+    def __init__(self, layer: str, shape: tuple[int, ...]) -> None:
+        super().__init__(layer)
+        self.layer, self.shape = layer, shape
+
+
+def check_batch_norm(cfg: RunConfig, per_device: int, devices: int = 1) -> None:
+    """Refuse a per-device batch that leaves a training BatchNorm one value per channel, before the run starts:
+    PyTorch raises "Expected more than 1 value per channel when training" at the first step (issue 46), and only a
+    batch of 1 can (a BatchNorm sees batch x height x width values per channel). Training batches are always whole
+    (every training loader drops the last partial batch), and validation runs in eval mode, so the per-device batch
+    is the only one to check. The model is built on the meta device with `--freeze` applied (a frozen BatchNorm
+    stays in eval mode) and a meta batch of one image at --image-size run through it: no memory, no weights. A
+    model whose forward the meta device cannot run is left to the run."""
+    if per_device != 1 or cfg.data_only:
+        return
+    assert cfg.image_size is not None  # RunConfig resolves it
+    with torch.device("meta"):
+        model = spec_for(cfg.arch).build(cfg, 2)  # the head's size does not change what a BatchNorm sees
+    model.effbench_freeze_prefix(frozen_stage_count(model.effbench_stages(), cfg.freeze_mode, cfg.arch))
+    model.train()
+
+    def hook(name: str) -> Callable[[torch.nn.Module, tuple[object, ...]], None]:
+        def check(module: torch.nn.Module, args: tuple[object, ...]) -> None:
+            x = args[0] if args else None
+            if not (module.training and isinstance(x, torch.Tensor) and x.dim() >= 2):
+                return
+            if x.shape[0] * math.prod(x.shape[2:]) == 1:  # torch.nn.functional._verify_batch_size's rule
+                raise _OneValue(name, tuple(x.shape))
+
+        return check
+
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+            module.register_forward_pre_hook(hook(name))
+    try:
+        model(torch.empty(1, 3, cfg.image_size, cfg.image_size, device="meta"))
+    except _OneValue as e:
+        strong = cfg.scaling == "strong" and devices > 1
+        batch = (
+            f"--batch-size {2 * devices} or more ({devices} devices share it)" if strong else "--batch-size 2 or more"
+        )
+        size = ", or a larger --image-size" if len(e.shape) > 2 else ""
+        shape = "x".join(map(str, e.shape))
+        raise EffbenchError(
+            "--batch-size",
+            f"a batch of 1 image per device leaves {cfg.arch}'s BatchNorm layer {e.layer} one value per channel "
+            f"(input {shape} at --image-size {cfg.image_size}), which training cannot normalise; use {batch}{size}",
+        ) from None
+    except Exception:  # noqa: BLE001 (an op without a meta kernel: the run itself will tell)
+        return
+
+
 def build_model(cfg: RunConfig, num_classes: int) -> ModelBundle:
     """Build `cfg.arch` for `num_classes`, freeze per `cfg.freeze`, load `cfg.weights`."""
     spec = spec_for(cfg.arch)  # RunConfig already rejected unknown names
@@ -129,4 +185,4 @@ def build_model(cfg: RunConfig, num_classes: int) -> ModelBundle:
     )
 
 
-__all__ = ["REGISTRY", "ArchSpec", "ModelBundle", "build_model", "spec_for", "trainable_parameters"]
+__all__ = ["REGISTRY", "ArchSpec", "ModelBundle", "build_model", "check_batch_norm", "spec_for", "trainable_parameters"]

@@ -30,7 +30,7 @@ from effbench.run.folder import Echo, Reports
 from effbench.run.phases import Interrupted
 from effbench.run.rank import RunOutcome, per_device_batch, run_benchmark
 
-__all__ = ["RunOutcome", "plan_for", "run", "worker_main"]
+__all__ = ["RunOutcome", "check_per_device_batch", "plan_for", "run", "worker_main"]
 
 
 def plan_for(cfg: RunConfig, worker_args: list[str]) -> LaunchPlan:
@@ -96,7 +96,7 @@ def run(
         plan = plan_for(cfg, ["effbench", "worker", "--spec", str(spec_path)])
         _say_gpus_left_idle(cfg, plan, said_warnings)
         _say_cpu_busy(plan, said_warnings)
-        per_device_batch(cfg, plan.devices)
+        check_per_device_batch(cfg, plan)
         if plan.mode == "torchrun":
             argv = plan.argv or []
         elif isolate:  # the worker outside torchrun (no RANK in its env) is one process: distributed.py
@@ -111,6 +111,18 @@ def run(
         raise
     finally:
         shutil.rmtree(spec_dir, ignore_errors=True)
+
+
+def check_per_device_batch(cfg: RunConfig, plan: LaunchPlan) -> int:
+    """The batch each device trains on (rank.per_device_batch), refused in one line naming --batch-size before any
+    run folder when it does not split, or when it is 1 and a training BatchNorm would see one value per channel
+    (models.check_batch_norm: PyTorch's ValueError at the first step, issue 46)."""
+    per_device = per_device_batch(cfg, plan.devices)
+    if per_device == 1:  # only a batch of 1 can fail so, and only then is the model built to check
+        from effbench.models import check_batch_norm
+
+        check_batch_norm(cfg, per_device, plan.devices)
+    return per_device
 
 
 def _say_gpus_left_idle(cfg: RunConfig, plan: LaunchPlan, said: set[str] | None) -> None:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from effbench.analysis.time_to_accuracy import describe as describe_tta
+from effbench.config import RunConfig
 from effbench.sweep import manifest as M
 from effbench import liveness, results
 from effbench.report import outputs, render
@@ -101,22 +102,34 @@ def blocked_cells(plan: SweepPlan, output: Path) -> dict[str, EffbenchError]:
     return blocked
 
 
+def _one_per_device(cfg: RunConfig) -> bool:
+    """A cell whose every device trains on a batch of 1 whatever the launch plan: --batch-size 1 per device (weak
+    scaling). Under strong scaling the split needs the plan, and launch.run checks it when the cell starts."""
+    return cfg.batch_size == 1 and cfg.scaling == "weak"
+
+
 def check_cells(plan: SweepPlan, skip: Collection[str] = ()) -> None:
     """What only the model can tell, for every cell before the first runs (a `--freeze last:N` beyond a cell's
-    arch's blocks failed that cell after the earlier ones had run): one line naming the cell."""
-    cells = [c for c in plan.cells if c.key not in skip and c.config.freeze_mode[0] == "last"]
+    arch's blocks, or a batch of 1 a training BatchNorm cannot normalise, failed that cell after the earlier ones
+    had run): one line naming the cell."""
+    cells = [
+        c for c in plan.cells if c.key not in skip and (c.config.freeze_mode[0] == "last" or _one_per_device(c.config))
+    ]
     if not cells:  # nothing to check: torch (models/) is not imported for it
         return
-    from effbench.models import check_freeze
+    from effbench.models import check_batch_norm, check_freeze
 
-    seen: set[tuple[str, str | None]] = set()
+    seen: set[tuple[object, ...]] = set()
     for cell in cells:
-        ident = (cell.config.arch, cell.config.freeze)
+        c = cell.config
+        ident = (c.arch, c.freeze, c.image_size, c.data_only) if _one_per_device(c) else (c.arch, c.freeze)
         if ident in seen:
             continue
         seen.add(ident)
         try:
-            check_freeze(cell.config)
+            check_freeze(c)
+            if _one_per_device(c):
+                check_batch_norm(c, 1)
         except EffbenchError as e:
             raise EffbenchError(e.option, f"cell {cell.key}: {e.message}") from None
 

@@ -30,7 +30,7 @@ def run_scaling_series(
     configs: Sequence[RunConfig], *, command: list[str], echo: Callable[[str], None], progress: bool
 ) -> SeriesOutcome:
     from effbench.report.run_reports import RUN_REPORTS
-    from effbench.run import launch, rank
+    from effbench.run import launch
     from effbench.system.preflight import raise_on_errors, run_checks
 
     first = configs[0]
@@ -39,7 +39,7 @@ def run_scaling_series(
     results.check_output_writable(first.output)
     for cfg in configs:  # every count must be launchable before the first one runs
         plan = launch.plan_for(cfg, ["effbench", "worker"])
-        rank.per_device_batch(cfg, plan.devices)
+        launch.check_per_device_batch(cfg, plan)
     kind = "cpu" if first.device == "cpu" or first.nproc is not None else "gpu"
     name = f"{dt.datetime.now():%Y%m%d-%H%M%S}_scaling_{first.arch}_{first.dataset}_{kind}_{first.scaling}"
     folder = results.create_run_dir(first.output, name)

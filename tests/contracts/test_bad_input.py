@@ -194,6 +194,8 @@ MATRIX = [
     (["run", "--smoke", "--device", "tpu"], "--device"),
     (["run", "--smoke", "--scaling", "linear"], "--scaling"),
     (["run", "--smoke", "--freeze", "last:999"], "--freeze"),
+    (["run", "--smoke", "--batch-size", "1"], "--batch-size: a batch of 1 image per device"),  # BatchNorm (issue 46)
+    (["sweep", "--smoke", "--batch-size", "1,4"], "--batch-size: cell"),  # before the first cell runs
     (["run", "--smoke", "--freeze", "half"], "--freeze"),
     (["run", "--smoke", "--warmup-steps", "500"], "--warmup-steps"),
     # not finite, beyond 64 bits, beyond any memory (issue 12)
@@ -336,6 +338,25 @@ def test_what_the_config_can_refuse_is_refused_before_preflight_and_before_a_swe
         lines = err.strip().splitlines()
         assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {option}"), (argv, err)
         assert "Traceback" not in out + err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_batch_of_one_a_batchnorm_cannot_train_on_is_refused_before_the_run_starts(tmp_path, capsys):
+    # issue 46: `--batch-size 1` on the smoke model started, then failed at its first step with PyTorch's
+    # "Expected more than 1 value per channel when training" and a `failed` run folder
+    code, out, err = invoke(["run", "--smoke", "--batch-size", "1", "--output", tmp_path], capsys)
+    assert code == 2 and err.strip().splitlines() == [
+        "error: --batch-size: a batch of 1 image per device leaves efficientnet-b0's BatchNorm layer _blocks.11._bn1 "
+        "one value per channel (input 1x672x1x1 at --image-size 32), which training cannot normalise; use "
+        "--batch-size 2 or more, or a larger --image-size"
+    ]
+    assert "Traceback" not in out + err and list(tmp_path.iterdir()) == []  # no run folder
+    # under strong scaling the fix counts the devices that share the batch
+    code, _, err = invoke(["run", "--smoke", "--nproc", "2", "--scaling", "strong", "--batch-size", "2",
+                           "--output", tmp_path], capsys)  # fmt: skip
+    assert code == 2 and err.strip().splitlines()[-1].endswith(
+        "use --batch-size 4 or more (2 devices share it), or a larger --image-size"
+    )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -1175,7 +1196,7 @@ def test_a_dataset_whose_every_training_image_is_unreadable_is_one_error_exit_2(
     for f in (root / "train").rglob("img_*"):
         corrupt_file(f)
     code, _, err = invoke(["run", *TINY_RUN, "--dataset", "imagefolder", "--data-dir", root, "--batch-size", "2",
-                           "--output", tmp_path / "out"], capsys)  # fmt: skip
+                           "--output", tmp_path], capsys)  # fmt: skip
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and lines[0].startswith("error: --data-dir") and "8 file(s)" in lines[0]
     assert ok_runs(tmp_path / "out") == []

@@ -3,6 +3,7 @@ and every weights source either loads exactly or fails in one line naming --weig
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import http.server
@@ -460,3 +461,27 @@ def test_trainable_parameters_see_through_wrappers():
     model = build(B0, freeze="classifier").model
     wrapped = nn.DataParallel(model) if torch.cuda.is_available() else nn.Sequential(model)
     assert [id(p) for p in trainable_parameters(wrapped)] == [id(model._fc.weight), id(model._fc.bias)]
+
+
+def test_a_batch_of_one_is_refused_only_where_a_training_batchnorm_would_see_one_value(monkeypatch):
+    # issue 46: PyTorch refuses a BatchNorm input of one value per channel in training (batch x height x width == 1);
+    # efficientnet-b0 at 32 px (the smoke run) ends its blocks at 1x1
+    from effbench.models import check_batch_norm
+
+    small = RunConfig(arch="efficientnet-b0", dataset="synthetic", image_size=32, weights="none", device="cpu")
+    with pytest.raises(EffbenchError) as e:
+        check_batch_norm(small, 1)
+    assert e.value.option == "--batch-size" and "efficientnet-b0's BatchNorm layer _blocks.11._bn1" in e.value.message
+    assert "(input 1x672x1x1 at --image-size 32)" in e.value.message
+    assert e.value.message.endswith("use --batch-size 2 or more, or a larger --image-size")
+    # the model that trains fails at that size as the check says, and runs at 64 px (2x2: four values)
+    with pytest.raises(ValueError, match="Expected more than 1 value per channel when training"):
+        build_model(small, 10).model(torch.zeros(1, 3, 32, 32))
+    build_model(dataclasses.replace(small, image_size=64), 10).model(torch.zeros(1, 3, 64, 64))
+    check_batch_norm(dataclasses.replace(small, image_size=64), 1)
+    check_batch_norm(small, 2)  # two images: two values per channel
+    check_batch_norm(dataclasses.replace(small, freeze="classifier"), 1)  # frozen BatchNorms run in eval mode
+    check_batch_norm(dataclasses.replace(small, data_only=True), 1)  # no model trains
+    # a model the meta device cannot run is left to the run
+    monkeypatch.setattr(torch.nn.Module, "__call__", lambda *_a, **_kw: (_ for _ in ()).throw(NotImplementedError))
+    check_batch_norm(small, 1)
