@@ -427,6 +427,22 @@ class KindRow(_Model):
     (an all-reduce beside backward's kernels runs hidden), per step, s; what the ceiling adds for it."""
 
 
+class UnmodelledOp(_Model):
+    """An op the roofline has no FLOP or byte model for (analysis/roofline.py UNMODELLED), per step."""
+
+    name: str
+    """The profiler's name, "aten::lstm"."""
+    calls: Pos = None
+    """Its calls per step."""
+    time_s: Pos = None
+    """Its time per step (the kinds' basis), s."""
+    share_of_step: Pos = None
+    """time_s over the roofline's step_time_s."""
+    flops: Pos = None
+    """FLOPs per step its callees' formulas counted (an LSTM run as aten::mm calls); 0: no FLOP count (the roofline's,
+    flops_per_image, MFU) holds its work."""
+
+
 class Roofline(_Model):
     """Where the profiled step's time goes, against this machine's roofs (analysis/roofline.py)."""
 
@@ -464,9 +480,13 @@ class Roofline(_Model):
     ceiling_speedup: Pos = None
     """step_time_s / ceiling_time_s: at most this many times faster on this hardware."""
     verdict: str | None = None
-    """The kind with the most time above its roof, with its share and roof fraction."""
+    """The kind with the most time above its roof, with its share and roof fraction; or the time in no op, or the
+    ops not modelled (named), where that is larger."""
     kinds: list[KindRow] = []
     """One row per kind seen, by time."""
+    unmodelled_ops: list[UnmodelledOp] = []
+    """The ops of the 'not modelled' kind by name, the largest first (at most 20; the kind's row holds all their
+    time): no FLOP or byte formula, so no roof, and no FLOPs counted beyond their callees' (issue 46)."""
 
 
 class Verdict(_Model):

@@ -41,12 +41,18 @@ OPTIMIZER = "optimizer step"
 COPY = "copies and casts"
 COMMUNICATION = "communication"
 FUSED = "compiled (fused)"
+UNMODELLED = "not modelled"
+"""Ops effbench has no FLOP or byte model for (an LSTM, an upsample, an embedding): named in the record's
+unmodelled_ops, held against no roof, their work in no FLOP count beyond what their callees' formulas count."""
 OTHER = "other"
+"""Views, allocations and metadata: ops that move no data (_NO_TRAFFIC)."""
 KINDS = (CONV, DEPTHWISE, MATMUL, BATCH_NORM, OTHER_NORM, ACTIVATION, ELEMENTWISE, POOLING, REDUCTION, OPTIMIZER,
-         COPY, COMMUNICATION, FUSED, OTHER)  # fmt: skip
-NO_ROOF = (COMMUNICATION, FUSED, OTHER)
+         COPY, COMMUNICATION, FUSED, UNMODELLED, OTHER)  # fmt: skip
+NO_ROOF = (COMMUNICATION, FUSED, UNMODELLED, OTHER)
 """Kinds held against no roof: network time, generated kernels whose traffic the profiler does not record,
-and views / allocations / unknown ops (no traffic claimed). The ceiling keeps their measured time."""
+ops with no model, and views / allocations (no traffic claimed). The ceiling keeps their measured time."""
+MAX_UNMODELLED_OPS = 20
+"""The record names at most this many ops not modelled, the largest; the kind's row holds all their time."""
 DATA_WAIT = "data wait"
 OUTSIDE_OPS = "outside ops"
 """The table's two rows that are no kind: waiting for the loader, and the step's time in no op."""
@@ -133,6 +139,7 @@ _COPY_CALLEES = {"aten::_to_copy", "aten::copy_", "aten::clone", "aten::_copy_fr
 _ELEMENTWISE = {"add", "sub", "mul", "div", "neg", "abs", "sqrt", "rsqrt", "exp", "exp2", "expm1", "log", "log1p",
                 "log2", "pow", "reciprocal", "addcmul", "addcdiv", "lerp", "where", "masked_fill", "fill", "zero",
                 "zeros", "ones", "zeros_like", "ones_like", "full", "full_like", "eq", "ne", "lt", "le", "gt", "ge",
+                "new_zeros", "new_ones", "new_full",
                 "maximum", "minimum", "clamp", "clamp_min", "clamp_max", "clip", "sign", "sgn", "floor", "ceil",
                 "round", "trunc", "frac", "bernoulli", "dropout", "native_dropout", "native_dropout_backward",
                 "feature_dropout", "alpha_dropout", "rand", "randn", "rand_like", "randn_like", "randint", "uniform",
@@ -141,6 +148,30 @@ _ELEMENTWISE = {"add", "sub", "mul", "div", "neg", "abs", "sqrt", "rsqrt", "exp"
                 "bitwise_or", "bitwise_not", "bitwise_xor", "remainder", "fmod", "rsub", "square", "nan_to_num",
                 "isnan", "isinf", "isfinite", "xlogy", "scalar_tensor", "true_divide", "floor_divide", "hypot",
                 "_masked_scale", "arange", "linspace", "mul_scalar", "sigmoid_backward_elementwise"}  # fmt: skip
+_NO_TRAFFIC = {
+    # views: every aten op whose schema returns only aliases of its inputs, read off torch 2.14's schemas
+    "__getitem__", "_autocast_to_full_precision", "_autocast_to_reduced_precision", "_conj", "_fw_primal",
+    "_grad_sum_to_size", "_indices", "_make_dual", "_ncf_unsqueeze", "_ncf_view", "_neg_view", "_nested_get_values",
+    "_nested_view_from_buffer", "_nested_view_from_jagged", "_reshape_alias", "_sparse_broadcast_to",
+    "_unwrap_optional", "_values", "adjoint", "alias", "as_strided", "as_tensor", "broadcast_to", "ccol_indices",
+    "chunk", "coalesce", "col_indices", "conj", "contiguous", "cpu", "crow_indices", "cuda", "detach", "diagonal",
+    "dsplit", "expand", "expand_as", "flatten", "get", "hsplit", "imag", "indices", "keys", "lift_fresh",
+    "linalg_diagonal", "local_value", "mH", "mT", "matrix_H", "moveaxis", "movedim", "narrow", "numpy_T", "permute",
+    "pop", "positive", "ravel", "real", "reshape", "reshape_as", "resolve_conj", "resolve_neg", "row_indices",
+    "select", "setdefault", "slice", "slice_inverse", "split", "split_with_sizes", "squeeze", "swapaxes", "swapdims",
+    "t", "tensor_split", "to", "to_here", "transpose", "unbind", "unflatten", "unfold", "unsqueeze", "values", "view",
+    "view_as", "view_as_complex", "view_as_real", "vsplit",
+    # views whose schema says a new tensor, and in-place views (metadata only)
+    "_unsafe_view", "broadcast_tensors", "meshgrid", "atleast_1d", "atleast_2d", "atleast_3d", "lift", "unsafe_split",
+    "unsafe_chunk", "unsafe_split_with_sizes", "as_strided_", "detach_", "squeeze_", "unsqueeze_", "transpose_", "t_",
+    # allocations (no data written) and metadata
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_", "resize_as_", "set_",
+    "_empty_affine_quantized", "size", "stride", "numel", "dim", "sym_size", "sym_stride", "sym_numel",
+    "is_contiguous", "is_same_size", "result_type", "item", "_local_scalar_dense", "is_nonzero", "requires_grad_",
+    "retain_grad", "output_nr", "_version", "record_stream", "_has_compatible_shallow_copy_type", "_assert_async",
+}  # fmt: skip
+"""Ops that move no data: views, allocations, metadata (the "other" kind); any op in no kind and not here is not
+modelled (UNMODELLED)."""
 _COMM_WORDS = ("allreduce", "all_reduce", "broadcast", "all_gather", "allgather", "reduce_scatter", "reducescatter",
                "all_to_all", "alltoall", "record_param_comms", "barrier")  # fmt: skip
 _COMM_PREFIXES = ("c10d::", "_c10d_functional::", "c10d_functional::", "nccl:", "gloo:", "ProcessGroup")
@@ -184,7 +215,8 @@ def conv_groups(op: OpEvent) -> int | None:
 
 def kind_of(op: OpEvent) -> str:
     """The op's kind (KINDS): by its name and, for a convolution, its groups; an op of the optimizer phase is
-    the optimizer step and one of the host-to-device phase a copy, whatever its name."""
+    the optimizer step and one of the host-to-device phase a copy, whatever its name. An op of no kind is other
+    when it moves no data (a view, an allocation: _NO_TRAFFIC), else not modelled (UNMODELLED)."""
     name = op.name
     base = base_name(name)
     if is_communication(name):
@@ -211,13 +243,20 @@ def kind_of(op: OpEvent) -> str:
         return POOLING
     if base in _REDUCTION or stem in _REDUCTION or "loss" in base:
         return REDUCTION
+    return _data_kind(op, base, stem)
+
+
+def _data_kind(op: OpEvent, base: str, stem: str) -> str:
+    """An op of no compute kind: a copy, an element-wise op, one that moves no data (other), else not modelled."""
     if base in _COPY:
         return COPY
     if base in _MAYBE_COPY:
         return COPY if op.callees & _COPY_CALLEES else OTHER
     if stem in _ELEMENTWISE:
         return ELEMENTWISE
-    return OTHER
+    if base in _NO_TRAFFIC or (base.endswith("_") and base[:-1] in _NO_TRAFFIC):
+        return OTHER
+    return UNMODELLED
 
 
 # --------------------------------------------------------------------------------------------------
@@ -589,14 +628,18 @@ def roofline(
 
     steps = max(int(steps), 1)
     totals: dict[str, _Totals] = {}
+    unmodelled: dict[str, _Totals] = {}
     for op in ops:
         kind = kind_of(op)
-        t = totals.setdefault(kind, _Totals())
-        t.calls += op.calls
-        t.time_s += op.time_s
-        t.flops += op.flops * op.calls
+        groups = [totals.setdefault(kind, _Totals())]
+        if kind == UNMODELLED:  # also by name, for the record's unmodelled_ops
+            groups.append(unmodelled.setdefault(op.name, _Totals()))
         b = min_bytes(op)
-        t.bytes += (b or 0.0) * op.calls
+        for t in groups:
+            t.calls += op.calls
+            t.time_s += op.time_s
+            t.flops += op.flops * op.calls
+            t.bytes += (b or 0.0) * op.calls
     mem = memory_roof_gb_s * 1e9 if memory_roof_gb_s else None
     rows: list[schema.KindRow] = []
     for kind, t in totals.items():
@@ -636,6 +679,16 @@ def roofline(
         ops_time_s=ops_s,
         unattributed_s=step_time_s - data_wait_s - ops_s,
         kinds=rows,
+        unmodelled_ops=[
+            schema.UnmodelledOp(
+                name=name,
+                calls=t.calls / steps,
+                time_s=t.time_s / steps,
+                flops=t.flops / steps,
+                share_of_step=t.time_s / steps / step_time_s if step_time_s > 0 else None,
+            )
+            for name, t in sorted(unmodelled.items(), key=lambda kv: (-kv[1].time_s, kv[0]))[:MAX_UNMODELLED_OPS]
+        ],  # fmt: skip
     )
     if compute_roof_tflops and mem:
         out.compute_roof_tflops = compute_roof_tflops
@@ -662,10 +715,21 @@ def roofline(
 def verdict(r: schema.Roofline) -> str | None:
     """The kind with the most time above its roof: "depthwise/grouped conv: 38% of the step at 11% of the memory
     roof: memory-bound". Time in no op wins when it is larger than any kind's
-    loss (the step is overhead-bound, not roof-bound)."""
+    loss (the step is overhead-bound, not roof-bound); the ops not modelled win, named, when their time is larger
+    than any kind's loss and the time in no op: the roofline cannot say how far from a roof the most time it might
+    lose runs."""
     lost = [(r_.time_s - r_.roof_time_s, r_) for r_ in r.kinds if r_.roof_time_s is not None and r_.time_s]
     outside = r.unattributed_s or 0.0
     best = max(lost, key=lambda t: t[0], default=None)
+    unknown = row_of(r, UNMODELLED)
+    unknown_s = (unknown.time_s or 0.0) if unknown is not None else 0.0
+    if unknown_s > 0 and unknown_s >= outside and (best is None or unknown_s > best[0]) and r.step_time_s:
+        largest = all(unknown_s > (k.time_s or 0.0) for k in r.kinds if k.kind != UNMODELLED)
+        lead = "the largest part of the step is not modelled" if largest else "not modelled"
+        more = "" if largest else ", more time than any kind loses to its roof"
+        return (
+            f"{lead}: {unmodelled_names(r)}{more}: no FLOP or byte model for these ops, so no roof to hold them against"
+        )
     if outside > 0 and (best is None or outside > best[0]) and r.step_time_s:
         where = (
             "the device ran no kernel for"
@@ -679,6 +743,44 @@ def verdict(r: schema.Roofline) -> str | None:
     return (
         f"{row.kind}: {_pct(row.share_of_step or 0.0)} of the step at {_pct(row.roof_fraction or 0.0)} of the "
         f"{row.bound} roof: {row.bound}-bound"
+    )
+
+
+def unmodelled_names(r: schema.Roofline, top: int = 3) -> str:
+    """ "aten::lstm 41%, aten::mkldnn_rnn_layer_backward 30% (71% of the step in all)": the largest ops not modelled
+    with their shares of the step, then the kind's whole share where it holds more than those named."""
+    ops = r.unmodelled_ops
+    if not ops:
+        return ""
+    parts = [f"{o.name} {_pct(o.share_of_step)}" if o.share_of_step is not None else o.name for o in ops[:top]]
+    if len(r.unmodelled_ops) > top:
+        parts.append(f"{len(ops) - top}{'+' if len(ops) >= MAX_UNMODELLED_OPS else ''} more")
+    row = row_of(r, UNMODELLED)
+    whole = row.share_of_step if row is not None else None
+    tail = f" ({_pct(whole)} of the step in all)" if whole is not None and len(ops) > 1 else " of the step"
+    return ", ".join(parts) + tail
+
+
+def uncounted_ops(r: schema.Roofline | None) -> list[str]:
+    """The ops not modelled whose work no FLOP formula counted (none of their callees has one): what the FLOP
+    counts (the roofline's, flops_per_image, MFU) leave out."""
+    return [o.name for o in r.unmodelled_ops if not o.flops] if r is not None else []
+
+
+def unmodelled_line(r: schema.Roofline) -> str | None:
+    """ "not modelled: aten::lstm 41%, ... : no FLOP or byte formula for these ops: ..."; None when every op is."""
+    if not r.unmodelled_ops:
+        return None
+    uncounted = uncounted_ops(r)
+    if len(uncounted) == len(r.unmodelled_ops):
+        flops = "the FLOP counts (this table's, FLOPs per image, MFU) leave their work out"
+    elif uncounted:
+        flops = f"the FLOP counts (this table's, FLOPs per image, MFU) leave out the work of {', '.join(uncounted)}"
+    else:
+        flops = "the FLOP counts hold only what their callees' formulas counted"
+    return (
+        f"not modelled: {unmodelled_names(r)}: effbench has no FLOP or byte formula for these ops, so their time "
+        f"(the '{UNMODELLED}' row) is held against no roof and kept as measured in the ceiling, and {flops}"
     )
 
 
@@ -697,9 +799,15 @@ def ceiling_line(r: schema.Roofline) -> str | None:
     4.1x faster on this hardware"."""
     if r.ceiling_time_s is None or r.ceiling_speedup is None:
         return None
+    unknown = row_of(r, UNMODELLED)
+    kept = (
+        f"; the {_pct(unknown.share_of_step)} not modelled kept as measured"
+        if unknown is not None and unknown.share_of_step
+        else ""
+    )
     return (
         f"ceiling: {_ms(r.ceiling_time_s)} ms per step with every kind at its roof (of {_ms(r.step_time_s or 0.0)} "
-        f"ms measured): this step could be at most {r.ceiling_speedup:,.1f}x faster on this hardware"
+        f"ms measured{kept}): this step could be at most {r.ceiling_speedup:,.1f}x faster on this hardware"
     )
 
 

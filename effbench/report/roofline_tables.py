@@ -2,7 +2,7 @@
 and the sweep's kind-by-cell table (compare's B - A per kind is analysis/compare.py's). No torch.
 
     TITLE, HEADERS, rows(r)           the run's table: "where the step's time goes, against this machine's roofs"
-    notes(record)                     the roofs, the verdict, the ceiling and how to read the table
+    notes(record)                     the roofs, the verdict, the ceiling, the ops not modelled, how to read it
     verdict_lines(record)             the verdict and the ceiling alone (the page's top)
     block(record, fmt)                all of it as text or markdown, for report.txt / report.md / the terminal
     sweep_table(labels, roofs)        one row per kind, a column per cell: ms per step and the share of its roof
@@ -141,6 +141,9 @@ def notes(record: schema.Results) -> list[str]:
     if r is None:
         return out
     out += verdict_lines(record)
+    unmodelled = R.unmodelled_line(r)
+    if unmodelled:
+        out.append(unmodelled[0].upper() + unmodelled[1:])
     out.append(READING.format(basis=r.time_basis or "-"))
     if r.profiled_step_time_s is not None:
         out.append(TIMED)

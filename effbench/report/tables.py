@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from effbench.analysis.efficiency import WITHIN_NOISE
 from effbench.analysis.epoch_time import epoch_measured, epoch_warmup_s
-from effbench.analysis import stats
+from effbench.analysis import roofline, stats
 from effbench.analysis.time_to_accuracy import describe as describe_tta
 from effbench.config import typed_option
 from effbench.datasets import CATALOG, chance_note
@@ -197,7 +197,9 @@ def observability_rows(results: schema.Results) -> list[tuple[str, str]]:
     """Efficiency, utilisation, memory, energy and the profiler's own cost; absent stays '-'."""
     rows: list[tuple[str, str]] = []
     if results.flops_per_image is not None:
-        rows.append(("GFLOP per training image", fmt_value(results.flops_per_image / 1e9, 3)))
+        uncounted = roofline.uncounted_ops(results.roofline)  # ops with no FLOP formula: their work is not in it
+        omits = f" (omits {', '.join(uncounted)}: no FLOP formula; see the roofline)" if uncounted else ""
+        rows.append(("GFLOP per training image", fmt_value(results.flops_per_image / 1e9, 3) + omits))
     if results.flops_forward_per_image is not None:
         rows.append(("GFLOP per image, forward only", fmt_value(results.flops_forward_per_image / 1e9, 3)))
     if results.achieved_tflops is not None:
