@@ -770,6 +770,9 @@ class Env(_Model):
     """Rank 0's host."""
     effbench: str | None = None
     """effbench version."""
+    effbench_commit: str | None = None
+    """The git commit of effbench's source when it ran from a git checkout (`git rev-parse HEAD`); null otherwise
+    (an image names its own: `image.revision`)."""
     torch: str | None = None
     """torch version."""
     torchvision: str | None = None

@@ -374,10 +374,11 @@ def env_snapshot() -> dict[str, Any]:
     )
     snap["nccl_version"] = nccl_version()
     snap["container_runtime"] = container_runtime()
-    from effbench.system.identity import image_info
+    from effbench.system.identity import image_info, source_commit
 
     # revision, flavour, lock sha256 of the image (None outside it): a result names the image that made it
     snap["image"] = image_info()
+    snap["effbench_commit"] = source_commit()  # a run from a checkout names its commit (MLflow's git tag)
     snap["cgroup_cpu_quota_cores"] = cpu_quota_cores()
     snap["cgroup_memory_limit_gib"] = memory_limit_gib()
     snap["shm_size_gib"] = shm_size_gib()

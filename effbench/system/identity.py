@@ -15,6 +15,7 @@ import importlib.metadata
 import importlib.util
 import os
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,24 @@ def torch_cuda_build() -> str | None:
         return None
     m = re.search(r"^cuda\s*(?::[^=]*)?=\s*'([^']*)'", text, re.M)
     return m.group(1) if m else None
+
+
+def source_commit() -> str | None:
+    """The git commit of the checkout this effbench's package sits in, or None: installed from a wheel, no git,
+    or git refuses (a checkout another user owns). The user's GIT_DIR or GIT_WORK_TREE never redirects it."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--verify", "HEAD"],
+            capture_output=True, text=True, timeout=10, env=env, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    sha = done.stdout.strip()
+    return sha if done.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", sha) else None
 
 
 def image_info(environ: dict[str, str] | None = None) -> dict[str, Any] | None:
