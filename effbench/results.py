@@ -36,6 +36,7 @@ CONFIG_FILE = "config.json"
 ENV_FILE = "env.json"
 EPOCHS_FILE = "epochs.csv"
 STEPS_FILE = "steps.csv"
+UTILIZATION_FILE = "utilization.csv"
 REPORT_TXT = "report.txt"
 REPORT_MD = "report.md"
 

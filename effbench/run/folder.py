@@ -352,7 +352,7 @@ def open_run_folder(prep: Prepared, plan: LaunchPlan, dist: DistContext, start: 
     return record
 
 
-UTILIZATION_FILE = "utilization.csv"
+UTILIZATION_FILE = results.UTILIZATION_FILE
 
 
 def _config_json(

@@ -234,16 +234,26 @@ def _log(client: Any, run_id: str, run: P.TrackedRun, *, params: bool = True) ->
     from mlflow.entities import Metric, Param
     from mlflow.utils.time import get_current_time_millis
 
-    stamp = run.end_ms or get_current_time_millis()
+    now = get_current_time_millis()
+    stamp = run.end_ms or now  # the headline figures are the run's at its end
     if params:  # mlflow/utils/validation.py: at most 100 params and 1000 metrics per batch
         for chunk in _chunks([Param(k, v) for k, v in run.params.items()], 100):
             client.log_batch(run_id, params=chunk)
     metrics = [Metric(k, v, stamp, 0) for k, v in run.metrics.items()]
-    metrics += [Metric(k, v, stamp, step) for k, v, step in run.steps]
+    metrics += [Metric(p.key, p.value, p.ms if p.ms is not None else stamp, p.step) for p in run.points]
     for chunk in _chunks(metrics, 1000):
         client.log_batch(run_id, metrics=chunk)
-    for f in run.artifacts:
-        client.log_artifact(run_id, str(f))
+    for f in run.artifacts:  # one in a folder of the run's (plots/) under that folder's name
+        under = f.parent.relative_to(run.folder).as_posix() if run.folder is not None else "."
+        client.log_artifact(run_id, str(f), None if under == "." else under)
+
+
+def _user() -> str:
+    """mlflow.user as MLflow's own client sets it (tracking/context/default_context.py): the tracking server's
+    user name (MLFLOW_TRACKING_USERNAME or ~/.mlflow/credentials), else this login's."""
+    from mlflow.tracking.context.default_context import DefaultRunContext
+
+    return str(DefaultRunContext().tags()[P.MLFLOW_USER])
 
 
 def _upsert_run(client: Any, experiment_id: str, run: P.TrackedRun, parent: str | None) -> str:
@@ -260,7 +270,7 @@ def _upsert_run(client: Any, experiment_id: str, run: P.TrackedRun, parent: str 
         return "present"
     for r in found:
         client.delete_run(r.info.run_id)
-    tags = {**run.tags, **({PARENT: parent} if parent else {})}
+    tags = {**run.tags, P.MLFLOW_USER: _user(), **({PARENT: parent} if parent else {})}
     created = client.create_run(experiment_id, start_time=run.start_ms, tags=tags, run_name=run.name)
     run_id = created.info.run_id
     _log(client, run_id, run)
@@ -270,19 +280,33 @@ def _upsert_run(client: Any, experiment_id: str, run: P.TrackedRun, parent: str 
     return "replaced" if found else "created"
 
 
-def _upsert_group(client: Any, experiment_id: str, group: P.TrackedRun) -> str:
-    """The parent run's id: found by its key (its tags and files refreshed: a resumed sweep has more cells),
-    else created with its params."""
+def _upsert_group(client: Any, experiment_id: str, group: P.TrackedRun) -> tuple[str, str]:
+    """The parent run's id and what was done: found by its key, `updated` (its tags and files refreshed: a
+    resumed sweep has more cells), else `created` with its params."""
+    from mlflow.entities import RunTag
+
     found = _find(client, experiment_id, group.key)
     if found:
         run_id = str(found[0].info.run_id)
-        for k, v in group.tags.items():
-            client.set_tag(run_id, k, v)
+        client.log_batch(run_id, tags=[RunTag(k, v) for k, v in group.tags.items()])
         _log(client, run_id, group, params=False)
-        return run_id
-    created = client.create_run(experiment_id, start_time=group.start_ms, tags=group.tags, run_name=group.name)
+        return run_id, "updated"
+    tags = {**group.tags, P.MLFLOW_USER: _user()}
+    created = client.create_run(experiment_id, start_time=group.start_ms, tags=tags, run_name=group.name)
     _log(client, created.info.run_id, group)
-    return str(created.info.run_id)
+    return str(created.info.run_id), "created"
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def _outcomes(counts: dict[str, int], there: str) -> str:
+    """(2 new, 1 replaced, 3 already there): the new ones always, the rest when there are any."""
+    said = [f"{counts.get('created', 0)} new"]
+    said += [f"{counts[k]} {w}" for k, w in (("replaced", "replaced"), ("present", there), ("updated", "updated"))
+             if counts.get(k)]  # fmt: skip
+    return ", ".join(said)
 
 
 @dataclass(frozen=True)
@@ -292,20 +316,29 @@ class Uploaded:
     experiment_id: str
     counts: dict[str, int]
     """created / present / replaced -> runs."""
-    groups: int
+    groups: dict[str, int]
+    """created / updated -> parent runs (sweeps and scaling series)."""
+    kinds: dict[str, int]
+    """sweep / scaling -> parent runs."""
 
     def line(self) -> str:
-        c = self.counts
-        done = f"{c.get('created', 0)} new" + (f", {c['replaced']} replaced" if c.get("replaced") else "")
-        if c.get("present"):
-            done += f", {c['present']} already there"
-        parents = f" and {self.groups} sweep(s) as parent runs" if self.groups else ""
+        """What MLflow now holds, runs and parent runs apart: `tracked: 2 runs (2 new) and 1 sweep as a parent
+        run (1 new) in experiment 'sweeps': URL`; the UI lists 3 runs."""
+        runs = f"{_plural(sum(self.counts.values()), 'run', 'runs')} ({_outcomes(self.counts, 'already there')})"
+        if self.kinds:
+            n = sum(self.kinds.values())
+            kinds = " and ".join(
+                _plural(k, *names)
+                for kind, names in (("sweep", ("sweep", "sweeps")), ("scaling", ("scaling series", "scaling series")))
+                if (k := self.kinds.get(kind))
+            )
+            runs += f" and {kinds} as {'a parent run' if n == 1 else 'parent runs'} ({_outcomes(self.groups, '')})"
         where = (
             f"{self.uri.rstrip('/')}/#/experiments/{self.experiment_id}"
             if scheme(self.uri) in ("http", "https")
             else self.uri
         )
-        return f"tracked: {sum(c.values())} run(s){parents} in experiment {self.experiment!r} ({done}): {where}"
+        return f"tracked: {runs} in experiment {self.experiment!r}: {where}"
 
 
 def upload(
@@ -321,7 +354,7 @@ def upload(
         done = bounded.call("upload", args, bounded.budget_s())
     except bounded.Unanswered as e:
         raise EffbenchError(option, f"could not log to {uri} ({e})") from None
-    return Uploaded(uri, experiment, done["experiment_id"], done["counts"], done["groups"])
+    return Uploaded(uri, experiment, done["experiment_id"], done["counts"], done["groups"], done["kinds"])
 
 
 def _upload_here(
@@ -332,7 +365,14 @@ def _upload_here(
     counts: dict[str, int] = {}
     client = _client(uri, watch)
     experiment_id = _experiment_id(client, experiment, uri, "--track-experiment")
-    parents = {folder: _upsert_group(client, experiment_id, g) for folder, g in plan.groups.items()}
+    parents: dict[Path, str] = {}
+    groups: dict[str, int] = {}
+    kinds: dict[str, int] = {}
+    for folder, g in plan.groups.items():
+        parents[folder], outcome = _upsert_group(client, experiment_id, g)
+        groups[outcome] = groups.get(outcome, 0) + 1
+        kind = g.tags.get(P.KIND, "sweep")
+        kinds[kind] = kinds.get(kind, 0) + 1
     for run in plan.runs:
         outcome = _upsert_run(client, experiment_id, run, parents.get(run.group) if run.group else None)
         counts[outcome] = counts.get(outcome, 0) + 1
@@ -340,7 +380,7 @@ def _upload_here(
         if g.status != "RUNNING":
             client.set_terminated(parents[folder], g.status, end_time=g.end_ms)
             client.set_tag(parents[folder], P.UPLOAD, P.COMPLETE)
-    return {"experiment_id": experiment_id, "counts": counts, "groups": len(plan.groups)}
+    return {"experiment_id": experiment_id, "counts": counts, "groups": groups, "kinds": kinds}
 
 
 def _all_runs(client: Any, experiment_id: str) -> list[Any]:

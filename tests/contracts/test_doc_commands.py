@@ -319,7 +319,9 @@ RUN: dict[str, Spec] = {
     "effbench datasets --data-dir ./data": Spec(shows=(r"^datasets under --data-dir data ",)),
     # docs/tracking.md: no server, a SQLite file (MLflow's SQL store: sqlalchemy, alembic in the test extra)
     "effbench track results/ --track sqlite:///mlflow.db": Spec(
-        smoke=True, setup=place("results/run"), shows=(r"^tracked: 1 run\(s\) in experiment 'effbench' \(1 new\)",)
+        smoke=True,
+        setup=place("results/run"),
+        shows=(r"^tracked: 1 run \(1 new\) in experiment 'effbench': sqlite:///mlflow.db$",),
     ),
 }
 

@@ -9,10 +9,14 @@ server against the one `effbench report` writes from the folders.
 from __future__ import annotations
 
 import contextlib
+import csv
+import datetime as dt
+import getpass
 import importlib.util
 import io
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -35,7 +39,8 @@ pytestmark = pytest.mark.skipif(
 )
 TINY = ["--arch", "resnet18", "--image-size", "16", "--weights", "none", "--device", "cpu", "--dataset", "synthetic",
         "--max-steps", "4", "--warmup-steps", "1", "--epochs", "2", "--repeats", "3", "--quiet"]  # fmt: skip
-RUN_FILES = {"report.html", "results.json", "env.json", "config.json"}
+RUN_FILES = {"report.html", "results.json", "env.json", "config.json", "steps.csv", "epochs.csv", "utilization.csv",
+             "plots"}  # fmt: skip
 FIXTURE_RECORD = Path(__file__).resolve().parents[1] / "fixtures" / "records" / "v1-smoke-aef98bb.json"
 
 
@@ -136,7 +141,7 @@ def run_folder(server, tmp_path_factory):
 
 def test_a_tracked_run_logs_its_config_figures_tags_and_files(server, run_folder):
     folder, ran = run_folder
-    assert "tracked: 1 run(s) in experiment 'runs' (1 new)" in ran.stdout
+    assert "tracked: 1 run (1 new) in experiment 'runs': http://" in ran.stdout
     assert "warning" not in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
     (run,) = runs_of(server, "runs")
     r = json.loads((folder / "results.json").read_text())
@@ -170,6 +175,69 @@ def test_a_tracked_run_logs_its_config_figures_tags_and_files(server, run_folder
     assert got.read_bytes() == (folder / "results.json").read_bytes()
 
 
+def csv_rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_a_tracked_run_reads_as_the_usual_loggers_make_it(server, run_folder):
+    """Issue 47: MLflow's own tags (user, source, git commit, run name); every point at the time it happened,
+    read from the run's files here: the steps' series as long as steps.csv, utilization.csv as MLflow's system
+    metrics, the CSVs and plots as artifacts."""
+    folder, _ = run_folder
+    (run,) = runs_of(server, "runs")
+    c = client(server)
+    r = json.loads((folder / "results.json").read_text())
+    env = json.loads((folder / "env.json").read_text())
+
+    t = run.data.tags
+    assert t["mlflow.user"] == getpass.getuser()  # no MLFLOW_TRACKING_USERNAME here: the login, as MLflow's
+    assert t["mlflow.runName"] == run.info.run_name == folder.name
+    assert t["mlflow.source.type"] == "LOCAL"
+    assert t["mlflow.source.name"] == shlex.join(r["command"]) and t["mlflow.source.name"].startswith("effbench run ")
+    repo = Path(__file__).resolve().parents[2]
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:  # this effbench runs from a checkout: its commit is the run's
+        assert t["mlflow.source.git.commit"] == env["effbench_commit"] == head.stdout.strip()
+    assert t["effbench.version"] == env["effbench"]
+
+    start, end = run.info.start_time, run.info.end_time
+    for ms, key in ((start, "started_at"), (end, "finished_at")):
+        assert abs(ms - dt.datetime.fromisoformat(r[key]).timestamp() * 1000) <= 1
+    (headline,) = c.get_metric_history(run.info.run_id, "throughput_img_s")
+    assert headline.timestamp == end  # the figure of the whole run, made at its end
+
+    steps = csv_rows(folder / "steps.csv")
+    losses = sorted(c.get_metric_history(run.info.run_id, "step/loss"), key=lambda m: m.step)
+    assert [(m.step, m.value) for m in losses] == [(i, float(s["loss"])) for i, s in enumerate(steps, 1)]
+    times = sorted(c.get_metric_history(run.info.run_id, "step/time_s"), key=lambda m: m.step)
+    assert [m.value for m in times] == [float(s["data_time_s"]) + float(s["compute_time_s"]) for s in steps]
+    stamps = [m.timestamp for m in losses]
+    assert len(set(stamps)) == len(steps) and stamps == sorted(stamps)  # one instant per step, in order
+    assert start <= stamps[0] and stamps[-1] <= end
+    # consecutive steps of one epoch lie the second step's time apart (to the ms the timestamps keep)
+    assert abs((stamps[2] - stamps[1]) - 1000 * times[2].value) <= 1
+    epochs = sorted(c.get_metric_history(run.info.run_id, "epoch/val_top1"), key=lambda m: m.step)
+    assert len(epochs) == 2 and stamps[3] < epochs[0].timestamp < stamps[4] < epochs[1].timestamp <= end
+
+    util = [u for u in csv_rows(folder / "utilization.csv") if u["cpu_pct"]]
+    cpu = sorted(c.get_metric_history(run.info.run_id, "system/cpu_utilization_percentage"), key=lambda m: m.step)
+    assert [m.value for m in cpu] == [float(u["cpu_pct"]) for u in util] and len(cpu) >= 2
+    gaps = [b.timestamp - a.timestamp for a, b in zip(cpu, cpu[1:], strict=False)]
+    rows = [float(b["t_s"]) - float(a["t_s"]) for a, b in zip(util, util[1:], strict=False)]
+    assert all(abs(g - 1000 * s) <= 1 for g, s in zip(gaps, rows, strict=True)) and start <= cpu[0].timestamp < end
+    rss = c.get_metric_history(run.info.run_id, "system/process_memory_rss_megabytes")
+    assert len(rss) == len(csv_rows(folder / "utilization.csv"))
+
+    assert (
+        {a.path for a in c.list_artifacts(run.info.run_id, "plots")}
+        == {f"plots/{p.name}" for p in (folder / "plots").glob("*.png")}
+        != set()
+    )
+    got = Path(c.download_artifacts(run.info.run_id, "steps.csv", str(folder.parent / "dl-steps")))
+    assert got.read_bytes() == (folder / "steps.csv").read_bytes()
+
+
 def test_track_afterwards_is_idempotent_and_traces_are_opt_in(server, run_folder, capsys):
     folder, _ = run_folder
     code, out, err = invoke(["track", folder, "--track", server, "--track-experiment", "runs"], capsys)
@@ -197,7 +265,10 @@ def sweep_folder(server, tmp_path_factory):
 
 def test_a_tracked_sweep_is_a_parent_run_with_its_cells_as_children(server, sweep_folder):
     out, ran = sweep_folder
-    assert "tracked: 2 run(s) and 1 sweep(s) as parent runs" in ran.stdout, ran.stdout[-2000:]
+    # runs and parent runs apart: MLflow lists 3 runs, all new
+    assert "tracked: 2 runs (2 new) and 1 sweep as a parent run (1 new) in experiment 'sweeps'" in ran.stdout, (
+        ran.stdout[-2000:]
+    )
     runs = runs_of(server, "sweeps")
     parents = [r for r in runs if r.data.tags.get("effbench.kind") == "sweep"]
     children = [r for r in runs if r.data.tags.get("effbench.kind") == "sweep-cell"]
@@ -223,7 +294,9 @@ def test_uploading_the_same_folders_twice_makes_no_duplicates(server, sweep_fold
     before = {r.info.run_id for r in runs_of(server, "sweeps")}
     for _ in range(2):
         code, printed, err = invoke(["track", out, "--track", server, "--track-experiment", "sweeps"], capsys)
-        assert code == 0 and "(0 new, 2 already there)" in printed, err
+        assert (
+            code == 0 and "2 runs (0 new, 2 already there) and 1 sweep as a parent run (0 new, 1 updated)" in printed
+        ), err
     assert {r.info.run_id for r in runs_of(server, "sweeps")} == before
 
 
@@ -322,14 +395,14 @@ def test_a_sqlite_uri_needs_no_server(tmp_path, capsys, monkeypatch):
     # a process of its own: every line MLflow, alembic or SQLAlchemy writes while making the store is seen
     proc = subprocess.run([sys.executable, "-m", "effbench", "track", str(folder), "--track", uri],
                           capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert proc.returncode == 0 and "(1 new)" in proc.stdout, proc.stderr
+    assert proc.returncode == 0 and "tracked: 1 run (1 new)" in proc.stdout, proc.stderr
     assert proc.stderr == ""  # issue 46: no INFO lines ("Creating initial MLflow database tables...")
     (run,) = runs_of(uri, "effbench")
     record = json.loads(FIXTURE_RECORD.read_text())
     assert run.data.metrics["throughput_img_s"] == record["throughput_img_s"]
     assert run.data.params["arch"] == record["config"]["arch"]  # no config.json: the record's copy
     # the files go beside the database, not into ./mlruns of whatever folder this ran in
-    assert {a.path for a in client(uri).list_artifacts(run.info.run_id)} == {"results.json"}
+    assert {a.path for a in client(uri).list_artifacts(run.info.run_id)} == {"results.json"}  # nothing else there
     assert (tmp_path / "mlartifacts").is_dir() and not (tmp_path / "mlruns").exists()
 
 
@@ -356,7 +429,7 @@ def test_no_password_or_token_reaches_a_file_the_terminal_or_the_server(server, 
     loud = [a for a in TINY if a != "--quiet"]  # every progress line printed too
     code, printed, err = invoke(["run", *loud, "--no-profile", "--output", out, "--track", by_option,
                                  "--track-experiment", "secrets"], capsys)  # fmt: skip
-    assert code == 0 and "tracked: 1 run(s)" in printed, err[-3000:]
+    assert code == 0 and "tracked: 1 run (1 new)" in printed, err[-3000:]
     folder = only_run(out)
     # the same folder again through the environment's URI alone (already there: looked up, not logged again)
     code, printed2, err2 = invoke(["track", folder, "--track-experiment", "secrets"], capsys)

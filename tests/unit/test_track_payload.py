@@ -4,6 +4,7 @@ MLflow never imported before the run's folder is final."""
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib.util
 import json
 import logging
@@ -60,9 +61,10 @@ def test_a_lone_results_json_is_logged_from_the_record(tmp_path):
         record["config"]["batch_size"]
     )
     assert run.artifacts == [folder / "results.json"] and run.status == "FINISHED" and run.group is None
-    assert [(k, v, s) for k, v, s in run.steps if k == "epoch/throughput_img_s"] == [
+    assert [(p.key, p.value, p.step) for p in run.points if p.key == "epoch/throughput_img_s"] == [
         ("epoch/throughput_img_s", e["throughput_img_s"], e["epoch"]) for e in record["epochs"]
     ]
+    assert not [p for p in run.points if p.key.startswith(("step/", "system/"))]  # no steps.csv, utilization.csv
 
 
 def test_a_link_in_the_run_folder_is_never_uploaded(tmp_path):
@@ -71,8 +73,18 @@ def test_a_link_in_the_run_folder_is_never_uploaded(tmp_path):
     folder = lone_run(tmp_path / "r")
     (folder / "report.html").symlink_to(secret)
     (folder / "trace_rank1.json.gz").symlink_to(secret)  # the record names rank 0's; rank 1's is found by name
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "chart.png").write_bytes(b"x")
+    (folder / "plots").symlink_to(elsewhere)  # a linked folder: its files are not the run's
     (run,) = payload.collect([folder], traces=True).runs
     assert run.artifacts == [folder / "results.json"]
+    (folder / "plots").unlink()
+    (folder / "plots").mkdir()
+    (folder / "plots" / "chart.png").write_bytes(b"x")
+    (folder / "plots" / "linked.png").symlink_to(secret)
+    (run,) = payload.collect([folder], traces=True).runs
+    assert run.artifacts == [folder / "results.json", folder / "plots" / "chart.png"]
 
 
 def test_flatten_spells_values_as_config_json_does():
@@ -278,3 +290,92 @@ def test_a_scaling_series_is_a_parent_of_its_members(tmp_path):
     assert parent.params == {"scaling": "weak"} and parent.artifacts == [series / "scaling.json"]
     assert parent.start_ms == min(r.start_ms for r in upload.runs)
     assert {r.group for r in upload.runs} == {series}
+
+
+def ms(iso: str) -> float:
+    return dt.datetime.fromisoformat(iso).timestamp() * 1000
+
+
+def timed_run(folder: Path) -> Path:
+    """A run whose training began at 10:00:04: it ended at 10:00:10, after 0.5 s warm-up, 2.5 s epochs, 1 s
+    validation and 2 s profiling. Two epochs of three 0.5 s steps, 0.5 s of validation after each."""
+    epoch = json.loads(FIXTURE_RECORD.read_text())["epochs"][0]
+    epochs = [
+        {**epoch, "epoch": 1, "steps": 3, "total_time_s": 1.5, "val_time_s": 0.4, "val_warmup_time_s": 0.1},
+        {**epoch, "epoch": 2, "steps": 3, "total_time_s": 1.5, "val_time_s": 0.5, "val_warmup_time_s": None},
+    ]
+    phases = {"setup": 3.0, "dataset": 1.0, "model": 1.0, "warm-up": 0.5, "epochs": 2.5, "validation": 1.0,
+              "profiling": 2.0}  # fmt: skip
+    lone_run(folder, started_at="2026-11-25T09:59:59+00:00", finished_at="2026-11-25T10:00:10+00:00",
+             wall_time_by_phase_s=phases, wall_time_s=sum(phases.values()), epochs=epochs)  # fmt: skip
+    steps = [{"epoch": e, "step": s, "warmup": e == s == 1, "images": 8, "loss": 2.0 - e / 10 - s / 100,
+              "top1": 0.1 * s, "data_time_s": 0.1, "compute_time_s": 0.4} for e in (1, 2) for s in (1, 2, 3)]  # fmt: skip
+    results.write_csv(folder / results.STEPS_FILE, results.STEP_FIELDS, steps)
+    return folder
+
+
+def test_each_point_is_logged_at_the_time_it_happened(tmp_path):
+    folder = timed_run(tmp_path / "r")
+    (folder / "utilization.csv").write_text(
+        "t_s,cpu_pct,proc_cpu_pct,rss_gib,gpu0_util_pct,gpu0_mem_used_gib,gpu0_power_w,gpu0_temp_c,gpu1_util_pct\n"
+        "0.0,,,1.0,10,2.0,100,50,5\n"
+        "0.5,50,150,1.5,20,,,51,6\n"
+        "1.0,75,190,2.0,30,,120,52,\n"
+    )
+    (run,) = payload.collect([folder], traces=False).runs
+    start = ms("2026-11-25T10:00:04+00:00")
+    by_key: dict[str, list] = {}
+    for p in run.points:
+        by_key.setdefault(p.key, []).append((p.step, p.value, p.ms))
+    # each step at its end: the steps' own times laid end to end, the first epoch's validation between epochs
+    ends = [0.5, 1.0, 1.5, 2.5, 3.0, 3.5]
+    assert by_key["step/time_s"] == [(i, 0.5, round(start + 1000 * t)) for i, t in enumerate(ends, 1)]
+    assert [v for _, v, _ in by_key["step/loss"]] == pytest.approx([1.89, 1.88, 1.87, 1.79, 1.78, 1.77])
+    assert [(s, t) for s, _, t in by_key["epoch/val_top1"]] == [(1, start + 2000), (2, start + 4000)]
+    # utilization.csv as MLflow's system metrics, each row at its own second after the start, stepped by row
+    assert by_key["system/cpu_utilization_percentage"] == [(1, 50.0, start + 500), (2, 75.0, start + 1000)]
+    assert by_key["system/gpu_0_utilization_percentage"] == [(0, 10.0, start), (1, 20.0, start + 500),
+                                                              (2, 30.0, start + 1000)]  # fmt: skip
+    assert by_key["system/gpu_0_memory_usage_megabytes"] == [(0, 2.0 * 2**30 / 1e6, start)]
+    assert [v for _, v, _ in by_key["system/gpu_0_power_usage_watts"]] == [100.0, 120.0]
+    assert [v for _, v, _ in by_key["system/gpu_1_utilization_percentage"]] == [5.0, 6.0]
+    assert [v for _, v, _ in by_key["system/process_cpu_utilization_percentage"]] == [150.0, 190.0]
+    assert not [k for k in by_key if "temp" in k]  # no MLflow name for it: not a system metric
+    assert {p.ms for p in run.points} >= {start, start + 4000} and run.end_ms == start + 6000
+
+
+def test_a_long_run_logs_every_kth_step_and_always_the_last(tmp_path, monkeypatch):
+    folder = timed_run(tmp_path / "r")
+    monkeypatch.setattr(payload, "MAX_POINTS", 4)
+    (run,) = payload.collect([folder], traces=False).runs
+    assert [p.step for p in run.points if p.key == "step/loss"] == [1, 3, 5, 6]
+
+
+def test_a_run_carries_mlflow_s_own_tags(tmp_path):
+    command = ["effbench", "run", "--smoke", "--track", "http://alice:PW47@h:5000"]
+    env = {**json.loads(FIXTURE_RECORD.read_text())["env"], "effbench_commit": "a" * 40}
+    (run,) = payload.collect([lone_run(tmp_path / "r", command=command, env=env)], traces=False).runs
+    t = run.tags
+    assert t["mlflow.runName"] == "r" and t["mlflow.source.type"] == "LOCAL"
+    assert t["mlflow.source.name"] == "effbench run --smoke --track 'http://alice:***@h:5000'"
+    assert t["mlflow.source.git.commit"] == "a" * 40
+    # a run in the image without a checkout: the image's revision is effbench's commit
+    image_env = {**env, "effbench_commit": None, "image": {"revision": "b" * 40}}
+    (run,) = payload.collect([lone_run(tmp_path / "i", env=image_env)], traces=False).runs
+    assert run.tags["mlflow.source.git.commit"] == "b" * 40
+    (run,) = payload.collect([lone_run(tmp_path / "n", env={**env, "effbench_commit": None})], traces=False).runs
+    assert "mlflow.source.git.commit" not in run.tags  # never a made-up commit
+
+
+def test_the_line_says_runs_and_parent_runs_apart():
+    def line(counts, groups=None, kinds=None):
+        return mlflow_store.Uploaded("http://h:5000", "e", "7", counts, groups or {}, kinds or {}).line()
+
+    assert line({"created": 1}) == "tracked: 1 run (1 new) in experiment 'e': http://h:5000/#/experiments/7"
+    assert line({"created": 2}, {"created": 1}, {"sweep": 1}).startswith(
+        "tracked: 2 runs (2 new) and 1 sweep as a parent run (1 new) in experiment 'e'"
+    )
+    assert line({"present": 3, "replaced": 1}, {"updated": 2}, {"sweep": 1, "scaling": 1}).startswith(
+        "tracked: 4 runs (0 new, 1 replaced, 3 already there) and 1 sweep and 1 scaling series as parent runs "
+        "(0 new, 2 updated) in"
+    )
