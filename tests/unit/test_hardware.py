@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections import namedtuple
 from pathlib import Path
 
@@ -209,3 +210,31 @@ def test_read_cpu_load_reads_the_load_average_and_a_steal_share(monkeypatch):
     monkeypatch.setattr(psutil, "cpu_times_percent", lambda interval: namedtuple("t", "user")(1.0))
     load = hardware.read_cpu_load(0.01)
     assert (load.load_1m, load.steal_pct) == (None, None)  # unknown, never a crash or a 0
+
+
+def test_source_commit_is_the_checkout_s_head_or_none(tmp_path, monkeypatch):
+    """env.json's effbench_commit (MLflow's mlflow.source.git.commit): the commit of the checkout effbench's
+    package sits in; None outside a checkout; the user's GIT_DIR never points it at another repository."""
+    from effbench.system import identity
+
+    repo = tmp_path / "checkout"
+    module = repo / "effbench" / "system" / "identity.py"
+    module.parent.mkdir(parents=True)
+    module.write_text("")
+    monkeypatch.setattr(identity, "__file__", str(module))
+    assert identity.source_commit() is None  # no .git: installed from a wheel
+
+    def git(*args, cwd=repo):
+        env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+               "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(tmp_path), "PATH": os.environ["PATH"]}  # fmt: skip
+        return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-q", "-m", "x")
+    head = git("rev-parse", "HEAD").strip()
+    other = tmp_path / "other"
+    other.mkdir()
+    git("init", "-q", cwd=other)
+    monkeypatch.setenv("GIT_DIR", str(other / ".git"))
+    assert identity.source_commit() == head and len(head) == 40
