@@ -34,7 +34,7 @@ import hashlib
 import json
 import math
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,26 +93,41 @@ EPOCH_PREFIX = "epoch/"
 """Each epoch's figures (results.json `epochs`, epochs.csv) as stepped metrics: `epoch/throughput_img_s` at step 3."""
 STEP_PREFIX = "step/"
 """Each training step of steps.csv, its number across epochs (1, 2, ...; warm-up included) as MLflow's step."""
-STEP_SERIES = ("loss", "top1", "time_s", "data_time_s")
-"""step/loss, step/top1, step/time_s (data wait + compute: the step's time), step/data_time_s."""
+STEP_SERIES: dict[str, Callable[[results.StepRow], float | None]] = {  # each name whole: STEP_PREFIX's
+    "step/loss": lambda r: r.loss,
+    "step/top1": lambda r: r.top1,
+    "step/time_s": lambda r: _step_s(r),  # the step's time: data wait + compute
+    "step/data_time_s": lambda r: r.data_time_s,
+}
+"""The series of each step: steps.csv's figures by the metric they are logged as."""
 SYSTEM_PREFIX = "system/"
 """MLflow's system metrics (mlflow/system_metrics/system_metrics_monitor.py: `self._metrics_prefix = "system/"`),
 which its UI shows on the run's System metrics tab."""
-# utilization.csv's column -> (MLflow's system metric name, factor): the names MLflow's own monitor writes
-# (mlflow 3.17 system_metrics/metrics/cpu_monitor.py, gpu_monitor.py, network_monitor.py) where the figure is the
-# same one; GPU i is effbench's gpu{i}_ (the run's CUDA index). The process tree's own CPU and memory have no
-# MLflow name: they take MLflow's style.
+
+
+def _host(getter: Callable[[Any], Any]) -> str:
+    return schema.field_path(schema.HostUse, getter)
+
+
+def _gpu(getter: Callable[[Any], Any]) -> str:
+    return schema.field_path(schema.GpuUse, getter)
+
+
+# utilization.csv's column (named as the record's summary of it, measure/monitor.py) -> (MLflow's system metric
+# name, factor): the names MLflow's own monitor writes (mlflow 3.17 system_metrics/metrics/cpu_monitor.py,
+# gpu_monitor.py, network_monitor.py) where the figure is the same one; GPU i is effbench's gpu{i}_ (the run's
+# CUDA index). The process tree's own CPU and memory have no MLflow name: they take MLflow's style.
 SYSTEM_HOST = {
-    "cpu_pct": ("cpu_utilization_percentage", 1.0),  # psutil.cpu_percent(): the host's busy share, as here
-    "net_sent_bytes": ("network_transmit_megabytes", 1e-6),  # since the sampler started, as MLflow's since its
-    "net_recv_bytes": ("network_receive_megabytes", 1e-6),
-    "proc_cpu_pct": ("process_cpu_utilization_percentage", 1.0),  # effbench's: 100 = one core busy
-    "rss_gib": ("process_memory_rss_megabytes", 2**30 / 1e6),  # effbench's: the run's process tree
+    _host(lambda h: h.cpu_pct): ("cpu_utilization_percentage", 1.0),  # psutil.cpu_percent(): the host's busy share
+    _host(lambda h: h.net_sent_bytes): ("network_transmit_megabytes", 1e-6),  # since the sampler started, as
+    _host(lambda h: h.net_recv_bytes): ("network_receive_megabytes", 1e-6),  # MLflow's since its monitor did
+    _host(lambda h: h.proc_cpu_pct): ("process_cpu_utilization_percentage", 1.0),  # effbench's: 100 = one core
+    _host(lambda h: h.rss_gib): ("process_memory_rss_megabytes", 2**30 / 1e6),  # effbench's: the process tree
 }
 SYSTEM_GPU = {
-    "util_pct": ("utilization_percentage", 1.0),
-    "mem_used_gib": ("memory_usage_megabytes", 2**30 / 1e6),
-    "power_w": ("power_usage_watts", 1.0),
+    _gpu(lambda g: g.util_pct): ("utilization_percentage", 1.0),
+    _gpu(lambda g: g.mem_used_gib): ("memory_usage_megabytes", 2**30 / 1e6),
+    _gpu(lambda g: g.power_w): ("power_usage_watts", 1.0),
 }
 MAX_POINTS = 10_000
 """Points per stepped series at most: a longer run logs every k-th row (the last always); the CSV has them all."""
@@ -347,10 +362,8 @@ def step_points(
         ends.append(spans.get(r.epoch, (0.0, 0.0))[0] + into[r.epoch] if r.epoch is not None else into[r.epoch])
     out: list[Point] = []
     for i in _thin(len(steps)):
-        r = steps[i]
-        figures = {"loss": r.loss, "top1": r.top1, "time_s": _step_s(r), "data_time_s": r.data_time_s}
         ms = _stamp(t0, ends[i])
-        out += [Point(STEP_PREFIX + k, v, ms, i + 1) for k in STEP_SERIES if (v := _number(figures[k])) is not None]
+        out += [Point(k, v, ms, i + 1) for k, get in STEP_SERIES.items() if (v := _number(get(steps[i]))) is not None]
     return out
 
 
