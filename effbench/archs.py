@@ -7,12 +7,17 @@ detection, segmentation, video and quantization submodules are other modules); `
 `resnet18`, which stays effbench's own. Facts shown by `effbench models` come from the libraries'
 own metadata (torchvision's weights `meta`, timm's `pretrained_cfg`), never from a table here; effbench's own
 models' parameters and GFLOPs are counted on the meta device (effbench/models/catalog.py `own_counts`).
-Torch-free at import (torchvision and timm are imported when a name is looked up), so config can use it.
+Torch-free at import, so config can use it. The names come from a static catalogue (effbench/arch_names.py,
+generated from the pinned torchvision and timm): `--arch` is checked, and a typo refused with a did-you-mean,
+without importing torchvision (3-30 s with torch) or timm; the library itself is asked only when its installed
+version is not the catalogue's, and timm is imported only to build a timm model or read its metadata.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib.metadata
+import importlib.util
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -69,10 +74,37 @@ def split(canonical: str) -> tuple[str, str]:
     return (source, name) if sep else ("effbench", canonical)
 
 
+def installed_version(dist: str) -> str | None:
+    """The installed version of `dist` without its local part (`0.29.1+cu128` -> `0.29.1`), None when absent;
+    read from its metadata, never by importing it."""
+    try:
+        return importlib.metadata.version(dist).partition("+")[0]
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def torchvision_names() -> list[str]:
+    """torchvision's classification models: the static catalogue's when the installed torchvision is the one it
+    was generated from (no import), else torchvision's own list."""
+    from effbench import arch_names
+
+    if installed_version("torchvision") == arch_names.TORCHVISION_VERSION:
+        return list(arch_names.TORCHVISION)
     import torchvision.models as tvm
 
     return list(tvm.list_models(module=tvm))
+
+
+def timm_names() -> list[str]:
+    """timm's models, as torchvision_names: the static catalogue's for the version it was made from, else
+    timm.list_models(); a one-line error when timm is not installed."""
+    from effbench import arch_names
+
+    if not timm_installed():
+        raise EffbenchError("--arch", f"timm models need timm, which is not installed; {TIMM_HINT}")
+    if installed_version("timm") == arch_names.TIMM_VERSION:
+        return list(arch_names.TIMM)
+    return list(_timm().list_models())
 
 
 def _timm() -> Any:
@@ -84,11 +116,8 @@ def _timm() -> Any:
 
 
 def timm_installed() -> bool:
-    try:
-        import timm  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """timm can be imported (found on the path, not imported: importing it takes seconds)."""
+    return importlib.util.find_spec("timm") is not None
 
 
 def _unknown(value: str, candidates: list[str]) -> EffbenchError:
@@ -119,10 +148,10 @@ def resolve(value: str) -> str:
                 return f"torchvision:{name.lower()}"
             raise _unknown(key, [f"torchvision:{n}" for n in names])
         if source == "timm":
-            timm = _timm()
-            if name in timm.list_models():
+            names = timm_names()
+            if name in names:
                 return f"timm:{name}"
-            raise _unknown(key, [f"timm:{n}" for n in timm.list_models()])
+            raise _unknown(key, [f"timm:{n}" for n in names])
         raise EffbenchError("--arch", f"unknown source {source!r} in {key!r}; use torchvision:NAME or timm:NAME")
     names = torchvision_names()
     if low in names:

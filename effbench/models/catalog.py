@@ -18,7 +18,6 @@ from effbench.archs import (
     TORCHVISION_SIZE_KWARG,
     ArchInfo,
     _own_native_size,
-    _timm,
     _timm_info,
     _torchvision_info,
     native_image_size,
@@ -26,6 +25,7 @@ from effbench.archs import (
     split,
     timm_cfg,
     timm_installed,
+    timm_names,
     timm_weights_file,
     timm_weights_url,
     torchvision_names,
@@ -84,12 +84,12 @@ def catalog(sources: tuple[str, ...] = ("effbench", "torchvision")) -> list[Arch
     if "torchvision" in sources:
         rows += [_torchvision_info(n) for n in torchvision_names()]
     if "timm" in sources:
-        rows += [_timm_info(n) for n in _timm().list_models()]
+        rows += [_timm_info(n) for n in timm_names()]
     return rows
 
 
 __all__ = [
     "ARCHS", "ARCH_ALIASES", "EFFICIENTNET_NATIVE_SIZE", "SOURCES", "TIMM_HINT", "TORCHVISION_SIZE_KWARG", "ArchInfo",
-    "catalog", "info", "native_image_size", "own_counts", "resolve", "split", "timm_cfg", "timm_installed",
+    "catalog", "info", "native_image_size", "own_counts", "resolve", "split", "timm_cfg", "timm_installed", "timm_names",
     "timm_weights_file", "timm_weights_url", "torchvision_names", "torchvision_weights", "tv_min_size",
 ]  # fmt: skip
