@@ -365,6 +365,31 @@ class ComputeRoof(_Model):
     """The microbenchmark: operands, reps, threads, clock."""
 
 
+class RoofConditions(_Model):
+    """What the roofs' device was doing while they were measured (measure/roofs.py): a cached entry is used only
+    by a run whose device is in the same class now, and only an idle device's roofs are cached."""
+
+    load_class: str | None = None
+    """idle or loaded. On the CPU: loaded when other processes (other VMs' steal included) used at least a quarter
+    of the machine's cores (half a core at least) over a short sample; on a GPU: loaded when NVML shows another
+    compute process or a clock-event reason that slows it beyond its power limit (thermal, power brake, HW
+    slowdown, sync boost, board limit, reliability)."""
+    detail: str | None = None
+    """The class in words: "other processes used 0.1 of 2 cores", "no other compute process, no clock-event reason"."""
+    others_cores: Pos = None
+    """CPU: cores' worth of time other processes took (the host's busy time less this process tree's) per second."""
+    machine_cores: int | None = None
+    """CPU: the machine's cores (os.cpu_count) the load is spread over."""
+    gpu_uuid: str | None = None
+    """GPU: the measured device's UUID (part of the cache key: a GPU, not a model name)."""
+    power_limit_w: Pos = None
+    """GPU: NVML's enforced power limit, W (part of the cache key)."""
+    other_processes: int | None = None
+    """GPU: compute processes on the device besides this one (NVML)."""
+    clock_event_reasons: list[str] = []
+    """GPU: NVML's clock-event reasons that slowed it, by name (measure/monitor.py clock_event_reasons)."""
+
+
 class Roofs(_Model):
     """This machine's two roofs for the roofline: measured outside the timed steps (before the profiling
     pass) by microbenchmarks that share no code with the model path, cached per machine (measure/roofs.py)."""
@@ -391,6 +416,14 @@ class Roofs(_Model):
     """Hostname, device, torch version, threads and precisions: what a cached entry must match."""
     cache_note: str | None = None
     """Why the roofs could not be written to the cache (the run goes on)."""
+    conditions: RoofConditions | None = None
+    """The device's load while the roofs were measured (by this run, or by the earlier one when cached)."""
+    cache_age_s: Pos = None
+    """When cached: how long before this run the cached roofs were measured, s."""
+    why_measured: str | None = None
+    """When measured now: why the cache was not used (no entry, over a day old, or measured under another load)."""
+    node_shared: bool | None = None
+    """True when this rank used the roofs its node's local rank 0 measured or read (one measurement per node)."""
 
 
 class KindRow(_Model):

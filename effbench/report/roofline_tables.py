@@ -117,6 +117,26 @@ def roofs_line(roofs: schema.Roofs | None, r: schema.Roofline | None = None) -> 
     return f"roofs of {roofs.device}{threads} ({when}{roofs.measured_at}): {', '.join(parts)}{ridge}"
 
 
+def roofs_source_line(roofs: schema.Roofs | None) -> str | None:
+    """Where the roofs came from and under which load: "roofs cached: measured 2.0 h before this run, idle (...)",
+    or "roofs measured now, loaded (...); not from the cache: <why>; not cached: <why>". None for a record
+    written before the roofs said it."""
+    if roofs is None or (roofs.conditions is None and roofs.why_measured is None and roofs.cache_age_s is None):
+        return None
+    c = roofs.conditions
+    load = f", {c.load_class} ({c.detail})" if c is not None and c.load_class else ", under a load not recorded"
+    if roofs.cached:
+        age = roofs.cache_age_s
+        when = f"{age / 60:.0f} min" if age is not None and age < 3600 else f"{(age or 0) / 3600:.1f} h"
+        return f"roofs cached: measured {when} before this run{load}" if age is not None else f"roofs cached{load}"
+    parts = [f"roofs measured now{load}"]
+    if roofs.why_measured:
+        parts.append(f"not from the cache: {roofs.why_measured}")
+    if roofs.cache_note:
+        parts.append(roofs.cache_note)
+    return "; ".join(parts)
+
+
 def verdict_lines(record: schema.Results) -> list[str]:
     """The roofline's verdict and ceiling, for the page's top: [] without them."""
     r = record.roofline
@@ -136,6 +156,9 @@ def notes(record: schema.Results) -> list[str]:
     line = roofs_line(record.roofs, r)
     if line:
         out.append(line)
+        source = roofs_source_line(record.roofs)
+        if source:
+            out.append(source)
     elif record.roofs_error:
         out.append(f"roofs not measured ({record.roofs_error}): times, FLOPs and bytes without a bound")
     if r is None:

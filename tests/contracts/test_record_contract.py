@@ -17,7 +17,7 @@ VOCABULARY = (
     schema.Results, schema.Epoch, schema.Tally, schema.Rank, schema.Stragglers, schema.TimeToAccuracy,
     schema.Windows, schema.Stat, schema.Final, schema.Profile, schema.ProfilePhase, schema.Verdict,
     schema.Utilization, schema.HostUse, schema.GpuUse, schema.MeasuredWindowUse, schema.CellSummary,
-    schema.Roofs, schema.ComputeRoof, schema.Roofline, schema.KindRow, schema.UnmodelledOp,
+    schema.Roofs, schema.RoofConditions, schema.ComputeRoof, schema.Roofline, schema.KindRow, schema.UnmodelledOp,
 )  # fmt: skip
 # a string equal to a field name that is not a read of the record: (file, name) -> why
 ALLOWED: dict[tuple[str, str], str] = {

@@ -463,17 +463,19 @@ def _machine_roofs(precisions, path, calls, *, busy=None, hours_later=1.0):
     `hours_later` hours after the fake's measured_at."""
     import datetime as dt
 
-    at = dt.datetime.fromisoformat(MEASURED_AT).timestamp() + 3600 * hours_later
+    at = dt.datetime.fromisoformat(MEASURED_AT).replace(tzinfo=dt.timezone.utc).timestamp() + 3600 * hours_later
+    load = roofs.cpu_conditions(1.7 if busy else 0.0, 2)
     return roofs.machine_roofs(CPU, precisions=precisions, path=path, measure=_fake_measure(calls),
-                               busy_reason=lambda _d: busy, now=lambda: at)  # fmt: skip
+                               conditions=lambda _d: load, watch=lambda _d, run: (run(), None), now=lambda: at,
+                               environ={})  # fmt: skip
 
 
 def test_roofs_measured_on_a_busy_cpu_are_used_but_never_cached(tmp_path):
     # a roof measured while other processes held the cores would stand for the machine's in every later run
     calls: list[int] = []
     path = tmp_path / "roofs.json"
-    got = _machine_roofs(["fp32"], path, calls, busy="load average 7.00 over the last minute on 2 cores")
-    assert got.memory_gb_s == 10.0 and got.cache_note.startswith("not cached: measured on a busy machine (load")
+    got = _machine_roofs(["fp32"], path, calls, busy=True)
+    assert got.memory_gb_s == 10.0 and got.cache_note.startswith("not cached: loaded before the microbenchmarks")
     assert not path.exists()
     _machine_roofs(["fp32"], path, calls)  # idle now: measured again, and cached
     assert len(calls) == 2 and path.exists()
@@ -507,7 +509,7 @@ def test_a_damaged_or_unwritable_cache_is_measured_over_never_fatal(tmp_path):
     path = tmp_path / "roofs.json"
     path.write_text("{not json")
     got = _machine_roofs(["fp32"], path, calls)
-    assert len(calls) == 1 and got.cache_note is None and json.loads(path.read_text())["schema_version"] == 1
+    assert len(calls) == 1 and got.cache_note is None and json.loads(path.read_text())["schema_version"] == 2
     blocked = tmp_path / "a-file"
     blocked.write_text("")
     got = _machine_roofs(["fp32"], blocked / "roofs.json", calls)
