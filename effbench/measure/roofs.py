@@ -286,10 +286,10 @@ def cache_decision(entry: schema.Roofs | None, now: schema.RoofConditions, now_s
 
 def cache_refusal(before: schema.RoofConditions, during: schema.RoofConditions | None = None) -> str | None:
     """Pure: why roofs measured under these conditions are not cached for later runs (used by this one only);
-    None when the device was idle before and during the measurement."""
+    None when the device was idle before and during the measurement. The figures are in the roofs' conditions."""
     for when, c in (("before", before), ("during", during)):
         if c is not None and c.load_class != IDLE:
-            return f"not cached: {c.load_class} {when} the microbenchmarks ({c.detail})"
+            return f"not cached: the device was {c.load_class} {when} the microbenchmarks"
     return None
 
 
@@ -637,7 +637,10 @@ def _machine_roofs(
         hit.cache_age_s = max(0.0, now() - at) if at is not None else None
         return hit
     roofs, during = watch(device, lambda: measure(device, precisions=precisions, sm_count=sm_count))
-    roofs.conditions = before if during is None or during.load_class == IDLE else during
+    # the conditions that decided: the first loaded reading, else the one before
+    roofs.conditions = (
+        during if before.load_class == IDLE and during is not None and during.load_class != IDLE else before
+    )
     roofs.why_measured = why
     note = cache_refusal(before, during) or store(path, key, roofs)
     roofs.cached, roofs.cache_file, roofs.cache_key = False, str(path), key
