@@ -83,11 +83,27 @@ def scan(root: Path, classes: list[str], boundary: Path | None = None) -> FileEx
 
 def _no_images(root: Path, examples: FileExamples) -> EffbenchError:
     kinds = ", ".join(sorted({e.lstrip(".") for e in IMG_EXTENSIONS}))
+    loose = _loose_images(root)
+    if loose:  # images, but not in class folders: say so, not "no images"
+        return EffbenchError(
+            "--data-dir",
+            f"{root} holds {loose} image file(s) directly but no class folder with images in it; move them into "
+            f"one folder per class ({root}/<class>/<image>), the folder's name being the label",
+        )
     return EffbenchError(
         "--data-dir",
         f"no images found in {root}{nothing_readable(examples.refused)}; it must hold one folder per "
         f"class with {kinds} files inside",
     )
+
+
+def _loose_images(root: Path) -> int:
+    """Image files directly in `root` (not in a class folder), counted without opening one."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return 0
+    return sum(1 for n in names if n.lower().endswith(IMG_EXTENSIONS) and not n.startswith("."))
 
 
 def warn_empty_classes(where: Path, classes: list[str], examples: FileExamples) -> str | None:

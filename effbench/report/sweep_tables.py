@@ -612,7 +612,10 @@ def _dimension_verdicts(dim: str, rows: Sequence[CellRow]) -> list[str]:
         oom = [r for r in rows if r.status == "oom"]
         if fit:
             largest = max(fit, key=lambda r: r.params["batch_size"])
-            text = f"largest batch per device that fit: {largest.params['batch_size']}"
+            bigger = [r for r in oom if r.params["batch_size"] > largest.params["batch_size"]]
+            # "the largest that fit" only when a larger one was tried and did not: else it is the largest tried
+            text = (f"largest batch per device that fit: {largest.params['batch_size']}" if bigger else
+                    f"every batch size tried fit, up to {largest.params['batch_size']} per device (none larger tried)")  # fmt: skip
             if oom:
                 first_oom = min(oom, key=lambda r: r.params["batch_size"])
                 mem = first_oom.peak_mem_gib

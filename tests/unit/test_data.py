@@ -387,6 +387,20 @@ def test_folder_without_images_is_named(tmp_path, shape):
     assert info.value.option == "--data-dir" and f"no images found in {where}" in info.value.message
 
 
+def test_a_flat_folder_of_images_is_told_to_make_class_folders(tmp_path):
+    # issue 47: 157 PNGs straight in the folder read "no images found"
+    from PIL import Image
+
+    root = tmp_path / "flat"
+    root.mkdir()
+    for i in range(3):
+        Image.new("RGB", (8, 8)).save(root / f"img{i}.png")
+    with pytest.raises(EffbenchError) as info:
+        build(root, "imagefolder", val_fraction=0.2)
+    assert info.value.option == "--data-dir" and "no images found" not in info.value.message
+    assert f"{root} holds 3 image file(s) directly but no class folder with images in it" in info.value.message
+
+
 def test_imagefolder_val_classes_must_exist_in_train(imagefolder_split_dir):
     (imagefolder_split_dir / "val" / "class_9").mkdir()
     with pytest.raises(EffbenchError, match="class_9"):

@@ -102,6 +102,17 @@ def test_batch_size_sweep_marks_oom_and_names_the_largest_fit(tmp_path):
     assert '<tr class="oom">' in (folder / "report.html").read_text()
 
 
+def test_a_batch_sweep_where_every_size_fit_names_no_largest_that_fit(tmp_path):
+    # issue 47: "largest batch per device that fit: 16" on a CPU where nothing larger was tried
+    cells = [({"batch_size": b}, {"devices": 1, "batch": b, "throughput": thr, "status": "ok"})
+             for b, thr in ((8, 100.0), (16, 150.0))]  # fmt: skip
+    folder = make_sweep(tmp_path, {"batch_size": [8, 16]}, cells)
+    render.write_sweep_reports(folder)
+    lines = json.loads((folder / "summary.json").read_text())["verdicts"]
+    assert "every batch size tried fit, up to 16 per device (none larger tried)" in lines
+    assert not any("largest batch per device that fit" in line for line in lines)
+
+
 def test_workers_verdict_names_the_best_and_the_fewest_good_enough(tmp_path):
     cells = [({"workers": w}, {"devices": 1, "batch": 32, "throughput": 100.0 + 0.1 * w, "data_s": d})
              for w, d in ((0, 2.0), (2, 0.49), (4, 0.46), (8, 0.45))]  # fmt: skip
