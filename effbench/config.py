@@ -52,6 +52,7 @@ DEVICES = ("auto", "cpu", "cuda")
 LOADERS = ("auto", "fast", "torchvision", "synthetic", "dali")
 OPTIMIZER_IMPLS = ("auto", "fused", "foreach", "for-loop")
 TIMINGS = ("pipelined", "per-step")  # run/timing.py
+OMP_WAIT_POLICIES = ("auto", "passive", "active")  # system/wait_policy.py
 # Optimizers with a fused kernel per device type in torch >= 2.4 (torch.optim docs: SGD, Adam, AdamW
 # on CUDA and CPU; Adagrad on CPU only).
 FUSED_OPTIMIZERS = {
@@ -360,6 +361,13 @@ class RunConfig:
     """Utilisation sampling interval in seconds (GPU via NVML, host via psutil)."""
     log_interval: int = _ranged(10, 1, STEPS_MAX)
     """Steps between progress lines (and device-to-host metric reads: the pipelined timing's one wait)."""
+    omp_wait_policy: str = "auto"
+    """OpenMP's wait policy for CPU runs: auto sets OMP_WAIT_POLICY=PASSIVE when the host is busier than its
+    cores at start and the variable is unset; passive or active set it. [default: auto]
+
+    PASSIVE makes waiting threads sleep instead of spinning: on a loaded 2-core VM a CPU run went 10x faster,
+    on an idle one somewhat slower (docs/troubleshooting.md#shared-cpu). The policy is read once, when torch
+    loads, so effbench sets it before; env.json records the value the run had."""
     timing: str = "pipelined"
     """How steps are timed: pipelined (one wait per --log-interval steps, spans read from CUDA events) or
     per-step (two waits a step: exact per-step attribution, slower on a GPU).
@@ -483,6 +491,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "strategy": STRATEGIES,
     "scaling": SCALING_MODES,
     "timing": TIMINGS,
+    "omp_wait_policy": OMP_WAIT_POLICIES,
 }
 
 

@@ -128,6 +128,11 @@ def run(
     base = {**smoke_overrides(), **explicit} if smoke else explicit
     configs = [RunConfig(**base, gpus=g, nproc=p) for g in gpu_counts for p in proc_counts]
     command = invocation(ctx)
+    from effbench.system import wait_policy
+
+    note = wait_policy.apply(configs[0].omp_wait_policy, configs[0].device)  # before torch loads (module docstring)
+    if note:
+        say(note, err=True)
     if len(configs) == 1:
         outcome = launch.run(configs[0], command=command, echo=say, progress=not quiet, reports=RUN_REPORTS)
         after(outcome.run_dir, tracked)  # the settled record; a node without rank 0 has no folder to log

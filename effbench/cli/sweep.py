@@ -109,6 +109,13 @@ def sweep(
         name=name,
         fail_fast=fail_fast,
     )
+    from effbench.system import wait_policy
+
+    devices = lists.get("device") or [options.get("device", "cpu" if smoke else "auto")]
+    note = wait_policy.apply(str(options.get("omp_wait_policy", "auto")),  # before torch loads: every cell's
+                             "cpu" if set(map(str, devices)) == {"cpu"} else "auto")  # fmt: skip
+    if note:
+        say(note, err=True)
     outcome = sweeper.run_sweep(spec, command=invocation(ctx), echo=say, progress=not quiet)
     summary = outcome.folder / "sweep.txt"
     if summary.is_file():  # written: the report could be made

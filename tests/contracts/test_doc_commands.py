@@ -309,7 +309,7 @@ RUN: dict[str, Spec] = {
         smoke=True, setup=place("results/run", baseline=True), shows=PASS_GATE
     ),
     # docs/troubleshooting.md
-    "OMP_WAIT_POLICY=PASSIVE effbench run --smoke --quiet": Spec(slow=True, shows=(r"^status\s+ok$",), timeout=600),
+    "effbench run --smoke --quiet --omp-wait-policy passive": Spec(slow=True, shows=(r"^status\s+ok$",), timeout=600),
     "uptime": Spec(shows=(r"load average",)),
     "taskset -c 0,1 effbench run --smoke --quiet": Spec(slow=True, shows=(r"^status\s+ok$",), timeout=600),
     "df -h /dev/shm": Spec(shows=(r"/dev/shm$",)),
