@@ -5,9 +5,11 @@
     effbench compare 20261125-0612 latest            a unique start of a name in ./results, and the run that
                                                      finished last (a sweep's: the sweep that did)
 
-Metrics measured per throughput window (throughput, step time, data-wait share) get Welch's 95%
-interval for mean(B) - mean(A); when it includes 0 the difference is called "within noise". The
-throughput shown is each run's own figure (the one `report` prints); its windows give the interval.
+Throughput and the data-wait share, measured per throughput window, get Welch's 95% interval for
+mean(B) - mean(A) over the windows; when it includes 0 the difference is called "within noise". The throughput
+shown is each run's own figure (the one `report` prints); its windows give the interval. The step time is the
+same measurement seen per step, so it gets no test of its own: its row carries the throughput's answer (one
+answer per pair), or says the runs' images per step differ.
 Single-valued metrics (final loss and top-1, peak memory) get their delta and no interval: one run
 cannot say how much they vary. No torch import; only `resolve_folder` reads the disk (a folder listing, and for
 `latest` each candidate's end time).
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +64,7 @@ WINDOW_METRICS = (
     WindowMetric(lambda w: w.step_time_ms, "step time (ms)", False),
     WindowMetric(lambda w: w.data_time_share, "data-wait share (% of step time)", False, percent=True),
 )
+STEP_TIME = WINDOW_METRICS[1]  # decided by the throughput's test (step_time_delta)
 # (the run's figure, label, higher is better)
 SINGLE_METRICS: tuple[tuple[Callable[[schema.Results], float | None], str, bool], ...] = (
     (lambda r: r.final.train_loss, "final train loss", False),
@@ -94,6 +98,16 @@ def _digits(metric: str) -> int:
 NEGLIGIBLE_SHARE = 0.001
 
 
+def _side(point: float, s: stats.Summary, k: int) -> str:
+    """One run's figure as a side column shows it: the figure, then its windows' 95% interval when it has one."""
+    ci = f" {interval(s.ci_low, s.ci_high, k)}" if s.ci_low is not None else ""
+    return f"{num(point, k)}{ci}"
+
+
+def _pct(delta: float, base: float | None) -> str:
+    return f"{100 * delta / base:+.1f}%" if base else "-"
+
+
 def window_delta(
     label: str,
     a: Sequence[float],
@@ -104,22 +118,18 @@ def window_delta(
     lower: float | None = 0.0,
     upper: float | None = None,
 ) -> MetricDelta:
-    """B - A of one windowed metric. `points`: the runs' own figures (the throughput headline) shown
-    and differenced in place of the window means, so compare prints what `report` prints; the windows
-    give the interval and decide noise. A share comes in percent (PERCENT)."""
+    """B - A of one windowed metric, from Welch's 95% interval over its windows. `points`: the runs' own figures
+    (the throughput headline) shown and differenced in place of the window means, so compare prints what `report`
+    prints; the windows give the interval and decide noise. When the figures and an interval that excludes 0 point
+    opposite ways, nothing is called a change ("cannot tell"). A share comes in percent, its delta in percentage
+    points (pp)."""
     d = stats.difference(a, b)
     sa, sb = stats.summarize(a, lower=lower, upper=upper), stats.summarize(b, lower=lower, upper=upper)
     pa = points[0] if points[0] is not None else sa.mean
     pb = points[1] if points[1] is not None else sb.mean
     share = "share" in label
     k = decimals((pa, pb, pb - pa)) if share else _digits(label)
-
-    def side(p: float, s: stats.Summary) -> str:
-        ci = f" {interval(s.ci_low, s.ci_high, k)}" if s.ci_low is not None else ""
-        return f"{num(p, k)}{ci}"
-
     delta = pb - pa
-    pct = f"{100 * delta / pa:+.1f}%" if pa else "-"
     too_few = stats.too_few_to_judge(len(a), len(b))
     ci = "-" if d.ci_low is None or too_few else interval(d.ci_low, d.ci_high, k, signed=True)
     significant = None if too_few else d.significant
@@ -129,10 +139,76 @@ def window_delta(
         verdict, significant = f"negligible (under {100 * NEGLIGIBLE_SHARE:.1f} percentage point)", False
     elif not d.significant:
         verdict = "within noise"
+    elif delta * d.delta <= 0:  # the figures say one way (or no way), the windows' interval the other
+        verdict, significant = (
+            f"cannot tell: {_higher(delta)} by the runs' figures, {_higher(d.delta)} by their windows",
+            None,
+        )
     else:
-        better = (d.delta > 0) == higher_better
-        verdict = f"B {'higher' if d.delta > 0 else 'lower'} ({'better' if better else 'worse'}), outside noise"
-    return MetricDelta(label, side(pa, sa), side(pb, sb), f"{delta:+,.{k}f}", pct, ci, verdict, significant)
+        verdict = f"B {_higher(d.delta)} ({'better' if (d.delta > 0) == higher_better else 'worse'}), outside noise"
+    shown = f"{delta:+,.{k}f}" + (" pp" if share else "")
+    return MetricDelta(label, _side(pa, sa, k), _side(pb, sb, k), shown, _pct(delta, pa), ci, verdict, significant)
+
+
+def _higher(delta: float) -> str:
+    return "higher" if delta > 0 else "lower" if delta < 0 else "equal"
+
+
+def images_per_step(record: schema.Results) -> float | None:
+    """The measured steps' images per step, all ranks together (measured images / measured steps), else the
+    global batch size; None when neither is known."""
+    m = record.measured
+    if m is not None and m.steps and m.images:
+        return m.images / m.steps
+    return record.global_batch_size or None
+
+
+def step_time_delta(
+    label: str,
+    a: Sequence[float],
+    b: Sequence[float],
+    throughput: MetricDelta,
+    per_step: tuple[float | None, float | None],
+    sizes: tuple[Sequence[int] | None, Sequence[int] | None],
+) -> MetricDelta:
+    """B - A of the step time, decided by the throughput row's test (`throughput`), never by a test of its own:
+    at equal images per step a step time is images per step over the throughput, so the two rows are one
+    measurement and give one answer (a second test, in the other unit, once called the same pair within noise
+    and outside it). Each side is the run's mean step time over its measured steps (the windows' mean weighted by
+    their steps). Runs of different images per step have no step time to compare: the row says so."""
+    sa, sb = stats.summarize(a, lower=0.0), stats.summarize(b, lower=0.0)
+
+    def mean_step(xs: Sequence[float], n: Sequence[int] | None) -> float:
+        if n is None or len(n) != len(xs) or not sum(n):
+            return stats.mean(xs)
+        return math.fsum(x * k for x, k in zip(xs, n, strict=True)) / sum(n)
+
+    pa, pb = mean_step(a, sizes[0]), mean_step(b, sizes[1])
+    k = _digits(label)
+    delta = pb - pa
+    ia, ib = per_step
+    ci = "-"
+    if throughput.significant is None:  # too few windows, no measured step, figures against windows
+        verdict, significant = throughput.verdict, None
+    elif ia is None or ib is None or not math.isclose(ia, ib, rel_tol=1e-9):
+        shown = ", ".join(f"{s} {'?' if i is None else f'{i:,.4g}'}" for s, i in (("A", ia), ("B", ib)))
+        verdict, significant = f"images per step differ or unknown ({shown}): throughput decides", None
+    elif not throughput.significant:
+        verdict, significant, ci = throughput.verdict, False, SAME_TEST
+    else:  # outside noise: the throughput's direction, turned over (higher throughput: shorter steps)
+        slower = throughput.verdict.startswith("B lower")
+        verdict, significant, ci = (
+            f"B {'higher (worse)' if slower else 'lower (better)'}, outside noise",
+            True,
+            SAME_TEST,
+        )
+    return MetricDelta(
+        label, _side(pa, sa, k), _side(pb, sb, k), f"{delta:+,.{k}f}", _pct(delta, pa), ci, verdict, significant
+    )
+
+
+# The step-time row's interval column: its answer is the throughput row's
+SAME_TEST = "throughput's"
 
 
 def _measured_steps(record: schema.Results) -> int | None:
@@ -182,35 +258,34 @@ def compare_runs(
     b: schema.Results,
     b_steps: Sequence[StepRow],
 ) -> list[MetricDelta]:
+    """Every row of a run pair, one answer for throughput and step time (step_time_delta)."""
     wa, wb = windows.windows_of(results.record_of(a), a_steps), windows.windows_of(results.record_of(b), b_steps)
     why_a, why_b = no_measurement(a), no_measurement(b)
-    rows = []
-    for i, metric in enumerate(WINDOW_METRICS):
-        label, higher = metric.label, metric.higher_better
+    rows: list[MetricDelta] = []
+    for metric in WINDOW_METRICS:
+        label = metric.label
         scale = 100.0 if metric.percent else 1.0
         xa = [scale * x for x in metric.of(wa) or [] if x is not None]
         xb = [scale * x for x in metric.of(wb) or [] if x is not None]
-        # throughput (the first): each run's own figure, the one `report` prints (never the mean of its windows)
-        pa, pb = (a.throughput_img_s, b.throughput_img_s) if i == 0 else (None, None)
-        if xa and xb:
-            rows.append(window_delta(label, xa, xb, higher, points=(pa, pb), upper=scale if metric.percent else None))
+        # throughput: each run's own figure, the one `report` prints (never the mean of its windows)
+        throughput = metric is WINDOW_METRICS[0]
+        pa, pb = (a.throughput_img_s, b.throughput_img_s) if throughput else (None, None)
+        if xa and xb and metric is STEP_TIME:
+            sizes = (windows.window_sizes(wa), windows.window_sizes(wb))
+            rows.append(step_time_delta(label, xa, xb, rows[0], (images_per_step(a), images_per_step(b)), sizes))
+        elif xa and xb:
+            rows.append(
+                window_delta(
+                    label, xa, xb, metric.higher_better, points=(pa, pb), upper=scale if metric.percent else None
+                )
+            )
         else:
             reasons = [f"{n}: {w}" for n, w in (("A", why_a), ("B", why_b)) if w]
             means = [stats.mean(x) if x else None for x in (xa, xb)]
             shown = [p if p is not None else m for p, m in zip((pa, pb), means, strict=True)]
             k = decimals(shown) if metric.percent else _digits(label)
-            rows.append(
-                MetricDelta(
-                    label,
-                    num(shown[0], k),
-                    num(shown[1], k),
-                    "-",
-                    "-",
-                    "-",
-                    "; ".join(reasons) if reasons else "not measured on both",
-                    None,
-                )
-            )
+            verdict = "; ".join(reasons) if reasons else "not measured on both"
+            rows.append(MetricDelta(label, num(shown[0], k), num(shown[1], k), "-", "-", "-", verdict, None))
     for figure, label, _higher in SINGLE_METRICS:
         rows.append(single_delta(label, figure(a), figure(b)))
     return rows + target_deltas(a, b)
@@ -285,7 +360,7 @@ def conclusion(deltas: Sequence[MetricDelta]) -> str:
     return f"Throughput: B differs from A by {thr.delta_pct} (95% CI of B - A {thr.ci} img/s excludes 0)."
 
 
-HEADERS = ("metric", "A [95% CI]", "B [95% CI]", "B - A", "B - A %", "95% CI of B - A", "verdict")
+HEADERS = ("metric", "A [95% CI]", "B [95% CI]", "B - A", "B - A, % of A", "95% CI of B - A", "verdict")
 
 
 def render_runs(deltas: Sequence[MetricDelta], *, a_name: str, b_name: str, differences: Sequence[str]) -> str:

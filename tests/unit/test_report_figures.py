@@ -338,8 +338,55 @@ def test_compare_shows_the_runs_own_throughput_beside_an_unmeasured_run_and_shar
     # half-width 4.303 * 0.001 / sqrt(3) = 0.00248, so [0 (a share is never below 0), 0.00448]
     b2 = _record(4.4, [4.0, 4.5, 5.5], [0.00002, 0.00003, 0.00004])  # mean 0.003%: +0.001 percentage point
     share = next(r for r in compare.compare_runs(a, [], b2, []) if "share" in r.metric)
-    assert (share.a, share.b, share.delta) == ("0.0020 [0.0000, 0.0045]", "0.0030 [0.0005, 0.0055]", "+0.0010")
+    assert (share.a, share.b, share.delta) == ("0.0020 [0.0000, 0.0045]", "0.0030 [0.0005, 0.0055]", "+0.0010 pp")
     assert share.verdict.startswith("negligible (under 0.1 percentage point)")  # 0.001 points of the step
+
+
+def _windowed(thr: list[float], batch: int = 16, steps_each: int = 2):
+    """A run of `batch` images per step, its measured steps in windows of `steps_each`: window i's throughput
+    thr[i], so its step time is 1000 * batch / thr[i] ms; the headline is all images over all time, by hand."""
+    step_ms = [1000.0 * batch / t for t in thr]
+    steps = steps_each * len(thr)
+    time_s = sum(steps_each * ms / 1000.0 for ms in step_ms)
+    w = {"windows": len(thr), "window_steps": [steps_each] * len(thr), "throughput_img_s": thr,
+         "step_time_ms": step_ms, "data_time_share": [0.01] * len(thr)}  # fmt: skip
+    tally = {"steps": steps, "images": batch * steps, "data_time_s": 0.0, "compute_time_s": time_s, "time_s": time_s}
+    return _typed({"throughput_img_s": batch * steps / time_s, "throughput_windows": w, "measured": tally})
+
+
+def test_compare_gives_one_answer_for_throughput_and_step_time():
+    # issue 47: one pair read "-52.0% ... within noise" on throughput and "+108.5% ... B higher (worse), outside
+    # noise" on step time: two tests, one on the windows' img/s and one on their ms. B here has one fast window:
+    # Welch on img/s calls it noise, Welch on ms (the same windows, turned over) calls it a change.
+    a, b = _windowed([100.0, 102.0, 98.0, 101.0, 99.0]), _windowed([46.0, 47.0, 45.0, 46.0, 140.0])
+    wa, wb = a.throughput_windows, b.throughput_windows
+    assert not stats.difference(wa.throughput_img_s, wb.throughput_img_s).significant
+    assert stats.difference(wa.step_time_ms, wb.step_time_ms).significant
+    thr, step = compare.compare_runs(a, [], b, [])[:2]
+    assert thr.metric.startswith("throughput") and step.metric.startswith("step time")
+    assert (thr.significant, step.significant) == (False, False)
+    assert thr.verdict == step.verdict == "within noise"
+    # the directions agree: B's throughput lower, its step time higher, by the same ratio (same images per step)
+    assert thr.delta_pct.startswith("-") and step.delta_pct.startswith("+")
+    ratio = b.throughput_img_s / a.throughput_img_s
+    assert float(step.delta_pct.rstrip("%")) == pytest.approx(100 * (1 / ratio - 1), abs=0.05)
+    # outside noise, both rows say so, each in its own direction
+    c = _windowed([50.0, 51.0, 49.0, 50.0, 50.0])
+    thr, step = compare.compare_runs(a, [], c, [])[:2]
+    assert thr.verdict == "B lower (worse), outside noise" and step.verdict == "B higher (worse), outside noise"
+    assert compare.render_runs(compare.compare_runs(a, [], c, []), a_name="A", b_name="B", differences=[])
+    # a different batch: no step time to weigh against throughput, and the row says so rather than judge
+    d = _windowed([50.0, 51.0, 49.0, 50.0, 50.0], batch=32)
+    step = compare.compare_runs(a, [], d, [])[1]
+    assert step.significant is None and step.verdict == "images per step differ or unknown (A 16, B 32): throughput decides"
+
+
+def test_compare_says_cannot_tell_when_the_figures_and_the_windows_point_opposite_ways():
+    # the headline says B is faster, the windows' interval (excluding 0) says slower: no answer is the answer
+    a = _record(10.0, [10.0, 10.1, 9.9], [0.1] * 3)
+    b = _record(10.5, [8.0, 8.1, 7.9], [0.1] * 3)
+    thr = compare.compare_runs(a, [], b, [])[0]
+    assert thr.significant is None and thr.verdict.startswith("cannot tell: higher by the runs' figures, lower by")
 
 
 def test_loader_on_synthetic_data_records_the_loader_that_ran_so_compare_and_sweep_see_no_difference():
