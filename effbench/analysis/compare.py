@@ -672,3 +672,29 @@ def resolve_folder(arg: Path, output: Path, kind: str | None = None) -> Path:
         )  # fmt: skip
     shown = ", ".join(d.name for d in matches[:5]) + (f" and {len(matches) - 5} more" if len(matches) > 5 else "")
     raise EffbenchError(str(arg), f"matches {len(matches)} folders in {parent}: {shown}; type more of the name")
+
+
+def _same(a: Path, b: Path) -> bool:
+    """Whether two arguments name one run or sweep (a run folder and its results.json are one run)."""
+    ra, rb = (p.parent if p.is_file() else p for p in (a, b))
+    try:
+        return ra.samefile(rb)
+    except OSError:
+        return False
+
+
+def refuse_latest_itself(a: tuple[str, Path], b: tuple[str, Path], kind: str) -> None:
+    """`compare X latest` where X is the latest: the run compared with itself reads "equal" everywhere, which is
+    no answer. One line, exit 2, when a `latest` resolved to the folder the other argument names (both typed
+    alike is the user's own choice, and allowed)."""
+    (typed_a, path_a), (typed_b, path_b) = a, b
+    if LATEST not in (typed_a, typed_b) or not _same(path_a, path_b):
+        return
+    other = typed_b if typed_a == LATEST else typed_a
+    newest_one = path_a if typed_a == LATEST else path_b
+    which = "both times" if other == LATEST else f"and {other} names it too"
+    raise EffbenchError(
+        LATEST,
+        f"is {newest_one}, the {kind} that finished last, {which}: A and B would be one {kind}; name another "
+        f"{kind} to compare with it",
+    )

@@ -5,7 +5,9 @@ Torch-free, like every module of cli/ at import time.
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -46,3 +48,17 @@ def invocation(ctx: typer.Context) -> list[str]:
     as *** (redact.argv): every record, report and upload of it is shown to others."""
     argv = ctx.find_root().obj
     return redact.argv(["effbench", *(argv if argv is not None else sys.argv[1:])])
+
+
+def results_folder() -> Path:
+    """Where `run` and `sweep` write by default (--output's default): EFFBENCH_OUTPUT, else ./results; where
+    `latest` and a name's start are looked up."""
+    return Path(os.environ.get("EFFBENCH_OUTPUT") or "results")
+
+
+def latest_or_given(path: Path) -> Path:
+    """A folder argument as typed, or for `latest` the run or sweep folder in results_folder() that finished last
+    (analysis/compare.resolve_folder): every command that names a run folder takes it."""
+    from effbench.analysis import compare as cmp
+
+    return cmp.resolve_folder(path, results_folder()) if str(path) == cmp.LATEST else path

@@ -16,13 +16,16 @@ from typing import Annotated
 
 import typer
 
-from effbench.cli.common import say
+from effbench.cli.common import latest_or_given, say
 
 
 def export(
     paths: Annotated[
         list[Path],
-        typer.Argument(help="Run, sweep or results folders, or results.json files.", show_default=False),
+        typer.Argument(
+            help="Run, sweep or results folders, or results.json files; latest: the run or sweep that finished last.",
+            show_default=False,
+        ),
     ],
     format_: Annotated[
         str, typer.Option("--format", help="csv or jsonl (one JSON object per line).", show_default=True)
@@ -62,7 +65,7 @@ def export(
                 f"{target} is a file of the run or sweep folder {target.parent} (it holds {holder}); exporting "
                 "would overwrite it: write to a new file, e.g. --output runs.csv",
             )
-    runs = ex.collect(paths)
+    runs = ex.collect([latest_or_given(p) for p in paths])
     text = ex.render([r.row for r in runs], format_)
     if target is None:
         # to a terminal the names in it are shown, not obeyed (fmt.printable); to a pipe or file the exact text,

@@ -12,13 +12,12 @@ Registered on the app in cli.py. torch is imported only by `sweep`, inside sweep
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from effbench.cli.common import invocation, say, values_given
+from effbench.cli.common import invocation, latest_or_given, results_folder, say, values_given
 from effbench.cli.common import opt as _opt
 from effbench.cli.options import config_options, field_kind, is_bool_field, with_config_options
 from effbench.cli.track import DEFAULT_EXPERIMENT, TrackExperiment, TrackTraces, TrackUri, after, tracking
@@ -144,7 +143,8 @@ def report(
     folder: Annotated[
         Path | None,
         typer.Argument(
-            help="A run folder (results.json), a sweep folder (sweep.json), or a folder of runs from several machines or sweeps (a leaderboard).",
+            help="A run folder (results.json), a sweep folder (sweep.json), or a folder of runs from several machines "
+            "or sweeps (a leaderboard); latest: the run or sweep in ./results (or EFFBENCH_OUTPUT) that finished last.",
             show_default=False,
         ),
     ] = None,
@@ -195,6 +195,7 @@ def report(
         raise EffbenchError("FOLDER", "pass a run, sweep or results folder, or --from-tracking URI")
     if experiment != DEFAULT_EXPERIMENT:
         raise EffbenchError("--experiment", "names the experiment --from-tracking reads; add --from-tracking URI")
+    folder = latest_or_given(folder)
     kind, files = render.write_reports(folder, dest)
     if kind == "leaderboard":
         say(files[0].read_text(encoding="utf-8"))
@@ -209,7 +210,7 @@ def _report_from_tracking(uri: str, experiment: str, dest: Path | None) -> None:
     from effbench.report import leaderboard
     from effbench.track import mlflow_store
 
-    out = dest or Path(os.environ.get("EFFBENCH_OUTPUT") or "results") / f"tracking-{results.safe_name(experiment)}"
+    out = dest or results_folder() / f"tracking-{results.safe_name(experiment)}"
     runs, left_out = mlflow_store.read_back(uri, experiment, out)
     for line in left_out:  # before the leaderboard: a left-out run is seen, not scrolled past
         say(f"warning: --from-tracking: {line}", err=True)
@@ -271,13 +272,14 @@ def compare(
                 f"at most 100 points: a gate at 100 or more never fails); e.g. {option} 5",
             )
     gated = fail_if_slower is not None or fail_if_less_accurate is not None
-    output = Path(os.environ.get("EFFBENCH_OUTPUT") or "results")  # where `run` writes by default
+    output = results_folder()  # where `run` writes by default
 
     def kind(p: Path) -> str:
         return "run" if p.is_file() else render.folder_kind(p)  # a file is a results.json, whatever its name
 
     # `latest` is the newest folder of the kind the other argument is (a gate's: a run), else of either kind
     needs = "run" if gated else None
+    typed_a, typed_b = str(a), str(b)
     if str(a) == cmp.LATEST and str(b) != cmp.LATEST:
         b = cmp.resolve_folder(b, output, needs)
         a = cmp.resolve_folder(a, output, needs or kind(b))
@@ -289,6 +291,7 @@ def compare(
         return p.parent if p.is_file() else p
 
     kinds = (kind(a), kind(b))
+    cmp.refuse_latest_itself((typed_a, a), (typed_b, b), kinds[0])
     if kinds[0] != kinds[1]:
         raise EffbenchError(
             str(b), f"is a {kinds[1]} folder but {a} is a {kinds[0]}; compare a run with a run or a sweep with a sweep"

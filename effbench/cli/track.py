@@ -18,7 +18,7 @@ from typing import Annotated
 
 import typer
 
-from effbench.cli.common import opt, say
+from effbench.cli.common import latest_or_given, opt, say
 from effbench.errors import EffbenchError
 
 DEFAULT_EXPERIMENT = "effbench"
@@ -93,7 +93,10 @@ def after(folder: Path | None, t: Tracking | None) -> None:
 def track(
     paths: Annotated[
         list[Path],
-        typer.Argument(help="Run, sweep or results folders (what `effbench export` reads).", show_default=False),
+        typer.Argument(
+            help="Run, sweep or results folders (what `effbench export` reads); latest: the one that finished last.",
+            show_default=False,
+        ),
     ],
     uri: Annotated[
         str | None,
@@ -110,4 +113,4 @@ def track(
     assert t is not None
     from effbench.track import mlflow_store
 
-    say(mlflow_store.upload(paths, t.uri, t.experiment, traces=t.traces).line())
+    say(mlflow_store.upload([latest_or_given(p) for p in paths], t.uri, t.experiment, traces=t.traces).line())

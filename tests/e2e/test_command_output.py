@@ -277,6 +277,36 @@ def test_compare_takes_a_unique_prefix_or_latest(tmp_path, capsys, monkeypatch):
     assert code == 2 and err.startswith("error: latest:")
 
 
+def test_latest_names_a_run_folder_in_report_and_export_and_never_compares_a_run_with_itself(
+    tmp_path, capsys, monkeypatch
+):
+    # issue 47 item 10: `report latest` failed (latest worked in compare only), and `compare X latest` with X the
+    # latest compared a run with itself, silently: every row "equal"
+    from test_across_runs import make_run
+
+    out = tmp_path / "results"
+    old = make_run(out / "20261125-061200_resnet18_synthetic_cpu_fp32_bs32", [100.0, 100.0, 100.0])
+    new = make_run(out / "20261125-071600_resnet18_synthetic_cpu_fp32_bs32", [80.0, 80.0, 80.0])
+    record = json.loads((old / "results.json").read_text())  # make_run's runs all finished at 10:01
+    (old / "results.json").write_text(json.dumps({**record, "finished_at": "2026-11-23T09:00:00+00:00"}))
+    monkeypatch.setenv("EFFBENCH_OUTPUT", str(out))
+    monkeypatch.chdir(tmp_path)
+    code, text, err = invoke(["report", "latest"], capsys)
+    assert code == 0, err
+    assert (new / "report.txt").is_file() and not (old / "report.txt").exists()
+    code, text, err = invoke(["export", "latest", "--format", "jsonl"], capsys)
+    assert code == 0 and [json.loads(line)["path"] for line in text.splitlines()] == [str(new)], err
+    for args in (["compare", new, "latest"], ["compare", "latest", "20261125-0716"], ["compare", "latest", "latest"],
+                 ["compare", new / "results.json", "latest"]):  # fmt: skip
+        code, text, err = invoke(args, capsys)
+        assert code == 2 and text == "" and len(err.splitlines()) == 1, (args, err)
+        assert err.startswith("error: latest: is ") and "name another run to compare with it" in err
+    code, text, err = invoke(["compare", old, "latest"], capsys)
+    assert code == 0 and text.splitlines()[1] == f"B: {new}", err
+    # the same folder typed twice is the user's own choice
+    assert invoke(["compare", new, new], capsys)[0] == 0
+
+
 def test_latest_is_what_finished_last_not_the_last_name(tmp_path, capsys, monkeypatch):
     # issue 34: `compare 20261126-2311 latest` took `sweep-workers` (last by name, written 23:11) for the run that
     # finished at 23:17, then refused to compare a sweep with a run
