@@ -64,6 +64,21 @@ def interval(low: float | None, high: float | None, digits: int = 1, *, signed: 
 MIN_WRAP = 8
 
 
+# The width of report.txt and of the run report on a terminal: a 100-column terminal (a tmux pane, a CI log
+# viewer) shows it unwrapped; a wider terminal gets its own width (report_width).
+REPORT_WIDTH = 100
+# A key-value table's label column wraps beyond this, so a long label leaves its value room.
+LABEL_WIDTH = 40
+
+
+def report_width() -> int:
+    """The columns a report printed now may use: REPORT_WIDTH, or the terminal's width when it is wider.
+    shutil.get_terminal_size reads $COLUMNS first, then the terminal, and says 80 for a pipe or a file."""
+    import shutil
+
+    return max(REPORT_WIDTH, shutil.get_terminal_size().columns)
+
+
 def terminal_width() -> int | None:
     """The width to fit a table to: $COLUMNS when set, else the terminal's; None when stdout is no terminal (a pipe
     or a file keeps every column). shutil.get_terminal_size reads COLUMNS first, then the terminal."""
@@ -136,6 +151,68 @@ def fit_table(
     return text, left_out
 
 
+def key_values(rows: Sequence[Sequence[str]], headers: Sequence[str], width: int) -> str:
+    """A two-column text table (label, value) no wider than `width`: a label longer than LABEL_WIDTH wraps in its
+    column, and a long value wraps under its own start, beside its label. Pure."""
+    from tabulate import tabulate
+
+    labels = max((len(h) for h in [headers[0], *(r[0] for r in rows)]), default=0)
+    label_width = min(labels, LABEL_WIDTH)
+    value_width = max(MIN_WRAP, width - label_width - 2)
+    return tabulate(
+        [list(r) for r in rows],
+        headers=list(headers),
+        tablefmt="simple",
+        disable_numparse=True,
+        maxcolwidths=[label_width, value_width],
+    )
+
+
+def fit_columns(headers: Sequence[str], body: Sequence[Sequence[str]], width: int, *, keep: int = 1) -> str:
+    """A text table of many narrow columns no wider than `width`, every column kept: each header wraps at its
+    words to its column's widest value (never narrower than its longest word); when the columns still do not fit,
+    the table is split into several, one under another, each repeating the first `keep` columns (the row's
+    name). Drawn as tabulate's `simple` (left-aligned, 2 spaces apart, a dashed rule), without its 2 columns of
+    padding beside every header. Pure."""
+    import textwrap
+
+    cells = [[str(c).splitlines() or [""] for c in row] for row in body]
+
+    def values(i: int) -> int:
+        return max((len(line) for row in cells for line in row[i]), default=0)
+
+    def wrapped(i: int) -> list[str]:
+        word = max((len(w) for w in headers[i].split()), default=0)
+        return textwrap.wrap(headers[i], max(values(i), word, 1), break_long_words=False,
+                             break_on_hyphens=False) or [headers[i]]  # fmt: skip
+
+    heads = [wrapped(i) for i in range(len(headers))]
+    widths = [max(values(i), *(len(line) for line in heads[i])) for i in range(len(headers))]
+    key = list(range(min(keep, len(headers))))
+    groups: list[list[int]] = []
+    for i in range(len(key), len(headers)):
+        if not groups or sum(widths[j] + 2 for j in [*groups[-1], i]) - 2 > width:
+            groups.append([*key, i])
+        else:
+            groups[-1].append(i)
+
+    def lines(group: list[int], column: list[list[str]], bottom: bool) -> list[str]:
+        depth = max(len(c) for c in column)
+        # a header sits on its last line (its words end above the rule), a cell starts on the row's first
+        padded = [([""] * (depth - len(c)) + c) if bottom else (c + [""] * (depth - len(c))) for c in column]
+        return ["  ".join(p[k].ljust(widths[i]) for i, p in zip(group, padded, strict=True)).rstrip()
+                for k in range(depth)]  # fmt: skip
+
+    tables = []
+    for g in groups or [key]:
+        out = lines(g, [heads[i] for i in g], True)
+        out.append("  ".join("-" * widths[i] for i in g))
+        for row in cells:
+            out += lines(g, [row[i] for i in g], False)
+        tables.append("\n".join(out))
+    return "\n\n".join(tables)
+
+
 def wrap_text(text: str, width: int | None) -> str:
     """Every line longer than `width` wrapped (a "- " bullet's continuation indented under its text); shorter lines,
     tables fitted to `width` among them, as they are."""
@@ -188,16 +265,25 @@ def md(text: Any) -> str:
     return "".join(_MD_ENTITIES.get(c, c) for c in shown)
 
 
-def grid(rows: Sequence[Sequence[Any]], headers: Sequence[str], fmt: str = "text", *, numparse: bool = False) -> str:
+def grid(
+    rows: Sequence[Sequence[Any]],
+    headers: Sequence[str],
+    fmt: str = "text",
+    *,
+    numparse: bool = False,
+    width: int | None = None,
+) -> str:
     """A report table: tabulate's `simple` for text, `github` for markdown (`fmt="md"`), every cell and header
     through `md` or `printable` (so a column is as wide as what is shown, and `cat report.txt` is as safe as
     the terminal's own output). The one way report.txt/.md, sweep.txt/.md, leaderboard.txt/.md and the
-    scaling tables make theirs."""
+    scaling tables make theirs. Text with a `width`: fitted to it, every column kept (fit_columns)."""
     from tabulate import tabulate
 
     shown = md if fmt == "md" else printable
     rows = [[c if c is None else shown(c) for c in row] for row in rows]
     headers = [shown(h) for h in headers]
+    if fmt != "md" and width is not None:  # every column kept, headers wrapped, split when still too wide
+        return fit_columns(headers, [["-" if c is None else c for c in row] for row in rows], width)
     return tabulate(
         rows, headers=list(headers), tablefmt="github" if fmt == "md" else "simple", disable_numparse=not numparse
     )

@@ -11,8 +11,10 @@ http_server                                               Served(root, url): fil
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
+import io
 import os
 import sys
 import tempfile
@@ -91,11 +93,17 @@ def smoke_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # seconds on an idle 2-core machine (minutes when 7 engineers share it)
     args = ["run", "--smoke", "--arch", "resnet18", "--image-size", "16", "--batch-size", "4", "--max-steps", "4",
             "--warmup-steps", "1", "--max-val-steps", "1", "--no-profile", "--quiet", "--output", out]  # fmt: skip
-    with pytest.raises(SystemExit) as info:
+    printed = io.StringIO()  # what --quiet printed, kept beside the folder (tests/unit/test_report_width.py)
+    with contextlib.redirect_stdout(printed), pytest.raises(SystemExit) as info:
         cli.main([str(a) for a in args])
     assert info.value.code == 0
     (run,) = [p for p in out.iterdir() if p.is_dir()]
+    (out / SMOKE_STDOUT).write_text(printed.getvalue())
     return run
+
+
+# smoke_dir's run's stdout, in the folder above the run's
+SMOKE_STDOUT = "stdout.txt"
 
 
 @dataclass(frozen=True)

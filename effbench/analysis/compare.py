@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,7 @@ from effbench.analysis import roofline, stats
 from effbench.analysis import windows
 from effbench.datasets import chance_note
 from effbench.errors import EffbenchError
-from effbench.fmt import decimals, interval, num
+from effbench.fmt import decimals, fit_columns, interval, num, wrap_text
 from effbench.sweep.manifest import MANIFEST_FILE
 
 if TYPE_CHECKING:
@@ -363,15 +364,63 @@ def conclusion(deltas: Sequence[MetricDelta]) -> str:
 HEADERS = ("metric", "A [95% CI]", "B [95% CI]", "B - A", "B - A, % of A", "95% CI of B - A", "verdict")
 
 
-def render_runs(deltas: Sequence[MetricDelta], *, a_name: str, b_name: str, differences: Sequence[str]) -> str:
-    table = tabulate(
-        [[d.metric, d.a, d.b, d.delta, d.delta_pct, d.ci, d.verdict] for d in deltas],
-        headers=HEADERS,
-        tablefmt="simple",
-        disable_numparse=True,
-    )
+# compare's table where the full one does not fit: each run's figure without its own interval (its report has
+# it), and the change in percent of A beside the interval of B - A
+NARROW_HEADERS = ("metric", "A", "B", "B - A, % of A", "95% CI of B - A", "verdict")
+NARROW_METRIC = 20  # the metric column wraps beyond this
+NARROW_PCT = 8  # its header wraps: "B - A, %" over "of A"
+NARROW_VERDICT = 12  # the verdict column wraps no narrower: "within noise" on one line
+
+
+def render_runs(
+    deltas: Sequence[MetricDelta],
+    *,
+    a_name: str,
+    b_name: str,
+    differences: Sequence[str],
+    width: int | None = None,
+) -> str:
+    """compare's text for two runs; with a `width`, every line within it: the full table when it fits, else the
+    narrow one (NARROW_HEADERS), its metric and verdict columns wrapped."""
+    full = [[d.metric, d.a, d.b, d.delta, d.delta_pct, d.ci, d.verdict] for d in deltas]
+    table = tabulate(full, headers=HEADERS, tablefmt="simple", disable_numparse=True)
+    if width is not None and _widest(table) > width:
+        table = _narrow_table(deltas, width)
     diff = "configuration differences: " + ("; ".join(differences) if differences else "none")
-    return f"A: {a_name}\nB: {b_name}\n{diff}\n\n{table}\n\n{conclusion(deltas)}\n"
+    # the runs' paths as they are (a path has no place to wrap); the rest within the width
+    return f"A: {a_name}\nB: {b_name}\n" + wrap_text(f"{diff}\n\n{table}\n\n{conclusion(deltas)}", width) + "\n"
+
+
+def _widest(text: str) -> int:
+    return max((len(line) for line in text.splitlines()), default=0)
+
+
+def _narrow_table(deltas: Sequence[MetricDelta], width: int) -> str:
+    """NARROW_HEADERS' table within `width`: the metric wraps at NARROW_METRIC, the verdict in what is left (its
+    words kept whole). Cells are wrapped here, not by tabulate's maxcolwidths: tabulate 0.9 turns a wrapped cell
+    with a thousands separator ("4,000.00") into a float and fails."""
+
+    def wrap(text: str, at: int) -> str:
+        return "\n".join(textwrap.wrap(text, max(at, 1), break_on_hyphens=False)) or text
+
+    headers = [*NARROW_HEADERS[:3], wrap(NARROW_HEADERS[3], NARROW_PCT), *NARROW_HEADERS[4:]]
+
+    def draw(verdict_width: int) -> str:
+        body = [[wrap(d.metric, NARROW_METRIC), _figure(d.a), _figure(d.b), d.delta_pct, d.ci,
+                 wrap(d.verdict, verdict_width)] for d in deltas]  # fmt: skip
+        return tabulate(body, headers=headers, tablefmt="simple", disable_numparse=True)
+
+    verdict_width = max((len(d.verdict) for d in deltas), default=0)
+    table = draw(verdict_width)
+    while _widest(table) > width and verdict_width > NARROW_VERDICT:
+        verdict_width = max(NARROW_VERDICT, verdict_width - (_widest(table) - width))
+        table = draw(verdict_width)
+    return table
+
+
+def _figure(side: str) -> str:
+    """A side column's figure without its interval ("271.98 [265.50, 278.64]" -> "271.98")."""
+    return side.split(" [", 1)[0]
 
 
 KIND_HEADERS = ("kind", "A ms / step", "B ms / step", "B - A ms", "B - A %", "A % of roof", "B % of roof")
@@ -399,12 +448,16 @@ def kind_rows(deltas: Sequence[roofline.KindDelta]) -> list[list[str]]:
     return out
 
 
-def render_kinds(deltas: Sequence[roofline.KindDelta]) -> str:
-    """B - A per kind (`roofline.kind_deltas`) as a table with its note; "" when a run has no roofline."""
+def render_kinds(deltas: Sequence[roofline.KindDelta], width: int | None = None) -> str:
+    """B - A per kind (`roofline.kind_deltas`) as a table with its note; "" when a run has no roofline. With a
+    `width`, fitted to it (headers wrapped, fmt.fit_columns) and the note wrapped."""
     if not deltas:
         return ""
-    table = tabulate(kind_rows(deltas), headers=KIND_HEADERS, tablefmt="simple", disable_numparse=True)
-    return f"\n{table}\n\n{KIND_NOTE}\n"
+    if width is None:
+        table = tabulate(kind_rows(deltas), headers=KIND_HEADERS, tablefmt="simple", disable_numparse=True)
+    else:
+        table = fit_columns(KIND_HEADERS, kind_rows(deltas), width)
+    return "\n" + wrap_text(f"{table}\n\n{KIND_NOTE}", width) + "\n"
 
 
 def match_cells(

@@ -85,7 +85,10 @@ def run(
             "Preset: synthetic data, random weights, b0 at 32 px, one short epoch on the CPU; other options still override."
         ),
     ] = False,
-    quiet: Annotated[bool, _opt("No progress lines; the final report is still printed.")] = False,
+    quiet: Annotated[
+        bool,
+        _opt("Print only the headline (status, throughput, verdict) and the path to report.txt: at most 5 lines."),
+    ] = False,
     track: TrackUri = None,
     track_experiment: TrackExperiment = DEFAULT_EXPERIMENT,
     track_traces: TrackTraces = False,
@@ -134,7 +137,13 @@ def run(
     if note:
         say(note, err=True)
     if len(configs) == 1:
-        outcome = launch.run(configs[0], command=command, echo=say, progress=not quiet, reports=RUN_REPORTS)
+        # --quiet: nothing from the run itself (its folder line, its report); its headline once it has ended
+        echo = None if quiet else say
+        outcome = launch.run(configs[0], command=command, echo=echo, progress=not quiet, reports=RUN_REPORTS)
+        if quiet:
+            from effbench.report.run_reports import quiet_text
+
+            say(quiet_text(outcome.results, outcome.run_dir))
         after(outcome.run_dir, tracked)  # the settled record; a node without rank 0 has no folder to log
         _warn_if_output_is_lost(configs[0].output)
         _exit_for(outcome)

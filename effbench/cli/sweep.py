@@ -25,6 +25,7 @@ from effbench.sweep.presets import presets_help
 from effbench.sweep.spec import DIMENSIONS, PRESET_ONLY
 from effbench.config import Range, RunConfig, option_name
 from effbench.errors import EffbenchError
+from effbench.fmt import report_width
 
 
 # compare's gates, in percent and percentage points: a regression beyond 100 of either cannot happen
@@ -307,10 +308,11 @@ def compare(
                 a_name=cmp.run_label(str(a), ra),
                 b_name=cmp.run_label(str(b), rb),
                 differences=cmp.config_differences(ra, rb),
+                width=report_width(),
             ),
             nl=False,
         )
-        per_kind = cmp.render_kinds(roofline.kind_deltas(ra.roofline, rb.roofline))
+        per_kind = cmp.render_kinds(roofline.kind_deltas(ra.roofline, rb.roofline), report_width())
         if per_kind:
             typer.echo(per_kind, nl=False)
         gates = []

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from tabulate import tabulate
 
 from effbench.analysis import roofline as R
-from effbench.fmt import decimals, num
+from effbench.fmt import decimals, fit_columns, num
 
 if TYPE_CHECKING:
     from effbench import schema
@@ -173,13 +173,17 @@ def notes(record: schema.Results) -> list[str]:
     return out
 
 
-def block(record: schema.Results, fmt: str = "text") -> str:
-    """The table and its notes; "" when the run has no roofline (no profiling pass)."""
+def block(record: schema.Results, fmt: str = "text", width: int | None = None) -> str:
+    """The table and its notes; "" when the run has no roofline (no profiling pass). Text with a `width`: the
+    table fitted to it (fmt.fit_columns); the caller wraps the notes."""
     r = record.roofline
     if r is None or not r.kinds:
         return ""
-    table = tabulate(rows(r), headers=headers(r), tablefmt="github" if fmt == "md" else "simple",
-                     disable_numparse=True)  # fmt: skip
+    if fmt != "md" and width is not None:
+        table = fit_columns(headers(r), rows(r), width)
+    else:
+        table = tabulate(rows(r), headers=headers(r), tablefmt="github" if fmt == "md" else "simple",
+                         disable_numparse=True)  # fmt: skip
     lines = notes(record)
     if fmt == "md":
         return "\n\n".join([f"## {TITLE}", table, *lines])

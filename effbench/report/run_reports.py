@@ -2,7 +2,8 @@
 run/folder.py's `Reports` and imports nothing from report/.
 
     RUN_REPORTS.write(run_dir, record, steps)   report.txt, report.md, the charts and report.html
-    RUN_REPORTS.text(record)                    the report printed on the terminal
+    RUN_REPORTS.text(record)                    the report printed on the terminal (report.txt's, as wide as it)
+    quiet_text(record, run_dir)                 `run --quiet`: the headline lines and the path to report.txt
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from effbench.results import StepRow
 from effbench import results, schema
 from effbench.errors import EffbenchError
+from effbench.fmt import report_width
 from effbench.report import render, tables
 
 
@@ -39,7 +41,8 @@ class RunReports:
         return missed
 
     def text(self, record: schema.Results) -> str:
-        return tables.render(record, "text")
+        """The report for the terminal: report.txt's, as wide as the terminal when it is wider (fmt.report_width)."""
+        return tables.render(record, "text", width=report_width())
 
 
 def why_not_written(e: Exception) -> str:
@@ -55,3 +58,9 @@ def why_not_written(e: Exception) -> str:
 
 
 RUN_REPORTS = RunReports()
+
+
+def quiet_text(record: schema.Results, run_dir: Path | None) -> str:
+    """`run --quiet`'s whole output: at most 5 lines (tables.quiet_lines)."""
+    report = run_dir / results.REPORT_TXT if run_dir is not None else None
+    return "\n".join(tables.quiet_lines(record, report, report_width()))

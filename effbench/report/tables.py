@@ -12,9 +12,11 @@ from effbench.config import typed_option
 from effbench.datasets import CATALOG, chance_note
 from effbench.analysis.windows import describe_windows, more_windows_fix, summary_of
 from effbench.report import bounds, roofline_tables
-from effbench.fmt import decimals, fmt_value, grid, interval, md, printable
+from effbench.fmt import REPORT_WIDTH, decimals, fmt_value, grid, interval, key_values, md, printable, wrap_text
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pydantic import BaseModel
 
     from effbench import schema
@@ -303,6 +305,40 @@ def verdict_line(results: schema.Results) -> str | None:
     return f"Verdict: {v.bottleneck}: {v.evidence}. Try: {v.advice}"
 
 
+# `run --quiet`: at most this many lines of the verdict; the rest, and its advice, are in report.txt
+QUIET_VERDICT_LINES = 2
+
+
+def quiet_lines(results: schema.Results, report: Path | None, width: int) -> list[str]:
+    """What `run --quiet` prints, at most 5 lines of at most `width` columns: the status (the summary's row), the
+    figure to quote with its windows' median and interval (the noise check), the verdict's finding
+    (QUIET_VERDICT_LINES at most; its advice and every table are in the report), and the path to report.txt
+    (`report`; None: a node whose rank 0 ran elsewhere wrote none)."""
+    import textwrap
+
+    def wrapped(text: str, most: int) -> list[str]:
+        return textwrap.wrap(printable(text), width, max_lines=most, placeholder=" [...]", break_on_hyphens=False)
+
+    lines = [f"status {printable(results.shown_status)}"]
+    if results.throughput_img_s is not None:
+        what = " delivered, data-only (no model)" if results.data_only else ""
+        figure = f"throughput {fmt_value(results.throughput_img_s, 1)} img/s{what}, the figure to quote"
+        w = results.throughput_windows
+        s = summary_of(w, lambda w: w.throughput_img_s) if w is not None else None
+        if s is not None and s.median is not None and s.ci_low is not None:
+            figure += f" (windows' median {s.median:,.1f} {interval(s.ci_low, s.ci_high)})"
+        lines += wrapped(figure, 1)
+    else:
+        lines.append("throughput: not measured")
+    v = results.verdict
+    if v is not None:
+        lines += wrapped(f"Verdict: {v.bottleneck}: {v.evidence}", QUIET_VERDICT_LINES)
+    lines.append(
+        "report: written by the node that ran rank 0" if report is None else f"report: {printable(str(report))}"
+    )
+    return lines
+
+
 EPOCH_HEADERS = (
     "epoch",
     "images",
@@ -370,14 +406,21 @@ def skipped_images_warning(results: schema.Results) -> str | None:
     )
 
 
-def render(results: schema.Results, fmt: str = "text") -> str:
-    """The run report as text (`fmt="text"`) or markdown (`fmt="md"`)."""
-    summary = grid(summary_rows(results), ("metric", "value"), fmt, numparse=True)
-    epochs = grid(epoch_rows(results), EPOCH_HEADERS, fmt)
+def render(results: schema.Results, fmt: str = "text", width: int | None = REPORT_WIDTH) -> str:
+    """The run report as text (`fmt="text"`) or markdown (`fmt="md"`). Text fits `width` columns (report.txt:
+    fmt.REPORT_WIDTH; the terminal: fmt.report_width()): tables fitted, long values and sentences wrapped; None:
+    every line as long as it is."""
+    if fmt == "md" or width is None:
+        summary = grid(summary_rows(results), ("metric", "value"), fmt, numparse=True)
+    else:
+        summary = key_values(
+            [(printable(k), printable(v)) for k, v in summary_rows(results)], ("metric", "value"), width
+        )
+    epochs = grid(epoch_rows(results), EPOCH_HEADERS, fmt, width=width)
     phases = phase_rows(results)
-    phase_table = grid(phases, PHASE_HEADERS, fmt) if phases else ""
+    phase_table = grid(phases, PHASE_HEADERS, fmt, width=width) if phases else ""
     verdict = verdict_line(results) or ""
-    roof = roofline_tables.block(results, fmt)
+    roof = roofline_tables.block(results, fmt, width=width)
     skipped = skipped_images_warning(results)
     title = f"effbench run {results.run_name or ''}".strip()
     notes = (
@@ -407,4 +450,4 @@ def render(results: schema.Results, fmt: str = "text") -> str:
         parts.append(roof)
     if verdict:
         parts.append(verdict)
-    return "\n\n".join(parts) + f"\n\n{notes}\n"
+    return wrap_text("\n\n".join(parts) + f"\n\n{notes}", width) + "\n"
