@@ -225,16 +225,49 @@ def no_measurement(record: schema.Results) -> str | None:
     return f"no measured step (status {status})" if steps == 0 or status != "ok" else "no measured step"
 
 
-def check_same_timing(a: schema.Results, b: schema.Results) -> None:
-    """Refuse a pair whose figures were timed differently: per-step timing drains the device twice a step
-    (5-9% of a host-bound model's throughput on a GPU), so a difference between them is partly the timer's."""
-    ta, tb = results.timing_of(a), results.timing_of(b)
-    if ta != tb:
-        raise EffbenchError(
-            "--timing",
-            f'A was timed {ta} and B {tb}: their figures are not like for like (docs/methodology.md, "What each '
-            f'span holds"); rerun B with --timing {ta}, or A with --timing {tb}',
-        )
+@dataclass(frozen=True)
+class LikeForLike:
+    """A condition two runs must share for compare to weigh one against the other: when `of` differs, compare
+    refuses the pair (one line naming `option`, exit 2) rather than print a difference that measures the
+    condition. `refusal(a_value, b_value)`: the line's text, what differs and the fix."""
+
+    option: str
+    of: Callable[[schema.Results], object]
+    refusal: Callable[[Any, Any], str]
+
+
+def _timing_refusal(ta: object, tb: object) -> str:
+    # per-step timing drains the device twice a step (5-9% of a host-bound model's throughput on a GPU), so a
+    # difference between the two timings is partly the timer's
+    return (
+        f'A was timed {ta} and B {tb}: their figures are not like for like (docs/methodology.md, "What each span '
+        f'holds"); rerun B with --timing {ta}, or A with --timing {tb}'
+    )
+
+
+def _data_only_refusal(a_only: object, b_only: object) -> str:
+    def kind(only: object) -> str:
+        return "a data-only run" if only else "a training run"
+
+    return (
+        f"A is {kind(a_only)} and B {kind(b_only)}: a data-only run's img/s is the loader's delivery, a training "
+        "run's the whole step's; compare two runs of one kind"
+    )
+
+
+# Every condition a pair of runs must share; a new one is one more entry.
+LIKE_FOR_LIKE: tuple[LikeForLike, ...] = (
+    LikeForLike("--timing", results.timing_of, _timing_refusal),
+    LikeForLike("--data-only", lambda r: bool(r.data_only), _data_only_refusal),
+)
+
+
+def check_like_for_like(a: schema.Results, b: schema.Results) -> None:
+    """Refuse a pair that differs in a condition of LIKE_FOR_LIKE: one line naming its option, exit 2."""
+    for check in LIKE_FOR_LIKE:
+        va, vb = check.of(a), check.of(b)
+        if va != vb:
+            raise EffbenchError(check.option, check.refusal(va, vb))
 
 
 def run_label(name: str, record: schema.Results) -> str:

@@ -299,7 +299,7 @@ def compare(
         )
     if kinds[0] == "run":
         ra, rb = liveness.read(a), liveness.read(b)  # a `running` run whose process is gone: `dead`
-        cmp.check_same_timing(ra, rb)
+        cmp.check_like_for_like(ra, rb)  # the same timing, the same kind of run
         sa, sb = windows.read_steps(run_dir(a)), windows.read_steps(run_dir(b))
         deltas = cmp.compare_runs(ra, sa, rb, sb)
         say(

@@ -378,7 +378,10 @@ def test_compare_gives_one_answer_for_throughput_and_step_time():
     # a different batch: no step time to weigh against throughput, and the row says so rather than judge
     d = _windowed([50.0, 51.0, 49.0, 50.0, 50.0], batch=32)
     step = compare.compare_runs(a, [], d, [])[1]
-    assert step.significant is None and step.verdict == "images per step differ or unknown (A 16, B 32): throughput decides"
+    assert (
+        step.significant is None
+        and step.verdict == "images per step differ or unknown (A 16, B 32): throughput decides"
+    )
 
 
 def test_compare_says_cannot_tell_when_the_figures_and_the_windows_point_opposite_ways():
@@ -387,6 +390,20 @@ def test_compare_says_cannot_tell_when_the_figures_and_the_windows_point_opposit
     b = _record(10.5, [8.0, 8.1, 7.9], [0.1] * 3)
     thr = compare.compare_runs(a, [], b, [])[0]
     assert thr.significant is None and thr.verdict.startswith("cannot tell: higher by the runs' figures, lower by")
+
+
+def test_compare_refuses_a_data_only_run_against_a_training_run(tmp_path, capsys):
+    # a data-only run's img/s is the loader's delivery: against a training run's it would read "B lower (worse)"
+    from test_across_runs import make_run
+
+    a = make_run(tmp_path / "a", [100.0] * 3)
+    b = make_run(tmp_path / "b", [2000.0] * 3)
+    record = json.loads((b / "results.json").read_text())
+    (b / "results.json").write_text(json.dumps({**record, "data_only": True}))
+    compare.check_like_for_like(results.load_record(a), results.load_record(a))  # a run is like itself
+    code, out, err = invoke(["compare", a, b], capsys)
+    assert code == 2 and out == "" and len(err.splitlines()) == 1, err
+    assert err.startswith("error: --data-only: A is a training run and B a data-only run: ")
 
 
 def test_loader_on_synthetic_data_records_the_loader_that_ran_so_compare_and_sweep_see_no_difference():
