@@ -152,20 +152,31 @@ def fit_table(
 
 
 def key_values(rows: Sequence[Sequence[str]], headers: Sequence[str], width: int) -> str:
-    """A two-column text table (label, value) no wider than `width`: a label longer than LABEL_WIDTH wraps in its
-    column, and a long value wraps under its own start, beside its label. Pure."""
-    from tabulate import tabulate
+    """A two-column text table (label, value) no wider than `width`, drawn as tabulate's `simple`: a label longer
+    than LABEL_WIDTH wraps in its column, its next lines indented 2 (a reader, or a parser, tells them from a new
+    row), and a long value wraps under its own start, beside its label. Wrapped here at word boundaries, not by
+    tabulate's maxcolwidths: tabulate 0.9 turns a wrapped cell with a thousands separator ("5,798.9") into a float
+    and fails. Pure."""
+    import textwrap
 
     labels = max((len(h) for h in [headers[0], *(r[0] for r in rows)]), default=0)
     label_width = min(labels, LABEL_WIDTH)
     value_width = max(MIN_WRAP, width - label_width - 2)
-    return tabulate(
-        [list(r) for r in rows],
-        headers=list(headers),
-        tablefmt="simple",
-        disable_numparse=True,
-        maxcolwidths=[label_width, value_width],
+
+    def wrap(text: str, at: int, indent: str = "") -> list[str]:
+        return textwrap.wrap(text, at, subsequent_indent=indent, break_on_hyphens=False) or [""]
+
+    cells = [(wrap(str(k), label_width, "  "), wrap(str(v), value_width)) for k, v in rows]
+    widths = (
+        max([len(headers[0]), *(len(line) for k, _ in cells for line in k)]),
+        max([len(headers[1]), *(len(line) for _, v in cells for line in v)]),
     )
+    out = [f"{headers[0].ljust(widths[0])}  {headers[1]}".rstrip(), f"{'-' * widths[0]}  {'-' * widths[1]}"]
+    for k, v in cells:
+        for i in range(max(len(k), len(v))):
+            left = k[i] if i < len(k) else ""
+            out.append(f"{left.ljust(widths[0])}  {v[i] if i < len(v) else ''}".rstrip())
+    return "\n".join(out)
 
 
 def fit_columns(headers: Sequence[str], body: Sequence[Sequence[str]], width: int, *, keep: int = 1) -> str:

@@ -296,6 +296,11 @@ RUN: dict[str, Spec] = {
         ),
         shows=(r"^A: results/20261125-061200_", r"^B: results/20261125-093000_"),  # latest: the newest
     ),
+    "effbench report latest": Spec(
+        smoke=True,
+        setup=place("results/20261125-093000_efficientnet-b0_synthetic_cpu_fp32_bs16"),
+        shows=(r"^run results/20261125-093000_\S+: wrote \d+ files$",),  # latest: the one run there
+    ),
     "effbench export results/ nodes/ --format jsonl": Spec(
         smoke=True, setup=place("results/runA", "nodes/runB"), check=jsonl_rows
     ),

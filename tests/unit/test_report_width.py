@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from clitools import invoke
 from effbench import results, schema
-from effbench.fmt import REPORT_WIDTH, fit_columns, report_width
+from effbench.fmt import REPORT_WIDTH, fit_columns, key_values, report_width
 from effbench.report import tables
 
 # A real smoke run's results.json (effbench run --smoke, commit aef98bb), as the record tests read it.
@@ -74,6 +74,16 @@ def test_a_table_too_wide_for_its_width_splits_and_repeats_the_row_name():
     assert all(f"{i}.500" in flat for i in range(12))
     # a header wraps at its words, never inside one
     assert "measured)" in flat and "measur" not in flat.replace("measured)", "")
+
+
+def test_a_wrapped_value_with_thousands_separators_stays_text():
+    # tabulate 0.9's maxcolwidths turned "1,475.2" into a float and raised (a data-only run's report, issue 47)
+    text = key_values([("throughput (img/s), the figure to quote", "1,475.2 " * 12)], ("metric", "value"), 60)
+    assert widest(text) <= 60 and text.count("1,475.2") == 12
+    label = "a label longer than forty columns that has to wrap"
+    lines = key_values([(label, "1")], ("metric", "value"), 60).splitlines()[2:]
+    assert lines[1].startswith("  ")  # the label's next line indented: a reader tells it from a new row
+    assert [w for w in " ".join(lines).split() if w != "1"] == label.split()
 
 
 def test_report_width_is_100_or_the_terminals_when_wider(monkeypatch):
