@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import signal
 import subprocess
 import sys
@@ -59,7 +60,9 @@ def test_smoke_writes_every_file(tmp_path, capsys):
     r = check_run_folder(only_run(tmp_path), epochs=1)
     assert r["config"]["smoke"] is True and r["data"]["name"] == "synthetic"
     assert r["warmup"]["steps"] == 2 and r["measured"]["steps"] == 10
-    assert "throughput (img/s)" in out  # the same table is printed at the end
+    # --quiet prints the headline and the report's path; report.txt holds the whole table
+    assert "throughput (img/s)" in (only_run(tmp_path) / "report.txt").read_text()
+    assert out.startswith("status ok\nthroughput ") and out.rstrip().endswith("report.txt")
 
 
 def chance_bound(n: int, p: float, tail: float = 1e-6) -> float:
@@ -81,8 +84,12 @@ def test_synthetic_validation_reads_chance_and_says_so(tmp_path, capsys):
     r = json.loads((only_run(tmp_path) / "results.json").read_text())
     n, top1 = r["epochs"][-1]["val_images"], r["final"]["val_top1"]
     assert n == 2 * 32 and 0 <= top1 <= chance_bound(n, 1 / 100), (n, top1)
-    row = next(line for line in out.splitlines() if line.startswith("final val top-1"))
-    assert row.endswith("(synthetic: random labels, accuracy is chance by construction (1/100))"), row
+    report = " ".join((only_run(tmp_path) / "report.txt").read_text().split())  # rows wrap at 100 columns
+    assert re.search(
+        r"final val top-1 [0-9.]+ \(synthetic: random labels, accuracy is chance by construction "
+        r"\(1/100\)\)",
+        report,
+    ), report
 
 
 def test_cifar100_two_epochs_b0_done_when(tmp_path, capsys, cifar100_dir):
@@ -98,7 +105,10 @@ def test_cifar100_two_epochs_b0_done_when(tmp_path, capsys, cifar100_dir):
     assert all(e["val_top1"] is not None for e in r["epochs"])
     assert r["data"]["num_classes"] == 100 and r["model"]["trainable_params"] == r["model"]["total_params"]
     # issue 35: the per-kind roofline table and the ceiling line, printed and in every report, the chart in the page
-    assert "Where the step's time goes, against this machine's roofs" in out and "could be at most" in out
+    text = (run / "report.txt").read_text()  # --quiet prints the headline; report.txt the whole report
+    assert "Where the step's time goes, against this machine's roofs" in text and "could be at most" in " ".join(
+        text.split()
+    )
     kinds = {k["kind"] for k in r["roofline"]["kinds"]}
     assert {"convolution", "depthwise/grouped conv", "batch norm", "activation", "optimizer step"} <= kinds
     assert r["roofs"]["memory_gb_s"] > 0 and r["roofs"]["compute"][0]["precision"] == "fp32"
