@@ -179,6 +179,11 @@ def _target_line(ax: Any, target: float | None) -> None:
         ax.set_ylim(bottom, target * 1.05)
 
 
+def top1_as_bars(series: Mapping[str, Mapping[str, Sequence[float | None]]]) -> bool:
+    """Whether top1_figure draws bars (one epoch each: a pair of bars per configuration) rather than lines."""
+    return all(len(s.get("train") or []) <= 1 and len(s.get("val") or []) <= 1 for s in series.values())
+
+
 def top1_figure(
     series: Mapping[str, Mapping[str, Sequence[float | None]]], *, title: str, target: float | None = None
 ) -> Any:
@@ -187,7 +192,7 @@ def top1_figure(
     bounds.MAX_POINTS is drawn as the mean of each bin of consecutive epochs, at the bin's mean epoch (the title
     says so); at most bounds.MAX_BARS configurations (the first)."""
     series = _labelled(series)
-    if all(len(s.get("train") or []) <= 1 and len(s.get("val") or []) <= 1 for s in series.values()):
+    if top1_as_bars(series):
         return _top1_bars(series, title=title, target=target)
     n, title = _capped_title(title, len(series))
     series = dict(list(series.items())[:n])

@@ -342,8 +342,7 @@ def sweep_plots(
         _draw(
             made,
             problems,
-            "Top-1 accuracy per epoch (dashed: train, solid: validation"
-            + (f", dotted: the target {target:g})" if target is not None else ")"),
+            top1_caption(series, target),
             lambda: plots.top1_per_epoch(
                 series, out_dir / "top1_per_epoch.png", title="Top-1 per epoch", target=target
             ),
@@ -501,6 +500,16 @@ def sweep_terminal_text(folder: Path, width: int | None) -> str:
     (fewer columns, wrapped lines; sweep.txt and sweep.md keep every column); None: sweep.txt's text."""
     m, rows = load_sweep(folder)
     return sweep_report.render(rows, _dims(m), title=f"effbench sweep {m.name}", fmt="text", width=width)
+
+
+def top1_caption(series: Any, target: float | None) -> str:
+    """The top-1 chart's caption, as the chart is drawn: bars for one epoch, lines for more (plots.top1_figure)."""
+    from effbench.report.plots import top1_as_bars
+
+    dotted = f", dotted: the target {target:g}" if target is not None else ""
+    if top1_as_bars(series):
+        return f"Top-1 accuracy after one epoch (bars: train and validation side by side{dotted})"
+    return f"Top-1 accuracy per epoch (dashed: train, solid: validation{dotted})"
 
 
 def write_sweep_reports(folder: Path, *, cells: bool = False, dest: Path | None = None) -> list[Path]:

@@ -450,3 +450,16 @@ def test_a_cell_recorded_before_runs_were_timed_by_phase_shows_no_whole_run_wall
     cell = schema.Cell.model_validate({"key": "000", "params": {}, "index": 0, "config": {}, "status": "ok"})
     assert sweep_report.cell_row(cell, new).wall_time_s == 60.0 and cell_summary(new).wall_time_s == 60.0
     assert sweep_report.cell_row(cell, old).wall_time_s is None and cell_summary(old).wall_time_s is None
+
+
+def test_the_top1_chart_is_captioned_as_it_is_drawn():
+    # issue 47: one epoch per cell draws bars, captioned "dashed: train, solid: validation"
+    from effbench.report.plots import top1_as_bars
+    from effbench.report.render import top1_caption
+
+    one = {"a": {"train": [0.2], "val": [0.1]}, "b": {"train": [0.3], "val": [0.2]}}
+    two = {"a": {"train": [0.2, 0.3], "val": [0.1, 0.2]}}
+    assert top1_as_bars(one) and not top1_as_bars(two)
+    assert top1_caption(one, None) == "Top-1 accuracy after one epoch (bars: train and validation side by side)"
+    assert "dashed" not in top1_caption(one, 0.5) and top1_caption(one, 0.5).endswith(", dotted: the target 0.5)")
+    assert top1_caption(two, None) == "Top-1 accuracy per epoch (dashed: train, solid: validation)"
