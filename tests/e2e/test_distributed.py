@@ -157,6 +157,32 @@ def test_two_gloo_ranks_agree_on_the_earliest_non_finite_loss_either_saw(tmp_pat
         assert json.loads((tmp_path / f"rank{rank}.json").read_text()) == expected
 
 
+def _decide_on_two_gloo_ranks(rank: int, init: str, offers: list, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from effbench.launch.distributed import rank0_decides
+
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+    try:
+        decide = rank0_decides(torch.device("cpu"))
+        answers = [decide(offer[rank]) for offer in offers]  # one broadcast per decision point, as train.py calls it
+    finally:
+        dist.destroy_process_group()
+    Path(out, f"rank{rank}.json").write_text(json.dumps(answers))
+
+
+def test_two_gloo_ranks_take_rank_0s_warmup_and_until_decisions(tmp_path):
+    # issue 48: the warm-up's end and --until's stop must fall at the same step on every rank, or their measured
+    # windows differ and DDP's next all-reduce pairs a measured step with a warm-up one: rank 0 decides
+    import torch.multiprocessing as mp
+
+    offers = [(False, True), (True, False), (True, True), (False, False)]  # per point: (rank 0's, rank 1's)
+    mp.spawn(_decide_on_two_gloo_ranks, args=(f"file://{tmp_path}/rdzv", offers, str(tmp_path)), nprocs=2)
+    for rank in (0, 1):
+        assert json.loads((tmp_path / f"rank{rank}.json").read_text()) == [False, True, True, False]
+
+
 @pytest.mark.slow  # 15-100 s on 2 cores: run by `make test-slow` and CI's slow step
 def test_two_nodes_on_loopback_complete_one_run(tmp_path):
     port = free_port()
