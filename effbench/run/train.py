@@ -474,9 +474,7 @@ def train_epochs(
                     break
             settle()
         except BaseException as e:
-            ledger.settle_after_error()
-            if _signalled(e, ledger, on_cut_short):
-                on_cut_short(_cut_short(epoch, ledger, counts, losses, correct, rt))  # type: ignore[misc]
+            _after_error(e, epoch, ledger, on_cut_short, rt, losses, correct)
             raise
         if done == 0:
             raise no_training_images(data)
@@ -484,7 +482,7 @@ def train_epochs(
         _check_tail(loss_list, checked, epoch=epoch, epoch_start=epoch_start, agree=agree)
         correct_list = correct[:done].tolist()
         images = sum(counts)
-        step_rows = _rows(epoch, ledger, counts, loss_list, correct_list)
+        step_rows = _rows(epoch, ledger, loss_list, correct_list)
         _enter(on_phase, "validation")
         sync_buffers_for_validation(model)  # every rank, before its first batch: a rank may have none
         val = evaluate(val_model, data.val, rt, cfg, validation_loss, clock, warm=val_shapes)
@@ -512,21 +510,20 @@ def train_epochs(
             return
 
 
-def _rows(epoch: int, ledger: _Ledger, counts: list[int], losses: list[float] | None,
-          correct: list[int] | None) -> list[StepRow]:  # fmt: skip
+def _rows(epoch: int, ledger: _Ledger, losses: list[float] | None, correct: list[int] | None) -> list[StepRow]:
     """The epoch's steps.csv rows, 1-based as every file and line counts; no losses: empty loss and top-1."""
     return [
         StepRow(
             epoch=epoch + 1,
             step=i + 1,
             warmup=warm,
-            images=counts[i],
+            images=images,
             loss=None if losses is None else losses[i],
-            top1=None if correct is None else correct[i] / counts[i],
+            top1=None if correct is None else correct[i] / images,
             data_time_s=t.data_s,
             compute_time_s=0.0 if ledger.data_only else t.compute_s,
         )  # fmt: skip
-        for i, (t, warm, _images) in enumerate(ledger.steps)
+        for i, (t, warm, images) in enumerate(ledger.steps)
     ]
 
 
@@ -534,18 +531,21 @@ def _mean_over_images(values: list[float], counts: list[int]) -> float:
     return sum(v * c for v, c in zip(values, counts, strict=True)) / sum(counts)
 
 
-def _signalled(e: BaseException, ledger: _Ledger, on_cut_short: CutShortFn | None) -> bool:
-    """A signal (Ctrl-C, SIGTERM, SIGHUP) stopped the epoch after some steps ended, and the runner keeps them."""
-    return on_cut_short is not None and isinstance(e, (KeyboardInterrupt, Interrupted)) and bool(ledger.steps)
+def _after_error(e: BaseException, epoch: int, ledger: _Ledger, on_cut_short: CutShortFn | None, rt: Runtime,
+                 losses: Any = None, correct: Any = None) -> None:  # fmt: skip
+    """The steps that ended before an error still count (ledger.settle_after_error); when a signal (Ctrl-C,
+    SIGTERM, SIGHUP) stopped the epoch, the runner keeps them too (on_cut_short)."""
+    ledger.settle_after_error()
+    if on_cut_short is not None and isinstance(e, (KeyboardInterrupt, Interrupted)) and ledger.steps:
+        on_cut_short(_cut_short(epoch, ledger, losses, correct, rt))
 
 
-def _cut_short(epoch: int, ledger: _Ledger, counts: list[int], losses: Any, correct: Any, rt: Runtime) -> EpochResult:
+def _cut_short(epoch: int, ledger: _Ledger, losses: Any, correct: Any, rt: Runtime) -> EpochResult:
     """The epoch a signal stopped: its settled steps, no validation. Their losses and top-1 are read on the CPU
     only: on a GPU the read would wait for the device, and under DDP for a peer that may be gone."""
     n = len(ledger.steps)
     readable = losses is not None and rt.device.type == "cpu"  # --data-only has no losses
-    rows = _rows(epoch, ledger, counts, losses[:n].tolist() if readable else None,
-                 correct[:n].tolist() if readable else None)  # fmt: skip
+    rows = _rows(epoch, ledger, losses[:n].tolist() if readable else None, correct[:n].tolist() if readable else None)
     warmup, measured = ledger.warmup, ledger.measured
     return EpochResult(
         epoch=epoch, steps=n, images=sum(images for _, _, images in ledger.steps),
@@ -761,10 +761,7 @@ def data_epochs(
                     break
             settle()
         except BaseException as e:
-            ledger.settle_after_error()
-            if _signalled(e, ledger, on_cut_short):
-                counts = [images for _, _, images in ledger.steps]
-                on_cut_short(_cut_short(epoch, ledger, counts, None, None, rt))  # type: ignore[misc]
+            _after_error(e, epoch, ledger, on_cut_short, rt)
             raise
         rows = [
             StepRow(epoch=epoch + 1, step=i + 1, warmup=warm, images=images, loss=None, top1=None,
