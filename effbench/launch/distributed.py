@@ -7,13 +7,16 @@ a dead one inside a collective.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import math
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
+
+from effbench.launch.peer_abort import StepAbort, StoreLink
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,7 @@ class DistContext:
     world_size: int = 1
     local_world_size: int = 1
     backend: str | None = None
+    link: StoreLink | None = field(default=None, compare=False)  # the job's store (peer_abort.py)
 
     @property
     def is_main(self) -> bool:
@@ -36,11 +40,19 @@ class DistContext:
         """Every rank's `obj`, in rank order, on every rank (a no-op list of one when alone)."""
         if not self.enabled:
             return [obj]
+        if self.link is not None and self.link.broken:  # the group was torn down (peer_abort.py): the store
+            return self.link.gather(obj)
         import torch.distributed as dist
 
         out: list[Any] = [None] * self.world_size
         dist.all_gather_object(out, obj)
         return out
+
+    def step_abort(self, name: str) -> contextlib.AbstractContextManager[StepAbort | None]:
+        """A pass's failure channel (peer_abort.StepAbort) under a process group; alone, None."""
+        if self.link is None:
+            return contextlib.nullcontext()
+        return StepAbort(self.link, name)
 
     def barrier(self) -> None:
         if self.enabled:
@@ -82,10 +94,12 @@ def process_group(device_type: str, timeout_s: float) -> Iterator[DistContext]:
     if device_type == "cuda":
         torch.cuda.set_device(env.local_rank)
     dist.init_process_group(backend=backend, timeout=dt.timedelta(seconds=timeout_s))
+    link = StoreLink(dist.distributed_c10d._get_default_store(), env.rank, env.world_size, backend, timeout_s)
     try:
-        yield DistContext(backend=backend, **env._asdict())
+        yield DistContext(backend=backend, link=link, **env._asdict())
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():  # NCCL's abort (peer_abort.py) has already destroyed it
+            dist.destroy_process_group()
 
 
 # (global step, loss) of a rank's first non-finite loss in a window; with the rank that saw it once agreed

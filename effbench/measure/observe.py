@@ -181,15 +181,17 @@ def profile(
     active: int,
     clock: Any = None,
     agree: Any = None,
+    abort: Any = None,
 ) -> ProfileInfo:
     """The profiling pass on a fresh pass over the loader; out_dir None (no shared folder) skips files.
     `clock`: the run's timing.DeviceClock (None: the current CUDA device's, or the CPU's); `agree`: how the
-    ranks agree on the pass's outcome (DistContext.gather; None: alone)."""
+    ranks agree on the pass's outcome (DistContext.gather; None: alone); `abort`: a failure inside a step
+    (DistContext.step_abort; None: alone)."""
     import tempfile
 
     from effbench.measure.profiling import run_profile_pass
 
-    kw = {"device_type": device_type, "rank": rank, "active": active, "clock": clock, "agree": agree}
+    kw = {"device_type": device_type, "rank": rank, "active": active, "clock": clock, "agree": agree, "abort": abort}
     if out_dir is None:
         with tempfile.TemporaryDirectory(prefix="effbench-profile-") as tmp:
             info = run_profile_pass(step, iter(loader), out_dir=Path(tmp), **kw)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from effbench import schema
+from effbench.launch.peer_abort import StepAbort
 from effbench.results import atomic_write_text, output_file
 from effbench.run import faults
 from effbench.run.timing import DeviceClock, device_clock
@@ -373,6 +374,7 @@ def run_profile_pass(
     row_limit: int = 15,
     clock: DeviceClock | None = None,
     agree: AgreeOnErrors | None = None,
+    abort: StepAbort | None = None,
 ) -> ProfileInfo:
     """Run wait + warmup + active steps under torch.profiler; write the trace and tables.
 
@@ -381,6 +383,9 @@ def run_profile_pass(
     `agree`: every rank's error at the same point, by rank (DistContext.gather); alone, this process's.
     When any rank failed, every rank raises ProfilePassFailed at the same point, naming that rank: a
     failed pass voids the profile, never the run, and never leaves a rank in a collective alone.
+    `abort`: under a process group, the channel for a failure inside a step, past the agreement, where the
+    peers already wait in the step's collectives (launch/peer_abort.py): every rank raises ProfilePassFailed
+    in seconds, and the group is torn down (later gathers go through the store).
 
     Returns the ProfileInfo: the phase rows and table, the files, the active steps' times, the steps
     actually run in each stage. Stops early, and says so in the counts, if `batches` runs out.
@@ -431,7 +436,7 @@ def run_profile_pass(
     # the others went on into the next step's all-reduce hung the job. An agreement is one all_gather of
     # every rank's error; they pair up whichever point each rank is at, as no other collective lies between.
     _start(prof, agree)
-    steps = _Steps(prof, step, batches, clock, agree, wait, warmup, active)
+    steps = _Steps(prof, step, batches, clock, agree, wait, warmup, active, abort)
     error = None
     try:
         steps.run()
@@ -488,6 +493,7 @@ class _Steps:
     wait: int
     warmup: int
     active: int
+    abort: StepAbort | None = None
     counts: dict[str, int] = field(default_factory=lambda: {"wait": 0, "warmup": 0, "active": 0})
     active_times_s: list[float] = field(default_factory=list)
 
@@ -512,13 +518,27 @@ class _Steps:
             # under DDP it waits for the slowest rank to get here.
             _agreed(self.agree, error)
             t1 = self.clock.now()
-            with record_function(STEP):
-                self.step(batch)
-            self.clock.sync_stream()  # wait on the host for the step's queued kernels (timing.py)
+            self._step(batch, record_function)
             if stage == "active":
                 self.active_times_s.append(data_s + self.clock.now() - t1)
             self.counts[stage] += 1
             self.prof.step()
+
+    def _step(self, batch: Any, record_function: Any) -> None:
+        """One step, ended by the training stream's wait. Past the agreement the peers are in the step's
+        collectives: a failure here goes through `abort` (N7), never through another collective."""
+        try:
+            faults.fail_profile_pass("in-step")
+            with record_function(STEP):
+                self.step(batch)
+            self.clock.sync_stream()  # wait on the host for the step's queued kernels (timing.py)
+        except Exception as e:
+            if self.abort is None:
+                raise
+            raise ProfilePassFailed(self.abort.fail(_one_line(e))) from None
+        peer = self.abort.peer_failure() if self.abort is not None else None
+        if peer is not None:  # NCCL: the step returned on communicators a peer's failure had aborted
+            raise ProfilePassFailed(peer)
 
 
 def _outputs(

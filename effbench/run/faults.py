@@ -26,8 +26,8 @@ see one: the case where only one rank can tell the run diverged (train.py makes 
 
     EFFBENCH_FAULT_NAN_LOSS=1:3 effbench run --nproc 2 --device cpu --dataset synthetic ...
 
-Test hook: with `EFFBENCH_FAULT_PROFILE=RANK:WHERE` (WHERE start, step or end), that rank's profiling pass
-raises there (measure/profiling.py): the case of one rank's profiler failing while the others go on.
+Test hook: with `EFFBENCH_FAULT_PROFILE=RANK:WHERE` (WHERE start, step, in-step or end), that rank's profiling
+pass raises there (measure/profiling.py): the case of one rank's profiler failing while the others go on.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ FAULT_PROFILE_ENV = "EFFBENCH_FAULT_PROFILE"
 
 def fail_profile_pass(where: str, env: Mapping[str, str] = os.environ) -> None:
     """The profiling-pass hook: with EFFBENCH_FAULT_PROFILE=RANK:WHERE, the rank whose RANK matches raises at
-    WHERE ("start": the profiler's start, "step": the first batch, "end": writing the trace and tables)."""
+    WHERE ("start": the profiler's start, "step": the first batch, "in-step": inside the first step, past the
+    ranks' agreement, where the peers wait in its collectives; "end": writing the trace and tables)."""
     rank_text, sep, at = env.get(FAULT_PROFILE_ENV, "").strip().partition(":")
     if sep and rank_text.isdigit() and at == where and int(rank_text) == int(env.get("RANK", "0") or 0):
         raise RuntimeError(f"injected by {FAULT_PROFILE_ENV}={rank_text}:{at}")

@@ -557,10 +557,12 @@ def _profile_pass(prep: Prepared, dist: DistContext, run_dir: Path | None) -> tu
             scaler=prep.scaler,
             label_smoothing=prep.cfg.label_smoothing,
         )
-        info = observe.profile(
-            step, prep.data.train, device_type=prep.rt.device.type, out_dir=out_dir, rank=dist.rank,
-            active=prep.cfg.profile_steps, clock=device_clock(prep.rt.device, prep.rt.device_api), agree=dist.gather,
-        )  # fmt: skip
+        with dist.step_abort("profile") as abort:  # a rank failing inside a step (N7): launch/peer_abort.py
+            info = observe.profile(
+                step, prep.data.train, device_type=prep.rt.device.type, out_dir=out_dir, rank=dist.rank,
+                active=prep.cfg.profile_steps, clock=device_clock(prep.rt.device, prep.rt.device_api),
+                agree=dist.gather, abort=abort,
+            )  # fmt: skip
         return info, None
     except ProfilePassFailed as e:  # every rank, at the same point: "rank 1: RuntimeError: ..."
         return None, str(e)

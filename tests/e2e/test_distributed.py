@@ -535,6 +535,29 @@ def test_one_rank_failing_in_the_profiling_pass_voids_the_profile_not_the_run(tm
     assert "profile" not in r or not r["profile"].get("phases")
 
 
+@pytest.mark.slow  # 15-100 s on 2 cores: run by `make test-slow` and CI's slow step
+def test_a_rank_failing_inside_a_profiled_step_voids_the_profile_in_seconds(tmp_path):
+    # N7, round four: rank 1 raises inside its first profiled step, past the agreement, while rank 0 waits in
+    # that step's collectives (DDP's buffer broadcast and all-reduce). Before, rank 0 waited until the process-
+    # group timeout (60 s here) and rank 1's next collective paired with rank 0's out of order: the run failed.
+    # Now rank 1 posts its error to the store and shuts its gloo connections; rank 0's collective raises at once
+    # and both read rank 1's error; the last gather goes through the store.
+    out = tmp_path / "out"
+    res = subprocess.run(
+        [*EFFBENCH, "run", *TINY, "--dataset", "synthetic", "--batch-size", "4", "--max-steps", "3", "--epochs", "1",
+         "--warmup-steps", "1", "--nproc", "2", "--pg-timeout-s", "60", "--profile-steps", "1", "--output", str(out)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "EFFBENCH_FAULT_PROFILE": "1:in-step"},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    (run,) = run_dirs(out)
+    r = json.loads((run / "results.json").read_text())
+    assert r["status"] == "ok" and r["throughput_img_s"] > 0 and r["world_size"] == 2
+    assert r["profile_error"] == "rank 1: RuntimeError: injected by EFFBENCH_FAULT_PROFILE=1:in-step"
+    assert "profile" not in r or not r["profile"].get("phases")
+    # the pass ended by the abort, not by the 60 s timeout (a tiny pass takes 1-5 s here)
+    assert r["wall_time_by_phase_s"]["profiling"] < 30
+
+
 # --- issue 33 section 4: launch environments that contradict or cannot connect -----------------------------
 def _job_env(**extra: str) -> dict[str, str]:
     """This process's environment without any scheduler's or launcher's variables, then `extra`."""

@@ -217,3 +217,21 @@ def test_a_lone_process_hands_nothing_and_waits_for_no_one(tmp_path):
     path, calls = tmp_path / "roofs.json", []
     _run(path, calls, IDLE, environ={"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"})
     assert calls == ["measured"] and json.loads(path.read_text())["handoff"] == {}
+
+
+def test_a_gpus_roofs_give_their_buffers_back_before_the_profiling_pass(monkeypatch):
+    # N7: the copy roof's two 1 GiB buffers stayed in torch's cache, reserved, through the profiling pass that
+    # followed, where NCCL, cuDNN's workspaces and the profiler's own buffers allocate outside that cache.
+    import torch
+
+    calls: list[str] = []
+    monkeypatch.setattr(roofs, "device_label", lambda device: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(roofs, "matmul_tflops", lambda device, p: (calls.append(f"matmul {p}"), (500.0, "mm"))[1])
+    monkeypatch.setattr(roofs, "copy_gb_s", lambda device: (calls.append("copy"), (3000.0, "copy"))[1])
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
+    got = roofs.measure_roofs(torch.device("cuda", 0), precisions=["bf16", "fp32"])
+    assert calls == ["matmul bf16", "matmul fp32", "copy", "empty_cache"]
+    assert got.memory_gb_s == 3000.0
+    calls.clear()
+    roofs.measure_roofs(torch.device("cpu"), precisions=["fp32"])  # the CPU has no device cache to empty
+    assert "empty_cache" not in calls
