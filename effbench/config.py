@@ -205,127 +205,133 @@ class RunConfig:
     is shown), and later paragraphs add detail for the options table of docs/cli.md only."""
 
     arch: str = "efficientnet-b0"
-    """efficientnet-b0..b7 (b0..b7), resnet18, torchvision:NAME (or bare: resnet50), timm:NAME; `effbench models`
-    lists them.
+    """The model to train: efficientnet-b0..b7, resnet18, torchvision:NAME or timm:NAME; `effbench models` lists
+    them.
 
-    efficientnet-b0..b7 come from efficientnet-pytorch; resnet18 is effbench's own, written after He et al.
-    (a CIFAR stem at 32 px)."""
+    b0..b7 is short for efficientnet-b0..b7. A bare torchvision name works too, as resnet50. efficientnet-b0..b7 come
+    from efficientnet-pytorch. resnet18 is effbench's own, written after He et al. with a CIFAR stem at 32 px."""
     dataset: str = _cli("cifar100", names=datasets_help)
-    """Dataset (effbench/datasets.py; `effbench datasets` says which are here):"""
+    """The dataset to train on:
+
+    effbench/datasets.py holds the catalog. `effbench datasets` says which are here."""
     data_dir: Path = _cli(Path("data"), env="EFFBENCH_DATA")
-    """Folder with the extracted datasets.
+    """Folder that holds the extracted datasets.
 
-    The folder that *holds* the dataset's folder (./data, not ./data/cifar-100-python: pointed at the latter,
-    the error says to use its parent); for imagefolder, the class-per-folder tree itself (train/ and val/
-    inside, or classes)."""
+    Give the folder that holds the dataset's folder: ./data, not ./data/cifar-100-python. Pointed at the latter, the
+    error says to use its parent. For imagefolder, give the class-per-folder tree itself, with train/ and val/ inside
+    or the classes."""
     download: bool = False
-    """Download a missing dataset (base URL from EFFBENCH_MIRROR when set).
+    """Download a missing dataset, from the base URL in EFFBENCH_MIRROR when set.
 
-    From its official URL, checksum verified."""
+    Without EFFBENCH_MIRROR it comes from its official URL. The checksum is verified."""
     val_fraction: float | None = _ranged(None, 0.0, 1.0, lo_open=True, hi_open=True)
     """Validate on a seeded fraction of the training set instead of the official test split. [default: the official
     test split]"""
     image_size: int | None = _ranged(None, 16, 8192)
-    """Input size in px. [default: the arch's native size; resnet18 32 on CIFAR and synthetic (CIFAR-shaped),
-    224 on synthetic-imagenet]
+    """Input size in px. [default: the arch's native size; resnet18 32 on CIFAR and synthetic, 224 on
+    synthetic-imagenet]
 
-    b0 224, b3 300, b5 456; torchvision and timm models: their weights' size (`effbench models`)."""
+    Native sizes: b0 224, b3 300, b5 456. torchvision and timm models take their weights' size, listed by `effbench
+    models`. synthetic is CIFAR-shaped."""
     loader: str = "auto"
-    """Input pipeline: fast (uint8 batches augmented on the device), torchvision (per-sample, as the seeds),
-    dali (NVIDIA DALI on image files; effbench[dali], docs/dali.md), synthetic (generated data's own), auto.
-    [default: auto = fast; synthetic on --dataset synthetic]
+    """The input pipeline: auto, fast, torchvision, dali or synthetic. [default: auto = fast; synthetic on --dataset
+    synthetic]
 
-    fast holds CIFAR whole on the device and decodes JPEGs small with decode_jpeg in the workers; torchvision
-    runs the seeds' per-sample PIL transforms in DataLoader workers; dali runs an NVIDIA DALI pipeline on
-    image files; synthetic is the only loader of generated data (fast or torchvision there has no effect:
-    warned, and config.json records synthetic)."""
+    fast augments uint8 batches on the device. It holds CIFAR whole on the device, and decodes JPEGs small with
+    decode_jpeg in the workers. torchvision runs the seeds' per-sample PIL transforms in DataLoader workers. dali
+    runs an NVIDIA DALI pipeline on image files; it needs effbench[dali], see docs/dali.md. synthetic is the only
+    loader of generated data. fast or torchvision on generated data has no effect: effbench warns, and config.json
+    records synthetic."""
     augment: str = "seed"
-    """Training recipe, the same in both loaders: seed (the seeds': CIFAR crop+pad+flip, files
-    resize+crop+flip+rotate 10), imagenet (random-resized crop+flip), none (resize + center crop);
-    docs/recipes.md.
+    """The training recipe, the same in both loaders: seed, imagenet or none.
 
-    The seed recipe crops CIFAR with a 4 px pad and flips at 32 px, then upscales (effbench/recipes.py);
-    docs/recipes.md says which dataset gets what and how to compare loaders fairly."""
+    seed is the seeds' recipe. On CIFAR it crops with a 4 px pad and flips at 32 px, then upscales. On image files it
+    resizes, crops, flips and rotates by up to 10 degrees either way. imagenet is a random-resized crop and a flip.
+    none resizes and crops the center. effbench/recipes.py holds the recipes. docs/recipes.md says which dataset gets
+    what and how to compare loaders fairly."""
     gpu_decode: bool = False
-    """Fast loader, food101/imagefolder: decode JPEGs on the GPU (nvjpeg).
+    """Decode JPEGs on the GPU with nvjpeg, in the fast loader on food101 or imagefolder.
 
-    Instead of in the loader's workers; an error without CUDA (docs/decoding.md)."""
+    This replaces decoding in the loader's workers. Without CUDA it is an error. See docs/decoding.md."""
     data_only: bool = False
-    """Iterate the loader and copy to the device, no model: images/s delivered.
+    """Measure the loader alone: iterate it and copy to the device, with no model.
 
-    Augmentation and the copy to the device included: throughput_img_s is then the images/s delivered, and
+    Augmentation and the copy to the device are included. throughput_img_s is then the images/s delivered, and
     results.json says data_only: true."""
     workers: int = _ranged(2, 0, 1024)
     """DataLoader worker processes.
 
-    0 loads in the training process; more than the CPU cores this process may use all start, said once on stderr
-    (they share the cores: the workers experiment measures that); results.json's data.workers is the number started."""
+    0 loads in the training process. More workers than the CPU cores this process may use all start, and stderr says
+    so once. They share the cores; the workers experiment measures that. results.json's data.workers is the number
+    started."""
     batch_size: int | None = _ranged(None, 1, 65536)
     """Images per device per step. [default: 64 EfficientNet, 128 resnet18]"""
     epochs: int = _ranged(5, 1, 100_000)
-    """Epochs (passes over the training split)."""
+    """Passes over the training split."""
     max_steps: int | None = _ranged(None, 1, STEPS_MAX)
     """Cap on training steps per epoch. [default: the whole split]"""
     max_val_steps: int | None = _ranged(None, 1, STEPS_MAX)
     """Cap on validation batches per epoch. [default: the whole validation split]"""
     warmup_steps: int | None = _ranged(None, 0, STEPS_MAX, text=True, metavar="auto|N")
-    """First steps excluded from throughput and reported apart: auto (ends when the step times settle, MSER-5) or
-    a count. [default: auto, at most half the steps]
+    """First steps excluded from throughput and reported apart: auto or a count N. [default: auto, at most half the
+    steps]
 
-    auto checks every 5 steps with MSER-5 (White, Cobb & Spratt 2000) and ends the warm-up at the first check
-    that finds the step times settled, or at half the run's steps; results.json's warmup_rule says which and why
-    (docs/methodology.md). A count N keeps exactly N."""
+    auto ends the warm-up when the step times settle. It checks every 5 steps with MSER-5, after White, Cobb & Spratt
+    2000. The warm-up ends at the first check that finds the times settled, or at half the run's steps.
+    results.json's warmup_rule says which and why; docs/methodology.md explains the rule. A count N keeps exactly N."""
     optimizer: str = "sgd"
-    """sgd, sgd-nesterov, adagrad, adadelta, adam, adamw.
+    """The optimizer: sgd, sgd-nesterov, adagrad, adadelta, adam or adamw.
 
     The learning rate is cosine-annealed per step."""
     lr: float | None = _ranged(None, 0.0, 1000.0, lo_open=True)
-    """Learning rate. [default: per optimizer: sgd 0.1, adagrad 0.01, adadelta 1.0, adam(w) 1e-3]
+    """Peak learning rate of the cosine schedule. [default: per optimizer: sgd 0.1, adagrad 0.01, adadelta 1.0, adam
+    and adamw 1e-3]
 
-    The peak of the cosine schedule (DEFAULT_LR holds the defaults)."""
+    sgd-nesterov starts at 0.1, as sgd. DEFAULT_LR in effbench/config.py holds the defaults."""
     momentum: float = _ranged(0.9, 0.0, 1.0, hi_open=True)
-    """SGD momentum (sgd and sgd-nesterov)."""
+    """SGD momentum, for sgd and sgd-nesterov."""
     weight_decay: float = _ranged(5e-4, 0.0, 10.0)
-    """Weight decay (L2; decoupled for adamw)."""
+    """Weight decay: L2, decoupled for adamw."""
     label_smoothing: float = _ranged(0.0, 0.0, 1.0, hi_open=True)
-    """Label smoothing of the training loss (0.1: MLPerf's and timm's ImageNet recipes).
+    """Label smoothing of the training loss.
 
-    The validation loss stays plain cross-entropy, comparable across values."""
+    0.1 is the value in MLPerf's and timm's ImageNet recipes. The validation loss stays plain cross-entropy,
+    comparable across values."""
     precision: str = "auto"
-    """auto, fp32, bf16, fp16. [default: auto = bf16 on capable CUDA, fp32 on CPU]
+    """Numeric precision: auto, fp32, bf16 or fp16. [default: auto = bf16 on capable CUDA, fp32 on CPU]
 
     auto is bf16 autocast on CUDA devices that support it."""
     channels_last: bool | None = None
-    """Use channels_last memory format. [default: on for CUDA, off on the CPU]
+    """Use the channels_last memory format. [default: on for CUDA, off on the CPU]
 
-    For the model and its inputs; config.json records the resolved value."""
+    It applies to the model and its inputs. config.json records the resolved value."""
     cudnn_benchmark: bool | None = None
-    """cudnn.benchmark autotuning (in the warm-up steps). [default: on for CUDA]"""
+    """Let cudnn.benchmark autotune the convolutions during the warm-up steps. [default: on for CUDA]"""
     pin_memory: bool | None = None
-    """Pinned loader batches, non_blocking copies. [default: on for CUDA]"""
+    """Pin loader batches in memory and copy them with non_blocking. [default: on for CUDA]"""
     optimizer_impl: str = "auto"
-    """fused, foreach, for-loop or auto. [default: auto = fused on CUDA where available, else foreach; for-loop on
-    CPU]
+    """Optimizer kernel: fused, foreach, for-loop or auto. [default: auto = fused on CUDA where available, else
+    foreach; for-loop on CPU]
 
-    Fused kernels on CUDA: sgd, sgd-nesterov, adam, adamw. for-loop was measured fastest on the CPU
-    (docs/PERFORMANCE.md)."""
+    Fused kernels exist on CUDA for sgd, sgd-nesterov, adam and adamw. for-loop was measured fastest on the CPU; see
+    docs/PERFORMANCE.md."""
     compile: bool = False
-    """torch.compile the model; compile time is reported apart (compile_time_s).
+    """Compile the model with torch.compile.
 
-    Compilation happens in the warm-up steps (at least 1)."""
+    Compilation happens in the warm-up steps, at least 1. Its time is reported apart, as compile_time_s."""
     device: str = "auto"
-    """auto, cpu or cuda.
+    """Device to run on: auto, cpu or cuda.
 
-    auto is cuda when a GPU is visible; cuda without one is an error."""
+    auto is cuda when a GPU is visible. cuda without one is an error."""
     seed: int = _ranged(0, 0, SEED_MAX)
-    """Random seed (weights init, data order, splits and augmentation)."""
+    """Random seed for weight init, data order, splits and augmentation."""
     freeze: str | None = None
-    """classifier, none or last:N. [default: classifier with pretrained weights, else none]
+    """What stays frozen: classifier, none or last:N. [default: classifier with pretrained weights, else none]
 
-    classifier trains only the new head (the base runs without autograd, BN stats fixed); none fine-tunes all;
-    last:N trains the last N blocks."""
+    classifier trains only the new head. The base runs without autograd, and its BN stats stay fixed. none fine-tunes
+    every layer. last:N trains the last N blocks."""
     weights: str | None = None
-    """imagenet, none or a local file. [default: imagenet for EfficientNet, none for resnet18]
+    """Starting weights: imagenet, none or a local file. [default: imagenet for EfficientNet, none for resnet18]
 
     A local file is loaded with weights_only=True."""
     batch_norm: bool = True
@@ -333,13 +339,21 @@ class RunConfig:
 
     --no-batch-norm is the seed lab's C7; EfficientNet needs its BatchNorm."""
     gpus: int | None = _ranged(None, 1, 1024)
-    """GPUs, one process each (torchrun + DDP when > 1). [default: all visible]"""
+    """GPUs to use, one process each. [default: all visible]
+
+    More than 1 runs under torchrun with DDP."""
     nproc: int | None = _ranged(None, 1, 1024)
-    """CPU processes (torchrun + gloo) with --device cpu. [default: 1]"""
+    """CPU processes to use with --device cpu. [default: 1]
+
+    They run under torchrun with gloo."""
     strategy: str = "ddp"
-    """ddp (one process per device) or dp (DataParallel, as the seeds ran)."""
+    """How to use several GPUs: ddp or dp.
+
+    ddp runs one process per device. dp is DataParallel, as the seeds ran."""
     scaling: str = "weak"
-    """weak (--batch-size per device) or strong (--batch-size global, split)."""
+    """How --batch-size meets several devices: weak or strong.
+
+    weak: --batch-size is per device. strong: --batch-size is global, split across the devices."""
     nnodes: int = _ranged(1, 1, 100_000)
     """Nodes in a multi-node run. [default: 1; SLURM_NNODES under srun]"""
     node_rank: int | None = _ranged(None, 0, 99_999)
@@ -350,50 +364,63 @@ class RunConfig:
     rdzv_id: str | None = None
     """Rendezvous id shared by the nodes. [default: SLURM_JOB_ID under srun]"""
     pg_timeout_s: float = _ranged(300.0, 0.0, PG_TIMEOUT_MAX_S, lo_open=True)
-    """Process-group timeout in seconds (a dead peer ends the job within it)."""
+    """Process-group timeout in seconds.
+
+    A dead peer ends the job within it."""
     output: Path = _cli(Path("results"), env="EFFBENCH_OUTPUT")
     """Parent folder of run folders."""
     profile: bool = True
-    """Profiling pass (torch.profiler) after the timed training."""
+    """Run a torch.profiler pass after the timed training."""
     profile_steps: int = _ranged(3, 1, 1000)
-    """Active steps in the profiling pass (after 1 wait and 1 warm-up step)."""
+    """Active steps in the profiling pass.
+
+    They follow 1 wait step and 1 warm-up step."""
     sample_interval_s: float = _ranged(0.5, 0.05, 3600.0)
-    """Utilisation sampling interval in seconds (GPU via NVML, host via psutil)."""
+    """Seconds between utilisation samples.
+
+    GPUs are sampled via NVML, the host via psutil."""
     log_interval: int = _ranged(10, 1, STEPS_MAX)
-    """Steps between progress lines (and device-to-host metric reads: the pipelined timing's one wait)."""
+    """Steps between progress lines.
+
+    Each line reads the metrics from the device. Under pipelined timing that read is the one wait."""
     omp_wait_policy: str = "auto"
-    """OpenMP's wait policy for CPU runs: auto sets OMP_WAIT_POLICY=PASSIVE when the host is busier than its
-    cores at start and the variable is unset; passive or active set it. [default: auto]
+    """OpenMP's wait policy for CPU runs: auto, passive or active. [default: auto]
 
-    PASSIVE makes waiting threads sleep instead of spinning: on a loaded 2-core VM a CPU run went 10x faster,
-    on an idle one somewhat slower (docs/troubleshooting.md#shared-cpu). The policy is read once, when torch
-    loads, so effbench sets it before; env.json records the value the run had."""
+    auto sets OMP_WAIT_POLICY=PASSIVE when the host is busier than its cores at start and the variable is unset.
+    passive or active set it. PASSIVE makes waiting threads sleep instead of spinning. On a loaded 2-core VM a CPU
+    run went 10x faster with it, on an idle one somewhat slower; see docs/troubleshooting.md#shared-cpu. torch reads
+    the policy once, when it loads, so effbench sets it before. env.json records the value the run had."""
     timing: str = "pipelined"
-    """How steps are timed: pipelined (one wait per --log-interval steps, spans read from CUDA events) or
-    per-step (two waits a step: exact per-step attribution, slower on a GPU).
+    """How steps are timed: pipelined or per-step.
 
-    The same figures on the CPU. On a GPU, per-step drains the device twice a step (5-9% of efficientnet-b0's
-    throughput on an H200); docs/methodology.md says what each span holds under each. `compare` refuses to
-    call runs of different timing like for like."""
+    pipelined waits once per --log-interval steps and reads the spans from CUDA events. per-step waits twice a step:
+    it attributes each step exactly, and is slower on a GPU. On the CPU both give the same figures. On a GPU,
+    per-step drains the device twice a step, which costs 5-9% of efficientnet-b0's throughput on an H200.
+    docs/methodology.md says what each span holds under each. `compare` refuses to call runs of different timing like
+    for like."""
     repeats: int | None = _ranged(None, 1, 1000)
-    """Throughput windows: measured steps split into K for a median and 95% CI. [default: min(5, measured steps)]
+    """Throughput windows: the measured steps split into K for a median and a 95% CI. [default: min(5, measured
+    steps)]
 
-    K contiguous windows, as equal as the count allows (the first n mod K one step longer: 7 steps in 5
-    windows are 2, 2, 1, 1, 1): the median and the 95% CI of the mean in results.json (throughput_windows, the
-    steps of each in window_steps; effbench/analysis/windows.py)."""
+    The K windows are contiguous and as equal as the count allows. The first n mod K are one step longer: 7 steps in
+    5 windows are 2, 2, 1, 1, 1. results.json holds the median and the 95% CI of the mean. throughput_windows holds
+    each window, window_steps its steps. effbench/analysis/windows.py computes them."""
     smoke: bool = False
-    """The offline 2-core smoke preset was applied (the CLI's --smoke, declared by the commands)."""
+    """Whether the offline 2-core smoke preset was applied.
+
+    This is the CLI's --smoke, which the commands declare themselves."""
     target_top1: float | None = _ranged(None, 0.0, 1.0, lo_open=True, metavar="F")
-    """Time-to-accuracy: record the training time and epochs to the first val top-1 >= F
-    (docs/time-to-accuracy.md)."""
+    """Time-to-accuracy: record the training time and epochs to the first val top-1 >= F.
+
+    See docs/time-to-accuracy.md."""
     stop_at_target: bool = False
     """End the run at the epoch that reaches --target-top1."""
     until: str | None = None
-    """Measure until the throughput's 95% interval is within X of its mean: ci:X% (ci:1%); the run's steps are
-    the cap.
+    """Measure until the throughput's 95% interval is within X of its mean, capped at the run's steps: ci:X%, as
+    ci:1%.
 
-    Checked at each --log-interval window once 10 windows are measured (analysis/steady_state.py); results.json's
-    `until` records the interval reached, the steps it took and whether the cap ended it."""
+    It is checked at each --log-interval window once 10 windows are measured; see analysis/steady_state.py.
+    results.json's `until` records the interval reached, the steps it took and whether the cap ended it."""
 
     # --- derived helpers (not options) -------------------------------------------------------
     @property

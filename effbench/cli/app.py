@@ -56,7 +56,7 @@ def _root(
         bool,
         typer.Option(
             "--version",
-            help="effbench, image revision and lock, torch and CUDA versions; then exit.",
+            help="Print the versions of effbench, the image revision and lock, torch and CUDA, then exit.",
             is_eager=True,
             callback=_print_version,
         ),
@@ -82,12 +82,16 @@ def run(
     smoke: Annotated[
         bool,
         _opt(
-            "Preset: synthetic data, random weights, b0 at 32 px, one short epoch on the CPU; other options still override."
+            "Run a small preset: synthetic data, random weights, b0 at 32 px, one short epoch on the CPU. Other "
+            "options still override it."
         ),
     ] = False,
     quiet: Annotated[
         bool,
-        _opt("Print only the headline (status, throughput, verdict) and the path to report.txt: at most 5 lines."),
+        _opt(
+            "Print only the headline and the path to report.txt, at most 5 lines. The headline is the status, the "
+            "throughput and the verdict."
+        ),
     ] = False,
     track: TrackUri = None,
     track_experiment: TrackExperiment = DEFAULT_EXPERIMENT,

@@ -28,14 +28,14 @@ def export(
         ),
     ],
     format_: Annotated[
-        str, typer.Option("--format", help="csv or jsonl (one JSON object per line).", show_default=True)
+        str, typer.Option("--format", help="Output format: csv, or jsonl with one JSON object per line.", show_default=True)
     ] = "csv",
     output: Annotated[
         str | None,
         typer.Option(
             "--output",
             "-o",
-            help="File to write (a device or FIFO is written through; - is stdout). [default: stdout]",
+            help="File to write; - is stdout. A device or FIFO is written through. [default: stdout]",
             show_default=False,
         ),
     ] = None,

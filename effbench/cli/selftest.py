@@ -22,7 +22,7 @@ from effbench.cli.common import say
 
 
 def selftest(
-    device: Annotated[str, _opt("auto, cpu or cuda. [default: auto = cuda when visible]")] = "auto",
+    device: Annotated[str, _opt("Device to check: auto, cpu or cuda. [default: auto = cuda when visible]")] = "auto",
     output: Annotated[
         str | None,  # text as typed: Path("") would be "." (SelftestConfig refuses an empty one)
         _opt(
@@ -30,7 +30,7 @@ def selftest(
         ),
     ] = None,
     pairs: Annotated[
-        int, _opt("Steps a side of the harness / bare-loop check, interleaved one by one (>= 120). [default: 600]")
+        int, _opt("Steps on each side of the harness and bare-loop check, interleaved one by one; at least 120. [default: 600]")
     ] = 600,
     only: Annotated[
         str | None,

@@ -58,22 +58,22 @@ def sweep(
         _opt(f"A seed experiment: {presets_help()}. Explicit options override it."),
     ] = None,
     zip_: Annotated[
-        bool, _opt("Pair the lists element-wise (i-th values together) instead of every combination.", "--zip")
+        bool, _opt("Pair the lists element-wise instead of every combination: the i-th values go together.", "--zip")
     ] = False,
     output: Annotated[
         str | None,
         _opt("Parent folder of the sweep folder. [default: ./results; env EFFBENCH_OUTPUT]", envvar="EFFBENCH_OUTPUT"),
     ] = None,
     name: Annotated[
-        str | None, _opt("Sweep folder name; the same name resumes. [default: sweep-<preset or swept options>]")
+        str | None, _opt("Sweep folder name. The same name resumes the sweep. [default: sweep-<preset or swept options>]")
     ] = None,
     fail_fast: Annotated[
-        bool, _opt("Stop at the first failed cell (OOM cells are data and never stop the sweep).", "--fail-fast")
+        bool, _opt("Stop at the first failed cell. An OOM cell is data and never stops the sweep.", "--fail-fast")
     ] = False,
     smoke: Annotated[
-        bool, _opt("Start every cell from the --smoke preset (CPU, synthetic, tiny); other options override.")
+        bool, _opt("Start every cell from the --smoke preset: CPU, synthetic data, tiny. Other options override it.")
     ] = False,
-    quiet: Annotated[bool, _opt("No per-step progress; one line per cell and the summary are still printed.")] = False,
+    quiet: Annotated[bool, _opt("Print no per-step progress. One line per cell and the summary still print.")] = False,
     track: TrackUri = None,
     track_experiment: TrackExperiment = DEFAULT_EXPERIMENT,
     track_traces: TrackTraces = False,
@@ -144,8 +144,9 @@ def report(
     folder: Annotated[
         Path | None,
         typer.Argument(
-            help="A run folder (results.json), a sweep folder (sweep.json), or a folder of runs from several machines "
-            "or sweeps (a leaderboard); latest: the run or sweep in ./results (or EFFBENCH_OUTPUT) that finished last.",
+            help="The folder to report on: a run folder, a sweep folder, or a folder of runs from several machines or "
+            "sweeps. A run folder holds results.json, a sweep folder sweep.json; a folder of runs gets a leaderboard. "
+            "latest is the run or sweep in ./results or EFFBENCH_OUTPUT that finished last.",
             show_default=False,
         ),
     ] = None,
@@ -155,15 +156,16 @@ def report(
             "--output",
             "-o",
             show_default=False,
-            help="Write the reports into this folder instead of FOLDER (FOLDER may be read-only). [default: FOLDER; "
+            help="Write the reports into this folder instead of FOLDER, which may be read-only. [default: FOLDER; "
             "with --from-tracking ./results/tracking-<experiment>, env EFFBENCH_OUTPUT for ./results]",
         ),
     ] = None,
     from_tracking: Annotated[
         str | None,
         _opt(
-            "Instead of FOLDER: the runs logged to this MLflow tracking URI (--track), as a leaderboard per "
-            "configuration; their results.json files are read into OUTPUT/runs/, where `effbench compare` reads them.",
+            "Report on the runs logged to this MLflow tracking URI instead of FOLDER, as a leaderboard per "
+            "configuration. --track logs them there. Their results.json files are read into OUTPUT/runs/, where "
+            "`effbench compare` reads them.",
             "--from-tracking",
             metavar="URI",
         ),
@@ -172,9 +174,9 @@ def report(
         str, _opt(f"The MLflow experiment --from-tracking reads. [default: {DEFAULT_EXPERIMENT}]", metavar="NAME")
     ] = DEFAULT_EXPERIMENT,
 ) -> None:
-    """Re-render every table, plot and report.html of a run or sweep folder from its saved JSON (no torch);
-    for a folder of runs from several machines or sweeps, or the runs of an MLflow experiment
-    (--from-tracking), write a leaderboard per configuration."""
+    """Re-render the tables, plots and report.html of a run or sweep folder from its saved JSON, without torch.
+    For a folder of runs from several machines or sweeps, or an MLflow experiment's runs with --from-tracking,
+    write a leaderboard per configuration."""
     from effbench.config import check_path
     from effbench.report import render
 
@@ -230,21 +232,24 @@ def compare(
     a: Annotated[
         Path,
         typer.Argument(
-            help="Run or sweep folder A (the baseline), or a run's results.json; a unique start of a folder name in "
-            "./results (or EFFBENCH_OUTPUT), or latest: the one that finished last, of the other argument's kind.",
+            help="The baseline A: a run or sweep folder, or a run's results.json. A unique start of a folder name in "
+            "./results or EFFBENCH_OUTPUT works too. latest is the one that finished last, of the other argument's "
+            "kind.",
             show_default=False,
         ),
     ],
     b: Annotated[
         Path,
         typer.Argument(
-            help="Run or sweep folder B, or a run's results.json; a name's start, or latest.", show_default=False
+            help="The run compared with A: a run or sweep folder, or a run's results.json. A name's start or latest "
+            "work as for A.",
+            show_default=False,
         ),
     ],
     fail_if_slower: Annotated[
         float | None,
         _opt(
-            "Exit 1 when B's throughput is below A's by more than PCT percent and outside noise (95% CI). "
+            "Exit 1 when B's throughput is below A's by more than PCT percent and outside the noise of the 95% CI. "
             f"[range: {GATE_RANGE.text()}]",
             metavar="PCT",
         ),
@@ -257,8 +262,8 @@ def compare(
         ),
     ] = None,
 ) -> None:
-    """Per-metric deltas of B against A with 95% confidence intervals; says when a difference is within noise.
-    With a --fail-if-* gate it is a CI check: exit 1 on a regression beyond the threshold and noise, else 0."""
+    """Show each metric's delta of B against A with its 95% confidence interval, and say when it is within noise.
+    With a --fail-if-* gate it is a CI check: exit 1 on a regression beyond the threshold and the noise, else 0."""
     from effbench.analysis import compare as cmp
     from effbench import liveness
     from effbench.analysis import roofline

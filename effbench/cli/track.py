@@ -27,8 +27,8 @@ ENV = "EFFBENCH_TRACK"
 TrackUri = Annotated[
     str | None,
     opt(
-        "Log the run to this MLflow tracking URI once its folder is final: a server (http://HOST:5000) or a "
-        "database (sqlite:///PATH.db); the run folder is written either way. Needs pip install "
+        "Log the run to this MLflow tracking URI once its folder is final: a server as http://HOST:5000 or a "
+        "database as sqlite:///PATH.db. The run folder is written either way. Needs pip install "
         "'effbench[tracking]'.",
         "--track",
         metavar="URI",
@@ -40,7 +40,7 @@ TrackExperiment = Annotated[
     opt(f"The MLflow experiment the runs go in. [default: {DEFAULT_EXPERIMENT}]", "--track-experiment", metavar="NAME"),
 ]
 TrackTraces = Annotated[
-    bool, opt("Log the profiler traces too (trace_rank*.json.gz, megabytes each). [default: off]", "--track-traces")
+    bool, opt("Log the profiler traces too: trace_rank*.json.gz, megabytes each. [default: off]", "--track-traces")
 ]
 
 
@@ -94,7 +94,7 @@ def track(
     paths: Annotated[
         list[Path],
         typer.Argument(
-            help="Run, sweep or results folders (what `effbench export` reads); latest: the one that finished last.",
+            help="Run, sweep or results folders, as `effbench export` reads them. latest is the one that finished last.",
             show_default=False,
         ),
     ],
@@ -105,8 +105,8 @@ def track(
     experiment: TrackExperiment = DEFAULT_EXPERIMENT,
     traces: TrackTraces = False,
 ) -> None:
-    """Log finished run and sweep folders to an MLflow tracking server afterwards (say from a login node when the
-    compute nodes have no network); idempotent: a run already there complete is not logged again."""
+    """Log finished run and sweep folders to an MLflow tracking server afterwards. Use it from a login node when
+    the compute nodes have no network. A run already there complete is not logged again."""
     if not uri:
         raise EffbenchError("--track", f"give the tracking URI, e.g. --track http://127.0.0.1:5000 (or set {ENV})")
     t = tracking(uri, experiment, traces)
