@@ -86,6 +86,7 @@ MARKS: dict[str, str] = {
 MARKED_BLOCKS: dict[str, int] = {
     "README.md": 4,
     "docs/PERFORMANCE.md": 1,
+    "docs/performance-history.md": 1,
     "docs/containers.md": 10,
     "docs/dali.md": 1,
     "docs/distributed.md": 1,
@@ -227,7 +228,7 @@ RUN: dict[str, Spec] = {
     "effbench doctor": Spec(shows=(r"^GPUs visible\s+0$", *DOCTOR_ROWS, DOCTOR_VERDICT)),
     "effbench models": Spec(shows=(r"^efficientnet-b0\s+effbench", r"^89 architectures")),
     "effbench datasets": Spec(shows=(r"^datasets under --data-dir data ", r"^cifar100 \(cifar\)\s+missing")),
-    # docs/PERFORMANCE.md: the benchmarks as measured on this 2-core machine
+    # docs/PERFORMANCE.md and docs/performance-history.md: the benchmarks as measured on this 2-core machine
     ".venv/bin/python benchmarks/harness_overhead.py --rounds 7": Spec(slow=True, timeout=1800),
     ".venv/bin/python benchmarks/cifar_loader.py": Spec(slow=True, timeout=1800),
     ".venv/bin/python benchmarks/food_loader.py": Spec(slow=True, timeout=1800),
