@@ -28,7 +28,8 @@ def export(
         ),
     ],
     format_: Annotated[
-        str, typer.Option("--format", help="Output format: csv, or jsonl with one JSON object per line.", show_default=True)
+        str,
+        typer.Option("--format", help="Output format: csv, or jsonl with one JSON object per line.", show_default=True),
     ] = "csv",
     output: Annotated[
         str | None,

@@ -43,7 +43,10 @@ def models_table(rows: list[dict[str, Any]]) -> str:
 
 def models(
     source: Annotated[
-        str, typer.Option(help="Catalogs to list: all, effbench, torchvision or timm. all includes timm's only when installed.")
+        str,
+        typer.Option(
+            help="Catalogs to list: all, effbench, torchvision or timm. all includes timm's only when installed."
+        ),
     ] = "effbench,torchvision",
     as_json: Annotated[bool, typer.Option("--json", help="One JSON list on stdout, for scripts.")] = False,
 ) -> None:

@@ -30,7 +30,11 @@ def selftest(
         ),
     ] = None,
     pairs: Annotated[
-        int, _opt("Steps on each side of the harness and bare-loop check, interleaved one by one; at least 120. [default: 600]")
+        int,
+        _opt(
+            "Steps on each side of the harness and bare-loop check, interleaved one by one; at least 120. "
+            "[default: 600]"
+        ),
     ] = 600,
     only: Annotated[
         str | None,

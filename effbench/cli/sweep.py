@@ -65,7 +65,8 @@ def sweep(
         _opt("Parent folder of the sweep folder. [default: ./results; env EFFBENCH_OUTPUT]", envvar="EFFBENCH_OUTPUT"),
     ] = None,
     name: Annotated[
-        str | None, _opt("Sweep folder name. The same name resumes the sweep. [default: sweep-<preset or swept options>]")
+        str | None,
+        _opt("Sweep folder name. The same name resumes the sweep. [default: sweep-<preset or swept options>]"),
     ] = None,
     fail_fast: Annotated[
         bool, _opt("Stop at the first failed cell. An OOM cell is data and never stops the sweep.", "--fail-fast")

@@ -94,7 +94,8 @@ def track(
     paths: Annotated[
         list[Path],
         typer.Argument(
-            help="Run, sweep or results folders, as `effbench export` reads them. latest is the one that finished last.",
+            help="Run, sweep or results folders, as `effbench export` reads them. latest is the one that finished "
+            "last.",
             show_default=False,
         ),
     ],
