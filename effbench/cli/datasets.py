@@ -88,7 +88,7 @@ def status_table(rows: list[DatasetStatus]) -> str:
 def datasets(
     data_dir: Annotated[
         str | None,
-        _opt("Folder with the extracted datasets. [default: ./data; env EFFBENCH_DATA]", envvar="EFFBENCH_DATA"),
+        _opt("Folder that holds the extracted datasets. [default: ./data; env EFFBENCH_DATA]", envvar="EFFBENCH_DATA"),
     ] = None,
 ) -> None:
     """The dataset catalog: names, where each goes on disk, whether it is under --data-dir, how to get it."""
