@@ -31,7 +31,7 @@ def one_host_thread(device: torch.device) -> Iterator[None]:
     fork/join costs more than it saves, and a parallel region stalls whenever a core is busy
     elsewhere (loader workers, other jobs). Measured on 2 cores with one other busy process:
     crop+flip+normalize of 256 images ran at 5-11k img/s on 2 threads, 120-200k on 1
-    (docs/PERFORMANCE.md). Setting the count costs ~0.2 us. A no-op on CUDA.
+    (docs/performance-history.md). Setting the count costs ~0.2 us. A no-op on CUDA.
     """
     if device.type != "cpu":
         yield
@@ -202,7 +202,7 @@ def random_resized_crop_flip_uint8(images: torch.Tensor, size: int, generator: t
     resizes the torchvision loader's crops.
 
     For the CPU: one Python step per image, but on a 2-core CPU a batch of 32 at 256 -> 224 px took
-    13.7 ms this way against 44 ms for float conversion + grid_sample (docs/PERFORMANCE.md). On
+    13.7 ms this way against 44 ms for float conversion + grid_sample (docs/performance-history.md). On
     CUDA, grid_sample's single kernel is the better choice.
     """
     n, c, side_h, side_w = images.shape
@@ -241,7 +241,7 @@ def crop_flip_rotate(
 
     The index arithmetic stays in float32 (every offset is an integer below 2**24, so exact) and in place,
     with one conversion to int64 for the gather: on the CPU, 32 images at 256 -> 224 px took 72 ms of CPU
-    in int64 and 19 ms so (the same pixels; issue 37, docs/PERFORMANCE.md).
+    in int64 and 19 ms so (the same pixels; issue 37, docs/performance-history.md).
     """
     n, c, height, width = images.shape
     dev = images.device

@@ -5,7 +5,7 @@ torch's own path (default_collate in a worker) makes a fresh shared-memory segme
 worker creates it and faults in its zeroed pages, the descriptor travels over a socket, the training process
 maps it and faults the pages in again, and both unmap it. For batches of 32 squares of 256 px that cost 0.31
 ms of worker CPU and 0.095 ms of the training process's per image on a 2-core VM; writing into a ring cost
-0.04 and 0.01 (issue 37, docs/PERFORMANCE.md). On the CPU, where the workers and the training share the cores,
+0.04 and 0.01 (issue 37, docs/performance-history.md). On the CPU, where the workers and the training share the cores,
 that is 10% of the fast loader's throughput.
 
 Why a slot is never written while it is read. The DataLoader takes batch k from its batch sampler only when
