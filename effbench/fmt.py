@@ -95,6 +95,20 @@ def _widest(text: str) -> int:
     return max((len(line) for line in text.splitlines()), default=0)
 
 
+def wrap_cell(text: str, width: int | None) -> str:
+    """A table cell with each of its lines wrapped at `width` (at spaces, never at a hyphen: "[-2.5, +0.9]" stays
+    whole; a word longer than `width` is broken); None: as it is. The one wrap of a table's cells: tabulate's own
+    (maxcolwidths, 0.9 and 0.10) passes every cell of a limited column through its number parser whatever
+    disable_numparse says, and float("5,798.9") raises."""
+    import textwrap
+
+    if width is None:
+        return str(text)
+    return "\n".join(
+        part for line in str(text).splitlines() for part in textwrap.wrap(line, width, break_on_hyphens=False) or [""]
+    )
+
+
 def fit_table(
     headers: Sequence[str],
     body: Sequence[Sequence[str]],
@@ -105,7 +119,7 @@ def fit_table(
     tablefmt: str = "simple",
 ) -> tuple[str, list[str]]:
     """A tabulate table of text cells no wider than `width` (None: as wide as it is): the columns named in `drop`
-    are left out, in that order, while it is too wide; then the widest columns wrap, none below MIN_WRAP.
+    are left out, in that order, while it is too wide; then the widest columns wrap (wrap_cell), none below MIN_WRAP.
     Returns the table and the headers left out (say where they are). Pure."""
     from tabulate import tabulate
 
@@ -114,14 +128,11 @@ def fit_table(
     left_out: list[str] = []
 
     def render() -> str:
-        cols = [limits[i] for i in keep]
         return tabulate(
-            [[row[i] for i in keep] for row in body],
-            headers=[headers[i] for i in keep],
+            [[wrap_cell(row[i], limits[i]) for i in keep] for row in body],
+            headers=[wrap_cell(headers[i], limits[i]) for i in keep],
             tablefmt=tablefmt,
             disable_numparse=True,
-            maxcolwidths=cols,
-            maxheadercolwidths=cols,
         )
 
     text = render()

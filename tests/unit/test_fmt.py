@@ -64,3 +64,26 @@ def test_fit_table_leaves_out_the_named_columns_first_then_wraps():
         and said.splitlines()[2].startswith("  ")
         and said.splitlines()[1].startswith("- a")
     )
+
+
+def test_fit_table_wraps_a_column_of_numbers_with_thousands_separators():
+    # tabulate 0.9/0.10's maxcolwidths casts every cell of a limited column through its own number parser, whatever
+    # disable_numparse says: "5,798.9" became float("5,798.9") and raised ValueError (a sweep's img/s column without
+    # an interval beside one with, once the terminal was too narrow for it)
+    from effbench.fmt import fit_table
+
+    headers = ["cell", "img/s", "what ran"]
+    figures = ["5,798.9", "12,345.6", "974.0 [970.1, 978.3]"]
+    ran = ["workers=4 " * 6, "workers=8 " * 6, "-"]
+    body = [[f"00{i}", figures[i], ran[i]] for i in range(3)]
+    for width in (40, 28):  # 28: the img/s column too is wrapped, to 8
+        text, left = fit_table(headers, body, width)
+        lines = text.splitlines()
+        assert max(map(len, lines)) <= width, text
+        assert left == []
+        start, end = lines[0].index("img/s"), lines[0].index("what ran")  # the figures start their column
+        firsts = [line[start:end].split() for line in lines if line.startswith("00")]
+        assert [f[0] for f in firsts] == ["5,798.9", "12,345.6", "974.0"]
+        assert (len(firsts[2]) == 1) == (width == 28)  # at 28 the interval is wrapped under its figure
+        assert " ".join(" ".join(line[start:end].split()) for line in lines[2:]).split() == " ".join(figures).split()
+        assert "".join(line[end:] for line in lines[2:]).replace(" ", "") == "".join(ran).replace(" ", "")
