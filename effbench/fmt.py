@@ -91,7 +91,8 @@ def terminal_width() -> int | None:
     return shutil.get_terminal_size().columns
 
 
-def _widest(text: str) -> int:
+def widest(text: str) -> int:
+    """The longest line of `text`, in characters: what a width is checked against."""
     return max((len(line) for line in text.splitlines()), default=0)
 
 
@@ -139,7 +140,7 @@ def fit_table(
     if width is None:
         return text, left_out
     for name in drop:
-        if _widest(text) <= width:
+        if widest(text) <= width:
             break
         if name in headers and headers.index(name) in keep:
             keep.remove(headers.index(name))
@@ -152,14 +153,35 @@ def fit_table(
         limit = limits[i]
         return natural if limit is None else min(natural, limit)
 
-    while _widest(text) > width:
+    while widest(text) > width:
         wrappable = [i for i in keep if shown(i) > MIN_WRAP]
         if not wrappable:
             break
         i = max(wrappable, key=shown)
-        limits[i] = max(MIN_WRAP, shown(i) - (_widest(text) - width))
+        limits[i] = max(MIN_WRAP, shown(i) - (widest(text) - width))
         text = render()
     return text, left_out
+
+
+def fit_report_table(
+    headers: Sequence[str],
+    body: Sequence[Sequence[str]],
+    width: int,
+    *,
+    left: list[str] | None = None,
+    drop: Sequence[str] = (),
+    keep: int = 1,
+) -> str:
+    """A report's text table within `width`, its cells through `printable`: given `left` (a terminal's copy), the
+    columns named in `drop` left out first and the widest wrapped (fit_table), the headers left out added to `left`;
+    without, or when that still does not fit, every column kept and the table split into parts that each repeat its
+    first `keep` columns (grid, fit_columns). Pure but for `left`."""
+    if left is not None:
+        text, dropped = fit_table(headers, [[printable(c) for c in row] for row in body], width, drop=drop)
+        if widest(text) <= width:
+            left.extend(d for d in dropped if d not in left)
+            return text
+    return grid(body, headers, width=width, keep=keep)
 
 
 def key_values(rows: Sequence[Sequence[str]], headers: Sequence[str], width: int) -> str:
@@ -294,18 +316,20 @@ def grid(
     *,
     numparse: bool = False,
     width: int | None = None,
+    keep: int = 1,
 ) -> str:
     """A report table: tabulate's `simple` for text, `github` for markdown (`fmt="md"`), every cell and header
     through `md` or `printable` (so a column is as wide as what is shown, and `cat report.txt` is as safe as
     the terminal's own output). The one way report.txt/.md, sweep.txt/.md, leaderboard.txt/.md and the
-    scaling tables make theirs. Text with a `width`: fitted to it, every column kept (fit_columns)."""
+    scaling tables make theirs. Text with a `width`: fitted to it, every column kept, each part of a split table
+    repeating the first `keep` columns (fit_columns)."""
     from tabulate import tabulate
 
     shown = md if fmt == "md" else printable
     rows = [[c if c is None else shown(c) for c in row] for row in rows]
     headers = [shown(h) for h in headers]
     if fmt != "md" and width is not None:  # every column kept, headers wrapped, split when still too wide
-        return fit_columns(headers, [["-" if c is None else c for c in row] for row in rows], width)
+        return fit_columns(headers, [["-" if c is None else c for c in row] for row in rows], width, keep=keep)
     return tabulate(
         rows, headers=list(headers), tablefmt="github" if fmt == "md" else "simple", disable_numparse=not numparse
     )

@@ -13,7 +13,7 @@ from typing import Any
 
 from effbench import schema
 from effbench.analysis import epoch_time
-from effbench.fmt import fit_table, fmt_value, grid
+from effbench.fmt import fit_report_table, fmt_value, grid
 
 HEADERS = (
     "devices",
@@ -128,14 +128,13 @@ def render(
     width: int | None = None,
     left: list[str] | None = None,
 ) -> str:
-    """The scaling table and its notes. `width` (text only): fitted to that many columns (fmt.fit_table), the
-    columns it leaves out added to `left`."""
+    """The scaling table and its notes. `width` (text only): within that many columns (fmt.fit_report_table): given
+    `left`, the columns in TERMINAL_DROP left out first and added to `left`; without, every column kept, the table
+    split into parts that each start with the devices."""
     if fmt == "md" or width is None:
         table = grid(table_rows(rows), HEADERS, fmt)
     else:
-        table, dropped = fit_table(HEADERS, table_rows(rows), width, drop=TERMINAL_DROP)
-        if left is not None:
-            left.extend(d for d in dropped if d not in left)
+        table = fit_report_table(HEADERS, table_rows(rows), width, left=left, drop=TERMINAL_DROP)
     note = f"{scaling} scaling: " + (
         "batch per device fixed, so the global batch grows with the devices."
         if scaling == "weak"

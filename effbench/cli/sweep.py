@@ -120,10 +120,9 @@ def sweep(
     outcome = sweeper.run_sweep(spec, command=invocation(ctx), echo=say, progress=not quiet)
     summary = outcome.folder / "sweep.txt"
     if summary.is_file():  # written: the report could be made
-        from effbench.fmt import terminal_width
         from effbench.report import render
 
-        say(render.sweep_terminal_text(outcome.folder, terminal_width()))
+        say(render.sweep_terminal_text(outcome.folder, report_width()))
     say(f"sweep folder: {outcome.folder} (report.html, sweep.md, plots/)")
     if outcome.report_error:
         say(

@@ -31,7 +31,7 @@ from effbench.report import roofline_tables
 from effbench.report import sweep_tables as sweep_report
 from effbench.analysis import epoch_time, scaling, windows
 from effbench.errors import EffbenchError
-from effbench.fmt import interval, printable
+from effbench.fmt import REPORT_WIDTH, interval, printable
 from effbench.sweep.spec import dim_option, show, varied
 
 if TYPE_CHECKING:
@@ -495,11 +495,13 @@ def sweep_html(
     )
 
 
-def sweep_terminal_text(folder: Path, width: int | None) -> str:
-    """The sweep report as `effbench sweep` prints it: sweep.txt's text fitted to a terminal `width` columns wide
-    (fewer columns, wrapped lines; sweep.txt and sweep.md keep every column); None: sweep.txt's text."""
+def sweep_terminal_text(folder: Path, width: int) -> str:
+    """The sweep report as `effbench sweep` prints it: sweep.txt's text within `width` columns (fmt.report_width),
+    its least needed columns left out first and named (sweep.txt, sweep.md and report.html keep every column)."""
     m, rows = load_sweep(folder)
-    return sweep_report.render(rows, _dims(m), title=f"effbench sweep {m.name}", fmt="text", width=width)
+    return sweep_report.render(
+        rows, _dims(m), title=f"effbench sweep {m.name}", fmt="text", width=width, leave_out=True
+    )
 
 
 def top1_caption(series: Any, target: float | None) -> str:
@@ -528,7 +530,7 @@ def write_sweep_reports(folder: Path, *, cells: bool = False, dest: Path | None 
     dest.mkdir(parents=True, exist_ok=True)
     txt, md, summary, html_file = (outputs.file(dest, n) for n in (SWEEP_TXT, SWEEP_MD, SWEEP_SUMMARY, REPORT_HTML))
     plots_dir = outputs.folder(dest, PLOTS_DIR)
-    results.atomic_write_text(txt, sweep_report.render(rows, dims, title=title, fmt="text"))
+    results.atomic_write_text(txt, sweep_report.render(rows, dims, title=title, fmt="text", width=REPORT_WIDTH))
     results.atomic_write_text(md, sweep_report.render(rows, dims, title=title, fmt="md"))
     results.write_json(summary, {"schema_version": M.MANIFEST_SCHEMA, "name": m.name, "dims": dims,
                                  "verdicts": sweep_report.verdicts(rows, dims),

@@ -23,7 +23,7 @@ from effbench.analysis import time_to_accuracy
 from effbench.analysis import windows
 from effbench.analysis.efficiency import CONTENDED
 from effbench.datasets import chance_note
-from effbench.fmt import fit_table, fmt_value, grid, interval, md, printable, wrap_text
+from effbench.fmt import fit_report_table, fmt_value, grid, interval, md, printable, wrap_text
 from effbench.report import roofline_tables
 from effbench.sweep.spec import dim_option, show, varied
 
@@ -679,14 +679,14 @@ def _table(
     fmt: str,
     width: int | None = None,
     left: list[str] | None = None,
+    keep: int = 1,
 ) -> str:
-    """A table in `fmt`; in text with a `width`, fitted to it (fmt.fit_table), the headers left out added to `left`."""
+    """A table in `fmt`; in text with a `width`, within it (fmt.fit_report_table): given `left` (the terminal's
+    copy), the columns in TERMINAL_DROP left out first and added to `left`; without, every column kept, a table too
+    wide split into parts that each repeat its first `keep` columns."""
     if fmt == "md" or width is None:
         return grid(body, headers, fmt)
-    text, dropped = fit_table(headers, [[printable(c) for c in row] for row in body], width, drop=TERMINAL_DROP)
-    if left is not None:
-        left.extend(d for d in dropped if d not in left)
-    return text
+    return fit_report_table(headers, body, width, left=left, drop=TERMINAL_DROP, keep=keep)
 
 
 def render(
@@ -696,14 +696,16 @@ def render(
     title: str,
     fmt: str = "text",
     width: int | None = None,
+    leave_out: bool = False,
 ) -> str:
     """The sweep report: verdicts, every cell, one table per varied dimension, scaling tables. `width` (text only):
-    fit a terminal that many columns wide: fewer columns (named at the end; sweep.txt and sweep.md hold them all)
-    and wrapped lines."""
+    every line within that many columns, sentences wrapped and each table too wide split into parts that repeat
+    the row's name (sweep.txt, at fmt.REPORT_WIDTH); with `leave_out` (the terminal's copy), a table's least needed
+    columns left out first instead, named at the end (sweep.txt, sweep.md and report.html hold them all)."""
     names = list(dims)
     shown = md if fmt == "md" else printable  # cell keys, values, names from disk: shown, never obeyed
     h = (lambda t: f"## {shown(t)}") if fmt == "md" else (lambda t: f"{shown(t)}\n{'-' * len(shown(t))}")
-    left: list[str] = []
+    left: list[str] | None = [] if leave_out else None  # the headers left out; None: every column kept
     parts = [f"# {shown(title)}" if fmt == "md" else shown(title)]
     lines = verdicts(rows, dims)
     if lines:
@@ -714,7 +716,9 @@ def render(
         parts.append("\n".join(f"- {shown(line)}" for line in split_notes))
     idle = no_effect_dims(rows, dims)
     for dim in varied(dims):
-        parts += [h(f"By {dim_option(dim)}"), _table(*dimension_table(rows, names, dim), fmt, width, left)]
+        # a row of a dimension's table is named by its swept values: every split part repeats them
+        by = _table(*dimension_table(rows, names, dim), fmt, width, left, keep=len(names))
+        parts += [h(f"By {dim_option(dim)}"), by]
         if dim in idle:
             parts.append(shown(f"{idle[dim]}: {IDLE_NOTE}"))
         elif dim in ("gpus", "nproc"):  # no speedup along devices that changed nothing
@@ -724,7 +728,7 @@ def render(
                     record = members[0].record
                     mode = members[0].params.get("scaling") or (record and record.config.scaling) or "weak"
                     text = scaling_table.render(srows, scaling=mode, fmt=fmt, width=width, left=left)
-                    parts += [h(f"Scaling [{group}]" if group else "Scaling"), text.split("\n", 2)[-1].strip()]
+                    parts += [h(f"Scaling [{group}]" if group else "Scaling"), text.split("\n", 2)[-1].strip("\n")]
     roof_headers, roof_body = roofline_table(rows, dims)
     if roof_body:
         parts += [h(roofline_tables.SWEEP_TITLE), _table(roof_headers, roof_body, fmt, width, left)]

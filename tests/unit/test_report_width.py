@@ -1,4 +1,5 @@
-"""The run report within 100 columns (issue 47 item 2): report.txt, the terminal's copy, `run --quiet`, compare.
+"""Reports within 100 columns (issue 47 item 2): report.txt, the terminal's copy, `run --quiet`, compare; a sweep's
+sweep.txt, what `effbench sweep` prints and `compare SWEEP_A SWEEP_B`.
 
 A 100x40 tmux window wrapped every row of the summary, epoch and roofline tables (31 of report.txt's 78 lines
 were over 100 columns, the longest 579). Nothing may be lost to the fitting: every word a table held is still
@@ -119,3 +120,69 @@ def test_a_real_smoke_run_quiet_prints_its_headline_and_report_within_100_column
     report = (smoke_dir / results.REPORT_TXT).read_text()
     assert widest(report) <= REPORT_WIDTH, [line for line in report.splitlines() if len(line) > REPORT_WIDTH]
     assert "Epochs" in report
+
+
+# --- sweeps -------------------------------------------------------------------------------------------------------
+SWEEP_DIMS = {"batch_size": [32, 128, 512], "workers": [0, 4]}
+
+
+def _sweep(root: Path, speedup: float = 1.0) -> Path:
+    """A 3 x 2 sweep as the runner leaves it: figures in the thousands (img/s "5,798.9", 5 windows each) and batch
+    512 out of memory at both worker counts."""
+    from test_sweep_report import make_sweep
+
+    cells = [
+        ({"batch_size": b, "workers": w}, {"devices": 1, "batch": b, "throughput": thr * speedup if thr else None,
+                                           "data_s": d, "status": "ok" if thr else "oom"})
+        for b, w, thr, d in ((32, 0, 5798.9, 0.4), (32, 4, 6012.3, 0.1), (128, 0, 12345.6, 0.3),
+                             (128, 4, 13001.2, 0.05), (512, 0, None, 0.0), (512, 4, None, 0.0))
+    ]  # fmt: skip
+    return make_sweep(root, SWEEP_DIMS, cells)
+
+
+def _row_lines(text: str, start: str) -> str:
+    """The row whose first cell is `start`, its parts joined: each part of a split table repeats that cell."""
+    parts = [line.split(maxsplit=1)[1] for line in text.splitlines() if line.startswith(start + " ")]
+    return " ".join([start, *parts])
+
+
+def test_sweep_txt_and_the_printed_sweep_fit_100_columns_and_keep_every_value(tmp_path, capsys, monkeypatch):
+    # sweep.txt was 630 columns wide (its Cells table 204), and `effbench sweep` into a pipe or a CI log printed it whole
+    from effbench.report import render
+    from effbench.report import sweep_tables
+    from effbench.sweep import manifest, runner
+
+    folder = _sweep(tmp_path)
+    render.write_sweep_reports(folder)
+    text = (folder / "sweep.txt").read_text()
+    assert widest(text) <= REPORT_WIDTH, [line for line in text.splitlines() if len(line) > REPORT_WIDTH]
+    _, rows = render.load_sweep(folder)
+    headers, body = sweep_tables.summary_table(rows, list(SWEEP_DIMS))
+    for header in headers:  # every column, its header wrapped at its words
+        assert all(w in words(text) for w in words(header)), header
+    cells = text.split("Cells\n")[1].split("By --")[0]
+    for row in body:  # every value, whole, on its cell's lines, in order
+        assert " ".join(words(_row_lines(cells, row[0]))) == " ".join(words(" ".join(row))), row
+    assert "5,798.9" in cells and "oom" in cells
+    for dim in SWEEP_DIMS:  # a dimension's table: each part repeats the row's swept values
+        h, b = sweep_tables.dimension_table(rows, list(SWEEP_DIMS), dim)
+        table = text.split(f"By --{dim.replace('_', '-')}\n")[1].split("\n\n\n")[0]
+        for r in b:
+            assert all(cell in table for cell in r), r
+
+    # `effbench sweep`, its runner (the leaf) patched, into a pipe: 100 columns, the columns left out named
+    outcome = runner.SweepOutcome(folder, manifest.load_manifest(folder))
+    monkeypatch.setattr(runner, "run_sweep", lambda *_a, **_k: outcome)
+    monkeypatch.delenv("COLUMNS", raising=False)
+    code, out, err = invoke(["sweep", "--batch-size", "32,128,512", "--workers", "0,4", "--device", "cpu"], capsys)
+    assert code == 0, err
+    printed = out.split("sweep folder: ")[0]
+    assert widest(printed) <= REPORT_WIDTH, [line for line in printed.splitlines() if len(line) > REPORT_WIDTH]
+    left = " ".join(words(printed.split(f"Left out to fit {REPORT_WIDTH} columns: ")[1].split(";")[0]))
+    shown = " ".join(words(printed))
+    for i, header in enumerate(headers):
+        if header in left:
+            continue
+        for row in body:  # a kept column's every value, wrapped at its spaces
+            assert " ".join(words(row[i])) in shown or all(w in shown for w in words(row[i])), (header, row[i])
+    assert "5,798.9" in shown and "img/s [95% CI]" not in left and "val top-1" not in left

@@ -399,7 +399,10 @@ def test_a_sweep_on_synthetic_data_says_its_top1_is_chance(tmp_path):
 @pytest.mark.parametrize("columns", [80, 200])
 def test_sweep_prints_its_report_fitted_to_the_terminal(columns, tmp_path, capsys, monkeypatch):
     """issue 34: the sweep's tables were 160-250 columns wide in the terminal. `effbench sweep` (its runner, the
-    leaf, patched) prints them fitted to $COLUMNS, naming what it left out; sweep.txt and sweep.md keep it all."""
+    leaf, patched) prints them within 100 columns, or $COLUMNS when wider (issue 47 item 2), naming what it left
+    out; sweep.txt keeps every column within 100, and sweep.md keeps it all."""
+    from effbench.analysis import scaling
+
     from clitools import invoke
 
     from effbench.sweep import runner
@@ -417,10 +420,13 @@ def test_sweep_prints_its_report_fitted_to_the_terminal(columns, tmp_path, capsy
     monkeypatch.setenv("COLUMNS", str(columns))
     code, out, err = invoke(["sweep", "--gpus", "1,2,4", "--device", "cpu", "--dataset", "synthetic"], capsys)
     assert code == 0, err
+    width = max(100, columns)  # an 80-column terminal gets 100, as report.txt
     printed = out.splitlines()
-    assert max(len(line) for line in printed if not line.startswith("sweep folder: ")) <= columns
+    assert max(len(line) for line in printed if not line.startswith("sweep folder: ")) <= width
     full = (folder / "sweep.txt").read_text()
-    assert max(len(line) for line in full.splitlines()) > 200  # the file keeps every column
+    assert max(len(line) for line in full.splitlines()) <= 100
+    for header in (*sweep_report.METRIC_HEADERS, *scaling.HEADERS):  # the file keeps every column, split
+        assert all(w in full.split() for w in header.split()), header
     heads = []  # every table's header lines: the lines above a rule of dashes, up to the blank line
     for i, line in enumerate(printed):
         if line.startswith("---") and "  " in line:
@@ -430,8 +436,8 @@ def test_sweep_prints_its_report_fitted_to_the_terminal(columns, tmp_path, capsy
                 j -= 1
     dropped = ("warm-up s/epoch", "train loss", "straggler spread %") if columns == 80 else ("straggler spread %",)
     for header in dropped:  # at 200 the scaling table (202 wide) still loses its last column
-        assert header in full and header not in " ".join(heads), header
-    note = " ".join(out.split(f"Left out to fit {columns} columns: ")[1].split())
+        assert header not in " ".join(heads), header
+    note = " ".join(out.split(f"Left out to fit {width} columns: ")[1].split())
     assert "sweep.txt, sweep.md and report.html hold every column" in note
     assert ("peak mem GiB" in note) == (columns == 80)  # 200 columns keep more of them
     for kept in ("cell", "status", "val top-1", "speedup", "efficiency"):
