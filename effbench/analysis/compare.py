@@ -20,7 +20,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ from effbench.analysis import roofline, stats
 from effbench.analysis import windows
 from effbench.datasets import chance_note
 from effbench.errors import EffbenchError
-from effbench.fmt import decimals, fit_columns, interval, num, wrap_text
+from effbench.fmt import decimals, fit_columns, interval, num, widest, wrap_cell, wrap_text
 from effbench.sweep.manifest import MANIFEST_FILE
 
 if TYPE_CHECKING:
@@ -417,36 +416,32 @@ def render_runs(
     narrow one (NARROW_HEADERS), its metric and verdict columns wrapped."""
     full = [[d.metric, d.a, d.b, d.delta, d.delta_pct, d.ci, d.verdict] for d in deltas]
     table = tabulate(full, headers=HEADERS, tablefmt="simple", disable_numparse=True)
-    if width is not None and _widest(table) > width:
+    if width is not None and widest(table) > width:
         table = _narrow_table(deltas, width)
     diff = "configuration differences: " + ("; ".join(differences) if differences else "none")
     # the runs' paths as they are (a path has no place to wrap); the rest within the width
     return f"A: {a_name}\nB: {b_name}\n" + wrap_text(f"{diff}\n\n{table}\n\n{conclusion(deltas)}", width) + "\n"
 
 
-def _widest(text: str) -> int:
-    return max((len(line) for line in text.splitlines()), default=0)
-
-
-def _narrow_table(deltas: Sequence[MetricDelta], width: int) -> str:
+def _narrow_table(deltas: Sequence[MetricDelta], width: int, cells: Sequence[str] | None = None) -> str:
     """NARROW_HEADERS' table within `width`: the metric wraps at NARROW_METRIC, the verdict in what is left (its
-    words kept whole). Cells are wrapped here, not by tabulate's maxcolwidths: tabulate 0.9 turns a wrapped cell
-    with a thousands separator ("4,000.00") into a float and fails."""
-
-    def wrap(text: str, at: int) -> str:
-        return "\n".join(textwrap.wrap(text, max(at, 1), break_on_hyphens=False)) or text
-
-    headers = [*NARROW_HEADERS[:3], wrap(NARROW_HEADERS[3], NARROW_PCT), *NARROW_HEADERS[4:]]
+    words kept whole); `cells`: a first column naming each delta's sweep cell. Cells are wrapped by fmt.wrap_cell,
+    not by tabulate's maxcolwidths: tabulate 0.9 turns a wrapped cell with a thousands separator ("4,000.00")
+    into a float and fails."""
+    first = [] if cells is None else ["cell"]
+    headers = [*first, *NARROW_HEADERS[:3], wrap_cell(NARROW_HEADERS[3], NARROW_PCT), *NARROW_HEADERS[4:]]
 
     def draw(verdict_width: int) -> str:
-        body = [[wrap(d.metric, NARROW_METRIC), _figure(d.a), _figure(d.b), d.delta_pct, d.ci,
-                 wrap(d.verdict, verdict_width)] for d in deltas]  # fmt: skip
+        body = [[wrap_cell(d.metric, NARROW_METRIC), _figure(d.a), _figure(d.b), d.delta_pct, d.ci,
+                 wrap_cell(d.verdict, max(verdict_width, 1))] for d in deltas]  # fmt: skip
+        if cells is not None:
+            body = [[cell, *row] for cell, row in zip(cells, body, strict=True)]
         return tabulate(body, headers=headers, tablefmt="simple", disable_numparse=True)
 
     verdict_width = max((len(d.verdict) for d in deltas), default=0)
     table = draw(verdict_width)
-    while _widest(table) > width and verdict_width > NARROW_VERDICT:
-        verdict_width = max(NARROW_VERDICT, verdict_width - (_widest(table) - width))
+    while widest(table) > width and verdict_width > NARROW_VERDICT:
+        verdict_width = max(NARROW_VERDICT, verdict_width - (widest(table) - width))
         table = draw(verdict_width)
     return table
 
@@ -510,31 +505,30 @@ def match_cells(
     return pairs, alone
 
 
-def render_sweeps(a_rows: Sequence[CellRow], b_rows: Sequence[CellRow], *, a_name: str, b_name: str) -> str:
+def render_sweeps(
+    a_rows: Sequence[CellRow], b_rows: Sequence[CellRow], *, a_name: str, b_name: str, width: int | None = None
+) -> str:
+    """compare's text for two sweeps: B - A in each pair of cells with the same swept values. With a `width`, every
+    line within it as `render_runs` fits its own (the narrow table, and the per-kind table split by
+    fmt.fit_columns, each part repeating the cell and the kind); the folders' paths as they are."""
     pairs, alone = match_cells(a_rows, b_rows)
-    body = []
+    compared: list[tuple[str, MetricDelta]] = []
     significant = 0
     for ra, rb in pairs:
         if ra.status != "ok" or rb.status != "ok" or ra.record is None or rb.record is None:
-            body.append(
-                [
-                    ra.key,
-                    "throughput (img/s)",
-                    ra.shown_status,
-                    rb.shown_status,
-                    "-",
-                    "-",
-                    "-",
-                    "not ok on both",
-                ]
-            )
+            both = MetricDelta(WINDOW_METRICS[0].label, ra.shown_status, rb.shown_status, "-", "-", "-",
+                               "not ok on both", None)  # fmt: skip
+            compared.append((ra.key, both))
             continue
         deltas = compare_runs(ra.record, [], rb.record, [])
         for d in [*deltas[: len(WINDOW_METRICS)], *(d for d in deltas if d.metric.startswith(TARGET_METRIC))]:
-            body.append([ra.key, d.metric, d.a, d.b, d.delta, d.delta_pct, d.ci, d.verdict])
+            compared.append((ra.key, d))
             significant += bool(d.significant) and d.metric.startswith("throughput")
+    body = [[key, d.metric, d.a, d.b, d.delta, d.delta_pct, d.ci, d.verdict] for key, d in compared]
     table = tabulate(body, headers=("cell", *HEADERS), tablefmt="simple", disable_numparse=True)
-    lines = [f"A: {a_name}", f"B: {b_name}", f"{len(pairs)} cells matched by their swept values", "", table, ""]
+    if width is not None and widest(table) > width:
+        table = _narrow_table([d for _, d in compared], width, [key for key, _ in compared])
+    lines = [f"{len(pairs)} cells matched by their swept values", "", table, ""]
     kinds = [
         [ra.key, *row]
         for ra, rb in pairs
@@ -542,7 +536,11 @@ def render_sweeps(a_rows: Sequence[CellRow], b_rows: Sequence[CellRow], *, a_nam
         for row in kind_rows(roofline.kind_deltas(ra.record.roofline, rb.record.roofline))
     ]
     if kinds:
-        kind_table = tabulate(kinds, headers=("cell", *KIND_HEADERS), tablefmt="simple", disable_numparse=True)
+        kind_headers = ("cell", *KIND_HEADERS)
+        if width is None:
+            kind_table = tabulate(kinds, headers=kind_headers, tablefmt="simple", disable_numparse=True)
+        else:
+            kind_table = fit_columns(kind_headers, kinds, width, keep=2)
         lines += [kind_table, "", KIND_NOTE, ""]
     if alone:
         lines += ["not compared: " + "; ".join(alone), ""]
@@ -552,7 +550,7 @@ def render_sweeps(a_rows: Sequence[CellRow], b_rows: Sequence[CellRow], *, a_nam
         lines.append(f"Throughput: {significant} of {len(pairs)} matched cells differ outside noise.")
     else:
         lines.append(f"Throughput: no significant difference in any of the {len(pairs)} matched cells (within noise).")
-    return "\n".join(lines) + "\n"
+    return f"A: {a_name}\nB: {b_name}\n" + wrap_text("\n".join(lines), width) + "\n"
 
 
 # --------------------------------------------------------------------------------------------------

@@ -339,4 +339,4 @@ def compare(
         )
     _, rows_a = render.load_sweep(a)
     _, rows_b = render.load_sweep(b)
-    say(cmp.render_sweeps(rows_a, rows_b, a_name=str(a), b_name=str(b)), nl=False)
+    say(cmp.render_sweeps(rows_a, rows_b, a_name=str(a), b_name=str(b), width=report_width()), nl=False)

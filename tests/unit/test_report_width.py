@@ -186,3 +186,29 @@ def test_sweep_txt_and_the_printed_sweep_fit_100_columns_and_keep_every_value(tm
         for row in body:  # a kept column's every value, wrapped at its spaces
             assert " ".join(words(row[i])) in shown or all(w in shown for w in words(row[i])), (header, row[i])
     assert "5,798.9" in shown and "img/s [95% CI]" not in left and "val top-1" not in left
+
+
+def test_compare_of_two_sweeps_fits_100_columns_and_keeps_every_figure(tmp_path, capsys):
+    # `compare SWEEP_A SWEEP_B` printed a 199-column table (each cell's throughput, step time and data wait)
+    from effbench.analysis import compare as cmp
+    from effbench.report import render
+
+    a, b = _sweep(tmp_path / "a"), _sweep(tmp_path / "b", speedup=1.07)
+    code, out, err = invoke(["compare", a, b], capsys)
+    assert code == 0, err
+    lines = [line for line in out.splitlines() if not line.startswith(("A: ", "B: "))]  # the paths as they are
+    assert max(len(line) for line in lines) <= REPORT_WIDTH, [x for x in lines if len(x) > REPORT_WIDTH]
+    assert f"A: {a}" in out and f"B: {b}" in out and "6 cells matched by their swept values" in out
+    shown = " ".join(words(out))
+    (_, rows_a), (_, rows_b) = render.load_sweep(a), render.load_sweep(b)
+    for ra, rb in zip(rows_a, rows_b, strict=True):
+        assert any(line.startswith(f"{ra.key} ") for line in lines), ra.key
+        if ra.status != "ok":  # oom on both: its row says so
+            continue
+        for d in cmp.compare_runs(ra.record, [], rb.record, [])[: len(cmp.WINDOW_METRICS)]:
+            # each side's figure (its interval is in its own sweep's report), the change and its interval, the
+            # verdict: every word, wrapped
+            for value in (d.metric, d.a.split(" [")[0], d.b.split(" [")[0], d.delta_pct, d.ci, d.verdict):
+                assert all(w in shown for w in words(value)), (ra.key, d.metric, value)
+    assert "Throughput: 4 of 6 matched cells differ outside noise." in out
+    assert out.count("not ok on both") == 2
