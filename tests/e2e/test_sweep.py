@@ -40,7 +40,7 @@ def sweep2x2(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep")
     buf, err = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
-        mp.delenv("COLUMNS", raising=False)  # printed whole, as into a file (fitting a terminal: test_sweep_report)
+        mp.delenv("COLUMNS", raising=False)  # as into a pipe: 100 columns (fitting a terminal: test_sweep_report)
         with pytest.raises(SystemExit) as info:
             cli.main(
                 ["sweep", *TINY, "--batch-size", "4,8", "--workers", "0,1", "--repeats", "3", "--output", str(out)]
