@@ -173,15 +173,23 @@ def fit_report_table(
     keep: int = 1,
 ) -> str:
     """A report's text table within `width`, its cells through `printable`: given `left` (a terminal's copy), the
-    columns named in `drop` left out first and the widest wrapped (fit_table), the headers left out added to `left`;
-    without, or when that still does not fit, every column kept and the table split into parts that each repeat its
-    first `keep` columns (grid, fit_columns). Pure but for `left`."""
+    columns named in `drop` left out first (fit_table), the headers left out added to `left`; then, or without
+    `left`, a table still too wide keeps its columns, its headers wrapped at their words, split into parts that
+    each repeat its first `keep` columns (grid, fit_columns); when even that does not fit, fit_table's, its widest
+    cells wrapped. Pure but for `left`."""
+    cells = [[printable(c) for c in row] for row in body]
+    kept = list(range(len(headers)))
+    fitted: str | None = None
     if left is not None:
-        text, dropped = fit_table(headers, [[printable(c) for c in row] for row in body], width, drop=drop)
-        if widest(text) <= width:
-            left.extend(d for d in dropped if d not in left)
-            return text
-    return grid(body, headers, width=width, keep=keep)
+        fitted, dropped = fit_table(headers, cells, width, drop=drop)
+        kept = [i for i, h in enumerate(headers) if h not in dropped]
+        left.extend(d for d in dropped if d not in left)
+        if widest(fit_table([headers[i] for i in kept], [[r[i] for i in kept] for r in cells], None)[0]) <= width:
+            return fitted  # the columns left out were enough: nothing wrapped
+    split = grid([[row[i] for i in kept] for row in body], [headers[i] for i in kept], width=width, keep=keep)
+    if fitted is not None and widest(split) > width and widest(fitted) <= width:
+        return fitted  # a cell wider than the width: only wrapping it fits
+    return split
 
 
 def key_values(rows: Sequence[Sequence[str]], headers: Sequence[str], width: int) -> str:

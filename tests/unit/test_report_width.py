@@ -188,6 +188,30 @@ def test_sweep_txt_and_the_printed_sweep_fit_100_columns_and_keep_every_value(tm
     assert "5,798.9" in shown and "img/s [95% CI]" not in left and "val top-1" not in left
 
 
+def test_the_printed_sweep_splits_a_table_it_cannot_shorten_and_breaks_no_word():
+    # a table with no column to leave out (the roofline's, a column per cell) was wrapped by fit_table's widest
+    # column first: "channels-last=off batch-size=32" came out as "channels" / "-last=of" / "f batch-"
+    from test_roofline_report import kinds, record
+
+    from effbench.report import roofline_tables, sweep_tables
+
+    runs = ((False, 32, 6.0), (True, 32, 2.0), (False, 128, 5.0), (True, 128, 1.5), (False, 512, 4.0))
+    rows = [
+        sweep_tables.CellRow(key=f"00{i}", params={"channels_last": on, "batch_size": b}, status="ok",
+                             record=record(kinds(dw_ms=dw, conv_ms=2.0)))
+        for i, (on, b, dw) in enumerate(runs)
+    ]  # fmt: skip
+    dims = {"channels_last": [False, True], "batch_size": [32, 128, 512]}
+    text = sweep_tables.render(rows, dims, title="t", fmt="text", width=REPORT_WIDTH, leave_out=True)
+    assert widest(text) <= REPORT_WIDTH
+    table = text.split(roofline_tables.SWEEP_TITLE)[1].split("kinds whose time moved most")[0]
+    labels = sweep_tables.chart_labels(rows, list(dims))
+    for label in labels:  # each cell's label, its words whole
+        assert all(w in table.split() for w in label.split()), label
+    assert len([line for line in table.splitlines() if line.startswith("convolution ")]) == 2  # split in two
+    assert all(f"{ms:.2f} ms," in table for ms in (6.0, 2.0, 5.0, 1.5, 4.0))
+
+
 def test_compare_of_two_sweeps_fits_100_columns_and_keeps_every_figure(tmp_path, capsys):
     # `compare SWEEP_A SWEEP_B` printed a 199-column table (each cell's throughput, step time and data wait)
     from effbench.analysis import compare as cmp
