@@ -79,18 +79,6 @@ def report_width() -> int:
     return max(REPORT_WIDTH, shutil.get_terminal_size().columns)
 
 
-def terminal_width() -> int | None:
-    """The width to fit a table to: $COLUMNS when set, else the terminal's; None when stdout is no terminal (a pipe
-    or a file keeps every column). shutil.get_terminal_size reads COLUMNS first, then the terminal."""
-    import os
-    import shutil
-    import sys
-
-    if not os.environ.get("COLUMNS") and not sys.stdout.isatty():
-        return None
-    return shutil.get_terminal_size().columns
-
-
 def widest(text: str) -> int:
     """The longest line of `text`, in characters: what a width is checked against."""
     return max((len(line) for line in text.splitlines()), default=0)

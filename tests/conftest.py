@@ -35,7 +35,7 @@ import fakedata  # noqa: E402
 
 pytest_plugins = ["ctrl_c"]  # one Ctrl-C stops the suite, even inside an in-process run (tests/ctrl_c.py)
 
-# The tables effbench prints fit $COLUMNS when it is set (fmt.terminal_width). pytest-xdist sets COLUMNS=80 in its
+# The tables effbench prints fit $COLUMNS when it is wider than 100 (fmt.report_width). pytest-xdist sets COLUMNS=80 in its
 # workers, and a terminal's value may be anything: each test that fits a table to a width sets its own.
 os.environ.pop("COLUMNS", None)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from effbench import schema
 from effbench.analysis import epoch_time
-from effbench.fmt import fit_report_table, fmt_value, grid
+from effbench.fmt import fit_report_table, fmt_value, grid, wrap_text
 
 HEADERS = (
     "devices",
@@ -128,7 +128,7 @@ def render(
     width: int | None = None,
     left: list[str] | None = None,
 ) -> str:
-    """The scaling table and its notes. `width` (text only): within that many columns (fmt.fit_report_table): given
+    """The scaling table and its notes. `width` (text only): the notes wrapped, the table within that many columns (fmt.fit_report_table): given
     `left`, the columns in TERMINAL_DROP left out first and added to `left`; without, every column kept, the table
     split into parts that each start with the devices."""
     if fmt == "md" or width is None:
@@ -142,7 +142,8 @@ def render(
     )
     title = "# Scaling" if fmt == "md" else "Scaling"
     notes = "".join(f"\n{line}" for line in split_notes(rows))
-    return f"{title}\n\n{table}\n\n{note} Efficiency = speedup / ideal speedup. {epoch_time.TIME_NOTE}{notes}\n"
+    notes = wrap_text(f"{note} Efficiency = speedup / ideal speedup. {epoch_time.TIME_NOTE}{notes}", width)
+    return f"{title}\n\n{table}\n\n{notes}\n"
 
 
 def split_notes(rows: Sequence[Mapping[str, Any]]) -> list[str]:

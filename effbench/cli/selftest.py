@@ -46,7 +46,7 @@ def selftest(
     ] = None,
 ) -> None:
     """Check effbench's figures here against references that share none of its code."""
-    from effbench.fmt import terminal_width
+    from effbench.fmt import report_width
     from effbench.selftest.checks import DATA_LOADERS, SelftestConfig, run_selftest, summary_line, table
 
     cfg = SelftestConfig(
@@ -57,7 +57,7 @@ def selftest(
         data_loaders=tuple(s.strip() for s in data_loaders.split(",")) if data_loaders is not None else DATA_LOADERS,
     )
     outcome = run_selftest(cfg, echo=say)
-    say(table(outcome.checks, terminal_width()))
+    say(table(outcome.checks, report_width()))  # 100 columns, or the terminal's when wider
     say(f"\nselftest.json: {outcome.folder / 'selftest.json'}")
     say(summary_line(outcome.checks))
     raise typer.Exit(outcome.exit_code)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from effbench import results
+from effbench.fmt import REPORT_WIDTH, report_width
 from effbench.analysis import scaling
 from effbench.config import RunConfig
 
@@ -68,7 +69,8 @@ def run_scaling_series(
             "rows": rows,
         },
     )
-    results.atomic_write_text(folder / SCALING_TXT, scaling.render(rows, scaling=first.scaling, fmt="text"))
+    # within 100 columns, every column kept (the table split into parts); printed, the terminal's width when wider
+    results.atomic_write_text(folder / SCALING_TXT, scaling.render(rows, scaling=first.scaling, width=REPORT_WIDTH))
     results.atomic_write_text(folder / SCALING_MD, scaling.render(rows, scaling=first.scaling, fmt="md"))
-    echo(scaling.render(rows, scaling=first.scaling, fmt="text"))
+    echo(scaling.render(rows, scaling=first.scaling, width=report_width()))
     return SeriesOutcome(folder=folder, outcomes=outcomes, rows=rows)

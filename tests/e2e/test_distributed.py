@@ -279,7 +279,13 @@ def test_cpu_scaling_series_writes_the_table(tmp_path):
     assert [r["devices"] for r in table["rows"]] == [1, 2]
     assert table["rows"][0]["speedup"] == pytest.approx(1.0)
     assert table["rows"][1]["efficiency"] == pytest.approx(table["rows"][1]["speedup"] / 2)
-    assert "efficiency" in (series / "scaling.txt").read_text() and "Scaling" in res.stdout
+    scaling_txt = (series / "scaling.txt").read_text()
+    assert "efficiency" in scaling_txt and "Scaling" in res.stdout
+    # issue 47: within 100 columns, in the file and printed into this pipe (12 columns: 180 wide before)
+    printed = res.stdout[res.stdout.index("Scaling") :]
+    assert max(map(len, scaling_txt.splitlines())) <= 100 and max(map(len, printed.splitlines())) <= 100
+    words = set(scaling_txt.split())  # every column kept in the file (headers wrapped, the table split in parts)
+    assert {"straggler", "spread", "warm-up", "efficiency", "speedup"} <= words
     assert len(run_dirs(series)) == 2
     # every member ran in a child of the CLI, the 1-process member too (none inherits another's memory)
     pids = [json.loads((r / "results.json").read_text())["launch"]["pid"] for r in run_dirs(series)]
