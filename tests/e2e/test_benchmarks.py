@@ -4,6 +4,9 @@ whole file takes about as long as the slowest script."""
 
 from __future__ import annotations
 
+import csv
+import json
+import math
 import os
 import re
 import subprocess
@@ -21,6 +24,7 @@ SCRIPTS = (
     "profiler_overhead",
     "omp_policy",
     "roofline",
+    "until_sweep",
 )
 # Every script at --tiny, in parallel: ~80 s on 2 cores. `make test-slow` and CI's slow step run them; CI also runs
 # the food benchmark's guard itself (.ci/run).
@@ -108,3 +112,73 @@ def test_dali_loaders_tiny_prints_each_backend_and_dalis_costs():
     assert re.search(r"start-up, build_data to the first batch.*dali [\d.]+ s", res.stdout)
     text = (ROOT / "benchmarks" / "dali_loaders.py").read_text()
     assert "benchmarks/dali_loaders.py" in text and "--tiny" in text
+
+
+# Student's t 0.975 quantiles by degrees of freedom (any statistics table, e.g. NIST/SEMATECH e-Handbook 1.3.6.7.2):
+# the interval until_sweep.py reports, recomputed without effbench's own t (analysis/stats.py).
+T975 = {2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179,
+        13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074,
+        23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045, 30: 2.042, 31: 2.040, 32: 2.037,
+        33: 2.035, 34: 2.032, 35: 2.030, 36: 2.028, 37: 2.026, 38: 2.024, 39: 2.023, 40: 2.021}  # fmt: skip
+
+
+def half_width_pct(run_dir: str, window: int) -> float | None:
+    """steps.csv's measured steps in windows of `window` (a last short one dropped): the 95% t half-width, % of mean."""
+    with open(Path(run_dir) / "steps.csv", newline="") as f:
+        steps = [r for r in csv.DictReader(f) if r["warmup"] == "False"]
+    rates = []
+    for i in range(0, len(steps) - window + 1, window):
+        part = steps[i : i + window]
+        rates.append(sum(int(r["images"]) for r in part) /
+                     sum(float(r["data_time_s"]) + float(r["compute_time_s"]) for r in part))  # fmt: skip
+    if len(rates) < 3:
+        return None
+    m = sum(rates) / len(rates)
+    sd = math.sqrt(sum((x - m) ** 2 for x in rates) / (len(rates) - 1))
+    return 100 * T975[len(rates) - 1] * sd / math.sqrt(len(rates)) / m
+
+
+def test_until_sweep_figures_come_from_the_run_folders(tmp_path):
+    # issue 48: until_sweep.py's device times, intervals and its one N are what the runs' own files say
+    out = tmp_path / "until.json"
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "until_sweep.py"), "--tiny", "--json", str(out),
+                          "--keep", str(tmp_path / "runs")], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"})  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = json.loads(out.read_text())
+    sizes, target = got["sizes"], got["sizes"]["target_pct"]
+    assert list(got["cells"]) == ["resnet18 bs2", "resnet18 bs4"]
+    for cell in got["cells"].values():
+        runs = [cell["until"], cell["reference"], *cell["fixed"].values()]
+        for run in runs:
+            rec = json.loads((Path(run["run_dir"]) / "results.json").read_text())
+            assert run["device_s"] == rec["warmup"]["time_s"] + rec["measured"]["time_s"]
+            assert run["steps"] == rec["warmup"]["steps"] + rec["measured"]["steps"]
+            hw = half_width_pct(run["run_dir"], sizes["log_interval"])
+            assert run["half_width_pct"] == (None if hw is None else pytest.approx(hw, rel=2e-3))
+        until = cell["until"]
+        assert until["options"]["until"] == f"ci:{target:g}%" and "warmup_steps" not in until["options"]
+        # the rule's own record agrees with its windows read back from steps.csv
+        assert until["until"]["half_width_pct"] == pytest.approx(until["half_width_pct"], rel=1e-9)
+        for n, run in cell["fixed"].items():
+            assert (run["warmup_steps"], run["measured_steps"]) == (sizes["fixed_warmup"], int(n))
+        # no fixed count above the sweep's N was run: the grid is climbed only until it is reached
+        assert all(int(n) <= got["fixed_n"] for n in cell["fixed"])
+
+    # the one N: the smallest grid count at which every cell's fixed run is within the target
+    def all_within(n: int) -> bool:
+        runs = [c["fixed"].get(str(n)) for c in got["cells"].values()]
+        return all(r is not None and (r["half_width_pct"] or math.inf) <= target for r in runs)
+
+    n = got["fixed_n"]
+    assert n is not None and all_within(n)
+    assert not any(all_within(g) for g in sizes["grid"] if g < n)
+    total = sum(c["fixed"][str(n)]["device_s"] for c in got["cells"].values())
+    assert got["fixed_device_s"] == pytest.approx(total)
+    assert got["until_device_s"] == pytest.approx(sum(c["until"]["device_s"] for c in got["cells"].values()))
+    for cell in got["cells"].values():
+        off = 100 * abs(cell["until"]["throughput_img_s"] - cell["reference"]["throughput_img_s"])
+        off /= cell["until"]["throughput_img_s"]
+        assert cell["within_interval"] == (off <= cell["until"]["until"]["half_width_pct"])
+    # the tables print the same N and the ratio row
+    assert f"fixed N = {n}" in res.stdout and "| device time, fixed / until" in res.stdout
