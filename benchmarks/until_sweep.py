@@ -75,18 +75,24 @@ def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def window_half_width_pct(step_rows: list[Any], window_steps: int) -> float | None:
-    """The rule's statistic on a run's measured steps: consecutive windows of `window_steps` steps (a last,
-    shorter one dropped, as the rule's own windows drop it), each images / time; the 95% t interval's
-    half-width as a percent of the windows' mean. None below 3 windows."""
-    from effbench.analysis import stats
-
+def window_rates(step_rows: list[Any], window_steps: int) -> list[float]:
+    """The rule's windows of a run's measured steps: consecutive windows of `window_steps` steps (a last, shorter
+    one dropped, as the rule drops it), each images / time."""
     rates = []
     for start in range(0, len(step_rows) - window_steps + 1, window_steps):
         part = step_rows[start : start + window_steps]
         time_s = sum(r.data_time_s + r.compute_time_s for r in part)
         if time_s > 0:
             rates.append(sum(r.images for r in part) / time_s)
+    return rates
+
+
+def window_half_width_pct(step_rows: list[Any], window_steps: int) -> float | None:
+    """The rule's statistic: the 95% t interval of the windows' mean throughput, its half-width as a percent of
+    that mean. None below 3 windows."""
+    from effbench.analysis import stats
+
+    rates = window_rates(step_rows, window_steps)
     s = stats.summarize(rates) if rates else None
     if s is None or s.half_width is None:
         return None
@@ -107,6 +113,7 @@ def one_run(cfg_kw: dict[str, Any], out: Path, log_interval: int) -> dict[str, A
     r = outcome.results
     assert r.status == "ok" and r.measured is not None and r.warmup is not None, (r.status, r.error)
     measured = windows.measured_steps(windows.read_steps(outcome.run_dir))
+    rates = window_rates(measured, log_interval)
     summary = (r.throughput_windows.summary or {}).get("throughput_img_s") if r.throughput_windows else None
     default_hw = None
     if summary is not None and summary.ci_low is not None and summary.ci_high is not None and summary.mean:
@@ -125,6 +132,9 @@ def one_run(cfg_kw: dict[str, Any], out: Path, log_interval: int) -> dict[str, A
         "device_s": r.warmup.time_s + r.measured.time_s,
         "throughput_img_s": r.measured.throughput_img_s,
         "half_width_pct": window_half_width_pct(measured, log_interval),
+        # the interval's centre: the windows' mean img/s, which a busy machine sets apart from the headline
+        # (all images / all time) by as much as 2x (docs/_until_section.md)
+        "windows_mean_img_s": sum(rates) / len(rates) if rates else None,
         "default_report_half_width_pct": default_hw,
         "warmup_rule": r.warmup_rule.model_dump(exclude_none=True) if r.warmup_rule else None,
         "until": r.until.model_dump(exclude_none=True) if r.until else None,
@@ -256,6 +266,7 @@ def main() -> None:
     p.add_argument("--arch", default=None, help="comma list (default resnet18,b0)")
     p.add_argument("--batch-size", default=None, help="comma list (default 8,16,32)")
     p.add_argument("--target-pct", type=float, default=None, help="--until ci:X%% (default 2)")
+    p.add_argument("--cap-steps", type=int, default=None, help="--max-steps of the until run (default 2000)")
     p.add_argument("--reference-factor", type=float, default=None, help="reference steps / until steps (default 5)")
     p.add_argument("--omp-wait-policy", default="auto", choices=("auto", "passive", "active"),
                    help="set once, before torch loads, for every run (effbench's --omp-wait-policy)")  # fmt: skip
@@ -274,7 +285,7 @@ def main() -> None:
     s = TINY if a.tiny else REAL
     over = dict(archs=tuple(a.arch.split(",")) if a.arch else None,
                 batch_sizes=tuple(int(x) for x in a.batch_size.split(",")) if a.batch_size else None,
-                target_pct=a.target_pct, reference_factor=a.reference_factor)  # fmt: skip
+                target_pct=a.target_pct, reference_factor=a.reference_factor, cap_steps=a.cap_steps)  # fmt: skip
     s = Sizes(**{**s.__dict__, **{k: v for k, v in over.items() if v is not None}})
     cells = [(arch, batch) for arch in s.archs for batch in s.batch_sizes]
     header = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "conditions": conditions(), "sizes": s.__dict__,
@@ -283,7 +294,7 @@ def main() -> None:
         if a.json is None or not a.json.is_file():
             print("error: --from-json reads the file --json names; give --json PATH of an earlier run", file=sys.stderr)
             sys.exit(2)
-        b = Bench(s, Path("."), a.json, {})
+        b = Bench(s, Path("."), None, {})  # reads the file, never rewrites it
         b.record = json.loads(a.json.read_text())
         b.s = s = Sizes(**{k: tuple(v) if isinstance(v, list) else v for k, v in b.record["sizes"].items()})
         cells = [(c["arch"], c["batch_size"]) for c in b.record["cells"].values() if "reference" in c]

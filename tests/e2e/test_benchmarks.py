@@ -122,15 +122,22 @@ T975 = {2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9:
         33: 2.035, 34: 2.032, 35: 2.030, 36: 2.028, 37: 2.026, 38: 2.024, 39: 2.023, 40: 2.021}  # fmt: skip
 
 
-def half_width_pct(run_dir: str, window: int) -> float | None:
-    """steps.csv's measured steps in windows of `window` (a last short one dropped): the 95% t half-width, % of mean."""
+def log_windows(run_dir: str, window: int) -> list[float]:
+    """steps.csv's measured steps in windows of `window` (a last short one dropped): each window's img/s."""
     with open(Path(run_dir) / "steps.csv", newline="") as f:
         steps = [r for r in csv.DictReader(f) if r["warmup"] == "False"]
     rates = []
     for i in range(0, len(steps) - window + 1, window):
         part = steps[i : i + window]
-        rates.append(sum(int(r["images"]) for r in part) /
-                     sum(float(r["data_time_s"]) + float(r["compute_time_s"]) for r in part))  # fmt: skip
+        rates.append(
+            sum(int(r["images"]) for r in part)
+            / sum(float(r["data_time_s"]) + float(r["compute_time_s"]) for r in part)
+        )
+    return rates
+
+
+def half_width_pct(rates: list[float]) -> float | None:
+    """The 95% t interval's half-width of the rates' mean, % of that mean."""
     if len(rates) < 3:
         return None
     m = sum(rates) / len(rates)
@@ -154,8 +161,10 @@ def test_until_sweep_figures_come_from_the_run_folders(tmp_path):
             rec = json.loads((Path(run["run_dir"]) / "results.json").read_text())
             assert run["device_s"] == rec["warmup"]["time_s"] + rec["measured"]["time_s"]
             assert run["steps"] == rec["warmup"]["steps"] + rec["measured"]["steps"]
-            hw = half_width_pct(run["run_dir"], sizes["log_interval"])
+            rates = log_windows(run["run_dir"], sizes["log_interval"])
+            hw = half_width_pct(rates)
             assert run["half_width_pct"] == (None if hw is None else pytest.approx(hw, rel=2e-3))
+            assert run["windows_mean_img_s"] == pytest.approx(sum(rates) / len(rates))
         until = cell["until"]
         assert until["options"]["until"] == f"ci:{target:g}%" and "warmup_steps" not in until["options"]
         # the rule's own record agrees with its windows read back from steps.csv
