@@ -86,6 +86,11 @@ class CellRow:
     best_val_top1: float | None = None
     # the run's own verdict: a busy host set its pace (analysis/efficiency.py), so its figures rank nothing
     contended: bool = False
+    # --until ci:X%: the interval that stopped the cell (schema.Until), None without
+    until_target: str | None = None
+    until_half_width_pct: float | None = None
+    until_windows: int | None = None
+    until_reached: bool | None = None
     # the run's record, its windows with it (compare.py); not in summary.json
     record: schema.Results | None = None
     # why a reader shows its status (liveness.py: "last written T" beside `dead`); not in summary.json
@@ -158,6 +163,10 @@ def cell_row(cell: schema.Cell, record: schema.Results | None, steps: Sequence[S
         batch_size_per_device=record.batch_size_per_device or row.batch_size_per_device,
         global_batch_size=record.global_batch_size,
         devices=record.devices or record.world_size,
+        until_target=record.until.target if record.until else None,
+        until_half_width_pct=record.until.half_width_pct if record.until else None,
+        until_windows=record.until.windows if record.until else None,
+        until_reached=record.until.reached if record.until else None,
         peak_mem_gib=record.peak_mem_gib,
         peak_host_gib=host_peak_gib(record),
         wall_time_s=whole_run_wall_s(record),
@@ -326,6 +335,22 @@ def _target_cells(row: CellRow, rows: Sequence[CellRow]) -> list[str]:
     return ["-", "-"]  # never ran, or ended before its record had a first epoch
 
 
+def until_headers(rows: Sequence[CellRow]) -> list[str]:
+    """The --until column, beside img/s, when a cell ran with it: the interval that stopped it, which is on the
+    windows of --log-interval steps, not the table's --repeats windows."""
+    return ["until: interval reached"] if any(r.until_target for r in rows) else []
+
+
+def _until_cells(row: CellRow, rows: Sequence[CellRow]) -> list[str]:
+    if not until_headers(rows):
+        return []
+    if row.until_target is None:
+        return ["-"]
+    pct = "-" if row.until_half_width_pct is None else f"+/-{row.until_half_width_pct:.2f}%"
+    how = "reached" if row.until_reached else "cap, not reached"
+    return [f"{pct} ({how}, {row.until_windows or 0} windows)"]
+
+
 def time_split_notes(rows: Sequence[CellRow]) -> list[str]:
     """One line per cell whose seconds per epoch do not come from its epochs' measured split (epoch_time)."""
     notes = (epoch_time.source_note(r.time_split, f"cell {r.key[:3]}") for r in rows)
@@ -343,11 +368,19 @@ def summary_table(rows: Sequence[CellRow], dims: Sequence[str]) -> tuple[list[st
         "cell",
         *[dim_option(d)[2:] for d in dims],
         *METRIC_HEADERS[:2],
+        *until_headers(rows),
         *target_headers(rows),
         *METRIC_HEADERS[2:],
     ]
     body = [
-        [r.key[:3], *[shown(r, d) for d in dims], *_metrics(r)[:2], *_target_cells(r, rows), *_metrics(r)[2:]]
+        [
+            r.key[:3],
+            *[shown(r, d) for d in dims],
+            *_metrics(r)[:2],
+            *_until_cells(r, rows),
+            *_target_cells(r, rows),
+            *_metrics(r)[2:],
+        ]  # fmt: skip
         for r in rows
     ]
     return headers, body

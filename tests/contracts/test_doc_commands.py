@@ -230,6 +230,9 @@ RUN: dict[str, Spec] = {
     "effbench datasets": Spec(shows=(r"^datasets under --data-dir data ", r"^cifar100 \(cifar\)\s+missing")),
     # docs/PERFORMANCE.md and docs/performance-history.md: the benchmarks as measured on this 2-core machine
     ".venv/bin/python benchmarks/harness_overhead.py --rounds 7": Spec(slow=True, timeout=1800),
+    ".venv/bin/python benchmarks/until_sweep.py --json until_sweep.json": Spec(
+        slow=True, timeout=5400, shows=(r"^\| device time, fixed / until ",)
+    ),
     ".venv/bin/python benchmarks/cifar_loader.py": Spec(slow=True, timeout=1800),
     ".venv/bin/python benchmarks/food_loader.py": Spec(slow=True, timeout=1800),
     ".venv/bin/python benchmarks/smoke_e2e.py": Spec(slow=True, timeout=600),

@@ -357,7 +357,8 @@ RAN_CELL_KEYS = [
     "measured_compute_time_per_epoch_s", "warmup_time_per_epoch_s", "time_split", "data_time_share", "train_loss",
     "train_top1", "val_top1", "train_top1_per_epoch", "val_top1_per_epoch", "global_batch_size", "devices",
     "peak_mem_gib", "peak_host_gib", "wall_time_s", "device", "target_top1", "reached_target", "time_to_target_s",
-    "epochs_to_target", "best_val_top1", "contended",
+    "epochs_to_target", "best_val_top1", "contended", "until_target", "until_half_width_pct", "until_windows",
+    "until_reached",
 ]  # fmt: skip
 
 
@@ -394,6 +395,28 @@ def test_a_sweep_on_synthetic_data_says_its_top1_is_chance(tmp_path):
     render.write_sweep_reports(folder)
     assert (folder / "sweep.txt").read_text().count(f"- {note}") == 1  # once, not once per cell
     assert note in (folder / "report.html").read_text()
+
+
+def test_a_sweep_under_until_shows_each_cells_interval_reached(tmp_path):
+    # issue 48: the table's img/s interval is over its --repeats windows; the interval that stopped a cell is
+    # over windows of --log-interval steps, and the table never showed it (a cell stopped at +/-28.2% by its cap
+    # read [5.0, 14.3] there and nothing else)
+    cells = [({"batch_size": b}, {"devices": 1, "batch": b, "throughput": 100.0}) for b in (8, 16)]
+    folder = make_sweep(tmp_path, {"batch_size": [8, 16]}, cells)
+    render.write_sweep_reports(folder)
+    assert "until" not in (folder / "sweep.md").read_text()  # no cell ran with --until: no column
+    untils = {"8": dict(half_width_pct=1.84, windows=12, reached=True), "16": dict(half_width_pct=28.2, windows=196,
+                                                                                    reached=False)}  # fmt: skip
+    for run in folder.glob("cells/*/run/results.json"):
+        record = json.loads(run.read_text())
+        record["until"] = {"target": "ci:2%", "window_steps": 10, **untils[str(record["batch_size_per_device"])]}
+        results.write_json(run, record)
+    render.write_sweep_reports(folder)
+    md = (folder / "sweep.md").read_text()
+    assert "until: interval reached" in md
+    assert "+/-1.84% (reached, 12 windows)" in md and "+/-28.20% (cap, not reached, 196 windows)" in md
+    cells_json = json.loads((folder / "summary.json").read_text())["cells"]
+    assert [(c["until_half_width_pct"], c["until_reached"]) for c in cells_json] == [(1.84, True), (28.2, False)]
 
 
 @pytest.mark.parametrize("columns", [80, 200])
