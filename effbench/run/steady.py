@@ -126,13 +126,19 @@ class UntilStop:
         self._images += images
         self._time_s += step_s
         self._in_window += 1
-        if self._in_window == self.window_steps:
-            if self._time_s > 0:
-                self.windows_img_s.append(self._images / self._time_s)
-            self._images, self._time_s, self._in_window = 0.0, 0.0, 0
+
+    def _close_window(self) -> None:
+        """At a wait: the steps since the previous wait are one window when they are a whole window_steps. Windows
+        end at the waits, where the checks are: counted from the warm-up's end instead, a warm-up ending between
+        two waits left every check judging windows that had ended steps before. A part window (from the warm-up's
+        end to the next wait, or an epoch's short last one) counts in the headline, not in the interval."""
+        if self._in_window == self.window_steps and self._time_s > 0:
+            self.windows_img_s.append(self._images / self._time_s)
+        self._images, self._time_s, self._in_window = 0.0, 0.0, 0
 
     def check(self) -> bool:
         """At a window's wait: whether to stop measuring now (rank 0's decision under DDP)."""
+        self._close_window()
         self.last = ss.stop_decision(self.rule, self.windows_img_s, steps=self.steps, elapsed_s=self.seconds)
         self.stopped = self.decide(self.last.done)
         return self.stopped

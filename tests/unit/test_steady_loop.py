@@ -106,6 +106,26 @@ def test_until_stops_a_steady_run_sooner_than_a_noisy_one():
     assert noisy.measured.steps > steady.measured.steps
 
 
+def test_until_judges_the_windows_that_end_at_its_wait():
+    # Issue 48's measurement found the windows counted from the warm-up's end (auto: a multiple of 5) while the
+    # checks come at the waits (every --log-interval steps): warm-up ending at step 35 made each check at 40, 50,
+    # ... judge windows that ended at 45, 55, ..., i.e. 5 steps stale and mixing two waits' steps. Windows now end
+    # at the waits; the part window between the warm-up's end and the first wait counts in no interval.
+    from effbench.analysis import steady_state as ss
+    from effbench.run.steady import UntilStop
+
+    until = UntilStop(ss.IntervalStop(relative_half_width=0.5, min_windows=3), "ci:50%", window_steps=10)
+    for _ in range(5):  # steps 36..40: after the warm-up, before the first wait, slow (0.2 s for 8 images)
+        until.observe(0.2, 8)
+    assert not until.check() and until.windows_img_s == []
+    for rate in (100.0, 110.0, 120.0):  # three whole windows, one rate each: 41..50, 51..60, 61..70
+        for _ in range(10):
+            until.observe(8 / rate, 8)
+        until.check()
+    assert until.windows_img_s == pytest.approx([100.0, 110.0, 120.0])
+    assert until.stopped and until.record().windows == 3 and until.record().steps == 35
+
+
 def test_until_records_when_the_steps_ran_out_first():
     rng = random.Random(1)
     noise = [rng.uniform(0.0, 3e-3) for _ in range(40)]
