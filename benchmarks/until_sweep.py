@@ -18,13 +18,14 @@ the load of the moment falls on both ways alike:
   cell of the sweep (a user picks one number for a sweep). N is the smallest count of GRID, going up, at
   which every cell's interval is within +-X: per cell the grid is climbed until that cell reaches it, then
   every cell is run at the largest of those counts (and higher, should a cell miss there). The interval read
-  from a fixed run is the rule's own statistic (the 95% Student's t interval of the mean of windows of
-  `--log-interval` measured steps, effbench/analysis/stats.py, from steps.csv), so both ways are judged by
+  from a fixed run is the rule's own statistic (steady_state.window_interval of the windows between the loop's
+  waits, every `--log-interval` steps, read from steps.csv by windows.wait_windows), so both ways are judged by
   the same yardstick; the interval the run's report prints by default (`--repeats` 5 windows: a wider t
   quantile, 2.78 against 2.26 at 10 windows) is recorded beside it (`default_report_half_width_pct`). Its
   device time: the same sum, of the run at N.
-- **reference**: a long run (REFERENCE_FACTOR x the until run's steps, auto warm-up); the until figure
-  (`measured.throughput_img_s`) is within its interval when |until - reference| <= until's half-width.
+- **reference**: a long run (REFERENCE_FACTOR x the until run's steps, auto warm-up); the until figure agrees
+  with it when the reference's figure (`measured.throughput_img_s`) lies inside the until run's recorded
+  interval (results.json `until.ci_low_img_s`..`ci_high_img_s`).
 
 Goal (issue 48): the until sweep's device time <= 60% of the fixed one's, shown as fixed / until >= 1/0.6.
 The load average before and after each run is in the JSON: on a shared machine it moves both ways' figures.
@@ -75,28 +76,12 @@ def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def window_rates(step_rows: list[Any], window_steps: int) -> list[float]:
-    """The rule's windows of a run's measured steps: consecutive windows of `window_steps` steps (a last, shorter
-    one dropped, as the rule drops it), each images / time."""
-    rates = []
-    for start in range(0, len(step_rows) - window_steps + 1, window_steps):
-        part = step_rows[start : start + window_steps]
-        time_s = sum(r.data_time_s + r.compute_time_s for r in part)
-        if time_s > 0:
-            rates.append(sum(r.images for r in part) / time_s)
-    return rates
+def window_interval(step_rows: list[Any], window_steps: int) -> Any:
+    """The rule's own statistic on a run's steps.csv: the windows --until judges (windows.wait_windows: between
+    the loop's waits) and their interval (steady_state.window_interval). None below 3 windows."""
+    from effbench.analysis import steady_state, windows
 
-
-def window_half_width_pct(step_rows: list[Any], window_steps: int) -> float | None:
-    """The rule's statistic: the 95% t interval of the windows' mean throughput, its half-width as a percent of
-    that mean. None below 3 windows."""
-    from effbench.analysis import stats
-
-    rates = window_rates(step_rows, window_steps)
-    s = stats.summarize(rates) if rates else None
-    if s is None or s.half_width is None:
-        return None
-    return 100.0 * s.half_width / s.mean
+    return steady_state.window_interval(windows.wait_windows(step_rows, window_steps))
 
 
 def one_run(cfg_kw: dict[str, Any], out: Path, log_interval: int) -> dict[str, Any]:
@@ -112,8 +97,7 @@ def one_run(cfg_kw: dict[str, Any], out: Path, log_interval: int) -> dict[str, A
     wall = time.perf_counter() - t0
     r = outcome.results
     assert r.status == "ok" and r.measured is not None and r.warmup is not None, (r.status, r.error)
-    measured = windows.measured_steps(windows.read_steps(outcome.run_dir))
-    rates = window_rates(measured, log_interval)
+    got = window_interval(windows.read_steps(outcome.run_dir), log_interval)
     summary = (r.throughput_windows.summary or {}).get("throughput_img_s") if r.throughput_windows else None
     default_hw = None
     if summary is not None and summary.ci_low is not None and summary.ci_high is not None and summary.mean:
@@ -131,10 +115,11 @@ def one_run(cfg_kw: dict[str, Any], out: Path, log_interval: int) -> dict[str, A
         "measured_time_s": r.measured.time_s,
         "device_s": r.warmup.time_s + r.measured.time_s,
         "throughput_img_s": r.measured.throughput_img_s,
-        "half_width_pct": window_half_width_pct(measured, log_interval),
-        # the interval's centre: the windows' mean img/s, which a busy machine sets apart from the headline
-        # (all images / all time) by as much as 2x (docs/_until_section.md)
-        "windows_mean_img_s": sum(rates) / len(rates) if rates else None,
+        # the rule's statistic read back from steps.csv: for an until run, the same as its record's until
+        "half_width_pct": None if got is None else got.half_width_pct,
+        "ci_img_s": None if got is None else [got.ci_low_img_s, got.ci_high_img_s],
+        "lag1_autocorrelation": None if got is None else got.lag1_autocorrelation,
+        "windows": None if got is None else got.windows,
         "default_report_half_width_pct": default_hw,
         "warmup_rule": r.warmup_rule.model_dump(exclude_none=True) if r.warmup_rule else None,
         "until": r.until.model_dump(exclude_none=True) if r.until else None,
@@ -234,7 +219,9 @@ def summarize(b: Bench, cells: list[tuple[str, int]], n: int | None) -> tuple[li
         hw = u["half_width_pct"]
         until_hw = (u["until"] or {}).get("half_width_pct")
         diff_pct = 100.0 * abs(u["throughput_img_s"] - ref["throughput_img_s"]) / u["throughput_img_s"]
-        ok = until_hw is not None and diff_pct <= until_hw
+        rec = u["until"] or {}
+        low, high = rec.get("ci_low_img_s"), rec.get("ci_high_img_s")
+        ok = low is not None and low <= ref["throughput_img_s"] <= (math.inf if high is None else high)
         c["reference_diff_pct"], c["within_interval"] = diff_pct, ok
         until_s += u["device_s"]
         fixed_s += f["device_s"] if f else math.nan

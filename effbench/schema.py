@@ -208,12 +208,23 @@ class WarmupRule(_Model):
 
 
 class Until(_Model):
-    """`--until ci:X%`: measured until the throughput windows' 95% interval was within X of their mean."""
+    """`--until ci:X%`: measured until the throughput's 95% interval from its windows was within X of it
+    (analysis/steady_state.py window_interval: on the windows' seconds per image, widened for their lag-1
+    autocorrelation)."""
 
     target: str
     """The rule as given: `ci:1%`."""
     half_width_pct: Num = None
-    """The interval reached: its half-width as a percent of the windows' mean (None below 3 windows)."""
+    """The interval reached: its half-width as a percent of the windows' figure (None below 3 windows)."""
+    throughput_img_s: Num = None
+    """The windows' figure: their images over their time (the headline less the part windows)."""
+    ci_low_img_s: Num = None
+    """The interval's low end, img/s."""
+    ci_high_img_s: Num = None
+    """The interval's high end, img/s (None when unbounded)."""
+    lag1_autocorrelation: Num = None
+    """The windows' lag-1 autocorrelation as estimated: near 0 for independent windows; the interval is widened
+    for it, and above 0.9 the windows drift (docs/methodology.md)."""
     windows: Count = None
     """Throughput windows measured."""
     window_steps: Count = None

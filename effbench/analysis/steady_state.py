@@ -31,15 +31,23 @@ changing there, and the cut is a bound, not a finding. On steady noise MSER-5 so
 of noise can read steadier than the whole): in 500 seeded series of 200 steps at 5% noise it cut at the floor
 in 68% and within 4 batches in 89%, the rest up to the half. A late cut costs measured steps, not accuracy.
 
-**Stopping: a relative 95% interval.** After each throughput window, stop when the 95% Student's t interval of
-the windows' mean (stats.summarize, the interval every report prints) has a half-width of at most X of the
-mean, once there are at least `min_windows` windows; or when the cap in steps or seconds is reached. This is
-the sequential procedure for a relative precision in Law & Kelton, "Simulation Modeling and Analysis" (3rd ed.,
-2000, ch. 9), with their advice of at least 10 first samples (MIN_WINDOWS). Stopping when the interval first
-looks narrow favours runs whose spread happened to read low, so the stopped interval covers the long-run mean
-somewhat less often than 95%: in 4000 seeded Gaussian trials per spread (1%, 2%, 5% per window, 1% asked)
-it covered 0.951, 0.941 and 0.947, the least where the interval is reached a handful of windows after the
-minimum (the test checks 400 trials at 2%).
+**Stopping: a relative 95% interval.** After each throughput window, stop when the 95% interval of the run's
+throughput (window_interval) has a half-width of at most X, once there are at least `min_windows` windows; or
+when the cap in steps or seconds is reached. This is the sequential procedure for a relative precision in Law &
+Kelton, "Simulation Modeling and Analysis" (3rd ed., 2000, ch. 9), with their advice of at least 10 first
+samples (MIN_WINDOWS), on batch means (the windows) with two changes:
+- The interval is of the windows' seconds per image, whose mean's reciprocal is the headline (all images over
+  all time, for windows of equal images): the interval is about the figure printed, not about the windows'
+  mean img/s, which exceeds it by about the windows' squared CV (2-7x the interval on a loaded machine).
+- It is widened for the windows' lag-1 autocorrelation r by sqrt((1 + r') / (1 - r')): the AR(1) adjustment of
+  ASAP3 (Steiger, Alexopoulos & Wilson 2005, ACM TOMACS 15(1):39-73). r' is r less its bias, r + (1 + 4r) / n
+  (Kendall 1954, for an AR(1) series with an estimated mean), kept in [0, RHO_MAX].
+  Windows of one run on a VM drift together: 11 of 12 runs of 10-step windows on this project's CPU VM read
+  r = 0.39 to 0.92 (docs/performance-history.md), and the plain interval missed a longer run's figure by 2.3-9.7x
+  its half-width; at r = 0.7 the plain interval is 2.4x too narrow.
+Stopping when the interval first looks narrow favours runs whose spread happened to read low, so the stopped
+interval covers the long-run figure somewhat less often than 95%: the tests check the coverage on seeded
+independent and AR(1) windows.
 """
 
 from __future__ import annotations
@@ -62,6 +70,9 @@ MIN_WARMUP_STEPS = 1
 """Always excluded: the first step holds compilation, lazy module loading and CUDA context set-up."""
 
 UNTIL_OPTION = "--until"
+RHO_MAX = 0.9
+"""The largest lag-1 autocorrelation the interval is widened for (a factor of 4.4): beyond it the windows are a
+trend, not noise about a level, and no interval from one run says where the level is."""
 MIN_WINDOWS = 10
 """The fewest windows before the interval may stop a run (Law & Kelton's n0 >= 10 for the sequential
 procedure): fewer, and a run whose first windows agree by chance stops on an interval that means little."""
@@ -135,7 +146,7 @@ def mser5(step_times_s: Sequence[float], *, min_steps: int = MIN_WARMUP_STEPS, m
 # --- stopping ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class IntervalStop:
-    """`--until ci:X%`: measure until the 95% interval of the windows' throughput is within X of its mean."""
+    """`--until ci:X%`: measure until the 95% interval of the throughput (window_interval) is within X of it."""
 
     relative_half_width: float
     """X as a fraction: 0.01 for ci:1%."""
@@ -154,14 +165,64 @@ class IntervalStop:
 
 
 @dataclass(frozen=True)
+class WindowInterval:
+    """The 95% interval of a run's throughput from its windows (window_interval)."""
+
+    throughput_img_s: float
+    """The windows' images over their time: the reciprocal of the mean seconds per image."""
+    ci_low_img_s: float
+    ci_high_img_s: float
+    """math.inf when the interval of the seconds per image reaches 0."""
+    half_width_pct: float
+    """The seconds per image's half-width as a percent of their mean: +-1% there is +-1% of the throughput to
+    first order (the throughput's interval is [1/(m+h), 1/(m-h)], a little wider above than below)."""
+    lag1_autocorrelation: float
+    """The windows' lag-1 autocorrelation r as estimated (lag1_autocorrelation), before the bias correction and
+    the bounds of the widening."""
+    windows: int
+
+
+def lag1_autocorrelation(xs: Sequence[float]) -> float:
+    """r1 = sum (x_i - m)(x_{i+1} - m) / sum (x_i - m)^2, the usual estimate (Box & Jenkins); 0 without spread."""
+    m = math.fsum(xs) / len(xs)
+    dev = [x - m for x in xs]
+    var = math.fsum(d * d for d in dev)
+    if var == 0.0:
+        return 0.0
+    return math.fsum(a * b for a, b in zip(dev[:-1], dev[1:], strict=True)) / var
+
+
+def window_interval(throughputs_img_s: Sequence[float], confidence: float = stats.CONFIDENCE) -> WindowInterval | None:
+    """The interval --until stops on, from windows of equal steps (their img/s, each finite and > 0): the
+    Student's t interval of the mean seconds per image, widened for the lag-1 autocorrelation (module
+    docstring). None below 3 windows."""
+    xs = [float(x) for x in throughputs_img_s]
+    if any(not (math.isfinite(x) and x > 0.0) for x in xs):
+        raise ValueError("window throughputs must be finite and positive")
+    n = len(xs)
+    if n < stats.MIN_SAMPLES_FOR_CI:
+        return None
+    spi = [1.0 / x for x in xs]
+    m = math.fsum(spi) / n
+    r = lag1_autocorrelation(spi)
+    kept = min(max(r + (1.0 + 4.0 * r) / n, 0.0), RHO_MAX)  # Kendall's bias correction, then the bounds
+    h = stats.t_ppf(0.5 + confidence / 2, n - 1) * stats.stdev(spi) / math.sqrt(n) * math.sqrt((1 + kept) / (1 - kept))
+    return WindowInterval(throughput_img_s=1.0 / m, ci_low_img_s=1.0 / (m + h),
+                          ci_high_img_s=1.0 / (m - h) if h < m else math.inf, half_width_pct=100.0 * h / m,
+                          lag1_autocorrelation=r, windows=n)  # fmt: skip
+
+
+@dataclass(frozen=True)
 class StopDecision:
     """Whether to stop measuring, why, and the interval reached so far."""
 
     done: bool
     reason: Literal["interval reached", "cap", "measuring"]
     half_width_pct: float | None
-    """The 95% interval's half-width as a percent of the mean (0.8 for ±0.8%); None below 3 windows."""
+    """The 95% interval's half-width as a percent of the figure (0.8 for +-0.8%); None below 3 windows."""
     windows: int
+    interval: WindowInterval | None = None
+    """The interval itself (window_interval); None below 3 windows."""
 
 
 def stop_decision(
@@ -170,18 +231,15 @@ def stop_decision(
     """Decide after a window: `throughputs_img_s` are the windows' img/s so far (each > 0), `steps` and
     `elapsed_s` the measured steps and seconds so far (for the caps). The interval wins over a cap reached at
     the same window."""
-    xs = [float(x) for x in throughputs_img_s]
-    if any(not (math.isfinite(x) and x > 0.0) for x in xs):
-        raise ValueError("window throughputs must be finite and positive")
-    n = len(xs)
-    half = stats.summarize(xs).half_width if xs else None
-    pct = None if half is None else 100.0 * half / stats.mean(xs)
+    got = window_interval(throughputs_img_s)
+    n = len(throughputs_img_s)
+    pct = None if got is None else got.half_width_pct
     if pct is not None and n >= rule.min_windows and pct <= 100.0 * rule.relative_half_width:
-        return StopDecision(True, "interval reached", pct, n)
+        return StopDecision(True, "interval reached", pct, n, got)
     capped = (rule.max_steps is not None and steps >= rule.max_steps) or (
         rule.max_seconds is not None and elapsed_s >= rule.max_seconds
     )
-    return StopDecision(capped, "cap" if capped else "measuring", pct, n)
+    return StopDecision(capped, "cap" if capped else "measuring", pct, n, got)
 
 
 def parse_until(value: str) -> float:

@@ -98,6 +98,24 @@ def rank_windows(steps_by_rank: Sequence[Sequence[StepRow | Mapping[str, Any]]],
     return w.model_dump(exclude_unset=True)  # results.json's section, as the run writes it (a dict)
 
 
+def wait_windows(step_rows: Iterable[StepRow | Mapping[str, Any]], window_steps: int) -> list[float]:
+    """The windows `--until` judges, read back from one rank's steps (steps.csv): per epoch, the steps between
+    two of the loop's waits (after every `window_steps` steps of the epoch, by steps.csv's 1-based `step`), each
+    images / time. A window holding a warm-up step, or an epoch's short last one, is left out, as the loop
+    leaves it out (run/steady.py UntilStop)."""
+    groups: dict[tuple[int | None, int], list[StepRow]] = {}
+    for r in _typed(step_rows):
+        if r.step is None:
+            raise ValueError("step rows without a step number cannot be placed between the waits")
+        groups.setdefault((r.epoch, (r.step - 1) // window_steps), []).append(r)
+    rates = []
+    for part in groups.values():
+        time_s = sum(r.data_time_s + r.compute_time_s for r in part)
+        if len(part) == window_steps and not any(r.warmup for r in part) and time_s > 0:
+            rates.append(sum(r.images for r in part) / time_s)
+    return rates
+
+
 def more_windows_fix(steps: int | None, needed: int) -> str:
     """What gives `needed` windows: --repeats while the measured steps allow it; when they are fewer (a window
     holds at least one step, and config refuses --repeats above the measured steps), more measured steps."""

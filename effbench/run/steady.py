@@ -10,6 +10,7 @@ every figure (throughput, utilisation, peak memory) covers the same steps from t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -146,6 +147,11 @@ class UntilStop:
     def record(self) -> schema.Until:
         last = self.last or ss.stop_decision(self.rule, self.windows_img_s, steps=self.steps, elapsed_s=self.seconds)
         reason = last.reason if self.stopped else "the run's steps ran out before the interval was reached"
-        return schema.Until(target=self.target, half_width_pct=last.half_width_pct, windows=len(self.windows_img_s),
-                            window_steps=self.window_steps, steps=self.steps, reached=self.stopped and
-                            last.reason == "interval reached", reason=reason)  # fmt: skip
+        got = last.interval
+        return schema.Until(target=self.target, half_width_pct=last.half_width_pct,
+                            throughput_img_s=got.throughput_img_s if got else None,
+                            ci_low_img_s=got.ci_low_img_s if got else None,
+                            ci_high_img_s=got.ci_high_img_s if got and math.isfinite(got.ci_high_img_s) else None,
+                            lag1_autocorrelation=got.lag1_autocorrelation if got else None,
+                            windows=len(self.windows_img_s), window_steps=self.window_steps, steps=self.steps,
+                            reached=self.stopped and last.reason == "interval reached", reason=reason)  # fmt: skip

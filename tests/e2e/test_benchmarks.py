@@ -123,26 +123,35 @@ T975 = {2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9:
 
 
 def log_windows(run_dir: str, window: int) -> list[float]:
-    """steps.csv's measured steps in windows of `window` (a last short one dropped): each window's img/s."""
+    """steps.csv's windows between the loop's waits (every `window` steps of an epoch, by the 1-based step
+    column): each whole window of measured steps, img/s; a window holding warm-up, or an epoch's short last one,
+    dropped."""
     with open(Path(run_dir) / "steps.csv", newline="") as f:
-        steps = [r for r in csv.DictReader(f) if r["warmup"] == "False"]
-    rates = []
-    for i in range(0, len(steps) - window + 1, window):
-        part = steps[i : i + window]
-        rates.append(
-            sum(int(r["images"]) for r in part)
-            / sum(float(r["data_time_s"]) + float(r["compute_time_s"]) for r in part)
-        )
-    return rates
+        groups: dict[tuple[str, int], list[dict[str, str]]] = {}
+        for r in csv.DictReader(f):
+            groups.setdefault((r["epoch"], (int(r["step"]) - 1) // window), []).append(r)
+    return [
+        sum(int(r["images"]) for r in part) / sum(float(r["data_time_s"]) + float(r["compute_time_s"]) for r in part)
+        for part in groups.values()
+        if len(part) == window and all(r["warmup"] == "False" for r in part)
+    ]
 
 
-def half_width_pct(rates: list[float]) -> float | None:
-    """The 95% t interval's half-width of the rates' mean, % of that mean."""
-    if len(rates) < 3:
+def interval(rates: list[float]) -> tuple[float, float, float] | None:
+    """docs/methodology.md's --until interval, written out: the 95% t interval of the windows' mean seconds per
+    image, widened by sqrt((1 + r') / (1 - r')), r' the lag-1 autocorrelation r plus (1 + 4r) / n, kept in
+    [0, 0.9]. (half-width % of the mean, low img/s, high img/s); None below 3 windows."""
+    n = len(rates)
+    if n < 3:
         return None
-    m = sum(rates) / len(rates)
-    sd = math.sqrt(sum((x - m) ** 2 for x in rates) / (len(rates) - 1))
-    return 100 * T975[len(rates) - 1] * sd / math.sqrt(len(rates)) / m
+    y = [1 / x for x in rates]
+    m = sum(y) / n
+    dev = [v - m for v in y]
+    ss = sum(d * d for d in dev)
+    r = sum(a * b for a, b in zip(dev[:-1], dev[1:], strict=True)) / ss if ss else 0.0
+    k = min(max(r + (1 + 4 * r) / n, 0.0), 0.9)
+    h = T975[n - 1] * math.sqrt(ss / (n - 1)) / math.sqrt(n) * math.sqrt((1 + k) / (1 - k))
+    return 100 * h / m, 1 / (m + h), (1 / (m - h) if h < m else math.inf)
 
 
 def test_until_sweep_figures_come_from_the_run_folders(tmp_path):
@@ -162,9 +171,9 @@ def test_until_sweep_figures_come_from_the_run_folders(tmp_path):
             assert run["device_s"] == rec["warmup"]["time_s"] + rec["measured"]["time_s"]
             assert run["steps"] == rec["warmup"]["steps"] + rec["measured"]["steps"]
             rates = log_windows(run["run_dir"], sizes["log_interval"])
-            hw = half_width_pct(rates)
-            assert run["half_width_pct"] == (None if hw is None else pytest.approx(hw, rel=2e-3))
-            assert run["windows_mean_img_s"] == pytest.approx(sum(rates) / len(rates))
+            want = interval(rates)
+            assert run["half_width_pct"] == (None if want is None else pytest.approx(want[0], rel=2e-3))
+            assert run["windows"] == (len(rates) if want else None)
         until = cell["until"]
         assert until["options"]["until"] == f"ci:{target:g}%" and "warmup_steps" not in until["options"]
         # the rule's own record agrees with its windows read back from steps.csv
@@ -186,8 +195,12 @@ def test_until_sweep_figures_come_from_the_run_folders(tmp_path):
     assert got["fixed_device_s"] == pytest.approx(total)
     assert got["until_device_s"] == pytest.approx(sum(c["until"]["device_s"] for c in got["cells"].values()))
     for cell in got["cells"].values():
-        off = 100 * abs(cell["until"]["throughput_img_s"] - cell["reference"]["throughput_img_s"])
-        off /= cell["until"]["throughput_img_s"]
-        assert cell["within_interval"] == (off <= cell["until"]["until"]["half_width_pct"])
+        want = interval(log_windows(cell["until"]["run_dir"], sizes["log_interval"]))
+        assert want is not None
+        rec = cell["until"]["until"]
+        assert rec["ci_low_img_s"] == pytest.approx(want[1], rel=1e-4)
+        assert rec.get("ci_high_img_s", math.inf) == pytest.approx(want[2], rel=1e-4)
+        ref = cell["reference"]["throughput_img_s"]
+        assert cell["within_interval"] == (rec["ci_low_img_s"] <= ref <= rec.get("ci_high_img_s", math.inf))
     # the tables print the same N and the ratio row
     assert f"fixed N = {n}" in res.stdout and "| device time, fixed / until" in res.stdout

@@ -126,6 +126,34 @@ def test_until_judges_the_windows_that_end_at_its_wait():
     assert until.stopped and until.record().windows == 3 and until.record().steps == 35
 
 
+def test_the_recorded_interval_is_the_one_read_back_from_the_steps():
+    # The loop tallies --until's windows as it runs; analysis/windows.wait_windows reads them back from the step
+    # rows (steps.csv) by the waits' positions. A warm-up of 7 steps leaves steps 8..10 a part window before the
+    # first wait at 10, which neither counts; both must give the same windows, figure and interval.
+    from effbench.analysis import steady_state as ss
+    from effbench.analysis.windows import wait_windows
+
+    rng = random.Random(2)
+    noise = [rng.uniform(0.0, 6e-4) for _ in range(400)]
+    epoch = _run(lambda i: noise[i], steps=400, warmup=7, until="ci:5%", log_interval=5)
+    u = epoch.until
+    assert u is not None and u.reached
+    back = wait_windows(epoch.step_rows, 5)
+    assert len(back) == u.windows and u.steps == epoch.measured.steps == 3 + 5 * u.windows
+    got = ss.window_interval(back)
+    assert got is not None
+    assert (u.throughput_img_s, u.half_width_pct) == (
+        pytest.approx(got.throughput_img_s),
+        pytest.approx(got.half_width_pct),
+    )
+    assert (u.ci_low_img_s, u.ci_high_img_s) == (pytest.approx(got.ci_low_img_s), pytest.approx(got.ci_high_img_s))
+    assert u.lag1_autocorrelation == pytest.approx(got.lag1_autocorrelation)
+    whole = [r for r in epoch.step_rows if not r.warmup][3:]  # the windows' own steps, images over time
+    assert u.throughput_img_s == pytest.approx(
+        sum(r.images for r in whole) / sum(r.data_time_s + r.compute_time_s for r in whole)
+    )
+
+
 def test_until_records_when_the_steps_ran_out_first():
     rng = random.Random(1)
     noise = [rng.uniform(0.0, 3e-3) for _ in range(40)]
@@ -162,3 +190,18 @@ def test_the_configs_short_run_bound_is_the_rules_own():
     from effbench.config import AUTO_MIN_STEPS
 
     assert AUTO_MIN_STEPS == 2 * (ss.MIN_WARMUP_STEPS + ss.MIN_BATCHES * ss.BATCH_STEPS)
+
+
+def test_wait_windows_follow_the_epochs_waits_not_the_warmups_end():
+    # steps.csv rows as the file has them (strings): epoch 1 has 7 steps, 2 of warm-up; epoch 2 has 6. Windows of
+    # 3: epoch 1's steps 1-3 hold warm-up (out), 4-6 count, 7 is a short last one (out); epoch 2's 1-3 and 4-6 count.
+    from effbench.analysis.windows import wait_windows
+
+    def row(epoch: int, step: int, warm: bool, seconds: float) -> dict[str, str]:
+        return {"epoch": str(epoch), "step": str(step), "warmup": str(warm), "images": "4", "loss": "",
+                "top1": "", "data_time_s": "0", "compute_time_s": str(seconds)}  # fmt: skip
+
+    rows = [row(1, s, s <= 2, 1.0) for s in range(1, 8)] + [
+        row(2, s, False, 0.5 if s <= 3 else 0.25) for s in range(1, 7)
+    ]
+    assert wait_windows(rows, 3) == pytest.approx([12 / 3.0, 12 / 1.5, 12 / 0.75])
