@@ -73,10 +73,7 @@ def summary_rows(results: schema.Results) -> list[tuple[str, str]]:
         rows.insert(at, ("interrupted", f"the figures rest on the {measured.steps} measured step(s) that ended "
                                         "before the signal"))  # fmt: skip
     if results.until is not None:  # --until ci:X%: the interval reached and what ended the measurement
-        u = results.until
-        reached = "-" if u.half_width_pct is None else f"+/-{u.half_width_pct:.2f}%"
-        rows.append(("until " + u.target, f"{reached} over {fmt_value(u.windows)} windows of {fmt_value(u.window_steps)}"
-                                          f" steps; {u.reason}"))  # fmt: skip
+        rows.append(("until " + results.until.target, _until(results.until)))
     if results.wall_time_by_phase_s:  # where the run's own wall time went, the model's build and FLOP count included
         rows.append(("wall time by phase (s)", _by_phase(results.wall_time_by_phase_s, results.wall_time_s)))
     tta = describe_tta(results.time_to_accuracy)
@@ -97,6 +94,20 @@ def summary_rows(results: schema.Results) -> list[tuple[str, str]]:
     if results.error is not None and _given(results.error):
         rows.append(("error", fmt_value(results.error.message)))
     return rows
+
+
+def _until(u: schema.Until) -> str:
+    """The interval --until reached, its ends, the windows' autocorrelation (widened for, and above 0.5 a sign
+    the machine drifted while measuring: docs/methodology.md) and why the measurement ended."""
+    reached = "-" if u.half_width_pct is None else f"+/-{u.half_width_pct:.2f}%"
+    if u.ci_low_img_s is not None:
+        high = "inf" if u.ci_high_img_s is None else f"{u.ci_high_img_s:,.1f}"
+        reached += f" [{u.ci_low_img_s:,.1f}, {high}] img/s"
+    text = f"{reached} over {fmt_value(u.windows)} windows of {fmt_value(u.window_steps)} steps"
+    if u.lag1_autocorrelation is not None:
+        r = u.lag1_autocorrelation
+        text += f", lag-1 autocorrelation {r:+.2f}" + (" (the speed drifted while measuring)" if r > 0.5 else "")
+    return f"{text}; {u.reason}"
 
 
 def _by_phase(seconds: dict[str, float], total: float | None) -> str:

@@ -234,6 +234,21 @@ def test_report_rows_show_what_fed_the_run_the_images_validated_and_the_evidence
     assert "no effect" in rows["--workers: no effect"] or "DataLoader" in rows["--workers: no effect"]
 
 
+def test_the_until_row_gives_the_interval_its_ends_and_a_drift():
+    def row(**until) -> str:
+        record = _typed({"until": {"target": "ci:2%", "windows": 14, "window_steps": 10, "steps": 145,
+                                   "reached": True, "reason": "interval reached", **until}})  # fmt: skip
+        return dict(tables.summary_rows(record))["until ci:2%"]
+
+    steady = row(half_width_pct=1.84, ci_low_img_s=1180.25, ci_high_img_s=1224.5, lag1_autocorrelation=0.12)
+    assert steady == ("+/-1.84% [1,180.2, 1,224.5] img/s over 14 windows of 10 steps, lag-1 autocorrelation +0.12; "
+                      "interval reached")  # fmt: skip
+    drift = row(half_width_pct=1.9, ci_low_img_s=40.0, ci_high_img_s=None, lag1_autocorrelation=0.71)
+    assert "[40.0, inf] img/s" in drift and "+0.71 (the speed drifted while measuring)" in drift
+    older = row(half_width_pct=1.9)  # a record from before the interval's ends were kept
+    assert older == "+/-1.90% over 14 windows of 10 steps; interval reached"
+
+
 def _digits(steps_run: int, *, dataset: str = "imagefolder", world: int = 1) -> dict:
     # the digits run: 1,438 training images, batch 32 -> 44 steps of 32 = 1,408 trained, 30 left out
     per_device = 32 // world
