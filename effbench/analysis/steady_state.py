@@ -38,12 +38,13 @@ Kelton, "Simulation Modeling and Analysis" (3rd ed., 2000, ch. 9), with their ad
 samples (MIN_WINDOWS), on batch means (the windows) with two changes:
 - The interval is of the windows' seconds per image, whose mean's reciprocal is the headline (all images over
   all time, for windows of equal images): the interval is about the figure printed, not about the windows'
-  mean img/s, which exceeds it by about the windows' squared CV (2-7x the interval on a loaded machine).
+  mean img/s, which exceeds it: by about the windows' squared CV when they are steady, by 2 and 7 times on a
+  loaded VM.
 - It is widened for the windows' lag-1 autocorrelation r by sqrt((1 + r') / (1 - r')): the AR(1) adjustment of
-  ASAP3 (Steiger, Alexopoulos & Wilson 2005, ACM TOMACS 15(1):39-73). r' is r less its bias, r + (1 + 4r) / n
-  (Kendall 1954, for an AR(1) series with an estimated mean), kept in [0, RHO_MAX].
+  ASAP3 (Steiger, Alexopoulos & Wilson 2005, ACM TOMACS 15(1):39-73). r' is r corrected for its bias,
+  r + (1 + 4r) / n (Kendall 1954, for an AR(1) series with an estimated mean), kept in [0, RHO_MAX].
   Windows of one run on a VM drift together: 11 of 12 runs of 10-step windows on this project's CPU VM read
-  r = 0.39 to 0.92 (docs/performance-history.md), and the plain interval missed a longer run's figure by 2.3-9.7x
+  r = 0.38 to 0.92 (docs/performance-history.md), and the plain interval missed a longer run's figure by 2.3-9.7x
   its half-width; at r = 0.7 the plain interval is 2.4x too narrow.
 Stopping when the interval first looks narrow favours runs whose spread happened to read low, so the stopped
 interval covers the long-run figure somewhat less often than 95%: the tests check the coverage on seeded
