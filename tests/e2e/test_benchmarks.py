@@ -196,6 +196,11 @@ def test_until_sweep_figures_come_from_the_run_folders(tmp_path):
         for name, cell in got["cells"].items():
             mine = by["cells"][name]
             assert mine["fixed"]["device_s"] == pytest.approx(seconds(longs[name][: warm + n]))
+            own = next(g for g in sizes["grid"] if within(longs[name][: warm + g], target))  # this cell alone
+            assert (mine["own_fixed_n"], mine["own_fixed_device_s"]) == (
+                own,
+                pytest.approx(seconds(longs[name][: warm + own])),
+            )
             rows = step_rows(cell["until"]["run_dir"])
             u = mine["until"]
             stop = next(i for i, r in enumerate(rows) if r["warmup"] == "False") + u["measured_steps"]
@@ -232,3 +237,5 @@ def test_until_sweep_figures_come_from_the_run_folders(tmp_path):
         # the tables print the same N and the ratio row
         assert f"ci:{target:g}%, fixed N = {n}" in res.stdout
         assert f"| device time at ci:{target:g}%, fixed / until" in res.stdout
+        owns = sum(by["cells"][name]["own_fixed_device_s"] for name in got["cells"])
+        assert by["own_fixed_device_s"] == pytest.approx(owns) and f"{owns:.1f} s (fixed)" in res.stdout
