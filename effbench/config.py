@@ -416,11 +416,12 @@ class RunConfig:
     stop_at_target: bool = False
     """End the run at the epoch that reaches --target-top1."""
     until: str | None = None
-    """Measure until the throughput's 95% interval is within X of its mean, capped at the run's steps: ci:X%, as
+    """Measure until the throughput's 95% interval is within X of it, capped at the run's steps: ci:X%, as
     ci:1%.
 
-    It is checked at each --log-interval window once 10 windows are measured; see analysis/steady_state.py.
-    results.json's `until` records the interval reached, the steps it took and whether the cap ended it."""
+    It is checked at each --log-interval window once 10 windows are measured. The interval is widened when the
+    windows drift together; see docs/methodology.md. results.json's `until` records the interval reached, the
+    steps it took and whether the cap ended it."""
 
     # --- derived helpers (not options) -------------------------------------------------------
     @property

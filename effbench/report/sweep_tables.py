@@ -21,6 +21,7 @@ from effbench.analysis import scaling as scaling_table
 from effbench.analysis import stats
 from effbench.analysis import time_to_accuracy
 from effbench.analysis import windows
+from effbench.analysis.steady_state import DRIFT_R
 from effbench.analysis.efficiency import CONTENDED
 from effbench.datasets import chance_note
 from effbench.fmt import fit_report_table, fmt_value, grid, interval, md, printable, wrap_text
@@ -91,6 +92,7 @@ class CellRow:
     until_half_width_pct: float | None = None
     until_windows: int | None = None
     until_reached: bool | None = None
+    until_lag1_autocorrelation: float | None = None
     # the run's record, its windows with it (compare.py); not in summary.json
     record: schema.Results | None = None
     # why a reader shows its status (liveness.py: "last written T" beside `dead`); not in summary.json
@@ -167,6 +169,7 @@ def cell_row(cell: schema.Cell, record: schema.Results | None, steps: Sequence[S
         until_half_width_pct=record.until.half_width_pct if record.until else None,
         until_windows=record.until.windows if record.until else None,
         until_reached=record.until.reached if record.until else None,
+        until_lag1_autocorrelation=record.until.lag1_autocorrelation if record.until else None,
         peak_mem_gib=record.peak_mem_gib,
         peak_host_gib=host_peak_gib(record),
         wall_time_s=whole_run_wall_s(record),
@@ -348,7 +351,9 @@ def _until_cells(row: CellRow, rows: Sequence[CellRow]) -> list[str]:
         return ["-"]
     pct = "-" if row.until_half_width_pct is None else f"+/-{row.until_half_width_pct:.2f}%"
     how = "reached" if row.until_reached else "cap, not reached"
-    return [f"{pct} ({how}, {row.until_windows or 0} windows)"]
+    r = row.until_lag1_autocorrelation
+    drift = f", drifted: r {r:+.2f}" if r is not None and r > DRIFT_R else ""  # docs/methodology.md, "Slow drift"
+    return [f"{pct} ({how}, {row.until_windows or 0} windows{drift})"]
 
 
 def time_split_notes(rows: Sequence[CellRow]) -> list[str]:

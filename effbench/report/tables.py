@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from effbench.analysis.efficiency import WITHIN_NOISE
 from effbench.analysis.epoch_time import epoch_measured, epoch_warmup_s
 from effbench.analysis import roofline, stats
+from effbench.analysis.steady_state import DRIFT_R
 from effbench.analysis.time_to_accuracy import describe as describe_tta
 from effbench.config import typed_option
 from effbench.datasets import CATALOG, chance_note
@@ -97,7 +98,7 @@ def summary_rows(results: schema.Results) -> list[tuple[str, str]]:
 
 
 def _until(u: schema.Until) -> str:
-    """The interval --until reached, its ends, the windows' autocorrelation (widened for, and above 0.5 a sign
+    """The interval --until reached, its ends, the windows' autocorrelation (widened for, and above DRIFT_R a sign
     the machine drifted while measuring: docs/methodology.md) and why the measurement ended."""
     reached = "-" if u.half_width_pct is None else f"+/-{u.half_width_pct:.2f}%"
     if u.ci_low_img_s is not None:
@@ -106,7 +107,7 @@ def _until(u: schema.Until) -> str:
     text = f"{reached} over {fmt_value(u.windows)} windows of {fmt_value(u.window_steps)} steps"
     if u.lag1_autocorrelation is not None:
         r = u.lag1_autocorrelation
-        text += f", lag-1 autocorrelation {r:+.2f}" + (" (the speed drifted while measuring)" if r > 0.5 else "")
+        text += f", lag-1 autocorrelation {r:+.2f}" + (" (the speed drifted while measuring)" if r > DRIFT_R else "")
     return f"{text}; {u.reason}"
 
 

@@ -358,7 +358,7 @@ RAN_CELL_KEYS = [
     "train_top1", "val_top1", "train_top1_per_epoch", "val_top1_per_epoch", "global_batch_size", "devices",
     "peak_mem_gib", "peak_host_gib", "wall_time_s", "device", "target_top1", "reached_target", "time_to_target_s",
     "epochs_to_target", "best_val_top1", "contended", "until_target", "until_half_width_pct", "until_windows",
-    "until_reached",
+    "until_reached", "until_lag1_autocorrelation",
 ]  # fmt: skip
 
 
@@ -405,8 +405,8 @@ def test_a_sweep_under_until_shows_each_cells_interval_reached(tmp_path):
     folder = make_sweep(tmp_path, {"batch_size": [8, 16]}, cells)
     render.write_sweep_reports(folder)
     assert "until" not in (folder / "sweep.md").read_text()  # no cell ran with --until: no column
-    untils = {"8": dict(half_width_pct=1.84, windows=12, reached=True), "16": dict(half_width_pct=28.2, windows=196,
-                                                                                    reached=False)}  # fmt: skip
+    untils = {"8": dict(half_width_pct=1.84, windows=12, reached=True, lag1_autocorrelation=0.12),
+              "16": dict(half_width_pct=28.2, windows=196, reached=False, lag1_autocorrelation=0.71)}  # fmt: skip
     for run in folder.glob("cells/*/run/results.json"):
         record = json.loads(run.read_text())
         record["until"] = {"target": "ci:2%", "window_steps": 10, **untils[str(record["batch_size_per_device"])]}
@@ -414,7 +414,8 @@ def test_a_sweep_under_until_shows_each_cells_interval_reached(tmp_path):
     render.write_sweep_reports(folder)
     md = (folder / "sweep.md").read_text()
     assert "until: interval reached" in md
-    assert "+/-1.84% (reached, 12 windows)" in md and "+/-28.20% (cap, not reached, 196 windows)" in md
+    assert "+/-1.84% (reached, 12 windows)" in md  # r 0.12: steady, nothing said
+    assert "+/-28.20% (cap, not reached, 196 windows, drifted: r +0.71)" in md
     cells_json = json.loads((folder / "summary.json").read_text())["cells"]
     assert [(c["until_half_width_pct"], c["until_reached"]) for c in cells_json] == [(1.84, True), (28.2, False)]
 
