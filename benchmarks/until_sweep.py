@@ -160,10 +160,11 @@ def prefix(rows: list[Any], end: int, log_interval: int, target_pct: float) -> P
     part = rows[:end]
     measured = [r for r in part if not r.warmup]
     time_s = sum(r.data_time_s + r.compute_time_s for r in measured)
-    got = steady_state.window_interval(windows.wait_windows(part, log_interval))
+    rule = steady_state.IntervalStop(relative_half_width=target_pct / 100.0)
+    decision = steady_state.stop_decision(rule, windows.wait_windows(part, log_interval))  # the loop's own decision
     return Prefix(measured_steps=len(measured), device_s=sum(r.data_time_s + r.compute_time_s for r in part),
-                  throughput_img_s=sum(r.images for r in measured) / time_s, interval=got,
-                  reached=got is not None and got.windows >= steady_state.MIN_WINDOWS and got.half_width_pct <= target_pct)  # fmt: skip
+                  throughput_img_s=sum(r.images for r in measured) / time_s, interval=decision.interval,
+                  reached=decision.reason == "interval reached")  # fmt: skip
 
 
 def until_at(rows: list[Any], log_interval: int, target_pct: float) -> Prefix:
@@ -266,7 +267,8 @@ def main() -> None:
     p.add_argument(
         "--from-json",
         action="store_true",
-        help="run nothing: the tables from --json's runs, over the cells it holds whole (a stopped sweep)",
+        help="run nothing: the tables from --json's runs, over the cells it holds whole (a stopped sweep); the "
+        "replayed figures are written back into it",
     )
     p.add_argument("--keep", type=Path, default=None, help="keep the run folders here (default: a temporary folder)")
     a = p.parse_args()

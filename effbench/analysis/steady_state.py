@@ -222,11 +222,14 @@ class StopDecision:
 
     done: bool
     reason: Literal["interval reached", "cap", "measuring"]
-    half_width_pct: float | None
-    """The 95% interval's half-width as a percent of the figure (0.8 for +-0.8%); None below 3 windows."""
     windows: int
     interval: WindowInterval | None = None
-    """The interval itself (window_interval); None below 3 windows."""
+    """The interval reached so far (window_interval); None below 3 windows."""
+
+    @property
+    def half_width_pct(self) -> float | None:
+        """The interval's half-width as a percent of the figure (0.8 for +-0.8%); None below 3 windows."""
+        return None if self.interval is None else self.interval.half_width_pct
 
 
 def stop_decision(
@@ -237,13 +240,12 @@ def stop_decision(
     the same window."""
     got = window_interval(throughputs_img_s)
     n = len(throughputs_img_s)
-    pct = None if got is None else got.half_width_pct
-    if pct is not None and n >= rule.min_windows and pct <= 100.0 * rule.relative_half_width:
-        return StopDecision(True, "interval reached", pct, n, got)
+    if got is not None and n >= rule.min_windows and got.half_width_pct <= 100.0 * rule.relative_half_width:
+        return StopDecision(True, "interval reached", n, got)
     capped = (rule.max_steps is not None and steps >= rule.max_steps) or (
         rule.max_seconds is not None and elapsed_s >= rule.max_seconds
     )
-    return StopDecision(capped, "cap" if capped else "measuring", pct, n, got)
+    return StopDecision(capped, "cap" if capped else "measuring", n, got)
 
 
 def parse_until(value: str) -> float:

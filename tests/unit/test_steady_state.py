@@ -249,7 +249,7 @@ def test_no_stop_before_the_minimum_windows():
     rule = ss.IntervalStop(relative_half_width=0.5)
     d = ss.stop_decision(rule, [1000.0, 1001.0, 999.0])
     assert (d.done, d.reason, d.windows) == (False, "measuring", 3) and d.half_width_pct < 1
-    assert ss.stop_decision(rule, []) == ss.StopDecision(False, "measuring", None, 0)
+    assert ss.stop_decision(rule, []) == ss.StopDecision(False, "measuring", 0)
     assert ss.stop_decision(rule, [1000.0, 1001.0]).half_width_pct is None  # below 3 windows: no interval
 
 
