@@ -22,7 +22,7 @@ from effbench.cli.common import opt as _opt
 from effbench.cli.options import config_options, field_kind, is_bool_field, with_config_options
 from effbench.cli.track import DEFAULT_EXPERIMENT, TrackExperiment, TrackTraces, TrackUri, after, tracking
 from effbench.sweep.presets import presets_help
-from effbench.sweep.spec import DIMENSIONS, PRESET_ONLY
+from effbench.sweep.spec import DIMENSIONS, MAX_ROUNDS, PRESET_ONLY
 from effbench.config import Range, RunConfig, option_name
 from effbench.errors import EffbenchError
 from effbench.fmt import report_width
@@ -74,6 +74,16 @@ def sweep(
     smoke: Annotated[
         bool, _opt("Start every cell from the --smoke preset: CPU, synthetic data, tiny. Other options override it.")
     ] = False,
+    rounds: Annotated[
+        int,
+        _opt(
+            "Run the whole grid this many times, round after round, each later round in a shuffled order, so every "
+            "cell meets the machine at several moments. The report's across-rounds table gives each cell's mean over "
+            "its rounds with the 95% interval across them, which sees changes of the machine's speed slower than one "
+            f"run (its windows' interval cannot). A run's --repeats are windows within it. [range: 1..{MAX_ROUNDS}]",
+            metavar="K",
+        ),
+    ] = 1,
     quiet: Annotated[bool, _opt("Print no per-step progress. One line per cell and the summary still print.")] = False,
     track: TrackUri = None,
     track_experiment: TrackExperiment = DEFAULT_EXPERIMENT,
@@ -109,6 +119,7 @@ def sweep(
         output=output if output is not None else "results",
         name=name,
         fail_fast=fail_fast,
+        rounds=rounds,
     )
     from effbench.system import wait_policy
 

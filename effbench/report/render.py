@@ -32,7 +32,7 @@ from effbench.report import sweep_tables as sweep_report
 from effbench.analysis import epoch_time, scaling, windows
 from effbench.errors import EffbenchError
 from effbench.fmt import REPORT_WIDTH, interval, printable
-from effbench.sweep.spec import dim_option, show, varied
+from effbench.sweep.spec import ROUND, dim_option, show, varied
 
 if TYPE_CHECKING:
     from effbench import schema
@@ -444,6 +444,10 @@ def sweep_html(
     if links:
         cells.append("<ul>" + "".join(links) + "</ul>")
     sections.append(H.Section("Cells", cells))
+    if ROUND in varied(dims):
+        rh, rb = sweep_report.rounds_table(rows, names)
+        sections.append(H.Section(sweep_report.ROUNDS_TITLE, [H.table(rh, rb, table_id="rounds"),
+                                                              H.paragraph(sweep_report.ROUNDS_NOTE)]))  # fmt: skip
     sections.append(H.Section("Charts", _images(plots) + [H.paragraph(p) for p in problems]))
     idle = sweep_report.no_effect_dims(rows, dims)
     for dim in varied(dims):
@@ -534,7 +538,8 @@ def write_sweep_reports(folder: Path, *, cells: bool = False, dest: Path | None 
     results.atomic_write_text(md, sweep_report.render(rows, dims, title=title, fmt="md"))
     results.write_json(summary, {"schema_version": M.MANIFEST_SCHEMA, "name": m.name, "dims": dims,
                                  "verdicts": sweep_report.verdicts(rows, dims),
-                                 "cells": [r.summary() for r in rows]})  # fmt: skip
+                                 "cells": [r.summary() for r in rows],
+                                 "rounds": sweep_report.rounds_pooled(rows)})  # fmt: skip
     plots, problems = sweep_plots(rows, dims, plots_dir)
     for name in SWEEP_CHARTS:  # a chart this report did not draw (an earlier render's) must not outlive it
         stale = plots_dir / name

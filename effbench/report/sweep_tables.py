@@ -11,12 +11,14 @@ CI of its windows' mean (windows.py); "within noise" means Welch's 95% interval 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 
 from effbench.results import StepRow
 from effbench.analysis import epoch_time
+from effbench.analysis import rounds as across_rounds
 from effbench.analysis import scaling as scaling_table
 from effbench.analysis import stats
 from effbench.analysis import time_to_accuracy
@@ -26,7 +28,7 @@ from effbench.analysis.efficiency import CONTENDED
 from effbench.datasets import chance_note
 from effbench.fmt import fit_report_table, fmt_value, grid, interval, md, printable, wrap_text
 from effbench.report import roofline_tables
-from effbench.sweep.spec import dim_option, show, varied
+from effbench.sweep.spec import ROUND, dim_option, run_params, show, varied
 
 if TYPE_CHECKING:
     from effbench import schema
@@ -543,6 +545,9 @@ def verdicts(rows: Sequence[CellRow], dims: Mapping[str, Sequence[Any]]) -> list
     lines: list[str] = []
     names = list(dims)
     for dim in varied(dims):
+        if dim == ROUND:  # no "best round": rounds are repeats, pooled (rounds_verdicts)
+            lines += rounds_verdicts(rows)
+            continue
         for group, members in groups(rows, names, dim).items():
             if len({show(r.params.get(dim)) for r in members}) < 2:  # a preset left out the others (keep)
                 continue
@@ -556,6 +561,113 @@ def verdicts(rows: Sequence[CellRow], dims: Mapping[str, Sequence[Any]]) -> list
     for r in bad:
         lines.append(f"cell {r.key}: {r.shown_status}" + (f" ({r.error})" if r.error else ""))
     return lines
+
+
+def round_groups(rows: Sequence[CellRow]) -> dict[str, list[CellRow]]:
+    """A sweep's rows by configuration (every swept value but the round), in first-run order: the repeats
+    `--rounds` made of each."""
+    out: dict[str, list[CellRow]] = {}
+    for r in rows:
+        out.setdefault(json.dumps(run_params(r.params), sort_keys=True, default=str), []).append(r)
+    return out
+
+
+def pooled(members: Sequence[CellRow]) -> across_rounds.Pooled:
+    """One configuration's rounds: the ok runs' headlines and their own intervals (analysis/rounds.py)."""
+    return across_rounds.pool(
+        [
+            across_rounds.RoundFigure(
+                int(r.params.get(ROUND, 1)),
+                (_thr(r) or None) if r.status == "ok" else None,
+                r.thr_ci_low if r.status == "ok" else None,
+                r.thr_ci_high if r.status == "ok" else None,
+            )
+            for r in members
+        ]
+    )
+
+
+def rounds_pooled(rows: Sequence[CellRow]) -> list[dict[str, Any]]:
+    """summary.json's `rounds`: per configuration, its swept values, each round's figure, and the mean over rounds
+    with its 95% interval; [] for a sweep of one round."""
+    if not any(ROUND in r.params for r in rows):
+        return []
+    out = []
+    for members in round_groups(rows).values():
+        p = pooled(members)
+        s = p.summary
+        out.append({
+            "params": run_params(members[0].params),
+            "rounds": len(p.rounds),
+            "finished": len(p.finished),
+            "throughput_by_round_img_s": [r.throughput_img_s for r in p.rounds],
+            "throughput_mean_img_s": s.mean if s else None,
+            "throughput_mean_ci95_img_s": [s.ci_low, s.ci_high] if s and s.ci_low is not None else None,
+            "half_width_pct": p.half_width_pct,
+            "round_spread_pct": p.spread_pct,
+            "rounds_missing_mean": p.missed,
+            "rounds_with_interval": p.with_interval,
+        })  # fmt: skip
+    return out
+
+
+ROUNDS_TITLE = "Across rounds"
+ROUNDS_NOTE = (
+    "Across rounds: each configuration's runs in --rounds, the mean of their img/s with the 95% Student's t interval "
+    "across the runs (df = rounds - 1; none below 3 rounds). A run's own interval (its windows) sees how the speed "
+    "varied while it ran; the rounds see changes slower than one run. 'own CI misses mean' counts the runs whose own "
+    "interval leaves out the mean over rounds: the machine moved between them by more than any one run saw."
+)
+
+
+def rounds_table(rows: Sequence[CellRow], dims: Sequence[str]) -> tuple[list[str], list[list[str]]]:
+    """One row per configuration over its rounds (pooled): rounds finished, mean img/s [95% CI across rounds],
+    its half-width, each round's img/s in round order, the spread, and the runs whose own CI misses the mean."""
+    others = [d for d in dims if d != ROUND]
+    headers = [*[dim_option(d)[2:] for d in others], "rounds ok", "img/s over rounds [95% CI]", "±",
+               "img/s by round", "spread", "own CI misses mean"]  # fmt: skip
+    body = []
+    for members in round_groups(rows).values():
+        p = pooled(members)
+        s = p.summary
+        figure = "-" if s is None else f"{s.mean:,.1f}" + (f" {interval(s.ci_low, s.ci_high)}" if s.ci_low else "")
+        by_round = ", ".join("-" if r.throughput_img_s is None else f"{r.throughput_img_s:,.1f}" for r in p.rounds)
+        body.append([
+            *[show(members[0].params.get(d)) for d in others],
+            f"{len(p.finished)} of {len(p.rounds)}",
+            figure,
+            "-" if p.half_width_pct is None else f"±{p.half_width_pct:.1f}%",
+            by_round,
+            "-" if p.spread_pct is None else f"{p.spread_pct:.1f}%",
+            f"{p.missed} of {p.with_interval}" if p.with_interval else "-",
+        ])  # fmt: skip
+    return headers, body
+
+
+def rounds_verdicts(rows: Sequence[CellRow]) -> list[str]:
+    """What the rounds say about the machine: how far each configuration moved between rounds, and whether the
+    runs' own intervals held their mean over rounds."""
+    by_config = [(pooled(members), members) for members in round_groups(rows).values()]
+    compared = [(p, members) for p, members in by_config if p.spread_pct is not None]
+    if not compared:
+        return ["across rounds: no configuration finished 2 rounds or more, so nothing to compare"]
+    widest, members = max(compared, key=lambda x: x[0].spread_pct or 0.0)
+    name = label(members[0], list(run_params(members[0].params))) or "the configuration"
+    line = (
+        f"across rounds, a configuration's img/s moved by up to {widest.spread_pct:.1f}% of its mean between rounds "
+        f"({name}: {min(widest.finished):,.1f} .. {max(widest.finished):,.1f})"
+    )
+    missed = sum(p.missed for p, _ in by_config)
+    judged = sum(p.with_interval for p, _ in by_config)
+    if judged and missed:
+        line += (
+            f"; {missed} of {judged} runs' own 95% intervals leave out their configuration's mean over rounds: the "
+            "machine's speed changed between runs by more than one run's windows saw, so read the across-rounds "
+            "interval"
+        )
+    elif judged:
+        line += f"; every run's own 95% interval holds its configuration's mean over rounds ({judged} runs)"
+    return [line]
 
 
 def _workers_verdicts(rows: Sequence[CellRow]) -> list[str]:
@@ -752,6 +864,10 @@ def render(
     split_notes = time_split_notes(rows) + chance_notes(rows)
     if split_notes:
         parts.append("\n".join(f"- {shown(line)}" for line in split_notes))
+    if ROUND in varied(dims):
+        others = len([d for d in names if d != ROUND])
+        parts += [h(ROUNDS_TITLE), _table(*rounds_table(rows, names), fmt, width, left, keep=max(others, 1)),
+                  shown(ROUNDS_NOTE)]  # fmt: skip
     idle = no_effect_dims(rows, dims)
     for dim in varied(dims):
         # a row of a dimension's table is named by its swept values: every split part repeats them

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from effbench import results
 from effbench.errors import EffbenchError
+from effbench.sweep.spec import ROUND
 
 if TYPE_CHECKING:
     from effbench import schema
@@ -133,6 +134,9 @@ def write_manifest(folder: Path, manifest: Mapping[str, Any]) -> None:
 
 
 def _first_difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    was, now_ = (len(m.get("dims", {}).get(ROUND, [1])) for m in (old, new))
+    if was != now_:
+        return f"{was} round(s) there, --rounds {now_} now; pass --rounds {was} to resume it"
     if old.get("dims") != new.get("dims"):
         return f"swept {old.get('dims')} there, {new.get('dims')} now"
     for a, b in zip(old.get("cells", []), new.get("cells", []), strict=False):

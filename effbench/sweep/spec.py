@@ -5,7 +5,9 @@
     plan_cells(spec, visible_gpus=0, cores=2)        -> SweepPlan(name, dims, cells)
 
 Cells are the Cartesian product of the swept dimensions in DIMENSIONS order (the first varies
-slowest), or with `zip` the i-th value of every list together. Every cell's RunConfig is built here,
+slowest), or with `zip` the i-th value of every list together. With `rounds` K > 1 the whole grid runs
+K times, round after round, each round after the first in its own seeded shuffle (ROUND, the outermost
+dimension; not a run option): each configuration meets the machine at K moments. Every cell's RunConfig is built here,
 before anything runs, so a bad value in any cell is a one-line error before the first cell starts.
 No torch import.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +55,9 @@ PRESET_ONLY = ("gpu_decode", "data_only")
 _ON = ("on", "yes", "true", "with", "1")
 _OFF = ("off", "no", "false", "without", "0")
 CELLS_DIR = "cells"
+# --rounds: a sweep dimension of its own, outermost, that is no run option (RunConfig has no field of it)
+ROUND = "round"
+MAX_ROUNDS = 100
 # The most cells one sweep may plan: each cell is a whole run (minutes), so 10,000 is weeks of machine time,
 # and planning a million cells took 2.1 GB and a minute before anything was said (issue 28).
 MAX_CELLS = 10_000
@@ -148,8 +154,14 @@ class SweepSpec:
     """Sweep folder name; default sweep-<preset or swept options>. The same name resumes."""
     fail_fast: bool = False
     """Stop at the first failed cell (OOM is data, not a failure)."""
+    rounds: int = 1
+    """Run the whole grid this many times, round after round (ROUND)."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or not 1 <= self.rounds <= MAX_ROUNDS:
+            raise EffbenchError(
+                "--rounds", f"must be a whole number from 1 to {MAX_ROUNDS}, got {self.rounds!r}; e.g. --rounds 3"
+            )
         if self.preset is not None:
             object.__setattr__(self, "preset", presets.get_preset(self.preset).name)
         for key, values in self.lists.items():
@@ -160,10 +172,11 @@ class SweepSpec:
         overlap = set(self.lists) & set(self.options)
         if overlap:
             raise EffbenchError(dim_option(sorted(overlap)[0]), "given both as a list and as one value; give it once")
-        if self.preset is None and not self.lists:
+        if self.preset is None and not self.lists and self.rounds == 1:
             raise EffbenchError(
                 "--preset",
-                f"nothing to sweep; give --preset ({', '.join(presets.PRESETS)}) or a list such as --batch-size 32,64",
+                f"nothing to sweep; give --preset ({', '.join(presets.PRESETS)}), a list such as --batch-size 32,64, "
+                "or --rounds 3 to run one configuration three times",
             )
         if self.name is not None and results.safe_name(self.name) != self.name:
             raise EffbenchError(
@@ -199,27 +212,30 @@ def default_name(spec: SweepSpec, dims: Mapping[str, Any]) -> str:
     return results.safe_name("sweep-" + "-".join(k.replace("_", "-") for k in dims))
 
 
-def cell_count(dims: Mapping[str, tuple[Any, ...]], zipped: bool) -> int:
-    """How many cells the lists make, counted before any is built."""
+def cell_count(dims: Mapping[str, tuple[Any, ...]], zipped: bool, rounds: int = 1) -> int:
+    """How many cells the lists make, every round counted, before any is built."""
     if zipped:
-        return max((len(v) for v in dims.values()), default=1)
-    return math.prod(len(v) for v in dims.values())
+        return rounds * max((len(v) for v in dims.values()), default=1)
+    return rounds * math.prod(len(v) for v in dims.values())
 
 
-def check_size(dims: Mapping[str, tuple[Any, ...]], zipped: bool) -> None:
+def check_size(dims: Mapping[str, tuple[Any, ...]], zipped: bool, rounds: int = 1) -> None:
     """Refuse a sweep of more than MAX_CELLS cells in one line, before planning any of them."""
-    n = cell_count(dims, zipped)
+    n = cell_count(dims, zipped, rounds)
     if n > MAX_CELLS:
-        sizes = " x ".join(f"{len(v):,} {dim_option(k)}" for k, v in dims.items() if len(v) > 1)
+        sizes = " x ".join(
+            [f"{len(v):,} {dim_option(k)}" for k, v in dims.items() if len(v) > 1]
+            + ([f"{rounds} rounds"] if rounds > 1 else [])
+        )
         raise EffbenchError(
-            dim_option(max(dims, key=lambda k: len(dims[k]))),
-            f"the sweep would run {n:,} cells ({sizes}), more than {MAX_CELLS:,}; list fewer values or split it "
-            "into several sweeps",
+            dim_option(max(dims, key=lambda k: len(dims[k]))) if dims else "--rounds",
+            f"the sweep would run {n:,} cells ({sizes}), more than {MAX_CELLS:,}; list fewer values, run fewer "
+            "--rounds, or split it into several sweeps",
         )
 
 
-def _combinations(dims: Mapping[str, tuple[Any, ...]], zipped: bool) -> list[dict[str, Any]]:
-    check_size(dims, zipped)
+def _combinations(dims: Mapping[str, tuple[Any, ...]], zipped: bool, rounds: int = 1) -> list[dict[str, Any]]:
+    check_size(dims, zipped, rounds)
     keys = list(dims)
     if not zipped:
         return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(dims[k] for k in keys))]
@@ -231,6 +247,27 @@ def _combinations(dims: Mapping[str, tuple[Any, ...]], zipped: bool) -> list[dic
         )
     n = max(lengths.values(), default=1)
     return [{k: (v[i] if len(v) > 1 else v[0]) for k, v in dims.items()} for i in range(n)]
+
+
+def in_rounds(combos: Sequence[dict[str, Any]], rounds: int) -> list[dict[str, Any]]:
+    """The grid run `rounds` times, each combination with its ROUND first: round 1 in grid order, each later
+    round shuffled by a generator seeded with its number, so a resumed sweep plans the same order. The shuffle
+    is Google Benchmark's random interleaving: no cell always follows the same one, so what a cell inherits from
+    the one before it (heat, caches, a loader's leftovers) varies between rounds instead of biasing them."""
+    if rounds == 1:
+        return [dict(c) for c in combos]
+    out: list[dict[str, Any]] = []
+    for r in range(1, rounds + 1):
+        order = list(combos)
+        if r > 1:
+            random.Random(f"effbench-round-{r}").shuffle(order)
+        out += [{ROUND: r, **c} for c in order]
+    return out
+
+
+def run_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A cell's swept values that are run options: all but its ROUND."""
+    return {k: v for k, v in params.items() if k != ROUND}
 
 
 def cell_key(index: int, params: Mapping[str, Any]) -> str:
@@ -263,27 +300,30 @@ def plan_cells(spec: SweepSpec, *, visible_gpus: int = 0, cores: int = 1) -> Swe
     dims = {k: tuple(dims[k]) for k in DIMENSIONS if k in dims}
     if "gpus" in dims and "nproc" in dims:
         raise EffbenchError("--gpus", "sweep --gpus or --nproc, not both (GPUs or CPU processes)")
-    name = spec.name or default_name(spec, dims)
+    name = spec.name or default_name(spec, dims or ({ROUND: ()} if spec.rounds > 1 else {}))
     folder = Path(spec.output) / name
     # --smoke after the preset: it is asked for to make every cell tiny and offline (synthetic data)
     base = {**fixed, **(smoke_overrides() if spec.smoke else {}), **spec.options}
     cells: list[Cell] = []
     seen: dict[str, str] = {}
-    combos = _combinations(dims, spec.zip)
+    combos = _combinations(dims, spec.zip, spec.rounds)
     keep = presets.get_preset(spec.preset).keep if spec.preset else None
     if keep is not None:  # a preset may leave out combinations that are not runs (gpu-decode on another loader)
         combos = [c for c in combos if keep({**base, **c})]
-    for i, params in enumerate(combos):
+    for i, params in enumerate(in_rounds(combos, spec.rounds)):
         key = cell_key(i, params)
-        cfg = RunConfig(**{**base, **params, "output": folder / CELLS_DIR / key})
-        identity = json.dumps(config_identity(cfg), sort_keys=True)
+        cfg = RunConfig(**{**base, **run_params(params), "output": folder / CELLS_DIR / key})
+        identity = json.dumps([params.get(ROUND), config_identity(cfg)], sort_keys=True)
         if identity in seen:
+            swept = run_params(params)
             raise EffbenchError(
-                dim_option(next(iter(params), "arch")),
+                dim_option(next(iter(swept), "arch")),
                 f"cells {seen[identity]} and {key} are the same run (aliases of one value?); list each value once",
             )
         seen[identity] = key
         cells.append(Cell(i, key, dict(params), cfg))
+    if spec.rounds > 1:
+        dims = {ROUND: tuple(range(1, spec.rounds + 1)), **dims}
     return SweepPlan(name=name, folder=folder, dims=dims, fixed=fixed, cells=cells)
 
 

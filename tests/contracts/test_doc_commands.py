@@ -276,6 +276,15 @@ RUN: dict[str, Spec] = {
     "effbench selftest --device cpu": Spec(slow=True, timeout=600, shows=(r"PASS", r"SKIP")),
     # docs/sweeps-and-reports.md
     GRID_SWEEP: Spec(sweep=True, slow=True),
+    "effbench sweep --smoke --batch-size 4,8 --rounds 3 --quiet": Spec(
+        slow=True,
+        shows=(
+            r"^Across rounds$",
+            r"^- across rounds, a configuration's img/s moved by up to",
+            r"^4 +3 of 3 ",
+            r"^8 +3 of 3 ",
+        ),
+    ),
     "effbench report results/sweep-optimizers": Spec(
         sweep=True,
         slow=True,

@@ -29,7 +29,7 @@ TRACK = {"--track", "--track-experiment", "--track-traces"}  # effbench/cli/trac
 # What each command declares itself, beside RunConfig's fields (and --help).
 OWN = {
     "run": {"--smoke", "--quiet", *TRACK},
-    "sweep": {"--smoke", "--quiet", "--preset", "--zip", "--name", "--fail-fast", "--output", *TRACK},
+    "sweep": {"--smoke", "--quiet", "--preset", "--zip", "--name", "--fail-fast", "--output", "--rounds", *TRACK},
     "doctor": {"--smoke"},
 }
 DOCTOR_FIELDS = {"--output", "--data-dir", "--dataset", "--download", "--arch", "--workers", "--batch-size",

@@ -185,6 +185,27 @@ def test_a_different_sweep_in_the_same_folder_is_refused(sweep2x2, capsys):
     assert (folder / "sweep.json").read_bytes() == before
 
 
+def test_rounds_run_one_configuration_again_and_pool_it_and_another_count_does_not_resume(tmp_path, capsys):
+    out = tmp_path / "out"
+    code, stdout, err = invoke(["sweep", *TINY, "--batch-size", "4", "--repeats", "3", "--rounds", "3",
+                                "--output", out], capsys)  # fmt: skip
+    assert code == 0, err
+    folder = out / "sweep-round"
+    m = manifest(folder)
+    assert [c["params"] for c in m["cells"]] == [{"round": r} for r in (1, 2, 3)] and m["dims"] == {"round": [1, 2, 3]}
+    assert [c["status"] for c in m["cells"]] == ["ok"] * 3
+    figures = [json.loads((folder / c["run_dir"] / "results.json").read_text())["throughput_img_s"] for c in m["cells"]]
+    (pooled,) = json.loads((folder / "summary.json").read_text())["rounds"]
+    assert pooled["throughput_by_round_img_s"] == figures and pooled["finished"] == 3
+    assert pooled["throughput_mean_img_s"] == pytest.approx(sum(figures) / 3)
+    assert "Across rounds" in stdout and "across rounds, a configuration's img/s moved by up to" in stdout
+    code, _, err = invoke(["sweep", *TINY, "--batch-size", "4", "--repeats", "3", "--rounds", "2",
+                           "--output", out], capsys)  # fmt: skip
+    assert (
+        code == 2 and "3 round(s) there, --rounds 2 now; pass --rounds 3 to resume it" in err and err.count("\n") == 1
+    )
+
+
 @pytest.mark.parametrize(
     "args, needle",
     [

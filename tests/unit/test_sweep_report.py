@@ -27,6 +27,7 @@ def fake_run(
     data_s: float = 0.2,
     no_effect: dict | None = None,
     ran_workers: int | None = None,
+    own_ci_pct: float | None = None,
 ) -> dict:
     """A results.json as the runner writes it, reduced to what reports read."""
     folder.mkdir(parents=True)
@@ -45,6 +46,17 @@ def fake_run(
         "throughput_windows": {"windows": 5, "steps": 10, "throughput_img_s": [throughput * k for k in WINDOW_NOISE],
                                "data_time_share": [data_s / (1 + data_s) * k for k in WINDOW_NOISE]} if throughput else {"windows": 0},
     }  # fmt: skip
+    if own_ci_pct is not None:  # the run's own 95% interval, as its windows' summary records it
+        lo, hi = throughput * (1 - own_ci_pct / 100), throughput * (1 + own_ci_pct / 100)
+        stat = {
+            "n": 5,
+            "median": throughput,
+            "mean": throughput,
+            "stdev": throughput / 100,
+            "ci_low": lo,
+            "ci_high": hi,
+        }
+        record["throughput_windows"]["summary"] = {"throughput_img_s": stat}
     if no_effect:
         record["config"]["no_effect"] = no_effect
     if ran_workers is not None:
@@ -374,7 +386,7 @@ def test_summary_json_keeps_its_cell_keys_and_a_cell_that_never_ran_has_the_mani
     manifest.write_manifest(folder, m)  # 001 still pending: it never ran
     render.write_sweep_reports(folder)
     summary = json.loads((folder / "summary.json").read_text())
-    assert list(summary) == ["schema_version", "name", "dims", "verdicts", "cells"]
+    assert list(summary) == ["schema_version", "name", "dims", "verdicts", "cells", "rounds"]
     ran, pending = summary["cells"]
     assert list(ran) == RAN_CELL_KEYS and ran["throughput_img_s"] == 100.0 and ran["batch_size_per_device"] == 8
     assert pending == {"key": "001", "params": {"batch_size": 16}, "status": "pending", "run_dir": None,
@@ -493,3 +505,44 @@ def test_the_top1_chart_is_captioned_as_it_is_drawn():
     assert top1_caption(one, None) == "Top-1 accuracy after one epoch (bars: train and validation side by side)"
     assert "dashed" not in top1_caption(one, 0.5) and top1_caption(one, 0.5).endswith(", dotted: the target 0.5)")
     assert top1_caption(two, None) == "Top-1 accuracy per epoch (dashed: train, solid: validation)"
+
+
+def test_a_sweep_in_rounds_pools_each_configuration_and_says_when_runs_missed_the_mean(tmp_path):
+    # batch 4 ran 100, 100, 70 (the machine slowed in round 3), batch 8 ran 200, 202, 198; each run's own
+    # interval is +-2%: batch 4's mean 90 is outside all three, batch 8's 200 inside all three
+    runs = {(1, 4): 100.0, (1, 8): 200.0, (2, 8): 202.0, (2, 4): 100.0, (3, 4): 70.0, (3, 8): 198.0}
+    cells = [({"round": r, "batch_size": b}, {"devices": 1, "batch": b, "throughput": thr, "own_ci_pct": 2.0})
+             for (r, b), thr in runs.items()]  # fmt: skip
+    folder = make_sweep(tmp_path, {"round": [1, 2, 3], "batch_size": [4, 8]}, cells)
+    render.write_sweep_reports(folder)
+    text = (folder / "sweep.txt").read_text()
+    summary = json.loads((folder / "summary.json").read_text())
+    t975_df2 = 4.302653  # a t table's, apart from stats.t_ppf
+    for batch, xs in ((4, [100.0, 100.0, 70.0]), (8, [200.0, 202.0, 198.0])):
+        m = sum(xs) / 3
+        h = t975_df2 * (sum((x - m) ** 2 for x in xs) / 2) ** 0.5 / 3**0.5
+        row = next(r for r in summary["rounds"] if r["params"] == {"batch_size": batch})
+        assert row["throughput_by_round_img_s"] == pytest.approx(xs)  # in round order, not run order
+        assert row["throughput_mean_img_s"] == pytest.approx(m)
+        assert row["throughput_mean_ci95_img_s"] == pytest.approx([max(m - h, 0.0), m + h], rel=1e-5)
+        assert row["round_spread_pct"] == pytest.approx(100 * (max(xs) - min(xs)) / m)
+        shown = f"{m:,.1f} [{max(m - h, 0.0):,.1f}, {m + h:,.1f}]"
+        assert re.search(rf"^{batch} +3 of 3 +{re.escape(shown)} +±{100 * h / m:.1f}% ", text, re.M), text
+    rows = {tuple(r["params"].values()): r for r in summary["rounds"]}
+    assert [rows[(b,)]["rounds_missing_mean"] for b in (4, 8)] == [3, 0]
+    assert re.search(r"^4 +3 of 3 .* 33\.3% +3 of 3$", text, re.M) and re.search(r"^8 .* 2\.0% +0 of 3$", text, re.M)
+    verdicts = summary["verdicts"]
+    assert not any("along round" in v for v in verdicts)  # rounds are repeats: no best round
+    assert any(
+        v.startswith("across rounds, a configuration's img/s moved by up to 33.3% of its mean between rounds "
+                     "(batch-size=4: 70.0 .. 100.0); 3 of 6 runs' own 95% intervals leave out") for v in verdicts
+    ), verdicts  # fmt: skip
+    assert "Across rounds" in text and 'id="rounds"' in (folder / "report.html").read_text()
+
+
+def test_a_sweep_of_one_round_has_no_rounds_table(tmp_path):
+    cells = [({"batch_size": b}, {"devices": 1, "batch": b, "throughput": 100.0 * b}) for b in (4, 8)]
+    folder = make_sweep(tmp_path, {"batch_size": [4, 8]}, cells)
+    render.write_sweep_reports(folder)
+    assert "Across rounds" not in (folder / "sweep.txt").read_text()
+    assert json.loads((folder / "summary.json").read_text())["rounds"] == []

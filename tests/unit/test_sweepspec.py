@@ -14,7 +14,7 @@ from effbench.report import html as html_report
 from effbench.sweep import manifest
 from effbench.sweep import presets
 from effbench.errors import EffbenchError
-from effbench.sweep.spec import SweepSpec, one_value, parse_list, plan_cells
+from effbench.sweep.spec import SweepSpec, config_identity, one_value, parse_list, plan_cells
 from effbench.results import record_of
 
 SYNTH = {
@@ -163,11 +163,46 @@ def test_a_bad_value_in_any_cell_fails_before_running(tmp_path):
         SweepSpec(options=SYNTH)
 
 
+# --- rounds ------------------------------------------------------------------------------------------
+def test_rounds_run_the_grid_again_each_later_round_shuffled_the_same_way_every_time(tmp_path):
+    spec = SweepSpec(lists={"batch_size": (4, 8, 16, 32)}, options=SYNTH, rounds=3, output=tmp_path)
+    plan = plan_cells(spec)
+    assert plan.dims == {"round": (1, 2, 3), "batch_size": (4, 8, 16, 32)} and plan.name == "sweep-batch-size"
+    assert [c.params["round"] for c in plan.cells] == [1] * 4 + [2] * 4 + [3] * 4
+    by_round = [[c.params["batch_size"] for c in plan.cells if c.params["round"] == r] for r in (1, 2, 3)]
+    assert by_round[0] == [4, 8, 16, 32]  # round 1 in grid order
+    assert all(sorted(b) == [4, 8, 16, 32] for b in by_round) and by_round[1] != by_round[0]  # every cell, reordered
+    assert [c.key for c in plan_cells(spec).cells] == [c.key for c in plan.cells]  # a resume plans the same order
+    assert plan.cells[4].key.startswith("004_round-2_batch-size-")
+    assert len({c.key for c in plan.cells}) == 12 and len({c.config.output for c in plan.cells}) == 12
+    # the round is no run option: every round runs the same RunConfig
+    assert {c.config.batch_size for c in plan.cells if c.params["round"] == 2} == {4, 8, 16, 32}
+    assert not hasattr(plan.cells[0].config, "round")
+
+
+def test_rounds_of_one_configuration_need_no_list(tmp_path):
+    plan = plan_cells(SweepSpec(options={**SYNTH, "batch_size": 4}, rounds=2, output=tmp_path))
+    assert [c.params for c in plan.cells] == [{"round": 1}, {"round": 2}] and plan.name == "sweep-round"
+    first, second = (config_identity(c.config) for c in plan.cells)  # all but where each writes
+    assert first == second and first["batch_size"] == 4
+
+
+@pytest.mark.parametrize("bad", [0, 101, True, 2.0])
+def test_rounds_out_of_range_name_the_option(bad, tmp_path):
+    with pytest.raises(EffbenchError) as info:
+        SweepSpec(lists={"batch_size": (4, 8)}, options=SYNTH, rounds=bad, output=tmp_path)
+    assert info.value.option == "--rounds" and "1 to 100" in info.value.message
+
+
+def test_rounds_count_toward_the_cell_limit(tmp_path):
+    with pytest.raises(EffbenchError) as info:
+        plan_cells(SweepSpec(lists={"workers": tuple(range(200))}, options=SYNTH, rounds=51, output=tmp_path))
+    assert "10,200 cells" in info.value.message and "51 rounds" in info.value.message
+
+
 # --- manifest ----------------------------------------------------------------------------------------
 def _manifest(tmp_path, batch=(4, 8)):
     plan = plan_cells(SweepSpec(lists={"batch_size": batch}, options=SYNTH, output=tmp_path))
-    from effbench.sweep.spec import config_identity
-
     cells = [{"key": c.key, "params": c.params, "config": config_identity(c.config)} for c in plan.cells]
     return plan, manifest.new_manifest(
         name=plan.name, preset=None, dims=plan.dims, zipped=False, cells=cells, command=["effbench", "sweep"]
