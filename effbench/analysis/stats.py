@@ -199,14 +199,16 @@ def too_few_note(n: int, fix: str = "raise --repeats") -> str:
     return f"{n} sample(s): too few for a 95% interval (needs {MIN_SAMPLES_FOR_CI}; {fix})"
 
 
-def too_few_to_judge(*counts: int) -> str | None:
+def too_few_to_judge(*counts: int, samples: str = "windows") -> str | None:
     """Why windows this few cannot be compared, else None. Below MIN_SAMPLES_FOR_CI windows the run
     report prints no interval for a run; a comparison of such runs (`compare`, a sweep's verdicts, the
-    leaderboard, the CI gate) rests on the same too-wide t quantile, so it calls nothing noise or change."""
+    leaderboard, the CI gate) rests on the same too-wide t quantile, so it calls nothing noise or change.
+    `samples="rounds"`: a configuration's runs over a sweep's --rounds, each one sample."""
     n = min(counts)
     if n >= MIN_SAMPLES_FOR_CI:
         return None
-    return f"too few windows to judge (needs {MIN_SAMPLES_FOR_CI} per run, has {n})"
+    per = "run" if samples == "windows" else "configuration"
+    return f"too few {samples} to judge (needs {MIN_SAMPLES_FOR_CI} per {per}, has {n})"
 
 
 def summarize(

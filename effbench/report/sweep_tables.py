@@ -95,6 +95,9 @@ class CellRow:
     until_windows: int | None = None
     until_reached: bool | None = None
     until_lag1_autocorrelation: float | None = None
+    # what thr_samples and share_samples are: the run's windows, or (a configuration pooled over --rounds,
+    # pooled_rows) its rounds' figures; not in summary.json
+    samples: str = "windows"
     # the run's record, its windows with it (compare.py); not in summary.json
     record: schema.Results | None = None
     # why a reader shows its status (liveness.py: "last written T" beside `dead`); not in summary.json
@@ -115,7 +118,7 @@ class CellRow:
 
 
 _MANIFEST_FIELDS = 6  # key .. batch_size_per_device: all a cell that never ran has
-_NOT_SUMMARY = ("record", "status_note")
+_NOT_SUMMARY = ("record", "status_note", "samples")
 
 
 def cell_row(cell: schema.Cell, record: schema.Results | None, steps: Sequence[StepRow] | None = None) -> CellRow:
@@ -476,9 +479,9 @@ def no_effect(dim: str, rows: Sequence[CellRow]) -> str | None:
     return why or f"every cell ran with --{dim.replace('_', '-')} {values.pop()}"
 
 
-def separated(best: Sequence[float], other: Sequence[float]) -> str | None:
-    """None when the two window samples differ outside noise, else why a winner cannot be named."""
-    too_few = stats.too_few_to_judge(len(best), len(other))
+def separated(best: Sequence[float], other: Sequence[float], samples: str = "windows") -> str | None:
+    """None when the two samples (windows, or rounds) differ outside noise, else why a winner cannot be named."""
+    too_few = stats.too_few_to_judge(len(best), len(other), samples=samples)
     if too_few:
         return too_few
     if not stats.difference(other, best).significant:
@@ -522,7 +525,7 @@ def winner_reason(dim: str, rows: Sequence[CellRow]) -> str | None:
     ranked = sorted(_ok(rows), key=_thr, reverse=True)
     if len(ranked) < 2:
         return "fewer than 2 cells ran"
-    return separated(ranked[0].thr_samples, ranked[1].thr_samples)
+    return separated(ranked[0].thr_samples, ranked[1].thr_samples, ranked[0].samples)
 
 
 def workers_reason(rows: Sequence[CellRow]) -> str | None:
@@ -537,21 +540,24 @@ def workers_reason(rows: Sequence[CellRow]) -> str | None:
     if len(timed) < 2:
         return "fewer than 2 cells with a measured data wait"
     # the least and the most data wait: if even they are within noise, workers changed nothing measurable
-    return separated(timed[0].share_samples, timed[-1].share_samples)
+    return separated(timed[0].share_samples, timed[-1].share_samples, timed[0].samples)
 
 
 def verdicts(rows: Sequence[CellRow], dims: Mapping[str, Sequence[Any]]) -> list[str]:
     """One line per finding along each varied dimension, per group of the other swept values."""
     lines: list[str] = []
+    judged, pooled_over = rows, ""
+    if ROUND in varied(dims):  # no "best round": the rounds are repeats, and the other options are judged on
+        lines += rounds_verdicts(rows)  # each configuration's mean over them, its noise the rounds'
+        judged, pooled_over = pooled_rows(rows), "mean of rounds"
+        dims = {k: v for k, v in dims.items() if k != ROUND}
     names = list(dims)
     for dim in varied(dims):
-        if dim == ROUND:  # no "best round": rounds are repeats, pooled (rounds_verdicts)
-            lines += rounds_verdicts(rows)
-            continue
-        for group, members in groups(rows, names, dim).items():
+        for group, members in groups(judged, names, dim).items():
             if len({show(r.params.get(dim)) for r in members}) < 2:  # a preset left out the others (keep)
                 continue
-            where = f" [{group}]" if group else ""
+            where = "; ".join(x for x in (group, pooled_over) if x)
+            where = f" [{where}]" if where else ""
             lines += [f"{line}{where}" for line in _dimension_verdicts(dim, members)]
             if target_of(members) is not None and no_effect(dim, members) is None:
                 lines.append(f"{_target_verdict(dim, members)}{where}")
@@ -585,6 +591,32 @@ def pooled(members: Sequence[CellRow]) -> across_rounds.Pooled:
             for r in members
         ]
     )
+
+
+def pooled_rows(rows: Sequence[CellRow]) -> list[CellRow]:
+    """One row per configuration over its rounds, for the verdicts: its first ok run's row with the round left out
+    of its values, its throughput the mean over the ok rounds with their interval, and the rounds' figures as
+    its samples, so "within noise" is judged on the noise between runs; a configuration with no ok round keeps
+    its first run's row (its status)."""
+    out = []
+    for members in round_groups(rows).values():
+        ok = [r for r in members if r.status == "ok" and _thr(r)]
+        if not ok:
+            out.append(dataclasses.replace(members[0], params=run_params(members[0].params)))
+            continue
+        p = pooled(members)
+        s = p.summary
+        assert s is not None  # an ok round has a figure
+        out.append(dataclasses.replace(
+            ok[0],
+            params=run_params(ok[0].params),
+            throughput_img_s=s.mean, thr_median=s.median, thr_ci_low=s.ci_low, thr_ci_high=s.ci_high,
+            thr_samples=p.finished,
+            share_samples=[r.data_time_share for r in ok if r.data_time_share is not None],
+            samples="rounds",
+            contended=any(r.contended for r in ok),
+        ))  # fmt: skip
+    return out
 
 
 def rounds_pooled(rows: Sequence[CellRow]) -> list[dict[str, Any]]:
@@ -681,7 +713,7 @@ def _workers_verdicts(rows: Sequence[CellRow]) -> list[str]:
     elif timed:
         by_wait = sorted((r for r in ok if r.share_samples), key=lambda r: stats.mean(r.share_samples))
         least = by_wait[0]
-        same = [r for r in by_wait if r is least or separated(least.share_samples, r.share_samples)]
+        same = [r for r in by_wait if r is least or separated(least.share_samples, r.share_samples, r.samples)]
         enough = min(same, key=lambda r: r.params["workers"])
         out.append(
             f"fewest workers within noise of the least data wait: {enough.params['workers']} "

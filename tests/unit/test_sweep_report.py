@@ -538,6 +538,24 @@ def test_a_sweep_in_rounds_pools_each_configuration_and_says_when_runs_missed_th
                      "(batch-size=4: 70.0 .. 100.0); 3 of 6 runs' own 95% intervals leave out") for v in verdicts
     ), verdicts  # fmt: skip
     assert "Across rounds" in text and 'id="rounds"' in (folder / "report.html").read_text()
+    # the other options are judged once, on each configuration's mean over rounds and the rounds' noise (Welch on
+    # 100, 100, 70 against 200, 202, 198: the difference 110 +- 43), not once per round on its windows
+    assert "highest throughput along batch-size: 8 (200.0 img/s) [mean of rounds]" in verdicts
+    assert not any("[round=" in v for v in verdicts)
+
+
+def test_two_rounds_are_too_few_to_name_a_best_and_say_so_in_rounds(tmp_path):
+    runs = {(1, 4): 100.0, (1, 8): 200.0, (2, 4): 101.0, (2, 8): 199.0}
+    cells = [({"round": r, "batch_size": b}, {"devices": 1, "batch": b, "throughput": thr, "own_ci_pct": 2.0})
+             for (r, b), thr in runs.items()]  # fmt: skip
+    folder = make_sweep(tmp_path, {"round": [1, 2], "batch_size": [4, 8]}, cells)
+    render.write_sweep_reports(folder)
+    verdicts = json.loads((folder / "summary.json").read_text())["verdicts"]
+    assert (
+        "no highest throughput along batch-size: too few rounds to judge (needs 3 per configuration, has 2); "
+        "top 199.5 img/s [mean of rounds]" in verdicts
+    ), verdicts
+    assert any(v.startswith("across rounds, a configuration's img/s moved by up to 1.0% ") for v in verdicts)
 
 
 def test_a_sweep_of_one_round_has_no_rounds_table(tmp_path):
