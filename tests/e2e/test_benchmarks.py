@@ -26,6 +26,7 @@ SCRIPTS = (
     "roofline",
     "until_sweep",
     "until_gpu",
+    "rounds_agreement",
 )
 # Every script at --tiny, in parallel: ~80 s on 2 cores. `make test-slow` and CI's slow step run them; CI also runs
 # the food benchmark's guard itself (.ci/run).
