@@ -1,8 +1,11 @@
 """A sweep's `--rounds` against long reference runs: does each cell's interval across rounds hold its reference (issue 48).
 
-    .venv/bin/python benchmarks/rounds_agreement.py --sweep results/rounds --reference runs/long-a runs/long-b
+    .venv/bin/python benchmarks/rounds_agreement.py --json rounds.json --keep runs/
+        50 min on the idle 2-core VM: `effbench sweep` of resnet18, b0 x batch 8, 16, 32 at 32 px with --until ci:2%
+        (cap 600 steps) in 3 rounds, then one long `effbench run` per configuration (5 + 1,200 steps), then the check
+    .venv/bin/python benchmarks/rounds_agreement.py --sweep results/rounds --reference runs/long/*
         a finished `effbench sweep --rounds K` and one long `effbench run` per configuration, read, nothing run
-    .venv/bin/python benchmarks/rounds_agreement.py --tiny     # a minute: a tiny sweep in 3 rounds and its references (CI)
+    .venv/bin/python benchmarks/rounds_agreement.py --tiny     # 30 s: the same at a tiny size (CI)
 
 Per configuration of the sweep (its swept values but the round), matched to the reference run of the same
 arch, batch size and image size:
@@ -27,6 +30,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -38,8 +42,25 @@ T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8
         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
         20: 2.086}  # fmt: skip
 GOAL = 0.95  # a 95% interval's promise
-TINY_RUN = ["--arch", "resnet18", "--image-size", "16", "--dataset", "synthetic", "--weights", "none", "--epochs", "1",
-            "--max-val-steps", "1", "--no-profile", "--device", "cpu", "--log-interval", "1", "--quiet"]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Sizes:
+    archs: tuple[str, ...]
+    batch_sizes: tuple[str, ...]
+    image_size: str
+    log_interval: str
+    until: str
+    cap_steps: str
+    """--max-steps of each round's run, its warm-up included."""
+    rounds: str
+    long_warmup: str
+    long_steps: str
+    """--max-steps of the reference run: its warm-up and the measured steps."""
+
+
+REAL = Sizes(("resnet18", "b0"), ("8", "16", "32"), "32", "10", "ci:2%", "600", "3", "5", "1205")
+TINY = Sizes(("resnet18",), ("2", "4"), "16", "1", "ci:50%", "34", "3", "1", "31")
 MATCH = ("arch", "batch_size", "image_size")
 
 
@@ -67,6 +88,8 @@ def run_figures(run_dir: Path) -> dict[str, Any]:
         "own_interval": own,
         "device_s": (r.get("warmup") or {}).get("time_s", 0.0) + (r.get("measured") or {}).get("time_s", 0.0),
         "until_reached": until.get("reached"),
+        # the run's own verdict: `cpu-underused` says the machine gave it fewer cores than it asked for
+        "bottleneck": (r.get("verdict") or {}).get("bottleneck"),
     }
 
 
@@ -128,10 +151,11 @@ def agreement(sweep: Path, references: list[Path]) -> tuple[list[Row], list[list
         table.append([
             label, ", ".join(f"{x:,.1f}" for x in xs),
             "-" if lo is None else f"{m:,.1f} [{lo:,.1f}, {hi:,.1f}] (±{100 * (hi - lo) / 2 / m:.1f}%)",
-            f"{r:,.1f}", "yes" if ok else "no", f"{sum(held)} of {len(held)}",
+            f"{r:,.1f} ({ref['bottleneck'] or '-'})", "yes" if ok else "no", f"{sum(held)} of {len(held)}",
         ])  # fmt: skip
         out[label] = {"rounds_img_s": xs, "mean_img_s": m, "ci95_img_s": [lo, hi], "reference_img_s": r,
-                      "reference_inside": ok, "own_intervals_holding_reference": sum(held)}  # fmt: skip
+                      "reference_bottleneck": ref["bottleneck"], "reference_inside": ok,
+                      "own_intervals_holding_reference": sum(held)}  # fmt: skip
     n = len(configs)
     ref_s = sum(f["device_s"] for f in refs.values())
     rows = [
@@ -148,34 +172,40 @@ def effbench(*args: str) -> None:
     subprocess.run([sys.executable, "-m", "effbench", *args], check=True, stdout=subprocess.DEVNULL)
 
 
-def tiny(tmp: Path) -> tuple[Path, list[Path]]:
-    """A sweep of batch 2 and 4 in 3 rounds (`--until ci:50%`), then one longer run of each as its reference."""
-    effbench("sweep", *TINY_RUN, "--batch-size", "2,4", "--until", "ci:50%", "--max-steps", "34", "--rounds", "3",
-             "--output", str(tmp), "--name", "rounds")  # fmt: skip
-    for batch in ("2", "4"):
-        effbench("run", *TINY_RUN, "--batch-size", batch, "--warmup-steps", "1", "--max-steps", "31", "--output",
-                 str(tmp / f"reference-{batch}"))  # fmt: skip
-    refs = [next(p for p in (tmp / f"reference-{b}").iterdir() if p.is_dir()) for b in ("2", "4")]
-    return tmp / "rounds", refs
+def make(out: Path, z: Sizes) -> tuple[Path, list[Path]]:
+    """The sweep in rounds, then one long run of each configuration as its reference (each its own process)."""
+    common = ["--image-size", z.image_size, "--dataset", "synthetic", "--weights", "none", "--epochs", "1",
+              "--max-val-steps", "1", "--no-profile", "--device", "cpu", "--log-interval", z.log_interval, "--quiet"]  # fmt: skip
+    effbench("sweep", "--arch", ",".join(z.archs), "--batch-size", ",".join(z.batch_sizes), *common, "--until", z.until,
+             "--max-steps", z.cap_steps, "--rounds", z.rounds, "--output", str(out), "--name", "rounds")  # fmt: skip
+    for arch in z.archs:
+        for batch in z.batch_sizes:
+            effbench("run", "--arch", arch, "--batch-size", batch, *common, "--warmup-steps", z.long_warmup,
+                     "--max-steps", z.long_steps, "--output", str(out / "long"))  # fmt: skip
+    return out / "rounds", sorted(p for p in (out / "long").iterdir() if p.is_dir())
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--tiny", action="store_true", help="a minute (CI): make a tiny sweep and references, then check")
+    p.add_argument("--tiny", action="store_true", help="30 s (CI): a tiny sweep and its references, then the check")
     p.add_argument("--sweep", type=Path, default=None, help="a finished `effbench sweep --rounds K` folder")
     p.add_argument("--reference", type=Path, nargs="+", default=[], help="run folders, one per configuration")
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
+    p.add_argument("--keep", type=Path, default=None, help="make the runs here (default: a temporary folder)")
     a = p.parse_args()
-    if not a.tiny and (a.sweep is None or not a.reference):
-        fail("--sweep", "pass a rounds sweep folder and --reference run folders, one per configuration, or --tiny")
+    if (a.sweep is None) != (not a.reference):
+        fail("--sweep", "pass a rounds sweep folder with --reference run folders, one per configuration, or neither")
     from tabulate import tabulate
 
     with tempfile.TemporaryDirectory(prefix="effbench-rounds-") as tmp:
-        sweep, refs = tiny(Path(tmp)) if a.tiny else (a.sweep, a.reference)
+        if a.sweep is not None:
+            sweep, refs = a.sweep, a.reference
+        else:
+            sweep, refs = make(a.keep or Path(tmp), TINY if a.tiny else REAL)
         rows, table, summary = agreement(sweep, refs)
     print_table(rows, "sweep --rounds: across-rounds intervals against long reference runs")
     print()
-    print(tabulate(table, headers=["configuration", "img/s by round", "across rounds [95% CI]", "reference img/s",
+    print(tabulate(table, headers=["configuration", "img/s by round", "across rounds [95% CI]", "reference img/s (its verdict)",
                                    "reference inside", "rounds' own intervals holding it"],
                    tablefmt="github", disable_numparse=True))  # fmt: skip
     if a.json is not None:

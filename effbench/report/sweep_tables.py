@@ -662,7 +662,11 @@ def rounds_table(rows: Sequence[CellRow], dims: Sequence[str]) -> tuple[list[str
     for members in round_groups(rows).values():
         p = pooled(members)
         s = p.summary
-        figure = "-" if s is None else f"{s.mean:,.1f}" + (f" {interval(s.ci_low, s.ci_high)}" if s.ci_low else "")
+        figure = (
+            "-"
+            if s is None
+            else f"{s.mean:,.1f}" + (f" {interval(s.ci_low, s.ci_high)}" if s.ci_low is not None else "")
+        )
         by_round = ", ".join("-" if r.throughput_img_s is None else f"{r.throughput_img_s:,.1f}" for r in p.rounds)
         body.append([
             *[show(members[0].params.get(d)) for d in others],

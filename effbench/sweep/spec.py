@@ -7,8 +7,9 @@
 Cells are the Cartesian product of the swept dimensions in DIMENSIONS order (the first varies
 slowest), or with `zip` the i-th value of every list together. With `rounds` K > 1 the whole grid runs
 K times, round after round, each round after the first in its own seeded shuffle (ROUND, the outermost
-dimension; not a run option): each configuration meets the machine at K moments. Every cell's RunConfig is built here,
-before anything runs, so a bad value in any cell is a one-line error before the first cell starts.
+dimension; not a run option): each configuration meets the machine at K moments. Every cell's RunConfig
+is built here, before anything runs, so a bad value in any cell is a one-line error before the first
+cell starts.
 No torch import.
 """
 

@@ -233,6 +233,9 @@ RUN: dict[str, Spec] = {
     ".venv/bin/python benchmarks/until_sweep.py --json until_sweep.json": Spec(
         slow=True, timeout=5400, shows=(r"^\| device time at ci:2%, fixed / until ",)
     ),
+    ".venv/bin/python benchmarks/rounds_agreement.py --json rounds.json --keep runs/": Spec(
+        slow=True, timeout=5400, shows=(r"^\| configurations whose reference is inside the across-rounds interval ",)
+    ),
     ".venv/bin/python benchmarks/cifar_loader.py": Spec(slow=True, timeout=1800),
     ".venv/bin/python benchmarks/food_loader.py": Spec(slow=True, timeout=1800),
     ".venv/bin/python benchmarks/smoke_e2e.py": Spec(slow=True, timeout=600),
