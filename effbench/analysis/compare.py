@@ -35,6 +35,7 @@ from effbench.datasets import chance_note
 from effbench.errors import EffbenchError
 from effbench.fmt import decimals, fit_columns, interval, num, widest, wrap_cell, wrap_text
 from effbench.sweep.manifest import MANIFEST_FILE
+from effbench.sweep.spec import ROUND, run_params
 
 if TYPE_CHECKING:
     from effbench import schema
@@ -117,6 +118,7 @@ def window_delta(
     points: tuple[float | None, float | None] = (None, None),
     lower: float | None = 0.0,
     upper: float | None = None,
+    samples: str = "windows",
 ) -> MetricDelta:
     """B - A of one windowed metric, from Welch's 95% interval over its windows. `points`: the runs' own figures
     (the throughput headline) shown and differenced in place of the window means, so compare prints what `report`
@@ -130,7 +132,7 @@ def window_delta(
     share = "share" in label
     k = decimals((pa, pb, pb - pa)) if share else _digits(label)
     delta = pb - pa
-    too_few = stats.too_few_to_judge(len(a), len(b))
+    too_few = stats.too_few_to_judge(len(a), len(b), samples=samples)
     ci = "-" if d.ci_low is None or too_few else interval(d.ci_low, d.ci_high, k, signed=True)
     significant = None if too_few else d.significant
     if too_few:  # the run report prints no interval for such a run: neither may compare
@@ -505,6 +507,41 @@ def match_cells(
     return pairs, alone
 
 
+def _by_configuration(rows: Sequence[CellRow]) -> dict[str, list[float]]:
+    """A sweep in rounds: each configuration (its swept values but the round) -> its ok rounds' img/s."""
+    out: dict[str, list[float]] = {}
+    for r in rows:
+        figures = out.setdefault(json.dumps(run_params(r.params), sort_keys=True, default=str), [])
+        if r.status == "ok" and r.throughput_img_s:
+            figures.append(r.throughput_img_s)
+    return out
+
+
+ROUNDS_NOTE = (
+    "Across rounds: each configuration's mean img/s over its rounds (sweep --rounds), its interval across them, and "
+    "Welch's 95% interval of B - A on the rounds' figures: the noise between runs, which one run's windows do not see."
+)
+
+
+def rounds_table(a_rows: Sequence[CellRow], b_rows: Sequence[CellRow]) -> tuple[list[list[str]], int, int]:
+    """Two sweeps in rounds: per configuration on both sides, B - A of the mean img/s over rounds (window_delta on
+    the rounds' figures); the rows, how many were compared, how many differ outside noise. Empty unless both
+    sides ran --rounds."""
+    if not any(ROUND in r.params for r in a_rows) or not any(ROUND in r.params for r in b_rows):
+        return [], 0, 0
+    a, b = _by_configuration(a_rows), _by_configuration(b_rows)
+    body, outside = [], 0
+    for config in (c for c in a if c in b):
+        name = " ".join(f"{k.replace('_', '-')}={v}" for k, v in json.loads(config).items()) or "all"
+        if not a[config] or not b[config]:
+            body.append([name, "-", "-", "-", "-", "-", "no ok round on both sides"])
+            continue
+        d = window_delta(WINDOW_METRICS[0].label, a[config], b[config], True, samples="rounds")
+        body.append([name, d.a, d.b, d.delta, d.delta_pct, d.ci, d.verdict])
+        outside += bool(d.significant)
+    return body, len(body), outside
+
+
 def render_sweeps(
     a_rows: Sequence[CellRow], b_rows: Sequence[CellRow], *, a_name: str, b_name: str, width: int | None = None
 ) -> str:
@@ -544,6 +581,17 @@ def render_sweeps(
         lines += [kind_table, "", KIND_NOTE, ""]
     if alone:
         lines += ["not compared: " + "; ".join(alone), ""]
+    pooled, n_pooled, n_outside = rounds_table(a_rows, b_rows)
+    if pooled:
+        headers = ("configuration", "A over rounds [95% CI]", "B over rounds [95% CI]", "B - A", "B - A, % of A",
+                   "95% CI of B - A", "verdict")  # fmt: skip
+        if width is None:
+            rounds_text = tabulate(pooled, headers=headers, tablefmt="simple", disable_numparse=True)
+        else:
+            rounds_text = fit_columns(headers, pooled, width)
+        lines += [rounds_text, "", ROUNDS_NOTE, "",
+                  f"Across rounds: {n_outside} of {n_pooled} configurations differ outside the noise between rounds.",
+                  ""]  # fmt: skip
     if not pairs:
         lines.append("Throughput: nothing to compare: no cell of A has the swept values of a cell of B.")
     elif significant:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -564,3 +565,36 @@ def test_a_sweep_of_one_round_has_no_rounds_table(tmp_path):
     render.write_sweep_reports(folder)
     assert "Across rounds" not in (folder / "sweep.txt").read_text()
     assert json.loads((folder / "summary.json").read_text())["rounds"] == []
+
+
+def test_compare_of_two_sweeps_in_rounds_judges_each_configuration_on_the_noise_between_rounds(tmp_path):
+    from effbench.analysis import compare
+
+    def sweep(root, figures):
+        cells = [({"round": r, "batch_size": b}, {"devices": 1, "batch": b, "throughput": x, "own_ci_pct": 1.0})
+                 for b, xs in figures.items() for r, x in enumerate(xs, start=1)]  # fmt: skip
+        root.mkdir()
+        rounds = list(range(1, max(len(xs) for xs in figures.values()) + 1))
+        return render.load_sweep(make_sweep(root, {"round": rounds, "batch_size": list(figures)}, cells))[1]
+
+    # batch 4: A and B overlap round for round (within noise however tight each run); batch 8: B is 20% faster
+    a = sweep(tmp_path / "a", {4: [100.0, 90.0, 110.0], 8: [200.0, 204.0, 196.0]})
+    b = sweep(tmp_path / "b", {4: [95.0, 115.0, 101.0], 8: [240.0, 236.0, 244.0]})
+    body, n, outside = compare.rounds_table(a, b)
+    assert (n, outside) == (2, 1)
+    rows = {r[0]: r for r in body}
+    # Welch on [200, 204, 196] vs [240, 236, 244]: delta 40, each side's variance 16, df 4, t(0.975, 4) = 2.776445
+    h = 2.776445 * (16 / 3 + 16 / 3) ** 0.5
+    assert rows["batch-size=8"][3] == "+40.00" and rows["batch-size=8"][4] == "+20.0%"
+    assert rows["batch-size=8"][5] == f"[{40 - h:+,.2f}, {40 + h:+,.2f}]"
+    assert rows["batch-size=8"][6].startswith("B higher (better), outside noise")
+    assert rows["batch-size=4"][6] == "within noise"
+    text = compare.render_sweeps(a, b, a_name="a", b_name="b")
+    assert "Across rounds: 1 of 2 configurations differ outside the noise between rounds." in text
+    # two rounds a side: nothing judged, and it says rounds
+    a2 = sweep(tmp_path / "a2", {4: [100.0, 90.0]})
+    b2 = sweep(tmp_path / "b2", {4: [300.0, 310.0]})
+    (row,), _, outside = compare.rounds_table(a2, b2)
+    assert outside == 0 and row[6] == "too few rounds to judge (needs 3 per configuration, has 2)"
+    one_round = [dataclasses.replace(r, params={"batch_size": r.params["batch_size"]}) for r in b]  # no --rounds
+    assert compare.rounds_table(a, one_round) == ([], 0, 0)
