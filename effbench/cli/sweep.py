@@ -80,7 +80,8 @@ def sweep(
             "Run the whole grid this many times, round after round, each later round in a shuffled order, so every "
             "cell meets the machine at several moments. The report's across-rounds table gives each cell's mean over "
             "its rounds with the 95% interval across them, which sees changes of the machine's speed slower than one "
-            f"run (its windows' interval cannot). A run's --repeats are windows within it. [range: 1..{MAX_ROUNDS}]",
+            f"run (its windows' interval cannot). The same command with a larger K adds rounds and keeps those run. A "
+            f"run's --repeats are windows within it. [range: 1..{MAX_ROUNDS}]",
             metavar="K",
         ),
     ] = 1,

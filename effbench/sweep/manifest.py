@@ -133,10 +133,35 @@ def write_manifest(folder: Path, manifest: Mapping[str, Any]) -> None:
     results.write_json(Path(folder) / MANIFEST_FILE, {**manifest, "updated_at": now()})
 
 
+def rounds_of(manifest: Mapping[str, Any]) -> int:
+    """How many rounds a sweep runs (--rounds; 1 without)."""
+    return len(manifest.get("dims", {}).get(ROUND, [1]))
+
+
+def _more_rounds(existing: Mapping[str, Any], fresh: Mapping[str, Any]) -> dict[str, Any] | None:
+    """`existing` grown by the rounds `fresh` adds, when fresh is the same sweep with more rounds (its first cells
+    are existing's, key for key and config for config: planning is deterministic and each round's order depends
+    only on its number), else None. A sweep of one round has no round in its keys, so it cannot grow."""
+    was, now_ = rounds_of(existing), rounds_of(fresh)
+    old_cells, new_cells = existing.get("cells", []), fresh["cells"]
+    if not 1 < was < now_ or len(new_cells) <= len(old_cells):
+        return None
+    same = all(
+        a["key"] == b["key"] and a["config"] == b["config"] for a, b in zip(old_cells, new_cells, strict=False)
+    )
+    if not same:
+        return None
+    grown = copy.deepcopy(dict(existing))
+    grown["cells"] += copy.deepcopy(new_cells[len(old_cells) :])
+    grown.update(dims=copy.deepcopy(fresh["dims"]), fingerprint=fresh["fingerprint"], command=fresh["command"])
+    return grown
+
+
 def _first_difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
-    was, now_ = (len(m.get("dims", {}).get(ROUND, [1])) for m in (old, new))
+    was, now_ = rounds_of(old), rounds_of(new)
     if was != now_:
-        return f"{was} round(s) there, --rounds {now_} now; pass --rounds {was} to resume it"
+        more = " or more to add rounds" if was > 1 else ""
+        return f"{was} round(s) there, --rounds {now_} now; pass --rounds {was}{more} to resume it"
     if old.get("dims") != new.get("dims"):
         return f"swept {old.get('dims')} there, {new.get('dims')} now"
     for a, b in zip(old.get("cells", []), new.get("cells", []), strict=False):
@@ -147,9 +172,13 @@ def _first_difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
 
 
 def resume(existing: Mapping[str, Any] | None, fresh: dict[str, Any], folder: Path) -> dict[str, Any]:
-    """The manifest to run: `fresh` when there is none, else the existing one (same fingerprint only)."""
+    """The manifest to run: `fresh` when there is none, else the existing one (same fingerprint only), or the
+    existing one grown by the rounds a larger --rounds adds."""
     if existing is None:
         return fresh
+    grown = _more_rounds(existing, fresh) if existing.get("fingerprint") != fresh["fingerprint"] else None
+    if grown is not None:  # the same sweep with more rounds: the rounds run so far are kept
+        return grown
     if existing.get("fingerprint") != fresh["fingerprint"]:
         raise EffbenchError(
             str(folder),

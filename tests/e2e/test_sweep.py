@@ -185,7 +185,7 @@ def test_a_different_sweep_in_the_same_folder_is_refused(sweep2x2, capsys):
     assert (folder / "sweep.json").read_bytes() == before
 
 
-def test_rounds_run_one_configuration_again_and_pool_it_and_another_count_does_not_resume(tmp_path, capsys):
+def test_rounds_run_one_configuration_again_pool_it_and_grow_but_never_shrink(tmp_path, capsys):
     out = tmp_path / "out"
     code, stdout, err = invoke(["sweep", *TINY, "--batch-size", "4", "--repeats", "3", "--rounds", "3",
                                 "--output", out], capsys)  # fmt: skip
@@ -201,9 +201,18 @@ def test_rounds_run_one_configuration_again_and_pool_it_and_another_count_does_n
     assert "Across rounds" in stdout and "across rounds, a configuration's img/s moved by up to" in stdout
     code, _, err = invoke(["sweep", *TINY, "--batch-size", "4", "--repeats", "3", "--rounds", "2",
                            "--output", out], capsys)  # fmt: skip
-    assert (
-        code == 2 and "3 round(s) there, --rounds 2 now; pass --rounds 3 to resume it" in err and err.count("\n") == 1
-    )
+    assert code == 2 and err.count("\n") == 1
+    assert "3 round(s) there, --rounds 2 now; pass --rounds 3 or more to add rounds to resume it" in err
+    # more rounds grow the sweep: the three run so far are kept, only the fourth runs
+    code, stdout, err = invoke(["sweep", *TINY, "--batch-size", "4", "--repeats", "3", "--rounds", "4",
+                                "--output", out], capsys)  # fmt: skip
+    assert code == 0, err
+    assert "4 cells, 3 already ok, 1 to run" in stdout
+    grown = manifest(folder)
+    assert [c["run_dir"] for c in grown["cells"][:3]] == [c["run_dir"] for c in m["cells"]]
+    assert [c["params"] for c in grown["cells"]] == [{"round": r} for r in (1, 2, 3, 4)]
+    assert grown["dims"] == {"round": [1, 2, 3, 4]} and [c["status"] for c in grown["cells"]] == ["ok"] * 4
+    assert json.loads((folder / "summary.json").read_text())["rounds"][0]["finished"] == 4
 
 
 @pytest.mark.parametrize(

@@ -200,6 +200,28 @@ def test_rounds_count_toward_the_cell_limit(tmp_path):
     assert "10,200 cells" in info.value.message and "51 rounds" in info.value.message
 
 
+def _rounds_manifest(tmp_path, rounds):
+    plan = plan_cells(SweepSpec(lists={"batch_size": (4, 8, 16)}, options=SYNTH, rounds=rounds, output=tmp_path))
+    cells = [{"key": c.key, "params": c.params, "config": config_identity(c.config)} for c in plan.cells]
+    return manifest.new_manifest(
+        name=plan.name, preset=None, dims=plan.dims, zipped=False, cells=cells, command=["effbench", "sweep"]
+    )
+
+
+def test_more_rounds_grow_a_sweep_and_keep_what_ran_fewer_or_from_one_are_refused(tmp_path):
+    three, five = _rounds_manifest(tmp_path, 3), _rounds_manifest(tmp_path, 5)
+    ran = manifest.update_cell(three, three["cells"][4]["key"], status="ok", run_dir="cells/x/run")
+    grown = manifest.resume(ran, five, tmp_path)
+    assert [c["key"] for c in grown["cells"]] == [c["key"] for c in five["cells"]]  # rounds 1-3 planned the same
+    assert grown["cells"][4]["status"] == "ok" and grown["cells"][4]["run_dir"] == "cells/x/run"
+    assert [c["status"] for c in grown["cells"][9:]] == ["pending"] * 6 and grown["fingerprint"] == five["fingerprint"]
+    assert grown["dims"]["round"] == [1, 2, 3, 4, 5]
+    with pytest.raises(EffbenchError, match="3 round\\(s\\) there, --rounds 2 now; pass --rounds 3 or more"):
+        manifest.resume(three, _rounds_manifest(tmp_path, 2), tmp_path)
+    with pytest.raises(EffbenchError, match="1 round\\(s\\) there, --rounds 3 now; pass --rounds 1 to resume"):
+        manifest.resume(_rounds_manifest(tmp_path, 1), three, tmp_path)  # round 1's keys have no round: no growth
+
+
 # --- manifest ----------------------------------------------------------------------------------------
 def _manifest(tmp_path, batch=(4, 8)):
     plan = plan_cells(SweepSpec(lists={"batch_size": batch}, options=SYNTH, output=tmp_path))
