@@ -146,9 +146,7 @@ def _more_rounds(existing: Mapping[str, Any], fresh: Mapping[str, Any]) -> dict[
     old_cells, new_cells = existing.get("cells", []), fresh["cells"]
     if not 1 < was < now_ or len(new_cells) <= len(old_cells):
         return None
-    same = all(
-        a["key"] == b["key"] and a["config"] == b["config"] for a, b in zip(old_cells, new_cells, strict=False)
-    )
+    same = all(a["key"] == b["key"] and a["config"] == b["config"] for a, b in zip(old_cells, new_cells, strict=False))
     if not same:
         return None
     grown = copy.deepcopy(dict(existing))
