@@ -107,6 +107,14 @@ def key(config: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def agreement(sweep: Path, references: list[Path]) -> tuple[list[Row], list[list[str]], dict[str, Any]]:
+    if not (sweep / "sweep.json").is_file() or not (sweep / "summary.json").is_file():
+        fail(
+            "--sweep",
+            f"{sweep} holds no sweep.json and summary.json; pass a finished `effbench sweep --rounds K` folder",
+        )
+    for ref in references:
+        if not (ref / "results.json").is_file():
+            fail("--reference", f"{ref} holds no results.json; pass run folders of `effbench run`")
     manifest = read(sweep / "sweep.json")
     pooled = read(sweep / "summary.json")["rounds"]
     if not pooled:

@@ -35,7 +35,7 @@ from effbench.datasets import chance_note
 from effbench.errors import EffbenchError
 from effbench.fmt import decimals, fit_columns, interval, num, widest, wrap_cell, wrap_text
 from effbench.sweep.manifest import MANIFEST_FILE
-from effbench.sweep.spec import ROUND, run_params
+from effbench.sweep.spec import ROUND, configuration_key
 
 if TYPE_CHECKING:
     from effbench import schema
@@ -511,7 +511,7 @@ def _by_configuration(rows: Sequence[CellRow]) -> dict[str, list[float]]:
     """A sweep in rounds: each configuration (its swept values but the round) -> its ok rounds' img/s."""
     out: dict[str, list[float]] = {}
     for r in rows:
-        figures = out.setdefault(json.dumps(run_params(r.params), sort_keys=True, default=str), [])
+        figures = out.setdefault(configuration_key(r.params), [])
         if r.status == "ok" and r.throughput_img_s:
             figures.append(r.throughput_img_s)
     return out

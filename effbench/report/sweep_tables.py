@@ -11,7 +11,6 @@ CI of its windows' mean (windows.py); "within noise" means Welch's 95% interval 
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +27,7 @@ from effbench.analysis.efficiency import CONTENDED
 from effbench.datasets import chance_note
 from effbench.fmt import fit_report_table, fmt_value, grid, interval, md, printable, wrap_text
 from effbench.report import roofline_tables
-from effbench.sweep.spec import ROUND, dim_option, run_params, show, varied
+from effbench.sweep.spec import ROUND, configuration_key, dim_option, run_params, show, varied
 
 if TYPE_CHECKING:
     from effbench import schema
@@ -574,7 +573,7 @@ def round_groups(rows: Sequence[CellRow]) -> dict[str, list[CellRow]]:
     `--rounds` made of each."""
     out: dict[str, list[CellRow]] = {}
     for r in rows:
-        out.setdefault(json.dumps(run_params(r.params), sort_keys=True, default=str), []).append(r)
+        out.setdefault(configuration_key(r.params), []).append(r)
     return out
 
 

@@ -271,6 +271,11 @@ def run_params(params: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k != ROUND}
 
 
+def configuration_key(params: Mapping[str, Any]) -> str:
+    """What a cell's rounds share: its run options' swept values, as one comparable text."""
+    return json.dumps(run_params(params), sort_keys=True, default=str)
+
+
 def cell_key(index: int, params: Mapping[str, Any]) -> str:
     parts = [f"{k.replace('_', '-')}-{show(v)}" for k, v in params.items()]
     return results.safe_name(f"{index:03d}_" + "_".join(parts))
