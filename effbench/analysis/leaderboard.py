@@ -8,6 +8,10 @@ own report prints; rows are ranked by it) and the 95% interval of its windows' m
 the best row, Welch's test of its gap to the best (the same `stats.difference` as
 `effbench compare`), and the environment fields that differ from the best row's (driver, clocks,
 container, shm, CPU quota...), which are where a gap's explanation usually starts.
+
+A machine that ran a configuration more than once (a sweep's --rounds, a nightly run) is also pooled: its
+runs' mean with the Student's t interval across them (analysis/rounds.py), and the group's verdict then
+compares machines on those means, Welch's test on the runs' figures, not on one run's windows.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 
 from effbench import schema
 from effbench.analysis import export as ex
-from effbench.analysis import stats
+from effbench.analysis import rounds, stats
 from effbench.analysis.export import Run
 
 # Config keys that say where a run read and wrote or how it logged, not what it measured; and what was
@@ -118,13 +122,40 @@ SLOWER = "slower, outside noise"
 
 
 @dataclass(frozen=True)
+class MachineMean:
+    """One machine's measured runs of a configuration, pooled: each run's figure is one sample of the machine."""
+
+    machine: str
+    pooled: rounds.Pooled
+    """The runs' figures (in the group's run order), their mean and the 95% t interval across them."""
+    relative: float | None
+    """mean / the best machine's mean (1.0 for the best)."""
+    gap: str
+    """Welch's verdict on the runs' figures against the best machine's: 'best', 'within noise', ..."""
+    differences: list[str] = field(default_factory=list)
+
+    @property
+    def runs(self) -> int:
+        return len(self.pooled.finished)
+
+    @property
+    def mean(self) -> float:
+        assert self.pooled.summary is not None, "a machine is pooled from its measured runs"
+        return self.pooled.summary.mean
+
+
+@dataclass(frozen=True)
 class Group:
     label: str
     config: dict[str, Any]
     entries: list[Entry]
+    machines: list[MachineMean] = field(default_factory=list)
+    """Each machine over its measured runs, highest mean first; empty unless a machine ran this more than once."""
 
     @property
     def verdict(self) -> str:
+        if self.machines:
+            return self._machines_verdict()
         ranked = [e for e in self.entries if e.throughput is not None]
         if not ranked:
             return f"{self.label}: no run measured throughput"
@@ -146,6 +177,24 @@ class Group:
             f"{lower} slower ({last.gap}){why}"
         )
 
+    def _machines_verdict(self) -> str:
+        best, last = self.machines[0], self.machines[-1]
+        of = f"mean of {best.runs} runs" if best.runs > 1 else "1 run"
+        if len(self.machines) == 1:
+            return f"{self.label}: only {best.machine} measured ({best.mean:,.1f} img/s, {of})"
+        assert last.relative is not None
+        why = f"; differs in {', '.join(last.differences)}" if last.differences else "; same environment fields"
+        lower = f"{100 * (1 - last.relative):.1f}%"
+        if last.gap != SLOWER:
+            return (
+                f"{self.label}: no fastest machine ({last.gap}): {best.machine} {best.mean:,.1f} img/s ({of}), "
+                f"{last.machine} {lower} lower{why} [mean of runs]"
+            )
+        return (
+            f"{self.label}: fastest {best.machine} {best.mean:,.1f} img/s ({of}); slowest {last.machine} "
+            f"{lower} slower ({last.gap}){why} [mean of runs]"
+        )
+
 
 def _headline(run: Run) -> float | None:
     """The run's throughput as its report prints it (one definition, analysis/throughput): ranking by
@@ -154,12 +203,15 @@ def _headline(run: Run) -> float | None:
 
 
 def _gap(best: Run, run: Run) -> str:
-    if run is best:
-        return "best"
-    too_few = stats.too_few_to_judge(len(best.windows_img_s), len(run.windows_img_s))
+    return "best" if run is best else _gap_of(best.windows_img_s, run.windows_img_s, "windows")
+
+
+def _gap_of(best: Sequence[float], mine: Sequence[float], samples: str) -> str:
+    """Welch's verdict on mean(mine) - mean(best): a run's windows, or a machine's runs (`samples="runs"`)."""
+    too_few = stats.too_few_to_judge(len(best), len(mine), samples=samples)
     if too_few:
         return too_few
-    d = stats.difference(best.windows_img_s, run.windows_img_s)
+    d = stats.difference(best, mine)
     if not d.significant:
         return "within noise"
     return SLOWER if d.delta < 0 else "faster, outside noise"
@@ -216,5 +268,45 @@ def leaderboard(runs: Sequence[Run]) -> list[Group]:
                     time_to_target=_time_to_target(m.row),
                 )
             )
-        groups.append(Group(label, cfg, entries))
+        groups.append(Group(label, cfg, entries, _pooled(measured, names[: len(measured)], figures)))
     return groups
+
+
+def _pooled(measured: Sequence[Run], names: Sequence[str], figures: Mapping[int, float]) -> list[MachineMean]:
+    """Each machine over its measured runs (`measured` fastest first, `names` their machines), when one ran more
+    than once; else []. Machines are ranked by mean and judged against the best mean with Welch on the runs."""
+    runs_by: dict[str, list[Run]] = {}
+    for m, name in zip(measured, names, strict=True):
+        runs_by.setdefault(name, []).append(m)
+    if all(len(ms) < 2 for ms in runs_by.values()):
+        return []
+    pools = {
+        name: rounds.pool(
+            [
+                rounds.RoundFigure(i + 1, figures[id(m)], m.row.get(ex.CI_LOW), m.row.get(ex.CI_HIGH))
+                for i, m in enumerate(ms)
+            ]
+        )
+        for name, ms in runs_by.items()
+    }
+    order = sorted(pools, key=lambda n: -_mean(pools[n]))
+    best = order[0]
+    best_row = runs_by[best][0].row
+    out = []
+    for name in order:
+        p = pools[name]
+        out.append(
+            MachineMean(
+                machine=name,
+                pooled=p,
+                relative=_mean(p) / _mean(pools[best]),
+                gap="best" if name == best else _gap_of(pools[best].finished, p.finished, "runs"),
+                differences=[] if name == best else env_differences(runs_by[name][0].row, best_row),
+            )
+        )
+    return out
+
+
+def _mean(p: rounds.Pooled) -> float:
+    assert p.summary is not None
+    return p.summary.mean

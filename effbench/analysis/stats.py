@@ -203,11 +203,12 @@ def too_few_to_judge(*counts: int, samples: str = "windows") -> str | None:
     """Why windows this few cannot be compared, else None. Below MIN_SAMPLES_FOR_CI windows the run
     report prints no interval for a run; a comparison of such runs (`compare`, a sweep's verdicts, the
     leaderboard, the CI gate) rests on the same too-wide t quantile, so it calls nothing noise or change.
-    `samples="rounds"`: a configuration's runs over a sweep's --rounds, each one sample."""
+    `samples="rounds"`: a configuration's runs over a sweep's --rounds, each one sample; `samples="runs"`: a
+    machine's runs of one configuration (the leaderboard)."""
     n = min(counts)
     if n >= MIN_SAMPLES_FOR_CI:
         return None
-    per = "run" if samples == "windows" else "configuration"
+    per = {"windows": "run", "rounds": "configuration", "runs": "machine"}[samples]
     return f"too few {samples} to judge (needs {MIN_SAMPLES_FOR_CI} per {per}, has {n})"
 
 

@@ -20,6 +20,9 @@ LEADERBOARD_MD = "leaderboard.md"
 REPORT_HTML = "report.html"
 PLOTS_DIR = "plots"
 HEADERS = ("machine", "status", "img/s", "95% CI", "vs best", "gap to best", "environment differs from best")
+MACHINE_HEADERS = ("machine", "runs", "mean img/s", "95% CI across runs", "img/s by run", "spread",
+                   "own CI misses mean", "vs best", "gap to best", "environment differs from best")  # fmt: skip
+MACHINES_TITLE = "Per machine, over its runs"
 
 
 def is_collection(path: Path) -> bool:
@@ -60,6 +63,31 @@ def rows(group: lb.Group) -> list[list[str]]:
     return out
 
 
+def machine_rows(group: lb.Group) -> list[list[str]]:
+    """The group's machines over their runs (empty unless one ran the configuration more than once)."""
+    out = []
+    for m in group.machines:
+        s = m.pooled.summary
+        ci = interval(s.ci_low, s.ci_high, 1) if s is not None and s.ci_low is not None else "-"
+        spread = "-" if m.pooled.spread_pct is None else f"{m.pooled.spread_pct:.1f}%"
+        misses = f"{m.pooled.missed} of {m.pooled.with_interval}" if m.pooled.with_interval else "-"
+        rel = "-" if m.relative is None else f"{100 * m.relative:.1f}%"
+        by_run = ", ".join(f"{x:,.1f}" for x in m.pooled.finished)
+        out.append(
+            [m.machine, str(m.runs), num(m.mean, 1), ci, by_run, spread, misses, rel, m.gap,
+             "; ".join(m.differences) or "-"]
+        )  # fmt: skip
+    return out
+
+
+MACHINES_NOTE = (
+    "Per machine: the mean of its runs' img/s, each run one sample, with the Student's t interval across them "
+    "(3 runs or more); spread: slowest .. fastest run over the mean; own CI misses mean: runs whose own interval "
+    "leaves that mean out, so the machine's speed moved between runs; gap to best: Welch's test on the runs' "
+    "figures. The verdict then compares machines on these means."
+)
+
+
 def render(groups: Sequence[lb.Group], *, title: str, fmt: str) -> str:
     text = md if fmt == "md" else printable  # names from disk (hosts, folders): shown, never obeyed
     head = f"# {text(title)}" if fmt == "md" else text(title)
@@ -67,23 +95,31 @@ def render(groups: Sequence[lb.Group], *, title: str, fmt: str) -> str:
     for i, g in enumerate(groups):
         parts += [f"## {i + 1}. {text(g.label)}" if fmt == "md" else f"{i + 1}. {text(g.label)}", ""]
         parts += [grid(rows(g), headers(g), fmt), ""]
+        if g.machines:
+            parts += [f"### {MACHINES_TITLE}" if fmt == "md" else f"{MACHINES_TITLE}:", ""]
+            parts += [grid(machine_rows(g), MACHINE_HEADERS, fmt), ""]
     parts.append(
         "img/s: each run's throughput, the figure its own report prints (all measured images over the slowest "
         "rank's time, warm-up excluded), and the rows' order; 95% CI: Student's t interval of its windows' mean; "
         "gap to best: Welch's 95% interval of the difference (within noise when it includes 0)."
     )
+    if any(g.machines for g in groups):
+        parts.append(MACHINES_NOTE)
     return "\n".join(parts) + "\n"
 
 
 def html(groups: Sequence[lb.Group], *, title: str, charts: Sequence[str], problems: Sequence[str]) -> str:
     sections = [H.Section("Verdicts", [H.bullets([g.verdict for g in groups])])]
     for i, g in enumerate(groups):
-        sections.append(
-            H.Section(
-                g.label,
-                [H.table(headers(g), rows(g), row_classes=[e.status for e in g.entries], table_id=f"group-{i}")],
-            )
-        )
+        blocks = [H.table(headers(g), rows(g), row_classes=[e.status for e in g.entries], table_id=f"group-{i}")]
+        if g.machines:
+            blocks += [
+                H.paragraph(MACHINES_TITLE),
+                H.table(MACHINE_HEADERS, machine_rows(g), table_id=f"group-{i}-machines"),
+            ]
+        sections.append(H.Section(g.label, blocks))
+    if any(g.machines for g in groups):
+        sections.append(H.Section("Notes", [H.paragraph(MACHINES_NOTE)]))
     sections.append(H.Section("Charts", [*charts, *(H.paragraph(p) for p in problems)]))
     n = sum(len(g.entries) for g in groups)
     return H.page(title, f"{n} runs in {len(groups)} configurations", sections)

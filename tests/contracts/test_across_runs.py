@@ -540,7 +540,10 @@ def test_a_real_smoke_folder_exports_gates_and_ranks(smoke_dir, tmp_path, capsys
     shutil.copytree(smoke_dir, root / "copy1")
     shutil.copytree(smoke_dir, root / "copy2")
     code, out, _ = invoke(["report", root], capsys)
-    assert code == 0 and "same environment fields" in (root / "leaderboard.txt").read_text()
+    board = (root / "leaderboard.txt").read_text()
+    # two runs of one machine: ranked as runs, and pooled as that one machine over its runs
+    assert code == 0 and f"only {env['hostname']} (" in board and "mean of 2 runs)" in board
+    assert "Per machine, over its runs:" in board
 
 
 @pytest.mark.timeout(900)  # the session's smoke run (conftest.py) may be set up inside the first of these
