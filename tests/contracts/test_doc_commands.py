@@ -233,6 +233,9 @@ RUN: dict[str, Spec] = {
     ".venv/bin/python benchmarks/until_sweep.py --json until_sweep.json": Spec(
         slow=True, timeout=5400, shows=(r"^\| device time at ci:2%, fixed / until ",)
     ),
+    "OMP_NUM_THREADS=1 .venv/bin/python benchmarks/until_sweep.py --json until_sweep.json": Spec(
+        slow=True, timeout=7200, shows=(r"^\| device time at ci:2%, fixed / until ",)
+    ),
     ".venv/bin/python benchmarks/rounds_agreement.py --json rounds.json --keep runs/": Spec(
         slow=True, timeout=5400, shows=(r"^\| configurations whose reference is inside the across-rounds interval ",)
     ),
@@ -279,6 +282,11 @@ RUN: dict[str, Spec] = {
     "effbench selftest --device cpu": Spec(slow=True, timeout=600, shows=(r"PASS", r"SKIP")),
     # docs/sweeps-and-reports.md
     GRID_SWEEP: Spec(sweep=True, slow=True),
+    # docs/troubleshooting.md: steadier figures on a VM whose host shares its cores
+    "OMP_NUM_THREADS=1 effbench sweep --arch resnet18 --batch-size 8,16 --image-size 32 --dataset synthetic "
+    "--weights none --device cpu --until ci:2% --epochs 1 --max-steps 300 --rounds 3": Spec(
+        slow=True, timeout=1800, shows=(r"^Across rounds$",)
+    ),
     "effbench sweep --smoke --batch-size 4,8 --rounds 3 --quiet": Spec(
         slow=True,
         shows=(
@@ -505,7 +513,18 @@ def case_id(key: str) -> str:
 
 def cases() -> list:
     keys = dict.fromkeys(c.key for c in run_here() if c.key in RUN)
-    return [pytest.param(key, id=case_id(key), marks=[pytest.mark.slow] if RUN[key].slow else []) for key in keys]
+    # pytest-timeout's 300 s (pyproject) would end a longer command before its own timeout could
+    return [
+        pytest.param(
+            key,
+            id=case_id(key),
+            marks=[
+                *([pytest.mark.slow] if RUN[key].slow else []),
+                pytest.mark.timeout(max(300, RUN[key].timeout + 60)),
+            ],
+        )
+        for key in keys
+    ]
 
 
 def test_every_doc_command_runs_or_its_block_is_marked():
