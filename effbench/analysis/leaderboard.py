@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from effbench import schema
 from effbench.analysis import export as ex
@@ -155,45 +155,48 @@ class Group:
     @property
     def verdict(self) -> str:
         if self.machines:
-            return self._machines_verdict()
-        ranked = [e for e in self.entries if e.throughput is not None]
+            best = self.machines[0]
+            return _ends_verdict(
+                self.label,
+                [Ranked(m.machine, m.mean, m.relative, m.gap, m.differences) for m in self.machines],
+                of=f"mean of {best.runs} runs" if best.runs > 1 else "1 run",
+                suffix=" [mean of runs]",
+            )
+        ranked = [
+            Ranked(e.machine, e.throughput, e.relative, e.gap, e.differences)
+            for e in self.entries
+            if e.throughput is not None
+        ]
         if not ranked:
             return f"{self.label}: no run measured throughput"
-        best = ranked[0]
-        if len(ranked) == 1:
-            return f"{self.label}: only {best.machine} measured ({best.throughput:,.1f} img/s)"
-        last = ranked[-1]
-        assert last.relative is not None
-        why = f"; differs in {', '.join(last.differences)}" if last.differences else "; same environment fields"
-        lower = f"{100 * (1 - last.relative):.1f}%"
-        if last.gap != SLOWER:
-            # the windows cannot tell the ends apart (or disagree with the figures): no winner is named
-            return (
-                f"{self.label}: no fastest machine ({last.gap}): {best.machine} {best.throughput:,.1f} img/s, "
-                f"{last.machine} {lower} lower{why}"
-            )
-        return (
-            f"{self.label}: fastest {best.machine} {best.throughput:,.1f} img/s; slowest {last.machine} "
-            f"{lower} slower ({last.gap}){why}"
-        )
+        return _ends_verdict(self.label, ranked)
 
-    def _machines_verdict(self) -> str:
-        best, last = self.machines[0], self.machines[-1]
-        of = f"mean of {best.runs} runs" if best.runs > 1 else "1 run"
-        if len(self.machines) == 1:
-            return f"{self.label}: only {best.machine} measured ({best.mean:,.1f} img/s, {of})"
-        assert last.relative is not None
-        why = f"; differs in {', '.join(last.differences)}" if last.differences else "; same environment fields"
-        lower = f"{100 * (1 - last.relative):.1f}%"
-        if last.gap != SLOWER:
-            return (
-                f"{self.label}: no fastest machine ({last.gap}): {best.machine} {best.mean:,.1f} img/s ({of}), "
-                f"{last.machine} {lower} lower{why} [mean of runs]"
-            )
-        return (
-            f"{self.label}: fastest {best.machine} {best.mean:,.1f} img/s ({of}); slowest {last.machine} "
-            f"{lower} slower ({last.gap}){why} [mean of runs]"
-        )
+
+class Ranked(NamedTuple):
+    """A row of a group's ranking as its verdict reads it: a run's own, or a machine's over its runs."""
+
+    machine: str
+    img_s: float
+    relative: float | None
+    gap: str
+    differences: list[str]
+
+
+def _ends_verdict(label: str, ranked: Sequence[Ranked], *, of: str = "", suffix: str = "") -> str:
+    """The group's verdict from its fastest and slowest rows: a winner is named only outside noise."""
+    best = ranked[0]
+    figure = f"{best.img_s:,.1f} img/s"
+    if len(ranked) == 1:
+        return f"{label}: only {best.machine} measured ({figure}{', ' + of if of else ''})"
+    last = ranked[-1]
+    assert last.relative is not None
+    figure += f" ({of})" if of else ""
+    why = f"; differs in {', '.join(last.differences)}" if last.differences else "; same environment fields"
+    lower = f"{100 * (1 - last.relative):.1f}%"
+    if last.gap != SLOWER:
+        # the samples cannot tell the ends apart (or disagree with the figures): no winner is named
+        return f"{label}: no fastest machine ({last.gap}): {best.machine} {figure}, {last.machine} {lower} lower{why}{suffix}"
+    return f"{label}: fastest {best.machine} {figure}; slowest {last.machine} {lower} slower ({last.gap}){why}{suffix}"
 
 
 def _headline(run: Run) -> float | None:
