@@ -851,6 +851,14 @@ class Env(_Model):
     """NCCL version torch was built with."""
     container_runtime: str | None = None
     """docker, podman, apptainer or none (system/hardware.py container_runtime)."""
+    host_boot_id: str | None = None
+    """The host kernel's boot id (/proc/sys/kernel/random/boot_id): the same in every container on the host until it
+    reboots."""
+    machine: str | None = None
+    """The machine as the leaderboard and the export name it (system/machine.py): EFFBENCH_MACHINE, else the hostname,
+    else, where docker or podman made the hostname up, `GPU-<UUID prefix>` or `boot-<boot id prefix>`."""
+    machine_source: str | None = None
+    """Where `machine` came from: EFFBENCH_MACHINE, hostname, GPU UUIDs or host boot id."""
     image: ImageInfo | None = None
     """The image's identity: revision, flavour, lock hash, build time."""
     cgroup_cpu_quota_cores: Num = None

@@ -67,7 +67,7 @@ class Column:
 
 
 # Names of the columns that are the export's own (no field of the record holds them as they are).
-PATH, KIND, GROUP, HOST, GPU_MODEL = "path", "kind", "group", "host", "gpu_model"
+PATH, KIND, GROUP, HOST, MACHINE, GPU_MODEL = "path", "kind", "group", "host", "machine", "gpu_model"
 CPU_QUOTA_CORES, SHM_GIB, IMAGE_REVISION = "cpu_quota_cores", "shm_gib", "image_revision"
 CI_LOW, CI_HIGH, TIME_TO_TARGET_S = "throughput_ci_low_img_s", "throughput_ci_high_img_s", "time_to_target_s"
 ACCURACY_NOTE, CPU_CONTENDED, HOST_CPU_BUSY_PCT = "accuracy_note", "cpu_contended", "host_cpu_busy_pct"
@@ -137,6 +137,16 @@ def _host_busy_pct(record: schema.Results) -> float | None:
     return busy.mean if busy else None
 
 
+def _machine(env: schema.Env) -> str | None:
+    """env.json's `machine`; for a record written before it, the same rules on the fields it has (no boot id)."""
+    if env.machine:
+        return env.machine
+    from effbench.system import machine
+
+    found = machine.identify(env.hostname, env.container_runtime, [g.uuid for g in env.gpus], env.host_boot_id)
+    return found.name if found else None
+
+
 def _contended(record: schema.Results) -> bool | None:
     """Whether the run's verdict says a busy host set its pace; None without a verdict (nothing measured)."""
     return record.verdict.bottleneck == CONTENDED if record.verdict else None
@@ -154,6 +164,9 @@ COLUMN_SPEC: tuple[Column, ...] = (
     _field(lambda r: r.run_name, "the run's folder name when it ran"),
     _field(lambda r: r.started_at, "ISO 8601 start time"),
     Column(HOST, "hostname (env.json)", lambda s: s.env.hostname),
+    Column(MACHINE, "the machine as the leaderboard names it (env.json machine): EFFBENCH_MACHINE, else the hostname, "
+           "else, where docker or podman made the hostname up, GPU-<UUID prefix> or boot-<boot id prefix>",
+           lambda s: _machine(s.env)),
     Column(GPU_MODEL, "name of GPU 0; empty without GPUs", lambda s: s.env.gpus[0].name if s.env.gpus else None),
     _env(lambda e: e.gpu_count, "GPUs visible to the run"),
     _env(lambda e: e.driver_version, "NVIDIA driver (NVML)"),

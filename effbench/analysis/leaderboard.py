@@ -84,7 +84,7 @@ def config_key(row: Mapping[str, Any]) -> str:
 
 
 def machine_label(row: Mapping[str, Any]) -> str:
-    host = row.get(ex.HOST) or "?"
+    host = row.get(ex.MACHINE) or row.get(ex.HOST) or "?"  # a container's made-up hostname names no machine
     if row.get(GPU_COUNT):
         return f"{host} ({row[GPU_COUNT]}x {row.get(ex.GPU_MODEL) or 'GPU'})"
     return f"{host} ({row.get(CPU_MODEL) or 'CPU'}, {_shown(row.get(CPU_CORES))} cores)"

@@ -104,10 +104,12 @@ def run(
     from effbench.run import launch
     from effbench.config import RunConfig, preset_conflicts, smoke_overrides
     from effbench.launch.plan import check_launch_env, kubeflow_settings, parse_counts, slurm_settings
+    from effbench.system import machine
 
     gpus, nproc = given.pop("gpus"), given.pop("nproc")  # lists: one RunConfig per count
     explicit = {k: v for k, v in given.items() if v is not None}
     check_launch_env(os.environ)  # a rank variable that is not a number, Slurm and Kubeflow at odds: one line
+    machine.given_name(os.environ)  # EFFBENCH_MACHINE names the machine in every comparison: printable
     slurm = slurm_settings(os.environ)
     if slurm is not None and slurm.nnodes > 1:  # srun on several nodes: rendezvous from the allocation
         explicit.setdefault("nnodes", slurm.nnodes)

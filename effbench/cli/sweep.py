@@ -12,6 +12,7 @@ Registered on the app in cli.py. torch is imported only by `sweep`, inside sweep
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -93,6 +94,9 @@ def sweep(
 ) -> None:
     """Run every combination of the listed values (or a preset), one run folder per cell, resumable."""
     tracked = tracking(track, track_experiment, track_traces)  # before any cell runs
+    from effbench.system import machine
+
+    machine.given_name(os.environ)  # every cell would refuse it: refuse it once, before any runs
     from effbench.sweep import runner as sweeper
     from effbench.sweep.spec import SweepSpec, dim_option, one_value, parse_list
 

@@ -374,6 +374,18 @@ def env_snapshot() -> dict[str, Any]:
     )
     snap["nccl_version"] = nccl_version()
     snap["container_runtime"] = container_runtime()
+    from effbench.system import machine
+
+    # the machine as comparisons name it: a container's made-up hostname names none (system/machine.py)
+    snap["host_boot_id"] = machine.read_boot_id()
+    named = machine.identify(
+        snap["hostname"],
+        snap["container_runtime"],
+        [g["uuid"] for g in snap.get("gpus", [])],
+        snap["host_boot_id"],
+        machine.given_name(os.environ),
+    )
+    snap["machine"], snap["machine_source"] = (named.name, named.source) if named else (None, None)
     from effbench.system.identity import image_info, source_commit
 
     # revision, flavour, lock sha256 of the image (None outside it): a result names the image that made it

@@ -428,6 +428,7 @@ def run_payload(run: ex.Run, *, traces: bool) -> TrackedRun:
             "driver": env.driver_version,
             "image_revision": row.get(ex.IMAGE_REVISION),
             "host": row.get(ex.HOST),
+            "machine": row.get(ex.MACHINE),  # the host, unless a container engine made its name up
             "run_folder": run_dir.name,
             "path": str(run_dir.resolve()),
             "group": group.name if group else None,

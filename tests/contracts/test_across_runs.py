@@ -54,6 +54,7 @@ def make_run(
     status: str = "ok",
     config: dict[str, Any] | None = None,
     headline: float | None = None,
+    env_extra: dict[str, Any] | None = None,
 ) -> Path:
     """A run folder as `effbench run` writes it today: results.json, env.json, steps.csv (1 s per step).
     `headline`: the run's own throughput_img_s when it is to differ from the window mean (a run whose
@@ -65,6 +66,7 @@ def make_run(
            "cpu_cores_usable": 16, "gpu_count": 1, "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3"}],
            "driver_version": driver, "container_runtime": "docker", "cgroup_cpu_quota_cores": None,
            "shm_size_gib": 16.0, "image": {"revision": "abc123", "flavour": "cu130"}}  # fmt: skip
+    env.update(env_extra or {})
     record = {
         "schema_version": results.SCHEMA_VERSION,
         "status": status,
@@ -443,6 +445,31 @@ def test_leaderboard_of_two_machines_names_the_faster_and_the_environment_differ
     assert "node-b" in html and "driver 550.54.15" in html and "data:image/png;base64," in html
 
 
+def test_container_runs_of_one_box_are_pooled_as_one_machine_whatever_their_made_up_hostnames(tmp_path, capsys):
+    # `docker run` names each container by its id's first 12 hex digits: three runs on box A, two on box B, one
+    # named by EFFBENCH_MACHINE. Records without a `machine` (written before it) are named by their GPU's UUID.
+    root = tmp_path / "boxes"
+    gpu = {"a": "8c1d2e3f-0a1b-2c3d-4e5f-60718293a4b5", "b": "GPU-1f2e3d4c-5b6a-7988-0a1b-2c3d4e5f6071"}
+    for i, (box, shift) in enumerate([("a", 0), ("a", 2), ("a", 1), ("b", 50), ("b", 52)]):
+        gpus = [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": gpu[box]}]
+        make_run(root / f"run-{i}", [x + shift for x in BASE], host=f"{i:x}" * 12, env_extra={"gpus": gpus})
+    make_run(root / "run-named", list(BASE), host="c0ffee00c0ff", env_extra={"machine": "dgx-07"})
+    code, out, _ = invoke(["export", root, "--format", "jsonl"], capsys)
+    rows = {Path(r["path"]).name: r for r in map(json.loads, out.splitlines())}
+    assert code == 0 and rows["run-0"]["host"] == "0" * 12
+    assert [rows[f"run-{i}"]["machine"] for i in range(5)] == ["GPU-8c1d2e3f"] * 3 + ["GPU-1f2e3d4c"] * 2
+    assert rows["run-named"]["machine"] == "dgx-07"
+    code, _, _ = invoke(["report", root], capsys)
+    board = (root / "leaderboard.txt").read_text()
+    pooled = board.split("Per machine, over its runs:")[1]
+    gpu_label = "(1x NVIDIA H100 80GB HBM3)"
+    assert code == 0 and f"GPU-1f2e3d4c {gpu_label}" in pooled and f"GPU-8c1d2e3f {gpu_label}" in pooled
+    assert f"dgx-07 {gpu_label}" in pooled and "0" * 12 not in board  # no made-up hostname is shown as a machine
+    box_b = next(line for line in pooled.splitlines() if line.startswith("GPU-1f2e3d4c"))
+    box_a = next(line for line in pooled.splitlines() if line.startswith("GPU-8c1d2e3f"))
+    assert "151.0" in box_b and "101.0" in box_a  # box B: mean of BASE + 50 and + 52; box A: BASE + 0, 2, 1
+
+
 def test_a_leaderboard_names_no_fastest_machine_within_noise(tmp_path, capsys):
     # node-b's windows are node-a's plus 1 img/s against a spread of about 20 (BASE): Welch's interval of
     # the difference includes 0, so neither machine is called the fastest, whatever the figures' order
@@ -542,7 +569,7 @@ def test_a_real_smoke_folder_exports_gates_and_ranks(smoke_dir, tmp_path, capsys
     code, out, _ = invoke(["report", root], capsys)
     board = (root / "leaderboard.txt").read_text()
     # two runs of one machine: ranked as runs, and pooled as that one machine over its runs
-    assert code == 0 and f"only {env['hostname']} (" in board and "mean of 2 runs)" in board
+    assert code == 0 and f"only {env['machine']} (" in board and "mean of 2 runs)" in board
     assert "Per machine, over its runs:" in board
 
 

@@ -160,6 +160,13 @@ def test_two_pods_make_one_two_node_run(tmp_path):
 
 
 # --- the manifests ---------------------------------------------------------------------------------
+def _node_name_is_the_machine(env: list[dict]) -> bool:
+    """A pod's hostname is the pod's name, new with every job: EFFBENCH_MACHINE names its node instead
+    (system/machine.py), through the downward API (core/v1 EnvVarSource.fieldRef)."""
+    (var,) = [e for e in env if e["name"] == "EFFBENCH_MACHINE"]
+    return var["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+
+
 def test_the_pytorchjob_manifest_parses_and_runs_the_image_s_entry():
     (job,) = list(yaml.safe_load_all((ROOT / "entrypoint" / "kubeflow-pytorchjob.yaml").read_text()))
     assert job["apiVersion"] == "kubeflow.org/v1" and job["kind"] == "PyTorchJob"
@@ -173,6 +180,7 @@ def test_the_pytorchjob_manifest_parses_and_runs_the_image_s_entry():
         assert c["name"] == "pytorch" and "effbench" in c["image"]
         assert "command" not in c, "the image's ENTRYPOINT (effbench-entrypoint) must stay"
         assert c["args"][0] == "run"
+        assert _node_name_is_the_machine(c["env"])
         limits = c["resources"]["limits"]
         assert int(limits["nvidia.com/gpu"]) >= 1
         mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
@@ -191,3 +199,4 @@ def test_the_trainjob_manifest_parses_and_runs_the_image_s_entry():
     assert trainer["numNodes"] >= 2 and trainer["args"][0] == "run" and "effbench" in trainer["image"]
     assert int(trainer["resourcesPerNode"]["limits"]["nvidia.com/gpu"]) >= 1
     assert "command" not in trainer
+    assert _node_name_is_the_machine(trainer["env"])

@@ -165,7 +165,8 @@ def test_a_tracked_run_logs_its_config_figures_tags_and_files(server, run_folder
     t = run.data.tags
     assert t["effbench.status"] == "ok" and t["effbench.verdict"] == r["verdict"]["bottleneck"]
     assert t["effbench.device"] == r["device"] and t["effbench.run_folder"] == folder.name
-    assert t["effbench.host"] == json.loads((folder / "env.json").read_text())["hostname"]
+    env = json.loads((folder / "env.json").read_text())
+    assert (t["effbench.host"], t["effbench.machine"]) == (env["hostname"], env["machine"])
     assert t["effbench.kind"] == "run" and "mlflow.parentRunId" not in t
 
     c = client(server)
