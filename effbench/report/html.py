@@ -205,6 +205,8 @@ ENV_ROWS: tuple[tuple[str, Callable[[schema.Env], Any]], ...] = (
     ("driver", lambda e: e.driver_version),
     ("container runtime", lambda e: e.container_runtime),
     ("host", lambda e: e.hostname),
+    # what the leaderboard calls it: under docker or podman the hostname is the container's id (system/machine.py)
+    ("machine", lambda e: f"{e.machine} (from {e.machine_source})" if e.machine else None),
     ("platform", lambda e: e.platform),
 )
 

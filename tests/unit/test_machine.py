@@ -96,3 +96,14 @@ def test_run_and_sweep_refuse_a_bad_machine_name_before_anything_runs(command, t
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert "EFFBENCH_MACHINE" in err and "\x1b" not in err and "printable" in err
     assert not (tmp_path / "out").exists()  # nothing that looks like a result
+
+
+def test_the_run_page_shows_the_machine_beside_a_made_up_hostname():
+    from effbench import schema
+    from effbench.report import html
+
+    env = schema.Env(hostname="3f2a9c1b7d0e", container_runtime="docker", machine="GPU-8c1d2e3f",
+                     machine_source="GPU UUIDs")  # fmt: skip
+    pairs = dict(html.environment_pairs(env))
+    assert (pairs["host"], pairs["machine"]) == ("3f2a9c1b7d0e", "GPU-8c1d2e3f (from GPU UUIDs)")
+    assert dict(html.environment_pairs(schema.Env(hostname="old"))).get("machine") is None  # an older env.json
