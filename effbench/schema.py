@@ -856,7 +856,8 @@ class Env(_Model):
     reboots."""
     machine: str | None = None
     """The machine as the leaderboard and the export name it (system/machine.py): EFFBENCH_MACHINE, else the hostname,
-    else, where docker or podman made the hostname up, `GPU-<UUID prefix>` or `boot-<boot id prefix>`."""
+    else, where docker or podman made the hostname up or in a Kubernetes pod, `GPU-<UUID prefix>` or
+    `boot-<boot id prefix>`."""
     machine_source: str | None = None
     """Where `machine` came from: EFFBENCH_MACHINE, hostname, GPU UUIDs or host boot id."""
     image: ImageInfo | None = None

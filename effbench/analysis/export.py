@@ -165,7 +165,8 @@ COLUMN_SPEC: tuple[Column, ...] = (
     _field(lambda r: r.started_at, "ISO 8601 start time"),
     Column(HOST, "hostname (env.json)", lambda s: s.env.hostname),
     Column(MACHINE, "the machine as the leaderboard names it (env.json machine): EFFBENCH_MACHINE, else the hostname, "
-           "else, where docker or podman made the hostname up, GPU-<UUID prefix> or boot-<boot id prefix>",
+           "else, where docker or podman made the hostname up or in a Kubernetes pod, GPU-<UUID prefix> or "
+           "boot-<boot id prefix>",
            lambda s: _machine(s.env)),
     Column(GPU_MODEL, "name of GPU 0; empty without GPUs", lambda s: s.env.gpus[0].name if s.env.gpus else None),
     _env(lambda e: e.gpu_count, "GPUs visible to the run"),

@@ -384,6 +384,7 @@ def env_snapshot() -> dict[str, Any]:
         [g["uuid"] for g in snap.get("gpus", [])],
         snap["host_boot_id"],
         machine.given_name(os.environ),
+        machine.in_pod(os.environ),
     )
     snap["machine"], snap["machine_source"] = (named.name, named.source) if named else (None, None)
     from effbench.system.identity import image_info, source_commit

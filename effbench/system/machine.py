@@ -2,11 +2,13 @@
 
 The hostname names a machine, except where a container engine made it up: `docker run` and `podman run` name
 each container by the first 12 hex digits of its id, so every run on one box reads as a new machine and its
-repeated runs are never pooled. There the machine is told by what does not change between containers:
+repeated runs are never pooled; a Kubernetes pod is named after the pod (`effbench-master-0` for every job
+named effbench, on whichever node it lands). There the machine is told by what does not change between
+containers:
 
 1. `EFFBENCH_MACHINE`, when set: the name the user gives it (`docker run -e EFFBENCH_MACHINE=$(hostname) ...`,
    a pod's node name through the downward API: entrypoint/kubeflow-*.yaml);
-2. the hostname, unless it is such a generated one;
+2. the hostname, unless it is such a generated one or a pod's;
 3. the run's GPUs: `GPU-<first 8 hex digits of the lowest UUID>`, `+N` for N more (a GPU's UUID is its own and
    fixed; `nvidia-smi -L` lists them);
 4. the host kernel's boot id (/proc/sys/kernel/random/boot_id: the kernel's, so every container on the host
@@ -58,6 +60,12 @@ def is_generated(hostname: str, container_runtime: str | None) -> bool:
     return container_runtime in ENGINES_THAT_NAME and GENERATED.fullmatch(hostname) is not None
 
 
+def in_pod(environ: Mapping[str, str]) -> bool:
+    """Whether this is a Kubernetes pod: the kubelet gives every container KUBERNETES_SERVICE_HOST, and a pod's
+    hostname is its own name, not its node's."""
+    return bool(environ.get("KUBERNETES_SERVICE_HOST"))
+
+
 def _bare(uuid: str) -> str:
     """A UUID without NVML's GPU-/MIG- prefix (torch spells it bare: system/hardware.py nvml_uuid_candidates)."""
     u = uuid.strip().lower()
@@ -70,11 +78,13 @@ def identify(
     gpu_uuids: Iterable[str | None] = (),
     boot_id: str | None = None,
     named: str | None = None,
+    pod: bool = False,
 ) -> Machine | None:
-    """The machine, by the first of the module docstring's rules that applies; None when nothing names it."""
+    """The machine, by the first of the module docstring's rules that applies; None when nothing names it.
+    `pod`: the run is in a Kubernetes pod (in_pod), whose hostname is the pod's."""
     if named:
         return Machine(named, NAME_VAR)
-    if hostname and not is_generated(hostname, container_runtime):
+    if hostname and not pod and not is_generated(hostname, container_runtime):
         return Machine(hostname, "hostname")
     uuids = sorted(_bare(u) for u in gpu_uuids if u and u.strip())
     if uuids:

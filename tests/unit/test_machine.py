@@ -48,6 +48,14 @@ def test_a_generated_hostname_gives_way_to_the_gpus_then_the_boot_id(runtime):
     assert m.identify(host, runtime, [None, " "], None) == m.Machine(host, "hostname")  # nothing else is known
 
 
+def test_a_pods_hostname_is_the_pods_so_the_gpus_or_the_boot_id_name_the_node():
+    # a PyTorchJob's master pod is effbench-master-0 for every job named effbench, on whatever node it lands
+    assert m.in_pod({"KUBERNETES_SERVICE_HOST": "10.96.0.1"}) and not m.in_pod({})
+    assert m.identify("effbench-master-0", "none", [H100_A], BOOT, pod=True) == m.Machine("GPU-8c1d2e3f", "GPU UUIDs")
+    assert m.identify("effbench-master-0", "none", [], BOOT, pod=True) == m.Machine("boot-4f3a2b1c", "host boot id")
+    assert m.identify("effbench-master-0", "none", [], BOOT, named="gpu-node-3", pod=True).name == "gpu-node-3"
+
+
 def test_nothing_known_is_no_machine():
     assert m.identify(None, None) is None
     assert m.identify("", "docker", [], "") is None
@@ -78,6 +86,7 @@ def test_env_json_records_the_machine_and_where_its_name_came_from(monkeypatch):
     assert (snap["machine"], snap["machine_source"]) == ("bench-box-1", "EFFBENCH_MACHINE")
     assert snap["host_boot_id"] == m.read_boot_id()
     monkeypatch.delenv("EFFBENCH_MACHINE")
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setattr(hardware, "container_runtime", lambda: "docker")
     monkeypatch.setattr(hardware.socket, "gethostname", lambda: "3f2a9c1b7d0e")
     monkeypatch.setattr(m, "read_boot_id", lambda: BOOT)
@@ -87,6 +96,11 @@ def test_env_json_records_the_machine_and_where_its_name_came_from(monkeypatch):
         "boot-4f3a2b1c",  # this machine has no GPU: the boot id tells it
         "host boot id",
     )
+    monkeypatch.setattr(hardware, "container_runtime", lambda: "none")
+    monkeypatch.setattr(hardware.socket, "gethostname", lambda: "effbench-master-0")
+    assert hardware.env_snapshot()["machine"] == "effbench-master-0"  # a host of that name
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    assert hardware.env_snapshot()["machine"] == "boot-4f3a2b1c"  # a pod of that name
 
 
 @pytest.mark.parametrize("command", [["run", "--smoke"], ["sweep", "--smoke", "--batch-size", "4,8"]])
