@@ -19,9 +19,9 @@ containers:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Iterable, Mapping
 
 from effbench.errors import EffbenchError
 
@@ -30,14 +30,13 @@ ENGINES_THAT_NAME = ("docker", "podman")  # apptainer keeps the host's name (har
 GENERATED = re.compile(r"[0-9a-f]{12}")  # the container id's first 12 hex digits (docker and podman's default)
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 MAX_NAME = 100
-SOURCES = (NAME_VAR, "hostname", "GPU UUIDs", "host boot id")
 
 
 @dataclass(frozen=True)
 class Machine:
     name: str
     source: str
-    """Where the name came from: one of SOURCES."""
+    """Where the name came from: EFFBENCH_MACHINE, hostname, GPU UUIDs or host boot id."""
 
 
 def given_name(environ: Mapping[str, str]) -> str | None:
