@@ -364,6 +364,12 @@ if [ -n "$run_dir" ]; then
     done
     check "host folder holds the run's reports: $(basename "$run_dir")" "missing in $run_dir:$missing" test -z "$missing"
     check "results.json says status ok" "results.json status is not ok" grep -q '"status": "ok"' "$run_dir/results.json"
+    # podman named the container by its id; the run names the machine by this host's boot id (system/machine.py)
+    boot=$(cut -c1-8 /proc/sys/kernel/random/boot_id)
+    named=$(python3 -c 'import json, sys; e = json.load(open(sys.argv[1]))
+print(e.get("container_runtime"), e.get("hostname"), e.get("machine"), e.get("machine_source"))' "$run_dir/env.json")
+    check "env.json names the machine, not the container: $named" "env.json's machine is not boot-$boot: $named" \
+        grep -qE "^podman [0-9a-f]{12} boot-$boot host boot id$" <<<"$named"
     extra=$(find "$results" -mindepth 1 -maxdepth 1 ! -path "$run_dir" -printf '%f ')
     check "the host folder holds nothing but the run folder" "the host folder also holds: $extra" test -z "$extra"
     owner=$(stat -c %u "$run_dir/results.json")
