@@ -8,7 +8,10 @@ an `oom` run folder and that a sweep records it and goes on:
     EFFBENCH_FAULT_OOM_AT_BATCH=8 effbench sweep --batch-size 4,8 --device cpu --dataset synthetic ...
 
 `EFFBENCH_FAULT_OOM_AT_BATCH=RANK:N` does so on that rank alone (RANK as for the NaN hook below), the
-case of one DDP rank out of memory while the others wait in the next all-reduce:
+case of one DDP rank out of memory while the others wait in the next all-reduce. Every rank first meets in
+a barrier, so the others have left the set-up, as they have when a real OOM strikes in the first forward
+(without it a slow rank 0, still building its optimizer when torchrun stopped it, ended `interrupted` before
+measuring and the job got no report: CI, 2026-12-07):
 
     EFFBENCH_FAULT_OOM_AT_BATCH=1:4 effbench run --nproc 2 --batch-size 4 --device cpu --dataset synthetic ...
 
@@ -117,27 +120,49 @@ _NVJPEG_CALLS = (
 _NVJPEG_OOM = re.compile(rf"(?:{'|'.join(map(re.escape, _NVJPEG_CALLS))}): {NVJPEG_STATUS_ALLOCATOR_FAILURE}\b")
 
 
-def oom_threshold(env: Mapping[str, str] = os.environ) -> int | None:
-    """The injected-OOM batch size for this rank, or None when the hook is off (unset, empty, malformed)
-    or names another rank (`RANK:N`; a bare `N` is every rank's)."""
+def _oom_hook(env: Mapping[str, str]) -> tuple[int | None, int] | None:
+    """The hook's (rank or None for every rank, batch size), or None when it is off (unset, empty, malformed)."""
     rank_text, sep, text = env.get(FAULT_OOM_ENV, "").strip().rpartition(":")
     if not text.isdigit() or int(text) <= 0 or (sep and not rank_text.isdigit()):
         return None
-    if sep and int(rank_text) != int(env.get("RANK", "0") or 0):
+    return (int(rank_text) if sep else None), int(text)
+
+
+def oom_threshold(env: Mapping[str, str] = os.environ) -> int | None:
+    """The injected-OOM batch size for this rank, or None when the hook is off (unset, empty, malformed)
+    or names another rank (`RANK:N`; a bare `N` is every rank's)."""
+    hook = _oom_hook(env)
+    if hook is None or (hook[0] is not None and hook[0] != int(env.get("RANK", "0") or 0)):
         return None
-    return int(text)
+    return hook[1]
 
 
-def inject_oom(batch_per_device: int, env: Mapping[str, str] = os.environ) -> None:
-    """Raise torch.OutOfMemoryError when the hook is set for this rank and the batch per device reaches it."""
+def inject_oom(
+    batch_per_device: int, env: Mapping[str, str] = os.environ, barrier: Callable[[], None] | None = None
+) -> None:
+    """Raise torch.OutOfMemoryError when the hook is set for this rank and the batch per device reaches it.
+    The one-rank form calls `barrier` first on every rank (the default: the process group's, when there is
+    one), so the others are past their set-up when that rank fails."""
+    hook = _oom_hook(env)
+    if hook is None or batch_per_device < hook[1]:
+        return
+    if hook[0] is not None:
+        (barrier or _group_barrier)()
     limit = oom_threshold(env)
-    if limit is not None and batch_per_device >= limit:
+    if limit is not None:
         import torch
 
         raise torch.OutOfMemoryError(
             f"injected by {FAULT_OOM_ENV}={env[FAULT_OOM_ENV].strip()}: batch size per device {batch_per_device} "
             f">= {limit} (a test hook, not a real OOM)"
         )
+
+
+def _group_barrier() -> None:
+    import torch.distributed as tdist
+
+    if tdist.is_available() and tdist.is_initialized():
+        tdist.barrier()
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

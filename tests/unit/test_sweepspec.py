@@ -292,9 +292,15 @@ def test_fault_hook_oom_can_target_one_rank():
     assert faults.oom_threshold({hook: "8", "RANK": "1"}) == 8  # the bare form: every rank
     for bad in ("x:4", "1:", ":4", "1:0", "1:4:2", "-1:4"):
         assert faults.oom_threshold({hook: bad, "RANK": "1"}) is None, bad
-    faults.inject_oom(8, {hook: "1:4", "RANK": "0"})  # another rank's: nothing happens
+    met = []  # the one-rank form: every rank reaching the batch meets the others first, the target then fails
+    faults.inject_oom(8, {hook: "1:4", "RANK": "0"}, barrier=lambda: met.append(0))  # another rank's: no OOM
     with pytest.raises(torch.OutOfMemoryError, match="=1:4: batch size per device 8 >= 4"):
-        faults.inject_oom(8, {hook: "1:4", "RANK": "1"})
+        faults.inject_oom(8, {hook: "1:4", "RANK": "1"}, barrier=lambda: met.append(1))
+    assert met == [0, 1]
+    faults.inject_oom(2, {hook: "1:4", "RANK": "0"}, barrier=lambda: met.append("below"))  # below: no barrier
+    with pytest.raises(torch.OutOfMemoryError):
+        faults.inject_oom(8, {hook: "8", "RANK": "0"}, barrier=lambda: met.append("bare"))  # every rank: no barrier
+    assert met == [0, 1]
 
 
 def test_html_is_escaped_and_self_contained():
